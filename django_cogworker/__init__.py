@@ -1,0 +1,16 @@
+"""django-cogworker: reliable Sidekiq-style background jobs on Redis for Django."""
+
+from .errors import CogworkerError, ConfigError, PayloadError, UnknownJobError
+from .job import Job, JobSetter
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CogworkerError",
+    "ConfigError",
+    "Job",
+    "JobSetter",
+    "PayloadError",
+    "UnknownJobError",
+    "__version__",
+]

@@ -1,0 +1,32 @@
+"""Django system checks: ``manage.py check`` reports every config problem, naming the setting."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core import checks
+
+from .errors import ConfigError
+
+
+@checks.register("cogworker")
+def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    from . import runtime
+    from .middleware import import_string
+
+    runtime.reset()
+    try:
+        config = runtime.get_config()
+    except ConfigError as exc:
+        return [checks.Error(message, id="cogworker.E001") for message in exc.errors]
+    errors = []
+    for setting, paths in (("CLIENT_MIDDLEWARE", config.client_middleware),
+                           ("SERVER_MIDDLEWARE", config.server_middleware),
+                           ("DEATH_HANDLERS", config.death_handlers)):
+        for path in paths:
+            try:
+                import_string(path)
+            except ImportError as exc:
+                errors.append(checks.Error(f'COGWORKER["{setting}"] entry {path!r} cannot be imported: {exc}',
+                                           id="cogworker.E002"))
+    return errors

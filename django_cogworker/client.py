@@ -1,0 +1,91 @@
+"""Push jobs into Redis: one, in bulk, now or scheduled, through the client middleware.
+
+A Client is built once per process from the config (``runtime.get_client()``)
+and is thread-safe (redis-py's pool). ``defer`` is injected by the Django edge:
+it returns True when it has taken the push to run at transaction commit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import payload as payloads
+from .conf import Config
+from .keys import Keys
+from .middleware import build_chain
+
+Defer = Callable[[Callable[[], Any]], bool]
+
+
+class Client:
+    def __init__(self, config: Config, redis: Any, *, middleware: Sequence[Callable] = (),
+                 defer: Defer | None = None, clock: Callable[[], float] = time.time):
+        self.config = config
+        self.redis = redis
+        self.keys = Keys(config.key_prefix)
+        self.defer = defer
+        self.clock = clock
+        self._chain = build_chain(middleware, self._write)
+
+    def push(self, payload: dict[str, Any], *, at: float | None = None, on_commit: bool | None = None) -> str | None:
+        """Push one payload (already checked); return its jid, or None if a middleware stopped it.
+
+        ``at``: epoch seconds to run at (scheduled) or None for now. Inside a
+        transaction the push waits for commit (``on_commit``, default from
+        ENQUEUE_ON_COMMIT); the jid is returned at once all the same.
+        """
+        if at is not None:
+            payload["at"] = float(at)
+        if on_commit is None:
+            on_commit = self.config.enqueue_on_commit
+        if on_commit and self.defer is not None and self.defer(lambda: self._chain(payload)):
+            return payload["jid"]
+        return self._chain(payload)
+
+    def _write(self, payload: dict[str, Any]) -> str:
+        now = self.clock()
+        at = payload.pop("at", None)
+        queue = payload["queue"]
+        pipe = self.redis.pipeline(transaction=False)
+        if at is not None and at > now:
+            pipe.zadd(self.keys.schedule, {payloads.encode(payload): at})
+        else:
+            payload["enqueued_at"] = now
+            pipe.sadd(self.keys.queues, queue)
+            pipe.lpush(self.keys.queue(queue), payloads.encode(payload))
+        pipe.execute()
+        return payload["jid"]
+
+    def push_bulk(self, items: Sequence[dict[str, Any]], *, at: float | None = None,
+                  on_commit: bool | None = None) -> list[str]:
+        """Push many payloads in one pipelined round trip; return their jids.
+
+        Like Sidekiq's push_bulk, bulk pushes skip the client middleware: they
+        exist for speed. Inside a transaction they wait for commit as push does.
+        """
+        if on_commit is None:
+            on_commit = self.config.enqueue_on_commit
+        if not (on_commit and self.defer is not None and self.defer(lambda: self._write_bulk(items, at))):
+            self._write_bulk(items, at)
+        return [item["jid"] for item in items]
+
+    def _write_bulk(self, items: Sequence[dict[str, Any]], at: float | None) -> None:
+        now = self.clock()
+        pipe = self.redis.pipeline(transaction=False)
+        by_queue: dict[str, list[str]] = {}
+        scheduled: dict[str, float] = {}
+        for item in items:
+            if at is not None and at > now:
+                scheduled[payloads.encode(item)] = at
+            else:
+                item["enqueued_at"] = now
+                by_queue.setdefault(item["queue"], []).append(payloads.encode(item))
+        if scheduled:
+            pipe.zadd(self.keys.schedule, scheduled)
+        for queue, raws in by_queue.items():
+            pipe.sadd(self.keys.queues, queue)
+            for start in range(0, len(raws), 1000):
+                pipe.lpush(self.keys.queue(queue), *raws[start:start + 1000])
+        pipe.execute()

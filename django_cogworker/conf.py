@@ -1,0 +1,261 @@
+"""The one validated, frozen configuration object, built at the edge.
+
+``build_config(settings_dict, environ)`` reads ``settings.COGWORKER`` (uppercase
+keys, like ``CACHES``) plus the environment for the Redis URL, checks every value
+and returns a :class:`Config`. Every problem is collected, so one start names all
+of them, each as ``COGWORKER["NAME"] must be ..., got <value>``. Nothing in the
+engine reads Django settings or the environment; it is handed this object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from .errors import ConfigError
+
+DAY = 24 * 60 * 60
+FETCH_MODES = ("reliable", "basic")
+URL_SCHEMES = ("redis", "rediss", "unix")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    redis_url: str = "redis://localhost:6379/0"
+    redis_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    key_prefix: str = "cogworker:"
+    # (name, weight) pairs, in the order given.
+    queues: tuple[tuple[str, int], ...] = (("default", 1),)
+    strict_queues: bool = False
+    concurrency: int = 5
+    fetch: str = "reliable"
+    shutdown_timeout: float = 25.0
+    max_retries: int = 25
+    dead_max_jobs: int = 10_000
+    dead_timeout: float = 180.0 * DAY
+    # Cluster-wide average seconds between two polls of the schedule and
+    # retry sets: each process polls every average * live processes, randomised.
+    poll_interval_average: float = 5.0
+    # A process whose last beat is older than this is dead to the others and
+    # its in-progress list is requeued. Lower: a crashed process's jobs come
+    # back sooner. Higher: fewer false orphanings (a long stall, a failover),
+    # each of which runs that process's jobs twice.
+    orphan_threshold: float = 300.0
+    # How many times a job may be found orphaned (its process died while it
+    # ran) before it goes to dead instead of back to its queue. Every job
+    # running in a crashed process is counted, not only the culprit: keep it
+    # above the number of crashes an innocent job might sit through.
+    max_orphanings: int = 3
+    periodic: tuple[Mapping[str, Any], ...] = ()
+    periodic_catch_up: bool = False
+    unique_lock_ttl: float = 3600.0
+    client_middleware: tuple[str, ...] = ()
+    server_middleware: tuple[str, ...] = ()
+    death_handlers: tuple[str, ...] = ()
+    enqueue_on_commit: bool = True
+    # Longest pause between two fetch polls of an idle process (multi-queue
+    # reliable fetch polls; a single queue blocks and wakes at once).
+    fetch_idle_max_interval: float = 1.0
+    heartbeat_interval: float = 5.0
+    key_guard_interval: float = 60.0
+    tag: str = ""
+
+    @property
+    def queue_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.queues)
+
+    @property
+    def redacted_url(self) -> str:
+        return redact_url(self.redis_url)
+
+    def replace(self, **changes: Any) -> Config:
+        """Return a copy with ``changes`` applied and validated again."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values.update(changes)
+        return validate(Config(**values))
+
+
+# setting name -> Config field
+SETTINGS = {
+    "REDIS_URL": "redis_url",
+    "REDIS_OPTIONS": "redis_options",
+    "KEY_PREFIX": "key_prefix",
+    "QUEUES": "queues",
+    "STRICT_QUEUES": "strict_queues",
+    "CONCURRENCY": "concurrency",
+    "FETCH": "fetch",
+    "SHUTDOWN_TIMEOUT": "shutdown_timeout",
+    "MAX_RETRIES": "max_retries",
+    "DEAD_MAX_JOBS": "dead_max_jobs",
+    "DEAD_TIMEOUT": "dead_timeout",
+    "POLL_INTERVAL_AVERAGE": "poll_interval_average",
+    "ORPHAN_THRESHOLD": "orphan_threshold",
+    "MAX_ORPHANINGS": "max_orphanings",
+    "PERIODIC": "periodic",
+    "PERIODIC_CATCH_UP": "periodic_catch_up",
+    "UNIQUE_LOCK_TTL": "unique_lock_ttl",
+    "CLIENT_MIDDLEWARE": "client_middleware",
+    "SERVER_MIDDLEWARE": "server_middleware",
+    "DEATH_HANDLERS": "death_handlers",
+    "ENQUEUE_ON_COMMIT": "enqueue_on_commit",
+    "FETCH_IDLE_MAX_INTERVAL": "fetch_idle_max_interval",
+    "HEARTBEAT_INTERVAL": "heartbeat_interval",
+    "KEY_GUARD_INTERVAL": "key_guard_interval",
+    "TAG": "tag",
+}
+FIELD_TO_SETTING = {v: k for k, v in SETTINGS.items()}
+
+
+def redact_url(url: str) -> str:
+    """Return ``url`` with any password replaced by ``***`` (user names stay)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable url>"
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    netloc = f"{user}:***@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def build_config(raw: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None,
+                 **overrides: Any) -> Config:
+    """Build and validate the config from ``settings.COGWORKER`` and the environment.
+
+    ``overrides`` are Config field names (from command-line options); they win.
+    """
+    environ = environ if environ is not None else {}
+    errors: list[str] = []
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError([f"COGWORKER must be a dict, got {raw!r}"])
+    values: dict[str, Any] = {}
+    for name, value in raw.items():
+        field = SETTINGS.get(name)
+        if field is None:
+            hint = _close_match(str(name))
+            errors.append(f"COGWORKER[{name!r}] is not a setting" + (f" (did you mean {hint!r}?)" if hint else ""))
+            continue
+        values[field] = value
+    if "redis_url" not in values:
+        url = environ.get("COGWORKER_REDIS_URL") or environ.get("REDIS_URL")
+        if url:
+            values["redis_url"] = url
+    values.update(overrides)
+    if "queues" in values:
+        values["queues"] = _normalise_queues(values["queues"], errors)
+    for name in ("client_middleware", "server_middleware", "death_handlers", "periodic"):
+        if name in values and isinstance(values[name], list):
+            values[name] = tuple(values[name])
+    if errors:
+        # Report bad keys together with bad values below.
+        try:
+            validate(Config(**values))
+        except ConfigError as exc:
+            errors.extend(exc.errors)
+        raise ConfigError(errors)
+    return validate(Config(**values))
+
+
+def _close_match(name: str) -> str | None:
+    import difflib
+
+    matches = difflib.get_close_matches(name.upper(), list(SETTINGS), n=1)
+    return matches[0] if matches else None
+
+
+def _normalise_queues(value: Any, errors: list[str]) -> Any:
+    """Accept ``["a", "b"]``, ``[("a", 3), ["b", 1]]`` or ``["a,3"]``; return (name, weight) pairs."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        errors.append(f'COGWORKER["QUEUES"] must be a list of queue names or (name, weight) pairs, got {value!r}')
+        return (("default", 1),)
+    pairs = []
+    for item in value:
+        if isinstance(item, str):
+            name, _, weight = item.partition(",")
+            weight = weight.strip() or "1"
+            try:
+                pairs.append((name.strip(), int(weight)))
+                continue
+            except ValueError:
+                pass
+        elif isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], str):
+            pairs.append((item[0], item[1]))
+            continue
+        errors.append(f'COGWORKER["QUEUES"] entries must be "name", "name,weight" or (name, weight), got {item!r}')
+    return tuple(pairs)
+
+
+def _positive_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+def _positive_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _dotted_paths(v: Any) -> bool:
+    return isinstance(v, tuple) and all(isinstance(p, str) and "." in p for p in v)
+
+
+def validate(cfg: Config) -> Config:
+    """Check every field of ``cfg``; raise ConfigError naming each bad setting."""
+    errors: list[str] = []
+
+    def bad(field: str, what: str) -> None:
+        value = getattr(cfg, field)
+        shown = redact_url(value) if field == "redis_url" and isinstance(value, str) else repr(value)
+        errors.append(f'COGWORKER["{FIELD_TO_SETTING[field]}"] must be {what}, got {shown}')
+
+    url = cfg.redis_url
+    if not isinstance(url, str) or urlsplit(url).scheme not in URL_SCHEMES:
+        bad("redis_url", "a redis://, rediss:// or unix:// URL")
+    if not isinstance(cfg.redis_options, Mapping):
+        bad("redis_options", "a dict of redis-py connection options")
+    if not isinstance(cfg.key_prefix, str) or not cfg.key_prefix:
+        bad("key_prefix", "a non-empty string")
+    if not cfg.queues:
+        bad("queues", "a non-empty list of queue names")
+    for name, weight in cfg.queues:
+        if not isinstance(name, str) or not name or any(c.isspace() for c in name):
+            errors.append(f'COGWORKER["QUEUES"] queue names must be non-empty strings without spaces, got {name!r}')
+        if not _positive_int(weight):
+            errors.append(f'COGWORKER["QUEUES"] weight of {name!r} must be a positive integer, got {weight!r}')
+    if len({n for n, _ in cfg.queues}) != len(cfg.queues):
+        bad("queues", "a list without duplicate names")
+    for field in ("strict_queues", "periodic_catch_up", "enqueue_on_commit"):
+        if not isinstance(getattr(cfg, field), bool):
+            bad(field, "True or False")
+    for field in ("concurrency", "dead_max_jobs", "max_orphanings"):
+        if not _positive_int(getattr(cfg, field)):
+            bad(field, "a positive integer")
+    if not (isinstance(cfg.max_retries, int) and not isinstance(cfg.max_retries, bool) and cfg.max_retries >= 0):
+        bad("max_retries", "an integer >= 0")
+    if cfg.fetch not in FETCH_MODES:
+        bad("fetch", 'one of "reliable", "basic"')
+    for field in ("shutdown_timeout", "dead_timeout", "poll_interval_average", "orphan_threshold",
+                  "unique_lock_ttl", "fetch_idle_max_interval", "heartbeat_interval", "key_guard_interval"):
+        if not _positive_number(getattr(cfg, field)):
+            bad(field, "a positive number of seconds")
+    if _positive_number(cfg.orphan_threshold) and _positive_number(cfg.heartbeat_interval) \
+            and cfg.orphan_threshold <= 2 * cfg.heartbeat_interval:
+        bad("orphan_threshold", f"more than twice HEARTBEAT_INTERVAL ({cfg.heartbeat_interval!r}) so live "
+                                "processes are never taken for dead")
+    for field in ("client_middleware", "server_middleware", "death_handlers"):
+        if not _dotted_paths(getattr(cfg, field)):
+            bad(field, "a list of dotted import paths")
+    if not isinstance(cfg.periodic, tuple) or not all(isinstance(e, Mapping) for e in cfg.periodic):
+        bad("periodic", "a list of dicts")
+    if not isinstance(cfg.tag, str):
+        bad("tag", "a string")
+    if errors:
+        raise ConfigError(errors)
+    return cfg

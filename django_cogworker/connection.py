@@ -1,0 +1,37 @@
+"""The Redis client factory: one place that turns the config into a client.
+
+URLs: ``redis://[user:password@]host:port/db``, ``rediss://`` for TLS (with
+``ssl_*`` options in ``REDIS_OPTIONS``), ``unix:///path/to/socket?db=0``. The
+password is never logged: everything user-visible shows ``Config.redacted_url``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from .conf import Config
+
+# Blocking fetches wait on the server; a socket timeout shorter than the
+# block would turn every idle wait into a "lost connection".
+DEFAULT_OPTIONS: dict[str, Any] = {
+    "socket_timeout": 10.0,
+    "socket_connect_timeout": 5.0,
+    "health_check_interval": 30,
+    "client_name": "cogworker",
+}
+
+
+def make_redis(config: Config, *, max_connections: int | None = None) -> redis.Redis:
+    """Return a client for ``config``; bytes in and out (payloads stay exact)."""
+    options = dict(DEFAULT_OPTIONS)
+    options.update(config.redis_options)
+    if max_connections is not None:
+        options.setdefault("max_connections", max_connections)
+    return redis.Redis.from_url(config.redis_url, **options)
+
+
+def socket_timeout(client: redis.Redis) -> float | None:
+    """The client's socket timeout (None: none)."""
+    return client.connection_pool.connection_kwargs.get("socket_timeout")

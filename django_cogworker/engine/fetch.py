@@ -1,0 +1,233 @@
+"""Fetch strategies: how a process takes jobs from its queues and settles them.
+
+Built by the launcher (one per process) and called by the manager's fetcher
+thread (``retrieve``) and by processor threads (``ack``, ``file``). At
+shutdown the manager calls ``requeue`` once, from the main thread.
+
+* :class:`ReliableFetch` (the default): each job moves atomically from its
+  queue into ``in_progress:<identity>`` and is acknowledged by removing it
+  from there; a job never exists only in this process's memory, so a crash
+  loses nothing (orphan recovery requeues the list).
+* :class:`BasicFetch`: BRPOP. What runs is known only from this process's
+  memory: a kill -9 loses the jobs it was running (at-most-once for those).
+
+Redis load when idle: one blocking call per BLOCK_TIMEOUT (2 s) with a single
+active queue. With several, one script that looks at all of them, then a
+blocking move on the first, with a wait that doubles from 50 ms up to
+FETCH_IDLE_MAX_INTERVAL: two commands per FETCH_IDLE_MAX_INTERVAL per process
+at rest, whatever the concurrency (one fetcher thread per process).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import random
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis as redis_lib
+
+from .. import payload as payloads
+from .. import scripts
+from ..conf import Config
+from ..keys import Keys
+from .retry import Filing
+
+logger = logging.getLogger(__name__)
+
+BLOCK_TIMEOUT = 2.0
+IDLE_START = 0.05
+WRONG_TYPE_LOG_EVERY = 60.0
+
+
+@dataclass(slots=True)
+class Unit:
+    """One fetched job: the payload bytes exactly as stored, and the queue it came from."""
+
+    raw: bytes
+    queue: str
+
+
+class Fetch:
+    reliable = False
+
+    def __init__(self, config: Config, redis: Any, keys: Keys, identity: str, rng: random.Random | None = None):
+        self.config = config
+        self.redis = redis
+        self.keys = keys
+        self.identity = identity
+        self.rng = rng or random.Random()
+        self.in_progress = keys.in_progress(identity)
+        self._weighted = [name for name, weight in config.queues for _ in range(weight)]
+        self._idle_wait = IDLE_START
+        self._logged_wrong_type: dict[str, float] = {}
+        timeout = (redis.connection_pool.connection_kwargs.get("socket_timeout")
+                   if hasattr(redis, "connection_pool") else None)
+        # A block longer than the socket timeout would read as a lost connection.
+        self.block_cap = BLOCK_TIMEOUT if not timeout else max(min(BLOCK_TIMEOUT, timeout - 0.5), 0.01)
+
+    def queue_order(self, paused: frozenset[str] = frozenset()) -> list[str]:
+        """Queues to look at, in order: as listed when strict, else weighted random, paused left out."""
+        if self.config.strict_queues:
+            return [q for q in self.config.queue_names if q not in paused]
+        shuffled = self._weighted[:]
+        self.rng.shuffle(shuffled)
+        return [q for q in dict.fromkeys(shuffled) if q not in paused]
+
+    def _block_wait(self, queues: Sequence[str]) -> float:
+        if len(queues) == 1:
+            return self.block_cap
+        wait = self._idle_wait
+        self._idle_wait = min(self._idle_wait * 2, self.config.fetch_idle_max_interval)
+        return min(wait, self.block_cap)
+
+    def _parse(self, result: Sequence[Any], order: Sequence[str]) -> list[Unit]:
+        units = []
+        for i in range(0, len(result), 2):
+            index, value = result[i], result[i + 1]
+            if index < 0:
+                self._wrong_type(order[-index - 1], value)
+            else:
+                units.append(Unit(value, order[index - 1]))
+        if units:
+            self._idle_wait = IDLE_START
+        return units
+
+    def _wrong_type(self, queue: str, message: Any) -> None:
+        now = time.monotonic()
+        if now - self._logged_wrong_type.get(queue, -WRONG_TYPE_LOG_EVERY) >= WRONG_TYPE_LOG_EVERY:
+            self._logged_wrong_type[queue] = now
+            logger.error("queue %r can't be fetched from (%s); the key guard will quarantine it", queue, message)
+
+    def file(self, raw: bytes, filing: Filing, trim: tuple[float, int] | None) -> None:
+        """File a failed job in retry or dead and drop it from the in-progress list, atomically."""
+        target = self.keys.retry if filing.target == "retry" else self.keys.dead
+        below, cap = trim if trim else ("", "")
+        scripts.FILE_FAILURE(self.redis, [self.in_progress, target], [raw, filing.score, filing.raw(), below, cap])
+
+    def ack(self, raw: bytes) -> None:
+        raise NotImplementedError
+
+    def retrieve(self, n: int, paused: frozenset[str] = frozenset()) -> list[Unit]:
+        raise NotImplementedError
+
+    def requeue(self, units: Iterable[Unit], acks: Sequence[bytes] = (), keep: Sequence[bytes] = ()) -> int:
+        raise NotImplementedError
+
+
+class ReliableFetch(Fetch):
+    reliable = True
+
+    def retrieve(self, n: int, paused: frozenset[str] = frozenset()) -> list[Unit]:
+        order = self.queue_order(paused)
+        if not order:
+            return []
+        queue_keys = [self.keys.queue(q) for q in order]
+        units = self._parse(scripts.FETCH_RELIABLE(self.redis, [self.in_progress, *queue_keys], [n]), order)
+        if units:
+            return units
+        # Nothing waiting anywhere: wait on one queue so a push wakes us at once.
+        try:
+            raw = self.redis.blmove(queue_keys[0], self.in_progress, self._block_wait(order), "RIGHT", "LEFT")
+        except redis_lib.exceptions.ResponseError as exc:
+            self._wrong_type(order[0], exc)
+            return []
+        if raw is None:
+            return []
+        self._idle_wait = IDLE_START
+        return [Unit(raw, order[0])]
+
+    def ack(self, raw: bytes) -> None:
+        self.redis.lrem(self.in_progress, 1, raw)
+
+    def requeue(self, units: Iterable[Unit], acks: Sequence[bytes] = (), keep: Sequence[bytes] = ()) -> int:
+        """Put back everything on our in-progress list but ``keep``; drop ``acks``; one atomic step.
+
+        ``units`` tells the queue of the jobs this process knows; anything else
+        on the list (fetched, but the reply was lost) goes back to the queue its
+        payload names. An entry that can't be read stays for orphan recovery.
+        """
+        known = {u.raw: u.queue for u in units}
+        listed = collections.Counter(self.redis.lrange(self.in_progress, 0, -1))
+        listed.subtract(collections.Counter(keep))
+        acks = [raw for raw in acks if listed[raw] > 0]
+        listed.subtract(collections.Counter(acks))
+        keys: list[str] = [self.in_progress, self.keys.queues]
+        index: dict[str, int] = {}
+        argv: list[Any] = [len(acks), *acks]
+        for raw, count in listed.items():
+            queue = known.get(raw) or _queue_of(raw)
+            if queue is None:
+                logger.error("unreadable entry left on %s for orphan recovery: %.200r", self.in_progress, raw)
+                continue
+            key = self.keys.queue(queue)
+            if key not in index:
+                keys.append(key)
+                index[key] = len(keys)
+            for _ in range(count):
+                argv.extend((raw, raw, index[key], queue))
+        moved = scripts.REQUEUE(self.redis, keys, argv) if len(argv) > 1 else 0
+        return int(moved)
+
+    def forget_if_empty(self) -> bool:
+        """Drop this identity from the orphan registry once its list is empty (clean exit)."""
+        return bool(scripts.FORGET_IDENTITY(
+            self.redis, [self.in_progress, self.keys.in_progress_identities, self.keys.last_beat,
+                         self.keys.orphan_lock(self.identity)], [self.identity]))
+
+
+class BasicFetch(Fetch):
+    def retrieve(self, n: int, paused: frozenset[str] = frozenset()) -> list[Unit]:
+        order = self.queue_order(paused)
+        if not order:
+            return []
+        queue_keys = [self.keys.queue(q) for q in order]
+        units = self._parse(scripts.FETCH_BASIC(self.redis, queue_keys, [n]), order)
+        if units:
+            return units
+        try:
+            popped = self.redis.brpop(queue_keys, timeout=self.block_cap)
+        except redis_lib.exceptions.ResponseError as exc:
+            self._wrong_type(",".join(order), exc)
+            return []
+        if popped is None:
+            return []
+        key, raw = popped
+        return [Unit(raw, self.keys.queue_name(key.decode() if isinstance(key, bytes) else key))]
+
+    def ack(self, raw: bytes) -> None:
+        """Nothing to do: the job left Redis when it was popped."""
+
+    def requeue(self, units: Iterable[Unit], acks: Sequence[bytes] = (), keep: Sequence[bytes] = ()) -> int:
+        """Push the jobs this process holds back onto the end their queues are popped from.
+
+        One entry that can't be pushed is logged and skipped, never allowed to
+        cost the others their requeue.
+        """
+        moved = 0
+        for unit in units:
+            try:
+                pipe = self.redis.pipeline(transaction=False)
+                pipe.rpush(self.keys.queue(unit.queue), unit.raw)
+                pipe.sadd(self.keys.queues, unit.queue)
+                pipe.execute()
+                moved += 1
+            except Exception:
+                logger.exception("could not requeue a job of queue %r (lost, basic fetch): %.500r",
+                                 unit.queue, unit.raw)
+        return moved
+
+
+def _queue_of(raw: bytes) -> str | None:
+    try:
+        queue = payloads.decode(raw).get("queue")
+    except payloads.PayloadError:
+        return None
+    return queue if isinstance(queue, str) and queue else None
+
+
+def make_fetch(config: Config, redis: Any, keys: Keys, identity: str) -> Fetch:
+    return (ReliableFetch if config.fetch == "reliable" else BasicFetch)(config, redis, keys, identity)

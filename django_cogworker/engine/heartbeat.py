@@ -1,0 +1,179 @@
+"""The heartbeat: this process's presence in Redis, and the chores that ride on each beat.
+
+Created by the Launcher; ``beat_until_ok`` runs on the main thread at startup
+(nothing is fetched before the first good beat), then ``start`` runs a beat
+every ``HEARTBEAT_INTERVAL`` on its own thread until ``stop``.
+
+Each beat writes the process hash (``info`` JSON, ``busy``, ``quiet``): the
+one essential write, what makes the process alive to everyone else. The
+process registry, the workers hash, the in-progress registry and the last-beat
+stamp are each written best-effort: one shared key of the wrong type used to
+fail every beat of every process, so no process could start anywhere in the
+fleet. A lost connection still fails the beat as a whole. Then: flush stats,
+retry pending settlements, read the paused queues and remote signals.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis as redis_lib
+
+from ..conf import Config
+from ..errors import is_connection_error
+from ..keys import Keys
+from .manager import Manager
+from .watchdog import Watchdog
+
+logger = logging.getLogger(__name__)
+
+TTL = 60
+SIGNALS = ("quiet", "stop", "dump")
+
+
+def rss_kb() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+    except (OSError, ValueError, IndexError):
+        try:
+            import resource
+
+            return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+        except Exception:
+            return 0
+
+
+class Heartbeat:
+    def __init__(self, config: Config, redis: Any, keys: Keys, identity: str, manager: Manager,
+                 on_signal: Callable[[str], None], version: str, started_at: float | None = None,
+                 extra_chores: tuple[Callable[[Any], None], ...] = ()):
+        self.config = config
+        self.redis = redis
+        self.keys = keys
+        self.identity = identity
+        self.manager = manager
+        self.on_signal = on_signal
+        self.extra_chores = extra_chores
+        self.stop_event = threading.Event()
+        self.process_count = 1
+        self.beats = 0
+        hostname = socket.gethostname()
+        self.info = {
+            "hostname": hostname, "pid": os.getpid(), "tag": config.tag, "identity": identity,
+            "started_at": started_at or time.time(), "queues": list(config.queue_names),
+            "weights": dict(config.queues), "concurrency": config.concurrency, "fetch": config.fetch,
+            "version": version,
+        }
+        self._thread = threading.Thread(target=self._run, name="cogworker-heartbeat", daemon=True)
+
+    def beat_until_ok(self, give_up: threading.Event) -> bool:
+        """Beat until one succeeds (startup waits for it); False if ``give_up`` was set first."""
+        watchdog = Watchdog("heartbeat", give_up)
+        while not give_up.is_set():
+            if watchdog.run_step(self.beat):
+                return True
+        return False
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        watchdog = Watchdog("heartbeat", self.stop_event)
+        while not self.stop_event.wait(self.config.heartbeat_interval):
+            watchdog.run_step(self.beat)
+
+    def beat(self) -> None:
+        r, k, manager = self.redis, self.keys, self.manager
+        now = self._redis_now()
+        info = dict(self.info, rss_kb=rss_kb())
+        workers = manager.workers_snapshot()
+        pipe = r.pipeline(transaction=False)
+        pipe.hset(k.process(self.identity), mapping={
+            "info": json.dumps(info), "busy": str(len(workers)), "quiet": str(manager.quiet).lower(),
+            "beat": repr(now)})
+        pipe.expire(k.process(self.identity), TTL)
+        secondary = [("process registry", lambda p: p.sadd(k.processes, self.identity)),
+                     ("process count", lambda p: p.scard(k.processes)),
+                     ("workers hash", lambda p: p.delete(k.workers(self.identity))),
+                     ("workers hash", lambda p: p.hset(k.workers(self.identity), mapping=workers) if workers
+                      else p.exists(k.workers(self.identity))),
+                     ("workers expiry", lambda p: p.expire(k.workers(self.identity), TTL)),
+                     ("remote signals", lambda p: p.lpop(k.signals(self.identity), 10)),
+                     ("paused queues", lambda p: p.smembers(k.paused_queues))]
+        if manager.fetch.reliable:
+            secondary += [("in-progress registry", lambda p: p.sadd(k.in_progress_identities, self.identity)),
+                          ("last-beat stamp", lambda p: p.hset(k.last_beat, self.identity, repr(now)))]
+        for _what, add in secondary:
+            add(pipe)
+        results = pipe.execute(raise_on_error=False)
+        for result in results[:2]:
+            if isinstance(result, Exception):
+                raise result  # the essential write: the beat as a whole failed
+        named = dict(zip(range(2, len(results)), secondary, strict=True))
+        for i, result in enumerate(results[2:], start=2):
+            what = named[i][0]
+            if isinstance(result, Exception):
+                if is_connection_error(result):
+                    raise result
+                logger.error("heartbeat: %s not written: %s: %s", what, type(result).__name__, result)
+                if what == "paused queues":
+                    manager.paused = frozenset()  # unreadable: count as none paused, logged
+            elif what == "process count":
+                self.process_count = max(int(result), 1)
+            elif what == "remote signals" and result:
+                for sig in result:
+                    self._signal(sig.decode() if isinstance(sig, bytes) else str(sig))
+            elif what == "paused queues":
+                manager.paused = frozenset(m.decode() if isinstance(m, bytes) else m for m in result)
+        self.beats += 1
+        self._chores()
+
+    def _chores(self) -> None:
+        for name, chore in (("stats", lambda: self.manager.stats.flush(self.redis)),
+                            ("pending settlements", self.manager.retry_pending_settlements),
+                            *((getattr(c, "__name__", "chore"), lambda c=c: c(self.redis)) for c in self.extra_chores)):
+            try:
+                chore()
+            except Exception as exc:
+                if is_connection_error(exc):
+                    raise
+                logger.exception("heartbeat chore %s failed", name)
+
+    def _signal(self, name: str) -> None:
+        if name not in SIGNALS:
+            logger.warning("ignoring unknown remote signal %r", name)
+            return
+        logger.info("remote signal: %s", name)
+        self.on_signal(name)
+
+    def _redis_now(self) -> float:
+        """Redis's clock, so host clock skew doesn't matter to orphan detection.
+
+        Falls back to this host's where TIME isn't allowed (some proxies and
+        managed services): better a skewed stamp than none.
+        """
+        try:
+            seconds, micros = self.redis.time()
+            return seconds + micros / 1e6
+        except redis_lib.exceptions.ResponseError:
+            return time.time()
+
+    def clear(self) -> None:
+        """At clean exit: leave the registry at once instead of waiting for the TTL."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.srem(self.keys.processes, self.identity)
+        pipe.delete(self.keys.process(self.identity), self.keys.workers(self.identity),
+                    self.keys.signals(self.identity))
+        pipe.execute(raise_on_error=False)

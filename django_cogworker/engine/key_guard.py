@@ -1,0 +1,77 @@
+"""The key guard: move keys holding the wrong type out of the way.
+
+Only a manual write or data corruption puts the wrong type in one of our keys,
+but then every command on it fails, deterministically: a queue that can't be
+pushed to, a dead set nothing can be filed in, a registry that fails every
+beat. Each such key is renamed to ``quarantine:<key>:<unix time>:<random>``
+(kept 30 days for a human to look at, listed in the admin), with an ERROR log;
+work carries on with a fresh, empty key of the right type. Run by every
+process's poller thread at boot and every KEY_GUARD_INTERVAL.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import redis as redis_lib
+
+from .. import scripts
+from ..keys import Keys
+
+logger = logging.getLogger(__name__)
+
+QUARANTINE_TTL = 30 * 24 * 3600
+
+
+class KeyGuard:
+    def __init__(self, redis: Any, keys: Keys, queues: Iterable[str]):
+        self.redis = redis
+        self.keys = keys
+        self.queues = list(queues)
+
+    def check(self) -> list[str]:
+        """Quarantine every wrong-typed key found now; return their names."""
+        expected = self.expected_types()
+        pipe = self.redis.pipeline(transaction=False)
+        for key in expected:
+            pipe.type(key)
+        actual = [t.decode() if isinstance(t, bytes) else t for t in pipe.execute()]
+        moved = []
+        for (key, want), got in zip(expected.items(), actual, strict=True):
+            if got not in ("none", want) and self.quarantine(key, want, got):
+                moved.append(key)
+        return moved
+
+    def expected_types(self) -> dict[str, str]:
+        """The fixed keys, plus the per-queue and per-process keys listed in them (where readable)."""
+        k = self.keys
+        types = k.fixed_types()
+        for queue in dict.fromkeys(self.queues + self._members(k.queues) + self._members(k.paused_queues)):
+            types[k.queue(queue)] = "list"
+        for identity in self._members(k.in_progress_identities):
+            types[k.in_progress(identity)] = "list"
+        for identity in self._members(k.processes):
+            types[k.process(identity)] = "hash"
+            types[k.workers(identity)] = "hash"
+            types[k.signals(identity)] = "list"
+        return types
+
+    def _members(self, key: str) -> list[str]:
+        try:
+            return [m.decode() for m in self.redis.smembers(key)]
+        except redis_lib.exceptions.ResponseError:
+            return []  # itself of the wrong type: quarantined this round, listed again next
+
+    def quarantine(self, key: str, expected: str, actual: str) -> bool:
+        # Unique per move: a second quarantine of the same key within the same
+        # second must not overwrite (RENAME) the first one's copy.
+        target = self.keys.quarantine(key, int(time.time()), secrets.token_hex(4))
+        if scripts.QUARANTINE(self.redis, [key, target], [expected, QUARANTINE_TTL]) != 1:
+            return False
+        logger.error("%s held a %s, not a %s: moved to %s (kept %d days)", key, actual, expected, target,
+                     QUARANTINE_TTL // 86400)
+        return True

@@ -1,0 +1,161 @@
+"""The launcher: builds one worker process's parts from the config and runs them until told to stop.
+
+Created by ``runcogworker`` (or a test) with a validated Config and a Redis
+client. ``run`` blocks on the main thread: it installs the signal handlers,
+waits for the first good heartbeat, starts the manager (processors and the
+fetcher), the heartbeat and the poller, then handles signals until a stop:
+
+* TERM / INT: stop fetching, wait up to SHUTDOWN_TIMEOUT for running jobs,
+  hand back the unfinished to the head of their queues, return 0;
+* TSTP: quiet (no new fetches; the process stays up);
+* TTIN: log every thread's stack.
+
+The same requests come from the admin as remote signals, read by the heartbeat.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import secrets
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..conf import Config
+from ..keys import Keys
+from ..middleware import build_chain
+from .fetch import make_fetch
+from .heartbeat import Heartbeat
+from .key_guard import KeyGuard
+from .manager import Manager
+from .orphans import OrphanRecovery
+from .retry import RetryPolicy
+from .scheduled import Poller
+from .stats import Stats
+
+logger = logging.getLogger(__name__)
+
+
+def new_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+def run_job(job: Any, payload: dict) -> Any:
+    """The innermost step of the server chain: the job's own perform."""
+    return job.perform(*payload.get("args", ()), **payload.get("kwargs", {}))
+
+
+class Launcher:
+    def __init__(self, config: Config, redis: Any, *, server_middleware: Sequence[Callable] = (),
+                 death_handlers: Sequence[Callable] = (), version: str = "0", identity: str | None = None):
+        self.config = config
+        self.redis = redis
+        self.keys = Keys(config.key_prefix)
+        self.identity = identity or new_identity()
+        self.stats = Stats(self.keys)
+        self.retry = RetryPolicy(config, death_handlers)
+        self.fetch = make_fetch(config, redis, self.keys, self.identity)
+        self.manager = Manager(config, self.fetch, self.retry, self.stats,
+                               build_chain(server_middleware, run_job))
+        self.heartbeat = Heartbeat(config, redis, self.keys, self.identity, self.manager,
+                                   on_signal=self._signals_put, version=version)
+        self.poller = Poller(config, redis, self.keys, self.retry,
+                             KeyGuard(redis, self.keys, config.queue_names),
+                             OrphanRecovery(config, redis, self.keys, self.identity, self.retry),
+                             process_count=lambda: self.heartbeat.process_count)
+        self._signals: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self.stopped = threading.Event()
+
+    def _signals_put(self, name: str) -> None:
+        self._signals.put(name)
+
+    def install_signal_handlers(self) -> None:
+        for signum, name in ((signal.SIGTERM, "stop"), (signal.SIGINT, "stop"),
+                             (signal.SIGTSTP, "quiet"), (signal.SIGTTIN, "dump")):
+            signal.signal(signum, lambda _n, _f, name=name: self._signals.put(name))
+
+    def run(self, install_signals: bool = True) -> int:
+        if install_signals:
+            self.install_signal_handlers()
+        give_up = threading.Event()
+        waiter = threading.Thread(target=self._stop_while_starting, args=(give_up,), daemon=True)
+        waiter.start()
+        if not self.heartbeat.beat_until_ok(give_up):
+            logger.info("stopped before the first heartbeat")
+            return 0
+        give_up.set()
+        waiter.join()
+        if self._pending_stop:
+            return self._shutdown()
+        self.manager.start()
+        self.heartbeat.start()
+        self.poller.start()
+        logger.info("cogworker %s ready: %d processor(s), %s fetch, queues %s", self.identity,
+                    self.config.concurrency, self.config.fetch, ",".join(self.config.queue_names))
+        while True:
+            name = self._signals.get()
+            if name == "stop":
+                return self._shutdown()
+            if name == "quiet":
+                self.manager.make_quiet()
+            elif name == "dump":
+                dump_threads()
+
+    _pending_stop = False
+
+    def _stop_while_starting(self, give_up: threading.Event) -> None:
+        """Let TERM interrupt a startup still waiting for Redis."""
+        while not give_up.is_set():
+            try:
+                name = self._signals.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if name == "stop":
+                self._pending_stop = True
+                give_up.set()
+                return
+            self._signals.put(name)
+            time.sleep(0.2)
+
+    def _shutdown(self) -> int:
+        logger.info("shutting down: waiting up to %.1fs for running jobs", self.config.shutdown_timeout)
+        self.manager.stop(self.config.shutdown_timeout)
+        self.poller.stop()
+        self.heartbeat.stop()
+        for what, step in (("stats", lambda: self.stats.flush(self.redis)),
+                           ("in-progress registry", self._forget),
+                           ("process registry", self.heartbeat.clear)):
+            try:
+                step()
+            except Exception as exc:
+                logger.error("at shutdown, %s not written: %s: %s", what, type(exc).__name__, exc)
+        self.stopped.set()
+        logger.info("stopped")
+        return 0
+
+    def _forget(self) -> None:
+        if self.fetch.reliable and not self.fetch.forget_if_empty():
+            logger.warning("jobs left on %s: orphan recovery will requeue them once %ss have passed",
+                           self.fetch.in_progress, self.config.orphan_threshold)
+
+    def stop(self) -> None:
+        """Ask a running launcher to stop (from another thread, e.g. a test)."""
+        self._signals.put("stop")
+
+
+def dump_threads() -> None:
+    frames = sys._current_frames()
+    lines = []
+    for thread in threading.enumerate():
+        frame = frames.get(thread.ident or -1)
+        lines.append(f"Thread {thread.name} (daemon={thread.daemon}):")
+        if frame is not None:
+            lines.extend(line.rstrip() for line in traceback.format_stack(frame))
+    logger.warning("thread dump:\n%s", "\n".join(lines))

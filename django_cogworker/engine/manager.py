@@ -1,0 +1,255 @@
+"""The manager: processor threads, the fetcher thread, and this process's own record of its jobs.
+
+Created by the Launcher. ``start`` starts ``concurrency`` processors and one
+fetcher thread. The fetcher takes at most as many jobs per round trip as there
+are idle processors (never hoarding: what one process can't start now stays in
+Redis for the others) and hands them over. ``quiet`` stops fetching;
+``stop(timeout)`` quiets, waits up to ``timeout`` for running jobs, then hands
+back everything unfinished (``requeue_unfinished``).
+
+The record (running jobs, pending settlements) lives in memory on purpose: it
+is trusted over anything in Redis, which may be what is failing, or may have
+lost its last writes in a failover.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .. import payload as payloads
+from .. import scripts
+from ..conf import Config
+from .fetch import Fetch, Unit
+from .processor import Processor
+from .retry import Filing, RetryPolicy
+from .stats import Stats
+from .watchdog import Watchdog
+
+logger = logging.getLogger(__name__)
+
+Settlement = Any  # "ack", or a Filing (failed job to file in retry/dead)
+
+
+class Manager:
+    def __init__(self, config: Config, fetch: Fetch, retry: RetryPolicy, stats: Stats,
+                 server_chain: Callable[[Any, dict], Any]):
+        self.config = config
+        self.fetch = fetch
+        self.keys = fetch.keys
+        self.redis = fetch.redis
+        self.retry = retry
+        self.stats = stats
+        self.server_chain = server_chain
+        self.paused: frozenset[str] = frozenset()
+        self._quiet = threading.Event()
+        self._stopping = False
+        self._cv = threading.Condition()
+        self._units: collections.deque[Unit] = collections.deque()
+        self._idle = threading.Semaphore(config.concurrency)
+        self._jobs_lock = threading.Lock()
+        # raw payload -> how many copies run now (two copies of one payload can run at once)
+        self._running: collections.Counter[bytes] = collections.Counter()
+        # thread name -> (unit, payload, started at epoch), for the workers hash
+        self._by_thread: dict[str, tuple[Unit, dict, float]] = {}
+        # raw payload -> "ack" or Filing: finished, not yet settled in Redis
+        self._pending: dict[bytes, Settlement] = {}
+        self.processors = [Processor(self, i) for i in range(config.concurrency)]
+        self._fetcher = threading.Thread(target=self._fetch_loop, name="cogworker-fetcher", daemon=True)
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def start(self) -> None:
+        for p in self.processors:
+            p.start()
+        self._fetcher.start()
+
+    @property
+    def quiet(self) -> bool:
+        return self._quiet.is_set()
+
+    def make_quiet(self) -> None:
+        if not self._quiet.is_set():
+            logger.info("quiet: no new jobs will be fetched")
+        self._quiet.set()
+
+    def stop(self, timeout: float) -> int:
+        """Quiet, wait up to ``timeout`` s for running jobs, hand back the rest; return how many."""
+        deadline = time.monotonic() + timeout
+        self.make_quiet()
+        self._fetcher.join(max(0.0, min(deadline - time.monotonic(), self.fetch.block_cap + 5)))
+        with self._cv:
+            unstarted = list(self._units)
+            self._units.clear()
+            self._stopping = True
+            self._cv.notify_all()
+        for p in self.processors:
+            p.thread.join(max(0.0, deadline - time.monotonic()))
+        unfinished = unstarted + [p.current for p in self.processors if p.thread.is_alive() and p.current]
+        if unfinished:
+            logger.warning("%d job(s) still running or unstarted at the shutdown deadline", len(unfinished))
+        return self.requeue_unfinished(unfinished)
+
+    # -- fetcher thread ------------------------------------------------------
+
+    def _fetch_loop(self) -> None:
+        watchdog = Watchdog("fetcher", self._quiet)
+        while not self._quiet.is_set():
+            if not self._idle.acquire(timeout=0.5):
+                continue
+            n = 1
+            while n < self.config.concurrency and self._idle.acquire(blocking=False):
+                n += 1
+            units: list[Unit] = []
+            watchdog.run_step(lambda: units.extend(self.fetch.retrieve(n, self.paused)))  # noqa: B023
+            for _ in range(n - len(units)):
+                self._idle.release()
+            if units:
+                with self._cv:
+                    self._units.extend(units)
+                    self._cv.notify(len(units))
+            elif watchdog.failures == 0 and not self.fetch.queue_order(self.paused):
+                self._quiet.wait(self.config.fetch_idle_max_interval)  # every queue paused: don't spin
+
+    def next_unit(self) -> Unit | None:
+        """Block until a unit is handed over; None once stopping."""
+        with self._cv:
+            while not self._units:
+                if self._stopping:
+                    return None
+                self._cv.wait()
+            return self._units.popleft()
+
+    def processor_idle(self) -> None:
+        self._idle.release()
+
+    def processor_died(self, processor: Processor) -> None:
+        if self._stopping:
+            return
+        replacement = Processor(self, processor.index)
+        self.processors[self.processors.index(processor)] = replacement
+        replacement.start()
+
+    # -- the record ----------------------------------------------------------
+
+    def job_started(self, unit: Unit, payload: dict) -> None:
+        with self._jobs_lock:
+            self._running[unit.raw] += 1
+            self._by_thread[threading.current_thread().name] = (unit, payload, time.time())
+
+    def job_finished(self, unit: Unit) -> None:
+        with self._jobs_lock:
+            self._running[unit.raw] -= 1
+            if self._running[unit.raw] <= 0:
+                del self._running[unit.raw]
+            self._by_thread.pop(threading.current_thread().name, None)
+
+    def running_jobs(self) -> list[bytes]:
+        with self._jobs_lock:
+            return list(self._running)
+
+    @property
+    def busy(self) -> int:
+        with self._jobs_lock:
+            return len(self._by_thread)
+
+    def workers_snapshot(self) -> dict[str, str]:
+        """thread name -> JSON of what it runs, for ``workers:<identity>``."""
+        with self._jobs_lock:
+            items = list(self._by_thread.items())
+        return {name: json.dumps({"queue": unit.queue, "payload": unit.raw.decode("utf-8", "replace"),
+                                  "run_at": started})
+                for name, (unit, _payload, started) in items}
+
+    def pending_settlements(self) -> dict[bytes, Settlement]:
+        with self._jobs_lock:
+            return dict(self._pending)
+
+    # -- settling ------------------------------------------------------------
+
+    def settle(self, raw: bytes, how: Settlement) -> None:
+        """Ack or file a finished job; if Redis refuses, remember it and retry on later beats."""
+        try:
+            self._apply(raw, how)
+        except Exception as exc:
+            logger.error("settling jid=%s failed (%s: %s); kept in memory and retried",
+                         _jid(how, raw), type(exc).__name__, exc)
+            with self._jobs_lock:
+                self._pending[raw] = how
+
+    def _apply(self, raw: bytes, how: Settlement) -> None:
+        if how == "ack":
+            self.fetch.ack(raw)
+        else:
+            self.fetch.file(raw, how, self.retry.dead_trim() if how.target == "dead" else None)
+
+    def retry_pending_settlements(self) -> int:
+        """One more try at every pending settlement; return how many are still pending."""
+        for raw, how in self.pending_settlements().items():
+            try:
+                self._apply(raw, how)
+            except Exception as exc:
+                logger.warning("pending settlement of jid=%s still fails: %s", _jid(how, raw), exc)
+                continue
+            with self._jobs_lock:
+                if self._pending.get(raw) is how:
+                    del self._pending[raw]
+        return len(self._pending)
+
+    def requeue_unfinished(self, unfinished: list[Unit]) -> int:
+        """Hand back what didn't finish; settle or hand over what did. Never raises.
+
+        Jobs that finished but aren't settled are still on the in-progress list.
+        One more try at settling them first; then the acks that still fail are
+        dropped in the same atomic step as requeueing the rest (a separate ack
+        pass that failed used to leave finished jobs to be requeued and run
+        again). Failures that can't be filed even now are handed to
+        ``unsettled`` for any live process to file later: never requeued, they
+        already ran. What can't even be handed over stays on the list
+        (``keep``) for orphan recovery once this process is gone.
+        """
+        try:
+            self.retry_pending_settlements()
+            pending = self.pending_settlements()
+            keep = self._park_unsettled({raw: how for raw, how in pending.items() if how != "ack"})
+            acks = [raw for raw, how in pending.items() if how == "ack"]
+            moved = self.fetch.requeue(unfinished, acks=acks, keep=keep)
+            with self._jobs_lock:
+                for raw in acks:
+                    self._pending.pop(raw, None)
+            if moved:
+                logger.warning("requeued %d job(s) unfinished at shutdown", moved)
+            return moved
+        except Exception:
+            logger.exception("requeueing unfinished jobs failed; they stay on %s for orphan recovery",
+                             self.fetch.in_progress)
+            return 0
+
+    def _park_unsettled(self, unfiled: dict[bytes, Filing]) -> list[bytes]:
+        keep = []
+        for raw, filing in unfiled.items():
+            record = payloads.encode({"target": filing.target, "score": filing.score, "payload": filing.raw()})
+            try:
+                scripts.PARK_UNSETTLED(self.redis, [self.fetch.in_progress, self.keys.unsettled], [raw, record])
+            except Exception as exc:
+                logger.error("could not hand jid=%s over to %s (%s); left for orphan recovery",
+                             filing.payload.get("jid"), self.keys.unsettled, exc)
+                keep.append(raw)
+                continue
+            with self._jobs_lock:
+                self._pending.pop(raw, None)
+        return keep
+
+
+def _jid(how: Settlement, raw: bytes) -> str:
+    if isinstance(how, Filing):
+        return str(how.payload.get("jid"))
+    try:
+        return str(json.loads(raw).get("jid"))
+    except Exception:
+        return "?"

@@ -1,0 +1,107 @@
+"""A processor thread: take a fetched job, run it through the server middleware, settle it.
+
+Created by the Manager, ``concurrency`` of them, each on its own daemon
+thread. ``run`` loops until it is handed ``None`` (the manager's stop). A
+processor that dies of a bug is replaced by the manager; the job it held stays
+on the in-progress list (reliable fetch) for reconciliation or orphan recovery.
+
+Settling: success acks; failure files in retry or dead atomically with the
+ack. A settle that fails (Redis away) is handed to the manager's record of
+pending settlements and retried by the heartbeat: the job already ran, so it
+is never put back to run again by that path.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from .. import payload as payloads
+from ..errors import PayloadError, UnknownJobError
+from ..job import registered
+from .fetch import Unit
+
+if TYPE_CHECKING:
+    from .manager import Manager
+
+logger = logging.getLogger(__name__)
+
+
+class Processor:
+    def __init__(self, manager: Manager, index: int):
+        self.manager = manager
+        self.index = index
+        self.thread = threading.Thread(target=self.run, name=f"cogworker-processor-{index}", daemon=True)
+        self.current: Unit | None = None
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def run(self) -> None:
+        manager = self.manager
+        try:
+            while True:
+                unit = manager.next_unit()
+                if unit is None:
+                    return
+                self.current = unit
+                try:
+                    self.process(unit)
+                finally:
+                    self.current = None
+                    manager.processor_idle()
+        except BaseException:
+            logger.exception("processor %d died; replacing it", self.index)
+            manager.processor_died(self)
+
+    def process(self, unit: Unit) -> None:
+        manager = self.manager
+        try:
+            payload = payloads.decode(unit.raw)
+            job_class = registered(payload["class"])
+            if job_class is None:
+                raise UnknownJobError(f"no job is registered as {payload['class']!r}")
+        except PayloadError as exc:
+            self.bury(unit, exc)
+            return
+        manager.job_started(unit, payload)
+        started = time.monotonic()
+        jid = payload.get("jid")
+        logger.info("start jid=%s class=%s", jid, payload["class"])
+        job = None
+        try:
+            job = job_class(payload)
+            manager.server_chain(job, payload)
+        except BaseException as exc:  # noqa: BLE001 - a job's SystemExit is its failure, not ours
+            logger.warning("fail jid=%s class=%s elapsed=%.3fs: %s: %s", jid, payload["class"],
+                           time.monotonic() - started, payloads.error_class(exc), payloads.error_message(exc),
+                           exc_info=exc)
+            filing = manager.retry.filing(payload, exc, job)
+            manager.settle(unit.raw, filing if filing is not None else "ack")
+            manager.stats.job_done(failed=True)
+        else:
+            logger.info("done jid=%s class=%s elapsed=%.3fs", jid, payload["class"], time.monotonic() - started)
+            manager.settle(unit.raw, "ack")
+            manager.stats.job_done(failed=False)
+        finally:
+            manager.job_finished(unit)
+
+    def bury(self, unit: Unit, exc: PayloadError) -> None:
+        """A payload we can't run (unparseable, unknown job): dead with the reason, never dropped."""
+        reason = str(exc)
+        try:
+            payload = payloads.decode(unit.raw)
+            payload["error_class"] = type(exc).__name__
+            payload["error_message"] = reason
+            payload.pop("dead", None)  # kept even with dead=False: nobody saw it run
+        except PayloadError:
+            payload = payloads.dead_letter(unit.raw, reason, time.time())
+        filing = self.manager.retry.exhausted(payload, exc, reason=reason)
+        logger.error("dead on arrival (queue %r): %s", unit.queue, reason)
+        self.manager.settle(unit.raw, filing)
+
+    def running(self) -> dict[str, Any] | None:
+        unit = self.current
+        return None if unit is None else {"queue": unit.queue}

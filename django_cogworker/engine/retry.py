@@ -1,0 +1,94 @@
+"""What happens to a job that raised: retry with backoff, dead, or discard.
+
+:class:`RetryPolicy` is built by the launcher with the config and the death
+handlers; processors call :meth:`RetryPolicy.filing` for each failure. It only
+decides and builds the new payload; the fetch files it (atomically with the ack).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import payload as payloads
+from ..conf import Config
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Filing:
+    """Where a failed job goes: ``target`` is "retry" or "dead", scored by ``score``."""
+
+    target: str
+    score: float
+    payload: dict[str, Any]
+
+    def raw(self) -> str:
+        return payloads.encode(self.payload)
+
+
+def default_delay(count: int, rng: random.Random) -> float:
+    """Sidekiq's backoff: count**4 + 15 + rand(10 * (count + 1)) seconds."""
+    return count ** 4 + 15 + rng.randrange(10 * (count + 1))
+
+
+class RetryPolicy:
+    def __init__(self, config: Config, death_handlers: Sequence[Callable[[dict, BaseException | None], Any]] = (),
+                 rng: random.Random | None = None, clock: Callable[[], float] = time.time):
+        self.config = config
+        self.death_handlers = list(death_handlers)
+        self.rng = rng or random.Random()
+        self.clock = clock
+
+    def filing(self, payload: dict[str, Any], exc: BaseException, job: Any = None) -> Filing | None:
+        """Record the failure on ``payload``; return where it goes, or None to discard it."""
+        now = self.clock()
+        if isinstance(payload.get("retry_count"), int):
+            count = payload["retry_count"] + 1
+            payload["retried_at"] = now
+        else:
+            count = 0
+            payload["failed_at"] = now
+        payload["retry_count"] = count
+        payload["error_class"] = payloads.error_class(exc)
+        payload["error_message"] = payloads.error_message(exc)
+        lines = payload.get("backtrace")
+        if lines:
+            n = lines if isinstance(lines, int) and not isinstance(lines, bool) else payloads.BACKTRACE_DEFAULT_LINES
+            payload["error_backtrace"] = payloads.backtrace(exc, n)
+        if count < payloads.max_retries(payload.get("retry"), self.config.max_retries):
+            return Filing("retry", now + self._delay(job, count, exc), payload)
+        return self.exhausted(payload, exc, reason="retries exhausted")
+
+    def exhausted(self, payload: dict[str, Any], exc: BaseException | None, reason: str) -> Filing | None:
+        """The job won't run again: dead (or discarded with ``dead: false``); tell the death handlers."""
+        payload.setdefault("failed_at", self.clock())
+        payload["dead_reason"] = reason
+        for handler in self.death_handlers:
+            try:
+                handler(payload, exc)
+            except Exception:
+                logger.exception("death handler %r failed for jid=%s", handler, payload.get("jid"))
+        if payload.get("dead") is False:
+            logger.warning("jid=%s %s: discarded (dead=False)", payload.get("jid"), reason)
+            return None
+        return Filing("dead", self.clock(), payload)
+
+    def _delay(self, job: Any, count: int, exc: BaseException) -> float:
+        if job is not None:
+            try:
+                chosen = job.retry_in(count, exc)
+                if chosen is not None:
+                    return float(chosen)
+            except Exception:
+                logger.exception("retry_in failed for jid=%s; using the default backoff", job.jid)
+        return default_delay(count, self.rng)
+
+    def dead_trim(self) -> tuple[float, int]:
+        """(drop dead entries scored below this, keep at most this many)."""
+        return self.clock() - self.config.dead_timeout, self.config.dead_max_jobs

@@ -1,0 +1,61 @@
+"""Keep a thread's loop alive through Redis outages and bugs, and say so once.
+
+Every engine thread body runs one step at a time under :class:`Watchdog`:
+an outage (connection lost) is logged once when it starts and once when it
+ends, with its length; meanwhile the step is retried with a growing pause (no
+busy loop). Any other exception is logged with its traceback and backed off
+the same way; the thread never dies of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from ..errors import is_connection_error
+
+logger = logging.getLogger(__name__)
+
+BACKOFF_START = 0.1
+BACKOFF_MAX = 5.0
+
+
+class Watchdog:
+    def __init__(self, name: str, stop: threading.Event, clock: Callable[[], float] = time.monotonic):
+        self.name = name
+        self.stop = stop
+        self.clock = clock
+        self.outage_since: float | None = None
+        self.failures = 0
+
+    def run_step(self, step: Callable[[], object]) -> bool:
+        """Run ``step`` once; on failure log, pause and return False."""
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - the loop must survive anything
+            self._failed(exc)
+            return False
+        self.succeeded()
+        return True
+
+    def succeeded(self) -> None:
+        if self.outage_since is not None:
+            logger.warning("%s: Redis is back after %.1fs", self.name, self.clock() - self.outage_since)
+            self.outage_since = None
+        self.failures = 0
+
+    def _failed(self, exc: BaseException) -> None:
+        self.failures += 1
+        if is_connection_error(exc):
+            if self.outage_since is None:
+                self.outage_since = self.clock()
+                logger.error("%s: lost the connection to Redis (%s: %s); retrying with backoff",
+                             self.name, type(exc).__name__, exc)
+        else:
+            logger.exception("%s failed (attempt %d); backing off", self.name, self.failures)
+        self.stop.wait(self.pause())
+
+    def pause(self) -> float:
+        return min(BACKOFF_START * 2 ** min(self.failures - 1, 10), BACKOFF_MAX)

@@ -1,0 +1,184 @@
+"""Job classes, their options, and the registry the worker resolves names through.
+
+Subclassing :class:`Job` registers the class under a stable name (its module
+and qualified name, or ``name = "..."``). A payload carries that name and the
+worker looks it up here only: nothing read from Redis is ever imported.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar
+
+from . import payload as payloads
+from .errors import CogworkerError
+
+logger = logging.getLogger(__name__)
+
+_registry: dict[str, type[Job]] = {}
+_registry_lock = threading.Lock()
+
+# Options that may be given per push with Job.set(...).
+PUSH_OPTIONS = frozenset({"queue", "retry", "dead", "backtrace", "on_commit"})
+
+
+def registered(name: str) -> type[Job] | None:
+    """Return the job class registered as ``name``, or None."""
+    return _registry.get(name)
+
+
+def registry() -> dict[str, type[Job]]:
+    return dict(_registry)
+
+
+class Job:
+    """Base class of every job. Subclass it in an app's ``jobs.py``::
+
+        class SendReceipt(Job):
+            queue = "mail"
+            retry = 5
+            def perform(self, order_id): ...
+
+    Options (class attributes, or per push with ``set(...)``):
+    ``queue`` (``"default"``), ``retry`` (True: MAX_RETRIES; False or 0: none;
+    an int), ``dead`` (False: a job out of retries is discarded, not kept),
+    ``backtrace`` (True or a number of lines to keep with the error).
+    Override ``retry_in(count, exc)`` to choose the delay before retry
+    ``count`` (return seconds, or None for the default backoff).
+    """
+
+    name: ClassVar[str]
+    queue: ClassVar[str] = "default"
+    retry: ClassVar[bool | int] = True
+    dead: ClassVar[bool] = True
+    backtrace: ClassVar[bool | int] = False
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            cls.name = f"{cls.__module__}.{cls.__qualname__}"
+        with _registry_lock:
+            existing = _registry.get(cls.name)
+            if existing is not None and (existing.__module__, existing.__qualname__) != (
+                    cls.__module__, cls.__qualname__):
+                raise CogworkerError(
+                    f"job name {cls.name!r} is taken by {existing.__module__}.{existing.__qualname__}; "
+                    f"give {cls.__module__}.{cls.__qualname__} a distinct `name`")
+            _registry[cls.name] = cls
+
+    def __init__(self, payload: dict[str, Any] | None = None):
+        self.payload = payload or {}
+        self.jid: str | None = self.payload.get("jid")
+
+    def perform(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}.perform is not defined")
+
+    def retry_in(self, count: int, exc: BaseException) -> float | None:
+        """Return seconds to wait before retry ``count`` (0-based), or None for the default."""
+        return None
+
+    # -- pushing -------------------------------------------------------------
+
+    @classmethod
+    def set(cls, **options: Any) -> JobSetter:
+        """Return a pusher with per-push options: ``queue``, ``retry``, ``dead``, ``backtrace``, ``on_commit``."""
+        return JobSetter(cls, options)
+
+    @classmethod
+    def perform_async(cls, *args: Any, **kwargs: Any) -> str | None:
+        return JobSetter(cls, {}).perform_async(*args, **kwargs)
+
+    @classmethod
+    def perform_in(cls, delay: float | dt.timedelta, *args: Any, **kwargs: Any) -> str | None:
+        return JobSetter(cls, {}).perform_in(delay, *args, **kwargs)
+
+    @classmethod
+    def perform_at(cls, when: float | dt.datetime, *args: Any, **kwargs: Any) -> str | None:
+        return JobSetter(cls, {}).perform_at(when, *args, **kwargs)
+
+    @classmethod
+    def perform_bulk(cls, items: Iterable[Sequence[Any]]) -> list[str]:
+        return JobSetter(cls, {}).perform_bulk(items)
+
+
+class JobSetter:
+    """A job class plus per-push options; what ``Job.set(...)`` returns."""
+
+    def __init__(self, job_class: type[Job], options: dict[str, Any]):
+        unknown = set(options) - PUSH_OPTIONS
+        if unknown:
+            raise TypeError(f"unknown push option(s) {sorted(unknown)}; allowed: {sorted(PUSH_OPTIONS)}")
+        if "queue" in options and (not isinstance(options["queue"], str) or not options["queue"]):
+            raise TypeError(f"queue must be a non-empty string, got {options['queue']!r}")
+        self.job_class = job_class
+        self.options = options
+
+    def build(self, args: Sequence[Any], kwargs: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+        """Return a new payload for these arguments, checking they are JSON-native."""
+        args = list(args)
+        payloads.check_json_native(args, "args")
+        payloads.check_json_native(kwargs, "kwargs")
+        cls, opts = self.job_class, self.options
+        payload: dict[str, Any] = {
+            "jid": payloads.new_jid(),
+            "class": cls.name,
+            "args": args,
+            "kwargs": kwargs,
+            "queue": opts.get("queue", cls.queue),
+            "retry": opts.get("retry", cls.retry),
+            "created_at": time.time() if now is None else now,
+        }
+        dead = opts.get("dead", cls.dead)
+        if dead is not True:
+            payload["dead"] = bool(dead)
+        trace = opts.get("backtrace", cls.backtrace)
+        if trace:
+            payload["backtrace"] = trace
+        return payload
+
+    def _client(self) -> Any:
+        from . import runtime
+
+        return runtime.get_client()
+
+    def perform_async(self, *args: Any, **kwargs: Any) -> str | None:
+        return self._client().push(self.build(args, kwargs), on_commit=self.options.get("on_commit"))
+
+    def perform_in(self, delay: float | dt.timedelta, *args: Any, **kwargs: Any) -> str | None:
+        if isinstance(delay, dt.timedelta):
+            delay = delay.total_seconds()
+        if not isinstance(delay, (int, float)) or isinstance(delay, bool):
+            raise TypeError(f"perform_in takes seconds or a timedelta, got {delay!r}")
+        return self.perform_at(time.time() + delay, *args, **kwargs)
+
+    def perform_at(self, when: float | dt.datetime, *args: Any, **kwargs: Any) -> str | None:
+        at = _epoch(when)
+        return self._client().push(self.build(args, kwargs), at=at, on_commit=self.options.get("on_commit"))
+
+    def perform_bulk(self, items: Iterable[Sequence[Any]]) -> list[str]:
+        """Push one job per argument sequence in ``items``, in one round trip."""
+        built = []
+        for i, args in enumerate(items):
+            if isinstance(args, (str, bytes, dict)) or not isinstance(args, Sequence):
+                raise TypeError(f"perform_bulk items must be argument lists or tuples; item {i} is {args!r}")
+            try:
+                built.append(self.build(args, {}))
+            except TypeError as exc:
+                raise TypeError(f"perform_bulk item {i}: {exc}") from None
+        return self._client().push_bulk(built, on_commit=self.options.get("on_commit"))
+
+
+def _epoch(when: float | dt.datetime) -> float:
+    if isinstance(when, dt.datetime):
+        if when.tzinfo is None or when.utcoffset() is None:
+            # A naive datetime is ambiguous (UTC? the server's zone? TIME_ZONE?);
+            # guessing wrong runs a job hours early or late.
+            raise ValueError(f"perform_at needs an aware datetime (e.g. django.utils.timezone.now()), got {when!r}")
+        return when.timestamp()
+    if isinstance(when, (int, float)) and not isinstance(when, bool):
+        return float(when)
+    raise TypeError(f"perform_at takes an aware datetime or epoch seconds, got {when!r}")

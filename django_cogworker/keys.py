@@ -1,0 +1,108 @@
+"""Every Redis key name django-cogworker uses, built in this one place.
+
+All keys start with the configured prefix (``cogworker:`` by default).
+
+============================  ======  ======================================================  =========
+key                           type    meaning                                                 TTL
+============================  ======  ======================================================  =========
+queues                        set     names of queues ever pushed to                          -
+queue:<q>                     list    waiting payloads; LPUSH to enqueue, fetch pops the       -
+                                      right end (RPUSH puts a job back to run next)
+paused_queues                 set     queues no process fetches from                          -
+schedule                      zset    payloads scored by the time they are due                -
+retry                         zset    failed payloads scored by their next attempt            -
+dead                          zset    payloads that won't run without a human; capped         -
+in_progress:<identity>        list    reliable fetch: taken by that process, not settled      -
+in_progress_identities        set     processes that own an in-progress list                  -
+last_beat                     hash    identity -> Redis TIME of its last heartbeat            -
+orphan_lock:<identity>        string  a live process recovering that identity's list          short
+processes                     set     live process identities                                 -
+process:<identity>            hash    info (JSON), busy, quiet, signal                        60 s
+workers:<identity>            hash    thread name -> JSON of the job that thread runs         60 s
+signals:<identity>            list    remote signals for that process (quiet, stop, dump)     60 s
+repeat_orphans                list    jobs recovered from crashed processes more than once    capped
+unsettled                     list    jobs that ran but whose retry/dead filing failed        -
+stat:processed[:<day>]        string  processed counter (total, per UTC day)                  day: 1 y
+stat:failed[:<day>]           string  failed counter (total, per UTC day)                     day: 1 y
+quarantine:<key>:<t>:<rand>   any     a key found holding the wrong type, moved aside         30 days
+periodic:*                    -       see the periodic package (schedule, disabled, locks)    -
+unique:<digest>               string  unique-job lock                                         set
+============================  ======  ======================================================  =========
+"""
+
+from __future__ import annotations
+
+
+class Keys:
+    """Key names for one prefix. Cheap to build; engine objects hold one."""
+
+    def __init__(self, prefix: str = "cogworker:"):
+        self.prefix = prefix
+        p = prefix
+        self.queues = p + "queues"
+        self.paused_queues = p + "paused_queues"
+        self.schedule = p + "schedule"
+        self.retry = p + "retry"
+        self.dead = p + "dead"
+        self.in_progress_identities = p + "in_progress_identities"
+        self.last_beat = p + "last_beat"
+        self.processes = p + "processes"
+        self.repeat_orphans = p + "repeat_orphans"
+        self.unsettled = p + "unsettled"
+        self.stat_processed = p + "stat:processed"
+        self.stat_failed = p + "stat:failed"
+        self.periodic_schedule = p + "periodic:schedule"
+        self.periodic_disabled = p + "periodic:disabled"
+        self.quarantine_prefix = p + "quarantine:"
+
+    def queue(self, name: str) -> str:
+        return f"{self.prefix}queue:{name}"
+
+    def queue_name(self, key: str) -> str:
+        """Invert :meth:`queue`."""
+        return key[len(self.prefix) + len("queue:"):]
+
+    def in_progress(self, identity: str) -> str:
+        return f"{self.prefix}in_progress:{identity}"
+
+    def orphan_lock(self, identity: str) -> str:
+        return f"{self.prefix}orphan_lock:{identity}"
+
+    def process(self, identity: str) -> str:
+        return f"{self.prefix}process:{identity}"
+
+    def signals(self, identity: str) -> str:
+        return f"{self.prefix}signals:{identity}"
+
+    def workers(self, identity: str) -> str:
+        return f"{self.prefix}workers:{identity}"
+
+    def stat(self, name: str, day: str | None = None) -> str:
+        base = f"{self.prefix}stat:{name}"
+        return f"{base}:{day}" if day else base
+
+    def quarantine(self, key: str, stamp: int, rand: str) -> str:
+        return f"{self.quarantine_prefix}{key}:{stamp}:{rand}"
+
+    def periodic_last_slot(self, pjid: str) -> str:
+        return f"{self.prefix}periodic:last_slot:{pjid}"
+
+    def periodic_lock(self, pjid: str, slot: int) -> str:
+        return f"{self.prefix}periodic:lock:{pjid}:{slot}"
+
+    def periodic_running(self, pjid: str) -> str:
+        return f"{self.prefix}periodic:running:{pjid}"
+
+    def unique(self, digest: str) -> str:
+        return f"{self.prefix}unique:{digest}"
+
+    def fixed_types(self) -> dict[str, str]:
+        """The fixed keys and the Redis type each must hold (for the key guard)."""
+        return {
+            self.schedule: "zset", self.retry: "zset", self.dead: "zset",
+            self.queues: "set", self.processes: "set", self.paused_queues: "set",
+            self.in_progress_identities: "set", self.last_beat: "hash",
+            self.repeat_orphans: "list", self.unsettled: "list",
+            self.periodic_schedule: "hash", self.periodic_disabled: "set",
+            self.stat_processed: "string", self.stat_failed: "string",
+        }

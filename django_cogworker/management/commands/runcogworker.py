@@ -1,0 +1,97 @@
+"""``manage.py runcogworker``: options -> config -> launcher. Nothing else lives here."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ... import __version__, runtime
+from ...db import CloseOldConnections
+from ...errors import ConfigError
+from ...middleware import load
+
+
+class Command(BaseCommand):
+    help = "Run a cogworker process: processor threads, heartbeat, scheduled poller and periodic ticker."
+
+    def add_arguments(self, parser):
+        parser.add_argument("-c", "--concurrency", type=int, help="processor threads (CONCURRENCY)")
+        parser.add_argument("-q", "--queue", action="append", dest="queues", metavar="NAME[,WEIGHT]",
+                            help="a queue to work, optionally weighted; repeat or comma-separate pairs (QUEUES)")
+        parser.add_argument("--fetch", choices=["reliable", "basic"], help="fetch mode (FETCH)")
+        parser.add_argument("--timeout", type=float, help="seconds to wait for jobs at shutdown (SHUTDOWN_TIMEOUT)")
+        parser.add_argument("--tag", help="a label shown in the admin (TAG)")
+        parser.add_argument("--strict", action="store_true", default=None, help="check queues in order (STRICT_QUEUES)")
+
+    def handle(self, *args, **options):
+        from ...engine.launcher import Launcher
+
+        _ensure_logging(options["verbosity"])
+        overrides = {field: options[opt] for opt, field in (
+            ("concurrency", "concurrency"), ("fetch", "fetch"), ("timeout", "shutdown_timeout"),
+            ("tag", "tag"), ("strict", "strict_queues")) if options.get(opt) is not None}
+        if options.get("queues"):
+            overrides["queues"] = [q.strip() for q in options["queues"]]
+        try:
+            base = runtime.get_config()
+            config = base.replace(**_normalise(overrides)) if overrides else base
+            server_middleware = [CloseOldConnections, *load(config.server_middleware)]
+            death_handlers = load(config.death_handlers)
+        except ConfigError as exc:
+            raise CommandError("invalid configuration:\n  " + "\n  ".join(exc.errors)) from None
+        except ImportError as exc:
+            raise CommandError(f"invalid configuration: {exc}") from None
+        redis = runtime.get_redis()
+        self.stdout.write(
+            f"cogworker {__version__} pid {_pid()} | redis {config.redacted_url} | "
+            f"queues {', '.join(f'{n}({w})' for n, w in config.queues)} | concurrency {config.concurrency} | "
+            f"fetch {config.fetch}")
+        self.stdout.flush()
+        launcher = Launcher(config, redis, server_middleware=server_middleware, death_handlers=death_handlers,
+                            version=__version__)
+        code = launcher.run()
+        sys.stdout.flush()
+        if code:
+            raise CommandError(f"stopped with code {code}")
+
+
+def _normalise(overrides: dict) -> dict:
+    if "queues" in overrides:
+        errors: list[str] = []
+        pairs = []
+        for item in overrides["queues"]:
+            pairs.extend(_split_queue_option(item))
+        from ...conf import _normalise_queues
+
+        overrides["queues"] = _normalise_queues(pairs, errors)
+        if errors:
+            raise ConfigError([e.replace('COGWORKER["QUEUES"]', "-q/--queue") for e in errors])
+    return overrides
+
+
+def _split_queue_option(item: str) -> list[str]:
+    """``-q mail,3`` is one weighted queue; ``-q a,b`` two queues (a weight is a number)."""
+    parts = [p.strip() for p in item.split(",") if p.strip()]
+    if len(parts) == 2 and parts[1].isdigit():
+        return [f"{parts[0]},{parts[1]}"]
+    return parts
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+def _ensure_logging(verbosity: int) -> None:
+    """Add a handler only when the project configured none for us."""
+    logger = logging.getLogger("django_cogworker")
+    if logger.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(
+        "%(asctime)s %(process)d %(threadName)s %(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO)

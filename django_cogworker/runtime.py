@@ -1,0 +1,91 @@
+"""The process-wide config, Redis client and job client, built lazily from Django settings.
+
+This is the Django edge's one shared state. Everything here is built on first
+use and dropped by :func:`reset` (and when a test changes ``COGWORKER``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from django.core.signals import setting_changed
+
+from .client import Client
+from .conf import Config, build_config
+
+_lock = threading.RLock()
+_config: Config | None = None
+_redis: Any = None
+_client: Any = None
+_override: Any = None  # a testing client (fake/inline mode) when set
+
+
+def get_config() -> Config:
+    global _config
+    with _lock:
+        if _config is None:
+            from django.conf import settings
+
+            _config = build_config(getattr(settings, "COGWORKER", None), os.environ)
+        return _config
+
+
+def get_redis() -> Any:
+    """The shared redis-py client (bytes responses) for this config."""
+    global _redis
+    with _lock:
+        if _redis is None:
+            from .connection import make_redis
+
+            _redis = make_redis(get_config())
+        return _redis
+
+
+def get_client() -> Any:
+    """The client every ``perform_*`` goes through (or the testing stand-in)."""
+    global _client
+    if _override is not None:
+        return _override
+    with _lock:
+        if _client is None:
+            from .middleware import load
+
+            config = get_config()
+            _client = Client(config, get_redis(), middleware=load(config.client_middleware), defer=defer_to_commit)
+        return _client
+
+
+def defer_to_commit(push: Any) -> bool:
+    """Run ``push`` when the current transaction commits; return False outside one."""
+    from django.db import connection, transaction
+
+    if not connection.in_atomic_block:
+        return False
+    transaction.on_commit(push)
+    return True
+
+
+def set_override(client: Any) -> Any:
+    """Install a testing client (None removes it); return the previous one."""
+    global _override
+    previous, _override = _override, client
+    return previous
+
+
+def reset() -> None:
+    """Forget the config and clients; the next use rebuilds them from settings and environment."""
+    global _config, _redis, _client
+    with _lock:
+        if _redis is not None:
+            _redis.close()
+        _config = _redis = _client = None
+
+
+def _on_setting_changed(setting: str, **kwargs: Any) -> None:
+    if setting == "COGWORKER":
+        reset()
+
+
+setting_changed.connect(_on_setting_changed)
