@@ -1,0 +1,40 @@
+# Developer entry points. Needs only python3 (>= 3.11) and make: the scripts create the venv and
+# find, install or start Redis as needed.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := test
+
+PYTHON ?= python3
+PY := .venv/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test lint clean distclean
+
+venv:
+	@PYTHON='$(PYTHON)' bash scripts/venv.sh
+
+# Use (or start) a Redis, migrate, enqueue the demo jobs, then run a worker in the foreground.
+demo: venv
+	@url=$$(bash scripts/ensure_redis.sh); \
+	export COGWORKER_REDIS_URL="$$url"; \
+	echo "demo: Redis at $$url"; \
+	$(PY) manage.py migrate --noinput; \
+	$(PY) manage.py enqueue_demo; \
+	exec $(PY) manage.py runcogworker
+
+# The suite starts its own redis-server processes on free ports; it only needs the binary.
+test: venv
+	@bash scripts/ensure_redis_server.sh
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: venv
+	$(PY) -m ruff check .
+
+# Removes local state (stopping the private demo Redis first) and caches; keeps .venv.
+clean:
+	@if [[ -f .cogworker/redis.pid ]]; then kill "$$(cat .cogworker/redis.pid)" 2>/dev/null || true; fi
+	rm -rf .cogworker .pytest_cache .ruff_cache build dist *.egg-info
+	find . -path ./.venv -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf .venv

@@ -1,0 +1,95 @@
+"""Settings for the demo / test project. Everything tunable comes from the environment
+(django-environ), so `make demo`, the test-suite and its worker subprocesses share one file."""
+
+import os
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+# Local state (sqlite db, private redis, demo scratch files); git-ignored.
+STATE_DIR = BASE_DIR / ".cogworker"
+STATE_DIR.mkdir(exist_ok=True)
+
+env = environ.Env()
+
+DEBUG = env.bool("DEBUG", default=True)
+SECRET_KEY = env.str("SECRET_KEY", default="django-insecure-cogworker-dev-only-do-not-deploy")
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_cogworker",
+    "testproject.demo",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "testproject.urls"
+WSGI_APPLICATION = "testproject.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{STATE_DIR / 'db.sqlite3'}")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+USE_TZ = True
+TIME_ZONE = "UTC"
+LANGUAGE_CODE = "en-us"
+USE_I18N = True
+STATIC_URL = "static/"
+
+# The Redis URL is deliberately absent: the library reads COGWORKER_REDIS_URL, then REDIS_URL,
+# from the environment itself (the test-suite points it at a private server that way).
+COGWORKER = {
+    "QUEUES": ["default", "mail"],
+    "CONCURRENCY": env.int("COGWORKER_CONCURRENCY", 5),
+    "SHUTDOWN_TIMEOUT": env.float("COGWORKER_SHUTDOWN_TIMEOUT", 25),
+    "POLL_INTERVAL_AVERAGE": env.float("COGWORKER_POLL_INTERVAL_AVERAGE", 5),
+    "ORPHAN_THRESHOLD": env.float("COGWORKER_ORPHAN_THRESHOLD", 300),
+    "HEARTBEAT_INTERVAL": env.float("COGWORKER_HEARTBEAT_INTERVAL", 5),
+}
+# Only when asked, so the library's own default applies otherwise (tests flip reliable/basic).
+if "COGWORKER_FETCH" in os.environ:
+    COGWORKER["FETCH"] = env.str("COGWORKER_FETCH")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s pid=%(process)d %(threadName)s %(name)s: %(message)s"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "level": "INFO"},
+    },
+    "loggers": {
+        "django_cogworker": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        "testproject": {"handlers": ["console"], "level": "INFO", "propagate": False},
+    },
+}

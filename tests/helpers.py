@@ -1,0 +1,313 @@
+"""Test infrastructure: private redis-server processes, worker subprocesses, polling.
+
+srv = RedisServer(tmp_path, appendonly=True).start()   # extra server for fault tests
+srv.kill(); srv.restart()                               # kill -9, then same port and dir
+
+with Worker("-c", "2", env={"COGWORKER_REDIS_URL": srv.url}) as w:
+    identity = w.wait_ready()
+    ...
+    w.term(); assert w.wait(30) == 0
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_PREFIX = "cogworker:"
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (another process may still take it: callers retry)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 10, interval: float = 0.05, message: str = ""):
+    """Poll `predicate` until it returns something truthy, and return that; AssertionError on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            what = message or getattr(predicate, "__name__", repr(predicate))
+            raise AssertionError(f"timed out after {timeout}s waiting for: {what} (last value: {value!r})")
+        time.sleep(interval)
+
+
+def redis_server_binary() -> str:
+    """Path of redis-server; fails loudly (never skips): the suite cannot mean anything without it."""
+    path = shutil.which("redis-server")
+    if not path:
+        raise RuntimeError(
+            "redis-server is not on PATH. The test-suite starts its own Redis servers; install it "
+            "(`bash scripts/ensure_redis_server.sh`, or apt-get install redis-server) or run `make test`."
+        )
+    return path
+
+
+def _ping(url: str) -> bool:
+    client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+
+
+class RedisServer:
+    """A redis-server child process on 127.0.0.1 that a test can start, kill -9 and restart.
+
+    `dir` holds its data and log (redis.log). With appendonly=True every write is fsynced before
+    the reply (appendfsync always), so data acknowledged before kill() is there after restart().
+    The port is picked free at the first start() unless given, and kept by restart().
+    """
+
+    def __init__(
+        self,
+        dir: str | os.PathLike | None = None,
+        port: int | None = None,
+        appendonly: bool = False,
+        extra_args: tuple[str, ...] | list[str] = (),
+    ):
+        self._own_dir = dir is None
+        self.dir = Path(dir) if dir is not None else Path(tempfile.mkdtemp(prefix="cogworker-redis-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = port
+        self.appendonly = appendonly
+        self.extra_args = list(extra_args)
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "redis.log"
+
+    def client(self, **kwargs) -> redis.Redis:
+        """A new client on this server (caller closes it)."""
+        return redis.Redis.from_url(self.url, **kwargs)
+
+    def _argv(self) -> list[str]:
+        argv = [
+            redis_server_binary(),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.dir),
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(self.log_path),
+        ]
+        if self.appendonly:
+            argv += ["--appendonly", "yes", "--appendfsync", "always"]
+        else:
+            argv += ["--appendonly", "no"]
+        return argv + self.extra_args
+
+    def start(self, timeout: float = 10) -> RedisServer:
+        if self.running:
+            raise RuntimeError(f"redis-server already running on port {self.port}")
+        # A port from free_port() can be taken before redis binds it: then retry with another.
+        # A known port (given, or from an earlier start) is kept: restart() relies on that.
+        pinned = self.port is not None
+        for _ in range(1 if pinned else 5):
+            if not pinned:
+                self.port = free_port()
+            self.proc = subprocess.Popen(
+                self._argv(),
+                cwd=self.dir,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            deadline = time.monotonic() + timeout
+            while self.proc.poll() is None and time.monotonic() < deadline:
+                if _ping(self.url):
+                    return self
+                time.sleep(0.02)
+            self._reap()
+        tail = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
+        raise RuntimeError(f"redis-server did not come up on port {self.port}; log:\n{tail}")
+
+    def _reap(self, timeout: float = 10) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: nothing is saved beyond what the AOF already has."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 10) -> None:
+        """Graceful stop (SIGTERM, which also makes Redis flush the AOF); SIGKILL past timeout."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._reap()
+
+    def restart(self, timeout: float = 10) -> RedisServer:
+        """Stop if running, then start again on the same port and dir."""
+        self.stop()
+        return self.start(timeout)
+
+    def cleanup(self) -> None:
+        """Stop and, if the dir was made here, remove it."""
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> RedisServer:
+        return self if self.running else self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.cleanup()
+
+
+class Worker:
+    """`python manage.py runcogworker *args` as a subprocess of the test, started at construction.
+
+    env: overrides on top of os.environ (which carries the suite's COGWORKER_REDIS_URL), e.g.
+    {"COGWORKER_REDIS_URL": srv.url, "COGWORKER_CONCURRENCY": "2"}. Output (stdout+stderr) goes to
+    `log_path` (default: a file in a new temp dir). As a context manager it is killed (-9) on exit.
+    """
+
+    def __init__(
+        self,
+        *args: str,
+        env: dict[str, str] | None = None,
+        log_path: str | os.PathLike | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        cwd: str | os.PathLike = REPO_ROOT,
+    ):
+        self.args = [str(a) for a in args]
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "DJANGO_SETTINGS_MODULE": "testproject.settings"}
+        self.env.update({k: str(v) for k, v in (env or {}).items()})
+        self.redis_url = self.env.get("COGWORKER_REDIS_URL") or self.env.get("REDIS_URL")
+        self.prefix = prefix
+        if log_path is None:
+            # Kept after the worker exits (tests read it then); removed when the test run ends.
+            log_dir = tempfile.mkdtemp(prefix="cogworker-worker-")
+            atexit.register(shutil.rmtree, log_dir, ignore_errors=True)
+            log_path = Path(log_dir) / "worker.log"
+        self.log_path = Path(log_path)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.identity: str | None = None
+        self._log_file = open(self.log_path, "ab")  # closed by wait() / __exit__
+        self.proc = subprocess.Popen(
+            [sys.executable, "manage.py", "runcogworker", *self.args],
+            cwd=cwd,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def _find_identity(self, client: redis.Redis) -> str | None:
+        for identity in client.smembers(self.prefix + "processes"):
+            info = client.hget(f"{self.prefix}process:{identity}", "info")
+            try:
+                if info and json.loads(info).get("pid") == self.pid:
+                    return identity
+            except ValueError:
+                continue
+        return None
+
+    def wait_ready(self, timeout: float = 20) -> str:
+        """Wait until this process has registered itself in Redis; returns its identity."""
+        if not self.redis_url:
+            raise RuntimeError("Worker has no COGWORKER_REDIS_URL/REDIS_URL to poll")
+        client = redis.Redis.from_url(self.redis_url, decode_responses=True)
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if not self.alive:
+                    code = self.proc.returncode
+                    raise AssertionError(f"worker exited with {code} before ready; log:\n{self.log()}")
+                try:
+                    self.identity = self._find_identity(client)
+                except redis.ConnectionError:
+                    self.identity = None  # a fault test may have Redis down for a moment
+                if self.identity:
+                    return self.identity
+                time.sleep(0.05)
+        finally:
+            client.close()
+        raise AssertionError(f"worker pid {self.pid} not registered after {timeout}s; log:\n{self.log()}")
+
+    def signal(self, sig: int) -> None:
+        if self.alive:
+            self.proc.send_signal(sig)
+
+    def term(self) -> None:
+        self.signal(signal.SIGTERM)
+
+    def kill9(self) -> None:
+        self.signal(signal.SIGKILL)
+
+    def wait(self, timeout: float = 30) -> int:
+        """Exit code (negative: killed by that signal); AssertionError if still running after timeout."""
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"worker pid {self.pid} still running after {timeout}s; log:\n{self.log()}")
+        self._log_file.close()
+        return code
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.kill9()
+        self.proc.wait(10)
+        self._log_file.close()
