@@ -2,6 +2,7 @@
 
 from .errors import CogworkerError, ConfigError, PayloadError, UnknownJobError
 from .job import Job, JobSetter
+from .periodic import periodic
 
 __version__ = "0.1.0"
 
@@ -13,4 +14,5 @@ __all__ = [
     "PayloadError",
     "UnknownJobError",
     "__version__",
+    "periodic",
 ]

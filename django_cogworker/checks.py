@@ -29,4 +29,18 @@ def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
             except ImportError as exc:
                 errors.append(checks.Error(f'COGWORKER["{setting}"] entry {path!r} cannot be imported: {exc}',
                                            id="cogworker.E002"))
+    from django.conf import settings
+
+    from .periodic import build_entries
+
+    try:
+        build_entries(config.periodic, settings.TIME_ZONE or "UTC")
+    except ConfigError as exc:
+        errors.extend(checks.Error(message, id="cogworker.E003") for message in exc.errors)
+    if config.clock:
+        try:
+            import_string(config.clock)
+        except ImportError as exc:
+            errors.append(checks.Error(f'COGWORKER["CLOCK"] {config.clock!r} cannot be imported: {exc}',
+                                       id="cogworker.E002"))
     return errors

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from .errors import ConfigError
 
@@ -51,6 +52,12 @@ class Config:
     max_orphanings: int = 3
     periodic: tuple[Mapping[str, Any], ...] = ()
     periodic_catch_up: bool = False
+    # Most missed slots of one entry enqueued on return, with catch-up on.
+    periodic_catch_up_max: int = 100
+    periodic_tick_interval: float = 5.0
+    # Dotted path of a callable returning epoch seconds, read by the periodic
+    # ticker instead of time.time (tests drive cron slots with it); "" = time.time.
+    clock: str = ""
     unique_lock_ttl: float = 3600.0
     client_middleware: tuple[str, ...] = ()
     server_middleware: tuple[str, ...] = ()
@@ -96,6 +103,9 @@ SETTINGS = {
     "MAX_ORPHANINGS": "max_orphanings",
     "PERIODIC": "periodic",
     "PERIODIC_CATCH_UP": "periodic_catch_up",
+    "PERIODIC_CATCH_UP_MAX": "periodic_catch_up_max",
+    "PERIODIC_TICK_INTERVAL": "periodic_tick_interval",
+    "CLOCK": "clock",
     "UNIQUE_LOCK_TTL": "unique_lock_ttl",
     "CLIENT_MIDDLEWARE": "client_middleware",
     "SERVER_MIDDLEWARE": "server_middleware",
@@ -110,19 +120,25 @@ FIELD_TO_SETTING = {v: k for k, v in SETTINGS.items()}
 
 
 def redact_url(url: str) -> str:
-    """Return ``url`` with any password replaced by ``***`` (user names stay)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable url>"
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    netloc = f"{user}:***@{host}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    """Return ``url`` with any password replaced by ``***`` (user names stay).
+
+    Works on the text, not on a parsed URL: an unencoded ``#`` or ``?`` in a
+    password would make a parser call the rest a fragment or a query and show
+    it; an IPv6 host would lose its brackets. A ``password=`` query argument
+    (redis-py's form for unix sockets) is masked too.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    at = rest.rfind("@")
+    if at >= 0 and ":" in rest[:at]:
+        user = rest[:at].partition(":")[0]
+        rest = f"{user}:***@{rest[at + 1:]}"
+    rest = _QUERY_PASSWORD.sub(r"\1***", rest)
+    return f"{scheme}{sep}{rest}"
+
+
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 
 
 def build_config(raw: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None,
@@ -194,6 +210,19 @@ def _normalise_queues(value: Any, errors: list[str]) -> Any:
     return tuple(pairs)
 
 
+def _redis_url_ok(url: Any) -> bool:
+    if not isinstance(url, str):
+        return False
+    try:
+        parts = urlsplit(url)
+        # A port that is not a number (or a broken IPv6 host) would otherwise
+        # fail only at the first connection, without naming the setting.
+        parts.port  # noqa: B018
+    except ValueError:
+        return False
+    return parts.scheme in URL_SCHEMES
+
+
 def _positive_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
 
@@ -215,8 +244,7 @@ def validate(cfg: Config) -> Config:
         shown = redact_url(value) if field == "redis_url" and isinstance(value, str) else repr(value)
         errors.append(f'COGWORKER["{FIELD_TO_SETTING[field]}"] must be {what}, got {shown}')
 
-    url = cfg.redis_url
-    if not isinstance(url, str) or urlsplit(url).scheme not in URL_SCHEMES:
+    if not _redis_url_ok(cfg.redis_url):
         bad("redis_url", "a redis://, rediss:// or unix:// URL")
     if not isinstance(cfg.redis_options, Mapping):
         bad("redis_options", "a dict of redis-py connection options")
@@ -234,7 +262,7 @@ def validate(cfg: Config) -> Config:
     for field in ("strict_queues", "periodic_catch_up", "enqueue_on_commit"):
         if not isinstance(getattr(cfg, field), bool):
             bad(field, "True or False")
-    for field in ("concurrency", "dead_max_jobs", "max_orphanings"):
+    for field in ("concurrency", "dead_max_jobs", "max_orphanings", "periodic_catch_up_max"):
         if not _positive_int(getattr(cfg, field)):
             bad(field, "a positive integer")
     if not (isinstance(cfg.max_retries, int) and not isinstance(cfg.max_retries, bool) and cfg.max_retries >= 0):
@@ -242,7 +270,8 @@ def validate(cfg: Config) -> Config:
     if cfg.fetch not in FETCH_MODES:
         bad("fetch", 'one of "reliable", "basic"')
     for field in ("shutdown_timeout", "dead_timeout", "poll_interval_average", "orphan_threshold",
-                  "unique_lock_ttl", "fetch_idle_max_interval", "heartbeat_interval", "key_guard_interval"):
+                  "unique_lock_ttl", "fetch_idle_max_interval", "heartbeat_interval", "key_guard_interval",
+                  "periodic_tick_interval"):
         if not _positive_number(getattr(cfg, field)):
             bad(field, "a positive number of seconds")
     if _positive_number(cfg.orphan_threshold) and _positive_number(cfg.heartbeat_interval) \
@@ -254,6 +283,8 @@ def validate(cfg: Config) -> Config:
             bad(field, "a list of dotted import paths")
     if not isinstance(cfg.periodic, tuple) or not all(isinstance(e, Mapping) for e in cfg.periodic):
         bad("periodic", "a list of dicts")
+    if not isinstance(cfg.clock, str) or (cfg.clock and "." not in cfg.clock):
+        bad("clock", 'a dotted import path or ""')
     if not isinstance(cfg.tag, str):
         bad("tag", "a string")
     if errors:

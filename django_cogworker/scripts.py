@@ -246,3 +246,75 @@ redis.call("RENAME", KEYS[1], KEYS[2])
 redis.call("EXPIRE", KEYS[2], ARGV[2])
 return 1
 """)
+
+# -- periodic entries ----------------------------------------------------------
+
+# KEYS[1] = periodic:last_slot:<pjid>, KEYS[2] = periodic:lock:<pjid>:<slot>,
+# KEYS[3] = periodic:running:<pjid>.
+# ARGV[1] = slot (epoch seconds), ARGV[2] = slot lock TTL, ARGV[3] = jid of the
+# run, ARGV[4] = "1" for until_executed, ARGV[5] = running lock TTL.
+# Claims one slot fleet-wide: not if last_slot has reached it, not if another
+# process holds its lock. An until_executed entry whose previous run still holds
+# the running lock skips the slot (last_slot advances: skipped, not postponed).
+# Returns {1, previous last_slot or ""} when claimed, {2, holder} when skipped
+# for a run in flight, {0} otherwise.
+PERIODIC_CLAIM = Script("""
+local last = redis.call("GET", KEYS[1])
+if last and tonumber(last) >= tonumber(ARGV[1]) then
+  return {0}
+end
+if not redis.call("SET", KEYS[2], ARGV[3], "NX", "EX", ARGV[2]) then
+  return {0}
+end
+if ARGV[4] == "1" then
+  local holder = redis.call("GET", KEYS[3])
+  if holder then
+    redis.call("SET", KEYS[1], ARGV[1])
+    return {2, holder}
+  end
+  redis.call("SET", KEYS[3], ARGV[3], "EX", ARGV[5])
+end
+redis.call("SET", KEYS[1], ARGV[1])
+return {1, last or ""}
+""")
+
+# KEYS[1] = last_slot, KEYS[2] = slot lock, KEYS[3] = running lock.
+# ARGV[1] = slot, ARGV[2] = previous last_slot ("" if none: then slot - 1, which
+# still lets this slot fire, unlike deleting the key: with catch-up off, a
+# missing last_slot would be re-primed to this very slot instead), ARGV[3] = the
+# jid the claim took the running lock under.
+# Undoes a won claim whose push then failed, so the slot isn't lost: puts
+# last_slot back (only if it still is this slot: a later one may have been
+# claimed since), drops the slot lock, and releases the running lock in the
+# same step (as a separate call made first, its failure, Redis down being the
+# usual reason the push failed, skipped the rollback altogether).
+PERIODIC_ROLLBACK = Script("""
+if redis.call("GET", KEYS[1]) == ARGV[1] then
+  if ARGV[2] == "" then
+    redis.call("SET", KEYS[1], tonumber(ARGV[1]) - 1)
+  else
+    redis.call("SET", KEYS[1], ARGV[2])
+  end
+end
+redis.call("DEL", KEYS[2])
+-- Best-effort: an entry without until_executed has no lock, and one of the
+-- wrong type mustn't make an applied rollback count as failed forever.
+if redis.pcall("GET", KEYS[3]) == ARGV[3] then
+  redis.pcall("DEL", KEYS[3])
+end
+return 1
+""")
+
+# KEYS[1] = periodic:running:<pjid>. ARGV[1] = jid, ARGV[2] = TTL, or "" to release.
+# Keeps alive (or releases) a running lock, only while it is this run's.
+PERIODIC_RUNNING = Script("""
+if redis.call("GET", KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+if ARGV[2] == "" then
+  redis.call("DEL", KEYS[1])
+else
+  redis.call("EXPIRE", KEYS[1], ARGV[2])
+end
+return 1
+""")

@@ -93,3 +93,11 @@ LOGGING = {
         "testproject": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }
+# Optional settings, only when the environment names them (tests set them per worker), so the
+# library's own defaults apply otherwise.
+if "COGWORKER_PERIODIC" in os.environ:
+    COGWORKER["PERIODIC"] = env.json("COGWORKER_PERIODIC")
+for _name, _cast in {"CLOCK": env.str, "PERIODIC_CATCH_UP": env.bool, "PERIODIC_TICK_INTERVAL": env.float,
+                     "MAX_ORPHANINGS": env.int, "KEY_GUARD_INTERVAL": env.float}.items():
+    if f"COGWORKER_{_name}" in os.environ:
+        COGWORKER[_name] = _cast(f"COGWORKER_{_name}")

@@ -28,9 +28,12 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..client import Client
 from ..conf import Config
 from ..keys import Keys
 from ..middleware import build_chain
+from ..periodic.locks import release_running, touch_running
+from ..periodic.ticker import Ticker
 from .fetch import make_fetch
 from .heartbeat import Heartbeat
 from .key_guard import KeyGuard
@@ -54,7 +57,9 @@ def run_job(job: Any, payload: dict) -> Any:
 
 class Launcher:
     def __init__(self, config: Config, redis: Any, *, server_middleware: Sequence[Callable] = (),
-                 death_handlers: Sequence[Callable] = (), version: str = "0", identity: str | None = None):
+                 death_handlers: Sequence[Callable] = (), client_middleware: Sequence[Callable] = (),
+                 periodic_entries: Sequence[Any] = (), clock: Callable[[], float] = time.time,
+                 version: str = "0", identity: str | None = None):
         self.config = config
         self.redis = redis
         self.keys = Keys(config.key_prefix)
@@ -64,14 +69,30 @@ class Launcher:
         self.fetch = make_fetch(config, redis, self.keys, self.identity)
         self.manager = Manager(config, self.fetch, self.retry, self.stats,
                                build_chain(server_middleware, run_job))
+        self.manager.after_run = self._after_run
         self.heartbeat = Heartbeat(config, redis, self.keys, self.identity, self.manager,
-                                   on_signal=self._signals_put, version=version)
+                                   on_signal=self._signals_put, version=version,
+                                   extra_chores=(self._touch_periodic_locks,))
         self.poller = Poller(config, redis, self.keys, self.retry,
                              KeyGuard(redis, self.keys, config.queue_names),
                              OrphanRecovery(config, redis, self.keys, self.identity, self.retry),
                              process_count=lambda: self.heartbeat.process_count)
+        self.ticker = None
+        if periodic_entries:
+            client = Client(config, redis, middleware=client_middleware)
+            self.ticker = Ticker(redis, self.keys, periodic_entries, lambda p: client.push(p, on_commit=False),
+                                 ready=self.poller.first_orphan_check_done.is_set,
+                                 catch_up=config.periodic_catch_up, catch_up_max=config.periodic_catch_up_max,
+                                 tick_interval=config.periodic_tick_interval, clock=clock)
         self._signals: queue.SimpleQueue[str] = queue.SimpleQueue()
         self.stopped = threading.Event()
+
+    def _touch_periodic_locks(self, redis: Any) -> None:
+        touch_running(redis, self.keys, self.manager.running_jobs())
+
+    def _after_run(self, payload: dict) -> None:
+        if payload.get("periodic_pjid"):
+            release_running(self.redis, self.keys, payload)
 
     def _signals_put(self, name: str) -> None:
         self._signals.put(name)
@@ -97,6 +118,8 @@ class Launcher:
         self.manager.start()
         self.heartbeat.start()
         self.poller.start()
+        if self.ticker is not None:
+            self.ticker.start()
         logger.info("cogworker %s ready: %d processor(s), %s fetch, queues %s", self.identity,
                     self.config.concurrency, self.config.fetch, ",".join(self.config.queue_names))
         while True:
@@ -126,6 +149,8 @@ class Launcher:
 
     def _shutdown(self) -> int:
         logger.info("shutting down: waiting up to %.1fs for running jobs", self.config.shutdown_timeout)
+        if self.ticker is not None:
+            self.ticker.stop()
         self.manager.stop(self.config.shutdown_timeout)
         self.poller.stop()
         self.heartbeat.stop()

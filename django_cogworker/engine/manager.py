@@ -47,6 +47,9 @@ class Manager:
         self.stats = stats
         self.server_chain = server_chain
         self.paused: frozenset[str] = frozenset()
+        # Called with the payload after each run, whatever its outcome (the
+        # launcher releases periodic running locks with it).
+        self.after_run: Callable[[dict], Any] | None = None
         self._quiet = threading.Event()
         self._stopping = False
         self._cv = threading.Condition()

@@ -23,6 +23,7 @@ from .. import payload as payloads
 from .. import scripts
 from ..conf import Config
 from ..keys import Keys
+from ..periodic.locks import retake_running
 from .retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
@@ -125,6 +126,8 @@ class OrphanRecovery:
             argv.extend((raw, payloads.encode(payload), index[key], queue))
         if len(argv) > 1:
             handled += int(scripts.REQUEUE(self.redis, keys, argv))
+            for new_raw in argv[argv[0] + 2::4]:
+                retake_running(self.redis, self.keys, payloads.decode(new_raw))
         return handled
 
     def _to_dead(self, source: str, raw: bytes, payload: dict, below: float, cap: int) -> int:

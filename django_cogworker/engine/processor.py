@@ -87,6 +87,11 @@ class Processor:
             manager.stats.job_done(failed=False)
         finally:
             manager.job_finished(unit)
+            if manager.after_run is not None:
+                try:
+                    manager.after_run(payload)
+                except Exception:
+                    logger.exception("after-run hook failed for jid=%s", jid)
 
     def bury(self, unit: Unit, exc: PayloadError) -> None:
         """A payload we can't run (unparseable, unknown job): dead with the reason, never dropped."""

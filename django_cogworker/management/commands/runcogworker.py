@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from ... import __version__, runtime
 from ...db import CloseOldConnections
 from ...errors import ConfigError
-from ...middleware import load
+from ...middleware import import_string, load
+from ...periodic import build_entries
 
 
 class Command(BaseCommand):
@@ -38,7 +41,10 @@ class Command(BaseCommand):
             base = runtime.get_config()
             config = base.replace(**_normalise(overrides)) if overrides else base
             server_middleware = [CloseOldConnections, *load(config.server_middleware)]
+            client_middleware = load(config.client_middleware)
             death_handlers = load(config.death_handlers)
+            entries = build_entries(config.periodic, settings.TIME_ZONE or "UTC")
+            clock = import_string(config.clock) if config.clock else time.time
         except ConfigError as exc:
             raise CommandError("invalid configuration:\n  " + "\n  ".join(exc.errors)) from None
         except ImportError as exc:
@@ -47,9 +53,10 @@ class Command(BaseCommand):
         self.stdout.write(
             f"cogworker {__version__} pid {_pid()} | redis {config.redacted_url} | "
             f"queues {', '.join(f'{n}({w})' for n, w in config.queues)} | concurrency {config.concurrency} | "
-            f"fetch {config.fetch}")
+            f"fetch {config.fetch} | periodic entries {len(entries)}")
         self.stdout.flush()
         launcher = Launcher(config, redis, server_middleware=server_middleware, death_handlers=death_handlers,
+                            client_middleware=client_middleware, periodic_entries=entries, clock=clock,
                             version=__version__)
         code = launcher.run()
         sys.stdout.flush()

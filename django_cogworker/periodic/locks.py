@@ -1,0 +1,61 @@
+"""The slot claim and the ``until_executed`` running lock of periodic entries.
+
+The running lock (``periodic:running:<pjid>``, holding the run's jid) is taken
+by the claim with QUEUED_TTL: long, since the job may wait in a deep queue.
+While the job runs, every heartbeat of the process running it sets it to
+ACTIVE_TTL, from the process's in-memory record of running jobs, not from
+Redis (a failover that lost the workers hash would otherwise let a long run's
+lock lapse mid-run). It is released when the run ends. A process that dies
+mid-run lets it lapse within ACTIVE_TTL; orphan recovery retakes it for the
+requeued run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from .. import scripts
+from ..keys import Keys
+
+SLOT_LOCK_TTL = 3600
+QUEUED_TTL = 24 * 3600
+ACTIVE_TTL = 180
+
+ROLLBACK = scripts.PERIODIC_ROLLBACK
+
+
+def claim_slot(redis: Any, keys: Keys, entry: Any, slot: int, jid: str) -> tuple[bool, str]:
+    """Claim ``slot`` of ``entry`` fleet-wide; return (claimed, previous last_slot)."""
+    result = scripts.PERIODIC_CLAIM(
+        redis, [keys.periodic_last_slot(entry.pjid), keys.periodic_lock(entry.pjid, slot),
+                keys.periodic_running(entry.pjid)],
+        [slot, SLOT_LOCK_TTL, jid, "1" if entry.until_executed else "0", QUEUED_TTL])
+    code = int(result[0])
+    previous = result[1].decode() if code == 1 and isinstance(result[1], bytes) else (
+        result[1] if code == 1 else "")
+    return code == 1, previous
+
+
+def touch_running(redis: Any, keys: Keys, running_raws: Iterable[bytes]) -> None:
+    """Keep alive the running locks of the periodic runs in ``running_raws`` (this process's record)."""
+    for raw in running_raws:
+        try:
+            job = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(job, dict) and job.get("periodic_pjid") and job.get("jid"):
+            scripts.PERIODIC_RUNNING(redis, [keys.periodic_running(job["periodic_pjid"])], [job["jid"], ACTIVE_TTL])
+
+
+def release_running(redis: Any, keys: Keys, payload: dict) -> None:
+    """Release the run's lock when it ends (only if it still holds it)."""
+    if payload.get("periodic_pjid") and payload.get("jid"):
+        scripts.PERIODIC_RUNNING(redis, [keys.periodic_running(payload["periodic_pjid"])], [payload["jid"], ""])
+
+
+def retake_running(redis: Any, keys: Keys, payload: dict) -> None:
+    """Orphan recovery requeued an interrupted run: hold its lock again until it runs."""
+    if payload.get("periodic_pjid") and payload.get("jid"):
+        redis.set(keys.periodic_running(payload["periodic_pjid"]), payload["jid"], nx=True, ex=QUEUED_TTL)

@@ -1,0 +1,202 @@
+"""The periodic ticker: every process ticks, each slot runs once fleet-wide.
+
+Created by the Launcher when entries exist; ``start`` publishes the schedule
+(for the admin) and starts the thread, which first waits for ``ready`` (the
+poller's first orphan check that really completed: after the whole fleet was
+down, an interrupted ``until_executed`` run must be requeued, and its lock
+retaken, before its next slot can fire), then ticks every
+PERIODIC_TICK_INTERVAL until ``stop``.
+
+A tick, per entry: the latest due slot (and with catch-up, the missed ones
+since ``last_slot``, bounded) is claimed in one script (per-slot NX lock plus
+``last_slot``, plus the running lock for ``until_executed``) and pushed. A push
+that fails rolls the claim back in one script; a rollback that fails is kept
+and retried before that entry's slot is looked at again. One entry failing
+never stops the others: it backs off 5 s, 10 s, 20 s... up to 300 s, reset by a
+success. A lost connection is Redis being away, not the entry failing: it
+backs nothing off.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis as redis_lib
+
+from .. import payload as payloads
+from ..errors import is_connection_error
+from ..job import JobSetter, registered
+from ..keys import Keys
+from .entries import Entry
+from .locks import ROLLBACK, claim_slot
+
+logger = logging.getLogger(__name__)
+
+BACKOFF_MAX = 300.0
+
+
+class Ticker:
+    def __init__(self, redis: Any, keys: Keys, entries: Sequence[Entry], push: Callable[[dict], Any], *,
+                 ready: Callable[[], bool], catch_up: bool, catch_up_max: int, tick_interval: float = 5.0,
+                 clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic):
+        self.redis = redis
+        self.keys = keys
+        self.entries = list(entries)
+        self.push = push
+        self.ready = ready
+        self.catch_up = catch_up
+        self.catch_up_max = catch_up_max
+        self.tick_interval = tick_interval
+        self.clock = clock
+        self.monotonic = monotonic
+        self.stop_event = threading.Event()
+        self._last_checked: dict[str, int] = {}
+        self._pending_rollbacks: list[tuple[Entry, int, str, str]] = []
+        self._failures: dict[str, int] = {}
+        self._retry_at: dict[str, float] = {}
+        self._thread = threading.Thread(target=self._run, name="cogworker-ticker", daemon=True)
+
+    def start(self) -> None:
+        # Publishing is only for the admin: its failure (Redis down at boot,
+        # the key holding the wrong type) is logged, never fatal.
+        try:
+            self.publish_schedule()
+        except Exception as exc:
+            logger.error("periodic schedule not published: %s: %s", type(exc).__name__, exc)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self._thread.join(5)
+
+    def publish_schedule(self) -> None:
+        if not self.entries:
+            return
+        self.redis.hset(self.keys.periodic_schedule, mapping={e.pjid: json.dumps({
+            "cron": e.cron, "job": e.job, "queue": e.queue, "tz": e.tz, "args": list(e.args),
+            "kwargs": dict(e.kwargs), "until_executed": e.until_executed}) for e in self.entries})
+
+    def _run(self) -> None:
+        while not self.ready():
+            if self.stop_event.wait(0.1):
+                return
+        while not self.stop_event.is_set():
+            try:
+                self.tick()
+            except Exception:
+                logger.exception("periodic tick failed")
+            self.stop_event.wait(self.tick_interval)
+
+    def tick(self, now: float | None = None) -> None:
+        now = self.clock() if now is None else now
+        self.retry_pending_rollbacks()
+        pending = {e.pjid for e, *_ in self._pending_rollbacks}
+        for entry in self.entries:
+            if entry.pjid in pending or self._backing_off(entry.pjid):
+                continue
+            try:
+                self.tick_entry(entry, now)
+                self._failures.pop(entry.pjid, None)
+                self._retry_at.pop(entry.pjid, None)
+            except Exception as exc:
+                # Per entry: one failing entry used to skip every entry after it.
+                delay = self.tick_interval if is_connection_error(exc) else self._back_off(entry.pjid)
+                logger.error("periodic tick failed for %s (next try in %.0fs): %s: %s", entry.pjid, delay,
+                             type(exc).__name__, exc)
+
+    def tick_entry(self, entry: Entry, now: float) -> None:
+        slot = entry.latest_slot(now)
+        if self._last_checked.get(entry.pjid) == slot:
+            return
+        if not self.disabled(entry):
+            for candidate in self._candidates(entry, slot, now):
+                jid = payloads.new_jid()
+                claimed, previous = claim_slot(self.redis, self.keys, entry, candidate, jid)
+                if claimed:
+                    self.enqueue(entry, candidate, jid, previous)
+        self._last_checked[entry.pjid] = slot
+
+    def _candidates(self, entry: Entry, slot: int, now: float) -> list[int]:
+        raw = self.redis.get(self.keys.periodic_last_slot(entry.pjid))
+        if raw is None:
+            # First sight of this entry: prime last_slot to the slot now due
+            # instead of running it (a new "0 3 * * *" deployed at 14:00 must
+            # not run at 14:00). It first runs at its next slot.
+            self.redis.set(self.keys.periodic_last_slot(entry.pjid), slot, nx=True)
+            return []
+        last = int(raw)
+        if slot <= last:
+            return []
+        catch_up = self.catch_up if entry.catch_up is None else entry.catch_up
+        slots = entry.slots_after(last, now, self.catch_up_max) if catch_up else [slot]
+        # Daylight saving: when clocks go back, one wall-clock time comes twice;
+        # cron names it once, so it runs once.
+        wall_last = entry.wall_clock(last)
+        return [s for s in slots if entry.wall_clock(s) != wall_last] or ([] if not slots else [])
+
+    def disabled(self, entry: Entry) -> bool:
+        """Switched off from the admin? An unreadable set counts as "not disabled", logged.
+
+        Skipping before the claim means neither ``last_slot`` nor the slot lock
+        advance while disabled, so re-enabling doesn't burst.
+        """
+        try:
+            return bool(self.redis.sismember(self.keys.periodic_disabled, entry.pjid))
+        except redis_lib.exceptions.ResponseError as exc:
+            logger.error("can't read %s (%s); treating %s as enabled", self.keys.periodic_disabled, exc, entry.pjid)
+            return False
+
+    def enqueue(self, entry: Entry, slot: int, jid: str, previous: str) -> None:
+        job_class = registered(entry.job)
+        options = {k: v for k, v in (("queue", entry.queue), ("retry", entry.retry)) if v is not None}
+        payload = JobSetter(job_class, options).build(list(entry.args), dict(entry.kwargs))
+        payload.update(jid=jid, periodic_pjid=entry.pjid, periodic_slot=slot)
+        try:
+            self.push(payload)
+        except Exception:
+            self.rollback(entry, slot, previous, jid)
+            raise
+        logger.info("periodic %s: slot %s enqueued as jid=%s", entry.pjid, slot, jid)
+
+    def rollback(self, entry: Entry, slot: int, previous: str, jid: str) -> bool | BaseException:
+        """Undo a won claim whose push failed; on failure keep it to retry. Return True or the error."""
+        keys = [self.keys.periodic_last_slot(entry.pjid), self.keys.periodic_lock(entry.pjid, slot),
+                self.keys.periodic_running(entry.pjid)]
+        try:
+            ROLLBACK(self.redis, keys, [slot, previous, jid])
+        except Exception as exc:
+            logger.error("periodic %s: couldn't roll back slot %s (will retry): %s: %s", entry.pjid, slot,
+                         type(exc).__name__, exc)
+            self._pending_rollbacks.append((entry, slot, previous, jid))
+            return exc
+        return True
+
+    def retry_pending_rollbacks(self) -> None:
+        pending, self._pending_rollbacks = self._pending_rollbacks, []
+        for args in pending:
+            key = f"rollback:{args[0].pjid}:{args[1]}"
+            if self._backing_off(key):
+                self._pending_rollbacks.append(args)
+                continue
+            result = self.rollback(*args)
+            if result is True:
+                self._failures.pop(key, None)
+                self._retry_at.pop(key, None)
+            elif not is_connection_error(result):
+                self._back_off(key)  # only a rollback failing on its own backs off
+
+    def _backing_off(self, key: str) -> bool:
+        at = self._retry_at.get(key)
+        return at is not None and self.monotonic() < at
+
+    def _back_off(self, key: str) -> float:
+        """5 s, 10 s, 20 s... up to BACKOFF_MAX; reset by the next success."""
+        self._failures[key] = self._failures.get(key, 0) + 1
+        delay = min(self.tick_interval * 2 ** (self._failures[key] - 1), BACKOFF_MAX)
+        self._retry_at[key] = self.monotonic() + delay
+        return delay
