@@ -7,11 +7,13 @@ it returns True when it has taken the push to run at transaction commit.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import payload as payloads
+from . import unique
 from .conf import Config
 from .keys import Keys
 from .middleware import build_chain
@@ -27,7 +29,9 @@ class Client:
         self.keys = Keys(config.key_prefix)
         self.defer = defer
         self.clock = clock
-        self._chain = build_chain(middleware, self._write)
+        # Bulk pushes collect what the chain lets through here (per thread: the client is shared).
+        self._bulk = threading.local()
+        self._chain = build_chain(middleware, self._terminal)
 
     def push(self, payload: dict[str, Any], *, at: float | None = None, on_commit: bool | None = None) -> str | None:
         """Push one payload (already checked); return its jid, or None if a middleware stopped it.
@@ -44,8 +48,10 @@ class Client:
             return payload["jid"]
         return self._chain(payload)
 
-    def _write(self, payload: dict[str, Any]) -> str:
+    def _write(self, payload: dict[str, Any]) -> str | None:
         now = self.clock()
+        if payload.get("unique_digest") and not unique.claim(self.redis, self.keys, payload, now):
+            return None
         at = payload.pop("at", None)
         queue = payload["queue"]
         pipe = self.redis.pipeline(transaction=False)
@@ -62,21 +68,51 @@ class Client:
                   on_commit: bool | None = None) -> list[str]:
         """Push many payloads in one pipelined round trip; return their jids.
 
-        Like Sidekiq's push_bulk, bulk pushes skip the client middleware: they
-        exist for speed. Inside a transaction they wait for commit as push does.
+        Each payload goes through the client middleware, as in Sidekiq's
+        push_bulk: a middleware that stamps a tenant or drops a duplicate must
+        not be bypassed by the bulk path. What it lets through is written in
+        one pipeline; the jids returned are those pushed. Inside a transaction
+        the push waits for commit as push does, and every jid is returned.
         """
         if on_commit is None:
             on_commit = self.config.enqueue_on_commit
-        if not (on_commit and self.defer is not None and self.defer(lambda: self._write_bulk(items, at))):
-            self._write_bulk(items, at)
-        return [item["jid"] for item in items]
+        if on_commit and self.defer is not None and self.defer(lambda: self._push_bulk_now(items, at)):
+            return [item["jid"] for item in items]
+        return self._push_bulk_now(items, at)
 
-    def _write_bulk(self, items: Sequence[dict[str, Any]], at: float | None) -> None:
+    def _terminal(self, payload: dict[str, Any]) -> Any:
+        """End of the middleware chain: write now, or collect for the bulk write under way."""
+        batch = getattr(self._bulk, "batch", None)
+        if batch is not None:
+            batch.append(payload)
+            return payload["jid"]
+        return self._write(payload)
+
+    def _push_bulk_now(self, items: Sequence[dict[str, Any]], at: float | None) -> list[str]:
+        previous = getattr(self._bulk, "batch", None)
+        self._bulk.batch = batch = []
+        try:
+            for item in items:
+                if at is not None:
+                    item["at"] = float(at)
+                self._chain(item)
+        finally:
+            self._bulk.batch = previous
+        return [item["jid"] for item in self._write_bulk(batch)]
+
+    def _write_bulk(self, items: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
+        """Write ``items`` in one pipeline (unique ones first claim their locks); return those written."""
+        if not items:
+            return items
         now = self.clock()
+        if any(item.get("unique_digest") for item in items):
+            items = [item for item in items
+                     if not item.get("unique_digest") or unique.claim(self.redis, self.keys, item, now)]
         pipe = self.redis.pipeline(transaction=False)
         by_queue: dict[str, list[str]] = {}
         scheduled: dict[str, float] = {}
         for item in items:
+            at = item.pop("at", None)
             if at is not None and at > now:
                 scheduled[payloads.encode(item)] = at
             else:
@@ -89,3 +125,4 @@ class Client:
             for start in range(0, len(raws), 1000):
                 pipe.lpush(self.keys.queue(queue), *raws[start:start + 1000])
         pipe.execute()
+        return items

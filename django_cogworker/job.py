@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -23,7 +24,7 @@ _registry: dict[str, type[Job]] = {}
 _registry_lock = threading.Lock()
 
 # Options that may be given per push with Job.set(...).
-PUSH_OPTIONS = frozenset({"queue", "retry", "dead", "backtrace", "on_commit"})
+PUSH_OPTIONS = frozenset({"queue", "retry", "dead", "backtrace", "on_commit", "unique_for", "unique_until"})
 
 
 def registered(name: str) -> type[Job] | None:
@@ -56,9 +57,12 @@ class Job:
     retry: ClassVar[bool | int] = True
     dead: ClassVar[bool] = True
     backtrace: ClassVar[bool | int] = False
+    unique_for: ClassVar[float | None] = None
+    unique_until: ClassVar[str] = "success"
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
+        _check_unique(cls.unique_for, cls.unique_until, f"{cls.__module__}.{cls.__qualname__}")
         if "name" not in cls.__dict__:
             cls.name = f"{cls.__module__}.{cls.__qualname__}"
         with _registry_lock:
@@ -138,6 +142,15 @@ class JobSetter:
         trace = opts.get("backtrace", cls.backtrace)
         if trace:
             payload["backtrace"] = trace
+        unique_for = opts.get("unique_for", cls.unique_for)
+        if unique_for:
+            from .unique import digest
+
+            unique_until = opts.get("unique_until", cls.unique_until)
+            _check_unique(unique_for, unique_until, cls.name)
+            payload["unique_for"] = unique_for
+            payload["unique_until"] = unique_until
+            payload["unique_digest"] = digest(payload)
         return payload
 
     def _client(self) -> Any:
@@ -180,5 +193,17 @@ def _epoch(when: float | dt.datetime) -> float:
             raise ValueError(f"perform_at needs an aware datetime (e.g. django.utils.timezone.now()), got {when!r}")
         return when.timestamp()
     if isinstance(when, (int, float)) and not isinstance(when, bool):
+        if not math.isfinite(when):
+            # NaN compares false with every time: the job would run at once; inf, never.
+            raise ValueError(f"the time to run a job must be finite, got {when!r}")
         return float(when)
     raise TypeError(f"perform_at takes an aware datetime or epoch seconds, got {when!r}")
+
+
+def _check_unique(unique_for: Any, unique_until: Any, where: str) -> None:
+    if unique_for is not None and (isinstance(unique_for, bool) or not isinstance(unique_for, (int, float))
+                                   or unique_for <= 0):
+        raise CogworkerError(f"{where}: unique_for must be a positive number of seconds (a lock needs a TTL "
+                             f"so a crash can't hold it forever), got {unique_for!r}")
+    if unique_until not in ("success", "start"):
+        raise CogworkerError(f'{where}: unique_until must be "success" or "start", got {unique_until!r}')

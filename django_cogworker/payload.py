@@ -36,7 +36,10 @@ def decode(raw: bytes | str) -> dict[str, Any]:
     """Parse a stored payload; raise PayloadError for anything but a JSON object with a class."""
     try:
         payload = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        # RecursionError: JSON nested deeper than the parser goes. The engine
+        # catches PayloadError only; anything else would kill the thread that
+        # read the payload instead of sending it to dead.
         raise PayloadError(f"unparseable payload: {exc}") from exc
     if not isinstance(payload, dict):
         raise PayloadError(f"payload is a JSON {type(payload).__name__}, not an object")

@@ -305,9 +305,10 @@ end
 return 1
 """)
 
-# KEYS[1] = periodic:running:<pjid>. ARGV[1] = jid, ARGV[2] = TTL, or "" to release.
-# Keeps alive (or releases) a running lock, only while it is this run's.
-PERIODIC_RUNNING = Script("""
+# KEYS[1] = a lock held by a jid (periodic:running:<pjid>, unique:<digest>).
+# ARGV[1] = jid, ARGV[2] = TTL, or "" to release.
+# Keeps alive (or releases) a lock, only while this jid holds it.
+HELD_LOCK = Script("""
 if redis.call("GET", KEYS[1]) ~= ARGV[1] then
   return 0
 end

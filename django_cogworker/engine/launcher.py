@@ -28,6 +28,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .. import unique
 from ..client import Client
 from ..conf import Config
 from ..keys import Keys
@@ -69,7 +70,7 @@ class Launcher:
         self.fetch = make_fetch(config, redis, self.keys, self.identity)
         self.manager = Manager(config, self.fetch, self.retry, self.stats,
                                build_chain(server_middleware, run_job))
-        self.manager.after_run = self._after_run
+        self.manager.run_hook = self._run_hook
         self.heartbeat = Heartbeat(config, redis, self.keys, self.identity, self.manager,
                                    on_signal=self._signals_put, version=version,
                                    extra_chores=(self._touch_periodic_locks,))
@@ -90,8 +91,10 @@ class Launcher:
     def _touch_periodic_locks(self, redis: Any) -> None:
         touch_running(redis, self.keys, self.manager.running_jobs())
 
-    def _after_run(self, payload: dict) -> None:
-        if payload.get("periodic_pjid"):
+    def _run_hook(self, payload: dict, moment: str) -> None:
+        if payload.get("unique_digest"):
+            unique.release_at(self.redis, self.keys, payload, moment)
+        if payload.get("periodic_pjid") and moment != "start":
             release_running(self.redis, self.keys, payload)
 
     def _signals_put(self, name: str) -> None:

@@ -47,9 +47,10 @@ class Manager:
         self.stats = stats
         self.server_chain = server_chain
         self.paused: frozenset[str] = frozenset()
-        # Called with the payload after each run, whatever its outcome (the
-        # launcher releases periodic running locks with it).
-        self.after_run: Callable[[dict], Any] | None = None
+        # Called with (payload, moment) when a job starts and when its run
+        # ends ("success", "retry", "dead"): the launcher releases unique and
+        # periodic locks with it.
+        self.run_hook: Callable[[dict, str], Any] | None = None
         self._quiet = threading.Event()
         self._stopping = False
         self._cv = threading.Condition()

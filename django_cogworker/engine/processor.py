@@ -70,6 +70,8 @@ class Processor:
         started = time.monotonic()
         jid = payload.get("jid")
         logger.info("start jid=%s class=%s", jid, payload["class"])
+        self._hook(payload, "start")
+        outcome = "success"
         job = None
         try:
             job = job_class(payload)
@@ -79,6 +81,7 @@ class Processor:
                            time.monotonic() - started, payloads.error_class(exc), payloads.error_message(exc),
                            exc_info=exc)
             filing = manager.retry.filing(payload, exc, job)
+            outcome = "retry" if filing is not None and filing.target == "retry" else "dead"
             manager.settle(unit.raw, filing if filing is not None else "ack")
             manager.stats.job_done(failed=True)
         else:
@@ -87,11 +90,16 @@ class Processor:
             manager.stats.job_done(failed=False)
         finally:
             manager.job_finished(unit)
-            if manager.after_run is not None:
-                try:
-                    manager.after_run(payload)
-                except Exception:
-                    logger.exception("after-run hook failed for jid=%s", jid)
+            self._hook(payload, outcome)
+
+    def _hook(self, payload: dict, moment: str) -> None:
+        """Tell the launcher's hook (unique and periodic locks): "start", "success", "retry" or "dead"."""
+        hook = self.manager.run_hook
+        if hook is not None:
+            try:
+                hook(payload, moment)
+            except Exception:
+                logger.exception("run hook (%s) failed for jid=%s", moment, payload.get("jid"))
 
     def bury(self, unit: Unit, exc: PayloadError) -> None:
         """A payload we can't run (unparseable, unknown job): dead with the reason, never dropped."""

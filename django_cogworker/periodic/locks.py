@@ -46,13 +46,13 @@ def touch_running(redis: Any, keys: Keys, running_raws: Iterable[bytes]) -> None
         except ValueError:
             continue
         if isinstance(job, dict) and job.get("periodic_pjid") and job.get("jid"):
-            scripts.PERIODIC_RUNNING(redis, [keys.periodic_running(job["periodic_pjid"])], [job["jid"], ACTIVE_TTL])
+            scripts.HELD_LOCK(redis, [keys.periodic_running(job["periodic_pjid"])], [job["jid"], ACTIVE_TTL])
 
 
 def release_running(redis: Any, keys: Keys, payload: dict) -> None:
     """Release the run's lock when it ends (only if it still holds it)."""
     if payload.get("periodic_pjid") and payload.get("jid"):
-        scripts.PERIODIC_RUNNING(redis, [keys.periodic_running(payload["periodic_pjid"])], [payload["jid"], ""])
+        scripts.HELD_LOCK(redis, [keys.periodic_running(payload["periodic_pjid"])], [payload["jid"], ""])
 
 
 def retake_running(redis: Any, keys: Keys, payload: dict) -> None:

@@ -1,0 +1,28 @@
+"""``manage.py cogworker_queues [list | pause NAME... | unpause NAME...]``."""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ... import api
+
+
+class Command(BaseCommand):
+    help = "List queues, or pause / unpause them (no process fetches from a paused queue)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("action", choices=["list", "pause", "unpause"], nargs="?", default="list")
+        parser.add_argument("names", nargs="*", metavar="QUEUE")
+
+    def handle(self, *args, action, names, **options):
+        if action == "list":
+            for queue in api.Queue.all():
+                flag = " (paused)" if queue.paused else ""
+                self.stdout.write(f"{queue.name}\t{queue.size()}\t{queue.latency():.1f}s{flag}")
+            return
+        if not names:
+            raise CommandError(f"name the queue(s) to {action}")
+        for name in names:
+            queue = api.Queue(name)
+            queue.pause() if action == "pause" else queue.unpause()
+            self.stdout.write(f"{name}: {action}d")

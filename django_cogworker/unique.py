@@ -1,0 +1,63 @@
+"""Unique jobs: at most one job with the same class, arguments and queue pushed at a time.
+
+    class RebuildIndex(Job):
+        unique_for = 600            # seconds; required, so a crash can't hold a lock forever
+        unique_until = "success"    # or "start"
+
+A push takes ``unique:<digest>`` (SET NX, holding the jid, TTL ``unique_for``
+plus the delay of a scheduled push); a duplicate push returns None and logs
+which jid holds the lock. The lock goes when the job succeeds ("success", the
+default: a job waiting in retry keeps it), when it starts ("start"), or when it
+dies; otherwise at its TTL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Any
+
+from . import scripts
+from .keys import Keys
+
+logger = logging.getLogger(__name__)
+
+UNTIL = ("success", "start")
+
+
+def digest(payload: dict[str, Any]) -> str:
+    """Hash of job, args, kwargs and queue (key order of kwargs doesn't matter)."""
+    basis = json.dumps([payload["class"], payload["args"], payload["kwargs"], payload["queue"]],
+                       sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(basis.encode()).hexdigest()
+
+
+def lock_ttl(payload: dict[str, Any], now: float) -> int:
+    delay = max(float(payload.get("at") or now) - now, 0.0)
+    return max(int(payload["unique_for"] + delay + 0.999), 1)
+
+
+def claim(redis: Any, keys: Keys, payload: dict[str, Any], now: float) -> bool:
+    """Take the lock for this payload; False (logged) if another jid holds it."""
+    key = keys.unique(payload["unique_digest"])
+    if redis.set(key, payload["jid"], nx=True, ex=lock_ttl(payload, now)):
+        return True
+    holder = redis.get(key)
+    logger.info("duplicate of unique job %s not pushed: jid=%s holds the lock", payload["class"],
+                holder.decode() if isinstance(holder, bytes) else holder)
+    return False
+
+
+def release(redis: Any, keys: Keys, payload: dict[str, Any]) -> None:
+    """Release the lock if this payload's jid still holds it."""
+    scripts.HELD_LOCK(redis, [keys.unique(payload["unique_digest"])], [payload["jid"], ""])
+
+
+def release_at(redis: Any, keys: Keys, payload: dict[str, Any], moment: str) -> None:
+    """Release at ``moment`` ("start", "success", "dead") when the job's rule says so."""
+    if not payload.get("unique_digest"):
+        return
+    until = payload.get("unique_until", "success")
+    if moment == "dead" or moment == until:
+        release(redis, keys, payload)
