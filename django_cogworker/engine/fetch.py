@@ -64,6 +64,7 @@ class Fetch:
         self._weighted = [name for name, weight in config.queues for _ in range(weight)]
         self._idle_wait = IDLE_START
         self._logged_wrong_type: dict[str, float] = {}
+        self.unfetchable: set[str] = set()  # queues the last batch fetch failed on (wrong type)
         timeout = (redis.connection_pool.connection_kwargs.get("socket_timeout")
                    if hasattr(redis, "connection_pool") else None)
         # A block longer than the socket timeout would read as a lost connection.
@@ -85,16 +86,31 @@ class Fetch:
         return min(wait, self.block_cap)
 
     def _parse(self, result: Sequence[Any], order: Sequence[str]) -> list[Unit]:
+        """Read a batch script's reply; note the queues that failed in ``self.unfetchable``."""
         units = []
+        self.unfetchable = set()
         for i in range(0, len(result), 2):
             index, value = result[i], result[i + 1]
             if index < 0:
+                self.unfetchable.add(order[-index - 1])
                 self._wrong_type(order[-index - 1], value)
             else:
                 units.append(Unit(value, order[index - 1]))
         if units:
             self._idle_wait = IDLE_START
         return units
+
+    def _waitable(self, order: Sequence[str]) -> list[str]:
+        """The queues to block on: not the ones the batch script just failed on.
+
+        A blocking call that names a key of the wrong type fails at once, so the
+        fetcher never waited and spun on Redis until the key guard's next round.
+        With none left, wait here instead, as long as the blocking call would have.
+        """
+        waitable = [q for q in order if q not in self.unfetchable]
+        if not waitable:
+            time.sleep(self._block_wait(order))
+        return waitable
 
     def _wrong_type(self, queue: str, message: Any) -> None:
         now = time.monotonic()
@@ -130,15 +146,19 @@ class ReliableFetch(Fetch):
         if units:
             return units
         # Nothing waiting anywhere: wait on one queue so a push wakes us at once.
+        waitable = self._waitable(order)
+        if not waitable:
+            return []
         try:
-            raw = self.redis.blmove(queue_keys[0], self.in_progress, self._block_wait(order), "RIGHT", "LEFT")
+            raw = self.redis.blmove(self.keys.queue(waitable[0]), self.in_progress, self._block_wait(waitable),
+                                    "RIGHT", "LEFT")
         except redis_lib.exceptions.ResponseError as exc:
-            self._wrong_type(order[0], exc)
+            self._wrong_type(waitable[0], exc)
             return []
         if raw is None:
             return []
         self._idle_wait = IDLE_START
-        return [Unit(raw, order[0])]
+        return [Unit(raw, waitable[0])]
 
     def ack(self, raw: bytes) -> None:
         self.redis.lrem(self.in_progress, 1, raw)
@@ -150,16 +170,20 @@ class ReliableFetch(Fetch):
         on the list (fetched, but the reply was lost) goes back to the queue its
         payload names. An entry that can't be read stays for orphan recovery.
         """
-        known = {u.raw: u.queue for u in units}
         listed = collections.Counter(self.redis.lrange(self.in_progress, 0, -1))
         listed.subtract(collections.Counter(keep))
         acks = [raw for raw in acks if listed[raw] > 0]
         listed.subtract(collections.Counter(acks))
+        return self._requeue_counted(+listed, {u.raw: u.queue for u in units}, acks)
+
+    def _requeue_counted(self, raws: collections.Counter[bytes], queues: dict[bytes, str],
+                         acks: Sequence[bytes] = ()) -> int:
+        """Drop ``acks`` and requeue ``raws`` (each as many times as counted) in one script."""
         keys: list[str] = [self.in_progress, self.keys.queues]
         index: dict[str, int] = {}
         argv: list[Any] = [len(acks), *acks]
-        for raw, count in listed.items():
-            queue = known.get(raw) or _queue_of(raw)
+        for raw, count in raws.items():
+            queue = queues.get(raw) or _queue_of(raw)
             if queue is None:
                 logger.error("unreadable entry left on %s for orphan recovery: %.200r", self.in_progress, raw)
                 continue
@@ -171,6 +195,27 @@ class ReliableFetch(Fetch):
                 argv.extend((raw, raw, index[key], queue))
         moved = scripts.REQUEUE(self.redis, keys, argv) if len(argv) > 1 else 0
         return int(moved)
+
+    def reconcile(self, known: collections.Counter[bytes], suspects: collections.Counter[bytes]
+                  ) -> collections.Counter[bytes]:
+        """Requeue what sits on our list without our knowing of it; return the new suspects.
+
+        A fetch whose reply was lost (connection cut after Redis ran the move)
+        leaves jobs on our list that no thread will run: orphan recovery won't
+        see them while we live. This process's record is trusted over Redis:
+        an entry on the list but not in ``known`` is a suspect, and one still
+        unknown at the next reconcile (long after any reply in flight) is put
+        back on its queue.
+        """
+        listed = collections.Counter(self.redis.lrange(self.in_progress, 0, -1))
+        listed.subtract(known)
+        unknown = +listed
+        stale = unknown & suspects
+        if stale:
+            moved = self._requeue_counted(stale, {})
+            logger.warning("requeued %d job(s) found on %s that this process never received", moved,
+                           self.in_progress)
+        return unknown - stale
 
     def forget_if_empty(self) -> bool:
         """Drop this identity from the orphan registry once its list is empty (clean exit)."""
@@ -188,10 +233,13 @@ class BasicFetch(Fetch):
         units = self._parse(scripts.FETCH_BASIC(self.redis, queue_keys, [n]), order)
         if units:
             return units
+        waitable = self._waitable(order)
+        if not waitable:
+            return []
         try:
-            popped = self.redis.brpop(queue_keys, timeout=self.block_cap)
+            popped = self.redis.brpop([self.keys.queue(q) for q in waitable], timeout=self.block_cap)
         except redis_lib.exceptions.ResponseError as exc:
-            self._wrong_type(",".join(order), exc)
+            self._wrong_type(",".join(waitable), exc)
             return []
         if popped is None:
             return []

@@ -15,6 +15,7 @@ The same requests come from the admin as remote signals, read by the heartbeat.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import queue
@@ -46,6 +47,11 @@ from .stats import Stats
 
 logger = logging.getLogger(__name__)
 
+# Seconds between two reconciles of the in-progress list with this process's
+# record; a job must be unknown at two of them to be requeued, so this bounds
+# how long a fetch reply may be in flight.
+RECONCILE_INTERVAL = 30.0
+
 
 def new_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
@@ -73,7 +79,9 @@ class Launcher:
         self.manager.run_hook = self._run_hook
         self.heartbeat = Heartbeat(config, redis, self.keys, self.identity, self.manager,
                                    on_signal=self._signals_put, version=version,
-                                   extra_chores=(self._touch_periodic_locks,))
+                                   extra_chores=(self._touch_periodic_locks, self._reconcile))
+        self._suspects: collections.Counter[bytes] = collections.Counter()
+        self._next_reconcile = time.monotonic() + RECONCILE_INTERVAL
         self.poller = Poller(config, redis, self.keys, self.retry,
                              KeyGuard(redis, self.keys, config.queue_names),
                              OrphanRecovery(config, redis, self.keys, self.identity, self.retry),
@@ -90,6 +98,13 @@ class Launcher:
 
     def _touch_periodic_locks(self, redis: Any) -> None:
         touch_running(redis, self.keys, self.manager.running_jobs())
+
+    def _reconcile(self, redis: Any) -> None:
+        """Every RECONCILE_INTERVAL: requeue jobs on our list that we never received (reliable fetch)."""
+        if not self.fetch.reliable or time.monotonic() < self._next_reconcile:
+            return
+        self._next_reconcile = time.monotonic() + RECONCILE_INTERVAL
+        self._suspects = self.fetch.reconcile(self.manager.known_raws(), self._suspects)
 
     def _run_hook(self, payload: dict, moment: str) -> None:
         if payload.get("unique_digest"):

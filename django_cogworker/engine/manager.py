@@ -170,6 +170,15 @@ class Manager:
                                   "run_at": started})
                 for name, (unit, _payload, started) in items}
 
+    def known_raws(self) -> collections.Counter[bytes]:
+        """Every payload this process holds: handed over, running, or finished and unsettled."""
+        with self._cv:
+            known = collections.Counter(u.raw for u in self._units)
+        with self._jobs_lock:
+            known.update(self._running)
+            known.update(self._pending)
+        return known
+
     def pending_settlements(self) -> dict[bytes, Settlement]:
         with self._jobs_lock:
             return dict(self._pending)
