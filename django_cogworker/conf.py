@@ -158,7 +158,7 @@ def build_config(raw: Mapping[str, Any] | None, environ: Mapping[str, str] | Non
         field = SETTINGS.get(name)
         if field is None:
             hint = _close_match(str(name))
-            errors.append(f"COGWORKER[{name!r}] is not a setting" + (f" (did you mean {hint!r}?)" if hint else ""))
+            errors.append(f'COGWORKER["{name}"] is not a setting' + (f' (did you mean "{hint}"?)' if hint else ""))
             continue
         values[field] = value
     if "redis_url" not in values:
@@ -247,7 +247,9 @@ def validate(cfg: Config) -> Config:
     if not _redis_url_ok(cfg.redis_url):
         bad("redis_url", "a redis://, rediss:// or unix:// URL")
     if not isinstance(cfg.redis_options, Mapping):
-        bad("redis_options", "a dict of redis-py connection options")
+        # (the value itself isn't echoed: it may hold a password)
+        errors.append(f'COGWORKER["REDIS_OPTIONS"] must be a dict of redis-py connection options, '
+                      f'got a {type(cfg.redis_options).__name__}')
     if not isinstance(cfg.key_prefix, str) or not cfg.key_prefix:
         bad("key_prefix", "a non-empty string")
     if not cfg.queues:

@@ -155,8 +155,11 @@ return out
 # Drops the acks and puts every other listed job back at the end its queue is
 # popped from (so it runs next), in one atomic step: a separate ack pass that
 # failed used to leave finished jobs to be requeued and run again. A job no
-# longer on the list is skipped. Push first, then remove. Returns how many
-# were requeued.
+# longer on the list is skipped. Push first, then remove. A queue that can't
+# be pushed to (the wrong type) leaves its job on the list, for orphan
+# recovery once the key guard has moved that key aside: it used to abort the
+# script and cost every job after it its requeue (and fail the whole orphan
+# check). Returns how many were requeued.
 REQUEUE = Script("""
 local n = tonumber(ARGV[1])
 for i = 2, n + 1 do
@@ -165,10 +168,12 @@ end
 local moved = 0
 for i = n + 2, #ARGV, 4 do
   if redis.call("LPOS", KEYS[1], ARGV[i]) then
-    redis.call("RPUSH", KEYS[tonumber(ARGV[i + 2])], ARGV[i + 1])
-    redis.call("LREM", KEYS[1], 1, ARGV[i])
-    redis.pcall("SADD", KEYS[2], ARGV[i + 3])
-    moved = moved + 1
+    local pushed = redis.pcall("RPUSH", KEYS[tonumber(ARGV[i + 2])], ARGV[i + 1])
+    if type(pushed) == "number" then
+      redis.call("LREM", KEYS[1], 1, ARGV[i])
+      redis.pcall("SADD", KEYS[2], ARGV[i + 3])
+      moved = moved + 1
+    end
   end
 end
 return moved

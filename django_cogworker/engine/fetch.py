@@ -193,8 +193,12 @@ class ReliableFetch(Fetch):
                 index[key] = len(keys)
             for _ in range(count):
                 argv.extend((raw, raw, index[key], queue))
-        moved = scripts.REQUEUE(self.redis, keys, argv) if len(argv) > 1 else 0
-        return int(moved)
+        moved = int(scripts.REQUEUE(self.redis, keys, argv)) if len(argv) > 1 else 0
+        listed_to_move = (len(argv) - 1 - len(acks)) // 4
+        if moved < listed_to_move:
+            logger.error("%d job(s) could not be pushed back to their queue (a key of the wrong type?); "
+                         "left on %s for orphan recovery", listed_to_move - moved, self.in_progress)
+        return moved
 
     def reconcile(self, known: collections.Counter[bytes], suspects: collections.Counter[bytes]
                   ) -> collections.Counter[bytes]:

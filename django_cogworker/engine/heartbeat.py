@@ -72,6 +72,7 @@ class Heartbeat:
             "weights": dict(config.queues), "concurrency": config.concurrency, "fetch": config.fetch,
             "version": version,
         }
+        self._next_prune = 0.0
         self._thread = threading.Thread(target=self._run, name="cogworker-heartbeat", daemon=True)
 
     def beat_until_ok(self, give_up: threading.Event) -> bool:
@@ -110,7 +111,8 @@ class Heartbeat:
                      ("workers hash", lambda p: p.hset(k.workers(self.identity), mapping=workers) if workers
                       else p.exists(k.workers(self.identity))),
                      ("workers expiry", lambda p: p.expire(k.workers(self.identity), TTL)),
-                     ("remote signals", lambda p: p.lpop(k.signals(self.identity), 10)),
+                     # LPUSHed by the sender: RPOP, so they are acted on in the order sent.
+                     ("remote signals", lambda p: p.rpop(k.signals(self.identity), 10)),
                      ("paused queues", lambda p: p.smembers(k.paused_queues))]
         if manager.fetch.reliable:
             secondary += [("in-progress registry", lambda p: p.sadd(k.in_progress_identities, self.identity)),
@@ -143,6 +145,7 @@ class Heartbeat:
     def _chores(self) -> None:
         for name, chore in (("stats", lambda: self.manager.stats.flush(self.redis)),
                             ("pending settlements", self.manager.retry_pending_settlements),
+                            ("stale processes", self.prune_processes),
                             *((getattr(c, "__name__", "chore"), lambda c=c: c(self.redis)) for c in self.extra_chores)):
             try:
                 chore()
@@ -150,6 +153,25 @@ class Heartbeat:
                 if is_connection_error(exc):
                     raise
                 logger.exception("heartbeat chore %s failed", name)
+
+    def prune_processes(self) -> None:
+        """Drop registry entries whose process hash has expired, at most once per TTL.
+
+        A process killed without a goodbye (kill -9, a lost host) leaves its
+        identity in ``processes`` forever otherwise: the admin lists it, and
+        every poll interval (average x process count) grows with each crash.
+        """
+        if time.monotonic() < self._next_prune:
+            return
+        self._next_prune = time.monotonic() + TTL
+        members = list(self.redis.smembers(self.keys.processes))
+        pipe = self.redis.pipeline(transaction=False)
+        for member in members:
+            pipe.exists(self.keys.process(member.decode() if isinstance(member, bytes) else member))
+        gone = [m for m, alive in zip(members, pipe.execute(), strict=True) if not alive]
+        if gone:
+            self.redis.srem(self.keys.processes, *gone)
+            logger.info("removed %d process(es) gone without a goodbye from %s", len(gone), self.keys.processes)
 
     def _signal(self, name: str) -> None:
         if name not in SIGNALS:

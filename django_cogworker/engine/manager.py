@@ -86,14 +86,16 @@ class Manager:
         """Quiet, wait up to ``timeout`` s for running jobs, hand back the rest; return how many."""
         deadline = time.monotonic() + timeout
         self.make_quiet()
-        self._fetcher.join(max(0.0, min(deadline - time.monotonic(), self.fetch.block_cap + 5)))
+        if self._fetcher.ident is not None:  # (a stop can come before start)
+            self._fetcher.join(max(0.0, min(deadline - time.monotonic(), self.fetch.block_cap + 5)))
         with self._cv:
             unstarted = list(self._units)
             self._units.clear()
             self._stopping = True
             self._cv.notify_all()
         for p in self.processors:
-            p.thread.join(max(0.0, deadline - time.monotonic()))
+            if p.thread.ident is not None:
+                p.thread.join(max(0.0, deadline - time.monotonic()))
         unfinished = unstarted + [p.current for p in self.processors if p.thread.is_alive() and p.current]
         if unfinished:
             logger.warning("%d job(s) still running or unstarted at the shutdown deadline", len(unfinished))

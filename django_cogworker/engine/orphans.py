@@ -62,7 +62,12 @@ class OrphanRecovery:
                 continue
             if beat is None and r.exists(k.process(identity)):
                 continue  # alive, its stamp just not written (yet)
-            handled += self.recover(identity, None if beat is None else now - beat)
+            try:
+                handled += self.recover(identity, None if beat is None else now - beat)
+            except redis_lib.exceptions.ResponseError as exc:
+                # One list that can't be recovered now (a key of the wrong type:
+                # the key guard moves it aside) must not hold up the others'.
+                logger.error("recovering %s failed, retried next round: %s", identity, exc)
         return handled
 
     def recover(self, identity: str, silent_for: float | None) -> int:
@@ -72,14 +77,20 @@ class OrphanRecovery:
             return 0
         source = k.in_progress(identity)
         handled = 0
+        left = 0  # entries that stay on the list (their queue can't be pushed to): read past them
         try:
             while True:
-                batch = r.lrange(source, 0, BATCH - 1)
+                batch = r.lrange(source, left, left + BATCH - 1)
                 if not batch:
                     break
+                before = r.llen(source)
                 handled += self._recover_batch(identity, source, batch)
+                left += len(batch) - (before - r.llen(source))
                 if len(batch) < BATCH:
                     break
+            if left:
+                logger.error("%d job(s) left on %s: their queue can't be pushed to (a key of the wrong type?); "
+                             "retried next round", left, source)
             scripts.FORGET_IDENTITY(r, [source, k.in_progress_identities, k.last_beat, k.orphan_lock(identity)],
                                     [identity])
         finally:

@@ -29,6 +29,7 @@ import redis as redis_lib
 from .. import payload as payloads
 from .. import scripts
 from ..conf import Config
+from ..errors import is_connection_error
 from ..keys import Keys
 from .key_guard import KeyGuard
 from .orphans import OrphanRecovery
@@ -75,24 +76,50 @@ class Poller:
                 self.stop_event.wait(self.poll_interval())
 
     def round(self) -> None:
+        """Run each step on its own: one that fails never skips the ones after it.
+
+        A step failing on every round (a bug, a value that can't be read) used
+        to stop the rest: one unreadable stamp in ``last_beat`` kept every
+        process of the fleet from moving due scheduled and retry jobs. A lost
+        connection still fails the round as a whole (the watchdog backs it off).
+        """
+        for name, step in (("key guard", self._guard), ("orphan check", self._orphan_check),
+                           ("unsettled filing", self.file_unsettled), ("due entries", self.enqueue_due)):
+            try:
+                step()
+            except Exception as exc:
+                if is_connection_error(exc):
+                    raise
+                logger.exception("poller: %s failed", name)
+
+    def _guard(self) -> None:
         if time.monotonic() >= self._next_guard:
             self.key_guard.check()
             self._next_guard = time.monotonic() + self.config.key_guard_interval
+
+    def _orphan_check(self) -> None:
         self.orphans.check()
-        self.first_orphan_check_done.set()
-        self.file_unsettled()
-        self.enqueue_due()
+        self.first_orphan_check_done.set()  # only once a check really completed
 
     def enqueue_due(self) -> int:
         """Move every due entry of ``schedule`` and ``retry`` to its queue; return how many."""
         moved = 0
         for key in (self.keys.schedule, self.keys.retry):
-            while not self.stop_event.is_set():
-                due = self.redis.zrangebyscore(key, "-inf", self.clock(), start=0, num=BATCH)
-                batch_moved = sum(self._requeue(key, raw) for raw in due)
-                moved += batch_moved
-                if len(due) < BATCH or not batch_moved:
-                    break  # (nothing moved: the rest can't be, this round; don't spin on them)
+            try:
+                moved += self._enqueue_due_from(key)
+            except redis_lib.exceptions.ResponseError as exc:
+                # (schedule of the wrong type must not hold up retry; the key guard moves it aside)
+                logger.error("due entries of %s not moved: %s", key, exc)
+        return moved
+
+    def _enqueue_due_from(self, key: str) -> int:
+        moved = 0
+        while not self.stop_event.is_set():
+            due = self.redis.zrangebyscore(key, "-inf", self.clock(), start=0, num=BATCH)
+            batch_moved = sum(self._requeue(key, raw) for raw in due)
+            moved += batch_moved
+            if len(due) < BATCH or not batch_moved:
+                break  # (nothing moved: the rest can't be, this round; don't spin on them)
         return moved
 
     def _requeue(self, source: str, raw: bytes) -> int:

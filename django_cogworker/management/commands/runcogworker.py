@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 from ... import __version__, runtime
 from ...db import CloseOldConnections
 from ...errors import ConfigError
-from ...middleware import import_string, load
+from ...middleware import load
 from ...periodic import build_entries
 
 
@@ -40,11 +40,11 @@ class Command(BaseCommand):
         try:
             base = runtime.get_config()
             config = base.replace(**_normalise(overrides)) if overrides else base
-            server_middleware = [CloseOldConnections, *load(config.server_middleware)]
-            client_middleware = load(config.client_middleware)
-            death_handlers = load(config.death_handlers)
+            server_middleware = [CloseOldConnections, *_load("SERVER_MIDDLEWARE", config.server_middleware)]
+            client_middleware = _load("CLIENT_MIDDLEWARE", config.client_middleware)
+            death_handlers = _load("DEATH_HANDLERS", config.death_handlers)
             entries = build_entries(config.periodic, settings.TIME_ZONE or "UTC")
-            clock = import_string(config.clock) if config.clock else time.time
+            clock = _load("CLOCK", (config.clock,))[0] if config.clock else time.time
         except ConfigError as exc:
             raise CommandError("invalid configuration:\n  " + "\n  ".join(exc.errors)) from None
         except ImportError as exc:
@@ -62,6 +62,13 @@ class Command(BaseCommand):
         sys.stdout.flush()
         if code:
             raise CommandError(f"stopped with code {code}")
+
+
+def _load(setting: str, paths: tuple[str, ...]) -> list:
+    try:
+        return load(paths)
+    except ImportError as exc:
+        raise ImportError(f'COGWORKER["{setting}"]: {exc}') from None
 
 
 def _normalise(overrides: dict) -> dict:

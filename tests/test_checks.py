@@ -1,0 +1,137 @@
+"""Config problems surface before anything runs: ``manage.py check`` and the start of ``runcogworker``.
+
+Each names the setting and the value given, and never shows a Redis password.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+
+import pytest
+from django.core import checks
+from django.core.management import call_command
+from django.core.management.base import CommandError, SystemCheckError
+from django.test import override_settings
+from helpers import REPO_ROOT, free_port
+
+PASSWORD = "s3cret-Pw"
+
+
+def cogworker_errors() -> list[tuple[str, str]]:
+    return [(m.id, m.msg) for m in checks.run_checks(tags=["cogworker"])]
+
+
+def run_manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings", **env})
+
+
+# -- manage.py check -----------------------------------------------------------------------------------
+
+
+def test_the_project_config_passes():
+    assert cogworker_errors() == []
+    out = io.StringIO()
+    call_command("check", stdout=out)
+    assert "no issues" in out.getvalue()
+
+
+@pytest.mark.parametrize(("cogworker", "expected"), [
+    ({"MAX_ORPHANINGS": 0}, 'COGWORKER["MAX_ORPHANINGS"] must be a positive integer, got 0'),
+    ({"FETCH": "fast"}, "COGWORKER[\"FETCH\"] must be one of \"reliable\", \"basic\", got 'fast'"),
+    ({"CONCURENCY": 5}, 'COGWORKER["CONCURENCY"] is not a setting (did you mean "CONCURRENCY"?)'),
+])
+def test_check_fails_naming_the_setting_and_value(cogworker, expected):
+    with override_settings(COGWORKER=cogworker):
+        assert cogworker_errors() == [("cogworker.E001", expected)]
+        with pytest.raises(SystemCheckError) as info:
+            call_command("check")
+    assert expected in str(info.value)
+
+
+def test_check_reports_every_problem_at_once():
+    with override_settings(COGWORKER={"CONCURRENCY": 0, "DEAD_MAX_JOBS": -5, "SHUTDOWN_TIMOUT": 3}):
+        messages = [msg for _, msg in cogworker_errors()]
+    assert len(messages) == 3
+    assert any("SHUTDOWN_TIMEOUT" in m and "did you mean" in m for m in messages)
+
+
+def test_check_reports_middleware_that_cannot_be_imported():
+    cogworker = {"CLIENT_MIDDLEWARE": ["middleware_fixtures.StampTenant", "middleware_fixtures.Missing"],
+                 "SERVER_MIDDLEWARE": ["no_such_module.Timing"]}
+    with override_settings(COGWORKER=cogworker):
+        errors = cogworker_errors()
+    assert [e for e, _ in errors] == ["cogworker.E002", "cogworker.E002"]
+    assert errors[0][1].startswith("COGWORKER[\"CLIENT_MIDDLEWARE\"] entry 'middleware_fixtures.Missing' cannot be")
+    assert errors[1][1].startswith("COGWORKER[\"SERVER_MIDDLEWARE\"] entry 'no_such_module.Timing' cannot be")
+
+
+def test_check_never_shows_the_redis_password():
+    with override_settings(COGWORKER={"REDIS_URL": f"http://alice:{PASSWORD}@cache:6379/0"}):
+        with pytest.raises(SystemCheckError) as info:
+            call_command("check")
+    assert 'COGWORKER["REDIS_URL"]' in str(info.value) and "http://alice:***@cache:6379/0" in str(info.value)
+    assert PASSWORD not in str(info.value)
+
+
+def test_manage_py_check_fails_on_bad_environment_driven_settings():
+    # testproject/settings.py reads COGWORKER_CONCURRENCY; the URL comes from the environment itself.
+    result = run_manage("check", env={"COGWORKER_CONCURRENCY": "0",
+                                      "COGWORKER_REDIS_URL": f"redis://:{PASSWORD}@cache:port/0"})
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert 'COGWORKER["CONCURRENCY"] must be a positive integer, got 0' in output
+    assert ('COGWORKER["REDIS_URL"] must be a redis://, rediss:// or unix:// URL, '
+            "got redis://:***@cache:port/0") in output
+    assert PASSWORD not in output
+
+
+# -- runcogworker refuses to start --------------------------------------------------------------------
+
+
+@pytest.mark.timeout(20)
+def test_runcogworker_bad_option_fails_before_connecting(r):
+    # An unreachable Redis: reaching it at all would show as a connection error or a hang, not this.
+    with override_settings(COGWORKER={"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}):
+        with pytest.raises(CommandError) as info:
+            call_command("runcogworker", concurrency=0)
+    assert 'COGWORKER["CONCURRENCY"] must be a positive integer, got 0' in str(info.value)
+
+
+@pytest.mark.timeout(20)
+def test_runcogworker_bad_option_registers_nothing(r):
+    with pytest.raises(CommandError, match=r'COGWORKER\["SHUTDOWN_TIMEOUT"\] must be a positive number'):
+        call_command("runcogworker", timeout=-1)
+    with pytest.raises(CommandError, match="queue names must be non-empty strings without spaces, got 'a b'"):
+        call_command("runcogworker", "-q", "a b")
+    assert r.dbsize() == 0
+
+
+@pytest.mark.timeout(20)
+def test_runcogworker_bad_settings_fail_at_start(r):
+    with override_settings(COGWORKER={"FETCH": "fast", "MAX_ORPHANINGS": 0}):
+        with pytest.raises(CommandError) as info:
+            call_command("runcogworker")
+    assert "FETCH" in str(info.value) and "'fast'" in str(info.value)
+    assert 'COGWORKER["MAX_ORPHANINGS"] must be a positive integer, got 0' in str(info.value)
+    assert r.dbsize() == 0
+
+
+@pytest.mark.timeout(20)
+def test_runcogworker_runs_the_system_checks_first(r):
+    with override_settings(COGWORKER={"SERVER_MIDDLEWARE": ["no_such_module.Timing"]}):
+        with pytest.raises(SystemCheckError, match=r'COGWORKER\["SERVER_MIDDLEWARE"\] entry'):
+            call_command("runcogworker", skip_checks=False)
+    assert r.dbsize() == 0
+
+
+def test_manage_py_runcogworker_bad_option_exits_with_the_setting_named():
+    result = run_manage("runcogworker", "-c", "0",
+                        env={"COGWORKER_REDIS_URL": f"redis://:{PASSWORD}@127.0.0.1:{free_port()}/0"})
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert 'COGWORKER["CONCURRENCY"] must be a positive integer, got 0' in output
+    assert "Traceback" not in output and PASSWORD not in output

@@ -1,0 +1,259 @@
+"""client: what a push writes to Redis, bulk pushes in one round trip, on_commit, client middleware."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import redis
+from django.db import transaction
+from django.test import override_settings
+
+from django_cogworker import Job
+from django_cogworker.client import Client
+from django_cogworker.conf import build_config
+
+MIDDLEWARE = "middleware_fixtures."
+
+
+class Push(Job):
+    def perform(self, *args, **kwargs):
+        pass
+
+
+class Boom(Exception):
+    pass
+
+
+def queued(r, queue="default", prefix="cogworker:"):
+    """Payloads waiting in ``queue``, in the order they will run (the fetch pops the right end)."""
+    return [json.loads(raw) for raw in reversed(r.lrange(f"{prefix}queue:{queue}", 0, -1))]
+
+
+def command_calls(r) -> dict[str, int]:
+    return {name.removeprefix("cmdstat_"): stats["calls"] for name, stats in r.info("commandstats").items()}
+
+
+# -- what lands in Redis ----------------------------------------------------------------------------
+
+
+def test_push_writes_the_documented_payload_to_the_queue_list(r):
+    before = time.time()
+    jid = Push.perform_async(1, "a", k={"x": [1]})
+    after = time.time()
+    assert r.type("cogworker:queue:default") == "list"
+    assert r.smembers("cogworker:queues") == {"default"}
+    (payload,) = queued(r)
+    assert set(payload) == {"jid", "class", "args", "kwargs", "queue", "retry", "created_at", "enqueued_at"}
+    assert (payload["jid"], payload["class"], payload["args"], payload["kwargs"]) == (
+        jid, Push.name, [1, "a"], {"k": {"x": [1]}})
+    assert (payload["queue"], payload["retry"]) == ("default", True)
+    assert before <= payload["created_at"] <= payload["enqueued_at"] <= after
+    assert isinstance(payload["enqueued_at"], float)
+
+
+def test_pushes_run_in_push_order(r):
+    jids = [Push.perform_async(i) for i in range(3)]
+    assert [p["jid"] for p in queued(r)] == jids
+    assert json.loads(r.rpop("cogworker:queue:default"))["jid"] == jids[0]  # the end the fetch takes
+
+
+def test_scheduled_push_goes_to_the_schedule_zset_scored_by_time(r):
+    at = time.time() + 300
+    jid = Push.perform_at(at, 1)
+    assert r.type("cogworker:schedule") == "zset"
+    ((raw, score),) = r.zrange("cogworker:schedule", 0, -1, withscores=True)
+    payload = json.loads(raw)
+    assert score == pytest.approx(at, abs=1e-3)
+    assert set(payload) == {"jid", "class", "args", "kwargs", "queue", "retry", "created_at"}
+    assert payload["jid"] == jid
+    assert not r.exists("cogworker:queues")  # listed when it is enqueued, not before
+
+
+def test_key_prefix_setting_namespaces_every_key(r):
+    with override_settings(COGWORKER={"KEY_PREFIX": "shop:"}):
+        Push.perform_async(1)
+        Push.perform_in(60, 2)
+    assert sorted(r.keys("*")) == ["shop:queue:default", "shop:queues", "shop:schedule"]
+
+
+def test_due_time_boundary_with_an_injected_clock(redis_url, r):
+    conn = redis.Redis.from_url(redis_url)
+    try:
+        client = Client(build_config({}, {}), conn, clock=lambda: 1000.0)
+        now = {"jid": "now", "class": Push.name, "args": [], "kwargs": {}, "queue": "default", "retry": True}
+        later = dict(now, jid="later")
+        client.push(now, at=1000.0)
+        client.push(later, at=1000.5)
+    finally:
+        conn.close()
+    assert [(p["jid"], p["enqueued_at"]) for p in queued(r)] == [("now", 1000.0)]
+    assert r.zrange("cogworker:schedule", 0, -1, withscores=True)[0][1] == 1000.5
+
+
+# -- bulk ---------------------------------------------------------------------------------------
+
+
+def test_perform_bulk_pushes_all_in_one_lpush(r):
+    r.config_resetstat()
+    jids = Push.perform_bulk([(1,), [2, "b"], (3,)])
+    calls = command_calls(r)
+    assert (calls.get("lpush"), calls.get("sadd")) == (1, 1)
+    payloads = queued(r)
+    assert [p["args"] for p in payloads] == [[1], [2, "b"], [3]]
+    assert [p["jid"] for p in payloads] == jids and len(set(jids)) == 3
+    assert len({p["enqueued_at"] for p in payloads}) == 1
+
+
+def test_perform_bulk_batches_large_pushes(r):
+    r.config_resetstat()
+    jids = Push.perform_bulk([(i,) for i in range(2500)])
+    assert command_calls(r).get("lpush") == 3  # 1000 per LPUSH keeps each command bounded
+    assert r.llen("cogworker:queue:default") == 2500 == len(jids)
+    assert [p["args"] for p in queued(r)[:2]] == [[0], [1]]
+
+
+def test_perform_bulk_checks_every_item_before_pushing_any(r):
+    with pytest.raises(TypeError, match=r"^perform_bulk item 2: args\[0\] is a set"):
+        Push.perform_bulk([(1,), (2,), ({3},)])
+    assert r.dbsize() == 0
+
+
+@pytest.mark.parametrize("items", [[1, 2], ["ab"], [{"a": 1}]], ids=["ints", "str", "dict"])
+def test_perform_bulk_items_must_be_argument_lists(r, items):
+    with pytest.raises(TypeError, match="perform_bulk items must be argument lists or tuples; item 0 is"):
+        Push.perform_bulk(items)
+    assert r.dbsize() == 0
+
+
+def test_perform_bulk_of_nothing_writes_nothing(r):
+    assert Push.perform_bulk([]) == []
+    assert r.dbsize() == 0
+
+
+# -- transactions -----------------------------------------------------------------------------------
+
+
+def test_outside_a_transaction_the_push_is_immediate(r):
+    jid = Push.perform_async(1)
+    assert [p["jid"] for p in queued(r)] == [jid]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_inside_atomic_the_push_waits_for_commit(r):
+    with transaction.atomic():
+        jid = Push.perform_async(1)
+        scheduled_jid = Push.perform_in(60, 2)
+        assert r.dbsize() == 0
+    assert [p["jid"] for p in queued(r)] == [jid]
+    assert [json.loads(raw)["jid"] for raw in r.zrange("cogworker:schedule", 0, -1)] == [scheduled_jid]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rolled_back_push_is_never_made(r):
+    with pytest.raises(Boom), transaction.atomic():
+        Push.perform_async(1)
+        Push.perform_bulk([(2,), (3,)])
+        raise Boom
+    with transaction.atomic():
+        pass  # a later commit must not release the discarded pushes
+    assert r.dbsize() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rolled_back_savepoint_drops_only_its_own_pushes(r):
+    with transaction.atomic():
+        kept = Push.perform_async("outer")
+        with pytest.raises(Boom), transaction.atomic():
+            Push.perform_async("inner")
+            raise Boom
+    assert [p["jid"] for p in queued(r)] == [kept]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_perform_bulk_waits_for_commit(r):
+    with transaction.atomic():
+        jids = Push.perform_bulk([(1,), (2,)])
+        assert r.dbsize() == 0
+        assert len(jids) == 2
+    assert [p["jid"] for p in queued(r)] == jids
+
+
+@pytest.mark.django_db(transaction=True)
+def test_per_push_opt_out_pushes_inside_atomic(r):
+    with transaction.atomic():
+        jid = Push.set(on_commit=False).perform_async(1)
+        bulk = Push.set(on_commit=False).perform_bulk([(2,)])
+        assert [p["jid"] for p in queued(r)] == [jid, *bulk]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_on_commit_false_setting_pushes_inside_atomic(r):
+    with override_settings(COGWORKER={"ENQUEUE_ON_COMMIT": False}), transaction.atomic():
+        jid = Push.perform_async(1)
+        assert [p["jid"] for p in queued(r)] == [jid]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_opt_in_per_push_when_the_setting_is_off(r):
+    with override_settings(COGWORKER={"ENQUEUE_ON_COMMIT": False}):
+        with transaction.atomic():
+            Push.set(on_commit=True).perform_async(1)
+            assert r.dbsize() == 0
+        assert len(queued(r)) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bad_arguments_fail_at_the_call_not_at_commit(r):
+    with transaction.atomic():
+        with pytest.raises(TypeError, match=r"^args\[0\] is a tuple"):
+            Push.perform_async((1,))
+        Push.perform_async(2)
+    assert [p["args"] for p in queued(r)] == [[2]]
+
+
+# -- client middleware --------------------------------------------------------------------------------
+
+
+def test_middleware_can_change_the_payload(r):
+    with override_settings(COGWORKER={"CLIENT_MIDDLEWARE": [MIDDLEWARE + "StampTenant"]}):
+        Push.perform_async(1)
+        Push.perform_in(60, 2)
+    assert queued(r)[0]["tenant"] == "acme"
+    assert json.loads(r.zrange("cogworker:schedule", 0, -1)[0])["tenant"] == "acme"
+
+
+def test_middleware_can_stop_a_push(r):
+    with override_settings(COGWORKER={"CLIENT_MIDDLEWARE": [MIDDLEWARE + "DropMarked"]}):
+        assert Push.perform_async("drop") is None
+        assert r.dbsize() == 0
+        jid = Push.perform_async("keep")
+    assert [p["jid"] for p in queued(r)] == [jid]
+
+
+def test_first_listed_middleware_is_outermost(r):
+    with override_settings(COGWORKER={"CLIENT_MIDDLEWARE": [MIDDLEWARE + "TrailOuter", MIDDLEWARE + "TrailInner"]}):
+        Push.perform_async(1)
+    assert queued(r)[0]["trail"] == ["outer", "inner"]
+
+
+def test_bulk_pushes_go_through_the_middleware_too(r):
+    chain = [MIDDLEWARE + "StampTenant", MIDDLEWARE + "DropMarked"]
+    with override_settings(COGWORKER={"CLIENT_MIDDLEWARE": chain}):
+        r.config_resetstat()
+        jids = Push.perform_bulk([("keep",), ("drop",), ("also",)])
+        assert command_calls(r).get("lpush") == 1
+    payloads = queued(r)
+    assert [p["args"] for p in payloads] == [["keep"], ["also"]]
+    assert [p["jid"] for p in payloads] == jids
+    assert {p["tenant"] for p in payloads} == {"acme"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_middleware_runs_at_commit_for_a_deferred_push(r):
+    with override_settings(COGWORKER={"CLIENT_MIDDLEWARE": [MIDDLEWARE + "DropMarked"]}):
+        with transaction.atomic():
+            Push.perform_async("drop")
+            Push.perform_async("keep")
+        assert [p["args"] for p in queued(r)] == [["keep"]]

@@ -1,0 +1,260 @@
+"""job: Job classes, their options, per-push options, the perform_* family and the registry."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import re
+import time
+import zoneinfo
+
+import pytest
+
+from django_cogworker import CogworkerError, Job, JobSetter
+from django_cogworker.job import registered, registry
+from testproject.demo.jobs import SendReceipt
+
+
+class Plain(Job):
+    def perform(self, *args, **kwargs):
+        pass
+
+
+class Mailer(Job):
+    queue = "mail"
+    retry = 5
+    backtrace = 10
+
+
+class Disposable(Job):
+    retry = False
+    dead = False
+
+
+class Named(Job):
+    name = "billing.charge"
+
+
+def queued(r, queue="default"):
+    """Payloads waiting in ``queue``, in the order they will run (the fetch pops the right end)."""
+    return [json.loads(raw) for raw in reversed(r.lrange(f"cogworker:queue:{queue}", 0, -1))]
+
+
+def scheduled(r):
+    return [(json.loads(raw), score) for raw, score in r.zrange("cogworker:schedule", 0, -1, withscores=True)]
+
+
+# -- registry ----------------------------------------------------------------------------------
+
+
+def test_jobs_register_under_module_and_qualified_name():
+    assert SendReceipt.name == "testproject.demo.jobs.SendReceipt"
+    assert registered("testproject.demo.jobs.SendReceipt") is SendReceipt
+    assert registered(Plain.name) is Plain and Plain.name == f"{__name__}.Plain"
+    assert registry()[Mailer.name] is Mailer
+
+
+def test_explicit_name_is_used_and_survives_a_move():
+    assert registered("billing.charge") is Named
+
+
+def test_registry_resolves_names_never_imports():
+    # A payload naming any importable callable must not be run: only registered jobs exist.
+    assert registered("os.system") is None
+    assert registered("django_cogworker.job.Job") is None
+
+
+def test_a_second_class_taking_a_name_is_refused():
+    with pytest.raises(CogworkerError, match=re.escape(f"job name 'billing.charge' is taken by {__name__}.Named")):
+        class Impostor(Job):
+            name = "billing.charge"
+    assert registered("billing.charge") is Named
+
+
+def test_redefining_the_same_class_replaces_it():
+    # Reloading a module (a shell, an autoreloader) defines the same module.qualname again.
+    def define():
+        class Reloaded(Job):
+            pass
+        return Reloaded
+
+    first, second = define(), define()
+    assert first is not second and first.name == second.name
+    assert registered(second.name) is second
+
+
+def test_subclass_gets_its_own_name():
+    class Child(Mailer):
+        pass
+
+    assert Child.name.endswith("test_subclass_gets_its_own_name.<locals>.Child")
+    assert registered(Child.name) is Child and registered(Mailer.name) is Mailer
+    assert (Child.queue, Child.retry) == ("mail", 5)
+
+
+# -- options -----------------------------------------------------------------------------------
+
+
+def test_class_options_land_in_the_payload(r):
+    jid = Mailer.perform_async(7)
+    (payload,) = queued(r, "mail")
+    assert payload["jid"] == jid
+    assert (payload["class"], payload["queue"], payload["retry"], payload["backtrace"]) == (
+        Mailer.name, "mail", 5, 10)
+    assert "dead" not in payload
+
+
+def test_defaults_are_default_queue_and_retry_true(r):
+    Plain.perform_async()
+    (payload,) = queued(r)
+    assert (payload["queue"], payload["retry"]) == ("default", True)
+    assert "dead" not in payload and "backtrace" not in payload
+
+
+def test_dead_false_and_retry_false_are_carried(r):
+    Disposable.perform_async()
+    (payload,) = queued(r)
+    assert (payload["retry"], payload["dead"]) == (False, False)
+
+
+def test_set_overrides_options_for_one_push_only(r):
+    setter = Mailer.set(queue="urgent", retry=1, dead=False, backtrace=True)
+    assert isinstance(setter, JobSetter)
+    setter.perform_async(1)
+    Mailer.perform_async(2)
+    (urgent,) = queued(r, "urgent")
+    assert (urgent["queue"], urgent["retry"], urgent["dead"], urgent["backtrace"], urgent["args"]) == (
+        "urgent", 1, False, True, [1])
+    (mail,) = queued(r, "mail")
+    assert (mail["queue"], mail["retry"], mail["args"]) == ("mail", 5, [2])
+    assert r.smembers("cogworker:queues") == {"urgent", "mail"}
+
+
+def test_set_rejects_unknown_options_and_bad_queue():
+    with pytest.raises(TypeError, match=r"unknown push option\(s\) \['retries'\]"):
+        Plain.set(retries=3)
+    with pytest.raises(TypeError, match="queue must be a non-empty string, got ''"):
+        Plain.set(queue="")
+
+
+# -- perform_async / perform_in / perform_at ----------------------------------------------------
+
+
+def test_perform_async_returns_the_jid_and_keeps_args_and_kwargs(r):
+    jid = Plain.perform_async(1, "two", [3], {"four": 4}, flag=True, when=None)
+    (payload,) = queued(r)
+    assert payload["jid"] == jid and len(jid) == 24
+    assert payload["args"] == [1, "two", [3], {"four": 4}]
+    assert payload["kwargs"] == {"flag": True, "when": None}
+
+
+def test_perform_in_seconds_or_timedelta_schedules(r):
+    before = time.time()
+    jid1 = Plain.perform_in(60, "a")
+    jid2 = Plain.perform_in(dt.timedelta(hours=1), "b")
+    after = time.time()
+    entries = {p["jid"]: (p, score) for p, score in scheduled(r)}
+    assert before + 60 <= entries[jid1][1] <= after + 60
+    assert before + 3600 <= entries[jid2][1] <= after + 3600
+    assert entries[jid1][0]["args"] == ["a"] and "enqueued_at" not in entries[jid1][0]
+    assert "at" not in entries[jid1][0]
+    assert r.exists("cogworker:queue:default") == 0
+
+
+def test_perform_at_aware_datetime_or_epoch(r):
+    paris = zoneinfo.ZoneInfo("Europe/Paris")
+    when = dt.datetime(2099, 1, 2, 3, 4, 5, tzinfo=paris)
+    jid1 = Plain.perform_at(when, 1)
+    jid2 = Plain.perform_at(4_102_444_800.5, 2)
+    scores = {p["jid"]: score for p, score in scheduled(r)}
+    assert scores == {jid1: when.timestamp(), jid2: 4_102_444_800.5}
+
+
+def test_perform_at_a_naive_datetime_is_refused(r):
+    with pytest.raises(ValueError, match="aware datetime"):
+        Plain.perform_at(dt.datetime(2099, 1, 1), 1)
+    assert r.dbsize() == 0
+
+
+@pytest.mark.parametrize("when", ["2099-01-01", None, True, dt.date(2099, 1, 1)])
+def test_perform_at_refuses_what_is_not_a_time(r, when):
+    with pytest.raises(TypeError):
+        Plain.perform_at(when)
+    assert r.dbsize() == 0
+
+
+@pytest.mark.parametrize("delay", ["60", None, True])
+def test_perform_in_refuses_what_is_not_a_delay(r, delay):
+    with pytest.raises(TypeError, match="perform_in takes seconds or a timedelta"):
+        Plain.perform_in(delay)
+    assert r.dbsize() == 0
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_time_that_is_not_finite_is_refused(r, bad):
+    with pytest.raises(ValueError, match="must be finite"):
+        Plain.perform_in(bad)
+    with pytest.raises(ValueError, match="must be finite"):
+        Plain.perform_at(bad)
+    assert r.dbsize() == 0
+
+
+def test_a_time_in_the_past_is_enqueued_at_once(r):
+    jid1 = Plain.perform_at(time.time() - 10)
+    jid2 = Plain.perform_in(-5)
+    jid3 = Plain.perform_in(0)
+    assert [p["jid"] for p in queued(r)] == [jid1, jid2, jid3]
+    assert r.zcard("cogworker:schedule") == 0
+
+
+def test_set_works_with_every_perform(r):
+    Plain.set(queue="later").perform_in(30)
+    Plain.set(queue="later").perform_at(time.time() + 30)
+    Plain.set(queue="bulk").perform_bulk([(1,)])
+    assert [p["queue"] for p, _ in scheduled(r)] == ["later", "later"]
+    assert [p["queue"] for p in queued(r, "bulk")] == ["bulk"]
+
+
+# -- JSON-native arguments only ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("args", "kwargs", "where", "kind"), [
+    ((1, (2, 3)), {}, "args[1]", "tuple"),
+    (({"a", "b"},), {}, "args[0]", "set"),
+    ((), {"when": dt.datetime(2024, 1, 1, tzinfo=dt.UTC)}, "kwargs['when']", "datetime"),
+    ((decimal.Decimal("9.99"),), {}, "args[0]", "Decimal"),
+    ((1, float("nan")), {}, "args[1]", None),
+    (({"nested": [1, b"x"]},), {}, "args[0]['nested'][1]", "bytes"),
+    (({1: "one"},), {}, "args[0]", None),
+    ((object(),), {}, "args[0]", "object"),
+])
+def test_non_json_arguments_raise_at_push_naming_the_argument(r, args, kwargs, where, kind):
+    with pytest.raises(TypeError) as info:
+        Plain.perform_async(*args, **kwargs)
+    message = str(info.value)
+    assert message.startswith(where + " ")
+    if kind:
+        assert f"is a {kind} " in message
+    assert r.dbsize() == 0
+
+
+def test_non_json_argument_refused_for_scheduled_pushes_too(r):
+    with pytest.raises(TypeError, match=r"^args\[0\] is a tuple"):
+        Plain.perform_in(10, (1,))
+    assert r.dbsize() == 0
+
+
+def test_tuple_hint_suggests_a_list():
+    with pytest.raises(TypeError, match=r"\(use a list\)"):
+        Plain.perform_async((1, 2))
+
+
+def test_perform_without_perform_defined_says_so():
+    with pytest.raises(NotImplementedError, match="Named.perform is not defined"):
+        Named().perform()
+
+
+def test_job_instance_knows_its_jid_and_payload():
+    job = Plain({"jid": "abc", "class": Plain.name, "args": []})
+    assert (job.jid, job.payload["class"]) == ("abc", Plain.name)

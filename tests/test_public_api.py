@@ -1,0 +1,39 @@
+"""The public surface: ``django_cogworker.__all__`` is sorted and changes only on purpose."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import django_cogworker
+
+EXPECTED = [
+    "CogworkerError",
+    "ConfigError",
+    "Job",
+    "JobSetter",
+    "PayloadError",
+    "UnknownJobError",
+    "__version__",
+    "periodic",
+]
+
+
+def test_all_is_sorted_and_exactly_the_expected_names():
+    assert django_cogworker.__all__ == sorted(django_cogworker.__all__)
+    assert django_cogworker.__all__ == EXPECTED
+
+
+def test_every_exported_name_exists():
+    namespace: dict = {}
+    exec("from django_cogworker import *", namespace)
+    assert sorted(k for k in namespace if k != "__builtins__") == EXPECTED
+
+
+def test_errors_share_one_base():
+    for name in ("ConfigError", "PayloadError", "UnknownJobError"):
+        assert issubclass(getattr(django_cogworker, name), django_cogworker.CogworkerError)
+    assert issubclass(django_cogworker.UnknownJobError, django_cogworker.PayloadError)
+
+
+def test_version_matches_the_installed_distribution():
+    assert django_cogworker.__version__ == importlib.metadata.version("django-cogworker")

@@ -1,0 +1,189 @@
+"""testing: fake and inline modes, the pytest fixtures and the TestCase mixins users write tests with."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pytest
+from django.test import TestCase
+
+from django_cogworker import Job, UnknownJobError, runtime, testing
+from testproject.demo.jobs import FailJob, RecordJob
+
+
+class Collect(Job):
+    """Appends its arguments to a module-level list, so a test can see it ran."""
+
+    def perform(self, *args, **kwargs):
+        ran.append((self.jid, list(args), kwargs))
+
+
+class FanOut(Job):
+    """Pushes one Collect per item: jobs that push jobs."""
+
+    def perform(self, items):
+        for item in items:
+            Collect.perform_async(item)
+
+
+ran: list = []
+
+
+@pytest.fixture(autouse=True)
+def clear_ran():
+    ran.clear()
+
+
+# -- fake mode -------------------------------------------------------------------------------------
+
+
+def test_fake_collects_pushes_per_class_without_redis(r):
+    with testing.fake() as jobs:
+        jid = Collect.perform_async(1, flag=True)
+        Collect.perform_in(60, 2)
+        FanOut.perform_async([3])
+        assert jobs.args(Collect) == [[1], [2]]
+        assert [p["jid"] for p in jobs.jobs(Collect)][0] == jid
+        assert jobs.jobs(Collect)[0]["kwargs"] == {"flag": True}
+        assert jobs.args(FanOut) == [[[3]]]
+        assert len(jobs) == 3 and len(jobs.jobs()) == 3
+    assert r.dbsize() == 0
+    assert ran == []
+
+
+def test_fake_payloads_are_what_a_worker_would_see():
+    with testing.fake() as jobs:
+        Collect.set(queue="mail", retry=2).perform_async({"k": [1, 2]})
+        (payload,) = jobs.jobs(Collect)
+    assert (payload["class"], payload["queue"], payload["retry"], payload["args"]) == (
+        Collect.name, "mail", 2, [{"k": [1, 2]}])
+    assert isinstance(payload["enqueued_at"], float)
+
+
+def test_fake_still_refuses_non_json_arguments():
+    with testing.fake() as jobs, pytest.raises(TypeError, match=r"^args\[0\] is a tuple"):
+        Collect.perform_async((1, 2))
+    assert len(jobs) == 0
+
+
+def test_drain_runs_jobs_and_the_jobs_they_push():
+    with testing.fake() as jobs:
+        FanOut.perform_async(["a", "b"])
+        Collect.perform_async("c")
+        assert jobs.drain() == 4
+        assert len(jobs) == 0
+    assert [args for _, args, _ in ran] == [["c"], ["a"], ["b"]]
+
+
+def test_drain_one_class_leaves_the_others():
+    with testing.fake() as jobs:
+        Collect.perform_async(1)
+        FanOut.perform_async([2])
+        assert jobs.drain(Collect) == 1
+        assert jobs.args(FanOut) == [[[2]]]
+        jobs.clear()
+        assert len(jobs) == 0
+
+
+def test_drain_raises_what_the_job_raises():
+    with testing.fake() as jobs:
+        FailJob.perform_async("in drain")
+        with pytest.raises(RuntimeError, match="in drain"):
+            jobs.drain()
+
+
+def test_drain_of_an_unregistered_class_says_so():
+    with testing.fake() as jobs:
+        jobs.push({"jid": "x", "class": "nowhere.Missing", "args": [], "kwargs": {}, "queue": "default"})
+        with pytest.raises(UnknownJobError, match="'nowhere.Missing'"):
+            jobs.drain()
+
+
+def test_fake_bulk_collects_each_item():
+    with testing.fake() as jobs:
+        jids = Collect.perform_bulk([(1,), (2,)])
+        assert [p["jid"] for p in jobs.jobs(Collect)] == jids
+
+
+def test_leaving_fake_mode_pushes_to_redis_again(r):
+    with testing.fake():
+        Collect.perform_async(1)
+    Collect.perform_async(2)
+    assert r.llen("cogworker:queue:default") == 1
+
+
+# -- inline mode ------------------------------------------------------------------------------------
+
+
+def test_inline_runs_at_push_in_the_callers_thread(r):
+    with testing.inline():
+        jid = RecordJob.perform_async("inline:key")
+        assert r.lrange("inline:key", 0, -1) == [jid]
+        RecordJob.perform_in(3600, "inline:key", "later")  # scheduled ones run at once too
+        assert r.lrange("inline:key", 0, -1) == [jid, "later"]
+    assert not r.exists("cogworker:queue:default", "cogworker:schedule")
+
+
+def test_inline_exceptions_reach_the_caller():
+    with testing.inline(), pytest.raises(RuntimeError, match="from inline"):
+        FailJob.perform_async("from inline")
+
+
+def test_inline_passes_json_round_tripped_arguments():
+    with testing.inline():
+        Collect.perform_async([1, {"a": None}], key="v")
+        Collect.perform_bulk([(2,), (3,)])
+    assert [(args, kwargs) for _, args, kwargs in ran] == [([[1, {"a": None}]], {"key": "v"}), ([2], {}), ([3], {})]
+
+
+def test_modes_nest_and_restore_the_previous_one():
+    with testing.inline():
+        with testing.fake() as jobs:
+            Collect.perform_async(1)
+        assert jobs.args(Collect) == [[1]] and ran == []
+        Collect.perform_async(2)
+        assert [args for _, args, _ in ran] == [[2]]
+    assert runtime.set_override(None) is None
+
+
+# -- pytest fixtures (installed by the package's pytest11 entry point) ------------------------------
+
+
+def test_plugin_is_installed_by_entry_point(pytestconfig):
+    (entry,) = [e for e in importlib.metadata.entry_points(group="pytest11") if e.name == "cogworker"]
+    assert entry.value == "django_cogworker.pytest_plugin"
+    assert pytestconfig.pluginmanager.has_plugin("cogworker")
+
+
+def test_cogworker_fake_fixture(cogworker_fake, r):
+    Collect.perform_async(1)
+    assert cogworker_fake.args(Collect) == [[1]]
+    assert cogworker_fake.drain() == 1
+    assert r.dbsize() == 0
+
+
+def test_cogworker_inline_fixture(cogworker_inline, r):
+    jid = RecordJob.perform_async("fixture:key")
+    assert r.lrange("fixture:key", 0, -1) == [jid]
+    with pytest.raises(RuntimeError, match="fixture boom"):
+        FailJob.perform_async("fixture boom")
+
+
+# -- unittest / Django TestCase mixins -------------------------------------------------------------
+
+
+class FakeJobsMixinTests(testing.FakeJobsMixin, TestCase):
+    def test_pushes_inside_the_test_transaction_are_recorded(self):
+        # TestCase wraps each test in atomic(): fake mode must not wait for a commit that never comes.
+        Collect.perform_async("receipt", 42)
+        self.assertEqual(self.jobs.args(Collect), [["receipt", 42]])
+        self.assertEqual(self.jobs.drain(), 1)
+        self.assertEqual([args for _, args, _ in ran], [["receipt", 42]])
+
+
+class InlineJobsMixinTests(testing.InlineJobsMixin, TestCase):
+    def test_jobs_run_at_push(self):
+        jid = RecordJob.perform_async("mixin:key")
+        self.assertEqual(runtime.get_redis().lrange("mixin:key", 0, -1), [jid.encode()])
+        with self.assertRaises(RuntimeError):
+            FailJob.perform_async("mixin boom")
