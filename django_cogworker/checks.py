@@ -11,12 +11,16 @@ from .errors import ConfigError
 
 @checks.register("cogworker")
 def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    from . import runtime
+    import os
+
+    from django.conf import settings
+
+    from .conf import build_config
     from .middleware import import_string
 
-    runtime.reset()
     try:
-        config = runtime.get_config()
+        # Built afresh (not the shared runtime config, whose Redis pool stays in use).
+        config = build_config(getattr(settings, "COGWORKER", None), os.environ)
     except ConfigError as exc:
         return [checks.Error(message, id="cogworker.E001") for message in exc.errors]
     errors = []
@@ -29,8 +33,6 @@ def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
             except ImportError as exc:
                 errors.append(checks.Error(f'COGWORKER["{setting}"] entry {path!r} cannot be imported: {exc}',
                                            id="cogworker.E002"))
-    from django.conf import settings
-
     from .periodic import build_entries
 
     try:

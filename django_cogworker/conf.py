@@ -250,6 +250,9 @@ def validate(cfg: Config) -> Config:
         # (the value itself isn't echoed: it may hold a password)
         errors.append(f'COGWORKER["REDIS_OPTIONS"] must be a dict of redis-py connection options, '
                       f'got a {type(cfg.redis_options).__name__}')
+    if isinstance(cfg.redis_options, Mapping) and cfg.redis_options.get("decode_responses"):
+        errors.append('COGWORKER["REDIS_OPTIONS"] must not set decode_responses: payloads are kept as the exact '
+                      'bytes pushed')
     if not isinstance(cfg.key_prefix, str) or not cfg.key_prefix:
         bad("key_prefix", "a non-empty string")
     if not cfg.queues:

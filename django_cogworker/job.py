@@ -201,9 +201,10 @@ def _epoch(when: float | dt.datetime) -> float:
 
 
 def _check_unique(unique_for: Any, unique_until: Any, where: str) -> None:
-    if unique_for is not None and (isinstance(unique_for, bool) or not isinstance(unique_for, (int, float))
-                                   or unique_for <= 0):
-        raise CogworkerError(f"{where}: unique_for must be a positive number of seconds (a lock needs a TTL "
-                             f"so a crash can't hold it forever), got {unique_for!r}")
+    if unique_for is not None and unique_for is not True and (
+            isinstance(unique_for, bool) or not isinstance(unique_for, (int, float)) or unique_for <= 0):
+        raise CogworkerError(f"{where}: unique_for must be a positive number of seconds, or True for "
+                             f"UNIQUE_LOCK_TTL (a lock needs a TTL so a crash can't hold it forever), "
+                             f"got {unique_for!r}")
     if unique_until not in ("success", "start"):
         raise CogworkerError(f'{where}: unique_until must be "success" or "start", got {unique_until!r}')

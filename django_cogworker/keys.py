@@ -15,12 +15,14 @@ dead                          zset    payloads that won't run without a human; c
 in_progress:<identity>        list    reliable fetch: taken by that process, not settled      -
 in_progress_identities        set     processes that own an in-progress list                  -
 last_beat                     hash    identity -> Redis TIME of its last heartbeat            -
-orphan_lock:<identity>        string  a live process recovering that identity's list          short
+orphan_lock:<identity>        string  a live process recovering that identity's list          max(thr, 60 s)
 processes                     set     live process identities                                 -
-process:<identity>            hash    info (JSON), busy, quiet, signal                        60 s
+process:<identity>            hash    info (JSON), busy, quiet, beat (Redis time)             60 s
 workers:<identity>            hash    thread name -> JSON of the job that thread runs         60 s
-signals:<identity>            list    remote signals for that process (quiet, stop, dump)     60 s
-repeat_orphans                list    jobs recovered from crashed processes more than once    capped
+signals:<identity>            list    remote signals for that process (quiet, stop, dump);    -
+                                      popped by its heartbeat, deleted at its clean exit
+repeat_orphans                list    jobs sent to dead for being orphaned MAX_ORPHANINGS      1,000
+                                      times (a record for humans)                             entries
 unsettled                     list    jobs that ran but whose retry/dead filing failed        -
 stat:processed[:<day>]        string  processed counter (total, per UTC day)                  day: 1 y
 stat:failed[:<day>]           string  failed counter (total, per UTC day)                     day: 1 y

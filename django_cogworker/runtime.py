@@ -59,12 +59,15 @@ def get_client() -> Any:
 
 def defer_to_commit(push: Any) -> bool:
     """Run ``push`` when the current transaction commits; return False outside one."""
-    from django.db import connection, transaction
+    from django.db import connections, transaction
 
-    if not connection.in_atomic_block:
-        return False
-    transaction.on_commit(push)
-    return True
+    # Any database's transaction, not only "default": a push made inside
+    # atomic(using="other") must wait for that commit.
+    for conn in connections.all(initialized_only=True):
+        if conn.in_atomic_block:
+            transaction.on_commit(push, using=conn.alias)
+            return True
+    return False
 
 
 def set_override(client: Any) -> Any:

@@ -1,7 +1,7 @@
 """Unique jobs: at most one job with the same class, arguments and queue pushed at a time.
 
     class RebuildIndex(Job):
-        unique_for = 600            # seconds; required, so a crash can't hold a lock forever
+        unique_for = 600            # seconds (True: UNIQUE_LOCK_TTL); a crash can't hold a lock forever
         unique_until = "success"    # or "start"
 
 A push takes ``unique:<digest>`` (SET NX, holding the jid, TTL ``unique_for``
@@ -33,15 +33,17 @@ def digest(payload: dict[str, Any]) -> str:
     return hashlib.sha256(basis.encode()).hexdigest()
 
 
-def lock_ttl(payload: dict[str, Any], now: float) -> int:
+def lock_ttl(payload: dict[str, Any], now: float, default: float) -> int:
+    """``unique_for`` (True: ``default``, UNIQUE_LOCK_TTL) plus the delay of a scheduled push."""
     delay = max(float(payload.get("at") or now) - now, 0.0)
-    return max(int(payload["unique_for"] + delay + 0.999), 1)
+    ttl = default if payload["unique_for"] is True else payload["unique_for"]
+    return max(int(ttl + delay + 0.999), 1)
 
 
-def claim(redis: Any, keys: Keys, payload: dict[str, Any], now: float) -> bool:
+def claim(redis: Any, keys: Keys, payload: dict[str, Any], now: float, default_ttl: float = 3600.0) -> bool:
     """Take the lock for this payload; False (logged) if another jid holds it."""
     key = keys.unique(payload["unique_digest"])
-    if redis.set(key, payload["jid"], nx=True, ex=lock_ttl(payload, now)):
+    if redis.set(key, payload["jid"], nx=True, ex=lock_ttl(payload, now, default_ttl)):
         return True
     holder = redis.get(key)
     logger.info("duplicate of unique job %s not pushed: jid=%s holds the lock", payload["class"],

@@ -86,11 +86,16 @@ def _normalise(overrides: dict) -> dict:
 
 
 def _split_queue_option(item: str) -> list[str]:
-    """``-q mail,3`` is one weighted queue; ``-q a,b`` two queues (a weight is a number)."""
-    parts = [p.strip() for p in item.split(",") if p.strip()]
-    if len(parts) == 2 and parts[1].isdigit():
-        return [f"{parts[0]},{parts[1]}"]
-    return parts
+    """``-q mail,3`` is one weighted queue; ``-q a,b`` two; ``-q a,3,b,1`` two weighted (a weight is a number)."""
+    out: list[str] = []
+    for part in (p.strip() for p in item.split(",")):
+        if not part:
+            continue
+        if part.lstrip("-").isdigit() and out and "," not in out[-1]:
+            out[-1] = f"{out[-1]},{part}"  # a weight of the queue before it (a bad one fails validation)
+        else:
+            out.append(part)
+    return out
 
 
 def _pid() -> int:
