@@ -35,7 +35,7 @@ def encode(payload: dict[str, Any]) -> str:
 def decode(raw: bytes | str) -> dict[str, Any]:
     """Parse a stored payload; raise PayloadError for anything but a JSON object with a class."""
     try:
-        payload = json.loads(raw)
+        payload = json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         # RecursionError: JSON nested deeper than the parser goes. The engine
         # catches PayloadError only; anything else would kill the thread that
@@ -48,6 +48,13 @@ def decode(raw: bytes | str) -> dict[str, Any]:
     if not isinstance(payload.get("args", []), list) or not isinstance(payload.get("kwargs", {}), dict):
         raise PayloadError("payload args must be a list and kwargs an object")
     return payload
+
+
+def _reject_constant(name: str) -> Any:
+    # NaN and Infinity aren't JSON, though Python's json reads them: a payload
+    # holding one ran, but couldn't be written back (retry, the poller's move),
+    # and failed on every attempt to, before anything queued behind it.
+    raise ValueError(f"{name} is not JSON")
 
 
 def dead_letter(raw: bytes | str, reason: str, now: float) -> dict[str, Any]:

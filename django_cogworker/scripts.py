@@ -324,3 +324,47 @@ else
 end
 return 1
 """)
+
+# -- the admin's object model (api) ---------------------------------------------
+
+# KEYS[1] = source zset (schedule, retry or dead), KEYS[2] = queues set,
+# KEYS[3..n] = destination queue lists.
+# ARGV = groups of four: the raw entry as stored, the index in KEYS of its
+# queue list (3-based), the queue's name, the payload to push (built in Python:
+# cjson would round large integers in args).
+# retry_all, one batch per call: each entry that is still there is pushed,
+# then removed. A push that fails (its queue key of the wrong type) leaves
+# that entry where it is and goes on with the others. Returns {moved, failed}.
+REQUEUE_FROM_ZSET_BATCH = Script("""
+local moved, failed = 0, 0
+for i = 1, #ARGV, 4 do
+  if redis.call("ZSCORE", KEYS[1], ARGV[i]) then
+    local pushed = redis.pcall("LPUSH", KEYS[tonumber(ARGV[i + 1])], ARGV[i + 3])
+    if type(pushed) == "table" and pushed.err then
+      failed = failed + 1
+    else
+      redis.call("ZREM", KEYS[1], ARGV[i])
+      redis.pcall("SADD", KEYS[2], ARGV[i + 2])
+      moved = moved + 1
+    end
+  end
+end
+return {moved, failed}
+""")
+
+# KEYS[1] = a quarantined key, KEYS[2] = the key it was moved from.
+# Puts a quarantined key back, without the quarantine's expiry, only while
+# the original name is free: never overwrites the fresh key work has carried
+# on with. Returns 1 when restored, 0 when the original exists, -1 when the
+# quarantined key is gone.
+RESTORE_QUARANTINED = Script("""
+if redis.call("EXISTS", KEYS[1]) == 0 then
+  return -1
+end
+if redis.call("EXISTS", KEYS[2]) == 1 then
+  return 0
+end
+redis.call("RENAME", KEYS[1], KEYS[2])
+redis.call("PERSIST", KEYS[2])
+return 1
+""")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import collections
 
-from engine_fixtures import Note, launcher_factory, new_token, runs  # noqa: F401 - fixture
+from engine_fixtures import Note, launcher_factory_fixture, new_token, runs  # noqa: F401 - fixture
 from helpers import wait_until
 
 from django_cogworker import payload as payloads

@@ -133,6 +133,10 @@ class Fetch:
     def requeue(self, units: Iterable[Unit], acks: Sequence[bytes] = (), keep: Sequence[bytes] = ()) -> int:
         raise NotImplementedError
 
+    def hand_back(self, units: Sequence[Unit]) -> int:
+        """Put back just ``units`` (fetched, never started) at the head of their queues."""
+        raise NotImplementedError
+
 
 class ReliableFetch(Fetch):
     reliable = True
@@ -200,6 +204,9 @@ class ReliableFetch(Fetch):
                          "left on %s for orphan recovery", listed_to_move - moved, self.in_progress)
         return moved
 
+    def hand_back(self, units: Sequence[Unit]) -> int:
+        return self._requeue_counted(collections.Counter(u.raw for u in units), {u.raw: u.queue for u in units})
+
     def reconcile(self, known: collections.Counter[bytes], suspects: collections.Counter[bytes]
                   ) -> collections.Counter[bytes]:
         """Requeue what sits on our list without our knowing of it; return the new suspects.
@@ -252,6 +259,9 @@ class BasicFetch(Fetch):
 
     def ack(self, raw: bytes) -> None:
         """Nothing to do: the job left Redis when it was popped."""
+
+    def hand_back(self, units: Sequence[Unit]) -> int:
+        return self.requeue(units)
 
     def requeue(self, units: Iterable[Unit], acks: Sequence[bytes] = (), keep: Sequence[bytes] = ()) -> int:
         """Push the jobs this process holds back onto the end their queues are popped from.

@@ -49,7 +49,7 @@ class OrphanRecovery:
             now = time.time()
         try:
             identities = {m.decode() for m in r.smembers(k.in_progress_identities)}
-            beats = {f.decode(): float(v) for f, v in r.hgetall(k.last_beat).items()}
+            beats = _parse_beats(r.hgetall(k.last_beat))
         except redis_lib.exceptions.ResponseError as exc:
             # A registry of the wrong type: no information, so no verdicts this
             # round (the key guard moves it aside).
@@ -149,3 +149,14 @@ class OrphanRecovery:
                      payload.get("dead_reason") or payload.get("error_message"))
         return int(scripts.ORPHAN_TO_DEAD(self.redis, [source, self.keys.dead, self.keys.repeat_orphans],
                                           [raw, time.time(), payloads.encode(payload), record, below, cap]))
+
+
+def _parse_beats(raw: dict[bytes, bytes]) -> dict[str, float]:
+    """identity -> stamp; an unreadable stamp is logged and treated as missing (alive while its process hash is)."""
+    beats = {}
+    for field, value in raw.items():
+        try:
+            beats[field.decode()] = float(value)
+        except (ValueError, UnicodeDecodeError):
+            logger.error("unreadable last-beat stamp %.50r for %.100r: skipped", value, field)
+    return beats

@@ -64,7 +64,8 @@ class Poller:
 
     def stop(self) -> None:
         self.stop_event.set()
-        self._thread.join(5)
+        if self._thread.ident is not None:  # (a TERM can come before start: see Launcher.run)
+            self._thread.join(5)
 
     def poll_interval(self) -> float:
         return self.config.poll_interval_average * max(self.process_count(), 1) * self.rng.uniform(0.5, 1.5)

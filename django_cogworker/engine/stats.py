@@ -6,6 +6,7 @@ counters in one pipeline. A failed flush keeps the counts for the next one.
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from typing import Any
@@ -25,6 +26,8 @@ class Stats:
         self._lock = threading.Lock()
         self._processed = 0
         self._failed = 0
+        # key -> count a failed flush didn't write; the next flush adds it.
+        self._unwritten: collections.Counter[str] = collections.Counter()
 
     def job_done(self, failed: bool) -> None:
         with self._lock:
@@ -33,22 +36,43 @@ class Stats:
                 self._failed += 1
 
     def flush(self, redis: Any, now: float | None = None) -> None:
+        """Write the counts (totals and per-day) in one pipeline; keep what wasn't written.
+
+        Kept per key: a pipeline is no transaction, so one failing increment (its
+        key of the wrong type) leaves the others applied, and carrying all the
+        counts over used to count those twice. Raises the first error.
+        """
         with self._lock:
             processed, failed = self._processed, self._failed
             self._processed = self._failed = 0
-        if not processed and not failed:
-            return
+            increments, self._unwritten = self._unwritten, collections.Counter()
         day = day_of(time.time() if now is None else now)
+        for name, count in (("processed", processed), ("failed", failed)):
+            if count:
+                increments[self.keys.stat(name)] += count
+                increments[self.keys.stat(name, day)] += count
+        if not increments:
+            return
+        items = list(increments.items())
+        totals = {self.keys.stat_processed, self.keys.stat_failed}
         try:
             pipe = redis.pipeline(transaction=False)
-            for name, count in (("processed", processed), ("failed", failed)):
-                if count:
-                    pipe.incrby(self.keys.stat(name), count)
-                    pipe.incrby(self.keys.stat(name, day), count)
-                    pipe.expire(self.keys.stat(name, day), DAY_TTL)
-            pipe.execute()
+            for key, count in items:
+                pipe.incrby(key, count)
+            for key, _count in items:
+                if key not in totals:
+                    pipe.expire(key, DAY_TTL)
+            results = pipe.execute(raise_on_error=False)
         except Exception:
-            with self._lock:
-                self._processed += processed
-                self._failed += failed
+            self._keep(items)
             raise
+        failures = [(item, result) for item, result in zip(items, results, strict=False)
+                    if isinstance(result, Exception)]
+        if failures:
+            self._keep([item for item, _ in failures])
+            raise failures[0][1]
+
+    def _keep(self, items: list[tuple[str, int]]) -> None:
+        with self._lock:
+            for key, count in items:
+                self._unwritten[key] += count

@@ -1,0 +1,276 @@
+"""Processors (engine/processor.py) through a real in-process Launcher: run, settle, survive."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+
+import pytest
+import redis
+from engine_fixtures import (
+    GATES,
+    RUNS,
+    Boom,
+    Hold,
+    Note,
+    launcher_factory_fixture,  # noqa: F401 - the launcher_factory fixture
+    new_token,
+    runs,
+)
+from helpers import wait_until
+
+from django_cogworker import payload as payloads
+from django_cogworker.engine.stats import day_of
+from django_cogworker.job import Job
+from django_cogworker.keys import Keys
+
+K = Keys()
+
+
+class Exits(Job):
+    """Calls sys.exit: the job's failure, never the end of the thread running it."""
+
+    retry = 5
+
+    def perform(self, token):
+        RUNS[token].append(threading.current_thread().name)
+        sys.exit(3)
+
+
+@pytest.fixture(params=["reliable", "basic"])
+def fetch_mode(request):
+    return request.param
+
+
+def dead_entries(r):
+    return [json.loads(raw) for raw in r.zrange(K.dead, 0, -1)]
+
+
+def retry_entries(r):
+    return [json.loads(raw) for raw in r.zrange(K.retry, 0, -1)]
+
+
+def settled(running, r):
+    """Nothing running, nothing pending, nothing left on the in-progress list."""
+    return (not running.manager.busy and not running.manager.pending_settlements()
+            and r.llen(running.in_progress) == 0)
+
+
+def test_a_job_that_succeeds_is_acked_and_counted(launcher_factory, fetch_mode, r):
+    token = new_token()
+    running = launcher_factory(FETCH=fetch_mode)
+    days = {day_of(time.time())}
+
+    pushed = [running.push(Note, token, i) for i in range(3)]
+
+    wait_until(lambda: len(runs(token)) == 3)
+    assert sorted(runs(token)) == sorted((p["jid"], [i]) for i, p in enumerate(pushed))
+    wait_until(lambda: r.get(K.stat_processed) == "3", message="processed count flushed")
+    days.add(day_of(time.time()))  # (a run across midnight UTC counts on either day)
+    assert sum(int(r.get(K.stat("processed", day)) or 0) for day in days) == 3
+    assert r.get(K.stat_failed) is None
+    wait_until(lambda: settled(running, r))
+    assert r.llen(K.queue("default")) == 0 and r.zcard(K.retry) == 0 and r.zcard(K.dead) == 0
+
+
+def test_a_job_that_raises_goes_to_retry_with_the_error(launcher_factory, fetch_mode, r):
+    token = new_token()
+    running = launcher_factory(FETCH=fetch_mode)
+    before = time.time()
+
+    pushed = running.push(Boom, token, "the printer is on fire")
+
+    wait_until(lambda: r.zcard(K.retry) == 1)
+    ((raw, score),) = r.zrange(K.retry, 0, -1, withscores=True)
+    filed = json.loads(raw)
+    assert filed["jid"] == pushed["jid"] and filed["args"] == pushed["args"]
+    assert filed["retry_count"] == 0
+    assert filed["error_class"] == "RuntimeError"
+    assert filed["error_message"] == "the printer is on fire"
+    assert filed["failed_at"] >= before
+    assert score >= filed["failed_at"] + 15  # the first backoff is at least 15 s
+    assert runs(token) == [pushed["jid"]]
+    wait_until(lambda: r.get(K.stat_failed) == "1")
+    assert r.get(K.stat_processed) == "1"  # a failure is processed too, as in Sidekiq
+    wait_until(lambda: settled(running, r))
+
+
+def test_an_exception_whose_str_raises_is_filed_and_the_process_keeps_working(launcher_factory, r):
+    token = new_token()
+    running = launcher_factory(CONCURRENCY=1)
+
+    running.client.push({"jid": "bad-str", "class": "testproject.demo.jobs.BadStrJob", "args": [], "kwargs": {},
+                         "queue": "default", "retry": 2})
+    wait_until(lambda: r.zcard(K.retry) == 1)
+    running.push(Note, token, "after")
+
+    wait_until(lambda: len(runs(token)) == 1)
+    (filed,) = retry_entries(r)
+    assert filed["jid"] == "bad-str"
+    assert filed["error_class"] == "testproject.demo.jobs.BadStrError"
+    assert filed["error_message"] == "#<testproject.demo.jobs.BadStrError>"
+    wait_until(lambda: settled(running, r))
+
+
+MALFORMED = [
+    b"{this is not json",
+    b"\xff\xfe not utf-8",
+    b"[1, 2]",
+    b'{"args": []}',
+    b'{"class": "x", "args": 1}',
+    # Not JSON, though Python reads it: it couldn't be written back to retry when the job failed.
+    b'{"jid": "inf", "class": "engine_fixtures.Boom", "args": ["t", Infinity], "kwargs": {}, "queue": "default"}',
+]
+
+
+def test_malformed_payloads_go_to_dead_with_their_text_and_the_process_survives(launcher_factory, fetch_mode, r):
+    token = new_token()
+    running = launcher_factory(FETCH=fetch_mode, CONCURRENCY=1)
+
+    running.redis.lpush(K.queue("default"), *MALFORMED)
+    running.push(Note, token, "after")
+
+    wait_until(lambda: len(runs(token)) == 1, message="the next job ran")
+    wait_until(lambda: r.zcard(K.dead) == len(MALFORMED))
+    dead = dead_entries(r)
+    assert sorted(d["raw"] for d in dead) == sorted(raw.decode("utf-8", "replace") for raw in MALFORMED)
+    assert {d["class"] for d in dead} == {"(unparseable)"}
+    assert all(d["error_message"] for d in dead)
+    assert all(p.thread.is_alive() for p in running.manager.processors)
+    wait_until(lambda: settled(running, r))
+
+
+UNREGISTERED = ["os.system", "tabnanny.check", "django_cogworker_never_heard_of_it.Job"]
+
+
+def test_an_unregistered_class_goes_to_dead_and_nothing_is_imported(launcher_factory, fetch_mode, r):
+    modules = {name: name.rpartition(".")[0] for name in UNREGISTERED}
+    assert "tabnanny" not in sys.modules, "pick a module nothing has imported"
+    token = new_token()
+    running = launcher_factory(FETCH=fetch_mode, CONCURRENCY=1)
+
+    for i, name in enumerate(UNREGISTERED):
+        running.client.push({"jid": f"evil-{i}", "class": name, "args": ["touch /tmp/pwned"], "kwargs": {},
+                             "queue": "default", "retry": 5, "dead": False})
+    running.push(Note, token, "after")
+
+    wait_until(lambda: len(runs(token)) == 1)
+    wait_until(lambda: r.zcard(K.dead) == len(UNREGISTERED))
+    dead = {d["class"]: d for d in dead_entries(r)}
+    assert set(dead) == set(UNREGISTERED)  # kept even with dead=False: nobody saw them run
+    for i, name in enumerate(UNREGISTERED):
+        assert dead[name]["jid"] == f"evil-{i}" and dead[name]["args"] == ["touch /tmp/pwned"]
+        assert dead[name]["error_class"] == "UnknownJobError"
+        assert repr(name) in dead[name]["error_message"]
+        assert "no job is registered" in dead[name]["dead_reason"]
+    assert r.zcard(K.retry) == 0  # never retried: it can't run
+    assert "tabnanny" not in sys.modules
+    assert modules["django_cogworker_never_heard_of_it.Job"] not in sys.modules
+    wait_until(lambda: settled(running, r))
+
+
+def test_a_job_calling_sys_exit_is_a_failure_and_its_thread_lives_on(launcher_factory, fetch_mode, r):
+    token = new_token()
+    running = launcher_factory(FETCH=fetch_mode, CONCURRENCY=1)
+    (processor,) = running.manager.processors
+
+    running.push(Exits, token)
+    wait_until(lambda: r.zcard(K.retry) == 1)
+    running.push(Note, token, "after")
+
+    wait_until(lambda: len(runs(token)) == 2)
+    (filed,) = retry_entries(r)
+    assert filed["error_class"] == "SystemExit"
+    assert filed["error_message"] == "3"
+    assert running.manager.processors == [processor] and processor.thread.is_alive()
+    assert runs(token)[0] == processor.thread.name
+    assert running.thread.is_alive()
+
+
+def test_a_processor_that_dies_is_replaced(launcher_factory, fetch_mode, r, monkeypatch):
+    token = new_token()
+    running = launcher_factory(FETCH=fetch_mode, CONCURRENCY=1)
+    (first,) = running.manager.processors
+    stats = running.manager.stats
+    real_job_done = stats.job_done
+    calls = []
+
+    def job_done_with_a_bug(failed):
+        calls.append(failed)
+        if len(calls) == 1:
+            raise RuntimeError("a bug in the processor itself")
+        real_job_done(failed)
+
+    monkeypatch.setattr(stats, "job_done", job_done_with_a_bug)
+    first_job = running.push(Note, token, 1)
+    wait_until(lambda: not first.thread.is_alive(), message="the processor died")
+    (replacement,) = wait_until(lambda: [p for p in running.manager.processors if p is not first])
+
+    running.push(Note, token, 2)
+
+    wait_until(lambda: len(runs(token)) == 2)
+    assert replacement.thread.is_alive() and replacement.index == first.index
+    assert [jid for jid, _ in runs(token)][0] == first_job["jid"]  # it ran once, not again
+    wait_until(lambda: settled(running, r))
+
+
+def test_never_more_jobs_taken_than_idle_processors(launcher_factory, fetch_mode, r, redis_url):
+    token = new_token()
+    # All ten wait before the process starts: its very first fetch could take them all.
+    r.lpush(K.queue("default"), *(payloads.encode({"jid": f"slow-{i}", "class": SlowNote.name, "args": [token, i],
+                                                   "kwargs": {}, "queue": "default"}) for i in range(10)))
+    taken_but_unfinished: list[int] = []
+    in_progress_lengths: list[int] = []
+    identities: list[str] = []
+    done = threading.Event()
+
+    def sample():
+        client = redis.Redis.from_url(redis_url)
+        try:
+            while not done.is_set() and len(runs(token)) < 10:
+                waiting = client.llen(K.queue("default"))  # read first, finished second: never undercounts
+                finished = len(runs(token))
+                taken_but_unfinished.append(10 - waiting - finished)
+                if identities:
+                    in_progress_lengths.append(client.llen(K.in_progress(identities[0])))
+                time.sleep(0.002)
+        finally:
+            client.close()
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        running = launcher_factory(FETCH=fetch_mode, CONCURRENCY=2)
+        identities.append(running.launcher.identity)
+        wait_until(lambda: len(runs(token)) == 10, message="all ten ran")
+    finally:
+        done.set()
+        sampler.join()
+
+    assert max(taken_but_unfinished) <= 2, taken_but_unfinished
+    assert max(taken_but_unfinished) == 2  # and both processors were kept busy
+    if fetch_mode == "reliable":
+        assert in_progress_lengths and max(in_progress_lengths) <= 2
+
+
+class SlowNote(Job):
+    def perform(self, token, i):
+        time.sleep(0.05)
+        RUNS[token].append((self.jid, [i]))
+
+
+def test_a_held_job_is_visible_while_it_runs(launcher_factory, r):
+    token = new_token()
+    running = launcher_factory(CONCURRENCY=1)
+
+    pushed = running.push(Hold, token)
+
+    wait_until(lambda: runs(token) == [("start", pushed["jid"])])
+    assert running.manager.busy == 1
+    (raw,) = r.lrange(running.in_progress, 0, -1)
+    assert payloads.decode(raw)["jid"] == pushed["jid"]
+    GATES[token].set()
+    wait_until(lambda: settled(running, r))
+    assert runs(token)[-1] == ("end", pushed["jid"])

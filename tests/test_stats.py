@@ -1,0 +1,141 @@
+"""Processed and failed counters (engine/stats.py): counted in memory, flushed in one pipeline."""
+
+from __future__ import annotations
+
+import calendar
+import threading
+
+import pytest
+import redis
+from helpers import free_port
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from django_cogworker.engine.stats import DAY_TTL, Stats, day_of
+from django_cogworker.keys import Keys
+
+K = Keys()
+NOW = calendar.timegm((2026, 3, 14, 23, 59, 59))  # a UTC evening
+DAY = "2026-03-14"
+
+
+class Counting:
+    """A real client that counts what is sent: round trips (pipelines) and single commands."""
+
+    def __init__(self, client):
+        self.client = client
+        self.pipelines = 0
+        self.commands = 0
+
+    def pipeline(self, *args, **kwargs):
+        self.pipelines += 1
+        return self.client.pipeline(*args, **kwargs)
+
+    def __getattr__(self, name):
+        self.commands += 1
+        return getattr(self.client, name)
+
+
+@pytest.fixture
+def bclient(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def down():
+    """A client for a Redis that is not there (fails at once, no retries)."""
+    client = redis.Redis(port=free_port(), socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
+    yield client
+    client.close()
+
+
+def test_counts_stay_in_memory_until_a_flush_writes_them_in_one_pipeline(bclient, r):
+    stats = Stats(K)
+    for failed in (False, True, False, True, True):
+        stats.job_done(failed=failed)
+    assert r.dbsize() == 0  # not a round trip per job
+
+    counting = Counting(bclient)
+    stats.flush(counting, now=NOW)
+
+    assert (counting.pipelines, counting.commands) == (1, 0)
+    assert r.get(K.stat_processed) == "5"
+    assert r.get(K.stat_failed) == "3"
+    assert r.get(K.stat("processed", DAY)) == "5"
+    assert r.get(K.stat("failed", DAY)) == "3"
+    assert 0 < r.ttl(K.stat("processed", DAY)) <= DAY_TTL
+    assert r.ttl(K.stat_processed) == -1  # the totals never expire
+
+
+def test_flushes_add_up_and_the_day_follows_utc(bclient, r):
+    stats = Stats(K)
+    stats.job_done(failed=False)
+    stats.flush(bclient, now=NOW)
+    stats.job_done(failed=False)
+    stats.flush(bclient, now=NOW + 1)  # past midnight UTC
+
+    assert r.get(K.stat_processed) == "2"
+    assert r.get(K.stat("processed", DAY)) == "1"
+    assert r.get(K.stat("processed", "2026-03-15")) == "1"
+    assert day_of(NOW) == DAY
+
+
+def test_nothing_counted_means_no_round_trip(bclient, r):
+    counting = Counting(bclient)
+    Stats(K).flush(counting, now=NOW)
+    assert (counting.pipelines, counting.commands) == (0, 0)
+    assert r.dbsize() == 0
+
+
+def test_a_failed_flush_keeps_the_counts_for_the_next_one(bclient, down, r):
+    stats = Stats(K)
+    for failed in (False, True):
+        stats.job_done(failed=failed)
+
+    with pytest.raises(redis.ConnectionError):
+        stats.flush(down, now=NOW)
+    stats.job_done(failed=False)
+    stats.flush(bclient, now=NOW)
+
+    assert r.get(K.stat_processed) == "3"
+    assert r.get(K.stat_failed) == "1"
+    assert r.get(K.stat("processed", DAY)) == "3"
+
+
+def test_a_partly_failed_flush_neither_loses_nor_doubles_counts(bclient, r):
+    # One key of the wrong type fails its own increment only: the others went through and
+    # must not be counted again by the next flush.
+    r.rpush(K.stat_processed, "not a counter")
+    stats = Stats(K)
+    for failed in (False, True):
+        stats.job_done(failed=failed)
+
+    with pytest.raises(redis.ResponseError):
+        stats.flush(bclient, now=NOW)
+    r.delete(K.stat_processed)  # as the key guard does
+    stats.flush(bclient, now=NOW)
+
+    assert r.get(K.stat_processed) == "2"
+    assert r.get(K.stat_failed) == "1"
+    assert r.get(K.stat("processed", DAY)) == "2"
+    assert r.get(K.stat("failed", DAY)) == "1"
+
+
+def test_counting_from_many_threads_loses_nothing(bclient, r):
+    stats = Stats(K)
+
+    def work():
+        for i in range(1000):
+            stats.job_done(failed=i % 4 == 0)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stats.flush(bclient, now=NOW)
+
+    assert r.get(K.stat_processed) == "8000"
+    assert r.get(K.stat_failed) == "2000"
