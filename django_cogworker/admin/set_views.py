@@ -1,0 +1,123 @@
+"""The scheduled, retry and dead pages: paged, filtered lists, a job's detail, and their actions.
+
+Rows are named by ``SortedEntry.token`` (score and jid), found again in
+O(log n) whatever the set's size. Per-row and selected-rows actions need no
+confirmation; "all" actions do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
+
+from .. import api
+from ..job import registry
+from .views import back, confirm, confirmed, guard, int_param, render_page
+
+SETS: dict[str, tuple[type[api.SortedSet], str]] = {
+    "scheduled": (api.ScheduledSet, "Scheduled"),
+    "retry": (api.RetrySet, "Retries"),
+    "dead": (api.DeadSet, "Dead"),
+}
+# Per-row actions of each page, in button order.
+ROW_ACTIONS = {"scheduled": ("enqueue", "delete"), "retry": ("retry", "delete", "kill"), "dead": ("retry", "delete")}
+LABELS = {"enqueue": "Enqueue now", "retry": "Retry now", "delete": "Delete", "kill": "Kill",
+          "retry_all": "Retry all", "enqueue_all": "Enqueue all", "delete_all": "Delete all"}
+PAST = {"enqueue": "enqueued", "retry": "retried", "delete": "deleted", "kill": "killed"}
+PER_PAGE_CHOICES = (25, 50, 100, 500)
+TIME_LABELS = {"scheduled": "Runs at", "retry": "Retry at", "dead": "Died"}
+HISTORY_FIELDS = (("Created", "created_at"), ("Enqueued", "enqueued_at"), ("First failed", "failed_at"),
+                  ("Last retried", "retried_at"))
+
+
+def _entry_action(entry: api.SortedEntry, action: str) -> bool:
+    return {"enqueue": entry.enqueue_now, "retry": entry.retry_now, "delete": entry.delete,
+            "kill": entry.kill}[action]()
+
+
+def _bulk_labels(page: str) -> tuple[str, str]:
+    return ("enqueue_all" if page == "scheduled" else "retry_all"), "delete_all"
+
+
+@guard(actions=True)
+def sorted_set(request: HttpRequest, *, site: Any, page: str) -> HttpResponse:
+    cls, title = SETS[page]
+    zset = cls()
+    page_url = reverse(f"{site.name}:django_cogworker_{page}_changelist")
+    if request.method == "POST":
+        return _act(request, site, page, zset, title, page_url)
+    job, substring = request.GET.get("job", "").strip(), request.GET.get("q", "")
+    per_page = int_param(request, "per_page", 25)
+    per_page = per_page if per_page in PER_PAGE_CHOICES else 25
+    result = zset.page(int_param(request, "page", 1), per_page, job=job or None, substring=substring or None)
+    query = request.GET.copy()
+    query.pop("page", None)
+    move_all, delete_all = _bulk_labels(page)
+    return render_page(
+        request, site, page, "admin/cogworker/sorted_set.html", title, result=result, job=job, substring=substring,
+        per_page=per_page, per_page_choices=PER_PAGE_CHOICES, query=query.urlencode(), size=zset.size(),
+        row_actions=[(a, LABELS[a]) for a in ROW_ACTIONS[page]], bulk_actions=[(a, LABELS[a]) for a in
+                                                                                (move_all, delete_all)],
+        job_names=sorted(registry()), scan_limit=api.SCAN_LIMIT, match_limit=api.MATCH_LIMIT,
+        time_label=TIME_LABELS[page])
+
+
+def _act(request: HttpRequest, site: Any, page: str, zset: api.SortedSet, title: str,
+         page_url: str) -> HttpResponse:
+    if "row_action" in request.POST:
+        action, _, token = request.POST["row_action"].partition(" ")
+        tokens = [token]
+    else:
+        action, tokens = request.POST.get("action", ""), request.POST.getlist("token")
+    move_all, delete_all = _bulk_labels(page)
+    if action in (move_all, delete_all):
+        if not confirmed(request):
+            verb = "Delete" if action == delete_all else ("Enqueue" if page == "scheduled" else "Retry")
+            return confirm(request, site, page, f"{verb} all {zset.size():,} entries of {title}?",
+                           f"Yes, {verb.lower()} all")
+        if action == delete_all:
+            messages.success(request, f"{title}: {zset.delete_all():,} entries deleted.")
+        else:
+            messages.success(request, f"{title}: {zset.retry_all():,} entries moved to their queues.")
+        return back(request, page_url)
+    if action not in ROW_ACTIONS[page]:
+        messages.error(request, f"Unknown action {action!r}.")
+        return back(request, page_url)
+    if not tokens:
+        messages.warning(request, "Select the entries first.")
+        return back(request, page_url)
+    done = gone = 0
+    for token in tokens[:api.MAX_PER_PAGE]:
+        entry = zset.find(token)
+        try:
+            ok = entry is not None and _entry_action(entry, action)
+        except api.ActionRefused as exc:
+            messages.error(request, str(exc))
+            continue
+        done, gone = done + ok, gone + (not ok)
+    if done:
+        messages.success(request, f"{title}: {done} {'entry' if done == 1 else 'entries'} {PAST[action]}.")
+    if gone:
+        messages.warning(request, f"{title}: {gone} {'entry was' if gone == 1 else 'entries were'} no longer "
+                                  f"there (run, moved or deleted meanwhile).")
+    return back(request, page_url)
+
+
+@guard(actions=False)
+def sorted_set_job(request: HttpRequest, token: str, *, site: Any, page: str) -> HttpResponse:
+    cls, title = SETS[page]
+    entry = cls().find(token)
+    page_url = reverse(f"{site.name}:django_cogworker_{page}_changelist")
+    if entry is None:
+        messages.warning(request, f"{title}: that entry is no longer there (run, moved or deleted meanwhile).")
+        return HttpResponseRedirect(page_url)
+    shown = {"jid", "class", "args", "kwargs", "queue", "error_class", "error_message", "error_backtrace",
+             "created_at", "enqueued_at", "failed_at", "retried_at", "retry_count", "retry", "orphan_count",
+             "dead_reason"}
+    extra = sorted((k, v) for k, v in entry.payload.items() if k not in shown)
+    return render_page(request, site, page, "admin/cogworker/job.html", f"{title}: {entry.display_class}",
+                       set_title=title, entry=entry, extra=extra, history_fields=HISTORY_FIELDS,
+                       row_actions=[(a, LABELS[a]) for a in ROW_ACTIONS[page]], time_label=TIME_LABELS[page])

@@ -1,0 +1,229 @@
+"""The Cogworker admin pages: dashboard, queues, busy, periodic, quarantine (the sets are in ``set_views``).
+
+Every page reads and acts through ``api``, never Redis itself. GET shows;
+every action is a POST (CSRF-checked by ``admin_view``) that needs the change
+permission, and redirects back (post/redirect/get). Actions that destroy or
+stop something ask first: the POST without ``confirmed=yes`` renders a
+confirmation page that posts the same fields again.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.text import capfirst
+
+from .. import api, models
+from . import charts
+from .permissions import can_change, can_view
+
+REFRESH_CHOICES = (2, 5, 10, 30)
+
+
+def guard(*, actions: bool) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+    """GET/HEAD need the view permission; POST (only where ``actions``) the change permission."""
+
+    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @functools.wraps(view)
+        def inner(request: HttpRequest, *args: Any, site: Any, **kwargs: Any) -> HttpResponse:
+            request.current_app = site.name  # {% url 'admin:...' %} resolves to this site
+            if request.method in ("GET", "HEAD"):
+                if not can_view(request.user):
+                    raise PermissionDenied
+            elif request.method == "POST" and actions:
+                if not can_change(request.user):
+                    raise PermissionDenied
+            else:
+                return HttpResponseNotAllowed(["GET", "HEAD", "POST"] if actions else ["GET", "HEAD"])
+            return view(request, *args, site=site, **kwargs)
+
+        return inner
+
+    return decorate
+
+
+def tabs(site: Any, current: str) -> list[dict[str, Any]]:
+    return [{"label": capfirst(model._meta.verbose_name_plural), "current": model._meta.model_name == current,
+             "url": reverse(f"{site.name}:django_cogworker_{model._meta.model_name}_changelist")}
+            for model in models.PAGES]
+
+
+def render_page(request: HttpRequest, site: Any, page: str, template: str, title: str,
+                **context: Any) -> TemplateResponse:
+    page_url = reverse(f"{site.name}:django_cogworker_{page}_changelist")
+    return TemplateResponse(request, template, {
+        **site.each_context(request), "title": title, "page": page, "page_url": page_url,
+        "tabs": tabs(site, page), "can_change": can_change(request.user), "here": request.get_full_path(),
+        **context})
+
+
+def back(request: HttpRequest, default: str) -> HttpResponseRedirect:
+    """Redirect to the form's ``next`` (same host only) or ``default``."""
+    target = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
+                                           require_https=request.is_secure()):
+        target = default
+    return HttpResponseRedirect(target)
+
+
+def confirmed(request: HttpRequest) -> bool:
+    return request.POST.get("confirmed") == "yes"
+
+
+def confirm(request: HttpRequest, site: Any, page: str, question: str, button: str) -> TemplateResponse:
+    """Ask before a destructive action: the same fields, posted again with ``confirmed=yes``."""
+    fields = [(name, value) for name, values in request.POST.lists()
+              if name not in ("csrfmiddlewaretoken", "confirmed") for value in values]
+    cancel = request.POST.get("next") or reverse(f"{site.name}:django_cogworker_{page}_changelist")
+    if not url_has_allowed_host_and_scheme(cancel, allowed_hosts={request.get_host()}):
+        cancel = reverse(f"{site.name}:django_cogworker_{page}_changelist")
+    return render_page(request, site, page, "admin/cogworker/confirm.html", "Are you sure?", question=question,
+                       button=button, fields=fields, cancel_url=cancel)
+
+
+def int_param(request: HttpRequest, name: str, default: int) -> int:
+    try:
+        return int(request.GET.get(name, default))
+    except ValueError:
+        return default
+
+
+@guard(actions=False)
+def dashboard(request: HttpRequest, *, site: Any) -> HttpResponse:
+    stats = api.Stats()
+    refresh = int_param(request, "refresh", 0)
+    queues = [{"queue": q, "size": stats.queue_sizes[q.name], "latency": stats.queue_latencies[q.name],
+               "paused": q.paused} for q in stats.queues]
+    return render_page(request, site, "dashboard", "admin/cogworker/dashboard.html", "Dashboard", stats=stats,
+                       queues=queues, chart=charts.history_chart(stats.history),
+                       refresh=refresh if refresh in REFRESH_CHOICES else 0, refresh_choices=REFRESH_CHOICES)
+
+
+@guard(actions=True)
+def queues(request: HttpRequest, *, site: Any) -> HttpResponse:
+    page_url = reverse(f"{site.name}:django_cogworker_queue_changelist")
+    if request.method == "POST":
+        action, name = request.POST.get("action"), request.POST.get("queue", "")
+        try:
+            queue = api.Queue(name)
+        except ValueError as exc:
+            messages.error(request, str(exc))
+            return back(request, page_url)
+        if action == "pause":
+            queue.pause()
+            messages.success(request, f"Queue {name} paused: processes stop fetching from it at their next beat.")
+        elif action == "unpause":
+            queue.unpause()
+            messages.success(request, f"Queue {name} unpaused.")
+        elif action == "clear":
+            if not confirmed(request):
+                return confirm(request, site, "queue",
+                               f"Delete all {queue.size():,} jobs waiting in queue {name}? They will not run.",
+                               "Yes, clear the queue")
+            messages.success(request, f"Queue {name} cleared: {queue.clear():,} jobs deleted.")
+        else:
+            messages.error(request, f"Unknown action {action!r}.")
+        return back(request, page_url)
+    rows = [{"queue": q, "size": q.size(), "latency": q.latency(), "paused": q.paused} for q in api.Queue.all()]
+    return render_page(request, site, "queue", "admin/cogworker/queues.html", "Queues", rows=rows)
+
+
+@guard(actions=False)
+def queue_jobs(request: HttpRequest, queue: str, *, site: Any) -> HttpResponse:
+    q = api.Queue(queue)
+    jobs = q.jobs(int_param(request, "page", 1), int_param(request, "per_page", 25))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render_page(request, site, "queue", "admin/cogworker/queue_jobs.html", f"Queue {queue}", queue=q,
+                       jobs=jobs, paused=q.paused, latency=q.latency(), query=query.urlencode())
+
+
+@guard(actions=True)
+def busy(request: HttpRequest, *, site: Any) -> HttpResponse:
+    page_url = reverse(f"{site.name}:django_cogworker_busy_changelist")
+    if request.method == "POST":
+        action, identity = request.POST.get("action"), request.POST.get("identity", "")
+        process = api.ProcessSet().get(identity)
+        if process is None:
+            messages.warning(request, f"Process {identity} is no longer running.")
+        elif action not in ("quiet", "stop", "dump"):
+            messages.error(request, f"Unknown action {action!r}.")
+        elif action == "stop" and not confirmed(request):
+            return confirm(request, site, "busy", f"Stop process {identity}? Jobs it can't finish within its "
+                           f"shutdown timeout go back to their queues.", "Yes, stop it")
+        else:
+            process.signal(action)
+            messages.success(request, f"Sent {action} to {identity}: it acts on it at its next heartbeat.")
+        return back(request, page_url)
+    processes = list(api.ProcessSet())
+    return render_page(request, site, "busy", "admin/cogworker/busy.html", "Busy", processes=processes,
+                       works=list(api.Workers()))
+
+
+@guard(actions=True)
+def periodic(request: HttpRequest, *, site: Any) -> HttpResponse:
+    page_url = reverse(f"{site.name}:django_cogworker_periodic_changelist")
+    if request.method == "POST":
+        action, pjid = request.POST.get("action"), request.POST.get("pjid", "")
+        entry = api.PeriodicEntry.get(pjid)
+        if entry is None:
+            messages.warning(request, f"No published periodic entry {pjid}.")
+        elif action == "enable":
+            entry.enable()
+            messages.success(request, f"Periodic entry {pjid} enabled: it runs from its next slot.")
+        elif action == "disable":
+            entry.disable()
+            messages.success(request, f"Periodic entry {pjid} disabled: its slots are skipped until enabled.")
+        elif action == "enqueue":
+            try:
+                jid = entry.enqueue_now()
+            except api.ActionRefused as exc:
+                messages.error(request, str(exc))
+            else:
+                messages.success(request, f"Periodic entry {pjid} enqueued now as jid {jid}.")
+        else:
+            messages.error(request, f"Unknown action {action!r}.")
+        return back(request, page_url)
+    rows = [{"entry": e, "next_run": e.next_run()} for e in api.PeriodicEntry.all()]
+    return render_page(request, site, "periodic", "admin/cogworker/periodic.html", "Periodic", rows=rows)
+
+
+@guard(actions=True)
+def quarantine(request: HttpRequest, *, site: Any) -> HttpResponse:
+    page_url = reverse(f"{site.name}:django_cogworker_quarantine_changelist")
+    if request.method == "POST":
+        action, key = request.POST.get("action"), request.POST.get("key", "")
+        quarantined = api.QuarantinedKey.get(key)
+        if quarantined is None:
+            messages.warning(request, f"{key} is no longer in quarantine.")
+        elif action == "delete":
+            if not confirmed(request):
+                return confirm(request, site, "quarantine", f"Delete {key} ({quarantined.type}, "
+                               f"{quarantined.size or 0:,} elements) for good?", "Yes, delete it")
+            quarantined.delete()
+            messages.success(request, f"{key} deleted.")
+        elif action == "restore":
+            try:
+                restored = quarantined.restore()
+            except api.ActionRefused as exc:
+                messages.warning(request, str(exc))
+            else:
+                if restored:
+                    messages.success(request, f"{key} restored as {quarantined.original}.")
+                else:
+                    messages.warning(request, f"{quarantined.original} exists: delete or rename it first "
+                                              f"(nothing was changed).")
+        else:
+            messages.error(request, f"Unknown action {action!r}.")
+        return back(request, page_url)
+    keys = api.QuarantinedKey.all()
+    return render_page(request, site, "quarantine", "admin/cogworker/quarantine.html", "Quarantine", keys=keys,
+                       limit=api.QUARANTINE_LIMIT)

@@ -1,0 +1,72 @@
+"""The admin's entry points: one unmanaged model per Cogworker page, with no table.
+
+They exist so the pages sit in the Django admin as any app's models do: listed
+under "Cogworker" on the admin index, the app index and the sidebar, with the
+admin's URLs (``/admin/django_cogworker/<page>/``), breadcrumbs, login and
+permissions. ``managed = False``: no table is created and nothing queries them;
+the data lives in Redis and is read through ``api``.
+
+Two permissions, on Dashboard, guard every page (the others have none, so the
+permission list shows just these two): ``django_cogworker.view_cogworker`` to
+look, ``django_cogworker.change_cogworker`` to act (retry, delete, pause,
+quiet...). A user with the second may also look.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class _Page(models.Model):
+    class Meta:
+        abstract = True
+        managed = False
+        default_permissions = ()
+
+
+class Dashboard(_Page):
+    class Meta(_Page.Meta):
+        verbose_name = verbose_name_plural = "dashboard"
+        permissions = [
+            ("view_cogworker", "Can view the Cogworker pages"),
+            ("change_cogworker", "Can act from the Cogworker pages (retry, delete, pause, quiet...)"),
+        ]
+
+
+class Queue(_Page):
+    class Meta(_Page.Meta):
+        verbose_name, verbose_name_plural = "queue", "queues"
+
+
+class Busy(_Page):
+    class Meta(_Page.Meta):
+        verbose_name = verbose_name_plural = "busy"
+
+
+class Scheduled(_Page):
+    class Meta(_Page.Meta):
+        verbose_name = verbose_name_plural = "scheduled"
+
+
+class Retry(_Page):
+    class Meta(_Page.Meta):
+        verbose_name, verbose_name_plural = "retry", "retries"
+
+
+class Dead(_Page):
+    class Meta(_Page.Meta):
+        verbose_name = verbose_name_plural = "dead"
+
+
+class Periodic(_Page):
+    class Meta(_Page.Meta):
+        verbose_name = verbose_name_plural = "periodic"
+
+
+class Quarantine(_Page):
+    class Meta(_Page.Meta):
+        verbose_name = verbose_name_plural = "quarantine"
+
+
+# In the order of the pages' tab bar.
+PAGES: tuple[type[models.Model], ...] = (Dashboard, Queue, Busy, Scheduled, Retry, Dead, Periodic, Quarantine)

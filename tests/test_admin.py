@@ -1,0 +1,350 @@
+"""The Cogworker admin pages through Django's test client: rendering, actions, permissions, escaping."""
+
+from __future__ import annotations
+
+import time
+from urllib.parse import quote
+
+import pytest
+import redis
+from admin_fixtures import KEYS, RECORD_JOB, XSS, XSS_ESCAPED, XSS_QUEUE, failed, job, seed, zadd
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+
+from django_cogworker import api
+
+pytestmark = pytest.mark.django_db
+
+BASE = "/admin/django_cogworker/"
+PAGES = ["dashboard/", "queue/", "busy/", "scheduled/", "retry/", "dead/", "periodic/", "quarantine/"]
+
+
+@pytest.fixture
+def rb(redis_url):
+    """A bytes client, as the engine's."""
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def seeded(rb):
+    return seed(rb)
+
+
+def _user(name: str, *perms: str, staff: bool = True) -> User:
+    user = User.objects.create_user(name, password="pw", is_staff=staff)
+    user.user_permissions.set(Permission.objects.filter(content_type__app_label="django_cogworker",
+                                                        codename__in=perms))
+    return user
+
+
+def _client(user: User | None) -> Client:
+    client = Client()
+    if user is not None:
+        client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def admin_client():
+    return _client(User.objects.create_superuser("root", password="pw"))
+
+
+@pytest.fixture
+def viewer():
+    return _client(_user("viewer", "view_cogworker"))
+
+
+@pytest.fixture
+def changer():
+    return _client(_user("changer", "change_cogworker"))
+
+
+def all_urls(seeded) -> list[str]:
+    token_urls = [f"{BASE}{page}/job/{quote(seeded[page])}/" for page in ("scheduled", "retry", "dead")]
+    return ([BASE + p for p in PAGES] + [BASE, f"{BASE}queue/default/", f"{BASE}queue/{quote(XSS_QUEUE)}/",
+                                         f"{BASE}dashboard/?refresh=5", f"{BASE}dead/?job={RECORD_JOB}&q=seed"]
+            + token_urls)
+
+
+def all_actions(seeded) -> list[tuple[str, dict]]:
+    """Every POST the pages offer, confirmed where they ask first."""
+    yes = {"confirmed": "yes"}
+    actions = [("queue/", {"action": "pause", "queue": "default"}),
+               ("queue/", {"action": "unpause", "queue": "default"}),
+               ("queue/", {"action": "clear", "queue": "default", **yes}),
+               ("busy/", {"action": "quiet", "identity": seeded["process"]}),
+               ("busy/", {"action": "stop", "identity": seeded["process"], **yes}),
+               ("busy/", {"action": "dump", "identity": seeded["process"]}),
+               ("scheduled/", {"action": "enqueue", "token": seeded["scheduled"]}),
+               ("scheduled/", {"row_action": f"delete {seeded['scheduled']}"}),
+               ("scheduled/", {"action": "enqueue_all", **yes}), ("scheduled/", {"action": "delete_all", **yes}),
+               ("retry/", {"row_action": f"retry {seeded['retry']}"}), ("retry/", {"action": "kill",
+                                                                                  "token": seeded["retry"]}),
+               ("retry/", {"action": "delete", "token": seeded["retry"]}), ("retry/", {"action": "retry_all", **yes}),
+               ("retry/", {"action": "delete_all", **yes}),
+               ("dead/", {"row_action": f"retry {seeded['dead']}"}), ("dead/", {"action": "delete",
+                                                                               "token": seeded["dead"]}),
+               ("dead/", {"action": "retry_all", **yes}), ("dead/", {"action": "delete_all", **yes}),
+               ("periodic/", {"action": "disable", "pjid": "nightly-report"}),
+               ("periodic/", {"action": "enable", "pjid": "nightly-report"}),
+               ("periodic/", {"action": "enqueue", "pjid": "nightly-report"}),
+               ("quarantine/", {"action": "restore", "key": seeded["quarantined"]}),
+               ("quarantine/", {"action": "delete", "key": seeded["quarantined"], **yes})]
+    return [(BASE + page, data) for page, data in actions]
+
+
+def snapshot(rb) -> dict:
+    """Everything an action could change."""
+    return {key: (rb.type(key), rb.dump(key)) for key in sorted(rb.keys("*")) if b":signals:" not in key
+            and b":process:" not in key}
+
+
+# -- rendering ---------------------------------------------------------------
+
+
+def test_every_page_renders_with_its_data(admin_client, seeded):
+    for url in all_urls(seeded):
+        response = admin_client.get(url)
+        assert response.status_code == 200, url
+    content = {p: admin_client.get(BASE + p).content.decode() for p in PAGES}
+    assert "123,456" in content["dashboard/"] and "<svg" in content["dashboard/"]
+    assert "Europe/Paris" in content["periodic/"] and "0 3 * * *" in content["periodic/"]
+    assert "cogworker:queue:broken" in content["quarantine/"] and "hash" in content["quarantine/"]
+    assert "host:4242:abc123" in content["busy/"] and "running" in content["busy/"]
+    assert content["retry/"].count('name="token"') == 2
+    detail = admin_client.get(f"{BASE}retry/job/{quote(seeded['retry'])}/").content.decode()
+    assert "Traceback (most recent call last):" in detail and "RuntimeError" in detail
+
+
+def test_dashboard_shows_live_counts_latency_and_redis(admin_client, seeded):
+    page = admin_client.get(BASE + "dashboard/?refresh=5").content.decode()
+    assert '<meta http-equiv="refresh" content="5">' in page
+    assert "Redis" in page and redis.__name__ and "Connected clients" in page
+    assert ">5<" in page  # enqueued: 3 default + 1 mail + 1 evil
+    stats = api.Stats()
+    assert stats.redis_info["version"] in page
+    assert page.count("<rect") == 60  # 30 days x (processed, failed)
+
+
+def test_admin_index_and_app_index_list_the_pages(admin_client, seeded):
+    for url in ("/admin/", "/admin/django_cogworker/"):
+        page = admin_client.get(url).content.decode()
+        assert "Cogworker" in page
+        for p in PAGES:
+            assert f'href="{BASE}{p}"' in page, (url, p)
+
+
+def test_queue_jobs_are_paginated(admin_client, rb):
+    from admin_fixtures import push
+
+    for i in range(30):
+        push(rb, job(args=[f"n{i}"]))
+    first = admin_client.get(f"{BASE}queue/default/?per_page=25").content.decode()
+    second = admin_client.get(f"{BASE}queue/default/?per_page=25&page=2").content.decode()
+    assert "n29" in first and "n5" in first and "n4" not in first
+    assert "n4" in second and "n0" in second and "page 2 of 2" in second
+
+
+def test_sorted_set_filters_and_pages(admin_client, rb):
+    now = time.time()
+    for i in range(60):
+        zadd(rb, KEYS.dead, failed(klass=RECORD_JOB if i % 2 else "x.Other", message=f"m{i}"), now - i)
+    page = admin_client.get(f"{BASE}dead/?per_page=25").content.decode()
+    assert "page 1 of 3" in page and "m0" in page and "m25" not in page
+    page = admin_client.get(f"{BASE}dead/?job={RECORD_JOB}&per_page=25&page=2").content.decode()
+    assert "30 matches" in page and "page 2 of 2" in page and "Searched all 60 entries" in page
+    page = admin_client.get(f"{BASE}dead/?q=m17").content.decode()
+    assert "1 match" in page and "m17" in page
+
+
+def test_gone_entry_detail_redirects_with_a_message(admin_client, seeded, rb):
+    rb.delete(KEYS.dead)
+    response = admin_client.get(f"{BASE}dead/job/{quote(seeded['dead'])}/", follow=True)
+    assert response.redirect_chain[-1][0] == BASE + "dead/"
+    assert "no longer there" in response.content.decode()
+
+
+# -- actions -----------------------------------------------------------------
+
+
+def test_queue_pause_unpause_and_clear_after_confirmation(changer, seeded):
+    changer.post(BASE + "queue/", {"action": "pause", "queue": "default"})
+    assert api.Queue("default").paused
+    changer.post(BASE + "queue/", {"action": "unpause", "queue": "default"})
+    assert not api.Queue("default").paused
+    asked = changer.post(BASE + "queue/", {"action": "clear", "queue": "default"})
+    assert asked.status_code == 200 and "Delete all 3 jobs" in asked.content.decode()
+    assert 'name="confirmed" value="yes"' in asked.content.decode()
+    assert api.Queue("default").size() == 3
+    done = changer.post(BASE + "queue/", {"action": "clear", "queue": "default", "confirmed": "yes"}, follow=True)
+    assert api.Queue("default").size() == 0 and "3 jobs deleted" in done.content.decode()
+
+
+def test_busy_signals_reach_the_process_signal_list(changer, seeded, rb):
+    identity = seeded["process"]
+    for action in ("quiet", "dump"):
+        assert changer.post(BASE + "busy/", {"action": action, "identity": identity}).status_code == 302
+    assert changer.post(BASE + "busy/", {"action": "stop", "identity": identity}).status_code == 200  # asks
+    changer.post(BASE + "busy/", {"action": "stop", "identity": identity, "confirmed": "yes"})
+    assert rb.lrange(KEYS.signals(identity), 0, -1) == [b"stop", b"dump", b"quiet"]
+    assert 0 < rb.ttl(KEYS.signals(identity)) <= 60
+    gone = changer.post(BASE + "busy/", {"action": "quiet", "identity": "nobody"}, follow=True)
+    assert "no longer running" in gone.content.decode()
+
+
+def test_scheduled_actions(changer, seeded, rb):
+    changer.post(BASE + "scheduled/", {"row_action": f"enqueue {seeded['scheduled']}"})
+    assert api.ScheduledSet().size() == 1 and api.Queue("default").size() == 4
+    changer.post(BASE + "scheduled/", {"action": "delete", "token": [seeded["scheduled_2"]]})
+    assert api.ScheduledSet().size() == 0
+
+
+def test_retry_actions_per_row_selected_and_all(changer, seeded, rb):
+    changer.post(BASE + "retry/", {"action": "kill", "token": [seeded["retry"]]})
+    assert api.RetrySet().size() == 1 and api.DeadSet().size() == 3
+    killed = api.DeadSet().page(1, 1).items[0]
+    assert killed.payload["dead_reason"] == api.KILLED_REASON
+    changer.post(BASE + "retry/", {"row_action": f"retry {seeded['retry_2']}"})
+    assert api.RetrySet().size() == 0 and api.Queue("default").size() == 4
+    gone = changer.post(BASE + "retry/", {"row_action": f"retry {seeded['retry_2']}"}, follow=True)
+    assert "no longer there" in gone.content.decode()
+
+
+def test_dead_retry_all_and_delete_all_ask_first(changer, seeded):
+    asked = changer.post(BASE + "dead/", {"action": "retry_all"})
+    assert asked.status_code == 200 and "Retry all 2 entries of Dead?" in asked.content.decode()
+    assert api.DeadSet().size() == 2
+    done = changer.post(BASE + "dead/", {"action": "retry_all", "confirmed": "yes"}, follow=True)
+    assert api.DeadSet().size() == 0 and "2 entries moved" in done.content.decode()
+    changer.post(BASE + "retry/", {"action": "delete_all"})
+    assert api.RetrySet().size() == 2
+    changer.post(BASE + "retry/", {"action": "delete_all", "confirmed": "yes"})
+    assert api.RetrySet().size() == 0
+
+
+def test_job_detail_actions_post_to_the_list(changer, seeded):
+    page = changer.get(f"{BASE}dead/job/{quote(seeded['dead'])}/").content.decode()
+    assert f'action="{BASE}dead/"' in page and f'value="delete {seeded["dead"]}"' in page
+    response = changer.post(BASE + "dead/", {"row_action": f"delete {seeded['dead']}", "next": BASE + "dead/"})
+    assert response.status_code == 302 and response["Location"] == BASE + "dead/"
+    assert api.DeadSet().find(seeded["dead"]) is None
+
+
+def test_periodic_enable_disable_enqueue(changer, seeded, rb):
+    changer.post(BASE + "periodic/", {"action": "disable", "pjid": "nightly-report"})
+    assert rb.sismember(KEYS.periodic_disabled, "nightly-report")
+    assert "disabled" in changer.get(BASE + "periodic/").content.decode()
+    changer.post(BASE + "periodic/", {"action": "enable", "pjid": "nightly-report"})
+    assert not rb.sismember(KEYS.periodic_disabled, "nightly-report")
+    changer.post(BASE + "periodic/", {"action": "enqueue", "pjid": "nightly-report"})
+    (pushed,) = [j for j in api.Queue("default").jobs(1, 10).items if j.args == ["periodic:ran", XSS]]
+    assert pushed.display_class == RECORD_JOB
+
+
+def test_quarantine_restore_only_when_the_original_is_free_then_delete(changer, seeded, rb):
+    name = seeded["quarantined"]
+    rb.rpush(KEYS.queue("broken"), "a fresh job")  # work carried on with a fresh key
+    refused = changer.post(BASE + "quarantine/", {"action": "restore", "key": name}, follow=True)
+    assert "exists" in refused.content.decode() and rb.exists(name)
+    rb.delete(KEYS.queue("broken"))
+    changer.post(BASE + "quarantine/", {"action": "restore", "key": name})
+    assert not rb.exists(name) and rb.type(KEYS.queue("broken")) == b"hash" and rb.ttl(KEYS.queue("broken")) == -1
+    rb.rename(KEYS.queue("broken"), name)
+    assert changer.post(BASE + "quarantine/", {"action": "delete", "key": name}).status_code == 200  # asks
+    assert rb.exists(name)
+    changer.post(BASE + "quarantine/", {"action": "delete", "key": name, "confirmed": "yes"})
+    assert not rb.exists(name)
+
+
+def test_next_must_stay_on_this_site(changer, seeded):
+    response = changer.post(BASE + "queue/", {"action": "pause", "queue": "default", "next": "https://evil.test/"})
+    assert response["Location"] == BASE + "queue/"
+    response = changer.post(BASE + "queue/", {"action": "pause", "queue": "default", "next": BASE + "dashboard/"})
+    assert response["Location"] == BASE + "dashboard/"
+
+
+def test_unknown_actions_are_refused_without_effect(changer, seeded, rb):
+    before = snapshot(rb)
+    for page, data in (("queue/", {"action": "flush", "queue": "default"}),
+                       ("dead/", {"action": "kill", "token": seeded["dead"]}),
+                       ("busy/", {"action": "explode", "identity": seeded["process"]})):
+        response = changer.post(BASE + page, data, follow=True)
+        assert "Unknown action" in response.content.decode(), page
+    assert snapshot(rb) == before
+
+
+# -- permissions -------------------------------------------------------------
+
+
+def test_view_only_staff_can_look_at_every_page_without_action_buttons(viewer, seeded):
+    for url in all_urls(seeded):
+        response = viewer.get(url)
+        assert response.status_code == 200, url
+        assert 'name="action"' not in response.content.decode(), url
+        assert 'name="row_action"' not in response.content.decode(), url
+
+
+def test_view_only_staff_is_denied_every_action(viewer, seeded, rb):
+    before = snapshot(rb)
+    actions = all_actions(seeded)
+    assert len(actions) == 24
+    for url, data in actions:
+        for payload in (data, {k: v for k, v in data.items() if k != "confirmed"}):
+            assert viewer.post(url, payload).status_code == 403, (url, payload)
+    assert snapshot(rb) == before
+    assert not rb.exists(KEYS.signals(seeded["process"]))
+
+
+def test_change_permission_allows_every_action(changer, seeded):
+    for url, data in all_actions(seeded):
+        assert changer.post(url, data).status_code in (200, 302), (url, data)
+
+
+def test_staff_without_the_permissions_sees_nothing(seeded):
+    client = _client(_user("staff"))
+    assert client.get(BASE + "dashboard/").status_code == 403
+    assert client.post(BASE + "queue/", {"action": "pause", "queue": "default"}).status_code == 403
+    assert "Cogworker" not in client.get("/admin/").content.decode()
+
+
+def test_anonymous_and_non_staff_are_sent_to_the_login(seeded):
+    for client in (Client(), _client(_user("customer", "change_cogworker", staff=False))):
+        for url in all_urls(seeded):
+            response = client.get(url)
+            assert response.status_code == 302 and response["Location"].startswith("/admin/login/"), url
+        for url, data in all_actions(seeded):
+            response = client.post(url, data)
+            assert response.status_code == 302 and response["Location"].startswith("/admin/login/"), url
+    assert not api.Queue("default").paused and api.DeadSet().size() == 2
+
+
+def test_posts_need_the_csrf_token(seeded):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    assert client.post(BASE + "queue/", {"action": "pause", "queue": "default"}).status_code == 403
+    assert not api.Queue("default").paused
+
+
+def test_pages_without_actions_refuse_posts(admin_client, seeded):
+    for url in (BASE + "dashboard/", f"{BASE}queue/default/", f"{BASE}dead/job/{quote(seeded['dead'])}/"):
+        assert admin_client.post(url, {"action": "clear"}).status_code == 405, url
+
+
+# -- escaping ----------------------------------------------------------------
+
+
+def test_payload_data_is_escaped_everywhere(admin_client, seeded, changer):
+    seen = 0
+    for url in all_urls(seeded):
+        page = admin_client.get(url).content.decode()
+        assert XSS not in page, url
+        assert "<script>alert" not in page, url
+        seen += XSS_ESCAPED in page
+    assert seen >= 10
+    # Messages and the confirmation page echo user-controlled names too.
+    response = changer.post(BASE + "queue/", {"action": "clear", "queue": XSS_QUEUE})
+    assert XSS not in response.content.decode() and XSS_ESCAPED in response.content.decode()
+    response = changer.post(BASE + "queue/", {"action": "pause", "queue": XSS_QUEUE}, follow=True)
+    assert XSS not in response.content.decode() and XSS_ESCAPED in response.content.decode()

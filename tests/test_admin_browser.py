@@ -1,0 +1,196 @@
+"""The Cogworker admin in a real browser: headless Debian Chromium (selenium) against the live server.
+
+Logs in through the admin's login form, opens every page (saving a screenshot of each to
+docs/screenshots/), and operates real worker subprocesses: retries a dead job and sees it run,
+disables a periodic entry the worker published, quiets the worker. Never skipped: without
+chromium and chromedriver (scripts/ensure_chromium.sh installs them) these tests fail.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from admin_fixtures import KEYS, RECORD_JOB, failed, seed, zadd
+from django.contrib.auth.models import User
+from helpers import FAST_ENV, REPO_ROOT, Worker, wait_until
+from selenium import webdriver
+from selenium.common.exceptions import NoAlertPresentException, WebDriverException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+SCREENSHOTS = REPO_ROOT / "docs" / "screenshots"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage", "--window-size=1280,900"]
+BASE = "/admin/django_cogworker/"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium, chromedriver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not chromium or not chromedriver:
+        raise RuntimeError("chromium and chromedriver must be on PATH for the admin browser tests: run "
+                           "`bash scripts/ensure_chromium.sh` (or apt-get install chromium chromium-driver), "
+                           "or `make test`, which does")
+    profile = tempfile.mkdtemp(prefix="cogworker-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in [*CHROMIUM_FLAGS, f"--user-data-dir={profile}"]:
+        options.add_argument(flag)
+    # The driver's path is given, so selenium never looks for (or downloads) a driver or a browser.
+    driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
+    driver.implicitly_wait(0)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def rb(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def logged_in(browser, live_server, transactional_db):
+    """The browser, logged in as a superuser through the admin's login form."""
+    User.objects.create_superuser("operator", password="s3cret-pw")
+    browser.delete_all_cookies()
+    browser.get(f"{live_server.url}/admin/login/?next={BASE}dashboard/")
+    browser.find_element(By.ID, "id_username").send_keys("operator")
+    browser.find_element(By.ID, "id_password").send_keys("s3cret-pw")
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    wait_until(lambda: browser.current_url.endswith(f"{BASE}dashboard/"), timeout=10, message="logged in")
+    return browser
+
+
+def open_page(browser, live_server, path: str, heading: str) -> None:
+    browser.get(live_server.url + path)
+    assert_page(browser, heading)
+
+
+def assert_page(browser, heading: str) -> None:
+    h1 = browser.find_element(By.TAG_NAME, "h1").text
+    assert h1 == heading, (browser.current_url, h1)
+    try:  # a payload's <script> must never run
+        alert = browser.switch_to.alert
+        raise AssertionError(f"an alert opened on {browser.current_url}: {alert.text}")
+    except NoAlertPresentException:
+        pass
+
+
+def screenshot(browser, name: str) -> Path:
+    """Save the whole page (the window stretched to its height) as docs/screenshots/<name>.png."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    height = browser.execute_script("return document.documentElement.scrollHeight")
+    browser.set_window_size(1280, min(max(int(height), 600), 3000))
+    path = SCREENSHOTS / f"{name}.png"
+    browser.save_screenshot(str(path))
+    browser.set_window_size(1280, 900)
+    assert path.stat().st_size > 10_000
+    return path
+
+
+def click(browser, xpath: str) -> None:
+    """Click what ``xpath`` finds and wait for the next page (every click here submits or follows a link)."""
+    target = browser.find_element(By.XPATH, xpath)
+    browser.execute_script("window.cwOldPage = true")  # gone once the next page has replaced this one
+    target.click()
+    # Mid-navigation, the driver may answer a script with an error instead of a result: ask again.
+    WebDriverWait(browser, 15, ignored_exceptions=(WebDriverException,)).until(
+        lambda b: b.execute_script("return !window.cwOldPage && document.readyState === 'complete'"))
+
+
+def messages(browser) -> str:
+    return " ".join(e.text for e in browser.find_elements(By.CSS_SELECTOR, ".messagelist li"))
+
+
+def test_every_page_in_a_browser(logged_in, live_server, rb):
+    seeded = seed(rb)
+    b = logged_in
+    pages = [("/admin/", "Site administration", "admin_index"),
+             (BASE + "dashboard/", "Dashboard", "dashboard"),
+             (BASE + "queue/", "Queues", "queues"),
+             (BASE + "queue/default/", "Queue default", "queue_jobs"),
+             (BASE + "busy/", "Busy", "busy"),
+             (BASE + "scheduled/", "Scheduled", "scheduled"),
+             (BASE + "retry/", "Retries", "retries"),
+             (BASE + "dead/", "Dead", "dead"),
+             (BASE + "periodic/", "Periodic", "periodic"),
+             (BASE + "quarantine/", "Quarantine", "quarantine")]
+    for path, heading, name in pages:
+        open_page(b, live_server, path, heading)
+        screenshot(b, name)
+    assert "COGWORKER" in b.find_element(By.ID, "nav-sidebar").text.upper()
+    # A job's detail page, reached from its row.
+    open_page(b, live_server, BASE + "retry/", "Retries")
+    click(b, f"//a[contains(@href, '/job/') and text()='{failed()['class']}']")
+    assert_page(b, f"Retries: {failed()['class']}")
+    assert "Traceback (most recent call last):" in b.page_source and "retry <script>" in b.find_element(
+        By.TAG_NAME, "main").text
+    screenshot(b, "job_detail")
+    # "Delete all" asks first; "No" changes nothing.
+    open_page(b, live_server, BASE + "dead/", "Dead")
+    click(b, "//button[@value='delete_all']")
+    assert_page(b, "Are you sure?")
+    screenshot(b, "confirm")
+    click(b, "//a[contains(@class, 'cancel-link')]")
+    assert_page(b, "Dead")
+    assert rb.zcard(KEYS.dead) == 2 and seeded["dead"]
+
+
+def test_retry_a_dead_job_and_see_it_run(logged_in, live_server, rb):
+    dead = failed(klass=RECORD_JOB, args=["browser:ran"], message="it failed once", dead_reason="retries exhausted")
+    token = zadd(rb, KEYS.dead, dead, time.time() - 5)
+    with Worker("-c", "2", "-q", "default", env=FAST_ENV) as worker:
+        worker.wait_ready()
+        open_page(logged_in, live_server, BASE + "dead/", "Dead")
+        click(logged_in, f"//button[@name='row_action' and @value='retry {token}']")
+        assert_page(logged_in, "Dead")
+        assert "1 entry retried" in messages(logged_in)
+        ran = wait_until(lambda: rb.lrange("browser:ran", 0, -1), timeout=15, message="the retried job ran")
+        assert ran == [dead["jid"].encode()]
+    assert rb.zcard(KEYS.dead) == 0
+
+
+def test_disable_a_periodic_entry_a_worker_published(logged_in, live_server, rb):
+    entry = {"name": "browser-nightly", "cron": "0 3 * * *", "job": RECORD_JOB, "args": ["periodic:ran"],
+             "tz": "Europe/Paris"}
+    with Worker("-c", "1", env={**FAST_ENV, "COGWORKER_PERIODIC": json.dumps([entry])}) as worker:
+        worker.wait_ready()
+        wait_until(lambda: rb.hexists(KEYS.periodic_schedule, "browser-nightly"), timeout=10,
+                   message="schedule published")
+        open_page(logged_in, live_server, BASE + "periodic/", "Periodic")
+        row = "//tr[td[contains(., 'browser-nightly')]]"
+        assert "enabled" in logged_in.find_element(By.XPATH, row).text
+        click(logged_in, f"{row}//button[@value='disable']")
+        assert_page(logged_in, "Periodic")
+        assert "disabled" in logged_in.find_element(By.XPATH, row).text
+        assert rb.sismember(KEYS.periodic_disabled, "browser-nightly")
+        assert "browser-nightly disabled" in messages(logged_in)
+
+
+def test_quiet_a_process(logged_in, live_server, rb):
+    with Worker("-c", "3", env=FAST_ENV) as worker:
+        identity = worker.wait_ready()
+        open_page(logged_in, live_server, BASE + "busy/", "Busy")
+        row = f"//tr[td[contains(., '{identity}')]]"
+        assert "running" in logged_in.find_element(By.XPATH, row).text
+        click(logged_in, f"{row}//button[@value='quiet']")
+        assert_page(logged_in, "Busy")
+        assert f"Sent quiet to {identity}" in messages(logged_in)
+        wait_until(lambda: rb.hget(KEYS.process(identity), "quiet") == b"true", timeout=10, message="quiet")
+        open_page(logged_in, live_server, BASE + "busy/", "Busy")
+        assert "quiet" in logged_in.find_element(By.XPATH, row).text
+        screenshot(logged_in, "busy_quiet_worker")
+        assert worker.alive
