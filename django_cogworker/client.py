@@ -7,6 +7,7 @@ it returns True when it has taken the push to run at transaction commit.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -17,6 +18,8 @@ from . import unique
 from .conf import Config
 from .keys import Keys
 from .middleware import build_chain
+
+logger = logging.getLogger(__name__)
 
 Defer = Callable[[Callable[[], Any]], bool]
 
@@ -50,7 +53,8 @@ class Client:
 
     def _write(self, payload: dict[str, Any]) -> str | None:
         now = self.clock()
-        if payload.get("unique_digest") and not unique.claim(self.redis, self.keys, payload, now):
+        if payload.get("unique_digest") and not unique.claim(self.redis, self.keys, payload, now,
+                                                             self.config.unique_lock_ttl):
             return None
         at = payload.pop("at", None)
         queue = payload["queue"]
@@ -59,10 +63,23 @@ class Client:
             pipe.zadd(self.keys.schedule, {payloads.encode(payload): at})
         else:
             payload["enqueued_at"] = now
-            pipe.sadd(self.keys.queues, queue)
             pipe.lpush(self.keys.queue(queue), payloads.encode(payload))
-        pipe.execute()
+            pipe.sadd(self.keys.queues, queue)
+        try:
+            _execute_push(pipe, self.keys.queues)
+        except Exception:
+            self._release_unique(payload)
+            raise
         return payload["jid"]
+
+    def _release_unique(self, payload: dict[str, Any]) -> None:
+        """A write that failed after taking the unique lock: drop it (best-effort), or every
+        retry of the push would be refused as a duplicate of a job that isn't there."""
+        if payload.get("unique_digest"):
+            try:
+                unique.release(self.redis, self.keys, payload)
+            except Exception as exc:
+                logger.debug("unique lock of jid=%s not released: %s", payload.get("jid"), exc)
 
     def push_bulk(self, items: Sequence[dict[str, Any]], *, at: float | None = None,
                   on_commit: bool | None = None) -> list[str]:
@@ -107,7 +124,8 @@ class Client:
         now = self.clock()
         if any(item.get("unique_digest") for item in items):
             items = [item for item in items
-                     if not item.get("unique_digest") or unique.claim(self.redis, self.keys, item, now)]
+                     if not item.get("unique_digest")
+                     or unique.claim(self.redis, self.keys, item, now, self.config.unique_lock_ttl)]
         pipe = self.redis.pipeline(transaction=False)
         by_queue: dict[str, list[str]] = {}
         scheduled: dict[str, float] = {}
@@ -124,5 +142,22 @@ class Client:
             pipe.sadd(self.keys.queues, queue)
             for start in range(0, len(raws), 1000):
                 pipe.lpush(self.keys.queue(queue), *raws[start:start + 1000])
-        pipe.execute()
+        _execute_push(pipe, self.keys.queues)
         return items
+
+
+def _execute_push(pipe: Any, listing: str) -> None:
+    """Run a push pipeline; raise its first error, unless it only failed to update ``listing``.
+
+    The queues listing is best-effort: a ``queues`` key of the wrong type (until the key guard
+    moves it aside) used to make a push that had gone through look failed, so the caller
+    retried it and the job ran twice.
+    """
+    commands = [args for args, _options in pipe.command_stack]
+    for args, result in zip(commands, pipe.execute(raise_on_error=False), strict=True):
+        if not isinstance(result, Exception):
+            continue
+        if args[0] == "SADD" and args[1] == listing:
+            logger.error("pushed, but %s not updated: %s", listing, result)
+            continue
+        raise result

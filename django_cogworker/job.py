@@ -143,7 +143,7 @@ class JobSetter:
         if trace:
             payload["backtrace"] = trace
         unique_for = opts.get("unique_for", cls.unique_for)
-        if unique_for:
+        if unique_for is not None:  # (0 is refused, not taken for "not unique": None is that)
             from .unique import digest
 
             unique_until = opts.get("unique_until", cls.unique_until)

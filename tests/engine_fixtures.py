@@ -172,3 +172,34 @@ def launcher_factory_fixture(redis_url: str) -> Iterator[Any]:
 
 
 launcher_factory = launcher_factory_fixture  # the first name it had (tests/test_fetch_reconcile.py imports it)
+
+
+def fail_acks(fetch: Any, should_fail: Any, monkeypatch: Any = None) -> None:
+    """Make acknowledging the raws ``should_fail(raw)`` picks fail as if Redis were away.
+
+    Acks travel on three paths: alone (``ack``), in a pipeline while the fetcher blocks
+    (``ack_many``), and riding on the next fetch (``retrieve(..., acks)``); all three fail, the
+    last one before Redis sees anything, as a connection cut before the round trip would.
+    """
+    real_ack, real_many, real_retrieve = fetch.ack, fetch.ack_many, fetch.retrieve
+
+    def ack(raw):
+        if should_fail(raw):
+            raise redis.ConnectionError("Redis went away (injected)")
+        real_ack(raw)
+
+    def ack_many(raws):
+        if any(should_fail(raw) for raw in raws):
+            raise redis.ConnectionError("Redis went away (injected)")
+        real_many(raws)
+
+    def retrieve(n, paused=frozenset(), acks=(), before_block=None):
+        if any(should_fail(raw) for raw in acks):
+            raise redis.ConnectionError("Redis went away (injected)")
+        return real_retrieve(n, paused, acks, before_block)
+
+    for name, fn in (("ack", ack), ("ack_many", ack_many), ("retrieve", retrieve)):
+        if monkeypatch is not None:
+            monkeypatch.setattr(fetch, name, fn)
+        else:
+            setattr(fetch, name, fn)

@@ -29,6 +29,13 @@ import redis
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PREFIX = "cogworker:"
+# Worker env for end-to-end and fault tests: small thresholds so a crash is noticed in seconds.
+FAST_ENV = {
+    "COGWORKER_HEARTBEAT_INTERVAL": "0.5",
+    "COGWORKER_ORPHAN_THRESHOLD": "3",
+    "COGWORKER_POLL_INTERVAL_AVERAGE": "0.2",
+    "COGWORKER_SHUTDOWN_TIMEOUT": "5",
+}
 
 
 def free_port() -> int:
@@ -86,6 +93,7 @@ class RedisServer:
         port: int | None = None,
         appendonly: bool = False,
         extra_args: tuple[str, ...] | list[str] = (),
+        password: str | None = None,
     ):
         self._own_dir = dir is None
         self.dir = Path(dir) if dir is not None else Path(tempfile.mkdtemp(prefix="cogworker-redis-"))
@@ -93,11 +101,14 @@ class RedisServer:
         self.port = port
         self.appendonly = appendonly
         self.extra_args = list(extra_args)
+        # With a password the server requires AUTH (--requirepass) and `url` carries it.
+        self.password = password
         self.proc: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     @property
     def pid(self) -> int | None:
@@ -135,6 +146,8 @@ class RedisServer:
             argv += ["--appendonly", "yes", "--appendfsync", "always"]
         else:
             argv += ["--appendonly", "no"]
+        if self.password:
+            argv += ["--requirepass", self.password]
         return argv + self.extra_args
 
     def start(self, timeout: float = 10) -> RedisServer:

@@ -6,12 +6,12 @@ import json
 import time
 
 import pytest
-import redis
 from engine_fixtures import (
     GATES,
     Boom,
     Hold,
     Note,
+    fail_acks,
     launcher_factory_fixture,  # noqa: F401 - the launcher_factory fixture
     new_token,
     runs,
@@ -93,14 +93,7 @@ def test_an_ack_lost_to_a_redis_outage_is_made_once_redis_is_back(launcher_facto
 
 def _fail_ack_of(running, monkeypatch, jid):
     """Make acknowledging ``jid`` fail as if Redis were away, for the rest of the test."""
-    real_ack = running.launcher.fetch.ack
-
-    def ack(raw):
-        if payloads.decode(raw)["jid"] == jid:
-            raise redis.ConnectionError("Redis went away (injected)")
-        real_ack(raw)
-
-    monkeypatch.setattr(running.launcher.fetch, "ack", ack)
+    fail_acks(running.launcher.fetch, lambda raw: payloads.decode(raw)["jid"] == jid, monkeypatch)
 
 
 def test_stop_requeues_a_running_job_to_the_head_of_its_queue_and_drops_pending_acks(launcher_factory, fetch_mode,

@@ -24,7 +24,7 @@ import collections
 import logging
 import random
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,8 +127,13 @@ class Fetch:
     def ack(self, raw: bytes) -> None:
         raise NotImplementedError
 
-    def retrieve(self, n: int, paused: frozenset[str] = frozenset()) -> list[Unit]:
+    def retrieve(self, n: int, paused: frozenset[str] = frozenset(), acks: Sequence[bytes] = (),
+                 before_block: Callable[[], None] | None = None) -> list[Unit]:
         raise NotImplementedError
+
+    def ack_many(self, raws: Sequence[bytes]) -> None:
+        for raw in raws:
+            self.ack(raw)
 
     def requeue(self, units: Iterable[Unit], acks: Sequence[bytes] = (), keep: Sequence[bytes] = ()) -> int:
         raise NotImplementedError
@@ -141,14 +146,25 @@ class Fetch:
 class ReliableFetch(Fetch):
     reliable = True
 
-    def retrieve(self, n: int, paused: frozenset[str] = frozenset()) -> list[Unit]:
+    def retrieve(self, n: int, paused: frozenset[str] = frozenset(), acks: Sequence[bytes] = (),
+                 before_block: Callable[[], None] | None = None) -> list[Unit]:
+        """Acknowledge ``acks`` and take up to ``n`` jobs, in one round trip; block briefly when idle.
+
+        ``before_block`` is called before a blocking wait (the manager sends
+        acks that arrive meanwhile on their own, rather than hold them).
+        """
         order = self.queue_order(paused)
         if not order:
+            if acks:
+                self.ack_many(acks)
             return []
         queue_keys = [self.keys.queue(q) for q in order]
-        units = self._parse(scripts.FETCH_RELIABLE(self.redis, [self.in_progress, *queue_keys], [n]), order)
+        units = self._parse(scripts.FETCH_RELIABLE(self.redis, [self.in_progress, *queue_keys],
+                                                   [n, len(acks), *acks]), order)
         if units:
             return units
+        if before_block is not None:
+            before_block()
         # Nothing waiting anywhere: wait on one queue so a push wakes us at once.
         waitable = self._waitable(order)
         if not waitable:
@@ -166,6 +182,12 @@ class ReliableFetch(Fetch):
 
     def ack(self, raw: bytes) -> None:
         self.redis.lrem(self.in_progress, 1, raw)
+
+    def ack_many(self, raws: Sequence[bytes]) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        for raw in raws:
+            pipe.lrem(self.in_progress, 1, raw)
+        pipe.execute()
 
     def requeue(self, units: Iterable[Unit], acks: Sequence[bytes] = (), keep: Sequence[bytes] = ()) -> int:
         """Put back everything on our in-progress list but ``keep``; drop ``acks``; one atomic step.
@@ -236,7 +258,9 @@ class ReliableFetch(Fetch):
 
 
 class BasicFetch(Fetch):
-    def retrieve(self, n: int, paused: frozenset[str] = frozenset()) -> list[Unit]:
+    def retrieve(self, n: int, paused: frozenset[str] = frozenset(), acks: Sequence[bytes] = (),
+                 before_block: Callable[[], None] | None = None) -> list[Unit]:
+        """Pop up to ``n`` jobs (``acks`` need nothing: a popped job has left Redis already)."""
         order = self.queue_order(paused)
         if not order:
             return []

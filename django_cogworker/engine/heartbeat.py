@@ -88,7 +88,8 @@ class Heartbeat:
 
     def stop(self) -> None:
         self.stop_event.set()
-        self._thread.join(5)
+        if self._thread.ident is not None:  # (a TERM can come before start: see Launcher.run)
+            self._thread.join(5)
 
     def _run(self) -> None:
         watchdog = Watchdog("heartbeat", self.stop_event)

@@ -34,7 +34,7 @@ from ..client import Client
 from ..conf import Config
 from ..keys import Keys
 from ..middleware import build_chain
-from ..periodic.locks import release_running, touch_running
+from ..periodic.locks import active_ttl, release_running, retake_running, touch_running
 from ..periodic.ticker import Ticker
 from .fetch import make_fetch
 from .heartbeat import Heartbeat
@@ -97,7 +97,7 @@ class Launcher:
         self.stopped = threading.Event()
 
     def _touch_periodic_locks(self, redis: Any) -> None:
-        touch_running(redis, self.keys, self.manager.running_jobs())
+        touch_running(redis, self.keys, self.manager.running_jobs(), active_ttl(self.config.orphan_threshold))
 
     def _reconcile(self, redis: Any) -> None:
         """Every RECONCILE_INTERVAL: requeue jobs on our list that we never received (reliable fetch)."""
@@ -107,10 +107,14 @@ class Launcher:
         self._suspects = self.fetch.reconcile(self.manager.known_raws(), self._suspects)
 
     def _run_hook(self, payload: dict, moment: str) -> None:
+        """Locks around a run: ``moment`` is "start", "success", "retry", "dead" or "requeued" (at shutdown)."""
         if payload.get("unique_digest"):
             unique.release_at(self.redis, self.keys, payload, moment)
-        if payload.get("periodic_pjid") and moment != "start":
-            release_running(self.redis, self.keys, payload)
+        if payload.get("periodic_pjid"):
+            if moment == "requeued":
+                retake_running(self.redis, self.keys, payload)  # it waits in its queue again: keep others out
+            elif moment != "start":
+                release_running(self.redis, self.keys, payload)
 
     def _signals_put(self, name: str) -> None:
         self._signals.put(name)

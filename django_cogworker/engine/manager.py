@@ -56,6 +56,9 @@ class Manager:
         self._cv = threading.Condition()
         self._units: collections.deque[Unit] = collections.deque()
         self._idle = threading.Semaphore(config.concurrency)
+        self._ack_lock = threading.Lock()
+        self._acks: list[bytes] = []  # finished, to be acked with the next fetch
+        self._fetcher_blocking = False
         self._jobs_lock = threading.Lock()
         # raw payload -> how many copies run now (two copies of one payload can run at once)
         self._running: collections.Counter[bytes] = collections.Counter()
@@ -87,7 +90,10 @@ class Manager:
         deadline = time.monotonic() + timeout
         self.make_quiet()
         if self._fetcher.ident is not None:  # (a stop can come before start)
-            self._fetcher.join(max(0.0, min(deadline - time.monotonic(), self.fetch.block_cap + 5)))
+            # Not bounded by the deadline: a blocking fetch still in flight may yet receive a
+            # job, which the fetcher then hands back (_fetch_loop). Exiting before it has done
+            # so lost that job with basic fetch. The wait is at most one blocking call.
+            self._fetcher.join(self.fetch.block_cap + 5)
         with self._cv:
             unstarted = list(self._units)
             self._units.clear()
@@ -99,6 +105,7 @@ class Manager:
         unfinished = unstarted + [p.current for p in self.processors if p.thread.is_alive() and p.current]
         if unfinished:
             logger.warning("%d job(s) still running or unstarted at the shutdown deadline", len(unfinished))
+        self._pend_acks(self._take_acks())  # held for a fetch that won't come
         return self.requeue_unfinished(unfinished)
 
     # -- fetcher thread ------------------------------------------------------
@@ -112,15 +119,78 @@ class Manager:
             while n < self.config.concurrency and self._idle.acquire(blocking=False):
                 n += 1
             units: list[Unit] = []
-            watchdog.run_step(lambda: units.extend(self.fetch.retrieve(n, self.paused)))  # noqa: B023
+            acks = self._take_acks()
+            if not watchdog.run_step(lambda: units.extend(  # noqa: B023
+                    self.fetch.retrieve(n, self.paused, acks, self._before_block))):  # noqa: B023
+                self._pend_acks(acks, failed=True)
+            with self._ack_lock:
+                self._fetcher_blocking = False
             for _ in range(n - len(units)):
                 self._idle.release()
+            if units and self._quiet.is_set():
+                # Received by a blocking call that outlived quiet (or the stop): no new job may
+                # start now, so straight back to the head of its queue, for any process.
+                self._hand_back(units)
+                units = []
             if units:
                 with self._cv:
                     self._units.extend(units)
                     self._cv.notify(len(units))
             elif watchdog.failures == 0 and not self.fetch.queue_order(self.paused):
                 self._quiet.wait(self.config.fetch_idle_max_interval)  # every queue paused: don't spin
+
+    # -- acks ride on the fetch ---------------------------------------------
+    #
+    # A finished job's ack (LREM from the in-progress list) waits in memory
+    # for the fetcher's next round trip, which a busy process makes as soon as
+    # the processor that finished is idle: about one round trip per batch
+    # instead of one more per job. While the fetcher blocks (idle), acks go out
+    # at once instead. The window this widens: a process killed with acks
+    # still in memory has those finished jobs recovered as orphans and run
+    # again; at most one per processor, for at most one fetch round trip.
+
+    def ack(self, raw: bytes) -> None:
+        with self._ack_lock:
+            if not self._fetcher_blocking and not self._stopping and self._fetcher.is_alive():
+                self._acks.append(raw)
+                return
+        self.settle(raw, "ack")
+
+    def _take_acks(self) -> list[bytes]:
+        with self._ack_lock:
+            acks, self._acks = self._acks, []
+        return acks
+
+    def _before_block(self) -> None:
+        """The fetcher is about to block: acks from now on go out at once, and so do any held."""
+        with self._ack_lock:
+            self._fetcher_blocking = True
+            acks, self._acks = self._acks, []
+        if acks:
+            try:
+                self.fetch.ack_many(acks)
+            except Exception:
+                self._pend_acks(acks, failed=True)
+                raise
+
+    def _pend_acks(self, acks: list[bytes], failed: bool = False) -> None:
+        """Keep acks as pending settlements: retried every beat, and dropped atomically at shutdown."""
+        if failed:
+            for raw in acks:
+                logger.error("settling jid=%s failed (its ack didn't reach Redis); kept in memory and retried",
+                             _jid("ack", raw))
+        if acks:
+            with self._jobs_lock:
+                for raw in acks:
+                    self._pending[raw] = "ack"
+
+    def _hand_back(self, units: list[Unit]) -> None:
+        try:
+            self.fetch.hand_back(units)
+        except Exception:
+            logger.exception("could not hand back %d job(s) fetched after quiet", len(units))
+        for _ in units:
+            self._idle.release()
 
     def next_unit(self) -> Unit | None:
         """Block until a unit is handed over; None once stopping."""
@@ -176,6 +246,8 @@ class Manager:
         """Every payload this process holds: handed over, running, or finished and unsettled."""
         with self._cv:
             known = collections.Counter(u.raw for u in self._units)
+        with self._ack_lock:
+            known.update(self._acks)
         with self._jobs_lock:
             known.update(self._running)
             known.update(self._pending)
@@ -234,6 +306,7 @@ class Manager:
             keep = self._park_unsettled({raw: how for raw, how in pending.items() if how != "ack"})
             acks = [raw for raw, how in pending.items() if how == "ack"]
             moved = self.fetch.requeue(unfinished, acks=acks, keep=keep)
+            self._tell_requeued(unfinished)
             with self._jobs_lock:
                 for raw in acks:
                     self._pending.pop(raw, None)
@@ -245,11 +318,21 @@ class Manager:
                              self.fetch.in_progress)
             return 0
 
+    def _tell_requeued(self, units: list[Unit]) -> None:
+        """Run the hook for jobs handed back (an until_executed run keeps its periodic lock while queued)."""
+        if self.run_hook is None:
+            return
+        for unit in units:
+            try:
+                self.run_hook(payloads.decode(unit.raw), "requeued")
+            except Exception as exc:
+                logger.warning("requeue hook failed: %s: %s", type(exc).__name__, exc)
+
     def _park_unsettled(self, unfiled: dict[bytes, Filing]) -> list[bytes]:
         keep = []
         for raw, filing in unfiled.items():
-            record = payloads.encode({"target": filing.target, "score": filing.score, "payload": filing.raw()})
             try:
+                record = payloads.encode({"target": filing.target, "score": filing.score, "payload": filing.raw()})
                 scripts.PARK_UNSETTLED(self.redis, [self.fetch.in_progress, self.keys.unsettled], [raw, record])
             except Exception as exc:
                 logger.error("could not hand jid=%s over to %s (%s); left for orphan recovery",

@@ -82,11 +82,14 @@ class Processor:
                            exc_info=exc)
             filing = manager.retry.filing(payload, exc, job)
             outcome = "retry" if filing is not None and filing.target == "retry" else "dead"
-            manager.settle(unit.raw, filing if filing is not None else "ack")
+            if filing is not None:
+                manager.settle(unit.raw, filing)
+            else:
+                manager.ack(unit.raw)  # discarded (dead=False)
             manager.stats.job_done(failed=True)
         else:
             logger.info("done jid=%s class=%s elapsed=%.3fs", jid, payload["class"], time.monotonic() - started)
-            manager.settle(unit.raw, "ack")
+            manager.ack(unit.raw)
             manager.stats.job_done(failed=False)
         finally:
             manager.job_finished(unit)

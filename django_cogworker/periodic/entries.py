@@ -27,6 +27,7 @@ from typing import Any
 
 from croniter import croniter
 
+from .. import payload as payloads
 from ..errors import ConfigError
 from ..job import Job, registered
 
@@ -143,6 +144,17 @@ def _build(raw: Mapping[str, Any], default_tz: str, where: str, errors: list[str
     args, kwargs = raw.get("args", ()), raw.get("kwargs") or {}
     if not isinstance(args, (list, tuple)) or not isinstance(kwargs, Mapping):
         errors.append(f"{label}: 'args' must be a list and 'kwargs' a dict")
+    else:
+        # Checked here, not at the first slot: an argument that can't be sent
+        # would otherwise fail every tick of the entry, found only in the log.
+        try:
+            payloads.check_json_native(list(args), "'args'")
+            payloads.check_json_native(dict(kwargs), "'kwargs'")
+        except TypeError as exc:
+            errors.append(f"{label}: {exc}")
+    queue = raw.get("queue")
+    if queue is not None and (not isinstance(queue, str) or not queue):
+        errors.append(f"{label}: 'queue' must be a non-empty string, got {queue!r}")
     for flag in ("until_executed", "catch_up"):
         if raw.get(flag) is not None and not isinstance(raw.get(flag), bool):
             errors.append(f"{label}: {flag!r} must be True or False, got {raw.get(flag)!r}")

@@ -3,11 +3,12 @@
 The running lock (``periodic:running:<pjid>``, holding the run's jid) is taken
 by the claim with QUEUED_TTL: long, since the job may wait in a deep queue.
 While the job runs, every heartbeat of the process running it sets it to
-ACTIVE_TTL, from the process's in-memory record of running jobs, not from
-Redis (a failover that lost the workers hash would otherwise let a long run's
-lock lapse mid-run). It is released when the run ends. A process that dies
-mid-run lets it lapse within ACTIVE_TTL; orphan recovery retakes it for the
-requeued run.
+``active_ttl(ORPHAN_THRESHOLD)``, from the process's in-memory record of running
+jobs, not from Redis (a failover that lost the workers hash would otherwise let
+a long run's lock lapse mid-run). It is released when the run ends. A process
+that dies mid-run leaves it held: the TTL outlives orphan detection, and orphan
+recovery takes it again (renewed to QUEUED_TTL) for the requeued run, so no
+slot fires in between.
 """
 
 from __future__ import annotations
@@ -21,7 +22,17 @@ from ..keys import Keys
 
 SLOT_LOCK_TTL = 3600
 QUEUED_TTL = 24 * 3600
-ACTIVE_TTL = 180
+ACTIVE_TTL = 180  # the least a running lock is renewed to
+
+
+def active_ttl(orphan_threshold: float) -> int:
+    """The TTL a running lock is renewed to while its run runs: longer than orphan detection takes.
+
+    A lock that lapsed before orphan recovery had requeued the interrupted run
+    (ORPHAN_THRESHOLD, 300 s by default, plus a poll) let the next slot start a
+    second run beside it.
+    """
+    return int(max(ACTIVE_TTL, 2 * orphan_threshold + 60))
 
 ROLLBACK = scripts.PERIODIC_ROLLBACK
 
@@ -38,7 +49,7 @@ def claim_slot(redis: Any, keys: Keys, entry: Any, slot: int, jid: str) -> tuple
     return code == 1, previous
 
 
-def touch_running(redis: Any, keys: Keys, running_raws: Iterable[bytes]) -> None:
+def touch_running(redis: Any, keys: Keys, running_raws: Iterable[bytes], ttl: int = ACTIVE_TTL) -> None:
     """Keep alive the running locks of the periodic runs in ``running_raws`` (this process's record)."""
     for raw in running_raws:
         try:
@@ -46,7 +57,7 @@ def touch_running(redis: Any, keys: Keys, running_raws: Iterable[bytes]) -> None
         except ValueError:
             continue
         if isinstance(job, dict) and job.get("periodic_pjid") and job.get("jid"):
-            scripts.HELD_LOCK(redis, [keys.periodic_running(job["periodic_pjid"])], [job["jid"], ACTIVE_TTL])
+            scripts.HELD_LOCK(redis, [keys.periodic_running(job["periodic_pjid"])], [job["jid"], ttl])
 
 
 def release_running(redis: Any, keys: Keys, payload: dict) -> None:
@@ -58,4 +69,8 @@ def release_running(redis: Any, keys: Keys, payload: dict) -> None:
 def retake_running(redis: Any, keys: Keys, payload: dict) -> None:
     """Orphan recovery requeued an interrupted run: hold its lock again until it runs."""
     if payload.get("periodic_pjid") and payload.get("jid"):
-        redis.set(keys.periodic_running(payload["periodic_pjid"]), payload["jid"], nx=True, ex=QUEUED_TTL)
+        key = keys.periodic_running(payload["periodic_pjid"])
+        if not redis.set(key, payload["jid"], nx=True, ex=QUEUED_TTL):
+            # Still held by this run (its process died within the lock's TTL):
+            # renew it for the wait in the queue, or it could lapse there.
+            scripts.HELD_LOCK(redis, [key], [payload["jid"], QUEUED_TTL])

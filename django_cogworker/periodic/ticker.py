@@ -33,7 +33,7 @@ from ..errors import is_connection_error
 from ..job import JobSetter, registered
 from ..keys import Keys
 from .entries import Entry
-from .locks import ROLLBACK, claim_slot
+from .locks import ROLLBACK, claim_slot, release_running
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +59,9 @@ class Ticker:
         self._pending_rollbacks: list[tuple[Entry, int, str, str]] = []
         self._failures: dict[str, int] = {}
         self._retry_at: dict[str, float] = {}
+        # pjid -> the latest slot seen due while the entry was disabled: catch-up
+        # never goes back past it, so re-enabling doesn't burst.
+        self._disabled_through: dict[str, int] = {}
         self._thread = threading.Thread(target=self._run, name="cogworker-ticker", daemon=True)
 
     def start(self) -> None:
@@ -72,7 +75,8 @@ class Ticker:
 
     def stop(self) -> None:
         self.stop_event.set()
-        self._thread.join(5)
+        if self._thread.ident is not None:  # (a TERM can come before start: see Launcher.run)
+            self._thread.join(5)
 
     def publish_schedule(self) -> None:
         if not self.entries:
@@ -113,7 +117,9 @@ class Ticker:
         slot = entry.latest_slot(now)
         if self._last_checked.get(entry.pjid) == slot:
             return
-        if not self.disabled(entry):
+        if self.disabled(entry):
+            self._disabled_through[entry.pjid] = slot
+        else:
             for candidate in self._candidates(entry, slot, now):
                 jid = payloads.new_jid()
                 claimed, previous = claim_slot(self.redis, self.keys, entry, candidate, jid)
@@ -133,11 +139,22 @@ class Ticker:
         if slot <= last:
             return []
         catch_up = self.catch_up if entry.catch_up is None else entry.catch_up
-        slots = entry.slots_after(last, now, self.catch_up_max) if catch_up else [slot]
+        if catch_up:
+            # Slots skipped while disabled aren't "missed": re-enabling doesn't burst.
+            after = max(last, self._disabled_through.get(entry.pjid, last))
+            slots = entry.slots_after(after, now, self.catch_up_max) if slot > after else []
+        else:
+            slots = [slot]
         # Daylight saving: when clocks go back, one wall-clock time comes twice;
-        # cron names it once, so it runs once.
-        wall_last = entry.wall_clock(last)
-        return [s for s in slots if entry.wall_clock(s) != wall_last] or ([] if not slots else [])
+        # cron names it once, so it runs once (also when catch-up spans both).
+        seen = {entry.wall_clock(last)}
+        candidates = []
+        for s in slots:
+            wall = entry.wall_clock(s)
+            if wall not in seen:
+                seen.add(wall)
+                candidates.append(s)
+        return candidates
 
     def disabled(self, entry: Entry) -> bool:
         """Switched off from the admin? An unreadable set counts as "not disabled", logged.
@@ -154,13 +171,24 @@ class Ticker:
     def enqueue(self, entry: Entry, slot: int, jid: str, previous: str) -> None:
         job_class = registered(entry.job)
         options = {k: v for k, v in (("queue", entry.queue), ("retry", entry.retry)) if v is not None}
-        payload = JobSetter(job_class, options).build(list(entry.args), dict(entry.kwargs))
-        payload.update(jid=jid, periodic_pjid=entry.pjid, periodic_slot=slot)
         try:
-            self.push(payload)
+            # Built inside the try: a payload that can't be built must roll the
+            # claim back too, or the slot (and an until_executed lock) is lost.
+            payload = JobSetter(job_class, options).build(list(entry.args), dict(entry.kwargs))
+            payload.update(jid=jid, periodic_pjid=entry.pjid, periodic_slot=slot)
+            pushed = self.push(payload)
         except Exception:
             self.rollback(entry, slot, previous, jid)
             raise
+        if pushed is None:
+            # Stopped by a client middleware, or a unique job's duplicate: no run
+            # will ever release the running lock the claim took, which would
+            # skip every slot until its 24 h TTL.
+            logger.info("periodic %s: slot %s not enqueued (stopped by a client middleware or a unique lock)",
+                        entry.pjid, slot)
+            if entry.until_executed:
+                release_running(self.redis, self.keys, payload)
+            return
         logger.info("periodic %s: slot %s enqueued as jid=%s", entry.pjid, slot, jid)
 
     def rollback(self, entry: Entry, slot: int, previous: str, jid: str) -> bool | BaseException:

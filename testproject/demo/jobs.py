@@ -118,3 +118,49 @@ class KillSelfJob(Job):
 
     def perform(self):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+class RecordThenSleepJob(Job):
+    """RPUSH this job's jid onto `key`, then sleep `seconds`: a run recorded before it finishes.
+
+    The shutdown tests count a jid recorded twice as a duplicate run (the run was cut short by
+    the shutdown deadline and requeued).
+    """
+
+    def perform(self, key, seconds=0.0):
+        _record(key, self.jid)
+        time.sleep(seconds)
+
+
+class FileMarkJob(Job):
+    """Append "start <jid> <pid>", sleep `seconds`, append "end <jid> <pid>" to the file `path`.
+
+    Touches no Redis, so it runs (and records) the same while Redis is down: the Redis fault
+    tests tell what ran from this file, not from the server they kill.
+    """
+
+    def perform(self, path, seconds=0.0):
+        _append_line(path, f"start {self.jid} {os.getpid()}")
+        time.sleep(seconds)
+        _append_line(path, f"end {self.jid} {os.getpid()}")
+
+
+def _append_line(path, line):
+    # One write() per line on an O_APPEND descriptor: lines from concurrent threads and
+    # processes never interleave.
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+class PeriodicSlotJob(Job):
+    """Periodic tests: RPUSH onto `key` JSON {"event": "start", "slot", "jid", "pid", "t"}, sleep `seconds`,
+    then the same with "event": "end". `slot` is the payload's `periodic_slot` (None when not periodic)."""
+
+    def perform(self, key, seconds=0.0):
+        mark = {"slot": self.payload.get("periodic_slot"), "jid": self.jid, "pid": os.getpid()}
+        _record(key, json.dumps({"event": "start", "t": time.time(), **mark}))
+        time.sleep(seconds)
+        _record(key, json.dumps({"event": "end", "t": time.time(), **mark}))

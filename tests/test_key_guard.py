@@ -1,0 +1,219 @@
+"""The key guard: keys of the wrong type are moved to quarantine, logged, and work carries on.
+
+In-process tests drive KeyGuard against the suite's Redis; the end-to-end test plants a wrong
+type on every fixed key and on a queue key in turn under a running `runcogworker`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+
+import pytest
+import redis
+from helpers import FAST_ENV, Worker, wait_until
+
+from django_cogworker.engine.key_guard import QUARANTINE_TTL, KeyGuard
+from django_cogworker.keys import Keys
+
+K = Keys()
+FIXED = K.fixed_types()
+
+
+@pytest.fixture
+def rb(redis_url):
+    """A bytes client, as the engine uses."""
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+def plant(r, key: str, expected: str) -> str:
+    """Replace ``key`` with a value of the wrong type (atomically); return the type planted."""
+    pipe = r.pipeline(transaction=True)
+    pipe.delete(key)
+    if expected == "string":
+        pipe.rpush(key, "planted")
+    else:
+        pipe.set(key, "planted")
+    pipe.execute()
+    return "list" if expected == "string" else "string"
+
+
+def make_right(r, key: str, expected: str) -> None:
+    {"zset": lambda: r.zadd(key, {"m": 1}), "set": lambda: r.sadd(key, "m"), "hash": lambda: r.hset(key, "f", "v"),
+     "list": lambda: r.rpush(key, "m"), "string": lambda: r.set(key, "1")}[expected]()
+
+
+def quarantined(r, key: str, keys: Keys = K) -> list[str]:
+    return sorted(r.scan_iter(match=f"{keys.quarantine_prefix}{key}:*", count=1000))
+
+
+def assert_quarantine_name(name: str, key: str, keys: Keys = K) -> None:
+    m = re.fullmatch(re.escape(f"{keys.quarantine_prefix}{key}:") + r"(\d+):([0-9a-f]+)", name)
+    assert m, name
+    assert abs(int(m.group(1)) - time.time()) < 60
+
+
+@pytest.mark.parametrize("key,expected", sorted(FIXED.items()), ids=sorted(FIXED))
+def test_fixed_key_of_wrong_type_is_quarantined(rb, r, caplog, key, expected):
+    planted = plant(r, key, expected)
+    guard = KeyGuard(rb, K, ["default"])
+    with caplog.at_level(logging.ERROR, logger="django_cogworker"):
+        assert guard.check() == [key]
+    assert r.exists(key) == 0  # a fresh, empty key: the next write creates the right type
+    [name] = quarantined(r, key)
+    assert_quarantine_name(name, key)
+    assert r.type(name) == planted
+    assert (r.get(name) if planted == "string" else r.lrange(name, 0, -1)) in ("planted", ["planted"])
+    assert QUARANTINE_TTL - 60 < r.ttl(name) <= QUARANTINE_TTL == 30 * 24 * 3600
+    errors = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.ERROR]
+    assert any(key in m and name in m for m in errors), errors
+    make_right(r, key, expected)  # work carries on with the key
+    assert guard.check() == []
+
+
+def test_right_types_and_missing_keys_are_left_alone(rb, r):
+    guard = KeyGuard(rb, K, ["default", "mail"])
+    assert guard.check() == []  # nothing exists yet
+    for key, expected in FIXED.items():
+        make_right(r, key, expected)
+    r.delete(K.queues)
+    r.sadd(K.queues, "default")
+    r.rpush(K.queue("default"), "job")
+    before = {key: r.type(key) for key in r.keys("*")}
+    assert guard.check() == []
+    assert {key: r.type(key) for key in r.keys("*")} == before
+
+
+def test_queue_keys_from_config_and_from_the_registries(rb, r):
+    r.sadd(K.queues, "listed")
+    r.sadd(K.paused_queues, "paused")
+    for q in ("configured", "listed", "paused"):
+        r.set(K.queue(q), "not a list")
+    r.set(K.queue("unknown"), "never looked at")  # named nowhere: not ours to judge
+    moved = KeyGuard(rb, K, ["configured"]).check()
+    assert sorted(moved) == sorted(K.queue(q) for q in ("configured", "listed", "paused"))
+    for q in ("configured", "listed", "paused"):
+        assert r.exists(K.queue(q)) == 0
+        assert len(quarantined(r, K.queue(q))) == 1
+    assert r.get(K.queue("unknown")) == "never looked at"
+
+
+def test_per_process_keys_of_listed_identities(rb, r):
+    r.sadd(K.in_progress_identities, "host:1:aa")
+    r.sadd(K.processes, "host:2:bb")
+    r.set(K.in_progress("host:1:aa"), "x")
+    r.set(K.process("host:2:bb"), "x")
+    r.rpush(K.workers("host:2:bb"), "x")
+    r.set(K.signals("host:2:bb"), "x")
+    moved = KeyGuard(rb, K, ["default"]).check()
+    assert sorted(moved) == sorted([K.in_progress("host:1:aa"), K.process("host:2:bb"), K.workers("host:2:bb"),
+                                    K.signals("host:2:bb")])
+
+
+def test_a_registry_of_the_wrong_type_is_quarantined_and_its_members_checked_next_round(rb, r):
+    r.set(K.queues, "not a set")
+    r.set(K.queue("other"), "not a list")
+    guard = KeyGuard(rb, K, ["default"])
+    assert guard.check() == [K.queues]  # the unreadable listing names no queue this round
+    r.sadd(K.queues, "other")  # the next push relists it
+    assert guard.check() == [K.queue("other")]
+
+
+def test_two_quarantines_of_one_key_in_the_same_second_keep_both(rb, r):
+    guard = KeyGuard(rb, K, ["default"])
+    r.set(K.dead, "first")
+    guard.check()
+    r.set(K.dead, "second")
+    guard.check()
+    names = quarantined(r, K.dead)
+    assert len(names) == 2
+    assert sorted(r.get(n) for n in names) == ["first", "second"]
+
+
+def test_quarantine_rechecks_the_type_atomically(rb, r):
+    # Between TYPE and the move the key may have been fixed, or deleted: then it stays.
+    guard = KeyGuard(rb, K, ["default"])
+    r.zadd(K.dead, {"m": 1})
+    assert guard.quarantine(K.dead, "zset", "string") is False
+    assert r.zcard(K.dead) == 1
+    assert guard.quarantine(K.retry, "zset", "string") is False  # missing
+    assert quarantined(r, K.dead) == [] and quarantined(r, K.retry) == []
+
+
+def test_custom_prefix(rb, r):
+    keys = Keys("shop:")
+    r.set(keys.schedule, "x")
+    r.set(K.schedule, "another app's business")
+    assert KeyGuard(rb, keys, ["default"]).check() == [keys.schedule]
+    [name] = quarantined(r, keys.schedule, keys)
+    assert_quarantine_name(name, keys.schedule, keys)
+    assert r.get(K.schedule) == "another app's business"
+
+
+def test_a_push_goes_through_while_the_queues_listing_holds_the_wrong_type(r, caplog):
+    # Until the key guard's next round the listing is broken; a push that went through must not
+    # look failed (the caller would push again: two runs).
+    from testproject.demo.jobs import RecordJob
+
+    r.set(K.queues, "wrong type")
+    with caplog.at_level(logging.ERROR, logger="django_cogworker"):
+        jid = RecordJob.perform_async("ran")
+        bulk = RecordJob.perform_bulk([["ran"], ["ran"]])
+    queued = [json.loads(raw)["jid"] for raw in r.lrange(K.queue("default"), 0, -1)]
+    assert sorted(queued) == sorted([jid, *bulk])
+    assert f"{K.queues} not updated" in caplog.text
+    r.delete(K.queues)
+    r.set(K.queue("mail"), "wrong type")  # the queue itself: that push did fail, and says so
+    with pytest.raises(redis.ResponseError):
+        RecordJob.set(queue="mail").perform_async("ran")
+
+
+# -- end to end ----------------------------------------------------------------------------
+
+def _beat_stamp(r, identity: str) -> tuple[str | None, str | None]:
+    try:
+        last = r.hget(K.last_beat, identity)
+    except redis.ResponseError:
+        last = None
+    return last, r.hget(K.process(identity), "beat")
+
+
+def test_wrong_types_under_a_running_worker_are_quarantined_and_work_continues(r, tmp_path):
+    env = {**FAST_ENV, "COGWORKER_KEY_GUARD_INTERVAL": "0.3", "COGWORKER_CONCURRENCY": "2"}
+    targets = [*sorted(FIXED.items()), (K.queue("default"), "list")]
+    timings = []
+    with Worker(env=env, log_path=tmp_path / "worker.log") as w:
+        identity = w.wait_ready()
+        for n, (key, expected) in enumerate(targets):
+            planted_at = time.monotonic()
+            plant(r, key, expected)
+            wait_until(lambda key=key: quarantined(r, key), timeout=15, message=f"{key} quarantined")
+            timings.append(time.monotonic() - planted_at)
+            [name] = quarantined(r, key)
+            assert r.ttl(name) > QUARANTINE_TTL - 120
+            assert r.type(key) in ("none", expected)
+            # Work continues: a job pushed now runs.
+            from testproject.demo.jobs import RecordJob
+
+            RecordJob.perform_async("ran", f"after-{n}")
+            wait_until(lambda n=n: f"after-{n}" in r.lrange("ran", 0, -1), timeout=15,
+                       message=f"a job runs after {key} was quarantined")
+            # Heartbeats continue: the process hash and the last-beat stamp move on.
+            before = _beat_stamp(r, identity)
+            wait_until(lambda before=before: all(a and a != b for a, b in zip(_beat_stamp(r, identity), before,
+                                                                                 strict=True)),
+                       timeout=10, message=f"heartbeats continue after {key}")
+        assert w.alive
+        w.term()
+        assert w.wait(30) == 0
+    log = w.log()
+    for key, _ in targets:
+        assert re.search(rf"ERROR .*{re.escape(key)} held a \w+, not a \w+: moved to "
+                         rf"{re.escape(K.quarantine_prefix + key)}:", log), key
+    print(f"\nFIGURES key guard e2e: {len(targets)} keys quarantined, plant->quarantine "
+          f"max {max(timings):.2f}s mean {sum(timings) / len(timings):.2f}s")
+    assert not r.exists(K.process(identity))  # left the registry at exit

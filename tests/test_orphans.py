@@ -1,0 +1,244 @@
+"""Orphan recovery, in process: the in-progress lists of dead processes come back, once each.
+
+A process is dead to the others when its last beat (Redis's clock) is older than
+ORPHAN_THRESHOLD, or when it has neither a last beat nor a process hash. Its jobs go back to the
+end their queue is popped from with orphan_count + 1; at MAX_ORPHANINGS they go to dead instead,
+recorded in repeat_orphans. The end-to-end versions (real processes killed with -9) are in
+test_faults.py.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+
+import pytest
+import redis
+
+from django_cogworker import payload as payloads
+from django_cogworker.conf import build_config
+from django_cogworker.engine.orphans import OrphanRecovery
+from django_cogworker.engine.retry import RetryPolicy
+from django_cogworker.keys import Keys
+
+K = Keys()
+THRESHOLD = 3.0
+DEAD = "deadhost:111:aaaaaa"
+LIVE = "livehost:222:bbbbbb"
+
+
+@pytest.fixture
+def config(redis_url):
+    return build_config({"ORPHAN_THRESHOLD": THRESHOLD, "HEARTBEAT_INTERVAL": 0.5, "MAX_ORPHANINGS": 3},
+                        {"COGWORKER_REDIS_URL": redis_url})
+
+
+@pytest.fixture
+def rb(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+def recoverer(config, client, identity=LIVE) -> OrphanRecovery:
+    return OrphanRecovery(config, client, K, identity, RetryPolicy(config))
+
+
+def redis_now(r) -> float:
+    seconds, micros = r.time()
+    return seconds + micros / 1e6
+
+
+def payload(n: int, queue: str = "default", **extra) -> str:
+    return payloads.encode({"jid": f"jid{n:05d}", "class": "testproject.demo.jobs.RecordJob", "args": ["k"],
+                            "kwargs": {}, "queue": queue, "retry": True, "created_at": 1.0, **extra})
+
+
+def in_flight(r, identity: str, raws: list[str], beat_age: float | None) -> None:
+    """Make ``identity`` look like a process with ``raws`` taken, last beat ``beat_age`` s ago."""
+    r.sadd(K.in_progress_identities, identity)
+    for raw in raws:
+        r.lpush(K.in_progress(identity), raw)  # as LMOVE ... LEFT puts them
+    if beat_age is not None:
+        r.hset(K.last_beat, identity, repr(redis_now(r) - beat_age))
+
+
+def forgotten(r, identity: str) -> bool:
+    return (not r.sismember(K.in_progress_identities, identity) and not r.hexists(K.last_beat, identity)
+            and not r.exists(K.in_progress(identity)) and not r.exists(K.orphan_lock(identity)))
+
+
+def queued(r, queue: str = "default") -> list[dict]:
+    return [json.loads(raw) for raw in r.lrange(K.queue(queue), 0, -1)]
+
+
+def test_stale_beat_list_requeued_with_orphan_count_and_identity_forgotten(config, rb, r):
+    r.lpush(K.queue("default"), payload(999))  # waiting before the crash
+    in_flight(r, DEAD, [payload(1), payload(2, orphan_count=1), payload(3, queue="mail")], beat_age=THRESHOLD + 2)
+    assert recoverer(config, rb).check() == 3
+    default = queued(r)
+    # Back at the end the fetch pops (runs next), behind nothing: the waiting job is now first in line last.
+    assert default[0]["jid"] == "jid00999"
+    assert {p["jid"]: p["orphan_count"] for p in default[1:]} == {"jid00001": 1, "jid00002": 2}
+    assert all(p["orphaned_from"] == DEAD for p in default[1:])
+    [mail] = queued(r, "mail")
+    assert (mail["jid"], mail["orphan_count"]) == ("jid00003", 1)
+    assert r.sismember(K.queues, "mail")
+    assert forgotten(r, DEAD)
+    assert r.zcard(K.dead) == 0 and r.llen(K.repeat_orphans) == 0
+
+
+def test_fresh_beat_is_left_alone(config, rb, r):
+    in_flight(r, DEAD, [payload(1)], beat_age=THRESHOLD - 1.5)
+    assert recoverer(config, rb).check() == 0
+    assert r.llen(K.in_progress(DEAD)) == 1
+    assert r.sismember(K.in_progress_identities, DEAD)
+    assert not r.exists(K.queue("default"))
+
+
+def test_no_beat_but_a_live_process_hash_is_left_alone(config, rb, r):
+    # Started, its last-beat stamp not written (yet, or that write failing): alive all the same.
+    in_flight(r, DEAD, [payload(1)], beat_age=None)
+    r.hset(K.process(DEAD), "info", "{}")
+    assert recoverer(config, rb).check() == 0
+    assert r.llen(K.in_progress(DEAD)) == 1
+
+
+def test_no_beat_and_no_process_hash_is_dead(config, rb, r):
+    in_flight(r, DEAD, [payload(1)], beat_age=None)
+    assert recoverer(config, rb).check() == 1
+    assert [p["jid"] for p in queued(r)] == ["jid00001"]
+    assert forgotten(r, DEAD)
+
+
+def test_a_process_never_recovers_its_own_list(config, rb, r):
+    in_flight(r, LIVE, [payload(1)], beat_age=THRESHOLD + 10)
+    assert recoverer(config, rb, identity=LIVE).check() == 0
+    assert r.llen(K.in_progress(LIVE)) == 1
+
+
+def test_empty_list_of_a_dead_process_is_just_forgotten(config, rb, r):
+    in_flight(r, DEAD, [], beat_age=THRESHOLD + 1)
+    assert recoverer(config, rb).check() == 0
+    assert forgotten(r, DEAD)
+
+
+def test_a_list_being_recovered_by_another_process_is_skipped(config, rb, r):
+    in_flight(r, DEAD, [payload(1)], beat_age=THRESHOLD + 1)
+    r.set(K.orphan_lock(DEAD), "someone-else", ex=60)
+    assert recoverer(config, rb).check() == 0
+    assert r.llen(K.in_progress(DEAD)) == 1
+
+
+def _race(config, redis_url, recoverers: int) -> list[int]:
+    """Run ``recoverers`` OrphanRecovery.check loops at once (each its own identity and connection)."""
+    clients = [redis.Redis.from_url(redis_url) for _ in range(recoverers)]
+    barrier = threading.Barrier(recoverers)
+    handled = [0] * recoverers
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            barrier.wait()
+            for _ in range(3):
+                handled[i] += recoverer(config, clients[i], identity=f"live-{i}:1:dd").check()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(recoverers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for c in clients:
+        c.close()
+    assert not errors, errors
+    return handled
+
+
+def test_concurrent_recoverers_requeue_each_job_exactly_once(config, redis_url, r):
+    rounds, total_jobs = 6, 0
+    for round_no in range(rounds):
+        r.flushdb()
+        dead = [f"dead{round_no}-{i}:1:cc" for i in range(3)]
+        jobs = {d: [payload(1000 * i + n) for n in range(250)] for i, d in enumerate(dead)}
+        for d in dead:
+            in_flight(r, d, jobs[d], beat_age=THRESHOLD + 5)
+        handled = _race(config, redis_url, recoverers=4)
+        requeued = queued(r)
+        jids = [p["jid"] for p in requeued]
+        assert len(jids) == len(set(jids)) == sum(len(v) for v in jobs.values()) == sum(handled)
+        assert {p["orphan_count"] for p in requeued} == {1}
+        assert all(forgotten(r, d) for d in dead)
+        total_jobs += len(jids)
+    print(f"\nFIGURES concurrent orphan recovery: {rounds} rounds x 4 recoverers, {total_jobs} jobs, "
+          f"0 requeued twice, 0 lost")
+
+
+def test_at_max_orphanings_the_job_goes_to_dead_and_is_recorded(config, rb, r, caplog):
+    in_flight(r, DEAD, [payload(1, orphan_count=2), payload(2, orphan_count=1)], beat_age=THRESHOLD + 1)
+    with caplog.at_level(logging.ERROR, logger="django_cogworker"):
+        assert recoverer(config, rb).check() == 2
+    [(raw, _score)] = r.zrange(K.dead, 0, -1, withscores=True)
+    dead = json.loads(raw)
+    assert dead["jid"] == "jid00001" and dead["orphan_count"] == 3
+    assert "orphaned 3 times" in dead["error_message"] and "MAX_ORPHANINGS is 3" in dead["error_message"]
+    assert "orphaned" in dead["dead_reason"]
+    assert dead["error_class"] == "Orphaned"
+    [record] = [json.loads(x) for x in r.lrange(K.repeat_orphans, 0, -1)]
+    assert (record["jid"], record["orphan_count"], record["from"]) == ("jid00001", 3, DEAD)
+    assert [(p["jid"], p["orphan_count"]) for p in queued(r)] == [("jid00002", 2)]
+    assert forgotten(r, DEAD)
+    assert any("jid00001" in rec.getMessage() and "dead" in rec.getMessage() for rec in caplog.records)
+
+
+def test_at_max_orphanings_a_job_with_dead_false_is_discarded(config, rb, r):
+    in_flight(r, DEAD, [payload(1, orphan_count=2, dead=False)], beat_age=THRESHOLD + 1)
+    recoverer(config, rb).check()
+    assert r.zcard(K.dead) == 0 and not r.exists(K.queue("default"))
+    assert forgotten(r, DEAD)
+
+
+def test_unparseable_entry_goes_to_dead_and_the_rest_is_requeued(config, rb, r):
+    in_flight(r, DEAD, [payload(1), "{not json", payload(2)], beat_age=THRESHOLD + 1)
+    assert recoverer(config, rb).check() == 3
+    assert sorted(p["jid"] for p in queued(r)) == ["jid00001", "jid00002"]
+    [dead] = [json.loads(x) for x in r.zrange(K.dead, 0, -1)]
+    assert dead["class"] == payloads.UNPARSEABLE_CLASS
+    assert dead["raw"] == "{not json"
+    assert "orphaned" in dead["error_message"]
+    assert forgotten(r, DEAD)
+
+
+@pytest.mark.timeout(60)
+def test_a_broken_queue_key_does_not_stop_the_other_recoveries_nor_lose_its_jobs(config, rb, r, caplog):
+    # More stuck entries than one batch, with good ones behind them: recovery must read past them
+    # (it used to re-read the same batch forever), requeue the rest, and keep the stuck ones.
+    first, second = "a-dead:1:aa", "b-dead:1:bb"  # recovered in this order
+    good = [payload(n) for n in range(1, 4)]
+    stuck = [payload(n, queue="broken") for n in range(100, 250)]
+    in_flight(r, first, good + stuck, beat_age=THRESHOLD + 1)  # LPUSHed: the stuck ones come first
+    in_flight(r, second, [payload(99)], beat_age=THRESHOLD + 1)
+    r.set(K.queue("broken"), "wrong type")
+    rec = recoverer(config, rb)
+    with caplog.at_level(logging.ERROR, logger="django_cogworker"):
+        assert rec.check() == 4
+    assert sorted(p["jid"] for p in queued(r)) == ["jid00001", "jid00002", "jid00003", "jid00099"]
+    assert r.llen(K.in_progress(first)) == len(stuck)
+    assert r.sismember(K.in_progress_identities, first)  # not forgotten while jobs remain
+    assert any("150 job(s) left" in m.getMessage() for m in caplog.records), caplog.text
+    r.delete(K.queue("broken"))  # what the key guard does (moves it aside)
+    assert rec.check() == len(stuck)
+    assert len(queued(r, "broken")) == len(stuck)
+    assert {p["orphan_count"] for p in queued(r, "broken") + queued(r)} == {1}
+    assert forgotten(r, first) and forgotten(r, second)
+
+
+def test_a_registry_of_the_wrong_type_skips_the_round(config, rb, r, caplog):
+    r.set(K.last_beat, "wrong type")
+    in_flight(r, DEAD, [payload(1)], beat_age=None)
+    with caplog.at_level(logging.ERROR, logger="django_cogworker"):
+        assert recoverer(config, rb).check() == 0  # no information, no verdicts
+    assert r.llen(K.in_progress(DEAD)) == 1
+    assert any("orphan check skipped" in m.getMessage() for m in caplog.records)
