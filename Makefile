@@ -22,9 +22,11 @@ demo: venv
 	$(PY) manage.py enqueue_demo; \
 	exec $(PY) manage.py runcogworker
 
-# The suite starts its own redis-server processes on free ports; it only needs the binary.
+# The suite starts its own redis-server processes on free ports; it only needs the binary. The
+# admin's browser tests need Debian's chromium and chromedriver.
 test: venv
 	@bash scripts/ensure_redis_server.sh
+	@bash scripts/ensure_chromium.sh
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: venv
@@ -38,3 +40,12 @@ clean:
 
 distclean: clean
 	rm -rf .venv
+
+# Benchmark cogworker against rq, dramatiq, huey, celery, Sidekiq and a bare redis-py loop (about
+# 20 minutes): bench/run.py makes bench/.venv and its own redis-server, and writes bench/results/
+# and docs/benchmarks.md. BENCH_ARGS="--full" adds the 1,000,000-job run; "--n 20000" is smaller.
+.PHONY: bench
+BENCH_ARGS ?=
+bench:
+	@bash scripts/ensure_redis_server.sh
+	$(PYTHON) bench/run.py $(BENCH_ARGS)
