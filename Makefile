@@ -8,7 +8,7 @@ PYTHON ?= python3
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint clean distclean
+.PHONY: venv demo test screenshots lint clean distclean
 
 venv:
 	@PYTHON='$(PYTHON)' bash scripts/venv.sh
@@ -28,6 +28,12 @@ test: venv
 	@bash scripts/ensure_redis_server.sh
 	@bash scripts/ensure_chromium.sh
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Refresh the admin screenshots in docs/screenshots/ (the browser tests write them there).
+screenshots: venv
+	@bash scripts/ensure_redis_server.sh
+	@bash scripts/ensure_chromium.sh
+	COGWORKER_SCREENSHOTS=docs/screenshots $(PY) -m pytest tests/test_admin_browser.py
 
 lint: venv
 	$(PY) -m ruff check .
