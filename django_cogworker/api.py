@@ -53,7 +53,7 @@ from .engine.stats import day_of
 from .errors import CogworkerError, PayloadError
 from .keys import Keys
 
-SCAN_LIMIT = 100_000  # entries a filter or a jid lookup examines at most
+SCAN_LIMIT = 50_000  # entries a filter or a jid lookup examines at most (keeps a page under 200 ms)
 MATCH_LIMIT = 1_000  # matches a filter keeps at most
 SCAN_COUNT = 1_000  # the COUNT hint of each ZSCAN / SCAN call
 MAX_PER_PAGE = 500
