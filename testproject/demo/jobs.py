@@ -44,6 +44,10 @@ class FlakyJob(Job):
 
     retry = 3
 
+    def retry_in(self, count, exc):
+        # The demo shows the retry within seconds; the default backoff would wait 15 s or more.
+        return 3
+
     def perform(self, fails=1):
         counter = settings.STATE_DIR / "flaky" / f"{self.jid}.attempts"
         counter.parent.mkdir(parents=True, exist_ok=True)
