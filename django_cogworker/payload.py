@@ -35,7 +35,7 @@ def encode(payload: dict[str, Any]) -> str:
 def decode(raw: bytes | str) -> dict[str, Any]:
     """Parse a stored payload; raise PayloadError for anything but a JSON object with a class."""
     try:
-        payload = json.loads(raw, parse_constant=_reject_constant)
+        payload = _decoder.decode(raw.decode() if isinstance(raw, bytes) else raw)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         # RecursionError: JSON nested deeper than the parser goes. The engine
         # catches PayloadError only; anything else would kill the thread that
@@ -55,6 +55,10 @@ def _reject_constant(name: str) -> Any:
     # holding one ran, but couldn't be written back (retry, the poller's move),
     # and failed on every attempt to, before anything queued behind it.
     raise ValueError(f"{name} is not JSON")
+
+
+# One decoder for every payload (json.loads with an option builds a new one per call).
+_decoder = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 def dead_letter(raw: bytes | str, reason: str, now: float) -> dict[str, Any]:

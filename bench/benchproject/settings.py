@@ -1,0 +1,73 @@
+"""Settings of the bench project: a typical small Django project (admin, auth, sessions...) so the
+idle worker's memory is that of a real one, with cogworker at its defaults except where the bench
+says otherwise through the environment:
+
+* COGWORKER_REDIS_URL: the bench's private redis-server (read by django-cogworker itself);
+* BENCH_STATE_DIR: where the (never queried) sqlite file lives;
+* BENCH_POLL_INTERVAL_AVERAGE: only set by `run.py --quick`, to keep the scheduled test short.
+
+Logging is at WARNING: at INFO the worker writes two lines per job, which would dominate a no-op job.
+"""
+
+import os
+import tempfile
+from pathlib import Path
+
+STATE_DIR = Path(os.environ.get("BENCH_STATE_DIR") or tempfile.gettempdir())
+
+SECRET_KEY = "django-insecure-bench-only"
+DEBUG = False
+ALLOWED_HOSTS = ["localhost"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_cogworker",
+    "benchproject",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(STATE_DIR / "bench.sqlite3")}}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+USE_TZ = True
+TIME_ZONE = "UTC"
+STATIC_URL = "static/"
+
+COGWORKER = {"QUEUES": ["default"]}
+if os.environ.get("BENCH_POLL_INTERVAL_AVERAGE"):
+    COGWORKER["POLL_INTERVAL_AVERAGE"] = float(os.environ["BENCH_POLL_INTERVAL_AVERAGE"])
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler", "level": "WARNING"}},
+    "loggers": {"django_cogworker": {"handlers": ["console"], "level": "WARNING", "propagate": False}},
+}

@@ -1,0 +1,106 @@
+"""The benchmark harness keeps working: `bench/run.py --quick` runs end to end (its own redis-server,
+cogworker workers, the bare loop) and writes a JSON with every section and sane numbers.
+
+No speed is asserted: only that each figure was measured (positive, finite) and is consistent.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SECTIONS = ("meta", "machine", "versions", "enqueue", "drain", "latency", "idle", "scheduled", "memory", "scale")
+
+
+def _numbers(obj, where=""):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _numbers(v, f"{where}.{k}")
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _numbers(v, f"{where}[{i}]")
+    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        yield where, obj
+
+
+def _positive(value, where):
+    assert isinstance(value, (int, float)) and math.isfinite(value) and value > 0, f"{where} = {value!r}"
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "quick.json"
+    # Not the suite's Redis nor its settings: the bench starts and configures its own.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COGWORKER_", "DJANGO_SETTINGS_MODULE"))}
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--out", str(out)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, f"bench/run.py --quick failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return json.loads(out.read_text())
+
+
+def test_every_section_is_there_and_nothing_failed(results):
+    for section in SECTIONS:
+        assert results.get(section), f"section {section!r} missing or empty"
+    assert results["errors"] == {}, results["errors"]
+    assert results["meta"]["mode"] == "quick"
+    assert results["machine"]["nproc"] >= 1
+
+
+def test_every_number_is_finite_and_not_negative(results):
+    # Allowed below zero: the scheduled minimum (a job run early would show there) and the machine's
+    # other load (a difference of two CPU accountings, a little negative on a quiet machine).
+    for where, value in _numbers(results):
+        assert math.isfinite(value), f"{where} = {value!r}"
+        if not where.endswith(("min_ms", "other_cpu_cores")):
+            assert value >= 0, f"{where} = {value!r}"
+
+
+def test_drain_measured_cogworker_and_the_floor(results):
+    drains = results["drain"]
+    assert {"cogworker-reliable-c10", "floor"} <= set(drains)
+    for key, d in drains.items():
+        for field in ("jobs_per_s", "seconds", "worker_cpu_us_per_job", "redis_commands_per_job",
+                      "redis_round_trips_per_job", "redis_cpu_us_per_job", "rss_mb_after", "bulk_push_jobs_per_s"):
+            _positive(d[field], f"drain.{key}.{field}")
+        assert 0 < d["jobs_measured"] <= d["n"]
+        # Every job INCRs the counter: at least one command (and less than one round trip only if batched).
+        assert d["commands_per_job"].get("incrby", 0) + d["commands_per_job"].get("incr", 0) >= 0.9, d
+    # The floor pipelines its per-job work: fewer round trips than jobs.
+    assert drains["floor"]["redis_round_trips_per_job"] < 1
+
+
+def test_latency_enqueue_idle_scheduled(results):
+    for key, d in results["latency"].items():
+        for phase in ("idle", "loaded"):
+            for field in ("p50_ms", "p99_ms", "rate_per_s"):
+                _positive(d[phase][field], f"latency.{key}.{phase}.{field}")
+            assert d[phase]["p50_ms"] <= d[phase]["p99_ms"] <= d[phase]["max_ms"]
+    for key in ("cogworker_perform_async", "cogworker_perform_bulk", "bare_lpush", "bare_lpush_bulk"):
+        _positive(results["enqueue"][key]["jobs_per_s"], f"enqueue.{key}")
+    for key in ("cogworker_1_process", "cogworker_3_processes"):
+        _positive(results["idle"][key]["commands_per_s"], f"idle.{key}")
+    sched = results["scheduled"]["cogworker"]
+    assert sched["jobs"] == results["meta"]["params"]["scheduled_jobs"]
+    _positive(sched["p99_ms"], "scheduled.cogworker.p99_ms")
+    # Never early: a scheduled job starts at or after its due time (a little clock noise allowed).
+    assert sched["min_ms"] > -50, sched
+
+
+def test_memory_and_scale(results):
+    mem = results["memory"]
+    _positive(mem["cogworker_idle_mb"], "memory.cogworker_idle_mb")
+    after = [k for k in mem if k.startswith("cogworker_after_")]
+    assert after and all(mem[k] > 0 for k in after), mem
+    scale = results["scale"]
+    assert len(scale) == 2
+    for key, d in scale.items():
+        assert d["due"] > 0 and d["scheduled_entries"] >= d["due"]
+        for field in ("us_per_due_job", "redis_commands_per_due_job", "redis_round_trips_per_due_job"):
+            _positive(d[field], f"scale.{key}.{field}")
