@@ -30,7 +30,7 @@ from ..conf import Config
 from ..errors import is_connection_error
 from ..keys import Keys
 from .manager import Manager
-from .watchdog import Watchdog
+from .watchdog import LoopThread, Watchdog
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def rss_kb() -> int:
             return 0
 
 
-class Heartbeat:
+class Heartbeat(LoopThread):
     def __init__(self, config: Config, redis: Any, keys: Keys, identity: str, manager: Manager,
                  on_signal: Callable[[str], None], version: str, started_at: float | None = None,
                  extra_chores: tuple[Callable[[Any], None], ...] = ()):
@@ -62,7 +62,7 @@ class Heartbeat:
         self.manager = manager
         self.on_signal = on_signal
         self.extra_chores = extra_chores
-        self.stop_event = threading.Event()
+        self._init_thread("cogworker-heartbeat")
         self.process_count = 1
         self.beats = 0
         hostname = socket.gethostname()
@@ -73,7 +73,6 @@ class Heartbeat:
             "version": version,
         }
         self._next_prune = 0.0
-        self._thread = threading.Thread(target=self._run, name="cogworker-heartbeat", daemon=True)
 
     def beat_until_ok(self, give_up: threading.Event) -> bool:
         """Beat until one succeeds (startup waits for it); False if ``give_up`` was set first."""
@@ -82,14 +81,6 @@ class Heartbeat:
             if watchdog.run_step(self.beat):
                 return True
         return False
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        if self._thread.ident is not None:  # (a TERM can come before start: see Launcher.run)
-            self._thread.join(5)
 
     def _run(self) -> None:
         watchdog = Watchdog("heartbeat", self.stop_event)

@@ -34,14 +34,14 @@ from ..keys import Keys
 from .key_guard import KeyGuard
 from .orphans import OrphanRecovery
 from .retry import RetryPolicy
-from .watchdog import Watchdog
+from .watchdog import LoopThread, Watchdog
 
 logger = logging.getLogger(__name__)
 
 BATCH = 100
 
 
-class Poller:
+class Poller(LoopThread):
     def __init__(self, config: Config, redis: Any, keys: Keys, retry: RetryPolicy, key_guard: KeyGuard,
                  orphans: OrphanRecovery, process_count: Callable[[], int], rng: random.Random | None = None,
                  clock: Callable[[], float] = time.time):
@@ -55,17 +55,8 @@ class Poller:
         self.rng = rng or random.Random()
         self.clock = clock
         self.first_orphan_check_done = threading.Event()
-        self.stop_event = threading.Event()
+        self._init_thread("cogworker-poller")
         self._next_guard = 0.0
-        self._thread = threading.Thread(target=self._run, name="cogworker-poller", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        if self._thread.ident is not None:  # (a TERM can come before start: see Launcher.run)
-            self._thread.join(5)
 
     def poll_interval(self) -> float:
         return self.config.poll_interval_average * max(self.process_count(), 1) * self.rng.uniform(0.5, 1.5)

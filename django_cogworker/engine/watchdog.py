@@ -59,3 +59,30 @@ class Watchdog:
 
     def pause(self) -> float:
         return min(BACKOFF_START * 2 ** min(self.failures - 1, 10), BACKOFF_MAX)
+
+
+class LoopThread:
+    """A daemon thread that runs ``self._run`` until ``stop``: the heartbeat, the poller, the ticker.
+
+    Subclasses call ``_init_thread(name)`` in their constructor and watch
+    ``stop_event`` in ``_run``. ``stop`` may come before ``start`` (a TERM
+    during startup): it then only sets the event.
+    """
+
+    stop_event: threading.Event
+    _thread: threading.Thread
+
+    def _init_thread(self, name: str) -> None:
+        self.stop_event = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self._thread.ident is not None:
+            self._thread.join(5)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import redis as redis_lib
 
 from .. import payload as payloads
+from ..engine.watchdog import LoopThread
 from ..errors import is_connection_error
 from ..job import JobSetter, registered
 from ..keys import Keys
@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 BACKOFF_MAX = 300.0
 
 
-class Ticker:
+class Ticker(LoopThread):
     def __init__(self, redis: Any, keys: Keys, entries: Sequence[Entry], push: Callable[[dict], Any], *,
                  ready: Callable[[], bool], catch_up: bool, catch_up_max: int, tick_interval: float = 5.0,
                  clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic):
@@ -54,7 +54,7 @@ class Ticker:
         self.tick_interval = tick_interval
         self.clock = clock
         self.monotonic = monotonic
-        self.stop_event = threading.Event()
+        self._init_thread("cogworker-ticker")
         self._last_checked: dict[str, int] = {}
         self._pending_rollbacks: list[tuple[Entry, int, str, str]] = []
         self._failures: dict[str, int] = {}
@@ -62,7 +62,6 @@ class Ticker:
         # pjid -> the latest slot seen due while the entry was disabled: catch-up
         # never goes back past it, so re-enabling doesn't burst.
         self._disabled_through: dict[str, int] = {}
-        self._thread = threading.Thread(target=self._run, name="cogworker-ticker", daemon=True)
 
     def start(self) -> None:
         # Publishing is only for the admin: its failure (Redis down at boot,
@@ -71,12 +70,7 @@ class Ticker:
             self.publish_schedule()
         except Exception as exc:
             logger.error("periodic schedule not published: %s: %s", type(exc).__name__, exc)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        if self._thread.ident is not None:  # (a TERM can come before start: see Launcher.run)
-            self._thread.join(5)
+        super().start()
 
     def publish_schedule(self) -> None:
         if not self.entries:
