@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from django.db import close_old_connections
+from django.db.backends.signals import connection_created
+
+# Set in a thread once it has opened a database connection (Django's connection_created
+# signal is sent in the thread that connects). Connections are per thread, so a processor
+# thread that never connected has none to close: for such jobs (most of a typical
+# queue's no-DB work) the two close_old_connections() calls, about 12 µs per job of
+# GIL-held time walking DATABASES, are skipped.
+_thread_state = threading.local()
+
+
+def _connected(sender: Any, connection: Any, **kwargs: Any) -> None:
+    _thread_state.connected = True
+
+
+connection_created.connect(_connected, weak=False, dispatch_uid="django_cogworker.db.connected")
 
 
 class CloseOldConnections:
@@ -19,8 +35,10 @@ class CloseOldConnections:
         self.run = run
 
     def __call__(self, job: Any, payload: dict) -> Any:
-        close_old_connections()
+        if getattr(_thread_state, "connected", False):
+            close_old_connections()
         try:
             return self.run(job, payload)
         finally:
-            close_old_connections()
+            if getattr(_thread_state, "connected", False):
+                close_old_connections()

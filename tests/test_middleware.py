@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 from engine_fixtures import (
@@ -148,6 +149,24 @@ def test_what_a_middleware_does_decides_the_outcome(launcher_factory, r):
     assert r.zcard(K.dead) == 0
 
 
+def _in_thread(fn):
+    """Run ``fn`` in a new thread (as a processor does: its own DB connections) and return its result."""
+    out = {}
+
+    def target():
+        try:
+            out["result"] = fn()
+        except BaseException as exc:  # noqa: BLE001
+            out["error"] = exc
+
+    t = threading.Thread(target=target)
+    t.start()
+    t.join(30)
+    if "error" in out:
+        raise out["error"]
+    return out.get("result")
+
+
 def test_close_old_connections_runs_before_and_after_every_job_even_a_failing_one(monkeypatch):
     calls = []
     monkeypatch.setattr(db, "close_old_connections", lambda: calls.append("close"))
@@ -160,7 +179,46 @@ def test_close_old_connections_runs_before_and_after_every_job_even_a_failing_on
 
     chain = build_chain([db.CloseOldConnections], job_run)
 
-    assert chain(None, {}) == "ok"
-    with pytest.raises(RuntimeError):
-        chain(None, {"fail": True})
+    def two_jobs():
+        db._thread_state.connected = True  # this thread has opened a DB connection before
+        assert chain(None, {}) == "ok"
+        with pytest.raises(RuntimeError):
+            chain(None, {"fail": True})
+
+    _in_thread(two_jobs)
     assert calls == ["close", "job", "close", "close", "job", "close"]
+
+
+def test_a_thread_that_never_connected_to_the_database_skips_the_connection_sweep(monkeypatch):
+    calls = []
+    monkeypatch.setattr(db, "close_old_connections", lambda: calls.append("close"))
+    chain = build_chain([db.CloseOldConnections], lambda job, payload: calls.append("job"))
+
+    _in_thread(lambda: chain(None, {}))
+    assert calls == ["job"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_once_a_thread_has_connected_to_the_database_every_job_after_is_swept(monkeypatch):
+    from django.db import connection
+
+    calls = []
+    real = db.close_old_connections
+    monkeypatch.setattr(db, "close_old_connections", lambda: (calls.append("close"), real()))
+
+    def job_run(job, payload):
+        calls.append("job")
+        if payload.get("query"):
+            with connection.cursor() as cursor:  # the thread's first connection: connection_created
+                cursor.execute("SELECT 1")
+
+    chain = build_chain([db.CloseOldConnections], job_run)
+
+    def three_jobs():
+        chain(None, {})
+        chain(None, {"query": True})
+        chain(None, {})
+        connection.close()
+
+    _in_thread(three_jobs)
+    assert calls == ["job", "job", "close", "close", "job", "close"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +35,13 @@ from .watchdog import Watchdog
 logger = logging.getLogger(__name__)
 
 Settlement = Any  # "ack", or a Filing (failed job to file in retry/dead)
+
+# Batching under load (Manager._gather): the longest a fetch waits for more idle
+# processors, the share of a core above which the process counts as bound by
+# the GIL, and how often that share is measured.
+GATHER_WAIT = 0.002
+GIL_BUSY = 0.8
+LOAD_WINDOW = 0.1
 
 
 class Manager:
@@ -53,15 +61,23 @@ class Manager:
         self.run_hook: Callable[[dict, str], Any] | None = None
         self._quiet = threading.Event()
         self._stopping = False
-        self._cv = threading.Condition()
-        self._units: collections.deque[Unit] = collections.deque()
-        self._idle = threading.Semaphore(config.concurrency)
+        # Hand-over from the fetcher to the processors, and back: C-level queues rather than a
+        # Condition and a Semaphore (Python code that takes locks twice per call), which cost
+        # several µs of GIL-held time per job in a worker bound by the GIL.
+        self._units: queue.SimpleQueue[Unit | None] = queue.SimpleQueue()
+        self._idle: queue.SimpleQueue[None] = queue.SimpleQueue()  # one token per idle processor
+        for _ in range(config.concurrency):
+            self._idle.put(None)
         self._ack_lock = threading.Lock()
         self._acks: list[bytes] = []  # finished, to be acked with the next fetch
         self._fetcher_blocking = False
+        self._cpu_busy = False
+        self._load_mark = (time.monotonic(), time.process_time())
         self._jobs_lock = threading.Lock()
         # raw payload -> how many copies run now (two copies of one payload can run at once)
         self._running: collections.Counter[bytes] = collections.Counter()
+        # raw payload -> copies handed to the processors, not yet started
+        self._handed: collections.Counter[bytes] = collections.Counter()
         # thread name -> (unit, payload, started at epoch), for the workers hash
         self._by_thread: dict[str, tuple[Unit, dict, float]] = {}
         # raw payload -> "ack" or Filing: finished, not yet settled in Redis
@@ -94,14 +110,17 @@ class Manager:
             # job, which the fetcher then hands back (_fetch_loop). Exiting before it has done
             # so lost that job with basic fetch. The wait is at most one blocking call.
             self._fetcher.join(self.fetch.block_cap + 5)
-        with self._cv:
-            unstarted = list(self._units)
-            self._units.clear()
-            self._stopping = True
-            self._cv.notify_all()
+        self._stopping = True
+        unstarted = self._drain_units()
+        for _ in self.processors:
+            self._units.put(None)  # each processor returns on taking one
         for p in self.processors:
             if p.thread.ident is not None:
                 p.thread.join(max(0.0, deadline - time.monotonic()))
+        unstarted += self._drain_units()  # (handed over by a fetcher that outlived its join)
+        with self._jobs_lock:
+            for unit in unstarted:
+                self._forget_handed(unit.raw)
         unfinished = unstarted + [p.current for p in self.processors if p.thread.is_alive() and p.current]
         if unfinished:
             logger.warning("%d job(s) still running or unstarted at the shutdown deadline", len(unfinished))
@@ -112,12 +131,13 @@ class Manager:
 
     def _fetch_loop(self) -> None:
         watchdog = Watchdog("fetcher", self._quiet)
+        deep = False
         while not self._quiet.is_set():
-            if not self._idle.acquire(timeout=0.5):
+            try:
+                self._idle.get(timeout=0.5)
+            except queue.Empty:
                 continue
-            n = 1
-            while n < self.config.concurrency and self._idle.acquire(blocking=False):
-                n += 1
+            n = self._gather(deep)
             units: list[Unit] = []
             acks = self._take_acks()
             if not watchdog.run_step(lambda: units.extend(  # noqa: B023
@@ -125,19 +145,59 @@ class Manager:
                 self._pend_acks(acks, failed=True)
             with self._ack_lock:
                 self._fetcher_blocking = False
+            deep = len(units) == n
             for _ in range(n - len(units)):
-                self._idle.release()
+                self._idle.put(None)
             if units and self._quiet.is_set():
                 # Received by a blocking call that outlived quiet (or the stop): no new job may
                 # start now, so straight back to the head of its queue, for any process.
                 self._hand_back(units)
                 units = []
             if units:
-                with self._cv:
-                    self._units.extend(units)
-                    self._cv.notify(len(units))
+                with self._jobs_lock:
+                    for unit in units:
+                        self._handed[unit.raw] += 1
+                for unit in units:
+                    self._units.put(unit)
             elif watchdog.failures == 0 and not self.fetch.queue_order(self.paused):
                 self._quiet.wait(self.config.fetch_idle_max_interval)  # every queue paused: don't spin
+
+    def _gather(self, deep: bool) -> int:
+        """Take the idle tokens (one is held already); when worth it, wait briefly for more.
+
+        A fetch round trip costs the process about as much CPU as a small job, so
+        under a deep queue taking 5 jobs per trip instead of 2 saves a fifth of
+        the worker's CPU. Waiting for more processors to go idle is free only when
+        they couldn't run anyway: when this process is bound by the GIL (its
+        threads together keep a core busy). With I/O-bound jobs it would leave
+        processors idle, so there is no wait then. Never more than are idle:
+        what this process can't start now stays in Redis for the others.
+        """
+        n = 1 + min(self._idle.qsize(), self.config.concurrency - 1)  # (only this thread takes tokens)
+        for _ in range(n - 1):
+            self._idle.get_nowait()
+        if deep and n < self.config.concurrency and self._cpu_bound():
+            deadline = time.monotonic() + GATHER_WAIT
+            while n < self.config.concurrency:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    self._idle.get(timeout=left)
+                except queue.Empty:
+                    break
+                n += 1
+        return n
+
+    def _cpu_bound(self) -> bool:
+        """Did this process use at least GIL_BUSY of a core over the last LOAD_WINDOW or so?"""
+        now = time.monotonic()
+        since, cpu_then = self._load_mark
+        if now - since >= LOAD_WINDOW:
+            cpu = time.process_time()
+            self._cpu_busy = (cpu - cpu_then) / (now - since) >= GIL_BUSY
+            self._load_mark = (now, cpu)
+        return self._cpu_busy
 
     # -- acks ride on the fetch ---------------------------------------------
     #
@@ -190,19 +250,24 @@ class Manager:
         except Exception:
             logger.exception("could not hand back %d job(s) fetched after quiet", len(units))
         for _ in units:
-            self._idle.release()
+            self._idle.put(None)
 
     def next_unit(self) -> Unit | None:
         """Block until a unit is handed over; None once stopping."""
-        with self._cv:
-            while not self._units:
-                if self._stopping:
-                    return None
-                self._cv.wait()
-            return self._units.popleft()
+        return self._units.get()
+
+    def _drain_units(self) -> list[Unit]:
+        units = []
+        while True:
+            try:
+                unit = self._units.get_nowait()
+            except queue.Empty:
+                return units
+            if unit is not None:
+                units.append(unit)
 
     def processor_idle(self) -> None:
-        self._idle.release()
+        self._idle.put(None)
 
     def processor_died(self, processor: Processor) -> None:
         if self._stopping:
@@ -215,8 +280,20 @@ class Manager:
 
     def job_started(self, unit: Unit, payload: dict) -> None:
         with self._jobs_lock:
+            self._forget_handed(unit.raw)
             self._running[unit.raw] += 1
             self._by_thread[threading.current_thread().name] = (unit, payload, time.time())
+
+    def unit_dropped(self, unit: Unit) -> None:
+        """A handed-over unit that never started (its payload couldn't be run) is settled."""
+        with self._jobs_lock:
+            self._forget_handed(unit.raw)
+
+    def _forget_handed(self, raw: bytes) -> None:
+        if self._handed[raw] > 1:
+            self._handed[raw] -= 1
+        else:
+            self._handed.pop(raw, None)
 
     def job_finished(self, unit: Unit) -> None:
         with self._jobs_lock:
@@ -244,13 +321,12 @@ class Manager:
 
     def known_raws(self) -> collections.Counter[bytes]:
         """Every payload this process holds: handed over, running, or finished and unsettled."""
-        with self._cv:
-            known = collections.Counter(u.raw for u in self._units)
-        with self._ack_lock:
-            known.update(self._acks)
         with self._jobs_lock:
+            known = collections.Counter(self._handed)
             known.update(self._running)
             known.update(self._pending)
+        with self._ack_lock:
+            known.update(self._acks)
         return known
 
     def pending_settlements(self) -> dict[bytes, Settlement]:

@@ -64,7 +64,10 @@ class Processor:
             if job_class is None:
                 raise UnknownJobError(f"no job is registered as {payload['class']!r}")
         except PayloadError as exc:
-            self.bury(unit, exc)
+            try:
+                self.bury(unit, exc)
+            finally:
+                manager.unit_dropped(unit)
             return
         manager.job_started(unit, payload)
         started = time.monotonic()
