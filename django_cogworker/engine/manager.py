@@ -207,7 +207,8 @@ class Manager:
     # instead of one more per job. While the fetcher blocks (idle), acks go out
     # at once instead. The window this widens: a process killed with acks
     # still in memory has those finished jobs recovered as orphans and run
-    # again; at most one per processor, for at most one fetch round trip.
+    # again; at most one per processor, for at most one fetch round trip (plus
+    # GATHER_WAIT when the fetcher gathers idle processors).
 
     def ack(self, raw: bytes) -> None:
         with self._ack_lock:
