@@ -290,11 +290,12 @@ class BasicFetch(Fetch):
     def requeue(self, units: Iterable[Unit], acks: Sequence[bytes] = (), keep: Sequence[bytes] = ()) -> int:
         """Push the jobs this process holds back onto the end their queues are popped from.
 
-        One entry that can't be pushed is logged and skipped, never allowed to
-        cost the others their requeue.
+        ``units`` in the order they were fetched; the last is pushed first, so the
+        first comes out first again. One entry that can't be pushed is logged and
+        skipped, never allowed to cost the others their requeue.
         """
         moved = 0
-        for unit in units:
+        for unit in reversed(list(units)):
             try:
                 pipe = self.redis.pipeline(transaction=False)
                 pipe.rpush(self.keys.queue(unit.queue), unit.raw)

@@ -121,7 +121,8 @@ class Manager:
         with self._jobs_lock:
             for unit in unstarted:
                 self._forget_handed(unit.raw)
-        unfinished = unstarted + [p.current for p in self.processors if p.thread.is_alive() and p.current]
+        # In the order they were fetched: the running ones first (basic fetch requeues in this order).
+        unfinished = [p.current for p in self.processors if p.thread.is_alive() and p.current] + unstarted
         if unfinished:
             logger.warning("%d job(s) still running or unstarted at the shutdown deadline", len(unfinished))
         self._pend_acks(self._take_acks())  # held for a fetch that won't come
