@@ -193,6 +193,25 @@ def test_at_max_orphanings_the_job_goes_to_dead_and_is_recorded(config, rb, r, c
     assert any("jid00001" in rec.getMessage() and "dead" in rec.getMessage() for rec in caplog.records)
 
 
+def test_at_max_orphanings_the_jobs_unique_and_periodic_locks_are_freed(config, rb, r):
+    held = {K.unique("d1"): "jid00001", K.periodic_running("nightly"): "jid00001", K.unique("d3"): "jid00003"}
+    for key, jid in held.items():
+        r.set(key, jid, ex=600)
+    in_flight(r, DEAD, [payload(1, orphan_count=2, unique_digest="d1", unique_for=600, periodic_pjid="nightly"),
+                        payload(3, orphan_count=2, unique_digest="d3", unique_for=600, dead=False),
+                        payload(2, orphan_count=0, unique_digest="d2", unique_for=600)],
+              beat_age=THRESHOLD + 1)
+    r.set(K.unique("d2"), "jid00002", ex=600)
+
+    recoverer(config, rb).check()
+
+    assert forgotten(r, DEAD)
+    # Dead and discarded: they won't run again, so a new push of the same job may go now.
+    assert not any(r.exists(key) for key in held)
+    # Requeued: still waiting to run, its lock stays.
+    assert r.get(K.unique("d2")) == "jid00002"
+
+
 def test_at_max_orphanings_a_job_with_dead_false_is_discarded(config, rb, r):
     in_flight(r, DEAD, [payload(1, orphan_count=2, dead=False)], beat_age=THRESHOLD + 1)
     recoverer(config, rb).check()

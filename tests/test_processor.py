@@ -171,6 +171,23 @@ def test_an_unregistered_class_goes_to_dead_and_nothing_is_imported(launcher_fac
     wait_until(lambda: settled(running, r))
 
 
+def test_a_job_dead_on_arrival_frees_its_unique_and_periodic_locks(launcher_factory, fetch_mode, r):
+    running = launcher_factory(FETCH=fetch_mode, CONCURRENCY=1)
+    # As a periodic until_executed claim would have left them; the unique lock is taken by the push.
+    r.set(K.periodic_running("nightly"), "doa-1", ex=600)
+    r.set(K.periodic_running("weekly"), "another-run", ex=600)  # not this job's: left alone
+    assert running.client.push({"jid": "doa-1", "class": "no.such.Job", "args": [], "kwargs": {},
+                                "queue": "default", "retry": 5, "unique_digest": "d1", "unique_for": 600,
+                                "periodic_pjid": "nightly"})
+    assert running.client.push({"jid": "doa-2", "class": "no.such.Job", "args": [], "kwargs": {},
+                                "queue": "default", "retry": 5, "periodic_pjid": "weekly"})
+
+    wait_until(lambda: r.zcard(K.dead) == 2)
+    wait_until(lambda: not r.exists(K.unique("d1")) and not r.exists(K.periodic_running("nightly")))
+    assert r.get(K.periodic_running("weekly")) == "another-run"
+    wait_until(lambda: settled(running, r))
+
+
 def test_a_job_calling_sys_exit_is_a_failure_and_its_thread_lives_on(launcher_factory, fetch_mode, r):
     token = new_token()
     running = launcher_factory(FETCH=fetch_mode, CONCURRENCY=1)

@@ -20,10 +20,10 @@ from typing import Any
 import redis as redis_lib
 
 from .. import payload as payloads
-from .. import scripts
+from .. import scripts, unique
 from ..conf import Config
 from ..keys import Keys
-from ..periodic.locks import retake_running
+from ..periodic.locks import release_running, retake_running
 from .retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
@@ -106,6 +106,7 @@ class OrphanRecovery:
         index: dict[str, int] = {}
         argv: list[Any] = [0]
         handled = 0
+        discarded: list[dict] = []
         below, cap = self.retry.dead_trim()
         for raw in batch:
             try:
@@ -125,9 +126,11 @@ class OrphanRecovery:
                 filing = self.retry.exhausted(payload, None, reason)
                 if filing is not None:
                     handled += self._to_dead(source, raw, filing.payload, below, cap)
+                    self._release_locks(payload)
                 else:
                     argv[0] += 1
                     argv.insert(1, raw)  # discarded (dead=False): just dropped from the list
+                    discarded.append(payload)
                 continue
             queue = payload.get("queue") if isinstance(payload.get("queue"), str) else "default"
             key = k.queue(queue)
@@ -139,7 +142,21 @@ class OrphanRecovery:
             handled += int(scripts.REQUEUE(self.redis, keys, argv))
             for new_raw in argv[argv[0] + 2::4]:
                 retake_running(self.redis, self.keys, payloads.decode(new_raw))
+            for payload in discarded:
+                self._release_locks(payload)
         return handled
+
+    def _release_locks(self, payload: dict) -> None:
+        """A job that won't run again frees its unique and periodic locks now, not at their TTL.
+
+        Best effort: the job has left the list already; a lock that can't be
+        released (logged) still expires.
+        """
+        try:
+            unique.release_at(self.redis, self.keys, payload, "dead")
+            release_running(self.redis, self.keys, payload)
+        except redis_lib.exceptions.ResponseError as exc:
+            logger.error("could not release the locks of jid=%s: %s (they expire)", payload.get("jid"), exc)
 
     def _to_dead(self, source: str, raw: bytes, payload: dict, below: float, cap: int) -> int:
         record = payloads.encode({"jid": payload.get("jid"), "class": payload.get("class"),

@@ -115,11 +115,15 @@ class Processor:
             payload["error_class"] = type(exc).__name__
             payload["error_message"] = reason
             payload.pop("dead", None)  # kept even with dead=False: nobody saw it run
+            readable = True
         except PayloadError:
             payload = payloads.dead_letter(unit.raw, reason, time.time())
+            readable = False
         filing = self.manager.retry.exhausted(payload, exc, reason=reason)
         logger.error("dead on arrival (queue %r): %s", unit.queue, reason)
         self.manager.settle(unit.raw, filing)
+        if readable:
+            self._hook(payload, "dead")  # its unique and periodic locks go now, not at their TTL
 
     def running(self) -> dict[str, Any] | None:
         unit = self.current
