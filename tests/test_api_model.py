@@ -109,18 +109,18 @@ def test_filters_by_job_and_substring_literally(rb):
 
 def test_filters_examine_a_bounded_window(rb, monkeypatch):
     fill(rb, KEYS.dead, 5000)
-    monkeypatch.setattr(api, "SCAN_LIMIT", 2000)
+    monkeypatch.setattr(api.sorted_sets, "SCAN_LIMIT", 2000)  # read where it lives
     page = api.DeadSet().page(1, 25, substring="matches nothing")
     assert not page.complete and 2000 <= page.scanned < 3000 and page.total == 0
     page = api.DeadSet().page(1, 25, job=RECORD_JOB)
     assert not page.complete and 1000 <= page.total < 5000  # the matches among what it examined
-    monkeypatch.setattr(api, "SCAN_LIMIT", 100_000)
-    monkeypatch.setattr(api, "MATCH_LIMIT", 100)
+    monkeypatch.setattr(api.sorted_sets, "SCAN_LIMIT", 100_000)
+    monkeypatch.setattr(api.sorted_sets, "MATCH_LIMIT", 100)
     page = api.DeadSet().page(1, 25, substring="default")
     assert not page.complete and 100 <= page.total < 5000
     scores = [e.score for e in page.items]
     assert scores == sorted(scores, reverse=True)
-    monkeypatch.setattr(api, "MATCH_LIMIT", 10_000)
+    monkeypatch.setattr(api.sorted_sets, "MATCH_LIMIT", 10_000)
     assert api.DeadSet().page(1, 25, substring="default").complete
 
 
@@ -362,8 +362,8 @@ def test_delete_and_bounded_listing(rb, monkeypatch):
         rb.set(KEYS.quarantine(f"cogworker:k{i}", 1_700_000_000 + i, "r"), "v")
     rb.set("cogworker:quarantine:not-one", "v")  # no time and random parts: not ours
     assert len(api.QuarantinedKey.all()) == 12
-    monkeypatch.setattr(api, "QUARANTINE_LIMIT", 5)
-    monkeypatch.setattr(api, "SCAN_COUNT", 2)
+    monkeypatch.setattr(api.quarantine, "QUARANTINE_LIMIT", 5)  # read where they live
+    monkeypatch.setattr(api._base, "SCAN_COUNT", 2)
     listed = api.QuarantinedKey.all()
     assert not listed.complete and 5 <= len(listed) < 12
     assert listed[0].delete() is True and not rb.exists(listed[0].key)

@@ -14,6 +14,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
 from .. import api
+from ..api import sorted_sets
 from ..job import registry
 from .views import back, confirm, confirmed, guard, int_param, render_page
 
@@ -61,7 +62,7 @@ def sorted_set(request: HttpRequest, *, site: Any, page: str) -> HttpResponse:
         per_page=per_page, per_page_choices=PER_PAGE_CHOICES, query=query.urlencode(), size=zset.size(),
         row_actions=[(a, LABELS[a]) for a in ROW_ACTIONS[page]], bulk_actions=[(a, LABELS[a]) for a in
                                                                                 (move_all, delete_all)],
-        job_names=sorted(registry()), scan_limit=api.SCAN_LIMIT, match_limit=api.MATCH_LIMIT,
+        job_names=sorted(registry()), scan_limit=sorted_sets.SCAN_LIMIT, match_limit=sorted_sets.MATCH_LIMIT,
         time_label=TIME_LABELS[page])
 
 

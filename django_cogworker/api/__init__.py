@@ -1,0 +1,108 @@
+"""The object model over Redis that the admin, the CLI and ``manage.py shell`` use.
+
+    from django_cogworker import api
+    q = api.Queue("mail")
+    q.size(), q.latency(), q.paused, q.jobs(page=1, per_page=25)
+    q.pause(); q.unpause(); q.clear()
+    [q.name for q in api.Queue.all()]
+
+    dead = api.DeadSet()
+    page = dead.page(1, 25, job="shop.jobs.SendReceipt", substring="timeout")
+    entry = dead.find(page.items[0].token)       # or dead.entry(jid), dead.entry((score, raw))
+    entry.retry_now(); entry.delete()            # RetrySet entries also: entry.kill()
+    api.RetrySet().retry_all(); api.ScheduledSet().delete_all()
+
+    for process in api.ProcessSet(): process.quiet()   # or stop(), dump()
+    api.Workers(), api.PeriodicEntry.all(), api.QuarantinedKey.all(), api.Stats()
+
+Objects take an optional ``redis`` client (bytes responses, as the runtime's)
+and ``keys``; by default the project's (``runtime``).
+
+Every read is bounded, so a page stays fast on a set of millions: lists and
+sorted sets are paged by rank (LRANGE, ZRANGE), and a filter or a lookup by jid
+is a ZSCAN MATCH that examines at most SCAN_LIMIT entries and keeps at most
+MATCH_LIMIT matches (``Page.complete`` says whether it saw the whole set).
+ZSCAN walks the set in storage order, not by time, so on a larger set a filter
+shows the matches among the entries it examined, sorted by time. The
+quarantine listing is bounded the same way (KEYSPACE_SCAN_LIMIT keys).
+
+Every write that moves a job is one script from ``scripts`` that writes the
+destination before it removes the source, so an error in between leaves the
+job in both places, never in neither.
+
+The names are defined in one module per part and re-exported here, so
+``from django_cogworker import api`` and ``api.X`` are the way in:
+
+    _base        ActionRefused, SCAN_COUNT, MAX_PER_PAGE, the shared private helpers
+    records      Page, JobRecord
+    queues       Queue
+    sorted_sets  SortedEntry, SortedSet, ScheduledSet, RetrySet, DeadSet;
+                 SCAN_LIMIT, MATCH_LIMIT, BATCH, KILLED_REASON
+    processes    Process, ProcessSet, Work, Workers; SIGNAL_TTL
+    periodic     PeriodicEntry
+    quarantine   Bounded, QuarantinedKey; KEYSPACE_SCAN_LIMIT, QUARANTINE_LIMIT, SAMPLE_ITEMS, SAMPLE_CHARS
+    stats        Day, Stats
+
+The code reads each limit in the module that defines it: to change one (a
+test's monkeypatch), set it there, e.g. ``api.sorted_sets.SCAN_LIMIT``;
+setting ``api.SCAN_LIMIT`` changes only this re-exported name.
+"""
+
+from ._base import MAX_PER_PAGE, SCAN_COUNT, ActionRefused
+from .periodic import PeriodicEntry
+from .processes import SIGNAL_TTL, Process, ProcessSet, Work, Workers
+from .quarantine import KEYSPACE_SCAN_LIMIT, QUARANTINE_LIMIT, SAMPLE_CHARS, SAMPLE_ITEMS, Bounded, QuarantinedKey
+from .queues import Queue
+from .records import JobRecord, Page
+from .sorted_sets import (
+    BATCH,
+    KILLED_REASON,
+    MATCH_LIMIT,
+    SCAN_LIMIT,
+    DeadSet,
+    RetrySet,
+    ScheduledSet,
+    SortedEntry,
+    SortedSet,
+)
+from .stats import Day, Stats
+
+__all__ = [
+    # limits
+    "SCAN_LIMIT",
+    "MATCH_LIMIT",
+    "SCAN_COUNT",
+    "MAX_PER_PAGE",
+    "BATCH",
+    "KEYSPACE_SCAN_LIMIT",
+    "QUARANTINE_LIMIT",
+    "SAMPLE_ITEMS",
+    "SAMPLE_CHARS",
+    "KILLED_REASON",
+    "SIGNAL_TTL",
+    # errors, pages and records
+    "ActionRefused",
+    "Page",
+    "JobRecord",
+    # queues
+    "Queue",
+    # scheduled, retry and dead
+    "SortedEntry",
+    "SortedSet",
+    "ScheduledSet",
+    "RetrySet",
+    "DeadSet",
+    # processes and what they run
+    "Process",
+    "ProcessSet",
+    "Work",
+    "Workers",
+    # periodic entries
+    "PeriodicEntry",
+    # quarantined keys
+    "Bounded",
+    "QuarantinedKey",
+    # stats
+    "Day",
+    "Stats",
+]

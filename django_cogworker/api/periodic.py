@@ -1,0 +1,93 @@
+"""Periodic entries: ``PeriodicEntry``, an entry as its processes published it, its next run,
+enable / disable, and a run pushed now."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+import zoneinfo
+from typing import Any
+
+from croniter import croniter
+
+from ..keys import Keys
+from ._base import ActionRefused, _defaults, _number, _text
+
+
+class PeriodicEntry:
+    """A periodic entry as its processes published it in ``periodic:schedule``, with its state."""
+
+    def __init__(self, pjid: str, spec: dict[str, Any], *, enabled: bool, last_slot: float | None,
+                 redis: Any, keys: Keys):
+        self.pjid = pjid
+        self.spec = spec
+        self.enabled = enabled
+        self.last_slot = last_slot
+        self.redis, self.keys = redis, keys
+
+    cron = property(lambda self: str(self.spec.get("cron", "")))
+    tz = property(lambda self: str(self.spec.get("tz") or "UTC"))
+    job = property(lambda self: str(self.spec.get("job", "")))
+    queue = property(lambda self: self.spec.get("queue"))
+    args = property(lambda self: list(self.spec.get("args") or []))
+    kwargs = property(lambda self: dict(self.spec.get("kwargs") or {}))
+    until_executed = property(lambda self: bool(self.spec.get("until_executed")))
+
+    @classmethod
+    def all(cls, *, redis: Any = None, keys: Keys | None = None) -> list[PeriodicEntry]:
+        redis, keys = _defaults(redis, keys)
+        published = sorted((_text(k), v) for k, v in redis.hgetall(keys.periodic_schedule).items())
+        disabled = {_text(m) for m in redis.smembers(keys.periodic_disabled)}
+        pipe = redis.pipeline(transaction=False)
+        for pjid, _ in published:
+            pipe.get(keys.periodic_last_slot(pjid))
+        entries = []
+        for (pjid, raw), last in zip(published, pipe.execute(), strict=True):
+            try:
+                spec = json.loads(raw)
+            except ValueError:
+                spec = {}
+            entries.append(cls(pjid, spec if isinstance(spec, dict) else {}, enabled=pjid not in disabled,
+                               last_slot=_number(last), redis=redis, keys=keys))
+        return entries
+
+    @classmethod
+    def get(cls, pjid: str, *, redis: Any = None, keys: Keys | None = None) -> PeriodicEntry | None:
+        return next((e for e in cls.all(redis=redis, keys=keys) if e.pjid == pjid), None)
+
+    def next_run(self, now: float | None = None) -> float | None:
+        """Epoch seconds of the next slot after ``now``; None if the cron or zone can't be read."""
+        try:
+            start = dt.datetime.fromtimestamp(time.time() if now is None else now, zoneinfo.ZoneInfo(self.tz))
+            return float(croniter(self.cron, start).get_next(float))
+        except (ValueError, KeyError, zoneinfo.ZoneInfoNotFoundError, TypeError):
+            return None
+
+    def enable(self) -> None:
+        self.redis.srem(self.keys.periodic_disabled, self.pjid)
+        self.enabled = True
+
+    def disable(self) -> None:
+        """The tickers skip it (without advancing ``last_slot``) until it is enabled again."""
+        self.redis.sadd(self.keys.periodic_disabled, self.pjid)
+        self.enabled = False
+
+    def enqueue_now(self, client: Any = None) -> str | None:
+        """Push one run now, outside the schedule (no slot is claimed); return its jid.
+
+        Through the project's client, so client middleware applies; the job must
+        be registered in this process.
+        """
+        from ..job import JobSetter, registered
+
+        job_class = registered(self.job)
+        if job_class is None:
+            raise ActionRefused(f"periodic entry {self.pjid!r} names {self.job!r}, which is not a registered job here")
+        options = {"queue": self.queue} if isinstance(self.queue, str) and self.queue else {}
+        payload = JobSetter(job_class, options).build(self.args, self.kwargs)
+        if client is None:
+            from .. import runtime
+
+            client = runtime.get_client()
+        return client.push(payload, on_commit=False)

@@ -1,0 +1,127 @@
+"""Processes and what they run: ``Process`` (one live worker, and its remote signals), ``ProcessSet``,
+and ``Workers``, the ``Work`` every live process runs now."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from ..keys import Keys
+from ._base import _defaults, _number, _text
+from .records import JobRecord
+
+SIGNAL_TTL = 60  # as the process hash: a signal for a process gone is dropped with it
+
+
+class Process:
+    """One live worker process, as its last heartbeat described it."""
+
+    def __init__(self, identity: str, fields: dict[bytes, bytes], *, redis: Any, keys: Keys):
+        self.identity = identity
+        self.redis, self.keys = redis, keys
+        try:
+            info = json.loads(fields.get(b"info") or b"{}")
+        except ValueError:
+            info = {}
+        self.info: dict[str, Any] = info if isinstance(info, dict) else {}
+        self.busy = int(_number(fields.get(b"busy")) or 0)
+        self.is_quiet = _text(fields.get(b"quiet", b"")) == "true"
+        self.beat = _number(fields.get(b"beat"))
+
+    hostname = property(lambda self: self.info.get("hostname"))
+    pid = property(lambda self: self.info.get("pid"))
+    tag = property(lambda self: self.info.get("tag") or "")
+    queues = property(lambda self: list(self.info.get("queues") or []))
+    concurrency = property(lambda self: self.info.get("concurrency"))
+    rss_kb = property(lambda self: self.info.get("rss_kb"))
+    started_at = property(lambda self: _number(self.info.get("started_at")))
+    version = property(lambda self: self.info.get("version"))
+
+    def signal(self, name: str) -> None:
+        """Send a remote signal; the process reads it at its next heartbeat."""
+        from ..engine.heartbeat import SIGNALS
+
+        if name not in SIGNALS:
+            raise ValueError(f"unknown signal {name!r}; one of {SIGNALS}")
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.lpush(self.keys.signals(self.identity), name)
+        pipe.expire(self.keys.signals(self.identity), SIGNAL_TTL)
+        pipe.execute()
+
+    def quiet(self) -> None:
+        """Stop fetching new jobs; the process stays up and finishes what it runs."""
+        self.signal("quiet")
+
+    def stop(self) -> None:
+        """Shut down as on TERM: finish or hand back running jobs within the shutdown timeout."""
+        self.signal("stop")
+
+    def dump(self) -> None:
+        """Log every thread's stack (in the process's log)."""
+        self.signal("dump")
+
+
+class ProcessSet:
+    """The live processes (those whose process hash hasn't expired), sorted by identity."""
+
+    def __init__(self, *, redis: Any = None, keys: Keys | None = None):
+        self.redis, self.keys = _defaults(redis, keys)
+
+    def identities(self) -> list[str]:
+        return sorted(_text(m) for m in self.redis.smembers(self.keys.processes))
+
+    def __iter__(self) -> Iterator[Process]:
+        identities = self.identities()
+        pipe = self.redis.pipeline(transaction=False)
+        for identity in identities:
+            pipe.hgetall(self.keys.process(identity))
+        for identity, fields in zip(identities, pipe.execute(), strict=True):
+            if fields.get(b"info"):
+                yield Process(identity, fields, redis=self.redis, keys=self.keys)
+
+    def get(self, identity: str) -> Process | None:
+        fields = self.redis.hgetall(self.keys.process(identity))
+        return Process(identity, fields, redis=self.redis, keys=self.keys) if fields.get(b"info") else None
+
+    def size(self) -> int:
+        return sum(1 for _ in self)
+
+
+@dataclasses.dataclass
+class Work:
+    """One job running now: which process and thread, since when."""
+
+    identity: str
+    thread: str
+    queue: str | None
+    run_at: float | None
+    job: JobRecord
+
+
+class Workers:
+    """What every live process runs now, from its ``workers:<identity>`` hash."""
+
+    def __init__(self, *, redis: Any = None, keys: Keys | None = None):
+        self.redis, self.keys = _defaults(redis, keys)
+
+    def __iter__(self) -> Iterator[Work]:
+        identities = ProcessSet(redis=self.redis, keys=self.keys).identities()
+        pipe = self.redis.pipeline(transaction=False)
+        for identity in identities:
+            pipe.hgetall(self.keys.workers(identity))
+        for identity, threads in zip(identities, pipe.execute(raise_on_error=False), strict=True):
+            if isinstance(threads, Exception):
+                continue  # a wrong-typed workers hash: the key guard moves it; list the others
+            for thread, value in sorted(threads.items()):
+                try:
+                    work = json.loads(value)
+                except ValueError:
+                    work = {}
+                work = work if isinstance(work, dict) else {}
+                yield Work(identity, _text(thread), work.get("queue"), _number(work.get("run_at")),
+                           JobRecord(str(work.get("payload", ""))))
+
+    def size(self) -> int:
+        return sum(1 for _ in self)

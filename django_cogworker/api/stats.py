@@ -1,0 +1,70 @@
+"""Stats: ``Stats``, a snapshot of the counters, the sets' sizes, the queues, the processes and Redis,
+with ``Day``, one day of the history."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import redis as redis_lib
+
+from ..engine.stats import day_of
+from ..keys import Keys
+from ._base import _defaults, _number
+from .processes import ProcessSet
+from .queues import Queue
+
+
+@dataclasses.dataclass
+class Day:
+    day: str
+    processed: int
+    failed: int
+
+
+class Stats:
+    """A snapshot of the counters, the sets' sizes, the queues and Redis itself, read at construction."""
+
+    def __init__(self, *, redis: Any = None, keys: Keys | None = None, now: float | None = None,
+                 days: int = 30):
+        self.redis, self.keys = _defaults(redis, keys)
+        now = time.time() if now is None else now
+        k = self.keys
+        self.days = [day_of(now - 86400 * back) for back in range(days - 1, -1, -1)]
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.get(k.stat_processed)
+        pipe.get(k.stat_failed)
+        pipe.mget([k.stat("processed", d) for d in self.days])
+        pipe.mget([k.stat("failed", d) for d in self.days])
+        pipe.zcard(k.schedule)
+        pipe.zcard(k.retry)
+        pipe.zcard(k.dead)
+        processed, failed, per_day_processed, per_day_failed, scheduled, retries, dead = pipe.execute()
+        self.processed = int(_number(processed) or 0)
+        self.failed = int(_number(failed) or 0)
+        self.history = [Day(d, int(_number(p) or 0), int(_number(f) or 0))
+                        for d, p, f in zip(self.days, per_day_processed, per_day_failed, strict=True)]
+        self.processed_today = self.history[-1].processed if self.history else 0
+        self.failed_today = self.history[-1].failed if self.history else 0
+        self.scheduled_size, self.retry_size, self.dead_size = int(scheduled), int(retries), int(dead)
+        self.queues = Queue.all(redis=self.redis, keys=k)
+        self.queue_sizes = {q.name: q.size() for q in self.queues}
+        self.queue_latencies = {q.name: q.latency(now) for q in self.queues}
+        self.enqueued = sum(self.queue_sizes.values())
+        processes = list(ProcessSet(redis=self.redis, keys=k))
+        self.process_count = len(processes)
+        self.busy = sum(p.busy for p in processes)
+        self.concurrency = sum(int(p.concurrency or 0) for p in processes)
+        self.redis_info = self._redis_info()
+
+    def _redis_info(self) -> dict[str, Any]:
+        """Version, memory and clients; empty where INFO isn't allowed (some managed services)."""
+        try:
+            info = self.redis.info()
+        except redis_lib.exceptions.ResponseError:
+            return {}
+        return {"version": info.get("redis_version"), "used_memory_human": info.get("used_memory_human"),
+                "used_memory_peak_human": info.get("used_memory_peak_human"),
+                "connected_clients": info.get("connected_clients"),
+                "uptime_in_days": info.get("uptime_in_days")}
