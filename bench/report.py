@@ -204,8 +204,10 @@ def render(res: dict[str, Any], png: bool) -> str:
         add("")
         add("One idle process, default settings, jobs pushed with `perform_at` (Sidekiq: the same ZADD to "
             "`schedule`), due times spread evenly over the span below; each job records how late it started. "
-            "The poller's interval is POLL_INTERVAL_AVERAGE × live processes × a random 0.5–1.5, so "
-            "lateness is about half an interval on average, and up to 1.5 intervals.")
+            "Sidekiq polls every POLL_INTERVAL_AVERAGE × live processes × a random 0.5–1.5, so lateness is about "
+            "half an interval on average, and up to 1.5 intervals. cogworker's poller also wakes at each due "
+            "time it knows of (every scheduled push publishes its due time; every sweep notes the next one), "
+            "up to 0.1 s after it, at random, and at most once every 0.2 s.")
         add("")
         rows = [[d["label"], d["poll_interval_average"], d["spread_seconds"], d["jobs"], d["min_ms"], d["p50_ms"],
                  d["p99_ms"], d["max_ms"]] for d in sched.values()]
@@ -250,7 +252,8 @@ def render(res: dict[str, Any], png: bool) -> str:
         add("")
         add("`Poller.enqueue_due()` called once, in-process, moving the due entries of `schedule` to their "
             "queue, with the set holding many entries not yet due versus only the due ones. Each due entry is "
-            "one ZRANGEBYSCORE page (100 entries) share plus one script (ZSCORE, LPUSH, ZREM, SADD).")
+            "one ZRANGE page (the first 101 entries, with their scores) share plus one script (ZSCORE, LPUSH, ZREM, "
+            "SADD).")
         add("")
         rows = [[f"{d['due']:,} due among {d['scheduled_entries']:,}", d["us_per_due_job"],
                  d["poller_cpu_us_per_due_job"], d["redis_commands_per_due_job"], d["redis_round_trips_per_due_job"],

@@ -30,6 +30,10 @@ quarantine:<key>:<t>:<rand>   any     a key found holding the wrong type, moved 
 periodic:*                    -       see the periodic package (schedule, disabled, locks)    -
 unique:<digest>               string  unique-job lock                                         set
 ============================  ======  ======================================================  =========
+
+One pub/sub channel, not a key (channels are shared by every database of a server):
+``schedule:wake``: each scheduled push publishes its due time (epoch seconds) there; the
+pollers subscribe, and wake for it.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class Keys:
         self.paused_queues = p + "paused_queues"
         self.schedule = p + "schedule"
         self.retry = p + "retry"
+        self.schedule_wake = p + "schedule:wake"  # (a pub/sub channel)
         self.dead = p + "dead"
         self.in_progress_identities = p + "in_progress_identities"
         self.last_beat = p + "last_beat"

@@ -3,26 +3,31 @@
 from __future__ import annotations
 
 import json
+import logging
 import random
+import socket
 import threading
 import time
 
 import pytest
 from engine_fixtures import (
+    RUNS,
     Note,
     launcher_factory_fixture,  # noqa: F401 - the launcher_factory fixture
     make_config,
     new_token,
     runs,
 )
-from helpers import wait_until
+from helpers import RedisServer, wait_until
 
+from django_cogworker import Job
 from django_cogworker import payload as payloads
+from django_cogworker.client import Client
 from django_cogworker.connection import make_redis
 from django_cogworker.engine.key_guard import KeyGuard
 from django_cogworker.engine.orphans import OrphanRecovery
 from django_cogworker.engine.retry import RetryPolicy
-from django_cogworker.engine.scheduled import BATCH, Poller
+from django_cogworker.engine.scheduled import BATCH, DUE_FLOOR, Poller
 from django_cogworker.keys import Keys
 
 K = Keys()
@@ -48,12 +53,12 @@ class Failing:
 
 
 def make_poller(redis_url, client, *, process_count=lambda: 1, rng=None, key_guard=None, orphans=None,
-                **settings):
+                clock=lambda: NOW, **settings):
     config = make_config(redis_url, **settings)
-    retry = RetryPolicy(config, clock=lambda: NOW)
+    retry = RetryPolicy(config, clock=clock)
     return Poller(config, client, K, retry, key_guard or KeyGuard(client, K, config.queue_names),
                   orphans or OrphanRecovery(config, client, K, "poller:1:me", retry),
-                  process_count=process_count, rng=rng, clock=lambda: NOW)
+                  process_count=process_count, rng=rng, clock=clock)
 
 
 @pytest.fixture
@@ -276,3 +281,316 @@ def test_a_running_launcher_runs_scheduled_and_due_retry_jobs(launcher_factory, 
     assert r.zcard(K.schedule) == 1 and r.zcard(K.retry) == 0
     running.stop()
     assert len(runs(token)) == 2  # the entry not yet due never ran
+
+
+# -- waking when an entry falls due -----------------------------------------------------------------
+#
+# The timed rounds are set far apart here (POLL_INTERVAL_AVERAGE 30: a round every 15-45 s), so a
+# job that starts within a second of its due time was woken for, not polled for.
+
+LONG = 30
+
+
+class Stamp(Job):
+    """Append the time it started to RUNS[token]."""
+
+    def perform(self, token):
+        RUNS[token].append(time.time())
+
+
+class FailsOnceRetriesInASecond(Job):
+    """Append the time it started to RUNS[token]; the first run raises, its retry is due 1 s later."""
+
+    retry = 1
+
+    def retry_in(self, count, exc):
+        return 1.0
+
+    def perform(self, token):
+        RUNS[token].append(time.time())
+        if len(RUNS[token]) == 1:
+            raise RuntimeError("first run fails")
+
+
+def stamp_entry(token):
+    return payloads.encode(Stamp.set().build([token], {}))
+
+
+def started(token, timeout=10):
+    """When the first run of the job recording to ``token`` started (waits for it)."""
+    return wait_until(lambda: runs(token), timeout=timeout, message="the job ran")[0]
+
+
+def subscribed_and_settled(poller):
+    wait_until(lambda: poller.subscribed, message="poller subscribed")
+    time.sleep(0.5)  # past the sweep that follows the subscription: the next round is 15 s away or more
+
+
+def calls(r):
+    """Commands run so far (refused ones included), by name."""
+    return {name.removeprefix("cmdstat_"): stat["calls"] + stat.get("rejected_calls", 0)
+            for name, stat in r.info("commandstats").items()}
+
+
+@pytest.fixture
+def live_poller(redis_url):
+    """``live_poller(**settings)``: a Poller on the real clock, started; stopped at teardown."""
+    started_pollers, clients = [], []
+
+    def start(url=None, **settings):
+        client = make_redis(make_config(url or redis_url))
+        clients.append(client)
+        poller = make_poller(url or redis_url, client, clock=time.time, **settings)
+        started_pollers.append(poller)
+        poller.start()
+        return poller
+
+    yield start
+    for poller in started_pollers:
+        poller.stop()
+    for client in clients:
+        client.close()
+
+
+def test_a_job_scheduled_during_a_long_interval_starts_at_its_due_time(launcher_factory):
+    running = launcher_factory(POLL_INTERVAL_AVERAGE=LONG)
+    subscribed_and_settled(running.launcher.poller)
+    token = new_token()
+    due = time.time() + 1
+    running.client.push(Stamp.set().build([token], {}), at=due)
+
+    assert due <= started(token) <= due + 1.0
+
+
+def test_an_entry_nobody_announced_is_found_by_the_sweeps_peek(launcher_factory, r):
+    # Written as another client would (no message): the boot round's sweep sees it coming.
+    token = new_token()
+    due = time.time() + 2
+    r.zadd(K.schedule, {stamp_entry(token): due})
+    launcher_factory(POLL_INTERVAL_AVERAGE=LONG)
+
+    assert due <= started(token) <= due + 1.0
+
+
+def test_a_retry_filed_by_this_process_wakes_its_poller(launcher_factory):
+    running = launcher_factory(POLL_INTERVAL_AVERAGE=LONG)
+    subscribed_and_settled(running.launcher.poller)
+    token = new_token()
+    running.push(FailsOnceRetriesInASecond, token)
+
+    first, second = wait_until(lambda: len(runs(token)) == 2 and runs(token), timeout=10, message="retried")
+    assert first + 1.0 <= second <= first + 2.0
+
+
+def test_after_its_subscription_is_cut_the_poller_sweeps_for_what_it_missed(launcher_factory, r, caplog):
+    running = launcher_factory(POLL_INTERVAL_AVERAGE=LONG)
+    poller = running.launcher.poller
+    subscribed_and_settled(poller)
+    token = new_token()
+    due = time.time() + 2
+    r.zadd(K.schedule, {stamp_entry(token): due})  # as if its message had been lost with the connection
+
+    with caplog.at_level(logging.WARNING, logger="django_cogworker.engine.scheduled"):
+        assert r.client_kill_filter(_type="pubsub") == 1
+        assert due <= started(token) <= due + 1.0
+
+    assert poller.subscribed
+    assert [m for m in caplog.messages if "subscription" in m or "subscribed" in m] == [
+        f"poller: lost its subscription to {K.schedule_wake} (ConnectionError: Connection closed by server.); "
+        f"due jobs wait for the timed rounds (every {LONG}s or so) until it is back",
+        f"poller: subscribed to {K.schedule_wake} again"]
+
+
+def test_the_poller_rides_out_a_redis_restart(launcher_factory, tmp_path, caplog):
+    srv = RedisServer(tmp_path / "redis", appendonly=True).start()
+    running = None
+    try:
+        with caplog.at_level(logging.WARNING, logger="django_cogworker.engine.scheduled"):
+            running = launcher_factory(url=srv.url, POLL_INTERVAL_AVERAGE=LONG)
+            poller = running.launcher.poller
+            subscribed_and_settled(poller)
+            srv.kill()
+            wait_until(lambda: not poller.subscribed, timeout=5, message="subscription lost")
+            time.sleep(2)  # attempts to subscribe again fail meanwhile
+            srv.start()
+            wait_until(lambda: poller.subscribed, timeout=20, message="subscribed again")
+            token = new_token()
+            due = time.time() + 1
+            running.client.push(Stamp.set().build([token], {}), at=due)
+            assert due <= started(token) <= due + 1.0
+        assert poller._thread.is_alive()
+        down = [m for m in caplog.messages if "subscri" in m and "again" not in m]
+        assert len(down) == 1, down  # logged once, however many attempts failed
+        assert any("subscribed to" in m and "again" in m for m in caplog.messages)
+    finally:
+        if running is not None:
+            running.stop()
+        srv.cleanup()
+
+
+def test_messages_that_are_not_due_times_are_ignored(launcher_factory, r, caplog):
+    running = launcher_factory(POLL_INTERVAL_AVERAGE=LONG)
+    poller = running.launcher.poller
+    subscribed_and_settled(poller)
+    with caplog.at_level(logging.DEBUG, logger="django_cogworker.engine.scheduled"):
+        for bad in ("soon", "", "nan", "-inf", "1e999", "[1700000000]"):
+            r.publish(K.schedule_wake, bad)
+        token = new_token()
+        due = time.time() + 1
+        running.client.push(Stamp.set().build([token], {}), at=due)
+        assert due <= started(token) <= due + 1.0
+
+    assert poller.subscribed
+    assert len([m for m in caplog.messages if "not a due time" in m]) == 6
+
+
+def test_while_idle_a_process_sweeps_no_more_often_than_its_timed_rounds(live_poller, r):
+    # Rounds exactly every second (POLL_INTERVAL_AVERAGE 2, randomised to its low bound).
+    poller = live_poller(POLL_INTERVAL_AVERAGE=2, rng=Extremes(high=False))
+    subscribed_and_settled(poller)
+    r.zadd(K.schedule, {entry("next-week"): time.time() + 7 * 86400})
+    r.config_resetstat()
+    time.sleep(4.2)
+    stats = calls(r)
+
+    rounds = stats.get("lrange", 0)  # (the unsettled step reads its list once a round)
+    assert 3 <= rounds <= 5
+    assert stats.get("zrange") == 2 * rounds  # one read of each set per round, the peek included
+    assert stats.get("ping", 0) <= rounds  # the subscription's check: one PING a round
+    assert "subscribe" not in stats and "zrangebyscore" not in stats
+
+
+def test_a_stream_of_due_entries_does_not_make_the_poller_spin(live_poller, redis_url, r):
+    poller = live_poller(POLL_INTERVAL_AVERAGE=LONG)
+    subscribed_and_settled(poller)
+    client = Client(make_config(redis_url), poller.redis)
+    first = time.time() + 0.5
+    r.config_resetstat()
+    for i in range(40):  # due every 25 ms for a second, each announced
+        client.push({"jid": f"j{i}", "class": "x.Job", "args": [], "kwargs": {}, "queue": "default", "retry": True},
+                    at=first + i * 0.025, on_commit=False)
+    wait_until(lambda: r.llen(K.queue("default")) == 40, timeout=5, message="all moved")
+    elapsed = time.time() - first
+
+    sweeps = calls(r)["zrange"] / 2
+    assert sweeps <= elapsed / DUE_FLOOR + 2
+
+
+def test_an_entry_that_cannot_be_moved_does_not_wake_the_poller_again_and_again(live_poller, r):
+    r.set(K.queue("broken"), "not a list")  # (in no listing: the key guard won't move it aside)
+    r.zadd(K.schedule, {entry("stuck", "broken"): time.time() - 1})
+    token_due = time.time() + 2
+    r.zadd(K.schedule, {entry("behind-it"): token_due})
+    r.config_resetstat()
+    poller = live_poller(POLL_INTERVAL_AVERAGE=LONG)
+    wait_until(lambda: r.llen(K.queue("default")) == 1, timeout=5, message="the entry behind it moved")
+    assert time.time() >= token_due
+    time.sleep(1)
+
+    # The boot round, the sweep after subscribing, the one at the second entry's due time.
+    assert calls(r)["zrange"] / 2 <= 4
+    assert r.zcard(K.schedule) == 1 and poller.subscribed
+
+
+def test_stop_is_prompt_during_a_long_wait(live_poller):
+    poller = live_poller(POLL_INTERVAL_AVERAGE=LONG)
+    subscribed_and_settled(poller)
+    begun = time.monotonic()
+    poller.stop()
+    assert not poller._thread.is_alive()
+    assert time.monotonic() - begun < 2
+
+
+def test_without_the_channel_the_poller_falls_back_to_its_timed_rounds(live_poller, redis_url, r, caplog):
+    r.acl_setuser("nochannels", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all"],
+                  reset_channels=True)
+    try:
+        url = redis_url.replace("redis://", "redis://nochannels:pw@")
+        r.zadd(K.schedule, {entry("due-soon"): time.time() + 1.5})
+        with caplog.at_level(logging.WARNING, logger="django_cogworker.engine.scheduled"):
+            r.config_resetstat()
+            poller = live_poller(url=url, POLL_INTERVAL_AVERAGE=2, rng=Extremes(high=False))
+            time.sleep(3.2)
+            stats = calls(r)
+            assert not poller.subscribed
+        assert [p["jid"] for p in queued(r)] == ["due-soon"]  # by its peek, as ever
+        assert stats.get("subscribe", 0) <= stats["lrange"] + 1  # one attempt a round at most
+        assert len([m for m in caplog.messages if "subscri" in m]) == 1
+        assert "NOPERM" in caplog.messages[0] or "permission" in caplog.messages[0]
+    finally:
+        r.acl_deluser("nochannels")
+
+
+class FreezingProxy:
+    """A TCP proxy to Redis that can freeze the subscriptions passing through it: their bytes stop
+    flowing both ways, the sockets stay open (a flow a firewall dropped, a partition: nothing says so).
+    Connections opened after ``freeze()`` flow normally."""
+
+    def __init__(self, upstream_port):
+        self.upstream_port = upstream_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.subscribers = []
+        self.frozen = []
+        self.sockets = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self):
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def freeze(self):
+        self.frozen.extend(self.subscribers)
+
+    def close(self):
+        for s in [self.listener, *self.sockets]:
+            s.close()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            self.sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream, client), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, client), daemon=True).start()
+
+    def _pump(self, src, dst, conn):
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                return
+            if not data:
+                dst.close()
+                return
+            if src is conn and b"SUBSCRIBE" in data and conn not in self.subscribers:
+                self.subscribers.append(conn)
+            if conn in self.frozen:
+                continue  # dropped
+            try:
+                dst.sendall(data)
+            except OSError:
+                return
+
+
+def test_a_subscription_that_stops_answering_is_replaced(live_poller, redis_url, r, caplog):
+    proxy = FreezingProxy(int(redis_url.rsplit(":", 1)[1].split("/")[0]))
+    try:
+        with caplog.at_level(logging.WARNING, logger="django_cogworker.engine.scheduled"):
+            # Rounds every second: each checks the subscription with a PING.
+            poller = live_poller(url=proxy.url(), POLL_INTERVAL_AVERAGE=2, rng=Extremes(high=False))
+            subscribed_and_settled(poller)
+            proxy.freeze()
+            wait_until(lambda: any("no answer to a PING" in m for m in caplog.messages), timeout=15,
+                       message="the silent subscription noticed")
+            wait_until(lambda: poller.subscribed, message="subscribed again")
+        client = Client(make_config(redis_url), r)
+        due = time.time() + 1
+        client.push({"jid": "after", "class": "x.Job", "args": [], "kwargs": {}, "queue": "default", "retry": True},
+                    at=due, on_commit=False)
+        wait_until(lambda: r.llen(K.queue("default")), timeout=5, message="moved")
+        assert time.time() <= due + 1.0
+    finally:
+        proxy.close()

@@ -86,6 +86,8 @@ class Launcher:
                              KeyGuard(redis, self.keys, config.queue_names),
                              OrphanRecovery(config, redis, self.keys, self.identity, self.retry),
                              process_count=lambda: self.heartbeat.process_count)
+        # A retry this process files wakes its own poller when due (no message needed).
+        self.retry.on_retry = self.poller.expect
         self.ticker = None
         if periodic_entries:
             client = Client(config, redis, middleware=client_middleware)

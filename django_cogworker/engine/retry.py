@@ -44,6 +44,8 @@ class RetryPolicy:
         self.death_handlers = list(death_handlers)
         self.rng = rng or random.Random()
         self.clock = clock
+        # Told the due time of each retry decided here (the poller wakes for it), when set.
+        self.on_retry: Callable[[float], Any] | None = None
 
     def filing(self, payload: dict[str, Any], exc: BaseException, job: Any = None) -> Filing | None:
         """Record the failure on ``payload``; return where it goes, or None to discard it."""
@@ -62,7 +64,13 @@ class RetryPolicy:
             n = lines if isinstance(lines, int) and not isinstance(lines, bool) else payloads.BACKTRACE_DEFAULT_LINES
             payload["error_backtrace"] = payloads.backtrace(exc, n)
         if count < payloads.max_retries(payload.get("retry"), self.config.max_retries):
-            return Filing("retry", now + self._delay(job, count, exc), payload)
+            filing = Filing("retry", now + self._delay(job, count, exc), payload)
+            if self.on_retry is not None:
+                try:
+                    self.on_retry(filing.score)
+                except Exception:  # noqa: BLE001 - a wake-up hint must never fail a filing
+                    logger.exception("on_retry hook failed for jid=%s", payload.get("jid"))
+            return filing
         return self.exhausted(payload, exc, reason="retries exhausted")
 
     def exhausted(self, payload: dict[str, Any], exc: BaseException | None, reason: str) -> Filing | None:
