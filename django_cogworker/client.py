@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import payload as payloads
-from . import unique
+from . import scripts, unique
 from .conf import Config
 from .keys import Keys
 from .middleware import build_chain
@@ -34,7 +34,10 @@ class Client:
         self.clock = clock
         # Bulk pushes collect what the chain lets through here (per thread: the client is shared).
         self._bulk = threading.local()
-        self._chain = build_chain(middleware, self._terminal)
+        # Without middleware the chain is the write itself: a bulk push, the only thing
+        # _terminal tells apart, doesn't run the chain then (it would let every item through).
+        self._chain_is_terminal = not middleware
+        self._chain = build_chain(middleware, self._write if self._chain_is_terminal else self._terminal)
 
     def push(self, payload: dict[str, Any], *, at: float | None = None, on_commit: bool | None = None) -> str | None:
         """Push one payload (already checked); return its jid, or None if a middleware stopped it.
@@ -57,19 +60,31 @@ class Client:
                                                              self.config.unique_lock_ttl):
             return None
         at = payload.pop("at", None)
-        queue = payload["queue"]
+        if at is None or at <= now:
+            return self._enqueue(payload, now)
         pipe = self.redis.pipeline(transaction=False)
-        if at is not None and at > now:
-            pipe.zadd(self.keys.schedule, {payloads.encode(payload): at})
-        else:
-            payload["enqueued_at"] = now
-            pipe.lpush(self.keys.queue(queue), payloads.encode(payload))
-            pipe.sadd(self.keys.queues, queue)
+        pipe.zadd(self.keys.schedule, {payloads.encode(payload): at})
+        pipe.publish(self.keys.schedule_wake, repr(float(at)))  # wakes the pollers for it (best-effort)
         try:
             _execute_push(pipe, self.keys.queues)
         except Exception:
             self._release_unique(payload)
             raise
+        return payload["jid"]
+
+    def _enqueue(self, payload: dict[str, Any], now: float) -> str:
+        """LPUSH one payload on its queue and list the queue, in one command (the PUSH script)."""
+        payload["enqueued_at"] = now
+        queue = payload["queue"]
+        try:
+            pushed = scripts.PUSH(self.redis, [self.keys.queues, self.keys.queue(queue)],
+                                  [queue, payloads.encode(payload)])
+        except Exception:
+            self._release_unique(payload)
+            raise
+        if not isinstance(pushed, int):  # the listing's error: the job is queued all the same
+            logger.error("pushed, but %s not updated: %s", self.keys.queues,
+                         pushed.decode(errors="replace") if isinstance(pushed, bytes) else pushed)
         return payload["jid"]
 
     def _release_unique(self, payload: dict[str, Any]) -> None:
@@ -106,12 +121,15 @@ class Client:
         return self._write(payload)
 
     def _push_bulk_now(self, items: Sequence[dict[str, Any]], at: float | None) -> list[str]:
+        if at is not None:
+            for item in items:
+                item["at"] = float(at)
+        if self._chain_is_terminal:
+            return [item["jid"] for item in self._write_bulk(items)]
         previous = getattr(self._bulk, "batch", None)
         self._bulk.batch = batch = []
         try:
             for item in items:
-                if at is not None:
-                    item["at"] = float(at)
                 self._chain(item)
         finally:
             self._bulk.batch = previous
@@ -129,15 +147,24 @@ class Client:
         pipe = self.redis.pipeline(transaction=False)
         by_queue: dict[str, list[str]] = {}
         scheduled: dict[str, float] = {}
+        by_queue_items: dict[str, list[dict[str, Any]]] = {}
         for item in items:
             at = item.pop("at", None)
             if at is not None and at > now:
                 scheduled[payloads.encode(item)] = at
             else:
                 item["enqueued_at"] = now
-                by_queue.setdefault(item["queue"], []).append(payloads.encode(item))
+                queued = by_queue_items.get(item["queue"])
+                if queued is None:
+                    queued = by_queue_items[item["queue"]] = []
+                queued.append(item)
+        # (Queue by queue: the jobs of one perform_bulk are copies of one payload, which
+        # encode_many encodes once.)
+        for queue, queued in by_queue_items.items():
+            by_queue[queue] = payloads.encode_many(queued)
         if scheduled:
             pipe.zadd(self.keys.schedule, scheduled)
+            pipe.publish(self.keys.schedule_wake, repr(float(min(scheduled.values()))))
         for queue, raws in by_queue.items():
             pipe.sadd(self.keys.queues, queue)
             for start in range(0, len(raws), 1000):
@@ -160,4 +187,22 @@ def _execute_push(pipe: Any, listing: str) -> None:
         if args[0] == "SADD" and args[1] == listing:
             logger.error("pushed, but %s not updated: %s", listing, result)
             continue
+        if args[0] == "PUBLISH":
+            _wake_not_published(args[1], result)
+            continue
         raise result
+
+
+_wake_warned = False
+
+
+def _wake_not_published(channel: str, error: Exception) -> None:
+    """A scheduled push's wake-up message was refused (an ACL without the channel, say): the job is
+    scheduled all the same and the pollers' timed rounds find it, later. Said once per process."""
+    global _wake_warned
+    if _wake_warned:
+        logger.debug("scheduled, but not announced on %s: %s", channel, error)
+        return
+    _wake_warned = True
+    logger.warning("scheduled, but not announced on %s: %s; scheduled jobs will start up to a poll "
+                   "interval late (allow the channel to this Redis user)", channel, error)

@@ -94,7 +94,10 @@ class Job:
 
     @classmethod
     def perform_async(cls, *args: Any, **kwargs: Any) -> str | None:
-        return JobSetter(cls, {}).perform_async(*args, **kwargs)
+        setter = _plain_setters.get(cls)
+        if setter is None:
+            setter = _plain_setters[cls] = JobSetter(cls, {})
+        return setter._push_now(args, kwargs)
 
     @classmethod
     def perform_in(cls, delay: float | dt.timedelta, *args: Any, **kwargs: Any) -> str | None:
@@ -113,11 +116,12 @@ class JobSetter:
     """A job class plus per-push options; what ``Job.set(...)`` returns."""
 
     def __init__(self, job_class: type[Job], options: dict[str, Any]):
-        unknown = set(options) - PUSH_OPTIONS
-        if unknown:
-            raise TypeError(f"unknown push option(s) {sorted(unknown)}; allowed: {sorted(PUSH_OPTIONS)}")
-        if "queue" in options and (not isinstance(options["queue"], str) or not options["queue"]):
-            raise TypeError(f"queue must be a non-empty string, got {options['queue']!r}")
+        if options:  # (Job.perform_* make one with none on every push: nothing to check)
+            unknown = set(options) - PUSH_OPTIONS
+            if unknown:
+                raise TypeError(f"unknown push option(s) {sorted(unknown)}; allowed: {sorted(PUSH_OPTIONS)}")
+            if "queue" in options and (not isinstance(options["queue"], str) or not options["queue"]):
+                raise TypeError(f"queue must be a non-empty string, got {options['queue']!r}")
         self.job_class = job_class
         self.options = options
 
@@ -125,7 +129,12 @@ class JobSetter:
         """Return a new payload for these arguments, checking they are JSON-native."""
         args = list(args)
         payloads.check_json_native(args, "args")
-        payloads.check_json_native(kwargs, "kwargs")
+        if kwargs or type(kwargs) is not dict:  # (most pushes have none: nothing to walk)
+            payloads.check_json_native(kwargs, "kwargs")
+        return self._payload(args, kwargs, time.time() if now is None else now)
+
+    def _payload(self, args: list[Any], kwargs: Any, created_at: float) -> dict[str, Any]:
+        """The payload for arguments already checked."""
         cls, opts = self.job_class, self.options
         payload: dict[str, Any] = {
             "jid": payloads.new_jid(),
@@ -134,7 +143,7 @@ class JobSetter:
             "kwargs": kwargs,
             "queue": opts.get("queue", cls.queue),
             "retry": opts.get("retry", cls.retry),
-            "created_at": time.time() if now is None else now,
+            "created_at": created_at,
         }
         dead = opts.get("dead", cls.dead)
         if dead is not True:
@@ -144,22 +153,28 @@ class JobSetter:
             payload["backtrace"] = trace
         unique_for = opts.get("unique_for", cls.unique_for)
         if unique_for is not None:  # (0 is refused, not taken for "not unique": None is that)
-            from .unique import digest
-
             unique_until = opts.get("unique_until", cls.unique_until)
             _check_unique(unique_for, unique_until, cls.name)
             payload["unique_for"] = unique_for
             payload["unique_until"] = unique_until
-            payload["unique_digest"] = digest(payload)
+            payload["unique_digest"] = _digest(payload)
         return payload
 
     def _client(self) -> Any:
-        from . import runtime
-
-        return runtime.get_client()
+        global _runtime
+        if _runtime is None:
+            # Imported on first push, not with this module: the engine imports the job
+            # registry and stays free of Django (runtime is the Django edge).
+            from . import runtime as _runtime
+        return _runtime.get_client()
 
     def perform_async(self, *args: Any, **kwargs: Any) -> str | None:
-        return self._client().push(self.build(args, kwargs), on_commit=self.options.get("on_commit"))
+        return self._push_now(args, kwargs)
+
+    def _push_now(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
+        # (One frame for Job.perform_async and this class's: every call is paid on every push.)
+        client = self._client() if _runtime is None else _runtime.get_client()
+        return client.push(self.build(args, kwargs), on_commit=self.options.get("on_commit"))
 
     def perform_in(self, delay: float | dt.timedelta, *args: Any, **kwargs: Any) -> str | None:
         if isinstance(delay, dt.timedelta):
@@ -173,16 +188,50 @@ class JobSetter:
         return self._client().push(self.build(args, kwargs), at=at, on_commit=self.options.get("on_commit"))
 
     def perform_bulk(self, items: Iterable[Sequence[Any]]) -> list[str]:
-        """Push one job per argument sequence in ``items``, in one round trip."""
+        """Push one job per argument sequence in ``items``, in one round trip.
+
+        Every job of the call has the same ``created_at`` (as in Sidekiq's push_bulk): the
+        options are read once, for the first job, and the others' payloads are copies of its
+        with their own jid, args and unique digest.
+        """
         built = []
+        first: dict[str, Any] | None = None
         for i, args in enumerate(items):
-            if isinstance(args, (str, bytes, dict)) or not isinstance(args, Sequence):
+            kind = type(args)
+            if kind is not tuple and kind is not list and (
+                    isinstance(args, (str, bytes, dict)) or not isinstance(args, Sequence)):
                 raise TypeError(f"perform_bulk items must be argument lists or tuples; item {i} is {args!r}")
+            args = list(args)
             try:
-                built.append(self.build(args, {}))
+                payloads.check_json_native(args, "args")
             except TypeError as exc:
                 raise TypeError(f"perform_bulk item {i}: {exc}") from None
+            if first is None:
+                payload = first = self._payload(args, {}, time.time())
+                unique = "unique_digest" in first
+            else:
+                payload = first.copy()
+                payload["args"] = args
+                payload["kwargs"] = {}
+                if unique:
+                    payload["unique_digest"] = _digest(payload)
+            built.append(payload)
+        for payload, jid in zip(built, payloads.new_jids(len(built)), strict=True):
+            payload["jid"] = jid
         return self._client().push_bulk(built, on_commit=self.options.get("on_commit"))
+
+
+def _digest(payload: dict[str, Any]) -> str:
+    from .unique import digest
+
+    return digest(payload)
+
+
+_runtime: Any = None  # django_cogworker.runtime, once a push has imported it
+
+# Job.perform_async's setter per class: it has no options, and reads the class's when it
+# builds a payload, so one serves every push (instead of one made per push).
+_plain_setters: dict[type[Job], JobSetter] = {}
 
 
 def _epoch(when: float | dt.datetime) -> float:

@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 from django.core.signals import setting_changed
+from django.db import connections, transaction
 
 from .client import Client
 from .conf import Config, build_config
@@ -48,6 +49,9 @@ def get_client() -> Any:
     global _client
     if _override is not None:
         return _override
+    client = _client
+    if client is not None:  # (built: no lock to take on every push)
+        return client
     with _lock:
         if _client is None:
             from .middleware import load
@@ -59,10 +63,11 @@ def get_client() -> Any:
 
 def defer_to_commit(push: Any) -> bool:
     """Run ``push`` when the current transaction commits; return False outside one."""
-    from django.db import connections, transaction
-
     # Any database's transaction, not only "default": a push made inside
-    # atomic(using="other") must wait for that commit.
+    # atomic(using="other") must wait for that commit. (About 5 % of a
+    # perform_async; skipping it for threads that seem not to use the database
+    # would need Django's private per-thread store, and could push before a
+    # commit where a connection was made in another thread.)
     for conn in connections.all(initialized_only=True):
         if conn.in_atomic_block:
             transaction.on_commit(push, using=conn.alias)

@@ -28,7 +28,8 @@ class Script:
 
     def __call__(self, client: Any, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
         try:
-            return client.evalsha(self.sha, len(keys), *keys, *args)
+            # (What client.evalsha does, less its two wrapper calls: every push runs a script.)
+            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
         except redis.exceptions.NoScriptError:
             return client.eval(self.source, len(keys), *keys, *args)
 
@@ -36,6 +37,27 @@ class Script:
         """Queue on a pipeline; the pipeline must be run with :func:`run_pipeline`."""
         pipe.eval(self.source, len(keys), *keys, *args)
 
+
+# KEYS[1] = queues set, KEYS[2] = the queue list.
+# ARGV[1] = queue name, ARGV[2] = the payload.
+# Enqueues one job (Client._write): LPUSH, then lists the queue, in one command
+# where a pipeline of the two cost a second command's parsing and reply on
+# both ends of every push. A queue key of the wrong type returns its error
+# (nothing written). The listing is best-effort (the key guard repairs it):
+# its error is returned as a string for the caller to log, since a push that
+# went through must not look failed (the caller would push it again).
+# Returns the queue's new length, or that string.
+PUSH = Script("""
+local pushed = redis.pcall("LPUSH", KEYS[2], ARGV[2])
+if type(pushed) == "table" then
+  return pushed
+end
+local listed = redis.pcall("SADD", KEYS[1], ARGV[1])
+if type(listed) == "table" then
+  return listed.err
+end
+return pushed
+""")
 
 # KEYS[1] = source zset (schedule or retry), KEYS[2] = queues set,
 # KEYS[3] = destination queue list.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 import pytest
@@ -213,6 +214,73 @@ def test_bad_arguments_fail_at_the_call_not_at_commit(r):
     assert [p["args"] for p in queued(r)] == [[2]]
 
 
+# -- the push path: one command, the on_commit check --------------------------------------------------
+
+
+def test_a_push_is_one_command_that_also_lists_the_queue(r):
+    r.config_resetstat()
+    Push.perform_async(1)
+    calls = command_calls(r)
+    assert calls.get("evalsha") == 1 and not {"multi", "exec", "eval"} & set(calls)
+    r.delete("cogworker:queues")  # listed again by the next push, not only the first
+    Push.set(queue="mail").perform_async(2)
+    assert r.smembers("cogworker:queues") == {"mail"}
+
+
+def test_a_push_after_redis_forgot_the_script_still_goes_through(r):
+    Push.perform_async(1)
+    r.script_flush()  # as after a restart
+    jid = Push.perform_async(2)
+    assert [p["jid"] for p in queued(r)][-1] == jid
+    assert r.smembers("cogworker:queues") == {"default"}
+
+
+def test_perform_bulk_jobs_share_created_at_and_are_stored_as_encode_writes_them(r):
+    from django_cogworker import payload as payloads
+
+    Push.perform_bulk([(1,), ("é", {"k": [1.5]}), (3,)])
+    raws = r.lrange("cogworker:queue:default", 0, -1)
+    assert [raw == payloads.encode(json.loads(raw)) for raw in raws] == [True] * 3
+    assert len({json.loads(raw)["created_at"] for raw in raws}) == 1
+
+
+def _in_a_thread(fn):
+    """Run ``fn`` in a new thread (which has no database connection yet); re-raise what it raised."""
+    import threading
+
+    from django.db import connections
+
+    failure = []
+
+    def run():
+        try:
+            fn()
+        except BaseException as exc:  # (handed to the test)
+            failure.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(30)
+    if failure:
+        raise failure[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_thread_that_pushed_without_a_connection_waits_for_commit_once_in_a_transaction(r):
+    # A worker's job or a script: pushes outside any transaction go at once; once the same
+    # thread opens a transaction, its pushes wait for the commit.
+    def pushes():
+        Push.perform_async("before")
+        with transaction.atomic():
+            Push.perform_async("inside")
+            assert [p["args"] for p in queued(r)] == [["before"]]
+        assert [p["args"] for p in queued(r)] == [["before"], ["inside"]]
+
+    _in_a_thread(pushes)
+
+
 # -- client middleware --------------------------------------------------------------------------------
 
 
@@ -257,3 +325,97 @@ def test_middleware_runs_at_commit_for_a_deferred_push(r):
             Push.perform_async("drop")
             Push.perform_async("keep")
         assert [p["args"] for p in queued(r)] == [["keep"]]
+
+
+# -- scheduled pushes wake the pollers --------------------------------------------------------------
+
+WAKE = "cogworker:schedule:wake"
+
+
+@pytest.fixture
+def wake(redis_url):
+    """A subscription to the channel scheduled pushes announce their due time on (confirmed)."""
+    client = redis.Redis.from_url(redis_url)
+    pubsub = client.pubsub()
+    pubsub.subscribe(WAKE)
+    assert pubsub.get_message(timeout=2)["type"] == "subscribe"
+    yield pubsub
+    pubsub.close()
+    client.close()
+
+
+def announced(pubsub, timeout=0.5) -> list[float]:
+    """The due times published on the wake channel (until nothing more comes for ``timeout``)."""
+    times = []
+    while (message := pubsub.get_message(timeout=timeout)) is not None:
+        times.append(float(message["data"]))
+    return times
+
+
+def read_events(r) -> int:
+    return int(r.info("stats")["total_reads_processed"])
+
+
+def test_a_scheduled_push_announces_its_due_time_in_the_same_round_trip(r, wake):
+    Push.perform_in(60, "warm-up")  # (the pushing client's connection is set up by now)
+    announced(wake)
+    r.config_resetstat()
+    before = read_events(r)
+    at = time.time() + 300
+    Push.perform_at(at, 1)
+    assert read_events(r) - before == 2  # the push (ZADD + PUBLISH pipelined), and this INFO
+    scores = [score for raw, score in r.zrange("cogworker:schedule", 0, -1, withscores=True) if '[1]' in raw]
+    assert announced(wake) == scores == [pytest.approx(at, abs=1e-6)]
+    calls = command_calls(r)
+    assert (calls.get("zadd"), calls.get("publish")) == (1, 1)
+
+
+def test_a_push_for_now_announces_nothing(r, wake):
+    Push.perform_async(1)
+    Push.perform_at(time.time() - 5, 2)  # due already: straight to its queue
+    assert announced(wake) == []
+    assert len(queued(r)) == 2
+
+
+def test_a_bulk_push_announces_its_earliest_due_time_once(redis_url, r, wake):
+    conn = redis.Redis.from_url(redis_url)
+    try:
+        client = Client(build_config({}, {}), conn)
+        now = time.time()
+        items = [{"jid": f"j{i}", "class": Push.name, "args": [i], "kwargs": {}, "queue": "default", "retry": True,
+                  "at": now + delay} for i, delay in enumerate((30, 10, 20))]
+        client.push_bulk(items, on_commit=False)
+    finally:
+        conn.close()
+    assert announced(wake) == [pytest.approx(now + 10, abs=1e-6)]
+    assert r.zcard("cogworker:schedule") == 3
+
+
+@pytest.fixture
+def channel_less_url(redis_url, r):
+    """A Redis user that may use every key but no pub/sub channel (Redis 7's default for new ACL users)."""
+    r.acl_setuser("nochannels", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all"],
+                  reset_channels=True)
+    try:
+        yield redis_url.replace("redis://", "redis://nochannels:pw@")
+    finally:
+        r.acl_deluser("nochannels")
+
+
+def test_a_refused_announcement_does_not_fail_the_push(channel_less_url, r, caplog, monkeypatch):
+    from django_cogworker import client as client_module
+
+    monkeypatch.setattr(client_module, "_wake_warned", False)
+    conn = redis.Redis.from_url(channel_less_url)
+    try:
+        client = Client(build_config({}, {}), conn)
+        with caplog.at_level(logging.DEBUG, logger="django_cogworker.client"):
+            jids = [client.push({"jid": f"j{i}", "class": Push.name, "args": [i], "kwargs": {}, "queue": "default",
+                                 "retry": True}, at=time.time() + 60, on_commit=False) for i in range(3)]
+    finally:
+        conn.close()
+    # Scheduled all the same (a push that raised would be pushed again by its caller: a duplicate).
+    assert jids == ["j0", "j1", "j2"]
+    assert r.zcard("cogworker:schedule") == 3
+    warnings = [rec for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "not announced on cogworker:schedule:wake" in warnings[0].getMessage()

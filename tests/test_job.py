@@ -112,6 +112,15 @@ def test_defaults_are_default_queue_and_retry_true(r):
     assert "dead" not in payload and "backtrace" not in payload
 
 
+def test_class_options_are_read_at_each_push(r, monkeypatch):
+    # perform_async keeps one option-less pusher per class: it must not keep the options too.
+    Plain.perform_async(1)
+    monkeypatch.setattr(Plain, "queue", "later")
+    monkeypatch.setattr(Plain, "retry", 2)
+    Plain.perform_async(2)
+    assert [(p["queue"], p["retry"]) for p in queued(r) + queued(r, "later")] == [("default", True), ("later", 2)]
+
+
 def test_dead_false_and_retry_false_are_carried(r):
     Disposable.perform_async()
     (payload,) = queued(r)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import collections
+import enum
 import json
+import os
+import warnings
 
 import pytest
 
@@ -127,3 +131,125 @@ def test_check_json_native_names_the_path(value, where):
 
 def test_check_json_native_accepts_json_types():
     payloads.check_json_native([None, True, 1, 2**70, 1.5, "s", [], {}, {"a": [1, {"b": None}]}], "args")
+
+
+# -- encoding, fast paths ------------------------------------------------------------------------
+
+_SPEC = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+@pytest.mark.parametrize("value", [
+    {"jid": "a" * 24, "class": "a.B", "args": [1.5, "é\n\"", 2**70, -0.0, None, True], "kwargs": {"k": [{}]},
+     "queue": "q", "retry": 3, "created_at": 1796289727.6903894},
+    {"1": {"nested": [[[]]]}}, {2: "int key", True: "bool key"}, "a string", [], 0.1,
+])
+def test_encode_writes_what_the_json_encoder_writes(value):
+    assert payloads.encode(value) == _SPEC.encode(value)
+
+
+@pytest.mark.parametrize(("value", "error"), [
+    ({"f": float("nan")}, ValueError), ({"args": [float("inf")]}, ValueError), ({"o": object()}, TypeError),
+])
+def test_encode_refuses_what_json_can_not_hold(value, error):
+    with pytest.raises(error):
+        payloads.encode(value)
+
+
+def _bulk(n, **extra):
+    """Payloads as perform_bulk makes them: copies of the first, with their own jid, args, kwargs."""
+    first = {"jid": payloads.new_jid(), "class": "a.B", "args": [0], "kwargs": {}, "queue": "q", "retry": True,
+             "created_at": 1796289727.6903894, **extra}
+    items = [first]
+    for i in range(1, n):
+        item = first.copy()
+        item.update(jid=payloads.new_jid(), args=[i, float(i) / 3, {"é": [None, "x\u2028"]}], kwargs={})
+        items.append(item)
+    for item in items:
+        item["enqueued_at"] = 1796289727.7
+    return items
+
+
+def test_encode_many_writes_what_encode_writes_for_a_bulk():
+    items = _bulk(50, unique_for=60, unique_until="start", unique_digest="d" * 64, dead=False)
+    for i, item in enumerate(items):
+        item["unique_digest"] = f"{i:064x}"
+    assert payloads.encode_many(items) == [payloads.encode(p) for p in items]
+
+
+def test_encode_many_encodes_in_full_an_item_that_differs_beyond_its_own_fields():
+    # What a client middleware may have done to one job of a bulk: a field changed (to an equal
+    # value of another type, too), added, removed, or the keys reordered.
+    items = _bulk(8)
+    items[1]["retry"] = 1  # == True, but encodes as 1
+    items[2]["tenant"] = "acme"
+    del items[3]["retry"]
+    items[4] = dict(reversed(list(items[4].items())))
+    items[5]["created_at"] = 1796289727.0
+    items[6]["queue"] = "other"
+    out = payloads.encode_many(items)
+    assert out == [payloads.encode(p) for p in items]
+    assert json.loads(out[1])["retry"] == 1 and json.loads(out[2])["tenant"] == "acme"
+
+
+@pytest.mark.parametrize("items", [[], [{"jid": "x"}], [{1: "a"}, {1: "a"}]], ids=["none", "one", "int keys"])
+def test_encode_many_small_or_odd_batches(items):
+    assert payloads.encode_many(items) == [payloads.encode(p) for p in items]
+
+
+def test_encode_many_raises_as_encode_does():
+    items = _bulk(3)
+    items[2]["args"] = [float("nan")]
+    with pytest.raises(ValueError):
+        payloads.encode_many(items)
+
+
+class _Kind(enum.IntEnum):
+    ONE = 1
+
+
+class _Text(str):
+    pass
+
+
+@pytest.mark.parametrize("value", [
+    _Kind.ONE, _Text("s"), collections.OrderedDict(a=1), {"k": _Text("v")}, [[_Kind.ONE]], 1e308, -0.0,
+], ids=["IntEnum", "str subclass", "OrderedDict", "subclass in dict", "nested IntEnum", "large float", "-0.0"])
+def test_check_json_native_still_accepts_what_the_full_walk_accepts(value):
+    payloads.check_json_native([value], "args")
+    payloads.check_json_native({"k": value}, "kwargs")
+
+
+@pytest.mark.parametrize(("value", "where"), [
+    ({"a": [1, {"b": float("nan")}]}, "kwargs['a'][1]['b']"), ({"a": (1,)}, "kwargs['a']"),
+    ({"a": {1: 2}}, "kwargs['a']"), ({"a": _Text("ok"), "b": {1.5}}, "kwargs['b']"),
+])
+def test_check_json_native_names_the_path_in_kwargs(value, where):
+    with pytest.raises(TypeError) as info:
+        payloads.check_json_native(value, "kwargs")
+    assert str(info.value).startswith(where + " ")
+
+
+def test_jids_come_from_a_pool_refilled_as_it_empties():
+    jids = [payloads.new_jid() for _ in range(500)]
+    assert len(set(jids)) == 500
+    assert all(len(j) == 24 and int(j, 16) >= 0 for j in jids)
+    assert len(set(payloads.new_jids(500)) | set(jids)) == 1000
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_does_not_hand_out_its_parents_next_jids():
+    payloads.new_jid()  # the pool holds jids now
+    read, write = os.pipe()
+    with warnings.catch_warnings():  # (3.12+ warns of fork in a process with threads; the child only writes)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # child
+        os.close(read)
+        os.write(write, ",".join(payloads.new_jid() for _ in range(5)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child = pipe.read().split(",")
+    os.waitpid(pid, 0)
+    parent = [payloads.new_jid() for _ in range(5)]
+    assert len(child) == 5 and not set(child) & set(parent)
