@@ -109,6 +109,7 @@ def test_filters_by_job_and_substring_literally(rb):
 
 def test_filters_examine_a_bounded_window(rb, monkeypatch):
     fill(rb, KEYS.dead, 5000)
+    monkeypatch.setattr(api.sorted_sets, "SCAN_BUDGET", 60.0)  # the entry cap under test, not the time one
     monkeypatch.setattr(api.sorted_sets, "SCAN_LIMIT", 2000)  # read where it lives
     page = api.DeadSet().page(1, 25, substring="matches nothing")
     assert not page.complete and 2000 <= page.scanned < 3000 and page.total == 0
@@ -122,6 +123,16 @@ def test_filters_examine_a_bounded_window(rb, monkeypatch):
     assert scores == sorted(scores, reverse=True)
     monkeypatch.setattr(api.sorted_sets, "MATCH_LIMIT", 10_000)
     assert api.DeadSet().page(1, 25, substring="default").complete
+
+
+def test_a_filter_stops_at_its_time_budget_and_says_so(rb, monkeypatch):
+    # On a slow machine the entry cap alone let a filter page run past 200 ms: time bounds it too.
+    fill(rb, KEYS.dead, 5000)
+    monkeypatch.setattr(api.sorted_sets, "SCAN_BUDGET", 0.0)  # one ZSCAN call, then stop
+    page = api.DeadSet().page(1, 25, substring="matches nothing")
+    assert not page.complete and page.scanned == api._base.SCAN_COUNT and page.total == 0
+    monkeypatch.setattr(api.sorted_sets, "SCAN_BUDGET", 60.0)
+    assert api.DeadSet().page(1, 25, substring="matches nothing").complete
 
 
 def test_entry_by_jid_by_score_and_raw_and_by_token(rb):

@@ -63,6 +63,7 @@ def sorted_set(request: HttpRequest, *, site: Any, page: str) -> HttpResponse:
         row_actions=[(a, LABELS[a]) for a in ROW_ACTIONS[page]], bulk_actions=[(a, LABELS[a]) for a in
                                                                                 (move_all, delete_all)],
         job_names=sorted(registry()), scan_limit=sorted_sets.SCAN_LIMIT, match_limit=sorted_sets.MATCH_LIMIT,
+        scan_budget_ms=round(sorted_sets.SCAN_BUDGET * 1000),
         time_label=TIME_LABELS[page])
 
 

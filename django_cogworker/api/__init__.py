@@ -20,8 +20,8 @@ and ``keys``; by default the project's (``runtime``).
 
 Every read is bounded, so a page stays fast on a set of millions: lists and
 sorted sets are paged by rank (LRANGE, ZRANGE), and a filter or a lookup by jid
-is a ZSCAN MATCH that examines at most SCAN_LIMIT entries and keeps at most
-MATCH_LIMIT matches (``Page.complete`` says whether it saw the whole set).
+is a ZSCAN MATCH that examines at most SCAN_LIMIT entries, for at most
+SCAN_BUDGET seconds, and keeps at most MATCH_LIMIT matches (``Page.complete`` says whether it saw the whole set).
 ZSCAN walks the set in storage order, not by time, so on a larger set a filter
 shows the matches among the entries it examined, sorted by time. The
 quarantine listing is bounded the same way (KEYSPACE_SCAN_LIMIT keys).
@@ -37,7 +37,7 @@ The names are defined in one module per part and re-exported here, so
     records      Page, JobRecord
     queues       Queue
     sorted_sets  SortedEntry, SortedSet, ScheduledSet, RetrySet, DeadSet;
-                 SCAN_LIMIT, MATCH_LIMIT, BATCH, KILLED_REASON
+                 SCAN_LIMIT, SCAN_BUDGET, MATCH_LIMIT, BATCH, KILLED_REASON
     processes    Process, ProcessSet, Work, Workers; SIGNAL_TTL
     periodic     PeriodicEntry
     quarantine   Bounded, QuarantinedKey; KEYSPACE_SCAN_LIMIT, QUARANTINE_LIMIT, SAMPLE_ITEMS, SAMPLE_CHARS
@@ -58,6 +58,7 @@ from .sorted_sets import (
     BATCH,
     KILLED_REASON,
     MATCH_LIMIT,
+    SCAN_BUDGET,
     SCAN_LIMIT,
     DeadSet,
     RetrySet,
@@ -70,6 +71,7 @@ from .stats import Day, Stats
 __all__ = [
     # limits
     "SCAN_LIMIT",
+    "SCAN_BUDGET",
     "MATCH_LIMIT",
     "SCAN_COUNT",
     "MAX_PER_PAGE",

@@ -18,7 +18,10 @@ from . import _base
 from ._base import ActionRefused, _clamp_page, _defaults, _glob_escape, _number
 from .records import JobRecord, Page
 
-SCAN_LIMIT = 50_000  # entries a filter or a jid lookup examines at most (keeps a page under 200 ms)
+SCAN_LIMIT = 50_000  # entries a filter or a jid lookup examines at most
+# Seconds a filter or a jid lookup scans at most: the entry cap alone kept a page under 200 ms on
+# one machine and not on a slower one (each ZSCAN call there took twice as long).
+SCAN_BUDGET = 0.12
 MATCH_LIMIT = 1_000  # matches a filter keeps at most
 BATCH = 500  # entries per script call of retry_all
 KILLED_REASON = "killed from the admin"
@@ -123,8 +126,9 @@ class SortedSet:
 
     def _scan(self, pattern: str, wanted: Callable[[SortedEntry], bool],
               limit: int) -> tuple[list[SortedEntry], int, bool]:
-        """ZSCAN MATCH: up to ``limit`` wanted entries among at most SCAN_LIMIT examined."""
+        """ZSCAN MATCH: up to ``limit`` wanted entries among at most SCAN_LIMIT examined, in SCAN_BUDGET s."""
         cursor, scanned, found, seen = 0, 0, [], set()
+        deadline = time.monotonic() + SCAN_BUDGET
         while True:
             cursor, rows = self.redis.zscan(self.key, cursor, match=pattern, count=_base.SCAN_COUNT)
             scanned += _base.SCAN_COUNT  # COUNT is about how many entries one call examines
@@ -137,7 +141,7 @@ class SortedSet:
                     found.append(entry)
             if int(cursor) == 0:
                 return found, min(scanned, max(len(seen), self.size())), True
-            if scanned >= SCAN_LIMIT or len(found) >= limit:
+            if scanned >= SCAN_LIMIT or len(found) >= limit or time.monotonic() >= deadline:
                 return found, scanned, False
 
     def entry(self, ref: str | tuple[float, bytes | str]) -> SortedEntry | None:
