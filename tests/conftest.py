@@ -67,3 +67,11 @@ def r(redis_url):
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     yield client
     client.close()
+
+
+@pytest.fixture
+def rb(redis_url):
+    """A bytes client on the suite's Redis, as the engine uses."""
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()

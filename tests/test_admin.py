@@ -20,14 +20,6 @@ PAGES = ["dashboard/", "queue/", "busy/", "scheduled/", "retry/", "dead/", "peri
 
 
 @pytest.fixture
-def rb(redis_url):
-    """A bytes client, as the engine's."""
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
 def seeded(rb):
     return seed(rb)
 

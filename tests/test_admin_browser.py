@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-import redis
 from admin_fixtures import KEYS, RECORD_JOB, failed, seed, zadd
 from django.contrib.auth.models import User
 from helpers import FAST_ENV, Worker, wait_until
@@ -55,13 +54,6 @@ def browser():
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
-
-
-@pytest.fixture
-def rb(redis_url):
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import os
 import time
 
 import pytest
-import redis
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from helpers import FAST_ENV, Worker, wait_until
@@ -25,13 +24,6 @@ from django_cogworker.keys import Keys
 from testproject.demo.jobs import RecordJob
 
 K = Keys()
-
-
-@pytest.fixture
-def rb(redis_url):
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
 
 
 def push_at(rb, redis_url, queue: str, value, when: float) -> str:

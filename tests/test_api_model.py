@@ -30,13 +30,6 @@ from django_cogworker.periodic.entries import Entry
 from django_cogworker.periodic.ticker import Ticker
 
 
-@pytest.fixture
-def rb(redis_url):
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
 def fill(rb, key, n, *, start=1_000_000.0, **fields):
     """``n`` entries scored start, start+1...; returns their payloads in score order."""
     made = [job(args=[i], **fields) for i in range(n)]

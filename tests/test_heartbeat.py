@@ -37,13 +37,6 @@ def make_config(redis_url, **settings):
 
 
 @pytest.fixture
-def rb(redis_url):
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
 def launcher(redis_url, rb):
     return Launcher(make_config(redis_url), rb, identity=ID, version="9.9.9")
 

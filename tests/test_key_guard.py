@@ -22,14 +22,6 @@ K = Keys()
 FIXED = K.fixed_types()
 
 
-@pytest.fixture
-def rb(redis_url):
-    """A bytes client, as the engine uses."""
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
 def plant(r, key: str, expected: str) -> str:
     """Replace ``key`` with a value of the wrong type (atomically); return the type planted."""
     pipe = r.pipeline(transaction=True)

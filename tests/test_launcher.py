@@ -53,13 +53,6 @@ class Running:
 
 
 @pytest.fixture
-def rb(redis_url):
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
 def start():
     running: list[Running] = []
     clients: list[redis.Redis] = []

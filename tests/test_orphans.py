@@ -34,13 +34,6 @@ def config(redis_url):
                         {"COGWORKER_REDIS_URL": redis_url})
 
 
-@pytest.fixture
-def rb(redis_url):
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
 def recoverer(config, client, identity=LIVE) -> OrphanRecovery:
     return OrphanRecovery(config, client, K, identity, RetryPolicy(config))
 

@@ -236,7 +236,6 @@ def test_jids_come_from_a_pool_refilled_as_it_empties():
     assert len(set(payloads.new_jids(500)) | set(jids)) == 1000
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_does_not_hand_out_its_parents_next_jids():
     payloads.new_jid()  # the pool holds jids now
     read, write = os.pipe()

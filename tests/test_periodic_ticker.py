@@ -59,13 +59,6 @@ def entry(name: str = "e", cron: str = "* * * * *", **options) -> Entry:
 
 
 @pytest.fixture
-def rb(redis_url):
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
 def config(redis_url):
     return build_config({}, {"COGWORKER_REDIS_URL": redis_url})
 
