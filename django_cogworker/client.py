@@ -67,8 +67,10 @@ class Client:
         pipe.publish(self.keys.schedule_wake, repr(float(at)))  # wakes the pollers for it (best-effort)
         try:
             _execute_push(pipe, self.keys.queues)
-        except Exception:
+        except Exception as exc:
             self._release_unique(payload)
+            if isinstance(exc, PushFailed):
+                raise exc.error from None
             raise
         return payload["jid"]
 
@@ -147,11 +149,13 @@ class Client:
         pipe = self.redis.pipeline(transaction=False)
         by_queue: dict[str, list[str]] = {}
         scheduled: dict[str, float] = {}
+        scheduled_items: list[dict[str, Any]] = []
         by_queue_items: dict[str, list[dict[str, Any]]] = {}
         for item in items:
             at = item.pop("at", None)
             if at is not None and at > now:
                 scheduled[payloads.encode(item)] = at
+                scheduled_items.append(item)
             else:
                 item["enqueued_at"] = now
                 queued = by_queue_items.get(item["queue"])
@@ -162,26 +166,53 @@ class Client:
         # encode_many encodes once.)
         for queue, queued in by_queue_items.items():
             by_queue[queue] = payloads.encode_many(queued)
+        # The items each command writes, so that a failed write releases its items' unique locks.
+        written_by: list[Sequence[dict[str, Any]]] = []
         if scheduled:
             pipe.zadd(self.keys.schedule, scheduled)
             pipe.publish(self.keys.schedule_wake, repr(float(min(scheduled.values()))))
+            written_by += [scheduled_items, ()]
         for queue, raws in by_queue.items():
             pipe.sadd(self.keys.queues, queue)
+            written_by.append(())
+            queued = by_queue_items[queue]
             for start in range(0, len(raws), 1000):
                 pipe.lpush(self.keys.queue(queue), *raws[start:start + 1000])
-        _execute_push(pipe, self.keys.queues)
+                written_by.append(queued[start:start + 1000])
+        try:
+            _execute_push(pipe, self.keys.queues)
+        except PushFailed as exc:
+            for index in exc.failed:
+                for item in written_by[index]:
+                    self._release_unique(item)
+            raise exc.error from None
+        except Exception:
+            for item in items:  # (no answer: as for one push, free the locks so the caller can retry)
+                self._release_unique(item)
+            raise
         return items
 
 
+class PushFailed(Exception):
+    """Commands of a push pipeline were refused: ``failed`` their indexes, ``error`` the first error."""
+
+    def __init__(self, failed: list[int], error: Exception):
+        super().__init__(str(error))
+        self.failed = failed
+        self.error = error
+
+
 def _execute_push(pipe: Any, listing: str) -> None:
-    """Run a push pipeline; raise its first error, unless it only failed to update ``listing``.
+    """Run a push pipeline; raise PushFailed if a write was refused (not merely ``listing``'s update).
 
     The queues listing is best-effort: a ``queues`` key of the wrong type (until the key guard
     moves it aside) used to make a push that had gone through look failed, so the caller
     retried it and the job ran twice.
     """
     commands = [args for args, _options in pipe.command_stack]
-    for args, result in zip(commands, pipe.execute(raise_on_error=False), strict=True):
+    failed: list[int] = []
+    first: Exception | None = None
+    for index, (args, result) in enumerate(zip(commands, pipe.execute(raise_on_error=False), strict=True)):
         if not isinstance(result, Exception):
             continue
         if args[0] == "SADD" and args[1] == listing:
@@ -190,7 +221,10 @@ def _execute_push(pipe: Any, listing: str) -> None:
         if args[0] == "PUBLISH":
             _wake_not_published(args[1], result)
             continue
-        raise result
+        failed.append(index)
+        first = first or result
+    if first is not None:
+        raise PushFailed(failed, first)
 
 
 _wake_warned = False

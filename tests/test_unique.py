@@ -231,6 +231,29 @@ def test_a_push_that_fails_releases_its_lock(redis_url, r, token):
         client.close()
 
 
+def test_a_bulk_push_that_fails_releases_the_locks_of_what_it_did_not_write(redis_url, r, token):
+    client = redis.Redis.from_url(redis_url)
+    try:
+        config = build_config({}, {"COGWORKER_REDIS_URL": redis_url})
+        bulk = Client(config, client).push_bulk
+        r.set(K.queue("broken"), "wrong type")
+        items = [JobSetter(UniqueNote, {}).build([token, 1], {}),
+                 JobSetter(UniqueNote, {"queue": "broken"}).build([token, 2], {}),
+                 JobSetter(UniqueNote, {}).build([token, 3], {})]
+        items[2]["at"] = 4_000_000_000.0  # scheduled: written by the ZADD
+        with pytest.raises(redis.ResponseError):
+            bulk(items)
+        # The job written keeps its lock (a second push would be its duplicate); the one refused is free.
+        assert r.get(lock_key(UniqueNote, token, 1)) == items[0]["jid"]
+        assert r.get(lock_key(UniqueNote, token, 3)) == items[2]["jid"]
+        assert r.get(lock_key(UniqueNote, token, 2, queue="broken")) is None
+        assert [p["jid"] for p in waiting(r)] == [items[0]["jid"]]
+        r.delete(K.queue("broken"))
+        assert UniqueNote.set(queue="broken").perform_async(token, 2) is not None
+    finally:
+        client.close()
+
+
 # -- releasing -------------------------------------------------------------------------------------
 
 

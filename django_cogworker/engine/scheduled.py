@@ -59,6 +59,10 @@ from .watchdog import LoopThread, Watchdog
 logger = logging.getLogger(__name__)
 
 BATCH = 100
+# What became of one due entry (_requeue).
+MOVED, GONE, STUCK = 1, 0, -1
+# Due entries a sweep reads past when they can't be moved, before it leaves the rest to the next.
+MAX_STUCK = 10 * BATCH
 # Longest single wait on the subscription: stop() is never kept waiting longer.
 WAIT_SLICE = 0.5
 # Shortest gap between a sweep and a sweep woken by a due time.
@@ -186,10 +190,10 @@ class Poller(LoopThread):
     def enqueue_due(self) -> int:
         """Move every due entry of ``schedule`` and ``retry`` to its queue; return how many.
 
-        Both sets are read in one round trip, each read taking its first
-        BATCH + 1 entries with their scores: the due ones are moved, and the
-        first one not yet due is the peek (``_peeked``: the next wake-up), at
-        no extra cost. A sweep that finds nothing due is that one round trip.
+        Both sets are read in one round trip: of each, its first BATCH due
+        entries, and the first entry not yet due with its score (the peek,
+        ``_peeked``: the next wake-up). A sweep that finds nothing due reads
+        one entry per set.
         """
         keys = (self.keys.schedule, self.keys.retry)
         self._cutoffs = {}
@@ -197,38 +201,40 @@ class Poller(LoopThread):
         now = self.clock()
         pipe = self.redis.pipeline(transaction=False)
         for key in keys:
-            pipe.zrange(key, 0, BATCH, withscores=True)
+            _read_head(pipe, key, now, 0)
+        replies = pipe.execute(raise_on_error=False)
         moved = 0
-        for key, rows in zip(keys, pipe.execute(raise_on_error=False), strict=True):
-            if isinstance(rows, redis_lib.exceptions.ResponseError):
+        for index, key in enumerate(keys):
+            due, after = replies[2 * index:2 * index + 2]
+            error = next((reply for reply in (due, after) if isinstance(reply, Exception)), None)
+            if isinstance(error, redis_lib.exceptions.ResponseError):
                 # (schedule of the wrong type must not hold up retry; the key guard moves it aside)
-                logger.error("due entries of %s not moved: %s", key, rows)
+                logger.error("due entries of %s not moved: %s", key, error)
                 continue
-            if isinstance(rows, Exception):
-                raise rows
-            moved += self._enqueue_due_from(key, rows, now)
+            if error is not None:
+                raise error
+            moved += self._enqueue_due_from(key, due, after, now)
         return moved
 
-    def _enqueue_due_from(self, key: str, rows: list[tuple[bytes, float]], now: float) -> int:
-        """Move the due entries among ``rows`` (the head of ``key``, read at ``now``), then read on."""
+    def _enqueue_due_from(self, key: str, due: list[tuple[bytes, float]], after: list[tuple[bytes, float]],
+                          now: float) -> int:
+        """Move ``due`` (the first due entries of ``key`` at ``now``; ``after``: the first entry not
+        yet due, if any), then read on while batches come back full."""
         moved = 0
+        stuck = 0  # due entries that stayed (their queue key holds the wrong type, say): read past them
         while True:
             self._cutoffs[key] = now
-            split = 0
-            while split < len(rows) and rows[split][1] <= now:
-                split += 1
-            if split < len(rows):
-                # The first not yet due. Not simply the first entry: one due that stayed (its queue
-                # key holds the wrong type, say) would wake this process at every DUE_FLOOR until
-                # the key guard clears the way; the timed rounds retry it.
-                self._note_next(rows[split][1])
-            due = [raw for raw, _score in rows[:min(split, BATCH)]]
-            batch_moved = sum(self._requeue(key, raw) for raw in due)
-            moved += batch_moved
-            if len(due) < BATCH or not batch_moved or self.stop_event.is_set():
-                return moved  # (nothing moved: the rest can't be, this round; don't spin on them)
+            if after:
+                self._note_next(after[0][1])
+            outcomes = [self._requeue(key, raw) for raw, _score in due]
+            moved += outcomes.count(MOVED)
+            stuck += outcomes.count(STUCK)
+            if len(due) < BATCH or stuck >= MAX_STUCK or self.stop_event.is_set():
+                return moved  # (the timed rounds retry what stayed; no spinning on it)
             now = self.clock()
-            rows = self.redis.zrange(key, 0, BATCH, withscores=True)
+            pipe = self.redis.pipeline(transaction=False)
+            _read_head(pipe, key, now, stuck)
+            due, after = pipe.execute()
 
     def _note_next(self, score: float) -> None:
         if self._peeked is None or score < self._peeked:
@@ -370,7 +376,10 @@ class Poller(LoopThread):
     # -- moving one entry -------------------------------------------------------------------------
 
     def _requeue(self, source: str, raw: bytes) -> int:
-        """Push one due entry to its queue, then remove it (one script); poison goes to dead."""
+        """Push one due entry to its queue, then remove it (one script); poison goes to dead.
+
+        Returns MOVED, GONE (another process moved it first) or STUCK (it stays: its queue
+        key holds the wrong type, say)."""
         try:
             payload = payloads.decode(raw)
             queue = payload.get("queue")
@@ -379,9 +388,15 @@ class Poller(LoopThread):
         except payloads.PayloadError as exc:
             dead = payloads.dead_letter(raw, str(exc), self.clock())
             below, cap = self.retry.dead_trim()
-            logger.error("unreadable entry in %s moved to dead: %s", source, exc)
-            return int(scripts.MOVE_BETWEEN_ZSETS(self.redis, [source, self.keys.dead],
-                                                  [raw, self.clock(), payloads.encode(dead), below, cap]))
+            try:
+                moved = int(scripts.MOVE_BETWEEN_ZSETS(self.redis, [source, self.keys.dead],
+                                                       [raw, self.clock(), payloads.encode(dead), below, cap]))
+            except redis_lib.exceptions.ResponseError as error:
+                logger.error("unreadable entry in %s (%s) not moved to dead: %s", source, exc, error)
+                return STUCK
+            if moved:
+                logger.error("unreadable entry in %s moved to dead: %s", source, exc)
+            return moved
         payload["enqueued_at"] = self.clock()
         payload.pop("at", None)
         # Built here, not by Lua's cjson, which would round large integers in args.
@@ -392,7 +407,7 @@ class Poller(LoopThread):
         except redis_lib.exceptions.ResponseError as exc:
             logger.error("could not move jid=%s to queue %r: %s (left in %s)", payload.get("jid"), queue, exc,
                          source)
-            return 0
+            return STUCK
 
     def file_unsettled(self) -> int:
         """File jobs handed over at some process's shutdown (they ran; never requeued)."""
@@ -408,6 +423,13 @@ class Poller(LoopThread):
             except (ValueError, KeyError, TypeError) as exc:
                 logger.error("unreadable unsettled record left in place: %s: %.200r", exc, record)
         return filed
+
+
+def _read_head(pipe: Any, key: str, now: float, skip: int) -> None:
+    """Queue on ``pipe`` the reads of ``key``'s due entries (after the first ``skip``, up to BATCH)
+    and of its first entry not yet due, with their scores."""
+    pipe.zrangebyscore(key, "-inf", repr(now), start=skip, num=BATCH, withscores=True)
+    pipe.zrangebyscore(key, f"({now!r}", "+inf", start=0, num=1, withscores=True)
 
 
 def _close_quietly(pubsub: Any) -> None:
