@@ -252,8 +252,8 @@ def render(res: dict[str, Any], png: bool) -> str:
         add("")
         add("`Poller.enqueue_due()` called once, in-process, moving the due entries of `schedule` to their "
             "queue, with the set holding many entries not yet due versus only the due ones. Each due entry is "
-            "one ZRANGE page (the first 101 entries, with their scores) share plus one script (ZSCORE, LPUSH, ZREM, "
-            "SADD).")
+            "a share of one read (up to 100 due entries, plus the first not yet due) and one script (ZSCORE, LPUSH, "
+            "ZREM, SADD).")
         add("")
         rows = [[f"{d['due']:,} due among {d['scheduled_entries']:,}", d["us_per_due_job"],
                  d["poller_cpu_us_per_due_job"], d["redis_commands_per_due_job"], d["redis_round_trips_per_due_job"],

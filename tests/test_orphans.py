@@ -120,8 +120,22 @@ def test_empty_list_of_a_dead_process_is_just_forgotten(config, rb, r):
 def test_a_list_being_recovered_by_another_process_is_skipped(config, rb, r):
     in_flight(r, DEAD, [payload(1)], beat_age=THRESHOLD + 1)
     r.set(K.orphan_lock(DEAD), "someone-else", ex=60)
-    assert recoverer(config, rb).check() == 0
+    orphans = recoverer(config, rb)
+    assert orphans.check() == 0
     assert r.llen(K.in_progress(DEAD)) == 1
+    # Not settled while the other process recovers: the periodic ticker keeps waiting.
+    assert not orphans.settled
+    r.delete(K.orphan_lock(DEAD))
+    assert orphans.check() == 1
+    assert orphans.settled
+
+
+def test_a_check_that_finds_nothing_to_recover_is_settled(config, rb, r):
+    orphans = recoverer(config, rb)
+    assert not orphans.settled  # (no check yet)
+    in_flight(r, "fresh:1:abc", [payload(1)], beat_age=1)
+    assert orphans.check() == 0
+    assert orphans.settled
 
 
 def _race(config, redis_url, recoverers: int) -> list[int]:

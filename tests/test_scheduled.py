@@ -256,6 +256,20 @@ def test_a_failing_step_does_not_stop_the_due_entries(redis_url, bclient, r):
     assert not p.first_orphan_check_done.is_set()
 
 
+def test_the_ticker_is_not_released_while_another_process_recovers_a_dead_list(poller, r):
+    r.sadd(K.in_progress_identities, "dead:1:abc")  # no beat, no process hash: dead
+    r.lpush(K.in_progress("dead:1:abc"), entry("interrupted"))
+    r.set(K.orphan_lock("dead:1:abc"), "another:2:def", ex=60)
+
+    poller.round()
+    assert not poller.first_orphan_check_done.is_set()
+
+    r.delete(K.orphan_lock("dead:1:abc"))
+    poller.round()
+    assert poller.first_orphan_check_done.is_set()
+    assert [q["jid"] for q in queued(r)] == ["interrupted"]
+
+
 def test_an_unreadable_last_beat_does_not_stall_the_schedule(poller, r):
     r.sadd(K.in_progress_identities, "ghost:1:abc")
     r.hset(K.last_beat, "ghost:1:abc", "not a time")

@@ -38,9 +38,18 @@ class OrphanRecovery:
         self.keys = keys
         self.identity = identity
         self.retry = retry
+        self.settled = False  # see check()
 
     def check(self) -> int:
-        """Recover every orphaned list found now; return how many jobs were handled."""
+        """Recover every orphaned list found now; return how many jobs were handled.
+
+        ``settled`` tells afterwards whether the check left no dead process's
+        list being recovered by another process at the same time: until one
+        has, the periodic ticker must not start (a process starting beside
+        the one recovering an interrupted ``until_executed`` run could
+        otherwise fire its next slot before the run's lock is taken again).
+        """
+        self.settled = False
         r, k = self.redis, self.keys
         try:
             seconds, micros = r.time()
@@ -56,6 +65,7 @@ class OrphanRecovery:
             logger.error("orphan check skipped: %s", exc)
             return 0
         handled = 0
+        settled = True
         for identity in sorted(identities - {self.identity}):
             beat = beats.get(identity)
             if beat is not None and now - beat < self.config.orphan_threshold:
@@ -63,18 +73,25 @@ class OrphanRecovery:
             if beat is None and r.exists(k.process(identity)):
                 continue  # alive, its stamp just not written (yet)
             try:
-                handled += self.recover(identity, None if beat is None else now - beat)
+                recovered = self.recover(identity, None if beat is None else now - beat)
+                if recovered is None:
+                    settled = False  # another process is recovering it now
+                else:
+                    handled += recovered
             except redis_lib.exceptions.ResponseError as exc:
                 # One list that can't be recovered now (a key of the wrong type:
                 # the key guard moves it aside) must not hold up the others'.
                 logger.error("recovering %s failed, retried next round: %s", identity, exc)
+        self.settled = settled
         return handled
 
-    def recover(self, identity: str, silent_for: float | None) -> int:
+    def recover(self, identity: str, silent_for: float | None) -> int | None:
+        """Requeue the list of dead process ``identity``; return how many jobs were handled, or
+        None when another process holds its recovery lock."""
         r, k = self.redis, self.keys
         lock_ttl = max(int(self.config.orphan_threshold), 60)
         if not r.set(k.orphan_lock(identity), self.identity, nx=True, ex=lock_ttl):
-            return 0
+            return None
         source = k.in_progress(identity)
         handled = 0
         left = 0  # entries that stay on the list (their queue can't be pushed to): read past them

@@ -28,7 +28,8 @@ a PING) only costs precision: the timed rounds go on, the loss is logged
 once, and once subscribed again the poller sweeps (messages were missed).
 
 ``first_orphan_check_done`` is set once an orphan check has really completed
-(not merely been tried): the periodic ticker waits for it, so an interrupted
+(not merely been tried) and left no dead process's list being recovered by
+another process: the periodic ticker waits for it, so an interrupted
 ``until_executed`` run is requeued before its next slot can fire.
 """
 
@@ -174,7 +175,8 @@ class Poller(LoopThread):
 
     def _orphan_check(self) -> None:
         self.orphans.check()
-        self.first_orphan_check_done.set()  # only once a check really completed
+        if self.orphans.settled:  # only once a check really completed, no recovery left under way
+            self.first_orphan_check_done.set()
 
     # -- due entries ------------------------------------------------------------------------------
 
