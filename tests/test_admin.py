@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from urllib.parse import quote
 
@@ -82,6 +83,7 @@ def all_actions(seeded) -> list[tuple[str, dict]]:
                ("periodic/", {"action": "disable", "pjid": "nightly-report"}),
                ("periodic/", {"action": "enable", "pjid": "nightly-report"}),
                ("periodic/", {"action": "enqueue", "pjid": "nightly-report"}),
+               ("periodic/", {"action": "forget", "pjid": "nightly-report"}),
                ("quarantine/", {"action": "restore", "key": seeded["quarantined"]}),
                ("quarantine/", {"action": "delete", "key": seeded["quarantined"], **yes})]
     return [(BASE + page, data) for page, data in actions]
@@ -224,6 +226,18 @@ def test_job_detail_actions_post_to_the_list(changer, seeded):
     assert api.DeadSet().find(seeded["dead"]) is None
 
 
+def test_an_entry_no_process_declares_is_marked_and_can_be_forgotten(changer, seeded, rb):
+    assert 'value="forget"' not in changer.get(BASE + "periodic/").content.decode()
+    spec = json.loads(rb.hget(KEYS.periodic_schedule, "nightly-report"))
+    spec["published_at"] = time.time() - api.periodic.STALE_AFTER - 60  # taken out of the settings
+    rb.hset(KEYS.periodic_schedule, "nightly-report", json.dumps(spec))
+    page = changer.get(BASE + "periodic/").content.decode()
+    assert ">declared by no live process</span>" in page and 'value="forget"' in page
+    changer.post(BASE + "periodic/", {"action": "forget", "pjid": "nightly-report"})
+    assert not rb.hexists(KEYS.periodic_schedule, "nightly-report")
+    assert 'name="pjid" value="nightly-report"' not in changer.get(BASE + "periodic/").content.decode()
+
+
 def test_periodic_enable_disable_enqueue(changer, seeded, rb):
     changer.post(BASE + "periodic/", {"action": "disable", "pjid": "nightly-report"})
     assert rb.sismember(KEYS.periodic_disabled, "nightly-report")
@@ -281,7 +295,7 @@ def test_view_only_staff_can_look_at_every_page_without_action_buttons(viewer, s
 def test_view_only_staff_is_denied_every_action(viewer, seeded, rb):
     before = snapshot(rb)
     actions = all_actions(seeded)
-    assert len(actions) == 24
+    assert len(actions) == 25
     for url, data in actions:
         for payload in (data, {k: v for k, v in data.items() if k != "confirmed"}):
             assert viewer.post(url, payload).status_code == 403, (url, payload)

@@ -311,6 +311,23 @@ def test_enable_disable_is_what_the_ticker_reads(rb):
     assert api.PeriodicEntry.get("nope") is None
 
 
+def test_an_entry_no_process_publishes_any_more_is_stale_and_can_be_forgotten(rb):
+    publish_periodic(rb, *entries())
+    nightly = api.PeriodicEntry.get("nightly")
+    published = nightly.published_at
+    assert time.time() - 5 < published <= time.time()
+    assert not nightly.stale()
+    assert nightly.stale(now=published + api.periodic.STALE_AFTER + 1)
+    rb.set(KEYS.periodic_last_slot("nightly"), 1_700_000_000)
+    nightly.forget()
+    assert api.PeriodicEntry.get("nightly") is None
+    assert api.PeriodicEntry.get("minutely") is not None
+    assert rb.get(KEYS.periodic_last_slot("nightly")) == b"1700000000"  # back later: no catch-up burst
+    # Published by an older version, without a time: not known to be stale.
+    rb.hset(KEYS.periodic_schedule, "old", json.dumps({"cron": "* * * * *", "job": RECORD_JOB}))
+    assert not api.PeriodicEntry.get("old").stale(now=time.time() + 10**9)
+
+
 def test_enqueue_now_pushes_one_run_through_the_client(rb):
     publish_periodic(rb, *entries())
     jid = api.PeriodicEntry.get("nightly").enqueue_now()

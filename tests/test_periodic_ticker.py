@@ -484,6 +484,7 @@ def test_start_publishes_the_schedule_and_waits_for_ready(make, rb):
     ticker.start()
     try:
         published = json.loads(rb.hget(K.periodic_schedule, "nightly"))
+        assert time.time() - 5 < published.pop("published_at") <= time.time()
         assert published == {"cron": "0 3 * * *", "job": RECORD, "queue": "mail", "tz": "Europe/Paris",
                              "args": ["k"], "kwargs": {}, "until_executed": True}
         time.sleep(0.3)
@@ -504,6 +505,24 @@ def test_a_schedule_that_cannot_be_published_does_not_stop_start(make, rb, caplo
         wait_until(lambda: rb.get(K.periodic_last_slot("e")) == str(minute(0)).encode(), timeout=5)  # ticking
     finally:
         ticker.stop()
+
+
+def test_the_schedule_is_published_again_every_interval_and_after_a_failure(make, rb, mono):
+    rb.set(K.periodic_schedule, "wrong type")
+    ticker = make([entry()], publish_interval=60)
+    ticker.tick(now=T0)  # the first publication fails (logged): ticking goes on
+    assert rb.get(K.periodic_last_slot("e")) is not None
+    rb.delete(K.periodic_schedule)  # (as the key guard does)
+    mono.now += 59
+    ticker.tick(now=T0)
+    assert not rb.exists(K.periodic_schedule)  # not before the interval
+    mono.now += 1
+    ticker.tick(now=T0)
+    first = json.loads(rb.hget(K.periodic_schedule, "e"))["published_at"]
+    mono.now += 60
+    time.sleep(0.01)
+    ticker.tick(now=T0)
+    assert json.loads(rb.hget(K.periodic_schedule, "e"))["published_at"] > first  # kept fresh
 
 
 # -- daylight saving time --------------------------------------------------------------------------

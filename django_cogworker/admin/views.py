@@ -189,10 +189,14 @@ def periodic(request: HttpRequest, *, site: Any) -> HttpResponse:
                 messages.error(request, str(exc))
             else:
                 messages.success(request, f"Periodic entry {pjid} enqueued now as jid {jid}.")
+        elif action == "forget":
+            entry.forget()
+            messages.success(request, f"Periodic entry {pjid} taken off the list (a process that still "
+                                      f"declares it lists it again within a minute).")
         else:
             messages.error(request, f"Unknown action {action!r}.")
         return back(request, page_url)
-    rows = [{"entry": e, "next_run": e.next_run()} for e in api.PeriodicEntry.all()]
+    rows = [{"entry": e, "next_run": e.next_run(), "stale": e.stale()} for e in api.PeriodicEntry.all()]
     return render_page(request, site, "periodic", "admin/cogworker/periodic.html", "Periodic", rows=rows)
 
 

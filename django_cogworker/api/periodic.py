@@ -14,6 +14,10 @@ from croniter import croniter
 from ..keys import Keys
 from ._base import ActionRefused, _defaults, _number, _text
 
+# An entry not published again for this long (each process publishes its own every minute) is
+# declared by no live process.
+STALE_AFTER = 600.0
+
 
 class PeriodicEntry:
     """A periodic entry as its processes published it in ``periodic:schedule``, with its state."""
@@ -33,6 +37,20 @@ class PeriodicEntry:
     args = property(lambda self: list(self.spec.get("args") or []))
     kwargs = property(lambda self: dict(self.spec.get("kwargs") or {}))
     until_executed = property(lambda self: bool(self.spec.get("until_executed")))
+    published_at = property(lambda self: _number(self.spec.get("published_at")))
+
+    def stale(self, now: float | None = None) -> bool:
+        """Whether no process has published it for STALE_AFTER: no live process declares it (it was
+        removed from the settings, or the whole fleet is down). Unknown (False) for an entry
+        published without a time."""
+        published = self.published_at
+        return published is not None and (time.time() if now is None else now) - published > STALE_AFTER
+
+    def forget(self) -> None:
+        """Take it off the published list (a live process that declares it publishes it again
+        within a minute). Its ``last_slot`` stays, so an entry that comes back doesn't catch up
+        slots it ran already."""
+        self.redis.hdel(self.keys.periodic_schedule, self.pjid)
 
     @classmethod
     def all(cls, *, redis: Any = None, keys: Keys | None = None) -> list[PeriodicEntry]:

@@ -1,7 +1,7 @@
 """The periodic ticker: every process ticks, each slot runs once fleet-wide.
 
 Created by the Launcher when entries exist; ``start`` publishes the schedule
-(for the admin) and starts the thread, which first waits for ``ready`` (the
+(for the admin; again every PUBLISH_INTERVAL) and starts the thread, which first waits for ``ready`` (the
 poller's first orphan check that really completed: after the whole fleet was
 down, an interrupted ``until_executed`` run must be requeued, and its lock
 retaken, before its next slot can fire), then ticks every
@@ -38,12 +38,15 @@ from .locks import ROLLBACK, claim_slot, release_running
 logger = logging.getLogger(__name__)
 
 BACKOFF_MAX = 300.0
+# Seconds between two publications of this process's entries to ``periodic:schedule`` (for the admin).
+PUBLISH_INTERVAL = 60.0
 
 
 class Ticker(LoopThread):
     def __init__(self, redis: Any, keys: Keys, entries: Sequence[Entry], push: Callable[[dict], Any], *,
                  ready: Callable[[], bool], catch_up: bool, catch_up_max: int, tick_interval: float = 5.0,
-                 clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic):
+                 publish_interval: float = PUBLISH_INTERVAL, clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic):
         self.redis = redis
         self.keys = keys
         self.entries = list(entries)
@@ -52,6 +55,8 @@ class Ticker(LoopThread):
         self.catch_up = catch_up
         self.catch_up_max = catch_up_max
         self.tick_interval = tick_interval
+        self.publish_interval = publish_interval
+        self._next_publish = -float("inf")
         self.clock = clock
         self.monotonic = monotonic
         self._init_thread("cogworker-ticker")
@@ -64,20 +69,33 @@ class Ticker(LoopThread):
         self._disabled_through: dict[str, int] = {}
 
     def start(self) -> None:
-        # Publishing is only for the admin: its failure (Redis down at boot,
-        # the key holding the wrong type) is logged, never fatal.
+        self._publish_if_due()
+        super().start()
+
+    def _publish_if_due(self) -> None:
+        """Publish the schedule at start and every PUBLISH_INTERVAL after.
+
+        Publishing is only for the admin: its failure (Redis down at boot, the
+        key holding the wrong type) is logged, never fatal, and tried again at
+        the next interval. Publishing again keeps ``published_at`` fresh, which
+        tells the admin which entries no live process declares any more.
+        """
+        if self.monotonic() < self._next_publish:
+            return
+        self._next_publish = self.monotonic() + self.publish_interval
         try:
             self.publish_schedule()
         except Exception as exc:
             logger.error("periodic schedule not published: %s: %s", type(exc).__name__, exc)
-        super().start()
 
     def publish_schedule(self) -> None:
         if not self.entries:
             return
+        published_at = time.time()  # (the wall clock, for the admin, even under an injected clock)
         self.redis.hset(self.keys.periodic_schedule, mapping={e.pjid: json.dumps({
             "cron": e.cron, "job": e.job, "queue": e.queue, "tz": e.tz, "args": list(e.args),
-            "kwargs": dict(e.kwargs), "until_executed": e.until_executed}) for e in self.entries})
+            "kwargs": dict(e.kwargs), "until_executed": e.until_executed, "published_at": published_at})
+            for e in self.entries})
 
     def _run(self) -> None:
         while not self.ready():
@@ -92,6 +110,7 @@ class Ticker(LoopThread):
 
     def tick(self, now: float | None = None) -> None:
         now = self.clock() if now is None else now
+        self._publish_if_due()
         self.retry_pending_rollbacks()
         pending = {e.pjid for e, *_ in self._pending_rollbacks}
         for entry in self.entries:
