@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import collections
 
-from engine_fixtures import Note, launcher_factory_fixture, new_token, runs  # noqa: F401 - fixture
+import redis
+from engine_fixtures import Boom, Note, fail_acks, launcher_factory_fixture, new_token, runs  # noqa: F401 - fixture
 from helpers import wait_until
 
 from django_cogworker import payload as payloads
@@ -42,3 +43,31 @@ def test_reconcile_leaves_known_jobs_and_needs_two_sightings(launcher_factory, r
     assert not suspects
     assert [x.encode() for x in r.lrange(fetch.in_progress, 0, -1)] == [known_raw]  # known job untouched
     assert r.lrange("cogworker:queue:default", 0, -1) == [unknown_raw.decode()]
+
+
+def test_reconcile_still_works_while_settlements_are_pending(launcher_factory, monkeypatch, r):
+    # An ack and a retry filing that failed (Redis away for them) wait in the process's record; the
+    # reconcile used to crash on them (a settlement counted as a number), stranding jobs for good.
+    monkeypatch.setattr(launcher_module, "RECONCILE_INTERVAL", 0.3)
+    running = launcher_factory()
+    fetch = running.launcher.fetch
+    token = new_token()
+    acked = running.push(Note, token, "ack fails")
+    fail_acks(fetch, lambda raw: payloads.decode(raw)["jid"] == acked["jid"], monkeypatch)
+    real_file = fetch.file
+
+    def file(raw, filing, trim):
+        if filing.payload["jid"] == failed["jid"]:
+            raise redis.ConnectionError("Redis went away (injected)")
+        real_file(raw, filing, trim)
+
+    monkeypatch.setattr(fetch, "file", file)
+    failed = running.push(Boom, token)
+    wait_until(lambda: len(running.manager.pending_settlements()) == 2, timeout=10, message="both pending")
+
+    stranded = JobSetter(Note, {}).build([token, "stranded"], {})
+    r.lpush(running.in_progress, payloads.encode(stranded))
+    wait_until(lambda: (stranded["jid"], ["stranded"]) in runs(token), timeout=10,
+               message="stranded job requeued and run")
+    assert len(running.manager.pending_settlements()) == 2  # still known: neither requeued nor run again
+    assert runs(token).count(failed["jid"]) == 1

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import logging
 import sys
 import threading
 import time
@@ -37,6 +39,52 @@ class Exits(Job):
     def perform(self, token):
         RUNS[token].append(threading.current_thread().name)
         sys.exit(3)
+
+
+class NotesBomb(Exception):
+    """An exception no traceback printer can format: its ``__notes__`` raises."""
+
+    @property
+    def __notes__(self):
+        raise RuntimeError("notes can't be read")
+
+
+class RaisesUnformattable(Job):
+    retry = 5
+
+    def perform(self, token):
+        RUNS[token].append(self.jid)
+        raise NotesBomb("unformattable")
+
+
+class LeavesAnUnencodablePayload(Job):
+    """Puts a datetime in its payload (as a middleware or the job may), then fails."""
+
+    retry = 5
+
+    def perform(self, token):
+        RUNS[token].append(self.jid)
+        self.payload["context"] = dt.datetime.now()
+        raise RuntimeError("failed with a datetime in the payload")
+
+
+class RetryIn(Job):
+    """Fails; its retry_in returns or raises what RETRY_IN[token] says."""
+
+    retry = 5
+
+    def perform(self, token):
+        RUNS[token].append(self.jid)
+        raise RuntimeError("fails")
+
+    def retry_in(self, count, exc):
+        choice = RETRY_IN[self.payload["args"][0]]
+        if isinstance(choice, BaseException):
+            raise choice
+        return choice
+
+
+RETRY_IN: dict = {}
 
 
 @pytest.fixture(params=["reliable", "basic"])
@@ -291,3 +339,94 @@ def test_a_held_job_is_visible_while_it_runs(launcher_factory, r):
     GATES[token].set()
     wait_until(lambda: settled(running, r))
     assert runs(token)[-1] == ("end", pushed["jid"])
+
+
+# -- a failure path that fails in turn ---------------------------------------------------------------
+
+
+def only_processors_alive(running):
+    return all(p.thread.is_alive() for p in running.manager.processors)
+
+
+def test_an_exception_whose_traceback_cannot_be_formatted_is_filed(launcher_factory, fetch_mode, r, caplog):
+    caplog.set_level(logging.WARNING, logger="django_cogworker")  # a handler that formats tracebacks
+    token = new_token()
+    running = launcher_factory(FETCH=fetch_mode, CONCURRENCY=1)
+    (processor,) = running.manager.processors
+
+    pushed = running.push(RaisesUnformattable, token)
+    wait_until(lambda: r.zcard(K.retry) == 1, message="filed in retry")
+    running.push(Note, token, "after")
+
+    wait_until(lambda: len(runs(token)) == 2)
+    (filed,) = retry_entries(r)
+    assert (filed["jid"], filed["error_class"]) == (pushed["jid"], "test_processor.NotesBomb")
+    assert running.manager.processors == [processor] and processor.thread.is_alive()
+    assert runs(token)[0] == pushed["jid"]  # once
+    wait_until(lambda: settled(running, r))
+
+
+@pytest.mark.parametrize("retry_count, retry, expected", [(-2, True, 0), (True, True, 0), ("7", True, 0),
+                                                          (10**80, 10**81, 10**80 + 1)],
+                         ids=["negative", "bool", "string", "huge"])
+def test_an_unreadable_retry_count_is_filed_not_fatal(launcher_factory, fetch_mode, r, retry_count, retry, expected):
+    token = new_token()
+    running = launcher_factory(FETCH=fetch_mode, CONCURRENCY=1)
+    payload = {"jid": "odd-count", "class": "engine_fixtures.Boom", "args": [token], "kwargs": {},
+               "queue": "default", "retry": retry, "retry_count": retry_count}
+    running.client.push(payload)
+
+    wait_until(lambda: r.zcard(K.retry) == 1, message="filed in retry")
+    (filed,) = retry_entries(r)
+    assert filed["retry_count"] == expected
+    (score,) = [s for _raw, s in r.zrange(K.retry, 0, -1, withscores=True)]
+    assert time.time() < score < time.time() + 11 * 365 * 86400  # a finite, bounded delay
+    assert runs(token) == ["odd-count"] and only_processors_alive(running)
+    wait_until(lambda: settled(running, r))
+
+
+def test_a_death_handler_raising_system_exit_does_not_cost_the_job_its_filing(launcher_factory, fetch_mode, r):
+    token = new_token()
+
+    def handler(payload, exc):
+        raise SystemExit("a death handler that exits")
+
+    running = launcher_factory(FETCH=fetch_mode, CONCURRENCY=1, death_handlers=[handler])
+    pushed = running.push(Boom, token, retry=False)
+
+    wait_until(lambda: r.zcard(K.dead) == 1, message="filed in dead")
+    assert dead_entries(r)[0]["jid"] == pushed["jid"]
+    running.push(Note, token, "after")
+    wait_until(lambda: len(runs(token)) == 2)
+    assert only_processors_alive(running)
+    wait_until(lambda: settled(running, r))
+
+
+def test_a_failed_job_whose_payload_cannot_be_encoded_goes_to_dead_as_pushed(launcher_factory, fetch_mode, r):
+    token = new_token()
+    running = launcher_factory(FETCH=fetch_mode, CONCURRENCY=1)
+    pushed = running.push(LeavesAnUnencodablePayload, token)
+
+    wait_until(lambda: r.zcard(K.dead) == 1, message="filed in dead")
+    (dead,) = dead_entries(r)
+    assert (dead["jid"], dead["args"]) == (pushed["jid"], [token])
+    assert "context" not in dead  # as pushed, not as the job left it
+    assert dead["error_message"] == "failed with a datetime in the payload"
+    assert "could not be filed" in dead["dead_reason"] and "datetime" in dead["dead_reason"]
+    wait_until(lambda: settled(running, r))
+    assert runs(token) == [pushed["jid"]] and not running.manager.pending_settlements()
+
+
+@pytest.mark.parametrize("choice", [float("nan"), float("inf"), SystemExit(2), "soon"],
+                         ids=["nan", "inf", "system-exit", "word"])
+def test_a_retry_in_that_answers_nonsense_gets_the_default_backoff(launcher_factory, r, choice):
+    token = new_token()
+    RETRY_IN[token] = choice
+    running = launcher_factory(CONCURRENCY=1)
+    running.push(RetryIn, token)
+
+    wait_until(lambda: r.zcard(K.retry) == 1, message="filed in retry")
+    (score,) = [s for _raw, s in r.zrange(K.retry, 0, -1, withscores=True)]
+    assert time.time() + 5 < score < time.time() + 26  # the default: 0**4 + 15 + rand(10)
+    assert only_processors_alive(running)
+    wait_until(lambda: settled(running, r))

@@ -326,7 +326,7 @@ class Manager:
         with self._jobs_lock:
             known = collections.Counter(self._handed)
             known.update(self._running)
-            known.update(self._pending)
+            known.update(self._pending.keys())  # (its values are settlements, not counts)
         with self._ack_lock:
             known.update(self._acks)
         return known

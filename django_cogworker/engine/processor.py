@@ -14,14 +14,17 @@ is never put back to run again by that path.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import payload as payloads
 from ..errors import PayloadError, UnknownJobError
 from ..job import registered
 from .fetch import Unit
+from .retry import Filing
 
 if TYPE_CHECKING:
     from .manager import Manager
@@ -52,8 +55,8 @@ class Processor:
                 finally:
                     self.current = None
                     manager.processor_idle()
-        except BaseException:
-            logger.exception("processor %d died; replacing it", self.index)
+        except BaseException as exc:
+            log_safely(logger.error, "processor %d died; replacing it", self.index, exc_info=exc)
             manager.processor_died(self)
 
     def process(self, unit: Unit) -> None:
@@ -80,10 +83,11 @@ class Processor:
             job = job_class(payload)
             manager.server_chain(job, payload)
         except BaseException as exc:  # noqa: BLE001 - a job's SystemExit is its failure, not ours
-            logger.warning("fail jid=%s class=%s elapsed=%.3fs: %s: %s", jid, payload["class"],
-                           time.monotonic() - started, payloads.error_class(exc), payloads.error_message(exc),
-                           exc_info=exc)
-            filing = manager.retry.filing(payload, exc, job)
+            outcome = "retry"  # (until filed: a failure never releases locks as a success would)
+            log_safely(logger.warning, "fail jid=%s class=%s elapsed=%.3fs: %s: %s", jid, payload["class"],
+                       time.monotonic() - started, payloads.error_class(exc), payloads.error_message(exc),
+                       exc_info=exc)
+            filing = self.filing(unit, payload, exc, job)
             outcome = "retry" if filing is not None and filing.target == "retry" else "dead"
             if filing is not None:
                 manager.settle(unit.raw, filing)
@@ -98,14 +102,36 @@ class Processor:
             manager.job_finished(unit)
             self._hook(payload, outcome)
 
+    def filing(self, unit: Unit, payload: dict, exc: BaseException, job: Any) -> Filing | None:
+        """Where a failed job goes (None: discarded); never raises.
+
+        The failure path must not fail in turn: a payload field it can't use
+        (a negative ``retry_count``), a hook raising SystemExit, or a payload the
+        job left unencodable (a datetime put in it, a NaN delay) used to kill the
+        processor with the job unfiled, to run again or, with basic fetch, be
+        lost. Such a job goes to dead with the reason. The filing is encoded here
+        once, so a settlement can only fail for Redis, never forever.
+        """
+        try:
+            filing = self.manager.retry.filing(payload, exc, job)
+            if filing is not None:
+                filing.raw()
+                if not math.isfinite(filing.score):
+                    raise ValueError(f"its score is {filing.score!r}")
+            return filing
+        except BaseException as error:  # noqa: BLE001 - whatever it is, the job must be filed
+            reason = f"its failure could not be filed ({payloads.error_class(error)}: {payloads.error_message(error)})"
+            log_safely(logger.error, "jid=%s: %s; sent to dead", payload.get("jid"), reason, exc_info=error)
+            return dead_filing(unit.raw, reason, exc)
+
     def _hook(self, payload: dict, moment: str) -> None:
         """Tell the launcher's hook (unique and periodic locks): "start", "success", "retry" or "dead"."""
         hook = self.manager.run_hook
         if hook is not None:
             try:
                 hook(payload, moment)
-            except Exception:
-                logger.exception("run hook (%s) failed for jid=%s", moment, payload.get("jid"))
+            except BaseException as exc:  # noqa: BLE001 - the job is settled; the locks expire
+                log_safely(logger.error, "run hook (%s) failed for jid=%s", moment, payload.get("jid"), exc_info=exc)
 
     def bury(self, unit: Unit, exc: PayloadError) -> None:
         """A payload we can't run (unparseable, unknown job): dead with the reason, never dropped."""
@@ -128,3 +154,31 @@ class Processor:
     def running(self) -> dict[str, Any] | None:
         unit = self.current
         return None if unit is None else {"queue": unit.queue}
+
+
+def dead_filing(raw: bytes, reason: str, exc: BaseException | None) -> Filing:
+    """A dead entry for a job whose own filing failed: its payload as pushed (not as the job left
+    it), with the error and the reason; the raw bytes if even that can't be encoded."""
+    now = time.time()
+    try:
+        payload = payloads.decode(raw)
+        payload.update(error_class=payloads.error_class(exc) if exc is not None else "CogworkerError",
+                       error_message=payloads.error_message(exc) if exc is not None else reason,
+                       failed_at=now, dead_reason=reason)
+        filing = Filing("dead", now, payload)
+        filing.raw()
+        return filing
+    except BaseException:  # noqa: BLE001 - unreadable or unencodable: keep the bytes
+        return Filing("dead", now, payloads.dead_letter(raw, reason, now))
+
+
+def log_safely(log: Callable[..., None], message: str, *args: Any, exc_info: BaseException | None = None) -> None:
+    """Log, never raise: an exception whose traceback can't be formatted (a ``__notes__`` that
+    raises, say) made the logging call itself raise and killed the processor mid-filing."""
+    try:
+        log(message, *args, exc_info=exc_info)
+    except BaseException:  # noqa: BLE001
+        try:
+            log(message + " (traceback not shown: it could not be formatted)", *args)
+        except BaseException:  # noqa: BLE001
+            pass

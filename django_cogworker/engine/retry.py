@@ -8,6 +8,7 @@ decides and builds the new payload; the fetch files it (atomically with the ack)
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -18,6 +19,11 @@ from .. import payload as payloads
 from ..conf import Config
 
 logger = logging.getLogger(__name__)
+
+
+# The longest delay before a retry: ten years (a retry_count pushed in the millions would make
+# Sidekiq's count**4 overflow a float score).
+MAX_DELAY = 10 * 365 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -50,10 +56,14 @@ class RetryPolicy:
     def filing(self, payload: dict[str, Any], exc: BaseException, job: Any = None) -> Filing | None:
         """Record the failure on ``payload``; return where it goes, or None to discard it."""
         now = self.clock()
-        if isinstance(payload.get("retry_count"), int):
-            count = payload["retry_count"] + 1
+        previous = payload.get("retry_count")
+        if type(previous) is int and previous >= 0:
+            count = previous + 1
             payload["retried_at"] = now
         else:
+            if previous is not None:  # (a bool, a string, a negative count: counted afresh)
+                logger.warning("jid=%s has an unreadable retry_count %r; counting from 0", payload.get("jid"),
+                               previous)
             count = 0
             payload["failed_at"] = now
         payload["retry_count"] = count
@@ -68,7 +78,7 @@ class RetryPolicy:
             if self.on_retry is not None:
                 try:
                     self.on_retry(filing.score)
-                except Exception:  # noqa: BLE001 - a wake-up hint must never fail a filing
+                except BaseException:  # noqa: BLE001 - a wake-up hint must never fail a filing
                     logger.exception("on_retry hook failed for jid=%s", payload.get("jid"))
             return filing
         return self.exhausted(payload, exc, reason="retries exhausted")
@@ -80,7 +90,7 @@ class RetryPolicy:
         for handler in self.death_handlers:
             try:
                 handler(payload, exc)
-            except Exception:
+            except BaseException:  # noqa: BLE001 - even a SystemExit: the job is filed all the same
                 logger.exception("death handler %r failed for jid=%s", handler, payload.get("jid"))
         if payload.get("dead") is False:
             logger.warning("jid=%s %s: discarded (dead=False)", payload.get("jid"), reason)
@@ -88,14 +98,19 @@ class RetryPolicy:
         return Filing("dead", self.clock(), payload)
 
     def _delay(self, job: Any, count: int, exc: BaseException) -> float:
+        """Seconds until the retry: ``retry_in``'s choice if it is a number that can be a score,
+        else the default backoff; at most MAX_DELAY (a count in the millions can't overflow)."""
         if job is not None:
             try:
                 chosen = job.retry_in(count, exc)
                 if chosen is not None:
-                    return float(chosen)
-            except Exception:
+                    delay = float(chosen)
+                    if not math.isfinite(delay):
+                        raise ValueError(f"retry_in returned {chosen!r}")
+                    return min(delay, MAX_DELAY)
+            except BaseException:  # noqa: BLE001 - a hook's SystemExit must not cost the job its filing
                 logger.exception("retry_in failed for jid=%s; using the default backoff", job.jid)
-        return default_delay(count, self.rng)
+        return float(min(default_delay(count, self.rng), MAX_DELAY))
 
     def dead_trim(self) -> tuple[float, int]:
         """(drop dead entries scored below this, keep at most this many)."""
