@@ -8,12 +8,15 @@ worker looks it up here only: nothing read from Redis is ever imported.
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import logging
 import math
 import threading
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
+
+from asgiref.sync import async_to_sync
 
 from . import payload as payloads
 from .errors import CogworkerError
@@ -34,6 +37,21 @@ def registered(name: str) -> type[Job] | None:
 
 def registry() -> dict[str, type[Job]]:
     return dict(_registry)
+
+
+def call_perform(job: Job, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """Run ``job.perform``. An ``async def perform`` is run to completion here, on an event loop of
+    its own, through asgiref's ``async_to_sync`` as Django runs async code from sync code: the
+    ORM's thread-sensitive calls stay on this thread (and its connection handling). Without
+    this, a coroutine was created, never awaited, and the job counted as done."""
+    result = job.perform(*args, **kwargs)
+    if inspect.isawaitable(result):
+        result = async_to_sync(_await)(result)
+    return result
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
 
 
 class Job:

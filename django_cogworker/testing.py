@@ -30,14 +30,14 @@ from typing import Any
 
 from . import runtime
 from .errors import UnknownJobError
-from .job import Job, registered
+from .job import Job, call_perform, registered
 
 
 def _run(payload: dict[str, Any]) -> Any:
     job_class = registered(payload["class"])
     if job_class is None:
         raise UnknownJobError(f"no job is registered as {payload['class']!r}")
-    return job_class(payload).perform(*payload["args"], **payload["kwargs"])
+    return call_perform(job_class(payload), payload["args"], payload["kwargs"])
 
 
 class FakeJobs:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import logging
@@ -11,6 +12,7 @@ import time
 
 import pytest
 import redis
+from asgiref.sync import sync_to_async
 from engine_fixtures import (
     GATES,
     RUNS,
@@ -85,6 +87,25 @@ class RetryIn(Job):
 
 
 RETRY_IN: dict = {}
+
+
+class AsyncNote(Job):
+    """An ``async def perform`` (awaits, then records or raises)."""
+
+    retry = 5
+
+    async def perform(self, token, fail=False):
+        await asyncio.sleep(0.01)
+        if fail:
+            raise RuntimeError("async failure")
+        # Thread-sensitive sync code (the ORM) runs on the processor's thread, with its connections.
+        RUNS[token].append((self.jid, await sync_to_async(lambda: threading.current_thread().name)()))
+
+
+class RenamesItsThread(Job):
+    def perform(self, token):
+        threading.current_thread().name = "renamed-by-the-job"
+        RUNS[token].append(self.jid)
 
 
 @pytest.fixture(params=["reliable", "basic"])
@@ -429,4 +450,30 @@ def test_a_retry_in_that_answers_nonsense_gets_the_default_backoff(launcher_fact
     (score,) = [s for _raw, s in r.zrange(K.retry, 0, -1, withscores=True)]
     assert time.time() + 5 < score < time.time() + 26  # the default: 0**4 + 15 + rand(10)
     assert only_processors_alive(running)
+    wait_until(lambda: settled(running, r))
+
+
+def test_a_job_that_renames_its_thread_leaves_no_phantom_run(launcher_factory, r):
+    token = new_token()
+    running = launcher_factory(CONCURRENCY=1)
+    (processor,) = running.manager.processors
+    running.push(RenamesItsThread, token)
+
+    wait_until(lambda: len(runs(token)) == 1)
+    wait_until(lambda: settled(running, r), message="not busy once it finished")
+    assert running.manager.workers_snapshot() == {}
+    assert processor.thread.name == "cogworker-processor-0"
+
+
+def test_an_async_perform_is_awaited_on_its_processor_thread(launcher_factory, r):
+    token = new_token()
+    running = launcher_factory(CONCURRENCY=1)
+    (processor,) = running.manager.processors
+    ran = running.push(AsyncNote, token)
+    failed = running.push(AsyncNote, token, True)
+
+    wait_until(lambda: r.zcard(K.retry) == 1, message="the failing one filed in retry")
+    assert runs(token) == [(ran["jid"], processor.thread.name)]
+    (filed,) = retry_entries(r)
+    assert (filed["jid"], filed["error_message"]) == (failed["jid"], "async failure")
     wait_until(lambda: settled(running, r))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 
 import pytest
@@ -24,6 +25,14 @@ class FanOut(Job):
     def perform(self, items):
         for item in items:
             Collect.perform_async(item)
+
+
+class AsyncCollect(Job):
+    """An ``async def perform``: run to completion like any other."""
+
+    async def perform(self, *args):
+        await asyncio.sleep(0)
+        ran.append((self.jid, list(args), {}))
 
 
 ran: list = []
@@ -187,3 +196,12 @@ class InlineJobsMixinTests(testing.InlineJobsMixin, TestCase):
         self.assertEqual(runtime.get_redis().lrange("mixin:key", 0, -1), [jid.encode()])
         with self.assertRaises(RuntimeError):
             FailJob.perform_async("mixin boom")
+
+
+def test_an_async_perform_runs_in_both_modes():
+    with testing.fake() as jobs:
+        AsyncCollect.perform_async(1)
+        assert jobs.drain() == 1
+    with testing.inline():
+        AsyncCollect.perform_async(2)
+    assert [args for _jid, args, _kw in ran] == [[1], [2]]

@@ -32,6 +32,7 @@ from typing import Any
 from .. import unique
 from ..client import Client
 from ..conf import Config
+from ..job import call_perform
 from ..keys import Keys
 from ..middleware import build_chain
 from ..periodic.locks import active_ttl, release_running, retake_running, touch_running
@@ -59,7 +60,7 @@ def new_identity() -> str:
 
 def run_job(job: Any, payload: dict) -> Any:
     """The innermost step of the server chain: the job's own perform."""
-    return job.perform(*payload.get("args", ()), **payload.get("kwargs", {}))
+    return call_perform(job, payload.get("args", ()), payload.get("kwargs", {}))
 
 
 class Launcher:

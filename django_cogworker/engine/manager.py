@@ -79,7 +79,7 @@ class Manager:
         # raw payload -> copies handed to the processors, not yet started
         self._handed: collections.Counter[bytes] = collections.Counter()
         # thread name -> (unit, payload, started at epoch), for the workers hash
-        self._by_thread: dict[str, tuple[Unit, dict, float]] = {}
+        self._by_thread: dict[int, tuple[str, Unit, dict, float]] = {}  # ident -> (name, unit, payload, start)
         # raw payload -> "ack" or Filing: finished, not yet settled in Redis
         self._pending: dict[bytes, Settlement] = {}
         self.processors = [Processor(self, i) for i in range(config.concurrency)]
@@ -284,7 +284,8 @@ class Manager:
         with self._jobs_lock:
             self._forget_handed(unit.raw)
             self._running[unit.raw] += 1
-            self._by_thread[threading.current_thread().name] = (unit, payload, time.time())
+            # By ident, not name: a job may rename its thread, and must not leave a phantom run behind.
+            self._by_thread[threading.get_ident()] = (threading.current_thread().name, unit, payload, time.time())
 
     def unit_dropped(self, unit: Unit) -> None:
         """A handed-over unit that never started (its payload couldn't be run) is settled."""
@@ -302,7 +303,7 @@ class Manager:
             self._running[unit.raw] -= 1
             if self._running[unit.raw] <= 0:
                 del self._running[unit.raw]
-            self._by_thread.pop(threading.current_thread().name, None)
+            self._by_thread.pop(threading.get_ident(), None)
 
     def running_jobs(self) -> list[bytes]:
         with self._jobs_lock:
@@ -319,7 +320,7 @@ class Manager:
             items = list(self._by_thread.items())
         return {name: json.dumps({"queue": unit.queue, "payload": unit.raw.decode("utf-8", "replace"),
                                   "run_at": started})
-                for name, (unit, _payload, started) in items}
+                for _ident, (name, unit, _payload, started) in items}
 
     def known_raws(self) -> collections.Counter[bytes]:
         """Every payload this process holds: handed over, running, or finished and unsettled."""

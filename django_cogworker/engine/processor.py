@@ -36,7 +36,8 @@ class Processor:
     def __init__(self, manager: Manager, index: int):
         self.manager = manager
         self.index = index
-        self.thread = threading.Thread(target=self.run, name=f"cogworker-processor-{index}", daemon=True)
+        self.name = f"cogworker-processor-{index}"
+        self.thread = threading.Thread(target=self.run, name=self.name, daemon=True)
         self.current: Unit | None = None
 
     def start(self) -> None:
@@ -54,6 +55,8 @@ class Processor:
                     self.process(unit)
                 finally:
                     self.current = None
+                    if self.thread.name != self.name:
+                        self.thread.name = self.name  # (a job renamed it: logs and the workers hash use it)
                     manager.processor_idle()
         except BaseException as exc:
             log_safely(logger.error, "processor %d died; replacing it", self.index, exc_info=exc)
