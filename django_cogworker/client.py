@@ -55,6 +55,7 @@ class Client:
         return self._chain(payload)
 
     def _write(self, payload: dict[str, Any]) -> str | None:
+        _check_outgoing(payload)
         now = self.clock()
         if payload.get("unique_digest") and not unique.claim(self.redis, self.keys, payload, now,
                                                              self.config.unique_lock_ttl):
@@ -141,6 +142,8 @@ class Client:
         """Write ``items`` in one pipeline (unique ones first claim their locks); return those written."""
         if not items:
             return items
+        for item in items:
+            _check_outgoing(item)
         now = self.clock()
         if any(item.get("unique_digest") for item in items):
             items = [item for item in items
@@ -200,6 +203,19 @@ class PushFailed(Exception):
         super().__init__(str(error))
         self.failed = failed
         self.error = error
+
+
+def _check_outgoing(payload: dict[str, Any]) -> None:
+    """What the client middleware let through must still name a queue and a jid.
+
+    A middleware that set ``queue`` to 5 had the job pushed to ``queue:5`` now but sent to dead
+    when scheduled; one that set ``jid`` to None made the push look stopped though it was written.
+    """
+    for field in ("queue", "jid"):
+        value = payload.get(field)
+        if not isinstance(value, str) or not value:
+            raise TypeError(f"payload {field} must be a non-empty string, got {value!r} "
+                            f"(set by a client middleware?)")
 
 
 def _execute_push(pipe: Any, listing: str) -> None:

@@ -81,6 +81,9 @@ class Job:
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
         _check_unique(cls.unique_for, cls.unique_until, f"{cls.__module__}.{cls.__qualname__}")
+        if not isinstance(cls.queue, str) or not cls.queue:
+            raise CogworkerError(f"{cls.__module__}.{cls.__qualname__}.queue must be a non-empty string, "
+                                 f"got {cls.queue!r}")
         if "name" not in cls.__dict__:
             cls.name = f"{cls.__module__}.{cls.__qualname__}"
         with _registry_lock:

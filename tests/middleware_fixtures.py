@@ -45,3 +45,25 @@ class TrailOuter(_Trail):
 
 class TrailInner(_Trail):
     label = "inner"
+
+
+class BreaksTheQueue:
+    """Sets ``queue`` to a number (a bug in a project's middleware)."""
+
+    def __init__(self, push):
+        self.push = push
+
+    def __call__(self, payload: dict[str, Any]):
+        payload["queue"] = 5
+        return self.push(payload)
+
+
+class DropsTheJid:
+    """Sets ``jid`` to None (a bug in a project's middleware)."""
+
+    def __init__(self, push):
+        self.push = push
+
+    def __call__(self, payload: dict[str, Any]):
+        payload["jid"] = None
+        return self.push(payload)

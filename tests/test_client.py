@@ -318,6 +318,16 @@ def test_bulk_pushes_go_through_the_middleware_too(r):
     assert {p["tenant"] for p in payloads} == {"acme"}
 
 
+@pytest.mark.parametrize("middleware, field", [("BreaksTheQueue", "queue"), ("DropsTheJid", "jid")])
+def test_a_middleware_that_breaks_the_payload_fails_the_push_and_writes_nothing(r, middleware, field):
+    with override_settings(COGWORKER={"CLIENT_MIDDLEWARE": [MIDDLEWARE + middleware]}):
+        for push in (lambda: Push.perform_async(1), lambda: Push.perform_in(60, 2),
+                     lambda: Push.perform_bulk([(3,), (4,)])):
+            with pytest.raises(TypeError, match=f"payload {field} must be a non-empty string"):
+                push()
+    assert r.dbsize() == 0
+
+
 @pytest.mark.django_db(transaction=True)
 def test_middleware_runs_at_commit_for_a_deferred_push(r):
     with override_settings(COGWORKER={"CLIENT_MIDDLEWARE": [MIDDLEWARE + "DropMarked"]}):

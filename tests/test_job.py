@@ -147,6 +147,12 @@ def test_set_rejects_unknown_options_and_bad_queue():
         Plain.set(queue="")
 
 
+@pytest.mark.parametrize("queue", ["", None, 5])
+def test_a_job_class_with_a_bad_queue_fails_where_it_is_defined(queue):
+    with pytest.raises(CogworkerError, match=f"BadQueue.queue must be a non-empty string, got {queue!r}"):
+        type("BadQueue", (Job,), {"queue": queue, "perform": lambda self: None})
+
+
 # -- perform_async / perform_in / perform_at ----------------------------------------------------
 
 
