@@ -477,3 +477,19 @@ def test_an_async_perform_is_awaited_on_its_processor_thread(launcher_factory, r
     (filed,) = retry_entries(r)
     assert (filed["jid"], filed["error_message"]) == (failed["jid"], "async failure")
     wait_until(lambda: settled(running, r))
+
+
+def test_a_death_handler_that_spoils_the_payload_of_a_job_dead_on_arrival_does_not_keep_it_unfiled(
+        launcher_factory, r):
+    def handler(payload, exc):
+        payload["seen"] = dt.datetime.now()  # can't be encoded
+        payload["dead"] = False
+
+    running = launcher_factory(CONCURRENCY=1, death_handlers=[handler])
+    running.client.push({"jid": "unknown-class", "class": "nowhere.Job", "args": [], "kwargs": {},
+                         "queue": "default", "retry": True})
+
+    wait_until(lambda: r.zcard(K.dead) == 1, message="filed in dead")
+    (dead,) = dead_entries(r)
+    assert dead["jid"] == "unknown-class" and "seen" not in dead
+    wait_until(lambda: settled(running, r))

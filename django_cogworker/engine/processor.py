@@ -148,7 +148,13 @@ class Processor:
         except PayloadError:
             payload = payloads.dead_letter(unit.raw, reason, time.time())
             readable = False
-        filing = self.manager.retry.exhausted(payload, exc, reason=reason)
+        try:
+            filing = self.manager.retry.exhausted(payload, exc, reason=reason)
+            if filing is None:  # (a death handler set dead=False: kept all the same, nobody saw it run)
+                raise ValueError("discarded by a death handler")
+            filing.raw()  # (a death handler may have put what can't be encoded in it)
+        except BaseException:  # noqa: BLE001 - it goes to dead whatever the handlers did
+            filing = dead_filing(unit.raw, reason, exc)
         logger.error("dead on arrival (queue %r): %s", unit.queue, reason)
         self.manager.settle(unit.raw, filing)
         if readable:
