@@ -17,7 +17,7 @@ venv:
 demo: venv
 	@url=$$(bash scripts/ensure_redis.sh); \
 	export COGWORKER_REDIS_URL="$$url"; \
-	echo "demo: Redis at $$url"; \
+	echo "demo: Redis at $$($(PY) -c 'import sys; from django_cogworker.conf import redact_url; print(redact_url(sys.argv[1]))' "$$url")"; \
 	$(PY) manage.py migrate --noinput; \
 	$(PY) manage.py enqueue_demo; \
 	exec $(PY) manage.py runcogworker

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.core import checks
@@ -11,6 +12,7 @@ from .errors import ConfigError
 
 @checks.register("cogworker")
 def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Every problem at once: a bad value doesn't hide an import that fails or a bad entry."""
     import os
 
     from django.conf import settings
@@ -18,31 +20,45 @@ def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
     from .conf import build_config
     from .middleware import import_string
 
+    raw = getattr(settings, "COGWORKER", None)
+    errors: list[checks.CheckMessage] = []
     try:
         # Built afresh (not the shared runtime config, whose Redis pool stays in use).
-        config = build_config(getattr(settings, "COGWORKER", None), os.environ)
+        config = build_config(raw, os.environ)
     except ConfigError as exc:
-        return [checks.Error(message, id="cogworker.E001") for message in exc.errors]
-    errors = []
-    for setting, paths in (("CLIENT_MIDDLEWARE", config.client_middleware),
-                           ("SERVER_MIDDLEWARE", config.server_middleware),
-                           ("DEATH_HANDLERS", config.death_handlers)):
-        for path in paths:
+        errors.extend(checks.Error(message, id="cogworker.E001") for message in exc.errors)
+        config = None
+
+    def setting(name: str, field: str, default: Any) -> Any:
+        """The validated value, or (the config being invalid) the raw one, for the checks below."""
+        if config is not None:
+            return getattr(config, field)
+        return raw.get(name, default) if isinstance(raw, Mapping) else default
+
+    for name, field in (("CLIENT_MIDDLEWARE", "client_middleware"), ("SERVER_MIDDLEWARE", "server_middleware"),
+                        ("DEATH_HANDLERS", "death_handlers")):
+        paths = setting(name, field, ())
+        for path in paths if isinstance(paths, (list, tuple)) else ():
+            if not isinstance(path, str) or "." not in path:
+                continue  # (reported above)
             try:
                 import_string(path)
             except ImportError as exc:
-                errors.append(checks.Error(f'COGWORKER["{setting}"] entry {path!r} cannot be imported: {exc}',
+                errors.append(checks.Error(f'COGWORKER["{name}"] entry {path!r} cannot be imported: {exc}',
                                            id="cogworker.E002"))
     from .periodic import build_entries
 
-    try:
-        build_entries(config.periodic, settings.TIME_ZONE or "UTC")
-    except ConfigError as exc:
-        errors.extend(checks.Error(message, id="cogworker.E003") for message in exc.errors)
-    if config.clock:
+    periodic = setting("PERIODIC", "periodic", ())
+    if isinstance(periodic, (list, tuple)) and all(isinstance(e, Mapping) for e in periodic):
         try:
-            import_string(config.clock)
+            build_entries(tuple(periodic), settings.TIME_ZONE or "UTC")
+        except ConfigError as exc:
+            errors.extend(checks.Error(message, id="cogworker.E003") for message in exc.errors)
+    clock = setting("CLOCK", "clock", "")
+    if isinstance(clock, str) and "." in clock:
+        try:
+            import_string(clock)
         except ImportError as exc:
-            errors.append(checks.Error(f'COGWORKER["CLOCK"] {config.clock!r} cannot be imported: {exc}',
+            errors.append(checks.Error(f'COGWORKER["CLOCK"] {clock!r} cannot be imported: {exc}',
                                        id="cogworker.E002"))
     return errors

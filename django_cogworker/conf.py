@@ -207,20 +207,34 @@ def _normalise_queues(value: Any, errors: list[str]) -> Any:
             pairs.append((item[0], item[1]))
             continue
         errors.append(f'COGWORKER["QUEUES"] entries must be "name", "name,weight" or (name, weight), got {item!r}')
+    if not pairs and value:
+        return (("default", 1),)  # (every entry was bad, each reported: not also "empty")
     return tuple(pairs)
 
 
-def _redis_url_ok(url: Any) -> bool:
-    if not isinstance(url, str):
-        return False
+def _redis_url_problem(url: Any) -> str | None:
+    """What is wrong with ``url`` (in the words of "must be ..."), or None."""
+    if not isinstance(url, str) or url.partition("://")[0] not in URL_SCHEMES:
+        return "a redis://, rediss:// or unix:// URL"
     try:
-        parts = urlsplit(url)
         # A port that is not a number (or a broken IPv6 host) would otherwise
         # fail only at the first connection, without naming the setting.
-        parts.port  # noqa: B018
+        urlsplit(url).port  # noqa: B018
     except ValueError:
-        return False
-    return parts.scheme in URL_SCHEMES
+        return "a URL with a numeric port (and a well-formed host)"
+    return None
+
+
+def _redis_options_problem(url: str, options: Mapping[str, Any]) -> str | None:
+    """Build (not connect) a connection with ``options``: an option redis-py doesn't know failed
+    only at the first connection, which a worker took for Redis being away, for ever."""
+    import redis
+
+    try:
+        redis.ConnectionPool.from_url(url, **options).make_connection()
+    except (TypeError, ValueError) as exc:
+        return str(exc).replace(url, redact_url(url))
+    return None
 
 
 def _positive_number(v: Any) -> bool:
@@ -241,15 +255,23 @@ def validate(cfg: Config) -> Config:
 
     def bad(field: str, what: str) -> None:
         value = getattr(cfg, field)
-        shown = redact_url(value) if field == "redis_url" and isinstance(value, str) else repr(value)
+        if field == "redis_url" and isinstance(value, str):
+            shown = repr(redact_url(value))
+        else:  # (lists are kept as tuples: shown as the list the user wrote)
+            shown = repr(list(value) if isinstance(value, tuple) and field != "queues" else value)
         errors.append(f'COGWORKER["{FIELD_TO_SETTING[field]}"] must be {what}, got {shown}')
 
-    if not _redis_url_ok(cfg.redis_url):
-        bad("redis_url", "a redis://, rediss:// or unix:// URL")
+    url_problem = _redis_url_problem(cfg.redis_url)
+    if url_problem:
+        bad("redis_url", url_problem)
     if not isinstance(cfg.redis_options, Mapping):
         # (the value itself isn't echoed: it may hold a password)
         errors.append(f'COGWORKER["REDIS_OPTIONS"] must be a dict of redis-py connection options, '
                       f'got a {type(cfg.redis_options).__name__}')
+    elif url_problem is None:
+        options_problem = _redis_options_problem(cfg.redis_url, cfg.redis_options)
+        if options_problem:
+            errors.append(f'COGWORKER["REDIS_OPTIONS"] is refused by redis-py: {options_problem}')
     if isinstance(cfg.redis_options, Mapping) and cfg.redis_options.get("decode_responses"):
         errors.append('COGWORKER["REDIS_OPTIONS"] must not set decode_responses: payloads are kept as the exact '
                       'bytes pushed')
@@ -262,8 +284,10 @@ def validate(cfg: Config) -> Config:
             errors.append(f'COGWORKER["QUEUES"] queue names must be non-empty strings without spaces, got {name!r}')
         if not _positive_int(weight):
             errors.append(f'COGWORKER["QUEUES"] weight of {name!r} must be a positive integer, got {weight!r}')
-    if len({n for n, _ in cfg.queues}) != len(cfg.queues):
-        bad("queues", "a list without duplicate names")
+    names = [n for n, _ in cfg.queues]
+    if len(set(names)) != len(names):
+        twice = ", ".join(map(repr, sorted({n for n in names if names.count(n) > 1}, key=str)))
+        errors.append(f'COGWORKER["QUEUES"] must list each queue once, got {twice} more than once')
     for field in ("strict_queues", "periodic_catch_up", "enqueue_on_commit"):
         if not isinstance(getattr(cfg, field), bool):
             bad(field, "True or False")

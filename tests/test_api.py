@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import time
 
 import pytest
@@ -88,21 +89,30 @@ def test_pause_and_unpause(rb):
 # -- the command -----------------------------------------------------------------------------------
 
 
-def command(*args) -> str:
+def command(*args, stderr=None) -> str:
     out = io.StringIO()
-    call_command("cogworker_queues", *args, stdout=out)
+    call_command("cogworker_queues", *args, stdout=out, stderr=stderr or io.StringIO())
     return out.getvalue()
 
 
 def test_the_queues_command_pauses_lists_and_unpauses(rb, redis_url):
     push_at(rb, redis_url, "mail", 1, when=time.time() - 42)
+    notes = io.StringIO()
+    assert command("pause", "mail", "reprots", stderr=notes) == "mail: paused\nreprots: paused\n"
+    assert notes.getvalue() == ("note: no queue 'reprots' is known (nothing was pushed to it and QUEUES doesn't "
+                                "list it); paused all the same\n")
+    command("unpause", "reprots")
+    assert command("pause", "default", stderr=notes) == "default: paused\n"  # (the test project's QUEUES)
+    assert notes.getvalue().count("note:") == 1
+    command("unpause", "default")
     assert command("pause", "mail", "reports") == "mail: paused\nreports: paused\n"
     assert rb.smembers(K.paused_queues) == {b"mail", b"reports"}
     lines = command("list").splitlines()
     assert lines[0].startswith("mail\t1\t") and lines[0].endswith("s (paused)")  # name, size, latency
     assert float(lines[0].split("\t")[2].split("s")[0]) == pytest.approx(42, abs=2)
     assert lines[1] == "reports\t0\t0.0s (paused)"
-    assert command() == command("list")  # list is the default
+    # list is the default (latencies masked: the clock moves between the two calls)
+    assert re.sub(r"\t[\d.]+s", "", command()) == re.sub(r"\t[\d.]+s", "", command("list"))
     assert command("unpause", "mail") == "mail: unpaused\n"
     assert command("list").splitlines()[0].endswith("s")
     assert "(paused)" not in command("list").splitlines()[0]

@@ -413,3 +413,23 @@ def test_stats_snapshot(rb):
     assert (stats.scheduled_size, stats.retry_size, stats.dead_size) == (3, 2, 1)
     assert stats.queue_sizes == {"default": 1, "mail": 1} and stats.queue_latencies["default"] > 0
     assert stats.redis_info["version"] and stats.redis_info["connected_clients"] >= 1
+
+
+def test_objects_say_what_they_are_in_a_shell(rb):
+    """``manage.py shell`` users see each object's identity, not ``<... object at 0x...>``."""
+    pushed = fill(rb, KEYS.dead, 1)[0]
+    rb.zadd(KEYS.dead, {b"{not json": 2_000_000.0})
+    identity = fake_process(rb, busy_job=job(args=["running"]))
+    publish_periodic(rb, *entries())
+    name = quarantine(rb, "q")
+    unreadable, first = api.DeadSet().page(1, 10).items  # (newest first)
+    shown = [repr(x) for x in (api.Queue("mail"), api.DeadSet(), first, unreadable, api.ProcessSet().get(identity),
+                               api.PeriodicEntry.get("nightly"), api.QuarantinedKey.all()[0], api.Stats())]
+    assert shown[0] == "<Queue 'mail'>" and shown[1] == "<DeadSet 'cogworker:dead'>"
+    assert shown[2].startswith(f"<SortedEntry jid={pushed['jid']} class={pushed['class']} args=[0]")
+    assert shown[3].startswith("<SortedEntry (unparseable) '{not json'")
+    assert shown[4].startswith(f"<Process {identity} busy=1/5 queues=['default', 'mail']")
+    assert shown[5] == f"<PeriodicEntry nightly '0 3 * * *' Europe/Paris {RECORD_JOB} enabled>"
+    assert shown[6] == f"<QuarantinedKey '{name}' from '{KEYS.queue('q')}' (hash)>"
+    assert shown[7].startswith("<Stats processed=0 failed=0 enqueued=")
+    assert not any(" object at 0x" in s for s in shown)

@@ -59,6 +59,31 @@ def test_check_reports_every_problem_at_once():
     assert any("SHUTDOWN_TIMEOUT" in m and "did you mean" in m for m in messages)
 
 
+def test_a_bad_value_does_not_hide_imports_that_fail_nor_bad_periodic_entries():
+    cogworker = {"CONCURRENCY": 0, "CLIENT_MIDDLEWARE": ["no_such_module.Stamp"],
+                 "PERIODIC": [{"name": "broken", "cron": "not a cron", "job": "testproject.demo.jobs.RecordJob"}]}
+    with override_settings(COGWORKER=cogworker):
+        ids = sorted(e for e, _ in cogworker_errors())
+    assert ids == ["cogworker.E001", "cogworker.E002", "cogworker.E003"]
+
+
+@pytest.mark.parametrize(("cogworker", "expected"), [
+    ({"REDIS_OPTIONS": {"bogus_kw": 1}}, 'COGWORKER["REDIS_OPTIONS"] is refused by redis-py: '),
+    ({"REDIS_URL": ""}, "COGWORKER[\"REDIS_URL\"] must be a redis://, rediss:// or unix:// URL, got ''"),
+    ({"REDIS_URL": f"redis://:{PASSWORD}@localhost:notaport/0"},
+     "COGWORKER[\"REDIS_URL\"] must be a URL with a numeric port (and a well-formed host), "
+     "got 'redis://:***@localhost:notaport/0'"),
+    ({"QUEUES": ["mail,x"]}, 'COGWORKER["QUEUES"] entries must be "name", "name,weight" or (name, weight), '
+                             "got 'mail,x'"),
+    ({"QUEUES": ["a", "a", "b"]}, "COGWORKER[\"QUEUES\"] must list each queue once, got 'a' more than once"),
+    ({"PERIODIC": ["x"]}, "COGWORKER[\"PERIODIC\"] must be a list of dicts, got ['x']"),
+])
+def test_each_bad_value_gets_one_clear_error(cogworker, expected):
+    with override_settings(COGWORKER=cogworker):
+        (error,) = cogworker_errors()
+    assert error[0] == "cogworker.E001" and error[1].startswith(expected) and PASSWORD not in error[1]
+
+
 def test_check_reports_middleware_that_cannot_be_imported():
     cogworker = {"CLIENT_MIDDLEWARE": ["middleware_fixtures.StampTenant", "middleware_fixtures.Missing"],
                  "SERVER_MIDDLEWARE": ["no_such_module.Timing"]}
@@ -84,8 +109,8 @@ def test_manage_py_check_fails_on_bad_environment_driven_settings():
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
     assert 'COGWORKER["CONCURRENCY"] must be a positive integer, got 0' in output
-    assert ('COGWORKER["REDIS_URL"] must be a redis://, rediss:// or unix:// URL, '
-            "got redis://:***@cache:port/0") in output
+    assert ('COGWORKER["REDIS_URL"] must be a URL with a numeric port (and a well-formed host), '
+            "got 'redis://:***@cache:port/0'") in output
     assert PASSWORD not in output
 
 
@@ -107,6 +132,20 @@ def test_runcogworker_bad_option_registers_nothing(r):
         call_command("runcogworker", timeout=-1)
     with pytest.raises(CommandError, match="queue names must be non-empty strings without spaces, got 'a b'"):
         call_command("runcogworker", "-q", "a b")
+    assert r.dbsize() == 0
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize(("queues", "expected"), [
+    (["mail,3,4"], "-q/--queue weight 4 in 'mail,3,4' follows no queue name"),
+    (["3"], "-q/--queue weight 3 in '3' follows no queue name"),
+    ([","], "-q/--queue needs a queue name, got ','"),
+])
+def test_runcogworker_queue_options_are_read_strictly(r, queues, expected):
+    args = [arg for q in queues for arg in ("-q", q)]
+    with pytest.raises(CommandError) as info:
+        call_command("runcogworker", *args)
+    assert expected in str(info.value) and "non-empty list" not in str(info.value)
     assert r.dbsize() == 0
 
 

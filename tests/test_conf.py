@@ -110,20 +110,19 @@ def test_queues_names_or_weighted_pairs_keep_their_order(value, expected):
     ("QUEUES", "default", "COGWORKER[\"QUEUES\"] must be a list of queue names or (name, weight) pairs, "
                           "got 'default'"),
     ("QUEUES", [("mail", 0)], "COGWORKER[\"QUEUES\"] weight of 'mail' must be a positive integer, got 0"),
-    ("QUEUES", ["mail", "mail"], "COGWORKER[\"QUEUES\"] must be a list without duplicate names, "
-                                 "got (('mail', 1), ('mail', 1))"),
+    ("QUEUES", ["mail", "mail"], "COGWORKER[\"QUEUES\"] must list each queue once, got 'mail' more than once"),
     ("QUEUES", ["has space"], "COGWORKER[\"QUEUES\"] queue names must be non-empty strings without spaces, "
                               "got 'has space'"),
     ("REDIS_URL", "localhost:6379", 'COGWORKER["REDIS_URL"] must be a redis://, rediss:// or unix:// URL, '
-                                    "got localhost:6379"),
+                                    "got 'localhost:6379'"),
     ("REDIS_URL", "http://h:6379/0", 'COGWORKER["REDIS_URL"] must be a redis://, rediss:// or unix:// URL, '
-                                     "got http://h:6379/0"),
-    ("REDIS_URL", "redis://h:63x9/0", 'COGWORKER["REDIS_URL"] must be a redis://, rediss:// or unix:// URL, '
-                                      "got redis://h:63x9/0"),
-    ("REDIS_URL", "redis://[::1/0", 'COGWORKER["REDIS_URL"] must be a redis://, rediss:// or unix:// URL, '
-                                    "got redis://[::1/0"),
+                                     "got 'http://h:6379/0'"),
+    ("REDIS_URL", "redis://h:63x9/0", 'COGWORKER["REDIS_URL"] must be a URL with a numeric port (and a '
+                                      "well-formed host), got 'redis://h:63x9/0'"),
+    ("REDIS_URL", "redis://[::1/0", 'COGWORKER["REDIS_URL"] must be a URL with a numeric port (and a '
+                                    "well-formed host), got 'redis://[::1/0'"),
     ("CLIENT_MIDDLEWARE", ["NoDots"], "COGWORKER[\"CLIENT_MIDDLEWARE\"] must be a list of dotted import paths, "
-                                      "got ('NoDots',)"),
+                                      "got ['NoDots']"),
 ])
 def test_bad_value_names_setting_and_value(key, value, message):
     assert errors_of({key: value}) == [message]

@@ -6,6 +6,7 @@ import asyncio
 import datetime as dt
 import json
 import logging
+import re
 import sys
 import threading
 import time
@@ -144,7 +145,8 @@ def test_a_job_that_succeeds_is_acked_and_counted(launcher_factory, fetch_mode, 
     assert r.llen(K.queue("default")) == 0 and r.zcard(K.retry) == 0 and r.zcard(K.dead) == 0
 
 
-def test_a_job_that_raises_goes_to_retry_with_the_error(launcher_factory, fetch_mode, r):
+def test_a_job_that_raises_goes_to_retry_with_the_error(launcher_factory, fetch_mode, r, caplog):
+    caplog.set_level(logging.WARNING, logger="django_cogworker")
     token = new_token()
     running = launcher_factory(FETCH=fetch_mode)
     before = time.time()
@@ -161,6 +163,10 @@ def test_a_job_that_raises_goes_to_retry_with_the_error(launcher_factory, fetch_
     assert filed["failed_at"] >= before
     assert score >= filed["failed_at"] + 15  # the first backoff is at least 15 s
     assert runs(token) == [pushed["jid"]]
+    # The log line says where the job went.
+    (line,) = [m for m in caplog.messages if m.startswith(f"fail jid={pushed['jid']}")]
+    delay = re.fullmatch(r".*RuntimeError: the printer is on fire \(retry 1 in (\d+)s\)", line).group(1)
+    assert 14 <= int(delay) <= 25  # 0**4 + 15 + rand(10), less the moments since
     wait_until(lambda: r.get(K.stat_failed) == "1")
     assert r.get(K.stat_processed) == "1"  # a failure is processed too, as in Sidekiq
     wait_until(lambda: settled(running, r))

@@ -39,6 +39,10 @@ class PeriodicEntry:
     until_executed = property(lambda self: bool(self.spec.get("until_executed")))
     published_at = property(lambda self: _number(self.spec.get("published_at")))
 
+    def __repr__(self) -> str:
+        state = "enabled" if self.enabled else "disabled"
+        return f"<PeriodicEntry {self.pjid} {self.cron!r} {self.tz} {self.job} {state}>"
+
     def stale(self, now: float | None = None) -> bool:
         """Whether no process has published it for STALE_AFTER: no live process declares it (it was
         removed from the settings, or the whole fleet is down). Unknown (False) for an entry

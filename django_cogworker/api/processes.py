@@ -30,6 +30,10 @@ class Process:
         self.is_quiet = _text(fields.get(b"quiet", b"")) == "true"
         self.beat = _number(fields.get(b"beat"))
 
+    def __repr__(self) -> str:
+        quiet = " quiet" if self.is_quiet else ""
+        return f"<Process {self.identity} busy={self.busy}/{self.concurrency} queues={self.queues}{quiet}>"
+
     hostname = property(lambda self: self.info.get("hostname"))
     pid = property(lambda self: self.info.get("pid"))
     tag = property(lambda self: self.info.get("tag") or "")

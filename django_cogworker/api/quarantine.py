@@ -42,6 +42,9 @@ class QuarantinedKey:
         self.ttl: int | None = None
         self.sample: list[str] = []
 
+    def __repr__(self) -> str:
+        return f"<QuarantinedKey {self.key!r} from {self.original!r} ({self.type})>"
+
     @classmethod
     def all(cls, *, redis: Any = None, keys: Keys | None = None) -> Bounded:
         """Up to QUARANTINE_LIMIT keys, found among at most KEYSPACE_SCAN_LIMIT (SCAN MATCH on the prefix)."""

@@ -21,6 +21,9 @@ class Queue:
         self.redis, self.keys = _defaults(redis, keys)
         self.key = self.keys.queue(name)
 
+    def __repr__(self) -> str:
+        return f"<Queue {self.name!r}>"
+
     @classmethod
     def all(cls, *, redis: Any = None, keys: Keys | None = None) -> list[Queue]:
         redis, keys = _defaults(redis, keys)

@@ -62,6 +62,11 @@ class JobRecord:
     def get(self, name: str, default: Any = None) -> Any:
         return self.payload.get(name, default)
 
+    def __repr__(self) -> str:
+        if self.parse_error:
+            return f"<{type(self).__name__} (unparseable) {self.text[:60]!r}>"
+        return f"<{type(self).__name__} jid={self.get('jid')} class={self.get('class')} args={self.get('args')!r:.80}>"
+
     @property
     def text(self) -> str:
         return self.raw.decode("utf-8", "replace")

@@ -35,6 +35,9 @@ class SortedEntry(JobRecord):
         self.parent = parent
         self.score = float(score)
 
+    def __repr__(self) -> str:
+        return f"{super().__repr__()[:-1]} in {self.parent.name} at {self.score:.3f}>"
+
     @property
     def token(self) -> str:
         """A stable reference to this entry for forms and URLs; see :meth:`SortedSet.find`."""
@@ -87,6 +90,9 @@ class SortedSet:
         self.redis, self.keys = _defaults(redis, keys)
         self._config = config
         self.key = getattr(self.keys, self.name)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.key!r}>"
 
     def size(self) -> int:
         return int(self.redis.zcard(self.key))

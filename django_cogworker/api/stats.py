@@ -58,6 +58,10 @@ class Stats:
         self.concurrency = sum(int(p.concurrency or 0) for p in processes)
         self.redis_info = self._redis_info()
 
+    def __repr__(self) -> str:
+        return (f"<Stats processed={self.processed} failed={self.failed} enqueued={self.enqueued} "
+                f"busy={self.busy} scheduled={self.scheduled_size} retries={self.retry_size} dead={self.dead_size}>")
+
     def _redis_info(self) -> dict[str, Any]:
         """Version, memory and clients; empty where INFO isn't allowed (some managed services)."""
         try:

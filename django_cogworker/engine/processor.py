@@ -87,11 +87,12 @@ class Processor:
             manager.server_chain(job, payload)
         except BaseException as exc:  # noqa: BLE001 - a job's SystemExit is its failure, not ours
             outcome = "retry"  # (until filed: a failure never releases locks as a success would)
-            log_safely(logger.warning, "fail jid=%s class=%s elapsed=%.3fs: %s: %s", jid, payload["class"],
-                       time.monotonic() - started, payloads.error_class(exc), payloads.error_message(exc),
-                       exc_info=exc)
+            elapsed = time.monotonic() - started
             filing = self.filing(unit, payload, exc, job)
             outcome = "retry" if filing is not None and filing.target == "retry" else "dead"
+            log_safely(logger.warning, "fail jid=%s class=%s elapsed=%.3fs: %s: %s (%s)", jid, payload["class"],
+                       elapsed, payloads.error_class(exc), payloads.error_message(exc), _fate(filing),
+                       exc_info=exc)
             if filing is not None:
                 manager.settle(unit.raw, filing)
             else:
@@ -163,6 +164,15 @@ class Processor:
     def running(self) -> dict[str, Any] | None:
         unit = self.current
         return None if unit is None else {"queue": unit.queue}
+
+
+def _fate(filing: Filing | None) -> str:
+    """Where a failed job went, for its log line: "retry 1 in 17s", "dead: retries exhausted"."""
+    if filing is None:
+        return "discarded: dead=False"
+    if filing.target == "retry":
+        return f"retry {filing.payload.get('retry_count', 0) + 1} in {max(filing.score - time.time(), 0):.0f}s"
+    return f"dead: {filing.payload.get('dead_reason', '')}"
 
 
 def dead_filing(raw: bytes, reason: str, exc: BaseException | None) -> Filing:

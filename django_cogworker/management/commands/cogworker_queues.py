@@ -22,7 +22,13 @@ class Command(BaseCommand):
             return
         if not names:
             raise CommandError(f"name the queue(s) to {action}")
+        from ... import runtime
+
+        known = {queue.name for queue in api.Queue.all()} | set(runtime.get_config().queue_names)
         for name in names:
             queue = api.Queue(name)
             queue.pause() if action == "pause" else queue.unpause()
             self.stdout.write(f"{name}: {action}d")
+            if name not in known:  # (a typo, most likely: say so, though pausing ahead of time is allowed)
+                self.stderr.write(f"note: no queue {name!r} is known (nothing was pushed to it and QUEUES "
+                                  f"doesn't list it); {action}d all the same")

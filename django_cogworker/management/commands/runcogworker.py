@@ -76,22 +76,31 @@ def _normalise(overrides: dict) -> dict:
         errors: list[str] = []
         pairs = []
         for item in overrides["queues"]:
-            pairs.extend(_split_queue_option(item))
+            pairs.extend(_split_queue_option(item, errors))
         from ...conf import _normalise_queues
 
+        if not pairs and not errors:
+            errors.append(f'COGWORKER["QUEUES"] needs a queue name, got {", ".join(overrides["queues"])!r}')
         overrides["queues"] = _normalise_queues(pairs, errors)
         if errors:
             raise ConfigError([e.replace('COGWORKER["QUEUES"]', "-q/--queue") for e in errors])
     return overrides
 
 
-def _split_queue_option(item: str) -> list[str]:
-    """``-q mail,3`` is one weighted queue; ``-q a,b`` two; ``-q a,3,b,1`` two weighted (a weight is a number)."""
+def _split_queue_option(item: str, errors: list[str]) -> list[str]:
+    """``-q mail,3`` is one weighted queue; ``-q a,b`` two; ``-q a,3,b,1`` two weighted (a weight is a number).
+
+    A number that follows no queue name (``-q 3``, ``-q mail,3,4``) is an error: it used to
+    become a queue named "4".
+    """
     out: list[str] = []
     for part in (p.strip() for p in item.split(",")):
         if not part:
             continue
-        if part.lstrip("-").isdigit() and out and "," not in out[-1]:
+        if part.lstrip("-").isdigit():
+            if not out or "," in out[-1]:
+                errors.append(f'COGWORKER["QUEUES"] weight {part} in {item!r} follows no queue name')
+                continue
             out[-1] = f"{out[-1]},{part}"  # a weight of the queue before it (a bad one fails validation)
         else:
             out.append(part)
