@@ -19,7 +19,8 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "socket_timeout": 10.0,
     "socket_connect_timeout": 5.0,
     "health_check_interval": 30,
-    "client_name": "cogworker",
+    # No client_name: naming each connection runs CLIENT SETNAME on every connect, which an
+    # ACL user without the CLIENT command is refused, so no worker could start at all.
 }
 
 

@@ -38,6 +38,13 @@ pollers subscribe, and wake for it.
 
 from __future__ import annotations
 
+import re
+
+
+def glob_escape(text: str) -> str:
+    """Escape Redis MATCH's special characters: ``text`` is matched literally."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
 
 class Keys:
     """Key names for one prefix. Cheap to build; engine objects hold one."""
@@ -71,6 +78,15 @@ class Keys:
 
     def in_progress(self, identity: str) -> str:
         return f"{self.prefix}in_progress:{identity}"
+
+    def in_progress_identity(self, key: str) -> str:
+        """Invert :meth:`in_progress`."""
+        return key[len(self.prefix) + len("in_progress:"):]
+
+    @property
+    def in_progress_match(self) -> str:
+        """The SCAN MATCH pattern of every in-progress list."""
+        return glob_escape(self.in_progress("")) + "*"
 
     def orphan_lock(self, identity: str) -> str:
         return f"{self.prefix}orphan_lock:{identity}"

@@ -291,20 +291,29 @@ return 1
 # the running lock skips the slot (last_slot advances: skipped, not postponed).
 # Returns {1, previous last_slot or ""} when claimed, {2, holder} when skipped
 # for a run in flight, {0} otherwise.
+# Every read comes before the first write: a key of the wrong type fails the
+# script before it has taken the slot lock (which used to lose the slot). A
+# last_slot that isn't a number counts as none (the claim writes a good one).
 PERIODIC_CLAIM = Script("""
 local last = redis.call("GET", KEYS[1])
+if last and not tonumber(last) then
+  last = false
+end
 if last and tonumber(last) >= tonumber(ARGV[1]) then
   return {0}
+end
+local holder = false
+if ARGV[4] == "1" then
+  holder = redis.call("GET", KEYS[3])
 end
 if not redis.call("SET", KEYS[2], ARGV[3], "NX", "EX", ARGV[2]) then
   return {0}
 end
+if holder then
+  redis.call("SET", KEYS[1], ARGV[1])
+  return {2, holder}
+end
 if ARGV[4] == "1" then
-  local holder = redis.call("GET", KEYS[3])
-  if holder then
-    redis.call("SET", KEYS[1], ARGV[1])
-    return {2, holder}
-  end
   redis.call("SET", KEYS[3], ARGV[3], "EX", ARGV[5])
 end
 redis.call("SET", KEYS[1], ARGV[1])

@@ -18,6 +18,8 @@ import json
 import logging
 from typing import Any
 
+import redis as redis_lib
+
 from . import scripts
 from .keys import Keys
 
@@ -41,11 +43,32 @@ def lock_ttl(payload: dict[str, Any], now: float, default: float) -> int:
 
 
 def claim(redis: Any, keys: Keys, payload: dict[str, Any], now: float, default_ttl: float = 3600.0) -> bool:
-    """Take the lock for this payload; False (logged) if another jid holds it."""
+    """Take the lock for this payload; False (logged) if another jid holds it.
+
+    A lock key that can't be a lock (the wrong type, or no expiry: written by
+    hand) used to refuse every push of that job for good; it is moved aside, or
+    given the expiry it lacks.
+    """
     key = keys.unique(payload["unique_digest"])
-    if redis.set(key, payload["jid"], nx=True, ex=lock_ttl(payload, now, default_ttl)):
-        return True
-    holder = redis.get(key)
+    ttl = lock_ttl(payload, now, default_ttl)
+    for _attempt in range(2):
+        if redis.set(key, payload["jid"], nx=True, ex=ttl):
+            return True
+        pipe = redis.pipeline(transaction=False)
+        pipe.get(key)
+        pipe.ttl(key)
+        holder, left = pipe.execute(raise_on_error=False)
+        if isinstance(holder, redis_lib.exceptions.ResponseError):  # WRONGTYPE
+            from .engine.key_guard import quarantine_key
+
+            quarantine_key(redis, keys, key, "string", "is no unique lock (the wrong type)")
+            continue
+        if isinstance(holder, Exception):
+            raise holder
+        if left == -1:
+            redis.expire(key, ttl)
+            logger.error("%s held no expiry (a lock can't hold for ever): given %ds", key, ttl)
+        break
     logger.info("duplicate of unique job %s not pushed: jid=%s holds the lock", payload["class"],
                 holder.decode() if isinstance(holder, bytes) else holder)
     return False

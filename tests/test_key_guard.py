@@ -106,6 +106,16 @@ def test_per_process_keys_of_listed_identities(rb, r):
                                     K.signals("host:2:bb")])
 
 
+def test_the_keys_of_this_processs_periodic_entries(rb, r):
+    # Either of the wrong type failed every claim of its entry, for good.
+    r.rpush(K.periodic_last_slot("nightly"), "x")
+    r.rpush(K.periodic_running("hourly"), "x")
+    r.set(K.periodic_last_slot("hourly"), "1700000000")  # right type: left alone
+    moved = KeyGuard(rb, K, ["default"], periodic=["nightly", "hourly"]).check()
+    assert sorted(moved) == sorted([K.periodic_last_slot("nightly"), K.periodic_running("hourly")])
+    assert r.get(K.periodic_last_slot("hourly")) == "1700000000"
+
+
 def test_a_registry_of_the_wrong_type_is_quarantined_and_its_members_checked_next_round(rb, r):
     r.set(K.queues, "not a set")
     r.set(K.queue("other"), "not a list")

@@ -20,6 +20,7 @@ from redis.retry import Retry
 
 from django_cogworker.client import Client
 from django_cogworker.conf import build_config
+from django_cogworker.connection import make_redis
 from django_cogworker.engine.launcher import Launcher
 from django_cogworker.keys import Keys
 from testproject.demo.jobs import RecordJob, SleepJob
@@ -94,6 +95,24 @@ def test_runs_jobs_and_stops_cleanly(start, redis_url, r, fetch):
     assert left_no_trace(r, identity)
     assert r.get(K.stat_processed) == "20"  # the last counts are flushed at exit
     assert sorted(r.lrange("ran", 0, -1)) == sorted(jids)
+
+
+def test_a_redis_user_without_client_nor_time_runs_jobs(start, redis_url, r):
+    # Naming connections (CLIENT SETNAME on every connect) kept such a user from starting at all.
+    r.acl_setuser("plain", enabled=True, passwords=["+pw"], keys=["*"], channels=["*"],
+                  commands=["+@all", "-client", "-time"])
+    try:
+        config = make_config(redis_url.replace("redis://", "redis://plain:pw@"))
+        client = make_redis(config)  # (the project's client, with its default options)
+        run = start(config, client)
+        identity = run.launcher.identity
+        wait_until(lambda: registered(r, identity), timeout=10)
+        jid = RecordJob.perform_async("ran")
+        wait_until(lambda: r.lrange("ran", 0, -1) == [jid], timeout=10)
+        assert run.stop() == 0
+        client.close()
+    finally:
+        r.acl_deluser("plain")
 
 
 def test_stop_while_waiting_for_redis_at_startup(start, redis_url, caplog):

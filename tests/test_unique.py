@@ -254,6 +254,23 @@ def test_a_bulk_push_that_fails_releases_the_locks_of_what_it_did_not_write(redi
         client.close()
 
 
+def test_a_lock_key_of_the_wrong_type_is_moved_aside_not_obeyed_for_ever(r, token, caplog):
+    key = lock_key(UniqueNote, token)
+    r.rpush(key, "garbage")
+    jid = UniqueNote.perform_async(token)
+    assert jid is not None and r.get(key) == jid
+    assert [k for k in r.keys(K.quarantine_prefix + "*") if key in k]  # kept for a human to look at
+    assert "is no unique lock" in caplog.text
+
+
+def test_a_lock_without_an_expiry_is_given_one(r, token, caplog):
+    key = lock_key(UniqueNote, token)
+    r.set(key, "written-by-hand")
+    assert UniqueNote.perform_async(token) is None  # held: a duplicate, for now
+    assert 0 < r.ttl(key) <= 60  # but it lapses at unique_for
+    assert "held no expiry" in caplog.text
+
+
 # -- releasing -------------------------------------------------------------------------------------
 
 

@@ -8,11 +8,10 @@ so a test that patches it here changes every scan, as one constant should.
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 from ..errors import CogworkerError
-from ..keys import Keys
+from ..keys import Keys, glob_escape
 
 SCAN_COUNT = 1_000  # the COUNT hint of each ZSCAN / SCAN call
 MAX_PER_PAGE = 500
@@ -45,9 +44,7 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _glob_escape(text: str) -> str:
-    """Escape Redis MATCH's special characters: the user's text is matched literally."""
-    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+_glob_escape = glob_escape
 
 
 def _clamp_page(page: int, per_page: int) -> tuple[int, int]:

@@ -28,10 +28,11 @@ QUARANTINE_TTL = 30 * 24 * 3600
 
 
 class KeyGuard:
-    def __init__(self, redis: Any, keys: Keys, queues: Iterable[str]):
+    def __init__(self, redis: Any, keys: Keys, queues: Iterable[str], periodic: Iterable[str] = ()):
         self.redis = redis
         self.keys = keys
         self.queues = list(queues)
+        self.periodic = list(periodic)  # the names (pjids) of this process's periodic entries
 
     def check(self) -> list[str]:
         """Quarantine every wrong-typed key found now; return their names."""
@@ -47,7 +48,8 @@ class KeyGuard:
         return moved
 
     def expected_types(self) -> dict[str, str]:
-        """The fixed keys, plus the per-queue and per-process keys listed in them (where readable)."""
+        """The fixed keys, plus the per-queue and per-process keys listed in them (where readable),
+        and the per-entry keys of this process's periodic entries."""
         k = self.keys
         types = k.fixed_types()
         for queue in dict.fromkeys(self.queues + self._members(k.queues) + self._members(k.paused_queues)):
@@ -58,6 +60,10 @@ class KeyGuard:
             types[k.process(identity)] = "hash"
             types[k.workers(identity)] = "hash"
             types[k.signals(identity)] = "list"
+        for pjid in self.periodic:
+            # (one of the wrong type failed every claim of its entry, for good)
+            types[k.periodic_last_slot(pjid)] = "string"
+            types[k.periodic_running(pjid)] = "string"
         return types
 
     def _members(self, key: str) -> list[str]:
@@ -67,11 +73,17 @@ class KeyGuard:
             return []  # itself of the wrong type: quarantined this round, listed again next
 
     def quarantine(self, key: str, expected: str, actual: str) -> bool:
-        # Unique per move: a second quarantine of the same key within the same
-        # second must not overwrite (RENAME) the first one's copy.
-        target = self.keys.quarantine(key, int(time.time()), secrets.token_hex(4))
-        if scripts.QUARANTINE(self.redis, [key, target], [expected, QUARANTINE_TTL]) != 1:
-            return False
-        logger.error("%s held a %s, not a %s: moved to %s (kept %d days)", key, actual, expected, target,
-                     QUARANTINE_TTL // 86400)
-        return True
+        return quarantine_key(self.redis, self.keys, key, expected, f"held a {actual}, not a {expected}")
+
+
+def quarantine_key(redis: Any, keys: Keys, key: str, expected: str, why: str) -> bool:
+    """Move ``key`` aside to ``quarantine:<key>:<time>:<random>`` unless it holds ``expected``
+    (re-checked atomically with the move); ``expected`` "" moves it whatever it holds (a counter
+    that isn't a number). Logs ``why`` at ERROR; returns whether it moved."""
+    # Unique per move: a second quarantine of the same key within the same
+    # second must not overwrite (RENAME) the first one's copy.
+    target = keys.quarantine(key, int(time.time()), secrets.token_hex(4))
+    if scripts.QUARANTINE(redis, [key, target], [expected, QUARANTINE_TTL]) != 1:
+        return False
+    logger.error("%s %s: moved to %s (kept %d days)", key, why, target, QUARANTINE_TTL // 86400)
+    return True

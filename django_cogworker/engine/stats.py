@@ -12,8 +12,15 @@ import time
 from typing import Any
 
 from ..keys import Keys
+from .key_guard import quarantine_key
 
 DAY_TTL = 366 * 24 * 3600
+
+
+def _uncountable(error: Exception) -> bool:
+    """INCRBY refused for what the key holds (not for Redis being unable to write)."""
+    text = str(error)
+    return text.startswith("WRONGTYPE") or "not an integer" in text or "would overflow" in text
 
 
 def day_of(epoch: float) -> str:
@@ -70,7 +77,14 @@ class Stats:
                     if isinstance(result, Exception)]
         if failures:
             self._keep([item for item, _ in failures])
-            raise failures[0][1]
+            # A counter that can't be counted on (a list, or a string that isn't a number: a
+            # manual write) failed every beat for good; moved aside, its count goes to a fresh one
+            # at the next flush.
+            unfixable = [((key, _count), error) for (key, _count), error in failures
+                         if not _uncountable(error)
+                         or not quarantine_key(redis, self.keys, key, "", f"can't be counted on ({error})")]
+            if unfixable:
+                raise unfixable[0][1]
 
     def _keep(self, items: list[tuple[str, int]]) -> None:
         with self._lock:
