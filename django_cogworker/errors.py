@@ -1,8 +1,9 @@
 """The one exception hierarchy of django-cogworker.
 
 Redis errors are mapped at the boundary (``raise ... from exc``) only where the
-caller must tell a lost connection (Redis away: retry at once, back nothing off)
-from a deterministic failure (a key of the wrong type: back off, quarantine).
+caller must tell Redis being unavailable (away, or refusing every write for a
+while: retry at once, back nothing off) from a deterministic failure (a key of
+the wrong type: back off, quarantine).
 """
 
 from __future__ import annotations
@@ -30,6 +31,38 @@ class UnknownJobError(PayloadError):
     """The payload's ``class`` is not a registered job name."""
 
 
+class RedisUnavailable(CogworkerError):
+    """Redis refused, server-wide, a command a script ran with ``pcall`` (its reply was data, not an error)."""
+
+
+# Replies with which Redis refuses commands server-wide until it recovers: a
+# replica (a failover), out of memory, loading its data set, a script running
+# too long, a blocking call cut by a failover, a cluster reconfiguring. They fix
+# themselves; a per-entry backoff made the first slot after a 70 s READONLY
+# period run a minute late. WRONGTYPE and NOPERM are not here: they don't.
+UNAVAILABLE_CODES = frozenset({"READONLY", "OOM", "LOADING", "MASTERDOWN", "BUSY", "TRYAGAIN", "NOREPLICAS",
+                               "CLUSTERDOWN", "UNBLOCKED"})
+# redis-py's classes for some of them (BusyLoadingError is a ConnectionError; MasterDownError a ClusterDownError).
+_UNAVAILABLE_TYPES = (redis.exceptions.ReadOnlyError, redis.exceptions.OutOfMemoryError,
+                      redis.exceptions.TryAgainError, redis.exceptions.ClusterDownError)
+
+
 def is_connection_error(exc: BaseException) -> bool:
     """Tell Redis being away (connection lost, timed out) from a command that failed."""
     return isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError))
+
+
+def error_code(error: BaseException | bytes | str) -> str:
+    """Return the code of a Redis error reply (``WRONGTYPE``, ``OOM``...), from an exception or a script's reply."""
+    code = getattr(error, "status_code", None)
+    if code:  # redis-py strips the codes it maps to a class (OOM, READONLY...) from the message
+        return code
+    text = error.decode(errors="replace") if isinstance(error, bytes) else str(error)
+    return text.split(" ", 1)[0]
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Tell Redis away or refusing every write for now (a replica, OOM...) from a command that failed."""
+    if is_connection_error(exc) or isinstance(exc, (RedisUnavailable, *_UNAVAILABLE_TYPES)):
+        return True
+    return isinstance(exc, redis.exceptions.ResponseError) and error_code(exc) in UNAVAILABLE_CODES

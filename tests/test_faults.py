@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from helpers import FAST_ENV, RedisServer, Worker, wait_until
+from helpers import FAST_ENV, RedisServer, Worker, free_port, wait_until
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -215,6 +215,64 @@ def test_redis_killed_and_restarted_under_load(tmp_path):
           f"lost {len(lost)}, completed twice {duplicates}; down {down_for:.1f}s; jobs completing again "
           f"{resumed_after:.2f}s after the restart; every acknowledged job done {all_done_after:.1f}s after it"
           + (f" but {len(stranded)} stranded until the workers' shutdown" if stranded else ""))
+
+
+@pytest.mark.parametrize("refusal", ["oom", "readonly"])
+def test_redis_refusing_writes_longer_than_the_threshold_makes_no_live_process_take_another_for_dead(
+        tmp_path, refusal):
+    # While Redis refuses writes (out of memory, or a read-only replica after a failover) no
+    # process can beat, and everyone's beats go stale. The pollers can still read: once writes
+    # came back, a process that judged the others before they had beaten again requeued their
+    # running jobs, and each ran twice.
+    srv = RedisServer(tmp_path / "redis").start()
+    path = tmp_path / "marks.txt"
+    env = {"COGWORKER_REDIS_URL": srv.url, "COGWORKER_CONCURRENCY": "5"}
+    workers = [Worker(env={**FAST_ENV, **env}, log_path=tmp_path / f"w{i}.log") for i in range(2)]
+    admin = srv.client()
+    try:
+        for w in workers:
+            w.wait_ready()
+        client = Client(build_config({}, {"COGWORKER_REDIS_URL": srv.url}), admin)
+        jids = [client.push(FileMarkJob.set().build([str(path), THRESHOLD * 2 + 6], {})) for _ in range(10)]
+        wait_until(lambda: len(marks(path)[0]) == 10, timeout=20, message="10 jobs running")
+        running_in = {line.split()[2] for line in path.read_text().splitlines()}
+        if refusal == "oom":
+            admin.config_set("maxmemory-policy", "noeviction")
+            admin.config_set("maxmemory", "1")
+        else:
+            admin.replicaof("127.0.0.1", str(free_port()))  # a master that isn't there: read-only
+        time.sleep(THRESHOLD + 2)  # refusing writes for longer than ORPHAN_THRESHOLD
+        if refusal == "oom":
+            admin.config_set("maxmemory", "0")
+        else:
+            admin.replicaof("NO", "ONE")
+        back_at = time.monotonic()
+        wait_until(lambda: len(marks(path)[1]) >= 10, timeout=30, message="the 10 jobs ended")
+        ended_after = time.monotonic() - back_at
+        watched = THRESHOLD + 3 * BEAT + 3  # any verdict comes within this: a threshold, the grace, rounds
+        time.sleep(watched)
+        wait_until(lambda: all(admin.llen(K.in_progress(i)) == 0 for i in
+                               [m.decode() for m in admin.smembers(K.in_progress_identities)]),
+                   timeout=20, message="every ack applied once writes came back")
+        for w in workers:
+            assert w.alive
+            w.term()
+        for w in workers:
+            assert w.wait(30) == 0
+    finally:
+        for w in workers:
+            w.__exit__(None, None, None)
+        admin.close()
+        srv.cleanup()
+    starts, ends = marks(path)
+    assert sorted(set(starts)) == sorted(jids) and len(running_in) == 2  # spread over both workers
+    assert len(starts) == 10 and len(ends) == 10  # none run twice, none lost
+    for i, w in enumerate(workers):
+        assert "recovered" not in w.log(), f"worker {i} took a live process for dead"
+    print(f"\nFIGURES Redis refusing writes ({refusal}) {THRESHOLD + 2:.0f}s (> ORPHAN_THRESHOLD {THRESHOLD:.0f}s) "
+          f"with 10 jobs running on 2 workers: ran {len(set(ends))}, lost 0, run twice "
+          f"{len(starts) - len(set(starts))}; all ended {ended_after:.1f}s after writes came back, none started "
+          f"again in the {watched:.0f}s after")
 
 
 def test_an_ack_lost_with_the_connection_is_not_run_again(tmp_path):

@@ -1,9 +1,14 @@
-"""The fetch contract (engine/fetch.py), one suite run against ReliableFetch and BasicFetch."""
+"""The fetch contract (engine/fetch.py), one suite run against ReliableFetch and BasicFetch.
+
+Outage tests use a redis-server of their own, made to refuse writes as a failover (READONLY) or a
+full memory (OOM) does, and run the fetch under the Watchdog as the manager's fetcher thread does.
+"""
 
 from __future__ import annotations
 
 import collections
 import json
+import logging
 import random
 import threading
 import time
@@ -11,11 +16,13 @@ import time
 import pytest
 import redis
 from engine_fixtures import make_config
+from helpers import RedisServer, free_port
 
 from django_cogworker import payload as payloads
 from django_cogworker.connection import make_redis
 from django_cogworker.engine.fetch import BasicFetch, ReliableFetch, Unit
 from django_cogworker.engine.retry import Filing
+from django_cogworker.engine.watchdog import Watchdog
 from django_cogworker.keys import Keys
 
 K = Keys()
@@ -136,13 +143,17 @@ def test_paused_queues_are_not_fetched(make_fetch, mode, r):
     assert r.llen(K.queue("a")) == 3
 
 
-def test_a_queue_of_the_wrong_type_is_skipped_and_nothing_is_stranded(make_fetch, mode, r):
+def test_a_queue_of_the_wrong_type_is_skipped_and_nothing_is_stranded(make_fetch, mode, r, caplog):
     fetch = make_fetch(queues=("one", "bad", "two"), STRICT_QUEUES=True)
     enqueue(r, "one", job("one", 0))
     r.set(K.queue("bad"), "not a list")
     enqueue(r, "two", *(job("two", i) for i in range(5)))
 
-    units = fetch.retrieve(4)
+    with caplog.at_level(logging.ERROR, logger="django_cogworker"):
+        units = fetch.retrieve(4)
+
+    assert "queue 'bad' can't be fetched from (WRONGTYPE" in caplog.text
+    assert "the key guard will quarantine it" in caplog.text
 
     assert [(u.queue, json.loads(u.raw)["args"][0]) for u in units] == [("one", 0), ("two", 0), ("two", 1),
                                                                           ("two", 2)]
@@ -356,3 +367,71 @@ def test_unit_keeps_the_exact_bytes(make_fetch, mode, r):
     (unit,) = fetch.retrieve(1)
 
     assert unit == Unit(raw.encode(), "default")
+
+
+# -- Redis refusing writes -------------------------------------------------------------------------
+
+
+def refuse(client, how: str) -> None:
+    """Make Redis refuse writes server-wide: a replica of a master that isn't there, or out of memory."""
+    if how == "oom":
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", 1)
+    else:
+        client.replicaof("127.0.0.1", free_port())
+
+
+def serve_again(client) -> None:
+    client.config_set("maxmemory", 0)
+    client.replicaof("NO", "ONE")
+
+
+# Not (basic, oom): RPOP can only free memory, so Redis lets it through under OOM and basic fetch goes on.
+@pytest.mark.parametrize("mode, how, with_acks", [("reliable", "readonly", False), ("reliable", "oom", False),
+                                                  ("reliable", "readonly", True), ("basic", "readonly", False)])
+def test_redis_refusing_writes_is_an_outage_logged_once_not_a_queue_to_quarantine(tmp_path, caplog, mode, how,
+                                                                                 with_acks):
+    """Logged as a queue "the key guard will quarantine", or (acks riding on the fetch) a traceback per try."""
+    server = RedisServer(tmp_path).start()
+    config = make_config(server.url, REDIS_OPTIONS={})
+    client = make_redis(config)
+    fetch = MODES[mode](config, client, K, "host:1:abc")
+    watchdog = Watchdog("fetcher", threading.Event())
+    acks = [job(n=99).encode()] if with_acks else []
+    got: list[Unit] = []
+    attempts = 0
+    try:
+        enqueue(client, "default", job(n=1))
+        refuse(client, how)
+        with caplog.at_level(logging.INFO, logger="django_cogworker"):
+            deadline = time.monotonic() + 1.5
+            while time.monotonic() < deadline:
+                attempts += 1
+                assert not watchdog.run_step(lambda: got.extend(fetch.retrieve(1, acks=acks)))
+            serve_again(client)
+            assert watchdog.run_step(lambda: got.extend(fetch.retrieve(1, acks=acks)))
+    finally:
+        client.close()
+        server.cleanup()
+
+    assert raws(got) == [job(n=1)]  # fetched at the first try once Redis serves again
+    assert attempts <= 10  # backed off (0.1 s, 0.2 s, 0.4 s...), not spinning on Redis
+    [lost, back] = [rec for rec in caplog.records if rec.name.startswith("django_cogworker")]
+    assert lost.getMessage().startswith("fetcher: Redis refuses to serve (")
+    assert {"readonly": "read only replica", "oom": "maxmemory"}[how] in lost.getMessage()
+    assert lost.exc_info is None  # not a bug: no traceback
+    assert back.levelno == logging.WARNING and back.getMessage().startswith("fetcher: Redis is back after ")
+
+
+def test_a_fetch_failing_for_another_reason_is_still_logged_with_its_traceback_on_every_try(make_reliable, r,
+                                                                                          caplog):
+    fetch = make_reliable()
+    r.set(fetch.in_progress, "not a list")  # the acks riding on the fetch can't be removed from it
+    watchdog = Watchdog("fetcher", threading.Event())
+    with caplog.at_level(logging.ERROR, logger="django_cogworker"):
+        for _ in range(2):
+            assert not watchdog.run_step(lambda: fetch.retrieve(1, acks=[b"done"]))
+    records = [rec for rec in caplog.records if rec.name.startswith("django_cogworker")]
+    assert [rec.getMessage() for rec in records] == ["fetcher failed (attempt 1); backing off",
+                                                     "fetcher failed (attempt 2); backing off"]
+    assert all(rec.exc_info for rec in records)

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 import types
 
@@ -166,6 +167,44 @@ def test_a_process_hash_of_the_wrong_type_fails_the_beat(launcher, r):
     r.set(K.process(ID), "wrong type")
     with pytest.raises(redis.ResponseError):
         launcher.heartbeat.beat()
+
+
+def test_steady_since_marks_the_run_of_good_beats_and_a_failed_beat_ends_it(launcher, r):
+    # Orphan recovery gives no verdict until this process's own beats have gone through for a while.
+    heartbeat = launcher.heartbeat
+    assert heartbeat.steady_since is None
+    assert heartbeat.beat_until_ok(threading.Event())
+    first = heartbeat.steady_since
+    assert abs(first - redis_now(r)) < 2
+    heartbeat.beat()
+    assert heartbeat.steady_since == first  # still the same run
+    r.set(K.process(ID), "wrong type")  # the essential write now fails
+    assert not heartbeat._beat_once(heartbeat._watchdog(threading.Event()))
+    assert heartbeat.steady_since is None
+    r.delete(K.process(ID))
+    heartbeat._beat_once(heartbeat._watchdog(threading.Event()))
+    assert heartbeat.steady_since > first
+
+
+def test_a_process_silent_longer_than_the_threshold_says_so_when_it_beats_again(launcher, r, caplog, monkeypatch):
+    # A frozen process (SIGSTOP, a long pause) may have been taken for dead meanwhile: its running
+    # jobs requeued elsewhere run twice (guarantees, window 1). It can't know for sure; it says so.
+    heartbeat = launcher.heartbeat
+    clock = {"now": redis_now(r)}
+    monkeypatch.setattr(heartbeat, "_redis_now", lambda: clock["now"])
+    heartbeat.beat()
+    clock["now"] += launcher.config.orphan_threshold - 0.5
+    heartbeat.beat()
+    assert "without a beat" not in caplog.text
+    clock["now"] += launcher.config.orphan_threshold + 1
+    heartbeat.beat()
+    assert f"went {launcher.config.orphan_threshold + 1:.0f}s without a beat" in caplog.text
+
+
+def test_the_heartbeat_backs_off_no_longer_than_its_interval(launcher):
+    watchdog = launcher.heartbeat._watchdog(threading.Event())
+    watchdog.failures = 50
+    assert watchdog.pause() == launcher.config.heartbeat_interval
 
 
 def test_lost_connection_fails_the_beat(redis_url):

@@ -18,7 +18,7 @@ import redis
 
 from django_cogworker import payload as payloads
 from django_cogworker.conf import build_config
-from django_cogworker.engine.orphans import OrphanRecovery
+from django_cogworker.engine.orphans import OrphanRecovery, steady_grace
 from django_cogworker.engine.retry import RetryPolicy
 from django_cogworker.keys import Keys
 
@@ -136,6 +136,67 @@ def test_a_check_that_finds_nothing_to_recover_is_settled(config, rb, r):
     in_flight(r, "fresh:1:abc", [payload(1)], beat_age=1)
     assert orphans.check() == 0
     assert orphans.settled
+
+
+@pytest.mark.parametrize("planted", ["string", "list"])
+def test_a_recovery_lock_without_an_expiry_is_given_one_not_obeyed_for_ever(config, rb, r, caplog, planted):
+    in_flight(r, DEAD, [payload(1)], beat_age=THRESHOLD + 1)
+    if planted == "string":
+        r.set(K.orphan_lock(DEAD), "someone-long-gone")
+    else:
+        r.rpush(K.orphan_lock(DEAD), "x")
+    orphans = recoverer(config, rb)
+    assert orphans.check() == 0 and not orphans.settled  # held: not now
+    assert 0 < r.ttl(K.orphan_lock(DEAD)) <= max(THRESHOLD, 60)  # but it lapses
+    assert "held no expiry" in caplog.text
+    r.delete(K.orphan_lock(DEAD))  # (as its expiry will)
+    assert orphans.check() == 1
+
+
+def test_a_lock_taken_over_by_another_recoverer_is_not_released_by_this_one(config, rb, r, monkeypatch):
+    in_flight(r, DEAD, [payload(1)], beat_age=THRESHOLD + 1)
+    orphans = recoverer(config, rb)
+    real = orphans._recover_batch
+
+    def lock_expires_mid_recovery(*args):
+        r.set(K.orphan_lock(DEAD), "another:2:ccc")  # ours lapsed; another process took it
+        r.rpush(K.in_progress(DEAD), payload(2))  # (so the list isn't forgotten, lock and all)
+        return real(*args)
+
+    monkeypatch.setattr(orphans, "_recover_batch", lock_expires_mid_recovery)
+    orphans.recover(DEAD, 10.0)
+    assert r.get(K.orphan_lock(DEAD)) == "another:2:ccc"
+
+
+def test_a_list_missing_from_the_registry_is_found_and_recovered(config, rb, r, caplog):
+    in_flight(r, DEAD, [payload(1)], beat_age=None)
+    r.srem(K.in_progress_identities, DEAD)  # the registry lost it (quarantined, a failover...)
+    r.rpush(K.in_progress(LIVE), payload(2))  # our own list: never touched
+    orphans = recoverer(config, rb)
+    assert orphans.check() == 1
+    assert [p["jid"] for p in queued(r)] == ["jid00001"]
+    assert "missing from" in caplog.text and DEAD in caplog.text
+    assert r.llen(K.in_progress(LIVE)) == 1 and not r.sismember(K.in_progress_identities, LIVE)
+
+
+def test_no_verdict_until_this_process_has_beaten_steadily_for_the_grace(config, rb, r):
+    # After Redis refused writes (or was away) everyone's beats are stale: the others must get
+    # the time to beat again before their silence counts.
+    in_flight(r, DEAD, [payload(1)], beat_age=THRESHOLD + 60)
+    steady = {"since": None}  # our own beats are failing
+    orphans = OrphanRecovery(config, rb, K, LIVE, RetryPolicy(config), steady_since=lambda: steady["since"])
+    assert orphans.check() == 0 and not orphans.settled
+    steady["since"] = redis_now(r) - steady_grace(config) + 1  # beating again, not for long enough
+    assert orphans.check() == 0 and not orphans.settled
+    assert r.llen(K.in_progress(DEAD)) == 1
+    steady["since"] = redis_now(r) - steady_grace(config) - 0.1
+    assert orphans.check() == 1 and orphans.settled
+    assert [p["jid"] for p in queued(r)] == ["jid00001"]
+
+
+def test_the_grace_outlasts_a_beat_and_its_backoff(config):
+    # Once writes come back, a live process beats within an interval plus a backoff capped at one.
+    assert steady_grace(config) > 2 * config.heartbeat_interval
 
 
 def _race(config, redis_url, recoverers: int) -> list[int]:

@@ -1,7 +1,8 @@
 """The periodic ticker, in process: each slot claimed once, rolled back when its push fails, backed off per entry.
 
 Each test builds Ticker(...) on a real Redis and calls tick(now=...) itself, with an injected
-monotonic clock for the backoff. Jobs go through a real Client.push unless a test injects a
+monotonic clock for the backoff. Outage tests use a redis-server of their own, made to refuse
+writes as a failover (READONLY) or a full memory (OOM) does. Jobs go through a real Client.push unless a test injects a
 failing push. The fleet versions (three runcogworker processes) are in test_periodic_fleet.py.
 """
 
@@ -16,7 +17,7 @@ import zoneinfo
 
 import pytest
 import redis
-from helpers import RedisServer, wait_until
+from helpers import RedisServer, free_port, wait_until
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -92,6 +93,39 @@ def slots(rb, queue: str = "default") -> list[int]:
 
 def failures(caplog, name: str) -> int:
     return sum(f"periodic tick failed for {name} " in rec.getMessage() for rec in caplog.records)
+
+
+def outage_lines(caplog) -> list[tuple[int, str]]:
+    """The ticker's lines about Redis being unavailable or back: (level, message)."""
+    return [(rec.levelno, rec.getMessage()) for rec in caplog.records
+            if rec.name == "django_cogworker.periodic.ticker" and "periodic ticker: Redis" in rec.getMessage()]
+
+
+@pytest.fixture
+def private(tmp_path):
+    """(server, bytes client) on a redis-server of this test's own: a fault here never reaches the suite's."""
+    server = RedisServer(tmp_path).start()
+    client = redis.Redis.from_url(server.url, retry=Retry(NoBackoff(), 0), socket_connect_timeout=0.5)
+    yield server, client
+    client.close()
+    server.cleanup()
+
+
+def refuse(client, how: str) -> None:
+    """Make Redis refuse writes server-wide: a replica of a master that isn't there, or out of memory."""
+    if how == "oom":
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", 1)
+    else:
+        client.replicaof("127.0.0.1", free_port())
+        if how == "masterdown":  # (reads refused too)
+            client.config_set("replica-serve-stale-data", "no")
+
+
+def serve_again(client) -> None:
+    client.config_set("maxmemory", 0)
+    client.config_set("replica-serve-stale-data", "yes")
+    client.replicaof("NO", "ONE")
 
 
 # -- claiming --------------------------------------------------------------------------------------
@@ -292,7 +326,7 @@ def test_a_failed_push_rolls_back_the_whole_claim_and_the_slot_fires_later(make,
     assert rb.get(K.periodic_last_slot("e")) == str(minute(0)).encode()
     assert rb.get(K.periodic_lock("e", minute(1))) is None
     assert rb.get(K.periodic_running("e")) is None
-    assert failures(caplog, "e") == 1
+    assert failures(caplog, "e") == (1 if backoff else 0)  # a lost connection is logged once for all entries
     if backoff:  # the entry failed: it waits; a lost connection is retried at the next tick
         ticker.tick(now=T0 + 65)
         mono.now += backoff - 0.1
@@ -426,24 +460,111 @@ def test_a_failing_entry_backs_off_without_holding_up_the_others(make, rb, mono,
         assert "failed for broken (next try in 5s)" in caplog.text
 
 
-def test_a_lost_connection_backs_nothing_off(make, tmp_path, caplog):
+def test_a_lost_connection_backs_nothing_off_and_is_logged_once_lost_once_back(make, mono, tmp_path, caplog):
     server = RedisServer(tmp_path, appendonly=True).start()
     client = redis.Redis.from_url(server.url, retry=Retry(NoBackoff(), 0), socket_connect_timeout=0.5)
     try:
         ticker = make([entry("a"), entry("b")], client=client)
         ticker.tick(now=T0)
         server.stop()
-        with caplog.at_level(logging.ERROR, logger="django_cogworker"):
+        with caplog.at_level(logging.INFO, logger="django_cogworker"):
             for i in range(3):
                 ticker.tick(now=T0 + 60 + i)
-        assert failures(caplog, "a") == 3 and failures(caplog, "b") == 3  # every tick tried, both entries
-        server.start()
-        ticker.tick(now=T0 + 63)  # same monotonic time: nothing is waiting out a backoff
+            server.start()
+            mono.now += 12
+            ticker.tick(now=T0 + 63)  # same monotonic time as the failures: nothing is waiting out a backoff
         assert sorted((j["periodic_pjid"], j["periodic_slot"]) for j in jobs(client)) == [("a", minute(1)),
                                                                                         ("b", minute(1))]
+        # Once when lost, once when back: not a line per entry per tick.
+        [(lost_level, lost), (back_level, back)] = outage_lines(caplog)
+        assert lost_level == back_level == logging.WARNING
+        assert "Redis is unavailable (ConnectionError" in lost
+        assert back == "periodic ticker: Redis is back after 12.0s"
+        assert failures(caplog, "a") == failures(caplog, "b") == 0
     finally:
         client.close()
         server.cleanup()
+
+
+@pytest.mark.parametrize("how", ["readonly", "oom", "masterdown"])
+def test_redis_refusing_writes_backs_nothing_off_and_the_next_slot_runs_once_it_serves(make, private, mono, caplog,
+                                                                                     how):
+    """A failover (READONLY), a full memory (OOM): the first slot used to run up to 300 s late after it."""
+    _, client = private
+    ticker = make([entry("a"), entry("b")], client=client)
+    ticker.tick(now=T0)
+    refuse(client, how)
+    with caplog.at_level(logging.INFO, logger="django_cogworker"):
+        now = T0 + 55
+        for _ in range(14):  # 70 s refused, a tick every 5 s
+            mono.now += 5
+            now += 5
+            ticker.tick(now=now)
+        if how != "masterdown":  # (which refuses reads too)
+            assert jobs(client) == []
+        serve_again(client)
+        mono.now += 5
+        ticker.tick(now=now + 5)  # the very next tick, not a backoff later
+    assert sorted((j["periodic_pjid"], j["periodic_slot"]) for j in jobs(client)) == [("a", minute(2)),
+                                                                                    ("b", minute(2))]
+    [(_, lost), (_, back)] = outage_lines(caplog)
+    assert {"readonly": "ReadOnlyError", "oom": "OutOfMemoryError", "masterdown": "MasterDownError"}[how] in lost
+    assert back == "periodic ticker: Redis is back after 70.0s"
+    assert failures(caplog, "a") == failures(caplog, "b") == 0
+    assert "treating a as enabled" not in caplog.text  # an unreadable disabled set is the set's fault, not this
+
+
+@pytest.mark.parametrize("how", ["readonly", "oom"])
+def test_a_push_refused_by_redis_is_rolled_back_once_it_serves_again_without_backoff(make, private, config, mono,
+                                                                                    caplog, how):
+    _, client = private
+    real = Client(config, client).push
+    calls = []
+
+    def push(payload):
+        calls.append(payload["periodic_slot"])
+        if len(calls) == 1:
+            refuse(client, how)  # the claim went through; from the push on, Redis refuses (and so the rollback)
+        return real(payload)
+
+    ticker = make([entry(until_executed=True)], push=push, client=client)
+    ticker.tick(now=T0)
+    with caplog.at_level(logging.INFO, logger="django_cogworker"):
+        ticker.tick(now=T0 + 60)
+        assert client.get(K.periodic_last_slot("e")) == str(minute(1)).encode()  # the claim stands: rollback pending
+        for i in range(1, 4):
+            mono.now += 5
+            ticker.tick(now=T0 + 60 + i)  # retried every tick, the slot not looked at meanwhile
+        assert calls == [minute(1)]
+        serve_again(client)
+        ticker.tick(now=T0 + 64)  # rolled back, claimed again and pushed, in this very tick
+    assert calls == [minute(1), minute(1)]
+    [run] = jobs(client)
+    assert run["periodic_slot"] == minute(1) and client.get(K.periodic_running("e")) == run["jid"].encode()
+    assert [line for _, line in outage_lines(caplog)][1:] == ["periodic ticker: Redis is back after 15.0s"]
+    assert "couldn't roll back" not in caplog.text and failures(caplog, "e") == 0
+
+
+def test_a_key_of_the_wrong_type_still_backs_its_entry_off_while_redis_refuses_writes(make, private, mono, caplog):
+    _, client = private
+    client.hset(K.periodic_last_slot("broken"), "wrong", "type")
+    ticker = make([entry("broken"), entry("fine")], client=client)
+    with caplog.at_level(logging.INFO, logger="django_cogworker"):
+        ticker.tick(now=T0)  # WRONGTYPE at 0 s: backed off 5 s
+        refuse(client, "readonly")
+        for i in range(1, 8):  # 1 s apart: WRONGTYPE again at 5 s, backed off 10 s
+            mono.now += 1
+            ticker.tick(now=T0 + 60 + i)
+        serve_again(client)
+        mono.now += 1
+        ticker.tick(now=T0 + 68)
+        assert failures(caplog, "broken") == 2 and "WRONGTYPE" in caplog.text
+        assert "failed for broken (next try in 10s)" in caplog.text
+        assert [j["periodic_pjid"] for j in jobs(client)] == ["fine"]  # the refused one ran at once
+        mono.now += 6
+        ticker.tick(now=T0 + 69)
+        assert failures(caplog, "broken") == 2  # still waiting out its backoff, until 15 s
+    assert [line for _, line in outage_lines(caplog)][1:] == ["periodic ticker: Redis is back after 7.0s"]
 
 
 # -- disabled entries ------------------------------------------------------------------------------
@@ -472,6 +593,27 @@ def test_an_unreadable_disabled_set_counts_as_enabled(make, rb, caplog):
         ticker.tick(now=T0 + 60)
     assert slots(rb) == [minute(1)]
     assert "treating e as enabled" in caplog.text
+
+
+def test_a_running_lock_of_the_wrong_type_fails_the_claim_before_it_takes_the_slot(make, rb, mono):
+    ticker = make([entry("guarded", until_executed=True)])
+    ticker.tick(now=T0)  # primes last_slot
+    rb.rpush(K.periodic_running("guarded"), "not a lock")
+    ticker.tick(now=T0 + 60)
+    assert jobs(rb) == []
+    assert not rb.exists(K.periodic_lock("guarded", minute(1)))  # the slot wasn't taken: it isn't lost
+    rb.delete(K.periodic_running("guarded"))  # (as the key guard does)
+    mono.now += 300  # past the entry's backoff
+    ticker.tick(now=T0 + 60)
+    assert slots(rb) == [minute(1)]
+
+
+def test_a_last_slot_that_is_not_a_number_is_written_anew(make, rb):
+    rb.set(K.periodic_last_slot("e"), "garbage")
+    ticker = make([entry()])
+    ticker.tick(now=T0 + 60)
+    assert slots(rb) == [minute(1)]  # it failed every claim for good before
+    assert rb.get(K.periodic_last_slot("e")) == str(minute(1)).encode()
 
 
 # -- start: the schedule, the ready gate -----------------------------------------------------------

@@ -33,6 +33,7 @@ import redis as redis_lib
 from .. import payload as payloads
 from .. import scripts
 from ..conf import Config
+from ..errors import UNAVAILABLE_CODES, RedisUnavailable, error_code, is_unavailable
 from ..keys import Keys
 from .retry import Filing
 
@@ -40,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 BLOCK_TIMEOUT = 2.0
 IDLE_START = 0.05
-WRONG_TYPE_LOG_EVERY = 60.0
+UNFETCHABLE_LOG_EVERY = 60.0
 
 
 @dataclass(slots=True)
@@ -63,7 +64,7 @@ class Fetch:
         self.in_progress = keys.in_progress(identity)
         self._weighted = [name for name, weight in config.queues for _ in range(weight)]
         self._idle_wait = IDLE_START
-        self._logged_wrong_type: dict[str, float] = {}
+        self._logged_unfetchable: dict[str, float] = {}
         self.unfetchable: set[str] = set()  # queues the last batch fetch failed on (wrong type)
         timeout = (redis.connection_pool.connection_kwargs.get("socket_timeout")
                    if hasattr(redis, "connection_pool") else None)
@@ -86,18 +87,30 @@ class Fetch:
         return min(wait, self.block_cap)
 
     def _parse(self, result: Sequence[Any], order: Sequence[str]) -> list[Unit]:
-        """Read a batch script's reply; note the queues that failed in ``self.unfetchable``."""
+        """Read a batch script's reply; note the queues that failed in ``self.unfetchable``.
+
+        Raise RedisUnavailable when Redis refused the moves server-wide (a
+        replica, OOM) and nothing was fetched: read as a queue that can't be
+        fetched from, it was logged as one for the key guard to quarantine.
+        """
         units = []
         self.unfetchable = set()
+        refused: RedisUnavailable | None = None
         for i in range(0, len(result), 2):
             index, value = result[i], result[i + 1]
             if index < 0:
-                self.unfetchable.add(order[-index - 1])
-                self._wrong_type(order[-index - 1], value)
+                queue = order[-index - 1]
+                if error_code(value) in UNAVAILABLE_CODES:
+                    refused = refused or RedisUnavailable(f"{_text(value)} (fetching queue {queue!r})")
+                    continue
+                self.unfetchable.add(queue)
+                self._log_unfetchable(queue, value)
             else:
                 units.append(Unit(value, order[index - 1]))
         if units:
             self._idle_wait = IDLE_START
+        elif refused is not None:
+            raise refused
         return units
 
     def _waitable(self, order: Sequence[str]) -> list[str]:
@@ -112,11 +125,13 @@ class Fetch:
             time.sleep(self._block_wait(order))
         return waitable
 
-    def _wrong_type(self, queue: str, message: Any) -> None:
+    def _log_unfetchable(self, queue: str, message: Any) -> None:
         now = time.monotonic()
-        if now - self._logged_wrong_type.get(queue, -WRONG_TYPE_LOG_EVERY) >= WRONG_TYPE_LOG_EVERY:
-            self._logged_wrong_type[queue] = now
-            logger.error("queue %r can't be fetched from (%s); the key guard will quarantine it", queue, message)
+        if now - self._logged_unfetchable.get(queue, -UNFETCHABLE_LOG_EVERY) >= UNFETCHABLE_LOG_EVERY:
+            self._logged_unfetchable[queue] = now
+            # Only a key of the wrong type is the key guard's to move aside.
+            then = "; the key guard will quarantine it" if error_code(message) == "WRONGTYPE" else ""
+            logger.error("queue %r can't be fetched from (%s)%s", queue, _text(message), then)
 
     def file(self, raw: bytes, filing: Filing, trim: tuple[float, int] | None) -> None:
         """File a failed job in retry or dead and drop it from the in-progress list, atomically."""
@@ -159,8 +174,13 @@ class ReliableFetch(Fetch):
                 self.ack_many(acks)
             return []
         queue_keys = [self.keys.queue(q) for q in order]
-        units = self._parse(scripts.FETCH_RELIABLE(self.redis, [self.in_progress, *queue_keys],
-                                                   [n, len(acks), *acks]), order)
+        try:
+            units = self._parse(scripts.FETCH_RELIABLE(self.redis, [self.in_progress, *queue_keys],
+                                                       [n, len(acks), *acks]), order)
+        except RedisUnavailable:
+            if acks:
+                return []  # the acks went through: failing would have them settled again; the next call raises
+            raise
         if units:
             return units
         if before_block is not None:
@@ -173,7 +193,9 @@ class ReliableFetch(Fetch):
             raw = self.redis.blmove(self.keys.queue(waitable[0]), self.in_progress, self._block_wait(waitable),
                                     "RIGHT", "LEFT")
         except redis_lib.exceptions.ResponseError as exc:
-            self._wrong_type(waitable[0], exc)
+            if is_unavailable(exc):
+                raise
+            self._log_unfetchable(waitable[0], exc)
             return []
         if raw is None:
             return []
@@ -274,7 +296,9 @@ class BasicFetch(Fetch):
         try:
             popped = self.redis.brpop([self.keys.queue(q) for q in waitable], timeout=self.block_cap)
         except redis_lib.exceptions.ResponseError as exc:
-            self._wrong_type(",".join(waitable), exc)
+            if is_unavailable(exc):
+                raise
+            self._log_unfetchable(",".join(waitable), exc)
             return []
         if popped is None:
             return []
@@ -306,6 +330,10 @@ class BasicFetch(Fetch):
                 logger.exception("could not requeue a job of queue %r (lost, basic fetch): %.500r",
                                  unit.queue, unit.raw)
         return moved
+
+
+def _text(message: Any) -> str:
+    return message.decode(errors="replace") if isinstance(message, bytes) else str(message)
 
 
 def _queue_of(raw: bytes) -> str | None:

@@ -27,10 +27,10 @@ from typing import Any
 import redis as redis_lib
 
 from ..conf import Config
-from ..errors import is_connection_error
+from ..errors import is_unavailable
 from ..keys import Keys
 from .manager import Manager
-from .watchdog import LoopThread, Watchdog
+from .watchdog import BACKOFF_MAX, LoopThread, Watchdog
 
 logger = logging.getLogger(__name__)
 
@@ -73,19 +73,35 @@ class Heartbeat(LoopThread):
             "version": version,
         }
         self._next_prune = 0.0
+        # Redis's time of the first beat of the current run of good beats; None while beats fail.
+        # Until it is old enough, silence in Redis may be Redis's own doing (an outage, OOM,
+        # READONLY), which every process suffered alike: orphan recovery gives no verdicts then.
+        self.steady_since: float | None = None
+        self.last_beat: float | None = None  # Redis's time of the last good beat
 
     def beat_until_ok(self, give_up: threading.Event) -> bool:
         """Beat until one succeeds (startup waits for it); False if ``give_up`` was set first."""
-        watchdog = Watchdog("heartbeat", give_up)
+        watchdog = self._watchdog(give_up)
         while not give_up.is_set():
-            if watchdog.run_step(self.beat):
+            if self._beat_once(watchdog):
                 return True
         return False
 
     def _run(self) -> None:
-        watchdog = Watchdog("heartbeat", self.stop_event)
+        watchdog = self._watchdog(self.stop_event)
         while not self.stop_event.wait(self.config.heartbeat_interval):
-            watchdog.run_step(self.beat)
+            self._beat_once(watchdog)
+
+    def _watchdog(self, stop: threading.Event) -> Watchdog:
+        # Backing off no longer than a beat: once Redis is back, every live process has beaten
+        # again within about two intervals, which orphan recovery counts on (steady_since).
+        return Watchdog("heartbeat", stop, backoff_max=min(BACKOFF_MAX, self.config.heartbeat_interval))
+
+    def _beat_once(self, watchdog: Watchdog) -> bool:
+        if watchdog.run_step(self.beat):
+            return True
+        self.steady_since = None
+        return False
 
     def beat(self) -> None:
         r, k, manager = self.redis, self.keys, self.manager
@@ -119,7 +135,7 @@ class Heartbeat(LoopThread):
         for i, result in enumerate(results[2:], start=2):
             what = named[i][0]
             if isinstance(result, Exception):
-                if is_connection_error(result):
+                if is_unavailable(result):
                     raise result
                 logger.error("heartbeat: %s not written: %s: %s", what, type(result).__name__, result)
                 if what == "paused queues":
@@ -132,7 +148,14 @@ class Heartbeat(LoopThread):
             elif what == "paused queues":
                 manager.paused = frozenset(m.decode() if isinstance(m, bytes) else m for m in result)
         self.beats += 1
+        if self.last_beat is not None and now - self.last_beat > self.config.orphan_threshold:
+            logger.warning("this process went %.0fs without a beat (more than ORPHAN_THRESHOLD): others may have "
+                           "taken it for dead and requeued the jobs it was running, which then run twice",
+                           now - self.last_beat)
+        self.last_beat = now
         self._chores()
+        if self.steady_since is None:
+            self.steady_since = now
 
     def _chores(self) -> None:
         for name, chore in (("stats", lambda: self.manager.stats.flush(self.redis)),
@@ -142,7 +165,7 @@ class Heartbeat(LoopThread):
             try:
                 chore()
             except Exception as exc:
-                if is_connection_error(exc):
+                if is_unavailable(exc):
                     raise
                 logger.exception("heartbeat chore %s failed", name)
 

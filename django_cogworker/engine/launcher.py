@@ -84,8 +84,10 @@ class Launcher:
         self._suspects: collections.Counter[bytes] = collections.Counter()
         self._next_reconcile = time.monotonic() + RECONCILE_INTERVAL
         self.poller = Poller(config, redis, self.keys, self.retry,
-                             KeyGuard(redis, self.keys, config.queue_names),
-                             OrphanRecovery(config, redis, self.keys, self.identity, self.retry),
+                             KeyGuard(redis, self.keys, config.queue_names,
+                                      periodic=[entry.pjid for entry in periodic_entries]),
+                             OrphanRecovery(config, redis, self.keys, self.identity, self.retry,
+                                            steady_since=lambda: self.heartbeat.steady_since),
                              process_count=lambda: self.heartbeat.process_count)
         # A retry this process files wakes its own poller when due (no message needed).
         self.retry.on_retry = self.poller.expect

@@ -14,7 +14,9 @@ re-checks that the job is still there, so nothing is requeued twice.
 from __future__ import annotations
 
 import logging
+import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis as redis_lib
@@ -22,6 +24,7 @@ import redis as redis_lib
 from .. import payload as payloads
 from .. import scripts, unique
 from ..conf import Config
+from ..errors import is_unavailable
 from ..keys import Keys
 from ..periodic.locks import release_running, retake_running
 from .retry import RetryPolicy
@@ -29,16 +32,34 @@ from .retry import RetryPolicy
 logger = logging.getLogger(__name__)
 
 BATCH = 100
+# Lists missing from the registry are looked for every DISCOVER_INTERVAL seconds, with at most
+# DISCOVER_CALLS SCAN calls of SCAN_COUNT keys each: a keyspace of millions is covered over a
+# few rounds, the cursor kept between them, never in one burst.
+DISCOVER_INTERVAL = 60.0
+DISCOVER_CALLS = 50
+SCAN_COUNT = 1000
+
+
+def steady_grace(config: Config) -> float:
+    """How long this process's own beats must have gone through before it judges others'
+    silence: once Redis serves again, a live process beats within about two intervals (its
+    heartbeat backs off no longer than one), plus a second for connecting."""
+    return 3 * config.heartbeat_interval + 1.0
 
 
 class OrphanRecovery:
-    def __init__(self, config: Config, redis: Any, keys: Keys, identity: str, retry: RetryPolicy):
+    def __init__(self, config: Config, redis: Any, keys: Keys, identity: str, retry: RetryPolicy,
+                 steady_since: Callable[[], float | None] = lambda: -math.inf):
         self.config = config
         self.redis = redis
         self.keys = keys
         self.identity = identity
         self.retry = retry
+        # Redis's time since when this process's own beats have gone through (None: they fail now).
+        self.steady_since = steady_since
         self.settled = False  # see check()
+        self._scan_cursor = 0
+        self._next_discovery = 0.0  # (monotonic) the first check looks at once
 
     def check(self) -> int:
         """Recover every orphaned list found now; return how many jobs were handled.
@@ -58,20 +79,32 @@ class OrphanRecovery:
             now = time.time()
         try:
             identities = {m.decode() for m in r.smembers(k.in_progress_identities)}
+            identities |= self._discover(identities)
             beats = _parse_beats(r.hgetall(k.last_beat))
         except redis_lib.exceptions.ResponseError as exc:
+            if is_unavailable(exc):
+                raise
             # A registry of the wrong type: no information, so no verdicts this
             # round (the key guard moves it aside).
             logger.error("orphan check skipped: %s", exc)
             return 0
         handled = 0
         settled = True
+        since = self.steady_since()
+        steady = since is not None and now - since >= steady_grace(self.config)
         for identity in sorted(identities - {self.identity}):
             beat = beats.get(identity)
             if beat is not None and now - beat < self.config.orphan_threshold:
                 continue
             if beat is None and r.exists(k.process(identity)):
                 continue  # alive, its stamp just not written (yet)
+            if not steady:
+                # Everyone's beats are stale after Redis was away, out of memory or read-only
+                # for longer than ORPHAN_THRESHOLD: judged now, live processes would have their
+                # running jobs requeued and run twice. Judged once this process's own beats have
+                # gone through long enough for every live process to have beaten again.
+                settled = False
+                continue
             try:
                 recovered = self.recover(identity, None if beat is None else now - beat)
                 if recovered is None:
@@ -79,18 +112,52 @@ class OrphanRecovery:
                 else:
                     handled += recovered
             except redis_lib.exceptions.ResponseError as exc:
+                if is_unavailable(exc):
+                    raise  # (Redis refusing writes: no list can be recovered; the round fails)
                 # One list that can't be recovered now (a key of the wrong type:
                 # the key guard moves it aside) must not hold up the others'.
                 logger.error("recovering %s failed, retried next round: %s", identity, exc)
         self.settled = settled
         return handled
 
+    def _discover(self, listed: set[str]) -> set[str]:
+        """In-progress lists whose identity the registry doesn't list, listed again.
+
+        The registry can lose a member: quarantined for holding the wrong type,
+        lost in a failover, or never written (the beat's SADD is best-effort).
+        Such a list was never recovered. A slice of the keyspace is SCANned each
+        DISCOVER_INTERVAL; what it finds is judged like any other identity.
+        """
+        if time.monotonic() < self._next_discovery:
+            return set()
+        self._next_discovery = time.monotonic() + DISCOVER_INTERVAL
+        found: set[str] = set()
+        for _ in range(DISCOVER_CALLS):
+            self._scan_cursor, names = self.redis.scan(self._scan_cursor, match=self.keys.in_progress_match,
+                                                       count=SCAN_COUNT)
+            found.update(self.keys.in_progress_identity(n.decode() if isinstance(n, bytes) else n) for n in names)
+            if int(self._scan_cursor) == 0:
+                break
+        unlisted = found - listed - {self.identity}
+        if unlisted:
+            self.redis.sadd(self.keys.in_progress_identities, *unlisted)
+            logger.warning("in-progress list(s) of %s missing from %s: listed again", ", ".join(sorted(unlisted)),
+                           self.keys.in_progress_identities)
+        return unlisted
+
     def recover(self, identity: str, silent_for: float | None) -> int | None:
         """Requeue the list of dead process ``identity``; return how many jobs were handled, or
         None when another process holds its recovery lock."""
         r, k = self.redis, self.keys
         lock_ttl = max(int(self.config.orphan_threshold), 60)
-        if not r.set(k.orphan_lock(identity), self.identity, nx=True, ex=lock_ttl):
+        lock = k.orphan_lock(identity)
+        if not r.set(lock, self.identity, nx=True, ex=lock_ttl):
+            if r.ttl(lock) == -1:
+                # A lock without an expiry (a manual write, a key of the wrong type) would keep
+                # this list from ever being recovered, silently: give it one.
+                r.expire(lock, lock_ttl)
+                logger.error("%s held no expiry: given %ds, after which %s's list is recovered", lock, lock_ttl,
+                             identity)
             return None
         source = k.in_progress(identity)
         handled = 0
@@ -111,7 +178,8 @@ class OrphanRecovery:
             scripts.FORGET_IDENTITY(r, [source, k.in_progress_identities, k.last_beat, k.orphan_lock(identity)],
                                     [identity])
         finally:
-            r.delete(k.orphan_lock(identity))
+            # Only while it is ours: had it expired mid-recovery, it may be another's now.
+            scripts.HELD_LOCK(r, [lock], [self.identity, ""])
         if handled:
             since = "no beat" if silent_for is None else f"last beat {silent_for:.0f}s ago"
             logger.warning("recovered %d job(s) from dead process %s (%s)", handled, identity, since)

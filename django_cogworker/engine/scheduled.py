@@ -50,7 +50,7 @@ import redis as redis_lib
 from .. import payload as payloads
 from .. import scripts
 from ..conf import Config
-from ..errors import is_connection_error
+from ..errors import is_unavailable
 from ..keys import Keys
 from .key_guard import KeyGuard
 from .orphans import OrphanRecovery
@@ -151,7 +151,7 @@ class Poller(LoopThread):
             try:
                 step()
             except Exception as exc:
-                if is_connection_error(exc):
+                if is_unavailable(exc):
                     raise
                 logger.exception("poller: %s failed", name)
 
@@ -161,7 +161,7 @@ class Poller(LoopThread):
         try:
             self.sweep()
         except Exception as exc:
-            if is_connection_error(exc):
+            if is_unavailable(exc):
                 raise
             logger.exception("poller: due entries failed")
             self._peeked = None
@@ -394,6 +394,8 @@ class Poller(LoopThread):
                 moved = int(scripts.MOVE_BETWEEN_ZSETS(self.redis, [source, self.keys.dead],
                                                        [raw, self.clock(), payloads.encode(dead), below, cap]))
             except redis_lib.exceptions.ResponseError as error:
+                if is_unavailable(error):
+                    raise  # (Redis refusing writes: the round fails, logged once by its watchdog)
                 logger.error("unreadable entry in %s (%s) not moved to dead: %s", source, exc, error)
                 return STUCK
             if moved:
@@ -407,6 +409,8 @@ class Poller(LoopThread):
             return int(scripts.CLAIM_AND_REQUEUE(
                 self.redis, [source, self.keys.queues, self.keys.queue(queue)], [raw, queue, new_raw]))
         except redis_lib.exceptions.ResponseError as exc:
+            if is_unavailable(exc):
+                raise  # (Redis refusing writes: the round fails, logged once by its watchdog)
             logger.error("could not move jid=%s to queue %r: %s (left in %s)", payload.get("jid"), queue, exc,
                          source)
             return STUCK

@@ -1,10 +1,11 @@
 """Keep a thread's loop alive through Redis outages and bugs, and say so once.
 
 Every engine thread body runs one step at a time under :class:`Watchdog`:
-an outage (connection lost) is logged once when it starts and once when it
-ends, with its length; meanwhile the step is retried with a growing pause (no
-busy loop). Any other exception is logged with its traceback and backed off
-the same way; the thread never dies of it.
+an outage (connection lost, or Redis refusing writes: a replica, OOM) is
+logged once when it starts and once when it ends, with its length; meanwhile
+the step is retried with a growing pause (no busy loop). Any other exception
+is logged with its traceback and backed off the same way; the thread never
+dies of it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..errors import is_connection_error
+from ..errors import is_connection_error, is_unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -23,10 +24,12 @@ BACKOFF_MAX = 5.0
 
 
 class Watchdog:
-    def __init__(self, name: str, stop: threading.Event, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, name: str, stop: threading.Event, clock: Callable[[], float] = time.monotonic,
+                 backoff_max: float = BACKOFF_MAX):
         self.name = name
         self.stop = stop
         self.clock = clock
+        self.backoff_max = backoff_max
         self.outage_since: float | None = None
         self.failures = 0
 
@@ -48,17 +51,18 @@ class Watchdog:
 
     def _failed(self, exc: BaseException) -> None:
         self.failures += 1
-        if is_connection_error(exc):
+        if is_unavailable(exc):
+            # READONLY and OOM used to count as bugs: a traceback on every attempt of a failover.
             if self.outage_since is None:
                 self.outage_since = self.clock()
-                logger.error("%s: lost the connection to Redis (%s: %s); retrying with backoff",
-                             self.name, type(exc).__name__, exc)
+                what = "lost the connection to Redis" if is_connection_error(exc) else "Redis refuses to serve"
+                logger.error("%s: %s (%s: %s); retrying with backoff", self.name, what, type(exc).__name__, exc)
         else:
             logger.exception("%s failed (attempt %d); backing off", self.name, self.failures)
         self.stop.wait(self.pause())
 
     def pause(self) -> float:
-        return min(BACKOFF_START * 2 ** min(self.failures - 1, 10), BACKOFF_MAX)
+        return min(BACKOFF_START * 2 ** min(self.failures - 1, 10), self.backoff_max)
 
 
 class LoopThread:

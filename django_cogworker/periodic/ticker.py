@@ -13,8 +13,10 @@ since ``last_slot``, bounded) is claimed in one script (per-slot NX lock plus
 that fails rolls the claim back in one script; a rollback that fails is kept
 and retried before that entry's slot is looked at again. One entry failing
 never stops the others: it backs off 5 s, 10 s, 20 s... up to 300 s, reset by a
-success. A lost connection is Redis being away, not the entry failing: it
-backs nothing off.
+success. Redis unavailable (away, or refusing writes: a replica, OOM) is not
+the entry failing: it backs nothing off, so the first slot after it runs at
+the next tick, and it is logged once when it starts and once when a tick gets
+through again, with its length.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import redis as redis_lib
 
 from .. import payload as payloads
 from ..engine.watchdog import LoopThread
-from ..errors import is_connection_error
+from ..errors import is_unavailable
 from ..job import JobSetter, registered
 from ..keys import Keys
 from .entries import Entry
@@ -67,9 +69,15 @@ class Ticker(LoopThread):
         # pjid -> the latest slot seen due while the entry was disabled: catch-up
         # never goes back past it, so re-enabling doesn't burst.
         self._disabled_through: dict[str, int] = {}
+        # Since a tick was refused for Redis being unavailable (monotonic); None: not refused.
+        self._outage_since: float | None = None
+        # Since the last _note_availability: the first refusal, and whether anything got through.
+        self._refused: BaseException | None = None
+        self._served = False
 
     def start(self) -> None:
         self._publish_if_due()
+        self._note_availability()
         super().start()
 
     def _publish_if_due(self) -> None:
@@ -86,7 +94,10 @@ class Ticker(LoopThread):
         try:
             self.publish_schedule()
         except Exception as exc:
-            logger.error("periodic schedule not published: %s: %s", type(exc).__name__, exc)
+            if not self._unavailable(exc):
+                logger.error("periodic schedule not published: %s: %s", type(exc).__name__, exc)
+        else:
+            self._served = True
 
     def publish_schedule(self) -> None:
         if not self.entries:
@@ -117,19 +128,48 @@ class Ticker(LoopThread):
             if entry.pjid in pending or self._backing_off(entry.pjid):
                 continue
             try:
-                self.tick_entry(entry, now)
+                self._served |= self.tick_entry(entry, now)
                 self._failures.pop(entry.pjid, None)
                 self._retry_at.pop(entry.pjid, None)
             except Exception as exc:
                 # Per entry: one failing entry used to skip every entry after it.
-                delay = self.tick_interval if is_connection_error(exc) else self._back_off(entry.pjid)
+                if self._unavailable(exc):
+                    continue
+                delay = self._back_off(entry.pjid)
                 logger.error("periodic tick failed for %s (next try in %.0fs): %s: %s", entry.pjid, delay,
                              type(exc).__name__, exc)
+        self._note_availability()
 
-    def tick_entry(self, entry: Entry, now: float) -> None:
+    def _unavailable(self, exc: BaseException) -> bool:
+        """Note ``exc`` if it is Redis being unavailable (not the entry's fault: nothing backs off)."""
+        if not is_unavailable(exc):
+            return False
+        self._refused = self._refused or exc
+        return True
+
+    def _note_availability(self) -> None:
+        """Log an outage once when a tick is first refused, and once when one gets through again.
+
+        A line per entry per tick flooded the log. "Through" is a tick that
+        asked Redis and was refused nothing: under READONLY, reading a disabled
+        entry still works while the others' claims are refused.
+        """
+        refused, served = self._refused, self._served
+        self._refused, self._served = None, False
+        if refused is not None:
+            if self._outage_since is None:
+                self._outage_since = self.monotonic()
+                logger.warning("periodic ticker: Redis is unavailable (%s: %s); slots wait for it, "
+                               "nothing backed off", type(refused).__name__, refused)
+        elif served and self._outage_since is not None:
+            logger.warning("periodic ticker: Redis is back after %.1fs", self.monotonic() - self._outage_since)
+            self._outage_since = None
+
+    def tick_entry(self, entry: Entry, now: float) -> bool:
+        """Claim and push what is due of ``entry``; return whether Redis was asked (not: seen already)."""
         slot = entry.latest_slot(now)
         if self._last_checked.get(entry.pjid) == slot:
-            return
+            return False
         if self.disabled(entry):
             self._disabled_through[entry.pjid] = slot
         else:
@@ -139,6 +179,7 @@ class Ticker(LoopThread):
                 if claimed:
                     self.enqueue(entry, candidate, jid, previous)
         self._last_checked[entry.pjid] = slot
+        return True
 
     def _candidates(self, entry: Entry, slot: int, now: float) -> list[int]:
         raw = self.redis.get(self.keys.periodic_last_slot(entry.pjid))
@@ -148,7 +189,13 @@ class Ticker(LoopThread):
             # not run at 14:00). It first runs at its next slot.
             self.redis.set(self.keys.periodic_last_slot(entry.pjid), slot, nx=True)
             return []
-        last = int(raw)
+        try:
+            last = int(raw)
+        except ValueError:
+            # Not a slot (a manual write): it failed every tick of the entry for good. Taken
+            # as no record: the slot due now runs (the claim writes a good last_slot), no catch-up.
+            logger.error("%s holds %r, not a slot: taken as none", self.keys.periodic_last_slot(entry.pjid), raw)
+            return [slot]
         if slot <= last:
             return []
         catch_up = self.catch_up if entry.catch_up is None else entry.catch_up
@@ -178,6 +225,8 @@ class Ticker(LoopThread):
         try:
             return bool(self.redis.sismember(self.keys.periodic_disabled, entry.pjid))
         except redis_lib.exceptions.ResponseError as exc:
+            if is_unavailable(exc):  # (MASTERDOWN refuses reads too) not the set's fault
+                raise
             logger.error("can't read %s (%s); treating %s as enabled", self.keys.periodic_disabled, exc, entry.pjid)
             return False
 
@@ -211,10 +260,12 @@ class Ticker(LoopThread):
         try:
             ROLLBACK(self.redis, keys, [slot, previous, jid])
         except Exception as exc:
-            logger.error("periodic %s: couldn't roll back slot %s (will retry): %s: %s", entry.pjid, slot,
-                         type(exc).__name__, exc)
+            if not self._unavailable(exc):
+                logger.error("periodic %s: couldn't roll back slot %s (will retry): %s: %s", entry.pjid, slot,
+                             type(exc).__name__, exc)
             self._pending_rollbacks.append((entry, slot, previous, jid))
             return exc
+        self._served = True
         return True
 
     def retry_pending_rollbacks(self) -> None:
@@ -228,7 +279,7 @@ class Ticker(LoopThread):
             if result is True:
                 self._failures.pop(key, None)
                 self._retry_at.pop(key, None)
-            elif not is_connection_error(result):
+            elif not is_unavailable(result):
                 self._back_off(key)  # only a rollback failing on its own backs off
 
     def _backing_off(self, key: str) -> bool:
