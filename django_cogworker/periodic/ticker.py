@@ -1,11 +1,11 @@
 """The periodic ticker: every process ticks, each slot runs once fleet-wide.
 
 Created by the Launcher when entries exist; ``start`` publishes the schedule
-(for the admin; again every PUBLISH_INTERVAL) and starts the thread, which first waits for ``ready`` (the
-poller's first orphan check that really completed: after the whole fleet was
-down, an interrupted ``until_executed`` run must be requeued, and its lock
-retaken, before its next slot can fire), then ticks every
-PERIODIC_TICK_INTERVAL until ``stop``.
+(for the admin; again every PUBLISH_INTERVAL) and starts the thread, which
+first waits for ``ready`` (the poller's first orphan check that really
+completed: after the whole fleet was down, an interrupted ``until_executed``
+run must be requeued, and its lock retaken, before its next slot can fire),
+then ticks every PERIODIC_TICK_INTERVAL until ``stop``.
 
 A tick, per entry: the latest due slot (and with catch-up, the missed ones
 since ``last_slot``, bounded) is claimed in one script (per-slot NX lock plus
