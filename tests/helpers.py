@@ -324,3 +324,21 @@ class Worker:
         self.kill9()
         self.proc.wait(10)
         self._log_file.close()
+
+
+def refuse(client: redis.Redis, how: str) -> None:
+    """Make Redis refuse writes server-wide ("oom": out of memory; "readonly": a replica of a master
+    that isn't there; "masterdown": such a replica that refuses reads too). ``serve_again`` undoes it."""
+    if how == "oom":
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", 1)
+    else:
+        client.replicaof("127.0.0.1", free_port())
+        if how == "masterdown":
+            client.config_set("replica-serve-stale-data", "no")
+
+
+def serve_again(client: redis.Redis) -> None:
+    client.config_set("maxmemory", 0)
+    client.config_set("replica-serve-stale-data", "yes")
+    client.replicaof("NO", "ONE")

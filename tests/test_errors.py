@@ -117,28 +117,19 @@ def busygroup(c, server):
     return raised(lambda: c.xgroup_create("s", "g"))
 
 
-@pytest.mark.parametrize("make, code", [(oom, "OOM"), (readonly, "READONLY"), (masterdown, "MASTERDOWN"),
-                                        (noreplicas, "NOREPLICAS"), (unblocked, "UNBLOCKED"), (busy, "BUSY")])
-def test_redis_refusing_for_now_is_unavailable(server, make, code):
+@pytest.mark.parametrize("make, code, unavailable", [
+    (oom, "OOM", True), (readonly, "READONLY", True), (masterdown, "MASTERDOWN", True),
+    (noreplicas, "NOREPLICAS", True), (unblocked, "UNBLOCKED", True), (busy, "BUSY", True),
+    # These don't fix themselves: the caller backs off (and the key guard quarantines a wrong type).
+    (wrongtype, "WRONGTYPE", False), (noperm, "NOPERM", False), (busygroup, "BUSYGROUP", False)])
+def test_redis_refusing_for_now_is_unavailable_and_failing_for_good_is_not(server, make, code, unavailable):
     c = server.client()
     try:
         exc = make(c, server)
     finally:
         c.close()
     assert error_code(exc) == code
-    assert is_unavailable(exc)
-
-
-@pytest.mark.parametrize("make, code", [(wrongtype, "WRONGTYPE"), (noperm, "NOPERM"), (busygroup, "BUSYGROUP")])
-def test_a_command_failing_for_good_is_not_unavailable(server, make, code):
-    """These don't fix themselves: the caller backs off (and the key guard quarantines a wrong type)."""
-    c = server.client()
-    try:
-        exc = make(c, server)
-    finally:
-        c.close()
-    assert error_code(exc) == code
-    assert not is_unavailable(exc)
+    assert is_unavailable(exc) is unavailable
 
 
 def test_a_lost_connection_and_redis_loading_are_unavailable(server):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from helpers import FAST_ENV, RedisServer, Worker, free_port, wait_until
+from helpers import FAST_ENV, RedisServer, Worker, refuse, serve_again, wait_until
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -236,16 +236,9 @@ def test_redis_refusing_writes_longer_than_the_threshold_makes_no_live_process_t
         jids = [client.push(FileMarkJob.set().build([str(path), THRESHOLD * 2 + 6], {})) for _ in range(10)]
         wait_until(lambda: len(marks(path)[0]) == 10, timeout=20, message="10 jobs running")
         running_in = {line.split()[2] for line in path.read_text().splitlines()}
-        if refusal == "oom":
-            admin.config_set("maxmemory-policy", "noeviction")
-            admin.config_set("maxmemory", "1")
-        else:
-            admin.replicaof("127.0.0.1", str(free_port()))  # a master that isn't there: read-only
+        refuse(admin, refusal)
         time.sleep(THRESHOLD + 2)  # refusing writes for longer than ORPHAN_THRESHOLD
-        if refusal == "oom":
-            admin.config_set("maxmemory", "0")
-        else:
-            admin.replicaof("NO", "ONE")
+        serve_again(admin)
         back_at = time.monotonic()
         wait_until(lambda: len(marks(path)[1]) >= 10, timeout=30, message="the 10 jobs ended")
         ended_after = time.monotonic() - back_at

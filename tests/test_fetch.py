@@ -16,7 +16,7 @@ import time
 import pytest
 import redis
 from engine_fixtures import make_config
-from helpers import RedisServer, free_port
+from helpers import RedisServer, refuse, serve_again
 
 from django_cogworker import payload as payloads
 from django_cogworker.connection import make_redis
@@ -370,20 +370,6 @@ def test_unit_keeps_the_exact_bytes(make_fetch, mode, r):
 
 
 # -- Redis refusing writes -------------------------------------------------------------------------
-
-
-def refuse(client, how: str) -> None:
-    """Make Redis refuse writes server-wide: a replica of a master that isn't there, or out of memory."""
-    if how == "oom":
-        client.config_set("maxmemory-policy", "noeviction")
-        client.config_set("maxmemory", 1)
-    else:
-        client.replicaof("127.0.0.1", free_port())
-
-
-def serve_again(client) -> None:
-    client.config_set("maxmemory", 0)
-    client.replicaof("NO", "ONE")
 
 
 # Not (basic, oom): RPOP can only free memory, so Redis lets it through under OOM and basic fetch goes on.

@@ -17,7 +17,7 @@ import zoneinfo
 
 import pytest
 import redis
-from helpers import RedisServer, free_port, wait_until
+from helpers import RedisServer, refuse, serve_again, wait_until
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -109,23 +109,6 @@ def private(tmp_path):
     yield server, client
     client.close()
     server.cleanup()
-
-
-def refuse(client, how: str) -> None:
-    """Make Redis refuse writes server-wide: a replica of a master that isn't there, or out of memory."""
-    if how == "oom":
-        client.config_set("maxmemory-policy", "noeviction")
-        client.config_set("maxmemory", 1)
-    else:
-        client.replicaof("127.0.0.1", free_port())
-        if how == "masterdown":  # (reads refused too)
-            client.config_set("replica-serve-stale-data", "no")
-
-
-def serve_again(client) -> None:
-    client.config_set("maxmemory", 0)
-    client.config_set("replica-serve-stale-data", "yes")
-    client.replicaof("NO", "ONE")
 
 
 # -- claiming --------------------------------------------------------------------------------------
