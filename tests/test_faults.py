@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import threading
 import time
 from pathlib import Path
@@ -217,13 +218,14 @@ def test_redis_killed_and_restarted_under_load(tmp_path):
           + (f" but {len(stranded)} stranded until the workers' shutdown" if stranded else ""))
 
 
-@pytest.mark.parametrize("refusal", ["oom", "readonly"])
+@pytest.mark.parametrize("refusal", ["oom", "readonly", "stall"])
 def test_redis_refusing_writes_longer_than_the_threshold_makes_no_live_process_take_another_for_dead(
         tmp_path, refusal):
     # While Redis refuses writes (out of memory, or a read-only replica after a failover) no
     # process can beat, and everyone's beats go stale. The pollers can still read: once writes
     # came back, a process that judged the others before they had beaten again requeued their
-    # running jobs, and each ran twice.
+    # running jobs, and each ran twice. A stall (Redis frozen for less than the socket timeout)
+    # fails no beat at all: every beat hangs, then goes through late.
     srv = RedisServer(tmp_path / "redis").start()
     path = tmp_path / "marks.txt"
     env = {"COGWORKER_REDIS_URL": srv.url, "COGWORKER_CONCURRENCY": "5"}
@@ -236,9 +238,15 @@ def test_redis_refusing_writes_longer_than_the_threshold_makes_no_live_process_t
         jids = [client.push(FileMarkJob.set().build([str(path), THRESHOLD * 2 + 6], {})) for _ in range(10)]
         wait_until(lambda: len(marks(path)[0]) == 10, timeout=20, message="10 jobs running")
         running_in = {line.split()[2] for line in path.read_text().splitlines()}
-        refuse(admin, refusal)
+        if refusal == "stall":
+            srv.proc.send_signal(signal.SIGSTOP)
+        else:
+            refuse(admin, refusal)
         time.sleep(THRESHOLD + 2)  # refusing writes for longer than ORPHAN_THRESHOLD
-        serve_again(admin)
+        if refusal == "stall":
+            srv.proc.send_signal(signal.SIGCONT)
+        else:
+            serve_again(admin)
         back_at = time.monotonic()
         wait_until(lambda: len(marks(path)[1]) >= 10, timeout=30, message="the 10 jobs ended")
         ended_after = time.monotonic() - back_at

@@ -201,6 +201,25 @@ def test_a_process_silent_longer_than_the_threshold_says_so_when_it_beats_again(
     assert f"went {launcher.config.orphan_threshold + 1:.0f}s without a beat" in caplog.text
 
 
+def test_a_beat_that_hung_and_went_through_starts_the_grace_again(launcher, r, monkeypatch):
+    # Redis stalled for less than the socket timeout: no beat failed, but every process's beats
+    # hung alike. Counted as steady, the poller took the others for dead the moment Redis woke.
+    heartbeat = launcher.heartbeat
+    clock = {"now": redis_now(r)}
+    monkeypatch.setattr(heartbeat, "_redis_now", lambda: clock["now"])
+    heartbeat.beat()
+    first = heartbeat.steady_since
+    clock["now"] += launcher.config.heartbeat_interval
+    heartbeat.beat()
+    assert heartbeat.steady_since == first and heartbeat.steady_at(clock["now"]) == first
+    # Overdue: while its own beat is late, the process gives no verdict (its poller may get
+    # through before its heartbeat does).
+    assert heartbeat.steady_at(clock["now"] + heartbeat.overdue_after() + 0.1) is None
+    clock["now"] += heartbeat.overdue_after() + 0.1  # then the hung beat goes through
+    heartbeat.beat()
+    assert heartbeat.steady_since == clock["now"]  # the grace starts again
+
+
 def test_the_heartbeat_backs_off_no_longer_than_its_interval(launcher):
     watchdog = launcher.heartbeat._watchdog(threading.Event())
     watchdog.failures = 50

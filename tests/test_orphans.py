@@ -184,10 +184,11 @@ def test_no_verdict_until_this_process_has_beaten_steadily_for_the_grace(config,
     # the time to beat again before their silence counts.
     in_flight(r, DEAD, [payload(1)], beat_age=THRESHOLD + 60)
     steady = {"since": None}  # our own beats are failing
-    orphans = OrphanRecovery(config, rb, K, LIVE, RetryPolicy(config), steady_since=lambda: steady["since"])
-    assert orphans.check() == 0 and not orphans.settled
+    orphans = OrphanRecovery(config, rb, K, LIVE, RetryPolicy(config), steady_since=lambda now: steady["since"])
+    assert orphans.check() == 0 and not orphans.settled and orphans.deferred_for is None
     steady["since"] = redis_now(r) - steady_grace(config) + 1  # beating again, not for long enough
     assert orphans.check() == 0 and not orphans.settled
+    assert 0.5 < orphans.deferred_for <= 1.0  # the poller comes back when the grace ends
     assert r.llen(K.in_progress(DEAD)) == 1
     steady["since"] = redis_now(r) - steady_grace(config) - 0.1
     assert orphans.check() == 1 and orphans.settled

@@ -25,7 +25,7 @@ from django_cogworker import payload as payloads
 from django_cogworker.client import Client
 from django_cogworker.connection import make_redis
 from django_cogworker.engine.key_guard import KeyGuard
-from django_cogworker.engine.orphans import OrphanRecovery
+from django_cogworker.engine.orphans import OrphanRecovery, steady_grace
 from django_cogworker.engine.retry import RetryPolicy
 from django_cogworker.engine.scheduled import BATCH, DUE_FLOOR, Poller
 from django_cogworker.keys import Keys
@@ -376,6 +376,22 @@ def live_poller(redis_url):
         poller.stop()
     for client in clients:
         client.close()
+
+
+def test_a_verdict_put_off_for_the_grace_comes_when_the_grace_ends_not_a_poll_interval_later(
+        live_poller, redis_url, bclient, r):
+    # A process that has just started (or whose beats just came back) judges nobody for its
+    # grace; it used to come back only a poll interval later (up to 1.5 x 5 s x processes).
+    r.sadd(K.in_progress_identities, "dead:1:abc")  # no beat, no process hash: dead
+    r.lpush(K.in_progress("dead:1:abc"), entry("interrupted"))
+    config = make_config(redis_url)
+    steady_from = time.time() - steady_grace(config) + 1.0  # its grace ends in a second
+    orphans = OrphanRecovery(config, bclient, K, "poller:1:me", RetryPolicy(config),
+                             steady_since=lambda now: steady_from)
+    poller = live_poller(POLL_INTERVAL_AVERAGE=LONG, orphans=orphans)
+    wait_until(lambda: r.llen(K.queue("default")) == 1, timeout=5, message="recovered once the grace ended")
+    assert time.time() >= steady_from + steady_grace(config)
+    assert poller.first_orphan_check_done.is_set()
 
 
 def test_a_job_scheduled_during_a_long_interval_starts_at_its_due_time(launcher_factory):

@@ -148,14 +148,30 @@ class Heartbeat(LoopThread):
             elif what == "paused queues":
                 manager.paused = frozenset(m.decode() if isinstance(m, bytes) else m for m in result)
         self.beats += 1
-        if self.last_beat is not None and now - self.last_beat > self.config.orphan_threshold:
+        gap = None if self.last_beat is None else now - self.last_beat
+        if gap is not None and gap > self.config.orphan_threshold:
             logger.warning("this process went %.0fs without a beat (more than ORPHAN_THRESHOLD): others may have "
-                           "taken it for dead and requeued the jobs it was running, which then run twice",
-                           now - self.last_beat)
+                           "taken it for dead and requeued the jobs it was running, which then run twice", gap)
+        if gap is not None and gap > self.overdue_after():
+            # A beat that hung (Redis stalled for less than the socket timeout) and then went
+            # through: the others' beats hung alike, so the grace starts again.
+            self.steady_since = None
         self.last_beat = now
         self._chores()
         if self.steady_since is None:
             self.steady_since = now
+
+    def overdue_after(self) -> float:
+        """Seconds after which this process's own last beat is late: two intervals and a second."""
+        return 2 * self.config.heartbeat_interval + 1.0
+
+    def steady_at(self, now: float) -> float | None:
+        """``steady_since``, or None while this process's own last beat is overdue at ``now``
+        (Redis's time): then Redis may be stalling every process alike, this one included, and
+        the poller may have got through before the heartbeat."""
+        if self.last_beat is None or now - self.last_beat > self.overdue_after():
+            return None
+        return self.steady_since
 
     def _chores(self) -> None:
         for name, chore in (("stats", lambda: self.manager.stats.flush(self.redis)),

@@ -87,7 +87,7 @@ class Launcher:
                              KeyGuard(redis, self.keys, config.queue_names,
                                       periodic=[entry.pjid for entry in periodic_entries]),
                              OrphanRecovery(config, redis, self.keys, self.identity, self.retry,
-                                            steady_since=lambda: self.heartbeat.steady_since),
+                                            steady_since=self.heartbeat.steady_at),
                              process_count=lambda: self.heartbeat.process_count)
         # A retry this process files wakes its own poller when due (no message needed).
         self.retry.on_retry = self.poller.expect

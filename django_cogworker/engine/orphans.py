@@ -49,14 +49,17 @@ def steady_grace(config: Config) -> float:
 
 class OrphanRecovery:
     def __init__(self, config: Config, redis: Any, keys: Keys, identity: str, retry: RetryPolicy,
-                 steady_since: Callable[[], float | None] = lambda: -math.inf):
+                 steady_since: Callable[[float], float | None] = lambda now: -math.inf):
         self.config = config
         self.redis = redis
         self.keys = keys
         self.identity = identity
         self.retry = retry
-        # Redis's time since when this process's own beats have gone through (None: they fail now).
+        # Given Redis's time now: since when this process's own beats have gone through on time
+        # (None: they fail, or are late, now).
         self.steady_since = steady_since
+        # Seconds until a verdict put off only for the grace can be given (the poller comes back then).
+        self.deferred_for: float | None = None
         self.settled = False  # see check()
         self._scan_cursor = 0
         self._next_discovery = 0.0  # (monotonic) the first check looks at once
@@ -90,8 +93,9 @@ class OrphanRecovery:
             return 0
         handled = 0
         settled = True
-        since = self.steady_since()
+        since = self.steady_since(now)
         steady = since is not None and now - since >= steady_grace(self.config)
+        self.deferred_for = None
         for identity in sorted(identities - {self.identity}):
             beat = beats.get(identity)
             if beat is not None and now - beat < self.config.orphan_threshold:
@@ -104,6 +108,8 @@ class OrphanRecovery:
                 # running jobs requeued and run twice. Judged once this process's own beats have
                 # gone through long enough for every live process to have beaten again.
                 settled = False
+                if since is not None:
+                    self.deferred_for = max(since + steady_grace(self.config) - now, 0.0)
                 continue
             try:
                 recovered = self.recover(identity, None if beat is None else now - beat)

@@ -130,6 +130,11 @@ class Poller(LoopThread):
                     if not watchdog.run_step(self.round):
                         continue
                     self._next_round = time.monotonic() + self.poll_interval()
+                    deferred = self.orphans.deferred_for
+                    if deferred is not None:
+                        # A dead process's list waits only for this process's grace to end (just
+                        # started, or Redis just back): come back then, not a poll interval later.
+                        self._next_round = min(self._next_round, time.monotonic() + deferred + 0.05)
                     self._after_round()
                 elif time.monotonic() >= self.due_wake():
                     if not watchdog.run_step(self._due_sweep):
