@@ -18,9 +18,8 @@ import json
 import logging
 from typing import Any
 
-import redis as redis_lib
-
 from . import scripts
+from .engine.key_guard import take_lock
 from .keys import Keys
 
 logger = logging.getLogger(__name__)
@@ -43,32 +42,12 @@ def lock_ttl(payload: dict[str, Any], now: float, default: float) -> int:
 
 
 def claim(redis: Any, keys: Keys, payload: dict[str, Any], now: float, default_ttl: float = 3600.0) -> bool:
-    """Take the lock for this payload; False (logged) if another jid holds it.
-
-    A lock key that can't be a lock (the wrong type, or no expiry: written by
-    hand) used to refuse every push of that job for good; it is moved aside, or
-    given the expiry it lacks.
-    """
-    key = keys.unique(payload["unique_digest"])
-    ttl = lock_ttl(payload, now, default_ttl)
-    for _attempt in range(2):
-        if redis.set(key, payload["jid"], nx=True, ex=ttl):
-            return True
-        pipe = redis.pipeline(transaction=False)
-        pipe.get(key)
-        pipe.ttl(key)
-        holder, left = pipe.execute(raise_on_error=False)
-        if isinstance(holder, redis_lib.exceptions.ResponseError):  # WRONGTYPE
-            from .engine.key_guard import quarantine_key
-
-            quarantine_key(redis, keys, key, "string", "is no unique lock (the wrong type)")
-            continue
-        if isinstance(holder, Exception):
-            raise holder
-        if left == -1:
-            redis.expire(key, ttl)
-            logger.error("%s held no expiry (a lock can't hold for ever): given %ds", key, ttl)
-        break
+    """Take the lock for this payload; False (logged) if another jid holds it (a key that can't be
+    a lock is repaired by ``take_lock`` rather than refusing every push of the job for good)."""
+    taken, holder = take_lock(redis, keys, keys.unique(payload["unique_digest"]), payload["jid"],
+                              lock_ttl(payload, now, default_ttl))
+    if taken:
+        return True
     logger.info("duplicate of unique job %s not pushed: jid=%s holds the lock", payload["class"],
                 holder.decode() if isinstance(holder, bytes) else holder)
     return False

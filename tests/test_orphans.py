@@ -138,19 +138,23 @@ def test_a_check_that_finds_nothing_to_recover_is_settled(config, rb, r):
     assert orphans.settled
 
 
-@pytest.mark.parametrize("planted", ["string", "list"])
-def test_a_recovery_lock_without_an_expiry_is_given_one_not_obeyed_for_ever(config, rb, r, caplog, planted):
+def test_a_recovery_lock_without_an_expiry_is_given_one_not_obeyed_for_ever(config, rb, r, caplog):
     in_flight(r, DEAD, [payload(1)], beat_age=THRESHOLD + 1)
-    if planted == "string":
-        r.set(K.orphan_lock(DEAD), "someone-long-gone")
-    else:
-        r.rpush(K.orphan_lock(DEAD), "x")
+    r.set(K.orphan_lock(DEAD), "someone-long-gone")
     orphans = recoverer(config, rb)
     assert orphans.check() == 0 and not orphans.settled  # held: not now
     assert 0 < r.ttl(K.orphan_lock(DEAD)) <= max(THRESHOLD, 60)  # but it lapses
     assert "held no expiry" in caplog.text
     r.delete(K.orphan_lock(DEAD))  # (as its expiry will)
     assert orphans.check() == 1
+
+
+def test_a_recovery_lock_of_the_wrong_type_is_moved_aside_and_the_list_recovered(config, rb, r, caplog):
+    in_flight(r, DEAD, [payload(1)], beat_age=THRESHOLD + 1)
+    r.rpush(K.orphan_lock(DEAD), "x")
+    assert recoverer(config, rb).check() == 1
+    assert "is no lock (the wrong type)" in caplog.text
+    assert [k for k in r.keys(K.quarantine_prefix + "*") if K.orphan_lock(DEAD) in k]
 
 
 def test_a_lock_taken_over_by_another_recoverer_is_not_released_by_this_one(config, rb, r, monkeypatch):

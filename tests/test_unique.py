@@ -260,7 +260,7 @@ def test_a_lock_key_of_the_wrong_type_is_moved_aside_not_obeyed_for_ever(r, toke
     jid = UniqueNote.perform_async(token)
     assert jid is not None and r.get(key) == jid
     assert [k for k in r.keys(K.quarantine_prefix + "*") if key in k]  # kept for a human to look at
-    assert "is no unique lock" in caplog.text
+    assert "is no lock (the wrong type)" in caplog.text
 
 
 def test_a_lock_without_an_expiry_is_given_one(r, token, caplog):

@@ -152,14 +152,13 @@ class Heartbeat(LoopThread):
         if gap is not None and gap > self.config.orphan_threshold:
             logger.warning("this process went %.0fs without a beat (more than ORPHAN_THRESHOLD): others may have "
                            "taken it for dead and requeued the jobs it was running, which then run twice", gap)
-        if gap is not None and gap > self.overdue_after():
-            # A beat that hung (Redis stalled for less than the socket timeout) and then went
-            # through: the others' beats hung alike, so the grace starts again.
-            self.steady_since = None
+        if self.steady_since is None or (gap is not None and gap > self.overdue_after()):
+            # The first good beat after failed ones, or one that hung (Redis stalled for less than
+            # the socket timeout) and then went through: the others' beats hung alike, so the
+            # grace starts again. (Chores failing for a lost connection fail the beat: None again.)
+            self.steady_since = now
         self.last_beat = now
         self._chores()
-        if self.steady_since is None:
-            self.steady_since = now
 
     def overdue_after(self) -> float:
         """Seconds after which this process's own last beat is late: two intervals and a second."""

@@ -20,6 +20,7 @@ from typing import Any
 import redis as redis_lib
 
 from .. import scripts
+from ..errors import error_code
 from ..keys import Keys
 
 logger = logging.getLogger(__name__)
@@ -87,3 +88,30 @@ def quarantine_key(redis: Any, keys: Keys, key: str, expected: str, why: str) ->
         return False
     logger.error("%s %s: moved to %s (kept %d days)", key, why, target, QUARANTINE_TTL // 86400)
     return True
+
+
+def take_lock(redis: Any, keys: Keys, key: str, value: str, ttl: int) -> tuple[bool, Any]:
+    """SET ``key`` ``value`` NX EX ``ttl``: (True, None) when taken, else (False, the holder's value).
+
+    A lock key that can't be a lock no longer holds for ever (every push of a unique job refused,
+    a dead process's list never recovered): one of the wrong type is quarantined and the lock
+    taken; one without an expiry (a manual write) is given ``ttl``.
+    """
+    holder = None
+    for _attempt in range(2):
+        if redis.set(key, value, nx=True, ex=ttl):
+            return True, None
+        pipe = redis.pipeline(transaction=False)
+        pipe.get(key)
+        pipe.ttl(key)
+        holder, left = pipe.execute(raise_on_error=False)
+        if isinstance(holder, redis_lib.exceptions.ResponseError) and error_code(holder) == "WRONGTYPE":
+            quarantine_key(redis, keys, key, "string", "is no lock (the wrong type)")
+            continue
+        if isinstance(holder, Exception):
+            raise holder
+        if left == -1:
+            redis.expire(key, ttl)
+            logger.error("%s held no expiry (a lock can't hold for ever): given %ds", key, ttl)
+        break
+    return False, holder

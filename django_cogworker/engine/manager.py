@@ -78,8 +78,8 @@ class Manager:
         self._running: collections.Counter[bytes] = collections.Counter()
         # raw payload -> copies handed to the processors, not yet started
         self._handed: collections.Counter[bytes] = collections.Counter()
-        # thread name -> (unit, payload, started at epoch), for the workers hash
-        self._by_thread: dict[int, tuple[str, Unit, dict, float]] = {}  # ident -> (name, unit, payload, start)
+        # thread ident -> (thread name, unit, payload, started at epoch), for the workers hash
+        self._by_thread: dict[int, tuple[str, Unit, dict, float]] = {}
         # raw payload -> "ack" or Filing: finished, not yet settled in Redis
         self._pending: dict[bytes, Settlement] = {}
         self.processors = [Processor(self, i) for i in range(config.concurrency)]

@@ -27,6 +27,7 @@ from ..conf import Config
 from ..errors import is_unavailable
 from ..keys import Keys
 from ..periodic.locks import release_running, retake_running
+from .key_guard import take_lock
 from .retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
@@ -157,13 +158,7 @@ class OrphanRecovery:
         r, k = self.redis, self.keys
         lock_ttl = max(int(self.config.orphan_threshold), 60)
         lock = k.orphan_lock(identity)
-        if not r.set(lock, self.identity, nx=True, ex=lock_ttl):
-            if r.ttl(lock) == -1:
-                # A lock without an expiry (a manual write, a key of the wrong type) would keep
-                # this list from ever being recovered, silently: give it one.
-                r.expire(lock, lock_ttl)
-                logger.error("%s held no expiry: given %ds, after which %s's list is recovered", lock, lock_ttl,
-                             identity)
+        if not take_lock(r, k, lock, self.identity, lock_ttl)[0]:
             return None
         source = k.in_progress(identity)
         handled = 0
@@ -181,8 +176,7 @@ class OrphanRecovery:
             if left:
                 logger.error("%d job(s) left on %s: their queue can't be pushed to (a key of the wrong type?); "
                              "retried next round", left, source)
-            scripts.FORGET_IDENTITY(r, [source, k.in_progress_identities, k.last_beat, k.orphan_lock(identity)],
-                                    [identity])
+            scripts.FORGET_IDENTITY(r, [source, k.in_progress_identities, k.last_beat, lock], [identity])
         finally:
             # Only while it is ours: had it expired mid-recovery, it may be another's now.
             scripts.HELD_LOCK(r, [lock], [self.identity, ""])

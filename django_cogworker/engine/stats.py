@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Any
 
+from ..errors import error_code
 from ..keys import Keys
 from .key_guard import quarantine_key
 
@@ -20,7 +21,7 @@ DAY_TTL = 366 * 24 * 3600
 def _uncountable(error: Exception) -> bool:
     """INCRBY refused for what the key holds (not for Redis being unable to write)."""
     text = str(error)
-    return text.startswith("WRONGTYPE") or "not an integer" in text or "would overflow" in text
+    return error_code(error) == "WRONGTYPE" or "not an integer" in text or "would overflow" in text
 
 
 def day_of(epoch: float) -> str:
@@ -80,11 +81,13 @@ class Stats:
             # A counter that can't be counted on (a list, or a string that isn't a number: a
             # manual write) failed every beat for good; moved aside, its count goes to a fresh one
             # at the next flush.
-            unfixable = [((key, _count), error) for (key, _count), error in failures
-                         if not _uncountable(error)
-                         or not quarantine_key(redis, self.keys, key, "", f"can't be counted on ({error})")]
-            if unfixable:
-                raise unfixable[0][1]
+            unfixable = None
+            for (key, _count), error in failures:
+                if _uncountable(error) and quarantine_key(redis, self.keys, key, "", f"can't be counted on ({error})"):
+                    continue
+                unfixable = unfixable or error
+            if unfixable is not None:
+                raise unfixable
 
     def _keep(self, items: list[tuple[str, int]]) -> None:
         with self._lock:

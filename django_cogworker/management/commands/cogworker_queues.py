@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ... import api
+from ... import api, runtime
 
 
 class Command(BaseCommand):
@@ -22,8 +22,6 @@ class Command(BaseCommand):
             return
         if not names:
             raise CommandError(f"name the queue(s) to {action}")
-        from ... import runtime
-
         known = {queue.name for queue in api.Queue.all()} | set(runtime.get_config().queue_names)
         for name in names:
             queue = api.Queue(name)
