@@ -87,7 +87,8 @@ def test_kill9_with_50_jobs_in_flight_all_run_again_on_a_live_worker(tmp_path, r
 
 
 def test_a_job_that_kills_its_process_every_time_ends_in_dead(tmp_path, r):
-    env = {"COGWORKER_MAX_ORPHANINGS": "2", "COGWORKER_CONCURRENCY": "2"}
+    # MAX_ORPHANINGS 1: requeued once (not straight to dead), then dead at its second orphaning.
+    env = {"COGWORKER_MAX_ORPHANINGS": "1", "COGWORKER_CONCURRENCY": "2"}
     jid = KillSelfJob.perform_async()
     deaths, workers = 0, []
     started = time.monotonic()
@@ -117,13 +118,13 @@ def test_a_job_that_kills_its_process_every_time_ends_in_dead(tmp_path, r):
             w.__exit__(None, None, None)
     [dead] = [json.loads(x) for x in r.zrange(K.dead, 0, -1)]
     assert dead["jid"] == jid and dead["orphan_count"] == 2
-    assert "orphaned 2 times" in dead["error_message"]
+    assert "orphaned 2 times" in dead["error_message"] and "MAX_ORPHANINGS is 1" in dead["error_message"]
     assert "orphaned" in dead["dead_reason"]
     records = [json.loads(x) for x in r.lrange(K.repeat_orphans, 0, -1)]
     assert [(rec["jid"], rec["orphan_count"]) for rec in records] == [(jid, 2)]
-    assert deaths == 2  # it ran (and killed its process) MAX_ORPHANINGS times, then never again
+    assert deaths == 2  # it ran (and killed its process) 1 + MAX_ORPHANINGS times, then never again
     assert not r.exists(K.queue("default"))
-    print(f"\nFIGURES self-killing job: MAX_ORPHANINGS 2, processes killed {deaths}, in dead after {took:.1f}s, "
+    print(f"\nFIGURES self-killing job: MAX_ORPHANINGS 1, processes killed {deaths}, in dead after {took:.1f}s, "
           f"recorded in repeat_orphans")
 
 

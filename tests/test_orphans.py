@@ -1,9 +1,10 @@
 """Orphan recovery, in process: the in-progress lists of dead processes come back, once each.
 
 A process is dead to the others when its last beat (Redis's clock) is older than
-ORPHAN_THRESHOLD, or when it has neither a last beat nor a process hash. Its jobs go back to the
-end their queue is popped from with orphan_count + 1; at MAX_ORPHANINGS they go to dead instead,
-recorded in repeat_orphans. The end-to-end versions (real processes killed with -9) are in
+ORPHAN_THRESHOLD, or when it has had neither a last beat nor a process hash for ORPHAN_THRESHOLD
+(counted from when the judging process first saw it so). Its jobs go back to the end their queue
+is popped from with orphan_count + 1, at most MAX_ORPHANINGS times; at the orphaning after that
+they go to dead instead, recorded in repeat_orphans. The end-to-end versions (real processes killed with -9) are in
 test_faults.py.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 
 import pytest
 import redis
@@ -98,11 +100,55 @@ def test_no_beat_but_a_live_process_hash_is_left_alone(config, rb, r):
     assert r.llen(K.in_progress(DEAD)) == 1
 
 
-def test_no_beat_and_no_process_hash_is_dead(config, rb, r):
+@pytest.fixture
+def quick(redis_url):
+    """A config whose threshold a test can wait out."""
+    return build_config({"ORPHAN_THRESHOLD": 1.2, "HEARTBEAT_INTERVAL": 0.5, "MAX_ORPHANINGS": 3},
+                        {"COGWORKER_REDIS_URL": redis_url})
+
+
+def test_no_beat_and_no_process_hash_is_dead_once_the_threshold_has_passed_unseen(quick, rb, r):
     in_flight(r, DEAD, [payload(1)], beat_age=None)
-    assert recoverer(config, rb).check() == 1
+    orphans = recoverer(quick, rb)
+    # The stamp may just have been lost (quarantined, a failover) while the process lives: no
+    # verdict until ORPHAN_THRESHOLD has passed with no beat, counted from this first sight.
+    assert orphans.check() == 0
+    assert r.llen(K.in_progress(DEAD)) == 1 and orphans.settled
+    time.sleep(0.6)
+    assert orphans.check() == 0
+    time.sleep(0.7)
+    assert orphans.check() == 1
     assert [p["jid"] for p in queued(r)] == ["jid00001"]
     assert forgotten(r, DEAD)
+
+
+def test_a_beat_or_process_hash_seen_again_restarts_the_count(quick, rb, r):
+    in_flight(r, DEAD, [payload(1)], beat_age=None)
+    orphans = recoverer(quick, rb)
+    assert orphans.check() == 0
+    time.sleep(0.8)
+    r.hset(K.process(DEAD), "info", "{}")  # it beats again: alive
+    assert orphans.check() == 0
+    r.delete(K.process(DEAD))  # silent again: counted afresh from the next sight
+    assert orphans.check() == 0
+    time.sleep(0.5)
+    assert orphans.check() == 0
+    assert r.llen(K.in_progress(DEAD)) == 1
+    time.sleep(0.8)
+    assert orphans.check() == 1
+
+
+def test_a_stamp_lost_while_the_process_lives_is_no_verdict(quick, rb, r):
+    # The process's hash expired during a stall shorter than the threshold, its last_beat lost
+    # to a failover: it comes back, beats again, and keeps its running jobs.
+    in_flight(r, DEAD, [payload(1)], beat_age=None)
+    orphans = recoverer(quick, rb)
+    assert orphans.check() == 0
+    time.sleep(0.8)
+    r.hset(K.last_beat, DEAD, repr(redis_now(r)))
+    time.sleep(0.6)
+    assert orphans.check() == 0
+    assert r.llen(K.in_progress(DEAD)) == 1
 
 
 def test_a_process_never_recovers_its_own_list(config, rb, r):
@@ -173,7 +219,7 @@ def test_a_lock_taken_over_by_another_recoverer_is_not_released_by_this_one(conf
 
 
 def test_a_list_missing_from_the_registry_is_found_and_recovered(config, rb, r, caplog):
-    in_flight(r, DEAD, [payload(1)], beat_age=None)
+    in_flight(r, DEAD, [payload(1)], beat_age=THRESHOLD + 1)
     r.srem(K.in_progress_identities, DEAD)  # the registry lost it (quarantined, a failover...)
     r.rpush(K.in_progress(LIVE), payload(2))  # our own list: never touched
     orphans = recoverer(config, rb)
@@ -249,29 +295,30 @@ def test_concurrent_recoverers_requeue_each_job_exactly_once(config, redis_url, 
           f"0 requeued twice, 0 lost")
 
 
-def test_at_max_orphanings_the_job_goes_to_dead_and_is_recorded(config, rb, r, caplog):
-    in_flight(r, DEAD, [payload(1, orphan_count=2), payload(2, orphan_count=1)], beat_age=THRESHOLD + 1)
+def test_past_max_orphanings_the_job_goes_to_dead_and_is_recorded(config, rb, r, caplog):
+    # MAX_ORPHANINGS 3: requeued at its 1st, 2nd and 3rd orphaning; dead at the 4th.
+    in_flight(r, DEAD, [payload(1, orphan_count=3), payload(2, orphan_count=2)], beat_age=THRESHOLD + 1)
     with caplog.at_level(logging.ERROR, logger="django_cogworker"):
         assert recoverer(config, rb).check() == 2
     [(raw, _score)] = r.zrange(K.dead, 0, -1, withscores=True)
     dead = json.loads(raw)
-    assert dead["jid"] == "jid00001" and dead["orphan_count"] == 3
-    assert "orphaned 3 times" in dead["error_message"] and "MAX_ORPHANINGS is 3" in dead["error_message"]
+    assert dead["jid"] == "jid00001" and dead["orphan_count"] == 4
+    assert "orphaned 4 times" in dead["error_message"] and "MAX_ORPHANINGS is 3" in dead["error_message"]
     assert "orphaned" in dead["dead_reason"]
     assert dead["error_class"] == "Orphaned"
     [record] = [json.loads(x) for x in r.lrange(K.repeat_orphans, 0, -1)]
-    assert (record["jid"], record["orphan_count"], record["from"]) == ("jid00001", 3, DEAD)
-    assert [(p["jid"], p["orphan_count"]) for p in queued(r)] == [("jid00002", 2)]
+    assert (record["jid"], record["orphan_count"], record["from"]) == ("jid00001", 4, DEAD)
+    assert [(p["jid"], p["orphan_count"]) for p in queued(r)] == [("jid00002", 3)]
     assert forgotten(r, DEAD)
     assert any("jid00001" in rec.getMessage() and "dead" in rec.getMessage() for rec in caplog.records)
 
 
-def test_at_max_orphanings_the_jobs_unique_and_periodic_locks_are_freed(config, rb, r):
+def test_past_max_orphanings_the_jobs_unique_and_periodic_locks_are_freed(config, rb, r):
     held = {K.unique("d1"): "jid00001", K.periodic_running("nightly"): "jid00001", K.unique("d3"): "jid00003"}
     for key, jid in held.items():
         r.set(key, jid, ex=600)
-    in_flight(r, DEAD, [payload(1, orphan_count=2, unique_digest="d1", unique_for=600, periodic_pjid="nightly"),
-                        payload(3, orphan_count=2, unique_digest="d3", unique_for=600, dead=False),
+    in_flight(r, DEAD, [payload(1, orphan_count=3, unique_digest="d1", unique_for=600, periodic_pjid="nightly"),
+                        payload(3, orphan_count=3, unique_digest="d3", unique_for=600, dead=False),
                         payload(2, orphan_count=0, unique_digest="d2", unique_for=600)],
               beat_age=THRESHOLD + 1)
     r.set(K.unique("d2"), "jid00002", ex=600)
@@ -285,11 +332,31 @@ def test_at_max_orphanings_the_jobs_unique_and_periodic_locks_are_freed(config, 
     assert r.get(K.unique("d2")) == "jid00002"
 
 
-def test_at_max_orphanings_a_job_with_dead_false_is_discarded(config, rb, r):
-    in_flight(r, DEAD, [payload(1, orphan_count=2, dead=False)], beat_age=THRESHOLD + 1)
+def test_past_max_orphanings_a_job_with_dead_false_is_discarded(config, rb, r):
+    in_flight(r, DEAD, [payload(1, orphan_count=3, dead=False)], beat_age=THRESHOLD + 1)
     recoverer(config, rb).check()
     assert r.zcard(K.dead) == 0 and not r.exists(K.queue("default"))
     assert forgotten(r, DEAD)
+
+
+@pytest.mark.parametrize("max_orphanings", [1, 3])
+def test_a_job_is_requeued_max_orphanings_times_then_goes_to_dead(redis_url, rb, r, max_orphanings):
+    config = build_config({"ORPHAN_THRESHOLD": THRESHOLD, "HEARTBEAT_INTERVAL": 0.5,
+                           "MAX_ORPHANINGS": max_orphanings}, {"COGWORKER_REDIS_URL": redis_url})
+    raw = payload(1)
+    requeues = 0
+    for crash in range(1, max_orphanings + 2):
+        identity = f"crashed{crash}:1:aa"
+        in_flight(r, identity, [raw], beat_age=THRESHOLD + 1)  # taken by a process that then died
+        recoverer(config, rb).check()
+        back = r.rpop(K.queue("default"))
+        if back is None:
+            break
+        requeues += 1
+        raw = back
+    assert requeues == max_orphanings  # with MAX_ORPHANINGS 1, a crashed worker's jobs still come back once
+    [dead] = [json.loads(x) for x in r.zrange(K.dead, 0, -1)]
+    assert dead["orphan_count"] == max_orphanings + 1 and dead["error_class"] == "Orphaned"
 
 
 def test_unparseable_entry_goes_to_dead_and_the_rest_is_requeued(config, rb, r):
@@ -334,3 +401,32 @@ def test_a_registry_of_the_wrong_type_skips_the_round(config, rb, r, caplog):
         assert recoverer(config, rb).check() == 0  # no information, no verdicts
     assert r.llen(K.in_progress(DEAD)) == 1
     assert any("orphan check skipped" in m.getMessage() for m in caplog.records)
+
+
+@pytest.mark.parametrize("poison", ['"\\ud800"', "1e309"], ids=["lone-surrogate", "infinity"])
+def test_an_entry_that_cant_be_written_back_goes_to_dead_and_the_rest_is_requeued(config, rb, r, caplog, poison):
+    # It reads (json takes "\ud800" and 1e309), but can't be written again: requeued with the
+    # others, it failed the batch's script every round and none of the list ever came back.
+    bad = ('{"jid":"jidpoison","class":"testproject.demo.jobs.RecordJob","args":[%s],"kwargs":{},'
+           '"queue":"default","retry":true}' % poison)
+    in_flight(r, DEAD, [payload(1), bad, payload(2)], beat_age=THRESHOLD + 1)
+    with caplog.at_level(logging.ERROR, logger="django_cogworker"):
+        assert recoverer(config, rb).check() == 3
+    assert sorted(p["jid"] for p in queued(r)) == ["jid00001", "jid00002"]
+    [dead] = [json.loads(x) for x in r.zrange(K.dead, 0, -1)]
+    assert dead["jid"] == "jidpoison" and dead["class"] == "testproject.demo.jobs.RecordJob"
+    assert dead["raw"] == bad  # the stored bytes, kept as they were
+    assert "can't be written back" in dead["error_message"]
+    assert forgotten(r, DEAD)
+    assert "jidpoison" in caplog.text
+
+
+def test_an_entry_that_cant_be_written_back_past_max_orphanings_still_goes_to_dead(config, rb, r):
+    bad = ('{"jid":"jidpoison","class":"testproject.demo.jobs.RecordJob","args":["\\udc00"],"kwargs":{},'
+           '"queue":"default","orphan_count":3}')
+    in_flight(r, DEAD, [bad, payload(1)], beat_age=THRESHOLD + 1)
+    assert recoverer(config, rb).check() == 2
+    [dead] = [json.loads(x) for x in r.zrange(K.dead, 0, -1)]
+    assert dead["jid"] == "jidpoison" and dead["raw"] == bad and "orphaned 4 times" in dead["error_message"]
+    assert [p["jid"] for p in queued(r)] == ["jid00001"]
+    assert forgotten(r, DEAD)

@@ -2,11 +2,14 @@
 
 Run by every live process's poller thread (``check``), continuously, not only
 at startup. A process is dead to the others when its last beat (Redis's clock)
-is older than ORPHAN_THRESHOLD, or when it has no last beat and no process
-hash at all. Its list is requeued one atomic script per batch; each job's
-``orphan_count`` goes up, and at MAX_ORPHANINGS it goes to dead with the reason
-instead (recorded in ``repeat_orphans``): a job that kills its process every
-time must not take the fleet down forever. An NX lock per dead identity keeps
+is older than ORPHAN_THRESHOLD, or when it has had no last beat and no process
+hash for ORPHAN_THRESHOLD, counted from when this process first saw it so. Its
+list is requeued one atomic script per batch; each job's ``orphan_count`` goes
+up: a job is requeued at most MAX_ORPHANINGS times, and at the orphaning after
+that it goes to dead with the reason instead (recorded in ``repeat_orphans``): a
+job that kills its process every time must not take the fleet down forever. An
+entry that can't be written back (a lone surrogate, a number too big for JSON)
+goes to dead with the reason; the rest of the list is requeued. An NX lock per dead identity keeps
 two live processes from recovering the same list at once, and every move
 re-checks that the job is still there, so nothing is requeued twice.
 """
@@ -62,6 +65,10 @@ class OrphanRecovery:
         # Seconds until a verdict put off only for the grace can be given (the poller comes back then).
         self.deferred_for: float | None = None
         self.settled = False  # see check()
+        # identity -> Redis's time when this process first saw it with neither a last beat nor a
+        # process hash. That alone is no verdict: the stamp can be lost (quarantined, a failover)
+        # while the process lives, stalled a minute; judged at once, its running jobs ran twice.
+        self._beatless_since: dict[str, float] = {}
         self._scan_cursor = 0
         self._next_discovery = 0.0  # (monotonic) the first check looks at once
 
@@ -97,12 +104,22 @@ class OrphanRecovery:
         since = self.steady_since(now)
         steady = since is not None and now - since >= steady_grace(self.config)
         self.deferred_for = None
-        for identity in sorted(identities - {self.identity}):
+        others = identities - {self.identity}
+        for gone in self._beatless_since.keys() - others:
+            del self._beatless_since[gone]
+        for identity in sorted(others):
             beat = beats.get(identity)
-            if beat is not None and now - beat < self.config.orphan_threshold:
-                continue
-            if beat is None and r.exists(k.process(identity)):
+            if beat is not None:
+                self._beatless_since.pop(identity, None)
+                if now - beat < self.config.orphan_threshold:
+                    continue
+            elif r.exists(k.process(identity)):
+                self._beatless_since.pop(identity, None)
                 continue  # alive, its stamp just not written (yet)
+            else:
+                first_seen = self._beatless_since.setdefault(identity, now)
+                if now - first_seen < self.config.orphan_threshold:
+                    continue
             if not steady:
                 # Everyone's beats are stale after Redis was away, out of memory or read-only
                 # for longer than ORPHAN_THRESHOLD: judged now, live processes would have their
@@ -113,11 +130,13 @@ class OrphanRecovery:
                     self.deferred_for = max(since + steady_grace(self.config) - now, 0.0)
                 continue
             try:
-                recovered = self.recover(identity, None if beat is None else now - beat)
+                silent_for = now - (self._beatless_since[identity] if beat is None else beat)
+                recovered = self.recover(identity, silent_for, beat is None)
                 if recovered is None:
                     settled = False  # another process is recovering it now
                 else:
                     handled += recovered
+                    self._beatless_since.pop(identity, None)
             except redis_lib.exceptions.ResponseError as exc:
                 if is_unavailable(exc):
                     raise  # (Redis refusing writes: no list can be recovered; the round fails)
@@ -152,9 +171,12 @@ class OrphanRecovery:
                            self.keys.in_progress_identities)
         return unlisted
 
-    def recover(self, identity: str, silent_for: float | None) -> int | None:
+    def recover(self, identity: str, silent_for: float, beatless: bool = False) -> int | None:
         """Requeue the list of dead process ``identity``; return how many jobs were handled, or
-        None when another process holds its recovery lock."""
+        None when another process holds its recovery lock.
+
+        ``silent_for``: seconds since its last beat (``beatless``: since this process first saw
+        it with no beat and no process hash), for the log."""
         r, k = self.redis, self.keys
         lock_ttl = max(int(self.config.orphan_threshold), 60)
         lock = k.orphan_lock(identity)
@@ -181,7 +203,7 @@ class OrphanRecovery:
             # Only while it is ours: had it expired mid-recovery, it may be another's now.
             scripts.HELD_LOCK(r, [lock], [self.identity, ""])
         if handled:
-            since = "no beat" if silent_for is None else f"last beat {silent_for:.0f}s ago"
+            since = f"no beat seen for {silent_for:.0f}s" if beatless else f"last beat {silent_for:.0f}s ago"
             logger.warning("recovered %d job(s) from dead process %s (%s)", handled, identity, since)
         return handled
 
@@ -203,26 +225,37 @@ class OrphanRecovery:
             count = payload.get("orphan_count")
             payload["orphan_count"] = (count if isinstance(count, int) else 0) + 1
             payload["orphaned_from"] = identity
-            if payload["orphan_count"] >= self.config.max_orphanings:
+            if payload["orphan_count"] > self.config.max_orphanings:
+                # Requeued MAX_ORPHANINGS times already (the seed: "at most max_orphanings times").
                 reason = (f"orphaned {payload['orphan_count']} times (its process died while running it "
                           f"each time; MAX_ORPHANINGS is {self.config.max_orphanings})")
                 payload["error_class"] = "Orphaned"
                 payload["error_message"] = reason
                 filing = self.retry.exhausted(payload, None, reason)
                 if filing is not None:
-                    handled += self._to_dead(source, raw, filing.payload, below, cap)
+                    letter = filing.payload if _writable(filing.payload) is not None else \
+                        _unwritable_letter(raw, payload, reason)
+                    handled += self._to_dead(source, raw, letter, below, cap)
                     self._release_locks(payload)
                 else:
                     argv[0] += 1
                     argv.insert(1, raw)  # discarded (dead=False): just dropped from the list
                     discarded.append(payload)
                 continue
+            new_raw = _writable(payload)
+            if new_raw is None:
+                # Read, but can't be written back: requeued with the others, it failed the whole
+                # batch's script, every round, and no job of the list ever came back.
+                reason = "orphaned, and its payload can't be written back (not encodable as UTF-8 JSON)"
+                handled += self._to_dead(source, raw, _unwritable_letter(raw, payload, reason), below, cap)
+                self._release_locks(payload)
+                continue
             queue = payload.get("queue") if isinstance(payload.get("queue"), str) else "default"
             key = k.queue(queue)
             if key not in index:
                 keys.append(key)
                 index[key] = len(keys)
-            argv.extend((raw, payloads.encode(payload), index[key], queue))
+            argv.extend((raw, new_raw, index[key], queue))
         if len(argv) > 1:
             handled += int(scripts.REQUEUE(self.redis, keys, argv))
             for new_raw in argv[argv[0] + 2::4]:
@@ -251,6 +284,29 @@ class OrphanRecovery:
                      payload.get("dead_reason") or payload.get("error_message"))
         return int(scripts.ORPHAN_TO_DEAD(self.redis, [source, self.keys.dead, self.keys.repeat_orphans],
                                           [raw, time.time(), payloads.encode(payload), record, below, cap]))
+
+
+def _writable(payload: dict) -> str | None:
+    """The payload's JSON if Redis can be sent it (UTF-8 encodable, finite numbers), else None."""
+    try:
+        text = payloads.encode(payload)
+        text.encode()
+    except (ValueError, RecursionError):  # (UnicodeEncodeError is a ValueError)
+        return None
+    return text
+
+
+def _unwritable_letter(raw: bytes, payload: dict, reason: str) -> dict:
+    """The dead entry for a payload that can't be written back: its stored bytes as they are,
+    under its own jid and class where those can be written."""
+    letter = payloads.dead_letter(raw, reason, time.time())
+    for field in ("jid", "class"):
+        value = payload.get(field)
+        if isinstance(value, str) and _writable({field: value}) is not None:
+            letter[field] = value
+    letter["orphan_count"] = payload.get("orphan_count")
+    letter["orphaned_from"] = payload.get("orphaned_from")
+    return letter
 
 
 def _parse_beats(raw: dict[bytes, bytes]) -> dict[str, float]:
