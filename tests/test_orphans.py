@@ -407,8 +407,8 @@ def test_a_registry_of_the_wrong_type_skips_the_round(config, rb, r, caplog):
 def test_an_entry_that_cant_be_written_back_goes_to_dead_and_the_rest_is_requeued(config, rb, r, caplog, poison):
     # It reads (json takes "\ud800" and 1e309), but can't be written again: requeued with the
     # others, it failed the batch's script every round and none of the list ever came back.
-    bad = ('{"jid":"jidpoison","class":"testproject.demo.jobs.RecordJob","args":[%s],"kwargs":{},'
-           '"queue":"default","retry":true}' % poison)
+    bad = ('{"jid":"jidpoison","class":"testproject.demo.jobs.RecordJob","args":[' + poison + '],"kwargs":{},'
+           '"queue":"default","retry":true}')
     in_flight(r, DEAD, [payload(1), bad, payload(2)], beat_age=THRESHOLD + 1)
     with caplog.at_level(logging.ERROR, logger="django_cogworker"):
         assert recoverer(config, rb).check() == 3
