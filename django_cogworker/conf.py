@@ -21,6 +21,7 @@ from .errors import ConfigError
 DAY = 24 * 60 * 60
 FETCH_MODES = ("reliable", "basic")
 URL_SCHEMES = ("redis", "rediss", "unix")
+HEARTBEAT_INTERVAL_MAX = 3600.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,6 +304,10 @@ def validate(cfg: Config) -> Config:
                   "periodic_tick_interval"):
         if not _positive_number(getattr(cfg, field)):
             bad(field, "a positive number of seconds")
+    if _positive_number(cfg.heartbeat_interval) and cfg.heartbeat_interval > HEARTBEAT_INTERVAL_MAX:
+        # Paused queues, remote signals and retried acks ride on the beat: an hour is already
+        # longer than anyone waits for a pause to take; beyond it, a typo (minutes for seconds).
+        bad("heartbeat_interval", f"at most {HEARTBEAT_INTERVAL_MAX:.0f} seconds")
     if _positive_number(cfg.orphan_threshold) and _positive_number(cfg.heartbeat_interval) \
             and cfg.orphan_threshold <= 2 * cfg.heartbeat_interval:
         bad("orphan_threshold", f"more than twice HEARTBEAT_INTERVAL ({cfg.heartbeat_interval!r}) so live "

@@ -17,9 +17,9 @@ in_progress_identities        set     processes that own an in-progress list    
 last_beat                     hash    identity -> Redis TIME of its last heartbeat            -
 orphan_lock:<identity>        string  a live process recovering that identity's list          max(thr, 60 s)
 processes                     set     live process identities                                 -
-process:<identity>            hash    info (JSON), busy, quiet, beat (Redis time)             60 s
-workers:<identity>            hash    thread name -> JSON of the job that thread runs         60 s
-signals:<identity>            list    remote signals for that process (quiet, stop, dump);    -
+process:<identity>            hash    info (JSON), busy, quiet, beat (Redis time)             presence
+workers:<identity>            hash    thread name -> JSON of the job that thread runs         presence
+signals:<identity>            list    remote signals for that process (quiet, stop, dump);    presence
                                       popped by its heartbeat, deleted at its clean exit
 repeat_orphans                list    jobs sent to dead for being orphaned MAX_ORPHANINGS      1,000
                                       times (a record for humans)                             entries
@@ -31,6 +31,8 @@ periodic:*                    -       see the periodic package (schedule, disabl
 unique:<digest>               string  unique-job lock                                         set
 ============================  ======  ======================================================  =========
 
+"presence": :func:`presence_ttl` of the process's HEARTBEAT_INTERVAL (60 s with the default 5 s).
+
 One pub/sub channel, not a key (channels are shared by every database of a server):
 ``schedule:wake``: each scheduled push publishes its due time (epoch seconds) there; the
 pollers subscribe, and wake for it.
@@ -38,7 +40,21 @@ pollers subscribe, and wake for it.
 
 from __future__ import annotations
 
+import math
 import re
+
+PRESENCE_TTL_MIN = 60
+PRESENCE_BEATS = 6
+
+
+def presence_ttl(heartbeat_interval: float) -> int:
+    """Seconds a process's hash (and workers hash, and signals) live past its last beat.
+
+    Several beats' worth, and never under a minute: a fixed 60 s let the hashes of a process
+    beating every 90 s expire between beats, so it dropped out of ``processes`` and the admin,
+    and, its last-beat stamp lost as well, could be taken for dead.
+    """
+    return max(PRESENCE_TTL_MIN, math.ceil(PRESENCE_BEATS * heartbeat_interval))
 
 
 def glob_escape(text: str) -> str:

@@ -128,6 +128,12 @@ def test_bad_value_names_setting_and_value(key, value, message):
     assert errors_of({key: value}) == [message]
 
 
+def test_a_heartbeat_interval_over_an_hour_is_refused_naming_the_setting():
+    assert errors_of({"HEARTBEAT_INTERVAL": 4000, "ORPHAN_THRESHOLD": 9000}) == [
+        'COGWORKER["HEARTBEAT_INTERVAL"] must be at most 3600 seconds, got 4000']
+    assert build_config({"HEARTBEAT_INTERVAL": 3600, "ORPHAN_THRESHOLD": 9000}, {}).heartbeat_interval == 3600
+
+
 def test_orphan_threshold_must_leave_room_for_missed_beats():
     (message,) = errors_of({"ORPHAN_THRESHOLD": 10, "HEARTBEAT_INTERVAL": 5})
     assert message.startswith('COGWORKER["ORPHAN_THRESHOLD"] must be more than twice HEARTBEAT_INTERVAL (5)')

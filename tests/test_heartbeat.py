@@ -21,6 +21,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from django_cogworker import payload as payloads
+from django_cogworker.api import ProcessSet
 from django_cogworker.conf import build_config
 from django_cogworker.engine import heartbeat as heartbeat_module
 from django_cogworker.engine.fetch import Unit
@@ -64,7 +65,7 @@ def test_beat_writes_the_process_hash_with_its_info(launcher, r):
     assert info["fetch"] == "reliable"
     assert isinstance(info["rss_kb"], int) and info["rss_kb"] > 1000
     assert (h["busy"], h["quiet"]) == ("0", "false")
-    assert 55 <= r.ttl(K.process(ID)) <= heartbeat_module.TTL == 60
+    assert 55 <= r.ttl(K.process(ID)) <= 60
     assert r.sismember(K.processes, ID)
     assert r.sismember(K.in_progress_identities, ID)
 
@@ -282,3 +283,20 @@ def test_clear_leaves_the_registry(launcher, r):
     launcher.heartbeat.clear()
     assert not r.sismember(K.processes, ID)
     assert not r.exists(K.process(ID)) and not r.exists(K.workers(ID)) and not r.exists(K.signals(ID))
+
+
+
+@pytest.mark.parametrize("interval, ttl", [(0.5, 60), (5, 60), (90, 540), (3600, 21600)])
+def test_the_process_and_workers_hashes_and_signals_outlive_the_time_between_beats(redis_url, rb, r, interval, ttl):
+    # A fixed 60 s TTL let the hashes of a process beating every 90 s expire between beats: it
+    # dropped out of `processes` and the admin (and, its stamp lost too, could be taken for dead),
+    # and a remote signal sent to it expired unread.
+    config = make_config(redis_url, HEARTBEAT_INTERVAL=interval, ORPHAN_THRESHOLD=3 * interval)
+    launcher = Launcher(config, rb, identity=ID, version="9.9.9")
+    raw = payloads.encode({"jid": "j1", "class": "x", "args": [], "kwargs": {}, "queue": "alpha"}).encode()
+    launcher.manager.job_started(Unit(raw, "alpha"), json.loads(raw))
+    launcher.heartbeat.beat()
+    for key in (K.process(ID), K.workers(ID)):
+        assert ttl - 2 <= r.ttl(key) <= ttl and r.ttl(key) > 2 * interval
+    ProcessSet(redis=rb, keys=K).get(ID).quiet()
+    assert ttl - 2 <= r.ttl(K.signals(ID)) <= ttl

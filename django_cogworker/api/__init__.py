@@ -38,7 +38,7 @@ The names are defined in one module per part and re-exported here, so
     queues       Queue
     sorted_sets  SortedEntry, SortedSet, ScheduledSet, RetrySet, DeadSet;
                  SCAN_LIMIT, SCAN_BUDGET, MATCH_LIMIT, BATCH, KILLED_REASON
-    processes    Process, ProcessSet, Work, Workers; SIGNAL_TTL
+    processes    Process, ProcessSet, Work, Workers
     periodic     PeriodicEntry
     quarantine   Bounded, QuarantinedKey; KEYSPACE_SCAN_LIMIT, QUARANTINE_LIMIT, SAMPLE_ITEMS, SAMPLE_CHARS
     stats        Day, Stats
@@ -50,7 +50,7 @@ setting ``api.SCAN_LIMIT`` changes only this re-exported name.
 
 from ._base import MAX_PER_PAGE, SCAN_COUNT, ActionRefused
 from .periodic import PeriodicEntry
-from .processes import SIGNAL_TTL, Process, ProcessSet, Work, Workers
+from .processes import Process, ProcessSet, Work, Workers
 from .quarantine import KEYSPACE_SCAN_LIMIT, QUARANTINE_LIMIT, SAMPLE_CHARS, SAMPLE_ITEMS, Bounded, QuarantinedKey
 from .queues import Queue
 from .records import JobRecord, Page
@@ -81,7 +81,6 @@ __all__ = [
     "SAMPLE_ITEMS",
     "SAMPLE_CHARS",
     "KILLED_REASON",
-    "SIGNAL_TTL",
     # errors, pages and records
     "ActionRefused",
     "Page",

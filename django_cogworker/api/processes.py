@@ -8,11 +8,11 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from ..keys import Keys
+from ..keys import Keys, presence_ttl
 from ._base import _defaults, _number, _text
 from .records import JobRecord
 
-SIGNAL_TTL = 60  # as the process hash: a signal for a process gone is dropped with it
+DEFAULT_HEARTBEAT_INTERVAL = 5.0  # (for a process that doesn't publish its own)
 
 
 class Process:
@@ -51,7 +51,10 @@ class Process:
             raise ValueError(f"unknown signal {name!r}; one of {SIGNALS}")
         pipe = self.redis.pipeline(transaction=True)
         pipe.lpush(self.keys.signals(self.identity), name)
-        pipe.expire(self.keys.signals(self.identity), SIGNAL_TTL)
+        # As the process hash: a signal for a process gone is dropped with it, and one for a
+        # process beating every 90 s must still be there at its next beat.
+        interval = _number(self.info.get("heartbeat_interval")) or DEFAULT_HEARTBEAT_INTERVAL
+        pipe.expire(self.keys.signals(self.identity), presence_ttl(min(max(interval, 0.0), 3600.0)))
         pipe.execute()
 
     def quiet(self) -> None:

@@ -28,13 +28,12 @@ import redis as redis_lib
 
 from ..conf import Config
 from ..errors import is_unavailable
-from ..keys import Keys
+from ..keys import Keys, presence_ttl
 from .manager import Manager
 from .watchdog import BACKOFF_MAX, LoopThread, Watchdog
 
 logger = logging.getLogger(__name__)
 
-TTL = 60
 SIGNALS = ("quiet", "stop", "dump")
 
 
@@ -70,9 +69,10 @@ class Heartbeat(LoopThread):
             "hostname": hostname, "pid": os.getpid(), "tag": config.tag, "identity": identity,
             "started_at": started_at or time.time(), "queues": list(config.queue_names),
             "weights": dict(config.queues), "concurrency": config.concurrency, "fetch": config.fetch,
-            "version": version,
+            "version": version, "heartbeat_interval": config.heartbeat_interval,
         }
         self._next_prune = 0.0
+        self.ttl = presence_ttl(config.heartbeat_interval)  # of the process and workers hashes
         # Redis's time of the first beat of the current run of good beats; None while beats fail.
         # Until it is old enough, silence in Redis may be Redis's own doing (an outage, OOM,
         # READONLY), which every process suffered alike: orphan recovery gives no verdicts then.
@@ -112,13 +112,13 @@ class Heartbeat(LoopThread):
         pipe.hset(k.process(self.identity), mapping={
             "info": json.dumps(info), "busy": str(len(workers)), "quiet": str(manager.quiet).lower(),
             "beat": repr(now)})
-        pipe.expire(k.process(self.identity), TTL)
+        pipe.expire(k.process(self.identity), self.ttl)
         secondary = [("process registry", lambda p: p.sadd(k.processes, self.identity)),
                      ("process count", lambda p: p.scard(k.processes)),
                      ("workers hash", lambda p: p.delete(k.workers(self.identity))),
                      ("workers hash", lambda p: p.hset(k.workers(self.identity), mapping=workers) if workers
                       else p.exists(k.workers(self.identity))),
-                     ("workers expiry", lambda p: p.expire(k.workers(self.identity), TTL)),
+                     ("workers expiry", lambda p: p.expire(k.workers(self.identity), self.ttl)),
                      # LPUSHed by the sender: RPOP, so they are acted on in the order sent.
                      ("remote signals", lambda p: p.rpop(k.signals(self.identity), 10)),
                      ("paused queues", lambda p: p.smembers(k.paused_queues))]
@@ -185,7 +185,7 @@ class Heartbeat(LoopThread):
                 logger.exception("heartbeat chore %s failed", name)
 
     def prune_processes(self) -> None:
-        """Drop registry entries whose process hash has expired, at most once per TTL.
+        """Drop registry entries whose process hash has expired, at most once per ``ttl``.
 
         A process killed without a goodbye (kill -9, a lost host) leaves its
         identity in ``processes`` forever otherwise: the admin lists it, and
@@ -193,7 +193,7 @@ class Heartbeat(LoopThread):
         """
         if time.monotonic() < self._next_prune:
             return
-        self._next_prune = time.monotonic() + TTL
+        self._next_prune = time.monotonic() + self.ttl
         members = list(self.redis.smembers(self.keys.processes))
         pipe = self.redis.pipeline(transaction=False)
         for member in members:
@@ -223,7 +223,7 @@ class Heartbeat(LoopThread):
             return time.time()
 
     def clear(self) -> None:
-        """At clean exit: leave the registry at once instead of waiting for the TTL."""
+        """At clean exit: leave the registry at once instead of waiting for the hashes to expire."""
         pipe = self.redis.pipeline(transaction=False)
         pipe.srem(self.keys.processes, self.identity)
         pipe.delete(self.keys.process(self.identity), self.keys.workers(self.identity),
