@@ -27,7 +27,8 @@ unsettled                     list    jobs that ran but whose retry/dead filing 
 stat:processed[:<day>]        string  processed counter (total, per UTC day)                  day: 1 y
 stat:failed[:<day>]           string  failed counter (total, per UTC day)                     day: 1 y
 quarantine:<key>:<t>:<rand>   any     a key found holding the wrong type, moved aside         30 days
-periodic:*                    -       see the periodic package (schedule, disabled, locks)    -
+periodic:*                    -       see the periodic package (schedule, disabled,           -
+                                      enabled_at, locks)
 unique:<digest>               string  unique-job lock                                         set
 ============================  ======  ======================================================  =========
 
@@ -83,6 +84,7 @@ class Keys:
         self.stat_failed = p + "stat:failed"
         self.periodic_schedule = p + "periodic:schedule"
         self.periodic_disabled = p + "periodic:disabled"
+        self.periodic_enabled_at = p + "periodic:enabled_at"
         self.quarantine_prefix = p + "quarantine:"
 
     def queue(self, name: str) -> str:
@@ -142,6 +144,6 @@ class Keys:
             self.queues: "set", self.processes: "set", self.paused_queues: "set",
             self.in_progress_identities: "set", self.last_beat: "hash",
             self.repeat_orphans: "list", self.unsettled: "list",
-            self.periodic_schedule: "hash", self.periodic_disabled: "set",
+            self.periodic_schedule: "hash", self.periodic_disabled: "set", self.periodic_enabled_at: "hash",
             self.stat_processed: "string", self.stat_failed: "string",
         }

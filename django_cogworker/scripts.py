@@ -347,6 +347,21 @@ end
 return 1
 """)
 
+# KEYS[1] = periodic:disabled, KEYS[2] = periodic:enabled_at.
+# ARGV[1] = pjid, ARGV[2] = now (epoch seconds).
+# Enables a disabled entry and records when, in one step: a ticker that never
+# saw it disabled (its process started meanwhile) reads the time and catches up
+# no slot that fell due before it. The HSET comes first: a hash of the wrong
+# type fails the script before the entry is enabled. Returns 1 if it was disabled.
+PERIODIC_ENABLE = Script("""
+if redis.call("SISMEMBER", KEYS[1], ARGV[1]) == 0 then
+  return 0
+end
+redis.call("HSET", KEYS[2], ARGV[1], ARGV[2])
+redis.call("SREM", KEYS[1], ARGV[1])
+return 1
+""")
+
 # KEYS[1] = a lock held by a jid (periodic:running:<pjid>, unique:<digest>).
 # ARGV[1] = jid, ARGV[2] = TTL, or "" to release.
 # Keeps alive (or releases) a lock, only while this jid holds it.

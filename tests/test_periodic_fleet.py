@@ -114,6 +114,28 @@ def test_after_a_whole_fleet_stop_missed_slots_follow_catch_up(r, catch_up):
         stop(workers)
 
 
+def test_re_enabled_from_the_admin_a_process_that_never_saw_it_disabled_does_not_catch_up(r, rb):
+    # Disabled at slot 0; half an hour later enabled again; the process ticking next started
+    # after that (or never ticked meanwhile): with catch-up on, it ran all 30 skipped slots.
+    from django_cogworker import api
+    from django_cogworker.keys import Keys
+
+    keys = Keys()
+    r.set(LAST_SLOT, slot(0))
+    rb.sadd(keys.periodic_disabled, "every-minute")
+    set_clock(r, 30)
+    api.PeriodicEntry("every-minute", {}, enabled=False, last_slot=None, redis=rb, keys=keys).enable(
+        now=slot(30) + 30)  # (the fleet's clock)
+    with fleet(2, env(every_minute(), COGWORKER_PERIODIC_CATCH_UP="True")) as workers:
+        time.sleep(1.5)  # many ticks
+        assert run_slots(r) == []
+        set_clock(r, 31)
+        wait_until(lambda: run_slots(r) == [slot(31)], timeout=10)
+        time.sleep(0.5)
+        assert run_slots(r) == [slot(31)]
+        stop(workers)
+
+
 def test_until_executed_prevents_overlap_and_recovers_after_kill_9(r):
     """A run outlasting several slots: no second run meanwhile, also when its process is killed (-9).
 

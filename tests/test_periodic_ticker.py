@@ -28,6 +28,7 @@ from django_cogworker.conf import build_config
 from django_cogworker.engine.fetch import Unit
 from django_cogworker.engine.launcher import Launcher
 from django_cogworker.keys import Keys
+from django_cogworker.api.periodic import PeriodicEntry
 from django_cogworker.periodic.entries import Entry
 from django_cogworker.periodic.locks import QUEUED_TTL, active_ttl, retake_running, touch_running
 from django_cogworker.periodic.ticker import Ticker
@@ -566,6 +567,43 @@ def test_a_disabled_entry_is_skipped_without_advancing_and_re_enabling_does_not_
     rb.srem(K.periodic_disabled, "off")
     ticker.tick(now=T0 + 360)
     assert [j["periodic_slot"] for j in jobs(rb) if j["periodic_pjid"] == "off"] == [minute(6)]
+
+
+@pytest.mark.parametrize("catch_up", [False, True])
+def test_re_enabling_does_not_burst_on_a_process_that_never_saw_it_disabled(make, rb, catch_up):
+    make([entry("off")]).tick(now=T0)  # it ran at minute 0 (last_slot primed)
+    rb.sadd(K.periodic_disabled, "off")
+    # Half an hour later it is enabled again from the admin; this process starts after that (or
+    # its ticker never ticked while it was disabled): it caught up all 30 skipped slots at once.
+    PeriodicEntry("off", {}, enabled=False, last_slot=None, redis=rb, keys=K).enable(now=T0 + 1800)
+    assert not rb.sismember(K.periodic_disabled, "off")
+    fresh = make([entry("off")], catch_up=catch_up)
+    fresh.tick(now=T0 + 1805)
+    assert slots(rb) == []  # minute 30 fell due while it was disabled
+    fresh.tick(now=T0 + 1860)
+    assert slots(rb) == [minute(31)]
+
+
+def test_enabling_an_entry_that_was_not_disabled_records_nothing(rb):
+    PeriodicEntry("on", {}, enabled=True, last_slot=None, redis=rb, keys=K).enable(now=T0)
+    assert not rb.exists(K.periodic_enabled_at)
+
+
+def test_an_unreadable_enabled_at_record_is_logged_and_the_entry_still_runs(make, rb, caplog):
+    ticker = make([entry("a"), entry("b")], catch_up=True)
+    ticker.tick(now=T0)
+    rb.hset(K.periodic_enabled_at, "a", "yesterday")
+    rb.hset(K.periodic_enabled_at, "b", "1e999")
+    with caplog.at_level(logging.ERROR, logger="django_cogworker"):
+        ticker.tick(now=T0 + 60)
+    assert sorted(slots(rb)) == [minute(1), minute(1)]
+    assert "not a time" in caplog.text
+    rb.delete(K.periodic_enabled_at)
+    rb.set(K.periodic_enabled_at, "wrong type")
+    with caplog.at_level(logging.ERROR, logger="django_cogworker"):
+        ticker.tick(now=T0 + 120)
+    assert sorted(slots(rb)) == [minute(1), minute(1), minute(2), minute(2)]
+    assert f"can't read {K.periodic_enabled_at}" in caplog.text
 
 
 def test_an_unreadable_disabled_set_counts_as_enabled(make, rb, caplog):

@@ -11,6 +11,7 @@ from typing import Any
 
 from croniter import croniter
 
+from .. import scripts
 from ..keys import Keys
 from ._base import ActionRefused, _defaults, _number, _text
 
@@ -52,8 +53,8 @@ class PeriodicEntry:
 
     def forget(self) -> None:
         """Take it off the published list (a live process that declares it publishes it again
-        within a minute). Its ``last_slot`` stays, so an entry that comes back doesn't catch up
-        slots it ran already."""
+        within a minute). Its ``last_slot`` and ``enabled_at`` stay, so an entry that comes back
+        doesn't catch up slots it ran already, or that fell due while it was disabled."""
         self.redis.hdel(self.keys.periodic_schedule, self.pjid)
 
     @classmethod
@@ -86,8 +87,11 @@ class PeriodicEntry:
         except (ValueError, KeyError, zoneinfo.ZoneInfoNotFoundError, TypeError):
             return None
 
-    def enable(self) -> None:
-        self.redis.srem(self.keys.periodic_disabled, self.pjid)
+    def enable(self, now: float | None = None) -> None:
+        """The tickers run it again from its next slot: none that fell due while it was disabled,
+        also on a process started meanwhile (the time is recorded in ``periodic:enabled_at``)."""
+        scripts.PERIODIC_ENABLE(self.redis, [self.keys.periodic_disabled, self.keys.periodic_enabled_at],
+                                [self.pjid, time.time() if now is None else now])
         self.enabled = True
 
     def disable(self) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -182,7 +183,7 @@ class Ticker(LoopThread):
         return True
 
     def _candidates(self, entry: Entry, slot: int, now: float) -> list[int]:
-        raw = self.redis.get(self.keys.periodic_last_slot(entry.pjid))
+        raw, floor = self._read_state(entry)
         if raw is None:
             # First sight of this entry: prime last_slot to the slot now due
             # instead of running it (a new "0 3 * * *" deployed at 14:00 must
@@ -195,16 +196,12 @@ class Ticker(LoopThread):
             # Not a slot (a manual write): it failed every tick of the entry for good. Taken
             # as no record: the slot due now runs (the claim writes a good last_slot), no catch-up.
             logger.error("%s holds %r, not a slot: taken as none", self.keys.periodic_last_slot(entry.pjid), raw)
-            return [slot]
-        if slot <= last:
+            return [slot] if slot > floor else []
+        if slot <= last or slot <= floor:
             return []
         catch_up = self.catch_up if entry.catch_up is None else entry.catch_up
-        if catch_up:
-            # Slots skipped while disabled aren't "missed": re-enabling doesn't burst.
-            after = max(last, self._disabled_through.get(entry.pjid, last))
-            slots = entry.slots_after(after, now, self.catch_up_max) if slot > after else []
-        else:
-            slots = [slot]
+        # Slots that fell due while it was disabled aren't "missed": re-enabling doesn't burst.
+        slots = entry.slots_after(max(last, floor), now, self.catch_up_max) if catch_up else [slot]
         # Daylight saving: when clocks go back, one wall-clock time comes twice;
         # cron names it once, so it runs once (also when catch-up spans both).
         seen = {entry.wall_clock(last)}
@@ -215,6 +212,31 @@ class Ticker(LoopThread):
                 seen.add(wall)
                 candidates.append(s)
         return candidates
+
+    def _read_state(self, entry: Entry) -> tuple[bytes | None, float]:
+        """Return ``last_slot`` as stored, and the floor: the latest slot that fell due while the
+        entry was disabled, as this process saw it or as ``periodic:enabled_at`` records it (a
+        process started while it was disabled never saw it so: it caught up every skipped slot).
+        -inf when neither says; an unreadable record (logged) says nothing."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.get(self.keys.periodic_last_slot(entry.pjid))
+        pipe.hget(self.keys.periodic_enabled_at, entry.pjid)
+        raw, enabled_at = pipe.execute(raise_on_error=False)
+        if isinstance(raw, Exception):
+            raise raw
+        floor = float(self._disabled_through.get(entry.pjid, -math.inf))
+        if isinstance(enabled_at, Exception):
+            if is_unavailable(enabled_at):
+                raise enabled_at
+            logger.error("can't read %s (%s): slots of %s skipped while disabled may be caught up",
+                         self.keys.periodic_enabled_at, enabled_at, entry.pjid)
+        elif enabled_at is not None:
+            try:
+                floor = max(floor, entry.latest_slot(float(enabled_at)))
+            except (ValueError, OverflowError, OSError):
+                logger.error("%s holds %r for %s, not a time: ignored", self.keys.periodic_enabled_at,
+                             enabled_at, entry.pjid)
+        return raw, floor
 
     def disabled(self, entry: Entry) -> bool:
         """Switched off from the admin? An unreadable set counts as "not disabled", logged.
