@@ -23,12 +23,12 @@ from redis.retry import Retry
 
 from django_cogworker import payload as payloads
 from django_cogworker import scripts
+from django_cogworker.api.periodic import PeriodicEntry
 from django_cogworker.client import Client
 from django_cogworker.conf import build_config
 from django_cogworker.engine.fetch import Unit
 from django_cogworker.engine.launcher import Launcher
 from django_cogworker.keys import Keys
-from django_cogworker.api.periodic import PeriodicEntry
 from django_cogworker.periodic.entries import Entry
 from django_cogworker.periodic.locks import QUEUED_TTL, active_ttl, retake_running, touch_running
 from django_cogworker.periodic.ticker import Ticker
