@@ -405,6 +405,62 @@ def test_a_rollback_failing_while_redis_is_down_is_retried_when_it_is_back(make,
         server.cleanup()
 
 
+def test_a_rollback_lost_to_a_restart_skips_its_slot_and_locks_the_entry_for_the_claim_ttl_only(
+        make, tmp_path, config):
+    # The push fails with Redis gone, so does the rollback; the process restarts before it could
+    # retry it. The lock named a run that never existed: it used to hold for 24 h (a day of slots).
+    server = RedisServer(tmp_path, appendonly=True).start()
+    client = redis.Redis.from_url(server.url, retry=Retry(NoBackoff(), 0), socket_connect_timeout=0.5)
+    try:
+        def push(payload):
+            server.stop()
+            raise redis.ConnectionError("Redis went away")
+
+        first = make([entry(until_executed=True)], push=push, client=client, claim_ttl=2)
+        first.tick(now=T0)
+        first.tick(now=T0 + 60)  # claimed minute 1, the push and its rollback failed: pending
+        server.start()  # ... and the process restarted: the pending rollback is gone with it
+        assert client.get(K.periodic_last_slot("e")) == str(minute(1)).encode()
+        assert 0 < client.ttl(K.periodic_running("e")) <= 2  # the claim's, not QUEUED_TTL
+        restarted = make([entry(until_executed=True)], push=Client(config, client).push, client=client,
+                         claim_ttl=2)
+        restarted.tick(now=T0 + 65)
+        assert slots(client) == []  # documented: that slot is skipped
+        restarted.tick(now=T0 + 120)
+        assert slots(client) == []  # and the entry stays locked, for no more than the claim's TTL
+        wait_until(lambda: not client.exists(K.periodic_running("e")), timeout=5)
+        restarted.tick(now=T0 + 180)
+        assert slots(client) == [minute(3)]
+        assert QUEUED_TTL - 10 < client.ttl(K.periodic_running("e"))  # pushed: held for the queue wait
+    finally:
+        client.close()
+        server.cleanup()
+
+
+def test_a_lock_extension_that_fails_is_retried_at_the_next_tick(make, tmp_path, config):
+    server = RedisServer(tmp_path, appendonly=True).start()
+    client = redis.Redis.from_url(server.url, retry=Retry(NoBackoff(), 0), socket_connect_timeout=0.5)
+    try:
+        real = Client(config, client).push
+
+        def push(payload):
+            jid = real(payload)
+            server.stop()  # gone right after the push: the extension fails
+            return jid
+
+        ticker = make([entry(until_executed=True)], push=push, client=client)
+        ticker.tick(now=T0)
+        ticker.tick(now=T0 + 60)
+        server.start()
+        assert client.ttl(K.periodic_running("e")) <= 300
+        ticker.tick(now=T0 + 61)
+        assert QUEUED_TTL - 10 < client.ttl(K.periodic_running("e"))
+        assert client.get(K.periodic_running("e")) == jobs(client)[0]["jid"].encode()
+    finally:
+        client.close()
+        server.cleanup()
+
+
 # -- one failing entry -----------------------------------------------------------------------------
 
 

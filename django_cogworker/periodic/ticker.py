@@ -36,7 +36,7 @@ from ..errors import is_unavailable
 from ..job import JobSetter, registered
 from ..keys import Keys
 from .entries import Entry
-from .locks import ROLLBACK, claim_slot, release_running
+from .locks import CLAIM_TTL, ROLLBACK, claim_slot, hold_queued, release_running
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class Ticker(LoopThread):
     def __init__(self, redis: Any, keys: Keys, entries: Sequence[Entry], push: Callable[[dict], Any], *,
                  ready: Callable[[], bool], catch_up: bool, catch_up_max: int, tick_interval: float = 5.0,
                  publish_interval: float = PUBLISH_INTERVAL, clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic):
+                 monotonic: Callable[[], float] = time.monotonic, claim_ttl: int = CLAIM_TTL):
         self.redis = redis
         self.keys = keys
         self.entries = list(entries)
@@ -58,6 +58,7 @@ class Ticker(LoopThread):
         self.catch_up = catch_up
         self.catch_up_max = catch_up_max
         self.tick_interval = tick_interval
+        self.claim_ttl = claim_ttl
         self.publish_interval = publish_interval
         self._next_publish = -float("inf")
         self.clock = clock
@@ -65,6 +66,8 @@ class Ticker(LoopThread):
         self._init_thread("cogworker-ticker")
         self._last_checked: dict[str, int] = {}
         self._pending_rollbacks: list[tuple[Entry, int, str, str]] = []
+        # (pjid, jid) of until_executed runs pushed whose lock couldn't be extended to QUEUED_TTL yet.
+        self._pending_holds: list[tuple[str, str]] = []
         self._failures: dict[str, int] = {}
         self._retry_at: dict[str, float] = {}
         # pjid -> the latest slot seen due while the entry was disabled: catch-up
@@ -124,6 +127,7 @@ class Ticker(LoopThread):
         now = self.clock() if now is None else now
         self._publish_if_due()
         self.retry_pending_rollbacks()
+        self.retry_pending_holds()
         pending = {e.pjid for e, *_ in self._pending_rollbacks}
         for entry in self.entries:
             if entry.pjid in pending or self._backing_off(entry.pjid):
@@ -176,7 +180,7 @@ class Ticker(LoopThread):
         else:
             for candidate in self._candidates(entry, slot, now):
                 jid = payloads.new_jid()
-                claimed, previous = claim_slot(self.redis, self.keys, entry, candidate, jid)
+                claimed, previous = claim_slot(self.redis, self.keys, entry, candidate, jid, self.claim_ttl)
                 if claimed:
                     self.enqueue(entry, candidate, jid, previous)
         self._last_checked[entry.pjid] = slot
@@ -274,6 +278,23 @@ class Ticker(LoopThread):
                 release_running(self.redis, self.keys, payload)
             return
         logger.info("periodic %s: slot %s enqueued as jid=%s", entry.pjid, slot, jid)
+        if entry.until_executed:
+            self._hold(entry.pjid, jid)
+
+    def _hold(self, pjid: str, jid: str) -> None:
+        """Extend the running lock of a pushed run to QUEUED_TTL; on failure keep it to retry."""
+        try:
+            hold_queued(self.redis, self.keys, pjid, jid)
+        except Exception as exc:
+            if not self._unavailable(exc):
+                logger.error("periodic %s: couldn't extend the running lock of jid=%s (will retry): %s: %s", pjid,
+                             jid, type(exc).__name__, exc)
+            self._pending_holds.append((pjid, jid))
+
+    def retry_pending_holds(self) -> None:
+        pending, self._pending_holds = self._pending_holds, []
+        for pjid, jid in pending:
+            self._hold(pjid, jid)
 
     def rollback(self, entry: Entry, slot: int, previous: str, jid: str) -> bool | BaseException:
         """Undo a won claim whose push failed; on failure keep it to retry. Return True or the error."""
