@@ -5,7 +5,8 @@ by the claim for CLAIM_TTL, and held for QUEUED_TTL once the push went through:
 long, since the job may wait in a deep queue. Only once the job exists: a claim
 whose push failed and whose rollback was lost (the process restarted before it
 could retry it) held the lock for QUEUED_TTL, 24 h of skipped slots, for a run
-that never existed; now it lapses within CLAIM_TTL. While the job runs, every heartbeat of the process running it sets it to
+that never existed; now it lapses within CLAIM_TTL. While the job runs, every
+heartbeat of the process running it sets it to
 ``active_ttl(ORPHAN_THRESHOLD)``, from the process's in-memory record of running
 jobs, not from Redis (a failover that lost the workers hash would otherwise let
 a long run's lock lapse mid-run). It is released when the run ends. A process
