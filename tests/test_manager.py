@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 import pytest
+import redis
 from engine_fixtures import (
     GATES,
     Boom,
@@ -21,6 +23,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from django_cogworker import payload as payloads
+from django_cogworker.engine.fetch import Unit
 from django_cogworker.engine.retry import Filing
 from django_cogworker.keys import Keys
 
@@ -176,3 +179,31 @@ def test_quiet_stops_fetching_and_lets_the_running_job_finish(launcher_factory, 
     time.sleep(0.5)  # twice the longest fetch wait
     assert queued_jids(r) == [later["jid"]]
     assert len(runs(token)) == 2
+
+
+@pytest.mark.parametrize("broken", ["retry_pending_settlements", "pending_settlements", "_park_unsettled",
+                                    "fetch.requeue", "run_hook"])
+@pytest.mark.parametrize("error", [RuntimeError("bug"), redis.ConnectionError("Redis went away"),
+                                   UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")],
+                         ids=["bug", "outage", "encoding"])
+def test_requeue_unfinished_never_raises_whatever_fails_inside_it(launcher_factory, r, caplog, monkeypatch,
+                                                                   broken, error):
+    # It runs at shutdown, between the wait and the exit: raising there skipped the rest of the
+    # shutdown (the heartbeat's goodbye, the registry), and the jobs' fate was nobody's.
+    running = launcher_factory(CONCURRENCY=1)
+    manager = running.manager
+    raw = payloads.encode({"jid": "cut-short", "class": Note.name, "args": ["x"], "kwargs": {},
+                           "queue": "default"}).encode()
+    r.lpush(running.in_progress, raw)  # taken by this process, interrupted by the shutdown
+    owner, name = (manager.fetch, "requeue") if broken == "fetch.requeue" else (manager, broken)
+
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(owner, name, fail)
+    with caplog.at_level(logging.WARNING, logger="django_cogworker"):
+        moved = manager.requeue_unfinished([Unit(raw, "default")])
+    assert isinstance(moved, int)
+    jids = [json.loads(x)["jid"] for x in r.lrange(running.in_progress, 0, -1) + r.lrange(K.queue("default"), 0, -1)]
+    assert jids == ["cut-short"]  # requeued, or left for orphan recovery: never lost, never twice
+    assert caplog.records  # and what failed is said

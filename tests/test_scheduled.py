@@ -636,3 +636,18 @@ def test_a_subscription_that_stops_answering_is_replaced(live_poller, redis_url,
         assert time.time() <= due + 1.0
     finally:
         proxy.close()
+
+
+def test_due_entries_move_even_while_the_queues_set_holds_the_wrong_type(poller, r):
+    # Registering the queue name is best-effort (the key guard moves the key aside later): a
+    # `queues` key of the wrong type must not keep a due job from its queue.
+    r.set(K.queues, "not a set")
+    r.zadd(K.schedule, {entry("sched", "mail"): NOW - 1})
+    r.zadd(K.retry, {entry("retried", retry_count=0): NOW - 1})
+
+    assert poller.enqueue_due() == 2
+
+    assert [p["jid"] for p in queued(r, "mail")] == ["sched"]
+    assert [p["jid"] for p in queued(r)] == ["retried"]
+    assert r.zcard(K.schedule) == 0 and r.zcard(K.retry) == 0
+    assert r.get(K.queues) == "not a set"  # left to the key guard
