@@ -257,7 +257,8 @@ def test_a_failing_step_does_not_stop_the_due_entries(redis_url, bclient, r):
 
 
 def test_the_ticker_is_not_released_while_another_process_recovers_a_dead_list(poller, r):
-    r.sadd(K.in_progress_identities, "dead:1:abc")  # no beat, no process hash: dead
+    r.sadd(K.in_progress_identities, "dead:1:abc")
+    r.hset(K.last_beat, "dead:1:abc", "1000.0")  # its last beat long ago: dead
     r.lpush(K.in_progress("dead:1:abc"), entry("interrupted"))
     r.set(K.orphan_lock("dead:1:abc"), "another:2:def", ex=60)
 
@@ -382,7 +383,8 @@ def test_a_verdict_put_off_for_the_grace_comes_when_the_grace_ends_not_a_poll_in
         live_poller, redis_url, bclient, r):
     # A process that has just started (or whose beats just came back) judges nobody for its
     # grace; it used to come back only a poll interval later (up to 1.5 x 5 s x processes).
-    r.sadd(K.in_progress_identities, "dead:1:abc")  # no beat, no process hash: dead
+    r.sadd(K.in_progress_identities, "dead:1:abc")
+    r.hset(K.last_beat, "dead:1:abc", "1000.0")  # its last beat long ago: dead
     r.lpush(K.in_progress("dead:1:abc"), entry("interrupted"))
     config = make_config(redis_url)
     steady_from = time.time() - steady_grace(config) + 1.0  # its grace ends in a second
