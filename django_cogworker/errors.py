@@ -31,6 +31,20 @@ class UnknownJobError(PayloadError):
     """The payload's ``class`` is not a registered job name."""
 
 
+class WrongTypeError(CogworkerError, redis.exceptions.ResponseError):
+    """A push refused because its key (``key``) holds the wrong type of value.
+
+    Redis says only ``WRONGTYPE Operation against a key holding the wrong kind of value``, naming
+    no key. Still a ``ResponseError``, for code that caught redis-py's error before.
+    """
+
+    def __init__(self, key: str, kind: str):
+        self.key = key
+        super().__init__(f"{key} holds the wrong type of value (not a {kind}): nothing was pushed. The key "
+                         f"guard of a running worker moves such a key aside (to quarantine) within "
+                         f"KEY_GUARD_INTERVAL; push again then")
+
+
 class RedisUnavailable(CogworkerError):
     """Redis refused, server-wide, a command a script ran with ``pcall`` (its reply was data, not an error)."""
 
