@@ -80,3 +80,16 @@ def is_unavailable(exc: BaseException) -> bool:
     if is_connection_error(exc) or isinstance(exc, (RedisUnavailable, *_UNAVAILABLE_TYPES)):
         return True
     return isinstance(exc, redis.exceptions.ResponseError) and error_code(exc) in UNAVAILABLE_CODES
+
+
+def is_unsendable(exc: BaseException) -> bool:
+    """Tell a write that can never go through as built (what it sends can't be encoded: a lone
+    surrogate, a number JSON can't hold, a value redis-py refuses) from Redis away or refusing it.
+
+    Trying the first again changes nothing: a failure message holding a surrogate, taken for an
+    outage, kept its job on the in-progress list, retried every beat, forever. A command Redis
+    refuses (WRONGTYPE: the key guard moves that key aside) is not one.
+    """
+    if is_unavailable(exc):
+        return False
+    return not isinstance(exc, redis.exceptions.RedisError) or isinstance(exc, redis.exceptions.DataError)

@@ -26,16 +26,46 @@ logger = logging.getLogger(__name__)
 MAX_DELAY = 10 * 365 * 86400.0
 
 
+# The fields a failure sets on its payload (filing, exhausted).
+FAILURE_FIELDS = ("retry_count", "failed_at", "retried_at", "error_class", "error_message", "error_backtrace",
+                  "dead_reason")
+
+
 @dataclass(frozen=True)
 class Filing:
-    """Where a failed job goes: ``target`` is "retry" or "dead", scored by ``score``."""
+    """Where a failed job goes: ``target`` is "retry" or "dead", scored by ``score``.
+
+    ``text``, when set, is the entry to write instead of ``payload`` encoded (see :meth:`as_stored`).
+    """
 
     target: str
     score: float
     payload: dict[str, Any]
+    text: str | None = None
 
     def raw(self) -> str:
-        return payloads.encode(self.payload)
+        return self.text if self.text is not None else payloads.encode(self.payload)
+
+    def as_stored(self, raw: bytes) -> Filing:
+        """This filing, written as ``raw`` (the payload as fetched) with the failure's fields appended.
+
+        For a filing that can't be written as built: the job's real error is kept, made safe to
+        encode, and the rest of the payload stays byte for byte as it came.
+        """
+        fields = {name: _writable(self.payload[name]) for name in FAILURE_FIELDS if name in self.payload}
+        return Filing(self.target, self.score, self.payload,
+                      payloads.append_fields(raw, {k: v for k, v in fields.items() if v is not None}).decode())
+
+
+def _writable(value: Any) -> Any:
+    """A failure field as JSON can hold it: text made safe, lists of text too, other numbers dropped (None)."""
+    if isinstance(value, str):
+        return payloads.safe_string(value, payloads.ERROR_MESSAGE_LIMIT)
+    if isinstance(value, list):
+        return [payloads.safe_string(item, payloads.ERROR_MESSAGE_LIMIT) for item in value]
+    if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
+        return value
+    return None
 
 
 def default_delay(count: int, rng: random.Random) -> float:
