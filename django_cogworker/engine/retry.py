@@ -92,8 +92,8 @@ class RetryPolicy:
             payload["retried_at"] = now
         else:
             if previous is not None:  # (a bool, a string, a negative count: counted afresh)
-                logger.warning("jid=%s has an unreadable retry_count %r; counting from 0", payload.get("jid"),
-                               previous)
+                logger.warning("jid=%s has an unreadable retry_count %.200r; counting from 0",
+                               payloads.printable(payload.get("jid")), previous)
             count = 0
             payload["failed_at"] = now
         payload["retry_count"] = count
@@ -109,7 +109,7 @@ class RetryPolicy:
                 try:
                     self.on_retry(filing.score)
                 except BaseException:  # noqa: BLE001 - a wake-up hint must never fail a filing
-                    logger.exception("on_retry hook failed for jid=%s", payload.get("jid"))
+                    logger.exception("on_retry hook failed for jid=%s", payloads.printable(payload.get("jid")))
             return filing
         return self.exhausted(payload, exc, reason="retries exhausted")
 
@@ -121,9 +121,10 @@ class RetryPolicy:
             try:
                 handler(payload, exc)
             except BaseException:  # noqa: BLE001 - even a SystemExit: the job is filed all the same
-                logger.exception("death handler %r failed for jid=%s", handler, payload.get("jid"))
+                logger.exception("death handler %r failed for jid=%s", handler, payloads.printable(payload.get("jid")))
         if payload.get("dead") is False:
-            logger.warning("jid=%s %s: discarded (dead=False)", payload.get("jid"), reason)
+            logger.warning("jid=%s %s: discarded (dead=False)", payloads.printable(payload.get("jid")),
+                           payloads.printable(reason, payloads.ERROR_MESSAGE_LIMIT))
             return None
         return Filing("dead", self.clock(), payload)
 
@@ -139,7 +140,7 @@ class RetryPolicy:
                         raise ValueError(f"retry_in returned {chosen!r}")
                     return min(delay, MAX_DELAY)
             except BaseException:  # noqa: BLE001 - a hook's SystemExit must not cost the job its filing
-                logger.exception("retry_in failed for jid=%s; using the default backoff", job.jid)
+                logger.exception("retry_in failed for jid=%s; using the default backoff", payloads.printable(job.jid))
         return float(min(default_delay(count, self.rng), MAX_DELAY))
 
     def dead_trim(self) -> tuple[float, int]:
