@@ -40,9 +40,11 @@ class WrongTypeError(CogworkerError, redis.exceptions.ResponseError):
 
     def __init__(self, key: str, kind: str):
         self.key = key
-        super().__init__(f"{key} holds the wrong type of value (not a {kind}): nothing was pushed. The key "
-                         f"guard of a running worker moves such a key aside (to quarantine) within "
-                         f"KEY_GUARD_INTERVAL; push again then")
+        # (Not "the key guard will fix it": it checks the queues its workers serve and those listed
+        # in ``queues``, which a push that failed here never listed.)
+        super().__init__(f"{key} holds the wrong type of value (not a {kind}): nothing was pushed. A worker's "
+                         f"key guard moves such a key aside to quarantine when it checks it (every "
+                         f"KEY_GUARD_INTERVAL); or inspect it and delete it yourself")
 
 
 class RedisUnavailable(CogworkerError):
