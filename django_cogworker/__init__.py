@@ -1,6 +1,6 @@
 """django-cogworker: reliable Sidekiq-style background jobs on Redis for Django."""
 
-from .errors import CogworkerError, ConfigError, PayloadError, UnknownJobError
+from .errors import CogworkerError, ConfigError, PayloadError, UnknownJobError, WrongTypeError
 from .job import Job, JobSetter
 from .periodic import periodic
 
@@ -13,6 +13,7 @@ __all__ = [
     "JobSetter",
     "PayloadError",
     "UnknownJobError",
+    "WrongTypeError",
     "__version__",
     "periodic",
 ]

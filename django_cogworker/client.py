@@ -11,11 +11,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
+
+import redis as redis_lib
 
 from . import payload as payloads
 from . import scripts, unique
 from .conf import Config
+from .errors import WrongTypeError, error_code
 from .keys import Keys
 from .middleware import build_chain
 
@@ -71,7 +74,7 @@ class Client:
         except Exception as exc:
             self._release_unique(payload)
             if isinstance(exc, PushFailed):
-                raise exc.error from None
+                exc.reraise()
             raise
         return payload["jid"]
 
@@ -79,11 +82,13 @@ class Client:
         """LPUSH one payload on its queue and list the queue, in one command (the PUSH script)."""
         payload["enqueued_at"] = now
         queue = payload["queue"]
+        key = self.keys.queue(queue)
         try:
-            pushed = scripts.PUSH(self.redis, [self.keys.queues, self.keys.queue(queue)],
-                                  [queue, payloads.encode(payload)])
-        except Exception:
+            pushed = scripts.PUSH(self.redis, [self.keys.queues, key], [queue, payloads.encode(payload)])
+        except Exception as exc:
             self._release_unique(payload)
+            if isinstance(exc, redis_lib.exceptions.ResponseError) and error_code(exc) == "WRONGTYPE":
+                raise WrongTypeError(key, "list") from exc
             raise
         if not isinstance(pushed, int):  # the listing's error: the job is queued all the same
             logger.error("pushed, but %s not updated: %s", self.keys.queues,
@@ -188,7 +193,7 @@ class Client:
             for index in exc.failed:
                 for item in written_by[index]:
                     self._release_unique(item)
-            raise exc.error from None
+            exc.reraise()
         except Exception:
             for item in items:  # (no answer: as for one push, free the locks so the caller can retry)
                 self._release_unique(item)
@@ -197,12 +202,21 @@ class Client:
 
 
 class PushFailed(Exception):
-    """Commands of a push pipeline were refused: ``failed`` their indexes, ``error`` the first error."""
+    """Commands of a push pipeline were refused: ``failed`` their indexes, ``error`` the first error,
+    ``command`` the command it answered (name, key, ...)."""
 
-    def __init__(self, failed: list[int], error: Exception):
+    def __init__(self, failed: list[int], error: Exception, command: tuple[Any, ...]):
         super().__init__(str(error))
         self.failed = failed
         self.error = error
+        self.command = command
+
+    def reraise(self) -> NoReturn:
+        """Raise the error for the caller: a WrongTypeError naming the key, else Redis's own."""
+        name, key = self.command[0], self.command[1]
+        if error_code(self.error) == "WRONGTYPE":
+            raise WrongTypeError(key, "sorted set" if name == "ZADD" else "list") from self.error
+        raise self.error from None
 
 
 def _check_outgoing(payload: dict[str, Any]) -> None:
@@ -228,6 +242,7 @@ def _execute_push(pipe: Any, listing: str) -> None:
     commands = [args for args, _options in pipe.command_stack]
     failed: list[int] = []
     first: Exception | None = None
+    first_command: tuple[Any, ...] = ()
     for index, (args, result) in enumerate(zip(commands, pipe.execute(raise_on_error=False), strict=True)):
         if not isinstance(result, Exception):
             continue
@@ -238,9 +253,10 @@ def _execute_push(pipe: Any, listing: str) -> None:
             _wake_not_published(args[1], result)
             continue
         failed.append(index)
-        first = first or result
+        if first is None:
+            first, first_command = result, tuple(args)
     if first is not None:
-        raise PushFailed(failed, first)
+        raise PushFailed(failed, first, first_command)
 
 
 _wake_warned = False

@@ -24,7 +24,11 @@ URL_SCHEMES = ("redis", "rediss", "unix")
 HEARTBEAT_INTERVAL_MAX = 3600.0
 
 
-@dataclasses.dataclass(frozen=True)
+# REDIS_OPTIONS whose values repr(Config) doesn't show (redis-py's password, ssl_password...).
+_SECRET_OPTION = re.compile(r"pass|secret|token|credential", re.IGNORECASE)
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
 class Config:
     redis_url: str = "redis://localhost:6379/0"
     redis_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -78,6 +82,21 @@ class Config:
     @property
     def redacted_url(self) -> str:
         return redact_url(self.redis_url)
+
+    def __repr__(self) -> str:
+        """Every field, the password of the Redis URL and of REDIS_OPTIONS masked.
+
+        What records locals (an error tracker, a debugger's dump) captured the password whole.
+        """
+        shown = []
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name == "redis_url" and isinstance(value, str):
+                value = redact_url(value)
+            elif field.name == "redis_options" and isinstance(value, Mapping):
+                value = {k: "***" if isinstance(k, str) and _SECRET_OPTION.search(k) else v for k, v in value.items()}
+            shown.append(f"{field.name}={value!r}")
+        return f"{type(self).__name__}({', '.join(shown)})"
 
     def replace(self, **changes: Any) -> Config:
         """Return a copy with ``changes`` applied and validated again."""

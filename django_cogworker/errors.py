@@ -31,6 +31,22 @@ class UnknownJobError(PayloadError):
     """The payload's ``class`` is not a registered job name."""
 
 
+class WrongTypeError(CogworkerError, redis.exceptions.ResponseError):
+    """A push refused because its key (``key``) holds the wrong type of value.
+
+    Redis says only ``WRONGTYPE Operation against a key holding the wrong kind of value``, naming
+    no key. Still a ``ResponseError``, for code that caught redis-py's error before.
+    """
+
+    def __init__(self, key: str, kind: str):
+        self.key = key
+        # (Not "the key guard will fix it": it checks the queues its workers serve and those listed
+        # in ``queues``, which a push that failed here never listed.)
+        super().__init__(f"{key} holds the wrong type of value (not a {kind}): nothing was pushed. A worker's "
+                         f"key guard moves such a key aside to quarantine when it checks it (every "
+                         f"KEY_GUARD_INTERVAL); or inspect it and delete it yourself")
+
+
 class RedisUnavailable(CogworkerError):
     """Redis refused, server-wide, a command a script ran with ``pcall`` (its reply was data, not an error)."""
 
@@ -66,3 +82,16 @@ def is_unavailable(exc: BaseException) -> bool:
     if is_connection_error(exc) or isinstance(exc, (RedisUnavailable, *_UNAVAILABLE_TYPES)):
         return True
     return isinstance(exc, redis.exceptions.ResponseError) and error_code(exc) in UNAVAILABLE_CODES
+
+
+def is_unsendable(exc: BaseException) -> bool:
+    """Tell a write that can never go through as built (what it sends can't be encoded: a lone
+    surrogate, a number JSON can't hold, a value redis-py refuses) from Redis away or refusing it.
+
+    Trying the first again changes nothing: a failure message holding a surrogate, taken for an
+    outage, kept its job on the in-progress list, retried every beat, forever. A command Redis
+    refuses (WRONGTYPE: the key guard moves that key aside) is not one.
+    """
+    if is_unavailable(exc):
+        return False
+    return not isinstance(exc, redis.exceptions.RedisError) or isinstance(exc, redis.exceptions.DataError)

@@ -13,7 +13,7 @@ import json
 import math
 import operator
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .errors import PayloadError
@@ -21,9 +21,17 @@ from .errors import PayloadError
 UNPARSEABLE_CLASS = "(unparseable)"
 ERROR_MESSAGE_LIMIT = 10_000
 BACKTRACE_DEFAULT_LINES = 50
+# Longest jid, class or queue name put in a log line (longer ones are cut).
+LOG_FIELD_LIMIT = 200
+# A dead letter keeps the text of what it holds up to the size of that (or this much, if more):
+# 10 MB of bytes that aren't UTF-8, each read as U+FFFD (three bytes), made a 31 MB dead entry.
+DEAD_RAW_MIN = 64 * 1024
 
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 _dumps = _encoder.encode
+# For text holding a lone surrogate ("\ud800", what os.listdir makes of a file name that isn't
+# UTF-8), which UTF-8 can't carry: written as the JSON escape \ud800, it reads back the same.
+_ascii_encoder = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
 
 
 def _one_shot_encoder() -> Any:
@@ -81,10 +89,22 @@ def new_jids(n: int) -> list[str]:
 
 
 def encode(payload: dict[str, Any]) -> str:
-    """Return the one-line JSON form."""
-    if _c_encode is not None:
-        return "".join(_c_encode(payload, 0))
-    return _dumps(payload)
+    """Return the one-line JSON form, always valid UTF-8; raise ValueError for a non-finite number.
+
+    Strings are written as they are (é, not \\u00e9), but for a lone surrogate: a payload holding
+    one is written all in ASCII escapes. Redis is sent UTF-8, and a failure message naming a file
+    whose name isn't UTF-8 made its filing raise UnicodeEncodeError on every try, forever.
+    """
+    text = "".join(_c_encode(payload, 0)) if _c_encode is not None else _dumps(payload)
+    return text if text.isascii() or _utf8_safe(text) else _ascii_encoder.encode(payload)
+
+
+def _utf8_safe(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # What differs between the jobs of one perform_bulk; every other field is the same object.
@@ -145,7 +165,8 @@ def encode_many(items: Sequence[dict[str, Any]]) -> list[str]:
     out = []
     for payload in items:
         if list(payload) == keys and all(map(operator.is_, fixed(payload), fixed_values)):
-            out.append(splice(payload))
+            text = splice(payload)
+            out.append(text if text.isascii() or _utf8_safe(text) else _ascii_encoder.encode(payload))
         else:
             out.append(encode(payload))
     return out
@@ -181,13 +202,56 @@ _decoder = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 def dead_letter(raw: bytes | str, reason: str, now: float) -> dict[str, Any]:
-    """Build the dead-set entry for a payload we can't even read, keeping the bytes."""
+    """Build the dead-set entry for a payload we can't even read, keeping its text.
+
+    The text is kept whole unless it would take more room than what it holds (DEAD_RAW_MIN at
+    least): bytes that aren't UTF-8 (shown as U+FFFD, three bytes each) or control characters (six
+    each, escaped) are cut there, and ``raw_size`` then gives the size of the whole.
+    """
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-    return {
+    size = len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8", "surrogatepass"))
+    kept = _cut_to_size(text, max(size, DEAD_RAW_MIN))
+    reason = safe_string(reason, ERROR_MESSAGE_LIMIT)
+    entry = {
         "jid": new_jid(), "class": UNPARSEABLE_CLASS, "args": [], "kwargs": {}, "queue": None,
-        "raw": text, "error_class": "PayloadError", "error_message": reason,
+        "raw": kept, "error_class": "PayloadError", "error_message": reason,
         "failed_at": now, "dead_reason": reason,
     }
+    if len(kept) < len(text):
+        entry["raw_size"] = size
+    return entry
+
+
+def _cut_to_size(text: str, budget: int) -> str:
+    """The longest start of ``text`` (found in a few tries) whose JSON string takes at most ``budget`` bytes."""
+    size = _json_size(text)
+    if size <= budget:
+        return text
+    n = len(text) * budget // size
+    while n > 0 and _json_size(text[:n]) > budget:
+        n = n * 9 // 10
+    return text[:n]
+
+
+def _json_size(text: str) -> int:
+    return len(_encode_str(text).encode("utf-8", "surrogatepass"))
+
+
+def append_fields(raw: bytes, fields: Mapping[str, Any]) -> bytes:
+    """Return ``raw`` (a JSON object :func:`decode` reads) with ``fields`` set and the rest as stored.
+
+    For a payload that reads but can't be written back (1e309 reads as inf, which JSON can't
+    hold): it is kept byte for byte and ``fields`` are added at the end of its object, where,
+    as later keys, they win over any it had in every JSON reader (Python's, Lua's cjson).
+    """
+    if not fields:
+        return raw
+    body = raw.rstrip()
+    if not body.endswith(b"}"):
+        raise PayloadError("payload is not a JSON object")
+    head = body[:-1].rstrip()
+    added = _ascii_encoder.encode(dict(fields))[1:-1].encode()  # '"name":value,...'
+    return head + (b"" if head.endswith(b"{") else b",") + added + b"}"
 
 
 def check_json_native(value: Any, where: str) -> None:
@@ -283,33 +347,60 @@ def max_retries(value: Any, default: int) -> int:
 
 
 def safe_string(value: Any, limit: int) -> str:
-    text = value if isinstance(value, str) else str(value)
-    return text[:limit]
+    """``value`` as text of at most ``limit`` characters that UTF-8 can carry.
+
+    A lone surrogate (what Python makes of bytes that aren't UTF-8 in a file name) is written
+    as its escape, ``\\udce9``: the text is for people to read, in the admin or a log.
+    """
+    text = (value if isinstance(value, str) else str(value))[:limit]
+    if text.isascii() or _utf8_safe(text):
+        return text
+    return text.encode("utf-8", "backslashreplace").decode()[:limit]
+
+
+def printable(value: Any, limit: int = LOG_FIELD_LIMIT) -> str:
+    """``value`` as text for a log line: line breaks, control characters and lone surrogates
+    escaped as ``repr`` shows them, cut at ``limit``; never raises.
+
+    A jid holding a newline wrote a line of its own making into the log.
+    """
+    try:
+        text = (value if isinstance(value, str) else str(value))[:limit]
+    except Exception:  # noqa: BLE001 - a broken __str__ must not cost the line
+        return f"<{type(value).__name__}>"
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)[:limit]
 
 
 def error_message(exc: BaseException) -> str:
-    """Return the exception's message, truncated; never raises.
+    """Return the exception's message, truncated, safe to encode; never raises.
 
     An exception whose own ``__str__`` raises (a broken custom class) used to
     escape from the middle of recording its failure, and the job, counting as
     not yet run, was handed back and run again about once a second, forever.
+    Its message is then ``#<ClassName>``, as cogworker writes it.
     """
     try:
         return safe_string(str(exc), ERROR_MESSAGE_LIMIT)
     except BaseException:
-        return f"#<{error_class(exc)}>"
+        try:
+            return f"#<{safe_string(type(exc).__name__, ERROR_MESSAGE_LIMIT)}>"
+        except BaseException:
+            return "#<Exception>"
 
 
 def error_class(exc: BaseException) -> str:
     try:
         cls = type(exc)
-        return f"{cls.__module__}.{cls.__qualname__}" if cls.__module__ != "builtins" else cls.__qualname__
+        name = f"{cls.__module__}.{cls.__qualname__}" if cls.__module__ != "builtins" else cls.__qualname__
+        return safe_string(name, ERROR_MESSAGE_LIMIT)
     except BaseException:
         return "Exception"
 
 
 def backtrace(exc: BaseException, lines: int) -> list[str]:
-    """The last ``lines`` lines of the traceback; never raises."""
+    """The last ``lines`` lines of the traceback, each cut at ERROR_MESSAGE_LIMIT and safe to encode; never raises."""
     import traceback
 
     try:
@@ -319,4 +410,4 @@ def backtrace(exc: BaseException, lines: int) -> list[str]:
             text = "".join(traceback.format_tb(exc.__traceback__))
         except BaseException:
             return []
-    return text.splitlines()[-lines:]
+    return [safe_string(line, ERROR_MESSAGE_LIMIT) for line in text.splitlines()[-lines:]]

@@ -11,7 +11,7 @@ import redis
 from django.db import transaction
 from django.test import override_settings
 
-from django_cogworker import Job
+from django_cogworker import CogworkerError, Job, WrongTypeError
 from django_cogworker.client import Client
 from django_cogworker.conf import build_config
 
@@ -70,6 +70,24 @@ def test_scheduled_push_goes_to_the_schedule_zset_scored_by_time(r):
     assert set(payload) == {"jid", "class", "args", "kwargs", "queue", "retry", "created_at"}
     assert payload["jid"] == jid
     assert not r.exists("cogworker:queues")  # listed when it is enqueued, not before
+
+
+@pytest.mark.parametrize(("key", "push"), [
+    ("cogworker:queue:default", lambda: Push.perform_async(1)),
+    ("cogworker:schedule", lambda: Push.perform_in(60, 1)),
+    ("cogworker:queue:default", lambda: Push.perform_bulk([(1,), (2,)])),
+], ids=["now", "scheduled", "bulk"])
+def test_a_push_to_a_key_of_the_wrong_type_raises_an_error_naming_the_key(r, key, push):
+    # Redis says WRONGTYPE and names no key: the caller couldn't tell which.
+    r.set(key, "not what it should be")
+
+    with pytest.raises(WrongTypeError, match=f"^{key} holds the wrong type of value") as info:
+        push()
+
+    assert isinstance(info.value, CogworkerError) and info.value.key == key
+    assert isinstance(info.value, redis.ResponseError)  # (what code caught before still catches it)
+    assert "WRONGTYPE" in str(info.value.__cause__)
+    assert r.get(key) == "not what it should be"
 
 
 def test_key_prefix_setting_namespaces_every_key(r):

@@ -210,6 +210,19 @@ def test_invalid_url_error_never_shows_the_password(url):
         assert PASSWORD not in errors[0] and "***" in errors[0]
 
 
+def test_repr_of_a_config_never_shows_a_password():
+    # What records locals (an error tracker, a debugger's dump) captured it whole.
+    config = build_config({"REDIS_URL": f"redis://alice:{PASSWORD}@cache:6379/0",
+                           "REDIS_OPTIONS": {"password": PASSWORD, "socket_timeout": 5}}, {})
+    other = build_config({"REDIS_URL": f"unix:///run/redis.sock?db=0&password={PASSWORD}"}, {})
+
+    for text in (repr(config), str(config), f"{[config, other]}"):
+        assert PASSWORD not in text
+    assert "redis_url='redis://alice:***@cache:6379/0'" in repr(config)
+    assert "redis_options={'password': '***', 'socket_timeout': 5}" in repr(config)
+    assert "password=***" in repr(other) and "concurrency=5" in repr(other)
+
+
 @pytest.fixture(scope="module")
 def locked_redis(tmp_path_factory):
     """A private server reachable over TCP and a unix socket, with a password and an ACL user."""

@@ -207,3 +207,24 @@ def test_requeue_unfinished_never_raises_whatever_fails_inside_it(launcher_facto
     jids = [json.loads(x)["jid"] for x in r.lrange(running.in_progress, 0, -1) + r.lrange(K.queue("default"), 0, -1)]
     assert jids == ["cut-short"]  # requeued, or left for orphan recovery: never lost, never twice
     assert caplog.records  # and what failed is said
+
+
+def test_a_filing_that_can_never_be_sent_is_filed_as_fetched_with_its_error_never_kept_pending(launcher_factory, r):
+    # Waiting changes nothing for such a filing: taken for an outage, it was retried every beat,
+    # forever, its job held on the in-progress list.
+    running = launcher_factory(CONCURRENCY=1)
+    raw = payloads.encode({"jid": "unsendable", "class": Boom.name, "args": ["t"], "kwargs": {},
+                           "queue": "default", "retry": 3}).encode()
+    r.lpush(running.in_progress, raw)
+    payload = payloads.decode(raw)
+    payload.update(retry_count=0, failed_at=time.time(), error_class="RuntimeError", error_message="boom",
+                   spoiled=float("inf"))  # (a value JSON can't hold, put there by a middleware, say)
+
+    running.manager.settle(raw, Filing("retry", time.time() + 60, payload))
+
+    assert not running.manager.pending_settlements()
+    (filed,) = r.zrange(K.retry, 0, -1)
+    assert filed.startswith(raw.decode()[:-1])  # as fetched, the failure's fields appended
+    assert (json.loads(filed)["error_message"], json.loads(filed)["retry_count"]) == ("boom", 0)
+    assert "spoiled" not in json.loads(filed)
+    assert r.llen(running.in_progress) == 0

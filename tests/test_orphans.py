@@ -403,30 +403,41 @@ def test_a_registry_of_the_wrong_type_skips_the_round(config, rb, r, caplog):
     assert any("orphan check skipped" in m.getMessage() for m in caplog.records)
 
 
-@pytest.mark.parametrize("poison", ['"\\ud800"', "1e309"], ids=["lone-surrogate", "infinity"])
+@pytest.mark.parametrize("poison", ['"args":[1e309],"queue":"default"', '"args":[],"queue":"tenant-\\udc00"'],
+                         ids=["infinity", "queue-name-not-utf8"])
 def test_an_entry_that_cant_be_written_back_goes_to_dead_and_the_rest_is_requeued(config, rb, r, caplog, poison):
-    # It reads (json takes "\ud800" and 1e309), but can't be written again: requeued with the
-    # others, it failed the batch's script every round and none of the list ever came back.
-    bad = ('{"jid":"jidpoison","class":"testproject.demo.jobs.RecordJob","args":[' + poison + '],"kwargs":{},'
-           '"queue":"default","retry":true}')
+    # It reads (json takes 1e309 as inf, and "\udc00"), but can't be written again: requeued with
+    # the others, it failed the batch's script every round and none of the list ever came back.
+    bad = '{"jid":"jidpoison","class":"testproject.demo.jobs.RecordJob",' + poison + ',"kwargs":{},"retry":true}'
     in_flight(r, DEAD, [payload(1), bad, payload(2)], beat_age=THRESHOLD + 1)
     with caplog.at_level(logging.ERROR, logger="django_cogworker"):
         assert recoverer(config, rb).check() == 3
     assert sorted(p["jid"] for p in queued(r)) == ["jid00001", "jid00002"]
-    [dead] = [json.loads(x) for x in r.zrange(K.dead, 0, -1)]
+    [stored] = r.zrange(K.dead, 0, -1)
+    assert stored.startswith(bad[:-1])  # kept byte for byte, what dead entries say appended
+    dead = json.loads(stored)
     assert dead["jid"] == "jidpoison" and dead["class"] == "testproject.demo.jobs.RecordJob"
-    assert dead["raw"] == bad  # the stored bytes, kept as they were
-    assert "can't be written back" in dead["error_message"]
+    assert "can't be written back" in dead["dead_reason"] and dead["orphan_count"] == 1
     assert forgotten(r, DEAD)
     assert "jidpoison" in caplog.text
 
 
+def test_a_lone_surrogate_in_args_is_no_poison_and_reads_back_the_same(config, rb, r):
+    odd = '{"jid":"odd","class":"testproject.demo.jobs.RecordJob","args":["caf\\udce9"],"kwargs":{},"queue":"default"}'
+    in_flight(r, DEAD, [odd], beat_age=THRESHOLD + 1)
+    assert recoverer(config, rb).check() == 1
+    [back] = queued(r)
+    assert back["args"] == ["caf\udce9"] and back["orphan_count"] == 1
+
+
 def test_an_entry_that_cant_be_written_back_past_max_orphanings_still_goes_to_dead(config, rb, r):
-    bad = ('{"jid":"jidpoison","class":"testproject.demo.jobs.RecordJob","args":["\\udc00"],"kwargs":{},'
+    bad = ('{"jid":"jidpoison","class":"testproject.demo.jobs.RecordJob","args":[1e309],"kwargs":{},'
            '"queue":"default","orphan_count":3}')
     in_flight(r, DEAD, [bad, payload(1)], beat_age=THRESHOLD + 1)
     assert recoverer(config, rb).check() == 2
-    [dead] = [json.loads(x) for x in r.zrange(K.dead, 0, -1)]
-    assert dead["jid"] == "jidpoison" and dead["raw"] == bad and "orphaned 4 times" in dead["error_message"]
+    [stored] = r.zrange(K.dead, 0, -1)
+    dead = json.loads(stored)
+    assert stored.startswith(bad[:-1]) and dead["jid"] == "jidpoison"
+    assert "orphaned 4 times" in dead["dead_reason"] and dead["error_class"] == "Orphaned"
     assert [p["jid"] for p in queued(r)] == ["jid00001"]
     assert forgotten(r, DEAD)

@@ -39,7 +39,7 @@ def test_error_message_is_the_exception_text():
 
 
 def test_error_message_survives_a_str_that_raises():
-    assert payloads.error_message(BadStrError()) == "#<testproject.demo.jobs.BadStrError>"
+    assert payloads.error_message(BadStrError()) == "#<BadStrError>"
 
 
 def test_error_message_survives_a_str_that_returns_a_non_string():
@@ -47,7 +47,7 @@ def test_error_message_survives_a_str_that_returns_a_non_string():
         def __str__(self):
             return 42
 
-    assert payloads.error_message(NotAString()) == f"#<{__name__}.{NotAString.__qualname__}>"
+    assert payloads.error_message(NotAString()) == "#<NotAString>"
 
 
 def test_error_message_is_truncated():
@@ -252,3 +252,72 @@ def test_a_forked_child_does_not_hand_out_its_parents_next_jids():
     os.waitpid(pid, 0)
     parent = [payloads.new_jid() for _ in range(5)]
     assert len(child) == 5 and not set(child) & set(parent)
+
+
+# -- text that can't be written as it is -----------------------------------------------------------
+
+SURROGATE = os.fsdecode(b"caf\xe9.bad")  # what os.listdir gives for a file name that isn't UTF-8
+
+
+def test_a_payload_holding_a_lone_surrogate_is_written_as_utf8_and_reads_back_the_same():
+    payload = {"jid": "j", "class": "a.B", "args": [SURROGATE, "é"], "kwargs": {"\ud800": 1}, "queue": "q"}
+
+    for text in (payloads.encode(payload), *payloads.encode_many([payload, dict(payload, jid="k")])):
+        text.encode("utf-8")  # what Redis is sent: no UnicodeEncodeError
+        assert payloads.decode(text.encode())["args"] == payload["args"]
+    assert payloads.decode(payloads.encode(payload))["kwargs"] == {"\ud800": 1}
+    assert payloads.encode({"args": ["é"]}) == '{"args":["é"]}'  # the rest is written as before
+
+
+def test_error_texts_escape_lone_surrogates_and_stay_within_the_limit():
+    odd = type("BadError", (Exception,), {"__module__": "caf\udce9"})  # (a module name is any str)
+    try:
+        raise odd(f"cannot process {SURROGATE} " + "\udce9" * payloads.ERROR_MESSAGE_LIMIT)
+    except Exception as exc:
+        caught = exc
+
+    message = payloads.error_message(caught)
+    assert message.startswith("cannot process caf\\udce9.bad \\udce9")
+    assert len(message) == payloads.ERROR_MESSAGE_LIMIT
+    assert payloads.error_class(caught) == "caf\\udce9.BadError"
+    lines = payloads.backtrace(caught, 50)
+    for text in (message, payloads.error_class(caught), *lines):
+        text.encode("utf-8")
+    assert all(len(line) <= payloads.ERROR_MESSAGE_LIMIT for line in lines)
+
+
+def test_printable_escapes_what_would_break_a_log_line_and_cuts_it():
+    assert payloads.printable("abc123") == "abc123"
+    assert payloads.printable("x\n2026-01-01 ERROR forged") == "x\\n2026-01-01 ERROR forged"
+    assert payloads.printable("a\r\tb\x1b[31m\u202e" + SURROGATE) == "a\\r\\tb\\x1b[31m\\u202ecaf\\udce9.bad"
+    assert payloads.printable("é and ü") == "é and ü"
+    assert payloads.printable("y" * 500) == "y" * payloads.LOG_FIELD_LIMIT
+    assert payloads.printable(None) == "None"
+
+
+def test_a_dead_letter_for_10_mb_that_are_not_utf8_is_not_bigger_than_what_it_holds():
+    raw = b"\xff" * 10_000_000
+
+    stored = payloads.encode(payloads.dead_letter(raw, "unparseable payload", now=1000.0)).encode()
+
+    # Each byte read as U+FFFD (three bytes in UTF-8) made it a 31 MB entry.
+    assert len(stored) <= len(raw) + 1000
+    entry = json.loads(stored)
+    assert entry["raw"].startswith("\ufffd" * 1000) and entry["raw_size"] == len(raw)
+    # What is small is kept whole.
+    small = b'{"class": "x", \x01\x02 "args": [' + b"\xfe" * 100
+    entry = payloads.dead_letter(small, "unparseable payload", now=1000.0)
+    assert entry["raw"] == small.decode("utf-8", "replace") and "raw_size" not in entry
+
+
+def test_append_fields_keeps_the_payload_byte_for_byte_and_adds_the_fields():
+    raw = b'{"jid":"j","class":"a.B","args":[1e309,"\\ud800"],"kwargs":{},"queue":"q","dead_reason":"old"} \n'
+
+    kept = payloads.append_fields(raw, {"dead_reason": f"no {SURROGATE}", "failed_at": 5.0})
+
+    assert kept.startswith(raw.rstrip()[:-1])
+    read = payloads.decode(kept)
+    assert (read["dead_reason"], read["failed_at"], read["args"]) == (f"no {SURROGATE}", 5.0, [float("inf"), "\ud800"])
+    assert payloads.append_fields(b'{"class":"x"}', {"a": 1}) == b'{"class":"x","a":1}'
+    with pytest.raises(PayloadError):
+        payloads.append_fields(b'["not", "an object"]', {"a": 1})

@@ -6,6 +6,7 @@ import asyncio
 import datetime as dt
 import json
 import logging
+import os
 import re
 import sys
 import threading
@@ -24,12 +25,13 @@ from engine_fixtures import (
     new_token,
     runs,
 )
-from helpers import wait_until
+from helpers import FAST_ENV, Worker, wait_until
 
 from django_cogworker import payload as payloads
 from django_cogworker.engine.stats import day_of
 from django_cogworker.job import Job
 from django_cogworker.keys import Keys
+from testproject.demo.jobs import HugeErrorJob, ListFolderJob
 
 K = Keys()
 
@@ -185,7 +187,7 @@ def test_an_exception_whose_str_raises_is_filed_and_the_process_keeps_working(la
     (filed,) = retry_entries(r)
     assert filed["jid"] == "bad-str"
     assert filed["error_class"] == "testproject.demo.jobs.BadStrError"
-    assert filed["error_message"] == "#<testproject.demo.jobs.BadStrError>"
+    assert filed["error_message"] == "#<BadStrError>"
     wait_until(lambda: settled(running, r))
 
 
@@ -499,3 +501,88 @@ def test_a_death_handler_that_spoils_the_payload_of_a_job_dead_on_arrival_does_n
     (dead,) = dead_entries(r)
     assert dead["jid"] == "unknown-class" and "seen" not in dead
     wait_until(lambda: settled(running, r))
+
+
+# -- text a job's failure can't be written with as it is --------------------------------------------
+
+
+def test_a_worker_files_a_failure_whose_message_names_a_file_that_is_not_utf8(tmp_path, r):
+    # os.listdir gives "caf\udce9.bad" for the file b"caf\xe9.bad": its failure message, UTF-8 can't
+    # carry it. Its filing raised on every try, taken for an outage: the job sat on the in-progress
+    # list, "pending settlement still fails" every beat, couldn't be handed over at TERM, and died
+    # "orphaned N times", its real error lost.
+    folder = tmp_path / "inbox"
+    folder.mkdir()
+    (folder / os.fsdecode(b"caf\xe9.bad")).touch()
+    for jid, retry in (("listing", 1), ("listing-no-retry", 0)):
+        r.lpush(K.queue("default"), payloads.encode({"jid": jid, "class": ListFolderJob.name, "args": [str(folder)],
+                                                     "kwargs": {}, "queue": "default", "retry": retry,
+                                                     "backtrace": True}))
+
+    with Worker(env=FAST_ENV, log_path=tmp_path / "worker.log") as w:
+        identity = w.wait_ready()
+        wait_until(lambda: r.zcard(K.retry) == 1 and r.zcard(K.dead) == 1, timeout=20, message="filed")
+        wait_until(lambda: r.llen(K.in_progress(identity)) == 0, message="acknowledged")
+        time.sleep(1.5)  # three beats
+        w.term()
+        assert w.wait(30) == 0
+
+    (retried,), (dead,) = retry_entries(r), dead_entries(r)
+    assert (retried["jid"], dead["jid"]) == ("listing", "listing-no-retry")
+    for filed in (retried, dead):
+        assert (filed["error_class"], filed["error_message"]) == ("ValueError", "cannot process caf\\udce9.bad")
+        assert filed["error_backtrace"][-1] == "ValueError: cannot process caf\\udce9.bad"
+    assert dead["dead_reason"] == "retries exhausted"
+    log = w.log()
+    assert "fail jid=listing class=testproject.demo.jobs.ListFolderJob" in log
+    assert "still fails" not in log and "kept in memory" not in log
+    assert r.llen(K.unsettled) == 0 and not r.exists(K.in_progress(identity))
+
+
+def test_a_jid_or_class_holding_a_line_break_can_not_forge_log_lines(launcher_factory, r, caplog):
+    caplog.set_level(logging.INFO, logger="django_cogworker")
+    token = new_token()
+    running = launcher_factory(CONCURRENCY=1)
+    forged = "x\n2026-12-03 20:03:24,803 ERROR pid=1 forged"
+    running.client.push({"jid": forged, "class": Boom.name, "args": [token], "kwargs": {}, "queue": "default",
+                         "retry": 1})
+    running.client.push({"jid": "y", "class": f"no.Such{forged}", "args": [], "kwargs": {}, "queue": "default"})
+
+    wait_until(lambda: r.zcard(K.retry) == 1 and r.zcard(K.dead) == 1, message="filed")
+
+    lines = [m for m in caplog.messages if "forged" in m]
+    assert len(lines) >= 3  # start, fail, dead on arrival
+    assert all("\n" not in m and "x\\n2026-12-03 20:03:24,803 ERROR pid=1 forged" in m for m in lines)
+    wait_until(lambda: settled(running, r))
+
+
+def test_a_10_mb_error_message_is_logged_cut_like_in_its_payload(launcher_factory, r, caplog):
+    caplog.set_level(logging.WARNING, logger="django_cogworker")
+    running = launcher_factory(CONCURRENCY=1)
+    running.client.push({"jid": "huge", "class": HugeErrorJob.name, "args": [10_000_000], "kwargs": {},
+                         "queue": "default", "retry": 1})
+
+    wait_until(lambda: r.zcard(K.retry) == 1, message="filed")
+
+    (filed,) = retry_entries(r)
+    assert filed["error_message"] == "x" * payloads.ERROR_MESSAGE_LIMIT
+    # It was written whole with its traceback: 10 MB of log per attempt.
+    assert len(caplog.text) < 3 * payloads.ERROR_MESSAGE_LIMIT
+    (line,) = [m for m in caplog.messages if m.startswith("fail jid=huge")]
+    assert "perform" in line and "raise RuntimeError" in line  # its stack is still shown
+    wait_until(lambda: settled(running, r))
+
+
+def test_10_mb_that_are_not_utf8_go_to_dead_without_growing(launcher_factory, rb):
+    running = launcher_factory(CONCURRENCY=1)
+    raw = b"\xff" * 10_000_000
+    rb.lpush(K.queue("default"), raw)
+
+    wait_until(lambda: rb.zcard(K.dead) == 1, timeout=20, message="dead on arrival")
+
+    (dead,) = rb.zrange(K.dead, 0, -1)
+    assert len(dead) <= len(raw) + 1000  # each byte shown as U+FFFD made it 31 MB
+    entry = json.loads(dead)
+    assert (entry["class"], entry["raw_size"]) == ("(unparseable)", len(raw))
+    assert "unparseable payload" in entry["dead_reason"]
+    wait_until(lambda: not running.manager.busy and not running.manager.pending_settlements())

@@ -13,6 +13,7 @@ EXPECTED = [
     "JobSetter",
     "PayloadError",
     "UnknownJobError",
+    "WrongTypeError",
     "__version__",
     "periodic",
 ]
@@ -30,7 +31,7 @@ def test_every_exported_name_exists():
 
 
 def test_errors_share_one_base():
-    for name in ("ConfigError", "PayloadError", "UnknownJobError"):
+    for name in ("ConfigError", "PayloadError", "UnknownJobError", "WrongTypeError"):
         assert issubclass(getattr(django_cogworker, name), django_cogworker.CogworkerError)
     assert issubclass(django_cogworker.UnknownJobError, django_cogworker.PayloadError)
 

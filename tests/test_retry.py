@@ -108,7 +108,7 @@ def test_an_exception_whose_str_raises_is_still_recorded(config):
 
     assert filing.target == "retry"
     assert payload["error_class"] == "test_retry.BadStr"
-    assert payload["error_message"] == "#<test_retry.BadStr>"
+    assert payload["error_message"] == "#<BadStr>"
 
 
 def test_a_long_error_message_is_truncated(config):

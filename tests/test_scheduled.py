@@ -18,17 +18,19 @@ from engine_fixtures import (
     new_token,
     runs,
 )
-from helpers import RedisServer, wait_until
+from helpers import FAST_ENV, RedisServer, Worker, wait_until
 
 from django_cogworker import Job
 from django_cogworker import payload as payloads
 from django_cogworker.client import Client
 from django_cogworker.connection import make_redis
+from django_cogworker.engine import scheduled
 from django_cogworker.engine.key_guard import KeyGuard
 from django_cogworker.engine.orphans import OrphanRecovery, steady_grace
 from django_cogworker.engine.retry import RetryPolicy
 from django_cogworker.engine.scheduled import BATCH, DUE_FLOOR, Poller
 from django_cogworker.keys import Keys
+from testproject.demo.jobs import RecordJob
 
 K = Keys()
 NOW = 1_700_000_000.0
@@ -161,6 +163,88 @@ def test_an_unreadable_due_entry_goes_to_dead_with_its_text(poller, r, raw, reas
     assert dead["class"] == "(unparseable)"
     assert dead["raw"] == raw
     assert reason in dead["error_message"]
+
+
+def poison(jid, *, args="[1e309]", queue='"default"'):
+    """A due entry that reads, but can't be written back as it is: 1e309 reads as inf, which JSON can't
+    hold; a queue name that is a lone surrogate can't be sent to Redis."""
+    return f'{{"jid":"{jid}","class":"x.Job","args":{args},"kwargs":{{}},"queue":{queue},"retry":true}}'
+
+
+def test_poison_goes_to_dead_with_its_reason_and_the_entries_around_it_move_in_the_same_sweep(poller, r):
+    # Once one such entry made the sweep raise, at every round: schedule is swept before retry, so
+    # neither the entries after it nor any retry moved again, on any process.
+    poisons = {}
+    for key in (K.schedule, K.retry):
+        poisons[poison(f"inf-{key}")] = "Out of range float values are not JSON compliant"
+        poisons[poison(f"queue-{key}", args="[]", queue='"\\udce9"')] = "surrogates not allowed"
+        r.zadd(key, {entry(f"before-{key}"): NOW - 3, **{raw: NOW - 2 for raw in poisons if key in raw},
+                     entry(f"surrogate-{key}", args=["caf\udce9.bad"]): NOW - 2, entry(f"after-{key}"): NOW - 1})
+
+    poller.enqueue_due()
+
+    assert r.zcard(K.schedule) == r.zcard(K.retry) == 0
+    moved = {p["jid"]: p for p in queued(r)}
+    assert set(moved) == {f"{what}-{key}" for what in ("before", "surrogate", "after") for key in (K.schedule, K.retry)}
+    # Not poison: a lone surrogate in the args is written escaped, and reads back the same.
+    assert moved[f"surrogate-{K.retry}"]["args"] == ["caf\udce9.bad"]
+    dead = {json.loads(d)["jid"]: d for d in r.zrange(K.dead, 0, -1)}
+    assert len(dead) == 4
+    for raw, reason in poisons.items():
+        kept = dead[json.loads(raw)["jid"]]
+        assert kept.startswith(raw[:-1])  # as it was, byte for byte, with the reason appended
+        assert reason in json.loads(kept)["dead_reason"]
+        assert json.loads(kept)["failed_at"] == NOW
+
+
+def test_entries_stuck_on_a_key_are_logged_once_a_minute_not_once_per_entry_and_sweep(poller, r, caplog,
+                                                                                    monkeypatch):
+    caplog.set_level(logging.DEBUG, logger="django_cogworker")
+    r.set(K.queue("broken"), "not a list")
+    r.zadd(K.schedule, {entry(f"stuck{i}", "broken"): NOW - 100 + i for i in range(50)})
+    r.set(K.retry, "not a zset")
+
+    for _ in range(20):
+        poller.enqueue_due()
+
+    # One line per stuck entry per sweep was 7,165 lines in 57 s.
+    errors = [rec.getMessage() for rec in caplog.records if rec.levelno >= logging.ERROR]
+    assert len(errors) == 2
+    assert any("could not move jid=stuck0 to queue 'broken'" in m and K.queue("broken") in m for m in errors)
+    assert any(f"due entries of {K.retry} not moved" in m for m in errors)
+
+    caplog.clear()
+    monkeypatch.setattr(scheduled, "STUCK_LOG_EVERY", 0.2)
+    time.sleep(0.25)
+    poller.enqueue_due()
+    errors = [rec.getMessage() for rec in caplog.records if rec.levelno >= logging.ERROR]
+    assert len(errors) == 2
+    assert any(f"{50 * 20 - 1} more like it since the last report" in m for m in errors)
+
+
+def test_a_worker_sends_poison_to_dead_and_runs_the_scheduled_jobs_and_retries_around_it(tmp_path, r):
+    now = time.time()
+
+    def job(jid):
+        return payloads.encode({"jid": jid, "class": RecordJob.name, "args": ["ran", jid], "kwargs": {},
+                                "queue": "default", "retry": True})
+
+    def poisoned(jid):
+        return job(jid).replace(f'"args":["ran","{jid}"]', '"args":["ran",1e309]')
+
+    r.zadd(K.schedule, {poisoned("poison-s"): now - 2, job("scheduled"): now - 1, job("scheduled-later"): now + 1})
+    r.zadd(K.retry, {poisoned("poison-r"): now - 2, job("retry"): now - 1})
+
+    with Worker(env=FAST_ENV, log_path=tmp_path / "worker.log") as w:
+        w.wait_ready()
+        wait_until(lambda: sorted(r.lrange("ran", 0, -1)) == ["retry", "scheduled", "scheduled-later"], timeout=20,
+                   message="the jobs around the poison ran")
+        dead = {json.loads(d)["jid"]: json.loads(d) for d in r.zrange(K.dead, 0, -1)}
+        w.term()
+        assert w.wait(30) == 0
+    assert set(dead) == {"poison-s", "poison-r"}
+    assert all("Out of range float" in d["dead_reason"] and d["args"] == ["ran", float("inf")] for d in dead.values())
+    assert r.zcard(K.schedule) == r.zcard(K.retry) == 0
 
 
 def test_more_than_a_batch_of_due_entries_all_move(poller, r):

@@ -26,6 +26,7 @@ from typing import Any
 from .. import payload as payloads
 from .. import scripts
 from ..conf import Config
+from ..errors import is_unsendable
 from .fetch import Fetch, Unit
 from .processor import Processor
 from .retry import Filing, RetryPolicy
@@ -340,13 +341,40 @@ class Manager:
 
     def settle(self, raw: bytes, how: Settlement) -> None:
         """Ack or file a finished job; if Redis refuses, remember it and retry on later beats."""
-        try:
-            self._apply(raw, how)
-        except Exception as exc:
+        how, error = self._settle_once(raw, how)
+        if error is not None:
             logger.error("settling jid=%s failed (%s: %s); kept in memory and retried",
-                         _jid(how, raw), type(exc).__name__, exc)
+                         _jid(how, raw), type(error).__name__, payloads.printable(error, payloads.ERROR_MESSAGE_LIMIT))
             with self._jobs_lock:
                 self._pending[raw] = how
+
+    def _settle_once(self, raw: bytes, how: Settlement) -> tuple[Settlement, Exception | None]:
+        """Apply ``how``; return the settlement to keep trying (None when done) and why it failed.
+
+        A filing that can't be written as built (:func:`is_unsendable`) is no outage: waiting changes
+        nothing. It is filed once more at once, as the payload was fetched with the failure's fields
+        appended (:meth:`Filing.as_stored`), so the job still ends in retry or dead with its error.
+        """
+        try:
+            self._apply(raw, how)
+            return how, None
+        except Exception as exc:
+            if not (isinstance(how, Filing) and how.text is None and is_unsendable(exc)):
+                return how, exc
+            unsendable = exc
+        try:
+            how = how.as_stored(raw)
+        except Exception as exc:  # (raw that isn't a JSON object: the processor buries those itself)
+            logger.error("jid=%s could not be filed (%s: %s), nor as it was fetched (%s)", _jid(how, raw),
+                         type(unsendable).__name__, payloads.printable(unsendable), payloads.printable(exc))
+            return how, unsendable
+        logger.error("jid=%s could not be filed as built (%s: %s); filed as it was fetched, with its error",
+                     _jid(how, raw), type(unsendable).__name__, payloads.printable(unsendable))
+        try:
+            self._apply(raw, how)
+            return how, None
+        except Exception as exc:
+            return how, exc
 
     def _apply(self, raw: bytes, how: Settlement) -> None:
         if how == "ack":
@@ -357,14 +385,17 @@ class Manager:
     def retry_pending_settlements(self) -> int:
         """One more try at every pending settlement; return how many are still pending."""
         for raw, how in self.pending_settlements().items():
-            try:
-                self._apply(raw, how)
-            except Exception as exc:
-                logger.warning("pending settlement of jid=%s still fails: %s", _jid(how, raw), exc)
-                continue
+            settled, error = self._settle_once(raw, how)
             with self._jobs_lock:
-                if self._pending.get(raw) is how:
+                if self._pending.get(raw) is not how:
+                    continue
+                if error is None:
                     del self._pending[raw]
+                else:
+                    self._pending[raw] = settled
+            if error is not None:
+                logger.warning("pending settlement of jid=%s still fails: %s", _jid(how, raw),
+                               payloads.printable(error, payloads.ERROR_MESSAGE_LIMIT))
         return len(self._pending)
 
     def requeue_unfinished(self, unfinished: list[Unit]) -> int:
@@ -415,7 +446,7 @@ class Manager:
                 scripts.PARK_UNSETTLED(self.redis, [self.fetch.in_progress, self.keys.unsettled], [raw, record])
             except Exception as exc:
                 logger.error("could not hand jid=%s over to %s (%s); left for orphan recovery",
-                             filing.payload.get("jid"), self.keys.unsettled, exc)
+                             payloads.printable(filing.payload.get("jid")), self.keys.unsettled, exc)
                 keep.append(raw)
                 continue
             with self._jobs_lock:
@@ -424,9 +455,10 @@ class Manager:
 
 
 def _jid(how: Settlement, raw: bytes) -> str:
+    """The job's jid, for a log line."""
     if isinstance(how, Filing):
-        return str(how.payload.get("jid"))
+        return payloads.printable(how.payload.get("jid"))
     try:
-        return str(json.loads(raw).get("jid"))
+        return payloads.printable(json.loads(raw).get("jid"))
     except Exception:
         return "?"

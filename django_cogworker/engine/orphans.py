@@ -233,24 +233,27 @@ class OrphanRecovery:
                 payload["error_message"] = reason
                 filing = self.retry.exhausted(payload, None, reason)
                 if filing is not None:
-                    letter = filing.payload if _writable(filing.payload) is not None else \
-                        _unwritable_letter(raw, payload, reason)
-                    handled += self._to_dead(source, raw, letter, below, cap)
+                    stored = _writable(filing.payload)
+                    if stored is None:
+                        stored = _as_stored(raw, filing.payload, reason)
+                    handled += self._to_dead(source, raw, filing.payload, below, cap, stored)
                     self._release_locks(payload)
                 else:
                     argv[0] += 1
                     argv.insert(1, raw)  # discarded (dead=False): just dropped from the list
                     discarded.append(payload)
                 continue
-            new_raw = _writable(payload)
+            queue = payload.get("queue") if isinstance(payload.get("queue"), str) else "default"
+            new_raw = _writable(payload, queue)
             if new_raw is None:
-                # Read, but can't be written back: requeued with the others, it failed the whole
-                # batch's script, every round, and no job of the list ever came back.
-                reason = "orphaned, and its payload can't be written back (not encodable as UTF-8 JSON)"
-                handled += self._to_dead(source, raw, _unwritable_letter(raw, payload, reason), below, cap)
+                # Read, but can't be written back (1e309 reads as inf; a queue name Redis can't be
+                # sent): requeued with the others, it failed the whole batch's script, every
+                # round, and no job of the list ever came back.
+                reason = "orphaned, and its payload can't be written back (a number JSON can't hold, or a queue " \
+                         "name that isn't UTF-8)"
+                handled += self._to_dead(source, raw, payload, below, cap, _as_stored(raw, payload, reason))
                 self._release_locks(payload)
                 continue
-            queue = payload.get("queue") if isinstance(payload.get("queue"), str) else "default"
             key = k.queue(queue)
             if key not in index:
                 keys.append(key)
@@ -274,39 +277,41 @@ class OrphanRecovery:
             unique.release_at(self.redis, self.keys, payload, "dead")
             release_running(self.redis, self.keys, payload)
         except redis_lib.exceptions.ResponseError as exc:
-            logger.error("could not release the locks of jid=%s: %s (they expire)", payload.get("jid"), exc)
+            logger.error("could not release the locks of jid=%s: %s (they expire)",
+                         payloads.printable(payload.get("jid")), exc)
 
-    def _to_dead(self, source: str, raw: bytes, payload: dict, below: float, cap: int) -> int:
-        record = payloads.encode({"jid": payload.get("jid"), "class": payload.get("class"),
+    def _to_dead(self, source: str, raw: bytes, payload: dict, below: float, cap: int,
+                 stored: str | bytes | None = None) -> int:
+        """Move ``raw`` to dead as ``payload`` (or as ``stored``, its text already made), recorded
+        in ``repeat_orphans``."""
+        record = payloads.encode({"jid": payloads.safe_string(payload.get("jid"), 200),
+                                  "class": payloads.safe_string(payload.get("class"), 200),
                                   "orphan_count": payload.get("orphan_count"), "at": time.time(),
                                   "from": payload.get("orphaned_from")})
-        logger.error("jid=%s class=%s: %s; moved to dead", payload.get("jid"), payload.get("class"),
-                     payload.get("dead_reason") or payload.get("error_message"))
+        logger.error("jid=%s class=%s: %s; moved to dead", payloads.printable(payload.get("jid")),
+                     payloads.printable(payload.get("class")),
+                     payloads.printable(payload.get("dead_reason") or payload.get("error_message")))
+        dead = payloads.encode(payload) if stored is None else stored
         return int(scripts.ORPHAN_TO_DEAD(self.redis, [source, self.keys.dead, self.keys.repeat_orphans],
-                                          [raw, time.time(), payloads.encode(payload), record, below, cap]))
+                                          [raw, time.time(), dead, record, below, cap]))
 
 
-def _writable(payload: dict) -> str | None:
-    """The payload's JSON if Redis can be sent it (UTF-8 encodable, finite numbers), else None."""
+def _writable(payload: dict, queue: str = "") -> str | None:
+    """The payload's JSON if Redis can be sent it (finite numbers, a UTF-8 queue name), else None."""
     try:
-        text = payloads.encode(payload)
-        text.encode()
+        queue.encode()
+        return payloads.encode(payload)
     except (ValueError, RecursionError):  # (UnicodeEncodeError is a ValueError)
         return None
-    return text
 
 
-def _unwritable_letter(raw: bytes, payload: dict, reason: str) -> dict:
-    """The dead entry for a payload that can't be written back: its stored bytes as they are,
-    under its own jid and class where those can be written."""
-    letter = payloads.dead_letter(raw, reason, time.time())
-    for field in ("jid", "class"):
-        value = payload.get(field)
-        if isinstance(value, str) and _writable({field: value}) is not None:
-            letter[field] = value
-    letter["orphan_count"] = payload.get("orphan_count")
-    letter["orphaned_from"] = payload.get("orphaned_from")
-    return letter
+def _as_stored(raw: bytes, payload: dict, reason: str) -> bytes:
+    """The dead entry of a payload that reads but can't be written back: its bytes as stored,
+    with what dead entries say appended (later keys win in every JSON reader)."""
+    return payloads.append_fields(raw, {
+        "error_class": "Orphaned" if payload.get("error_class") == "Orphaned" else "PayloadError",
+        "error_message": reason, "dead_reason": reason, "failed_at": time.time(),
+        "orphan_count": payload.get("orphan_count"), "orphaned_from": payload.get("orphaned_from")})
 
 
 def _parse_beats(raw: dict[bytes, bytes]) -> dict[str, float]:

@@ -77,8 +77,9 @@ class Processor:
             return
         manager.job_started(unit, payload)
         started = time.monotonic()
-        jid = payload.get("jid")
-        logger.info("start jid=%s class=%s", jid, payload["class"])
+        # (Escaped once for the log lines: a jid holding a newline wrote lines of its own making.)
+        jid, shown_class = payloads.printable(payload.get("jid")), payloads.printable(payload["class"])
+        logger.info("start jid=%s class=%s", jid, shown_class)
         self._hook(payload, "start")
         outcome = "success"
         job = None
@@ -90,16 +91,17 @@ class Processor:
             elapsed = time.monotonic() - started
             filing = self.filing(unit, payload, exc, job)
             outcome = "retry" if filing is not None and filing.target == "retry" else "dead"
-            log_safely(logger.warning, "fail jid=%s class=%s elapsed=%.3fs: %s: %s (%s)", jid, payload["class"],
-                       elapsed, payloads.error_class(exc), payloads.error_message(exc), _fate(filing),
-                       exc_info=exc)
+            log_safely(logger.warning, "fail jid=%s class=%s elapsed=%.3fs: %s: %s (%s)", jid, shown_class,
+                       elapsed, payloads.printable(payloads.error_class(exc)),
+                       payloads.printable(payloads.error_message(exc), payloads.ERROR_MESSAGE_LIMIT),
+                       payloads.printable(_fate(filing), payloads.ERROR_MESSAGE_LIMIT), exc_info=exc)
             if filing is not None:
                 manager.settle(unit.raw, filing)
             else:
                 manager.ack(unit.raw)  # discarded (dead=False)
             manager.stats.job_done(failed=True)
         else:
-            logger.info("done jid=%s class=%s elapsed=%.3fs", jid, payload["class"], time.monotonic() - started)
+            logger.info("done jid=%s class=%s elapsed=%.3fs", jid, shown_class, time.monotonic() - started)
             manager.ack(unit.raw)
             manager.stats.job_done(failed=False)
         finally:
@@ -125,7 +127,8 @@ class Processor:
             return filing
         except BaseException as error:  # noqa: BLE001 - whatever it is, the job must be filed
             reason = f"its failure could not be filed ({payloads.error_class(error)}: {payloads.error_message(error)})"
-            log_safely(logger.error, "jid=%s: %s; sent to dead", payload.get("jid"), reason, exc_info=error)
+            log_safely(logger.error, "jid=%s: %s; sent to dead", payloads.printable(payload.get("jid")),
+                       payloads.printable(reason, payloads.ERROR_MESSAGE_LIMIT), exc_info=error)
             return dead_filing(unit.raw, reason, exc)
 
     def _hook(self, payload: dict, moment: str) -> None:
@@ -135,7 +138,8 @@ class Processor:
             try:
                 hook(payload, moment)
             except BaseException as exc:  # noqa: BLE001 - the job is settled; the locks expire
-                log_safely(logger.error, "run hook (%s) failed for jid=%s", moment, payload.get("jid"), exc_info=exc)
+                log_safely(logger.error, "run hook (%s) failed for jid=%s", moment,
+                           payloads.printable(payload.get("jid")), exc_info=exc)
 
     def bury(self, unit: Unit, exc: PayloadError) -> None:
         """A payload we can't run (unparseable, unknown job): dead with the reason, never dropped."""
@@ -156,7 +160,8 @@ class Processor:
             filing.raw()  # (a death handler may have put what can't be encoded in it)
         except BaseException:  # noqa: BLE001 - it goes to dead whatever the handlers did
             filing = dead_filing(unit.raw, reason, exc)
-        logger.error("dead on arrival (queue %r): %s", unit.queue, reason)
+        logger.error("dead on arrival (queue %r): %s", unit.queue,
+                     payloads.printable(reason, payloads.ERROR_MESSAGE_LIMIT))
         self.manager.settle(unit.raw, filing)
         if readable:
             self._hook(payload, "dead")  # its unique and periodic locks go now, not at their TTL
@@ -177,27 +182,66 @@ def _fate(filing: Filing | None) -> str:
 
 def dead_filing(raw: bytes, reason: str, exc: BaseException | None) -> Filing:
     """A dead entry for a job whose own filing failed: its payload as pushed (not as the job left
-    it), with the error and the reason; the raw bytes if even that can't be encoded."""
+    it), with the error and the reason; kept as it came if it can't be written back (1e309 in its
+    args reads as inf), the raw bytes in a dead letter if it can't even be read."""
     now = time.time()
     try:
         payload = payloads.decode(raw)
         payload.update(error_class=payloads.error_class(exc) if exc is not None else "CogworkerError",
                        error_message=payloads.error_message(exc) if exc is not None else reason,
-                       failed_at=now, dead_reason=reason)
+                       failed_at=now, dead_reason=payloads.safe_string(reason, payloads.ERROR_MESSAGE_LIMIT))
         filing = Filing("dead", now, payload)
-        filing.raw()
+        try:
+            filing.raw()
+        except ValueError:  # (a number JSON can't hold)
+            filing = filing.as_stored(raw)
         return filing
-    except BaseException:  # noqa: BLE001 - unreadable or unencodable: keep the bytes
+    except BaseException:  # noqa: BLE001 - unreadable: keep the bytes
         return Filing("dead", now, payloads.dead_letter(raw, reason, now))
 
 
 def log_safely(log: Callable[..., None], message: str, *args: Any, exc_info: BaseException | None = None) -> None:
     """Log, never raise: an exception whose traceback can't be formatted (a ``__notes__`` that
-    raises, say) made the logging call itself raise and killed the processor mid-filing."""
+    raises, say) made the logging call itself raise and killed the processor mid-filing.
+
+    An exception with a message longer than ERROR_MESSAGE_LIMIT (a job's 10 MB message was
+    logged whole with its traceback, on every attempt) is shown cut there, like in its payload:
+    its stack and its message, without ``exc_info``.
+    """
     try:
+        if exc_info is not None and not _fits_a_log(exc_info):
+            message, args, exc_info = message + "\n%s", (*args, _short_traceback(exc_info)), None
         log(message, *args, exc_info=exc_info)
     except BaseException:  # noqa: BLE001
         try:
             log(message + " (traceback not shown: it could not be formatted)", *args)
         except BaseException:  # noqa: BLE001
             pass
+
+
+def _fits_a_log(exc: BaseException) -> bool:
+    """Whether every message of ``exc`` and of the exceptions chained to it is at most ERROR_MESSAGE_LIMIT long."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(seen) < 100:
+        seen.add(id(current))
+        try:
+            if len(str(current)) > payloads.ERROR_MESSAGE_LIMIT:
+                return False
+        except BaseException:  # noqa: BLE001 - a __str__ that raises is shown by the traceback as such
+            pass
+        current = current.__cause__ or current.__context__
+    return True
+
+
+def _short_traceback(exc: BaseException) -> str:
+    """The stack of ``exc`` and its message cut at ERROR_MESSAGE_LIMIT (chained exceptions left out)."""
+    import traceback
+
+    try:
+        stack = "".join(traceback.format_tb(exc.__traceback__))
+    except BaseException:  # noqa: BLE001
+        stack = ""
+    message = payloads.error_message(exc)
+    return (f"Traceback (most recent call last):\n{stack}{payloads.error_class(exc)}: {message}\n"
+            f"(messages cut at {payloads.ERROR_MESSAGE_LIMIT} characters; chained exceptions not shown)")

@@ -26,16 +26,46 @@ logger = logging.getLogger(__name__)
 MAX_DELAY = 10 * 365 * 86400.0
 
 
+# The fields a failure sets on its payload (filing, exhausted).
+FAILURE_FIELDS = ("retry_count", "failed_at", "retried_at", "error_class", "error_message", "error_backtrace",
+                  "dead_reason")
+
+
 @dataclass(frozen=True)
 class Filing:
-    """Where a failed job goes: ``target`` is "retry" or "dead", scored by ``score``."""
+    """Where a failed job goes: ``target`` is "retry" or "dead", scored by ``score``.
+
+    ``text``, when set, is the entry to write instead of ``payload`` encoded (see :meth:`as_stored`).
+    """
 
     target: str
     score: float
     payload: dict[str, Any]
+    text: str | None = None
 
     def raw(self) -> str:
-        return payloads.encode(self.payload)
+        return self.text if self.text is not None else payloads.encode(self.payload)
+
+    def as_stored(self, raw: bytes) -> Filing:
+        """This filing, written as ``raw`` (the payload as fetched) with the failure's fields appended.
+
+        For a filing that can't be written as built: the job's real error is kept, made safe to
+        encode, and the rest of the payload stays byte for byte as it came.
+        """
+        fields = {name: _writable(self.payload[name]) for name in FAILURE_FIELDS if name in self.payload}
+        return Filing(self.target, self.score, self.payload,
+                      payloads.append_fields(raw, {k: v for k, v in fields.items() if v is not None}).decode())
+
+
+def _writable(value: Any) -> Any:
+    """A failure field as JSON can hold it: text made safe, lists of text too, other numbers dropped (None)."""
+    if isinstance(value, str):
+        return payloads.safe_string(value, payloads.ERROR_MESSAGE_LIMIT)
+    if isinstance(value, list):
+        return [payloads.safe_string(item, payloads.ERROR_MESSAGE_LIMIT) for item in value]
+    if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
+        return value
+    return None
 
 
 def default_delay(count: int, rng: random.Random) -> float:
@@ -62,8 +92,8 @@ class RetryPolicy:
             payload["retried_at"] = now
         else:
             if previous is not None:  # (a bool, a string, a negative count: counted afresh)
-                logger.warning("jid=%s has an unreadable retry_count %r; counting from 0", payload.get("jid"),
-                               previous)
+                logger.warning("jid=%s has an unreadable retry_count %.200r; counting from 0",
+                               payloads.printable(payload.get("jid")), previous)
             count = 0
             payload["failed_at"] = now
         payload["retry_count"] = count
@@ -79,7 +109,7 @@ class RetryPolicy:
                 try:
                     self.on_retry(filing.score)
                 except BaseException:  # noqa: BLE001 - a wake-up hint must never fail a filing
-                    logger.exception("on_retry hook failed for jid=%s", payload.get("jid"))
+                    logger.exception("on_retry hook failed for jid=%s", payloads.printable(payload.get("jid")))
             return filing
         return self.exhausted(payload, exc, reason="retries exhausted")
 
@@ -91,9 +121,10 @@ class RetryPolicy:
             try:
                 handler(payload, exc)
             except BaseException:  # noqa: BLE001 - even a SystemExit: the job is filed all the same
-                logger.exception("death handler %r failed for jid=%s", handler, payload.get("jid"))
+                logger.exception("death handler %r failed for jid=%s", handler, payloads.printable(payload.get("jid")))
         if payload.get("dead") is False:
-            logger.warning("jid=%s %s: discarded (dead=False)", payload.get("jid"), reason)
+            logger.warning("jid=%s %s: discarded (dead=False)", payloads.printable(payload.get("jid")),
+                           payloads.printable(reason, payloads.ERROR_MESSAGE_LIMIT))
             return None
         return Filing("dead", self.clock(), payload)
 
@@ -109,7 +140,7 @@ class RetryPolicy:
                         raise ValueError(f"retry_in returned {chosen!r}")
                     return min(delay, MAX_DELAY)
             except BaseException:  # noqa: BLE001 - a hook's SystemExit must not cost the job its filing
-                logger.exception("retry_in failed for jid=%s; using the default backoff", job.jid)
+                logger.exception("retry_in failed for jid=%s; using the default backoff", payloads.printable(job.jid))
         return float(min(default_delay(count, self.rng), MAX_DELAY))
 
     def dead_trim(self) -> tuple[float, int]:

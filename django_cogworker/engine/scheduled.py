@@ -77,6 +77,10 @@ PING_TOKEN = b"cogworker-poller"
 RESUBSCRIBE_PAUSE = (1.0, 30.0)
 # Due times heard of and not yet swept, kept in memory (the earliest; the peeks find the rest).
 MAX_HINTS = 64
+# Seconds between two ERROR lines about entries stuck on one key (the others go to DEBUG): an
+# entry that can't move is met again at every sweep, and a queue key of the wrong type wrote
+# one line per entry per sweep, 7,165 lines in 57 s.
+STUCK_LOG_EVERY = 60.0
 
 
 class Poller(LoopThread):
@@ -111,6 +115,8 @@ class Poller(LoopThread):
         self._resubscribe_pause = RESUBSCRIBE_PAUSE[0]
         self._subscribed = False  # the subscription in use has been confirmed
         self._subscription_down = False  # logged as down, not yet back
+        # key -> (monotonic time of its last ERROR line, lines sent to DEBUG since)
+        self._stuck_logged: dict[str, tuple[float, int]] = {}
 
     @property
     def subscribed(self) -> bool:
@@ -216,7 +222,7 @@ class Poller(LoopThread):
             error = next((reply for reply in (due, after) if isinstance(reply, Exception)), None)
             if isinstance(error, redis_lib.exceptions.ResponseError):
                 # (schedule of the wrong type must not hold up retry; the key guard moves it aside)
-                logger.error("due entries of %s not moved: %s", key, error)
+                self._report_stuck(key, "due entries of %s not moved: %s", key, error)
                 continue
             if error is not None:
                 raise error
@@ -386,39 +392,71 @@ class Poller(LoopThread):
         """Push one due entry to its queue, then remove it (one script); poison goes to dead.
 
         Returns MOVED, GONE (another process moved it first) or STUCK (it stays: its queue
-        key holds the wrong type, say)."""
+        key holds the wrong type, say). Poison, an entry that can't be read, or that reads
+        but can't be written back, goes to dead with the reason: one such entry used to
+        raise out of the sweep at every round, and hold back every due entry after it, in
+        ``schedule`` and ``retry`` alike, on every process.
+        """
         try:
             payload = payloads.decode(raw)
             queue = payload.get("queue")
             if not isinstance(queue, str) or not queue:
                 raise payloads.PayloadError(f"payload names no queue: {queue!r}")
         except payloads.PayloadError as exc:
-            dead = payloads.dead_letter(raw, str(exc), self.clock())
-            below, cap = self.retry.dead_trim()
-            try:
-                moved = int(scripts.MOVE_BETWEEN_ZSETS(self.redis, [source, self.keys.dead],
-                                                       [raw, self.clock(), payloads.encode(dead), below, cap]))
-            except redis_lib.exceptions.ResponseError as error:
-                if is_unavailable(error):
-                    raise  # (Redis refusing writes: the round fails, logged once by its watchdog)
-                logger.error("unreadable entry in %s (%s) not moved to dead: %s", source, exc, error)
-                return STUCK
-            if moved:
-                logger.error("unreadable entry in %s moved to dead: %s", source, exc)
-            return moved
+            dead = payloads.encode(payloads.dead_letter(raw, str(exc), self.clock()))
+            return self._bury(source, raw, dead, f"unreadable entry in {source}", exc)
         payload["enqueued_at"] = self.clock()
         payload.pop("at", None)
-        # Built here, not by Lua's cjson, which would round large integers in args.
-        new_raw = payloads.encode(payload)
         try:
+            # Built here, not by Lua's cjson, which would round large integers in args.
+            new_raw = payloads.encode(payload)
             return int(scripts.CLAIM_AND_REQUEUE(
                 self.redis, [source, self.keys.queues, self.keys.queue(queue)], [raw, queue, new_raw]))
-        except redis_lib.exceptions.ResponseError as exc:
+        except Exception as exc:
             if is_unavailable(exc):
+                raise  # (Redis away or refusing writes: the round fails, logged once by its watchdog)
+            if isinstance(exc, redis_lib.exceptions.ResponseError):  # (the key guard moves that key aside)
+                self._report_stuck(self.keys.queue(queue), "could not move jid=%s to queue %r: %s (left in %s)",
+                                   payloads.printable(payload.get("jid")), queue, exc, source)
+                return STUCK
+            # It reads, but can't be written back (1e309 reads as inf, which JSON can't hold; a queue
+            # name Redis can't be sent): kept as it is, with the reason appended.
+            reason = f"could not be moved to its queue ({payloads.error_class(exc)}: {payloads.error_message(exc)})"
+            fields = {"dead_reason": reason}
+            if "failed_at" not in payload:
+                fields["failed_at"] = self.clock()
+            dead = payloads.append_fields(raw, fields)
+            return self._bury(source, raw, dead, f"jid={payloads.printable(payload.get('jid'))} in {source}", reason)
+
+    def _bury(self, source: str, raw: bytes, dead: bytes | str, what: str, reason: Any) -> int:
+        """Move ``raw`` from ``source`` to dead as ``dead``, in one script; MOVED, GONE or STUCK."""
+        below, cap = self.retry.dead_trim()
+        try:
+            moved = int(scripts.MOVE_BETWEEN_ZSETS(self.redis, [source, self.keys.dead],
+                                                   [raw, self.clock(), dead, below, cap]))
+        except Exception as error:
+            if is_unavailable(error):
                 raise  # (Redis refusing writes: the round fails, logged once by its watchdog)
-            logger.error("could not move jid=%s to queue %r: %s (left in %s)", payload.get("jid"), queue, exc,
-                         source)
+            self._report_stuck(source, "%s (%s) not moved to dead: %s", what, payloads.printable(reason, 1000),
+                               error)
             return STUCK
+        if moved:
+            logger.error("%s moved to dead: %s", what, payloads.printable(reason, payloads.ERROR_MESSAGE_LIMIT))
+        return MOVED if moved else GONE
+
+    def _report_stuck(self, key: str, message: str, *args: Any) -> None:
+        """Log at ERROR an entry stuck on ``key``, once per STUCK_LOG_EVERY per key; the rest at DEBUG."""
+        now = time.monotonic()
+        last, quiet = self._stuck_logged.get(key, (-math.inf, 0))
+        if now - last < STUCK_LOG_EVERY:
+            self._stuck_logged[key] = (last, quiet + 1)
+            logger.debug(message, *args)
+            return
+        self._stuck_logged[key] = (now, 0)
+        if quiet:
+            message += "; %d more like it since the last report"
+            args = (*args, quiet)
+        logger.error(message + " (logged once a minute for %s)", *args, key)
 
     def file_unsettled(self) -> int:
         """File jobs handed over at some process's shutdown (they ran; never requeued)."""

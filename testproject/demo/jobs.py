@@ -168,3 +168,26 @@ class PeriodicSlotJob(Job):
         _record(key, json.dumps({"event": "start", "t": time.time(), **mark}))
         time.sleep(seconds)
         _record(key, json.dumps({"event": "end", "t": time.time(), **mark}))
+
+
+class ListFolderJob(Job):
+    """Raises ValueError(f"cannot process {name}") for the first file in `folder`.
+
+    With a file name that isn't UTF-8 (b"caf\\xe9.bad"), ``os.listdir`` gives a string holding a
+    lone surrogate ("caf\\udce9.bad"), which no UTF-8 writer accepts: the message of the failure.
+    """
+
+    retry = 1
+
+    def perform(self, folder):
+        for name in sorted(os.listdir(folder)):
+            raise ValueError(f"cannot process {name}")
+
+
+class HugeErrorJob(Job):
+    """Raises RuntimeError with a message of `size` characters."""
+
+    retry = 1
+
+    def perform(self, size):
+        raise RuntimeError("x" * size)
