@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 import time
+from html import unescape
 from urllib.parse import quote
 
 import pytest
 import redis
-from admin_fixtures import KEYS, RECORD_JOB, XSS, XSS_ESCAPED, XSS_QUEUE, failed, job, seed, zadd
+from admin_fixtures import KEYS, RECORD_JOB, XSS, XSS_ESCAPED, XSS_QUEUE, failed, fake_process, job, push, seed, zadd
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from django_cogworker import api
+from django_cogworker import payload as payloads
 
 pytestmark = pytest.mark.django_db
 
@@ -354,3 +357,109 @@ def test_payload_data_is_escaped_everywhere(admin_client, seeded, changer):
     assert XSS not in response.content.decode() and XSS_ESCAPED in response.content.decode()
     response = changer.post(BASE + "queue/", {"action": "pause", "queue": XSS_QUEUE}, follow=True)
     assert XSS not in response.content.decode() and XSS_ESCAPED in response.content.decode()
+
+
+# -- garbage in Redis: every page reads what it can and keeps the entry deletable ----------
+
+
+def _raw_dead(rb, text: str, score: float = 1_000.0) -> None:
+    rb.zadd(KEYS.dead, {text.encode(): score})
+
+
+def _delete_every_row(client, page: str) -> None:
+    """Delete each listed row through its own button; the set must end empty."""
+    listing = client.get(BASE + page).content.decode()
+    tokens = re.findall(r'value="delete ([^"]+)"', listing)
+    assert tokens, listing
+    for token in tokens:
+        assert client.post(BASE + page, {"row_action": f"delete {unescape(token)}"}).status_code == 302
+
+
+def _shows_and_deletes(client, rb, page: str, key: str, *shown: str) -> None:
+    listing = client.get(BASE + page)
+    assert listing.status_code == 200
+    text = listing.content.decode()
+    for piece in shown:
+        assert piece in text, piece
+    for href in re.findall(rf'href="({BASE}{page}job/[^"]+)"', text):
+        assert client.get(unescape(href)).status_code == 200, href
+    _delete_every_row(client, page)
+    assert rb.zcard(key) == 0
+
+
+def test_a_jid_holding_a_slash_is_listed_opened_and_deleted(admin_client, rb):
+    _raw_dead(rb, '{"jid":"tenant/42","class":"x.Job","args":[1],"queue":"default","error_message":"slashed"}')
+    _shows_and_deletes(admin_client, rb, "dead/", KEYS.dead, "tenant/42", "slashed")
+
+
+def test_infinite_scores_are_listed_opened_and_deleted(admin_client, rb):
+    rb.zadd(KEYS.retry, {payloads.encode(failed(message="sky-high")): float("inf"),
+                         payloads.encode(failed(message="bottomless")): float("-inf")})
+    _shows_and_deletes(admin_client, rb, "retry/", KEYS.retry, "sky-high", "bottomless")
+
+
+def test_args_nested_950_deep_are_listed_opened_and_deleted(admin_client, rb):
+    deep = "[" * 950 + "]" * 950
+    _raw_dead(rb, f'{{"jid":"deep1","class":"x.Job","args":{deep},"queue":"default","error_message":"abyss"}}')
+    push(rb, job(args=["shallow"]))
+    rb.lpush(KEYS.queue("default"), f'{{"jid":"deep2","class":"x.Job","args":{deep},"queue":"default"}}')
+    assert admin_client.get(f"{BASE}queue/default/").status_code == 200
+    _shows_and_deletes(admin_client, rb, "dead/", KEYS.dead, "deep1", "abyss")
+
+
+def test_a_lone_surrogate_in_args_or_error_is_shown_escaped_and_deletable(admin_client, rb):
+    _raw_dead(rb, '{"jid":"sur1","class":"x.Job","args":["\\ud800"],"queue":"default","error_message":"bad \\udfff"}')
+    rb.lpush(KEYS.queue("default"), '{"jid":"sur2","class":"x.Job","args":["\\ud800"],"queue":"default"}')
+    rb.sadd(KEYS.queues, "default")
+    assert "sur2" in admin_client.get(f"{BASE}queue/default/").content.decode()
+    _shows_and_deletes(admin_client, rb, "dead/", KEYS.dead, "sur1", "bad \\udfff")
+
+
+def test_timestamps_out_of_range_are_left_blank(admin_client, rb):
+    rb.sadd(KEYS.queues, "default")
+    rb.lpush(KEYS.queue("default"), '{"jid":"old1","class":"x.Job","args":[],"queue":"default","enqueued_at":-1e999}')
+    _raw_dead(rb, '{"jid":"old2","class":"x.Job","args":[],"queue":"default","failed_at":1e999,"created_at":-1e999}')
+    for url in (BASE + "dashboard/", BASE + "queue/", f"{BASE}queue/default/"):
+        assert admin_client.get(url).status_code == 200, url
+    assert "old1" in admin_client.get(f"{BASE}queue/default/").content.decode()
+    _shows_and_deletes(admin_client, rb, "dead/", KEYS.dead, "old2")
+
+
+@pytest.mark.parametrize("info", [{"concurrency": "abc"}, {"concurrency": [1]}, {"concurrency": 1e999},
+                                  {"queues": 5}, {"queues": [5, None, "ok"]}])
+def test_process_info_of_the_wrong_types_is_shown_leniently(admin_client, rb, info):
+    identity = fake_process(rb)
+    stored = json.loads(rb.hget(KEYS.process(identity), "info"))
+    text = json.dumps({**stored, **info}).replace("Infinity", "1e999")
+    rb.hset(KEYS.process(identity), "info", text)
+    assert admin_client.get(BASE + "dashboard/").status_code == 200
+    busy = admin_client.get(BASE + "busy/")
+    assert busy.status_code == 200 and identity in busy.content.decode()
+
+
+def test_unreadable_queue_names_are_listed_and_can_be_removed(admin_client, rb):
+    rb.sadd(KEYS.queues, b"", b"caf\xc3", "default")
+    rb.sadd(KEYS.paused_queues, b"\xff\xfe")
+    push(rb, job(args=["kept"]))
+    for url in (BASE + "dashboard/", BASE + "queue/"):
+        response = admin_client.get(url)
+        assert response.status_code == 200, url
+        assert "caf\\xc3" in response.content.decode() and "\\xff\\xfe" in response.content.decode(), url
+    page = admin_client.get(BASE + "queue/").content.decode()
+    (hexed,) = re.findall(r'name="queue_hex" value="(fffe)"', page)
+    admin_client.post(BASE + "queue/", {"action": "unpause", "queue_hex": hexed})
+    assert rb.smembers(KEYS.paused_queues) == set()
+    admin_client.post(BASE + "queue/", {"action": "prune", "confirmed": "yes"})
+    assert rb.smembers(KEYS.queues) == {b"default"}
+
+
+@pytest.mark.parametrize("query", ["?page=99999999999999999999",
+                                   "?page=99999999999999999999&per_page=99999999999999999999"])
+def test_page_numbers_out_of_range_show_a_page(admin_client, rb, query):
+    zadd(rb, KEYS.dead, failed(message="the only one"), 10.0)
+    push(rb, job(args=["queued-one"]))
+    for url, shown in ((BASE + "dead/", "the only one"), (f"{BASE}queue/default/", "queued-one"),
+                       (BASE + "queue/", "default")):
+        response = admin_client.get(url + query)
+        assert response.status_code == 200, url
+        assert shown in response.content.decode(), url
