@@ -9,6 +9,7 @@ from typing import Any
 
 from .. import scripts
 from ..keys import Keys
+from . import records
 from ._base import _clamp_page, _defaults
 from .records import HEAD_BYTES, TAIL_BYTES, JobRecord, Page
 
@@ -97,10 +98,8 @@ class Queue:
 
     def _read(self, first: int, count: int) -> tuple[int, list[JobRecord]]:
         """(the list's length, ``count`` jobs from index ``first``), HEAD_BYTES of each."""
-        reply = scripts.PREVIEW(self.redis, [self.key], ["list", first, count, HEAD_BYTES, TAIL_BYTES, ""])
-        rows = reply[1:]
-        return int(reply[0]), [JobRecord(rows[i], position=first + i // 4, size=rows[i + 2], tail=rows[i + 3])
-                               for i in range(0, len(rows), 4)]
+        return records.preview(self.redis, self.key, "list", first, count, HEAD_BYTES,
+                               lambda raw, _score, **kw: JobRecord(raw, **kw))
 
     @property
     def paused(self) -> bool:
@@ -155,7 +154,8 @@ class QueueRow:
         for q in queues:
             # The oldest job: the list's last (PREVIEW's "list" takes an index from the front).
             pipe.llen(q.key)
-            scripts.PREVIEW.in_pipeline(pipe, [q.key], ["list", -1, 1, HEAD_BYTES, TAIL_BYTES, ""])
+            scripts.PREVIEW.in_pipeline(pipe, [q.key], ["list", -1, 1, HEAD_BYTES, TAIL_BYTES, "",
+                                                        records.CALL_BYTES])
         replies = pipe.execute(raise_on_error=False)
         paused = replies[0] if isinstance(replies[0], set) else set()
         rows = []
@@ -163,7 +163,7 @@ class QueueRow:
             size, oldest = replies[1 + 2 * i], replies[2 + 2 * i]
             size = int(size) if isinstance(size, int) else 0  # a key of the wrong type: the key guard moves it
             record = None
-            if isinstance(oldest, list) and len(oldest) == 5:
-                record = JobRecord(oldest[1], size=oldest[3], tail=oldest[4])
+            if isinstance(oldest, list) and len(oldest) == 6:
+                record = JobRecord(oldest[2], size=oldest[4], tail=oldest[5])
             rows.append(cls(q, size, _waited(record, now), q.member in paused))
         return rows

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from .. import payload as payloads
 from .. import scripts, unique
 from ..keys import Keys
-from . import _base
+from . import _base, records
 from ._base import ActionRefused, Poison, _clamp_page, _defaults, _printable, _score, reencode
 from .records import DETAIL_BYTES, HEAD_BYTES, TAIL_BYTES, JobRecord, Page
 
@@ -169,12 +169,9 @@ class SortedSet:
 
     def _read(self, mode: str, first: int, count: int, head: int,
               score: float | None = None) -> tuple[int, list[SortedEntry]]:
-        """(the set's size, the entries ``scripts.PREVIEW`` reads), ``head`` bytes of each (0: all)."""
-        reply = scripts.PREVIEW(self.redis, [self.key], [mode, first, count, head, TAIL_BYTES,
-                                                         "" if score is None else repr(score)])
-        rows = reply[1:]
-        return int(reply[0]), [self._entry(rows[i], rows[i + 1], size=rows[i + 2], tail=rows[i + 3])
-                               for i in range(0, len(rows), 4)]
+        """(the set's size, up to ``count`` entries from ``first``), ``head`` bytes of each (0: all)."""
+        return records.preview(self.redis, self.key, mode, first, count, head,
+                               lambda raw, score, **kw: self._entry(raw, score, **kw), score)
 
     def page(self, page: int = 1, per_page: int = 25, job: str | None = None,
              substring: str | None = None) -> Page:
@@ -184,8 +181,6 @@ class SortedSet:
         page, per_page = _clamp_page(page, per_page)
         start = (page - 1) * per_page
         total, items = self._read("revrank" if self.newest_first else "rank", start, per_page, HEAD_BYTES)
-        for i, item in enumerate(items):
-            item.position = start + i
         return Page(items, page, per_page, total)
 
     def _filtered_page(self, page: int, per_page: int, job: str | None, substring: str | None) -> Page:
@@ -201,27 +196,27 @@ class SortedSet:
 
     def _scan(self, needles: tuple[str, str], wanted: Callable[[SortedEntry], bool],
               limit: int) -> tuple[list[SortedEntry], int, bool]:
-        """Entries holding both ``needles`` (literally) and ``wanted``: up to ``limit`` among at most
-        SCAN_LIMIT examined, in SCAN_BUDGET s (``scripts.SCAN_PREVIEW``, a ZSCAN)."""
-        cursor, scanned, found, seen = b"0", 0, [], set()
+        """Entries holding both ``needles`` (literally) and ``wanted``, in rank order: up to ``limit``
+        among at most SCAN_LIMIT examined, in SCAN_BUDGET s (``scripts.SCAN_PREVIEW``)."""
+        mode = "revrank" if self.newest_first else "rank"
+        rank, found, seen = 0, [], set()
         deadline = time.monotonic() + SCAN_BUDGET
         while True:
-            reply = scripts.SCAN_PREVIEW(self.redis, [self.key], [cursor, _base.SCAN_COUNT, HEAD_BYTES, TAIL_BYTES,
-                                                                  SEARCH_WINDOW, *needles])
-            cursor, rows = reply[0], reply[1:]
-            scanned += _base.SCAN_COUNT  # COUNT is about how many entries one call examines
+            reply = scripts.SCAN_PREVIEW(self.redis, [self.key], [mode, rank, _base.SCAN_COUNT, records.CALL_BYTES,
+                                                                  HEAD_BYTES, TAIL_BYTES, SEARCH_WINDOW, *needles])
+            rank, size, rows = int(reply[0]), int(reply[1]), reply[2:]
             for i in range(0, len(rows), 4):
-                head, score, size, tail = rows[i:i + 4]
-                if (head, size, tail) in seen:
-                    continue  # ZSCAN may return an entry twice while the set is rehashed
-                seen.add((head, size, tail))
-                entry = self._entry(head, score, size=size, tail=tail)
+                head, score, length, tail = rows[i:i + 4]
+                if (head, score, length, tail) in seen:
+                    continue  # an entry seen twice: the set moved between two calls
+                seen.add((head, score, length, tail))
+                entry = self._entry(head, score, size=length, tail=tail)
                 if wanted(entry):
                     found.append(entry)
-            if int(cursor) == 0:
-                return found, min(scanned, max(len(seen), self.size())), True
-            if scanned >= SCAN_LIMIT or len(found) >= limit or time.monotonic() >= deadline:
-                return found, scanned, False
+            if rank >= size:
+                return found, size, True
+            if rank >= SCAN_LIMIT or len(found) >= limit or time.monotonic() >= deadline:
+                return found, rank, False
 
     def entry(self, ref: str | tuple[float, bytes | str]) -> SortedEntry | None:
         """The entry with this jid (a bounded scan), or this exact ``(score, raw)``; None if absent."""
