@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 import time
+from html import unescape
 from urllib.parse import quote
 
 import pytest
 import redis
-from admin_fixtures import KEYS, RECORD_JOB, XSS, XSS_ESCAPED, XSS_QUEUE, failed, job, seed, zadd
+from admin_fixtures import KEYS, RECORD_JOB, XSS, XSS_ESCAPED, XSS_QUEUE, failed, fake_process, job, push, seed, zadd
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from django_cogworker import api
+from django_cogworker import payload as payloads
 
 pytestmark = pytest.mark.django_db
 
@@ -66,7 +69,7 @@ def all_actions(seeded) -> list[tuple[str, dict]]:
     yes = {"confirmed": "yes"}
     actions = [("queue/", {"action": "pause", "queue": "default"}),
                ("queue/", {"action": "unpause", "queue": "default"}),
-               ("queue/", {"action": "clear", "queue": "default", **yes}),
+               ("queue/", {"action": "clear", "queue": "default", **yes}), ("queue/", {"action": "prune"}),
                ("busy/", {"action": "quiet", "identity": seeded["process"]}),
                ("busy/", {"action": "stop", "identity": seeded["process"], **yes}),
                ("busy/", {"action": "dump", "identity": seeded["process"]}),
@@ -295,7 +298,7 @@ def test_view_only_staff_can_look_at_every_page_without_action_buttons(viewer, s
 def test_view_only_staff_is_denied_every_action(viewer, seeded, rb):
     before = snapshot(rb)
     actions = all_actions(seeded)
-    assert len(actions) == 25
+    assert len(actions) == 26
     for url, data in actions:
         for payload in (data, {k: v for k, v in data.items() if k != "confirmed"}):
             assert viewer.post(url, payload).status_code == 403, (url, payload)
@@ -354,3 +357,261 @@ def test_payload_data_is_escaped_everywhere(admin_client, seeded, changer):
     assert XSS not in response.content.decode() and XSS_ESCAPED in response.content.decode()
     response = changer.post(BASE + "queue/", {"action": "pause", "queue": XSS_QUEUE}, follow=True)
     assert XSS not in response.content.decode() and XSS_ESCAPED in response.content.decode()
+
+
+# -- garbage in Redis: every page reads what it can and keeps the entry deletable ----------
+
+
+def _raw_dead(rb, text: str, score: float = 1_000.0) -> None:
+    rb.zadd(KEYS.dead, {text.encode(): score})
+
+
+def _delete_every_row(client, page: str) -> None:
+    """Delete each listed row through its own button; the set must end empty."""
+    listing = client.get(BASE + page).content.decode()
+    tokens = re.findall(r'value="delete ([^"]+)"', listing)
+    assert tokens, listing
+    for token in tokens:
+        assert client.post(BASE + page, {"row_action": f"delete {unescape(token)}"}).status_code == 302
+
+
+def _shows_and_deletes(client, rb, page: str, key: str, *shown: str) -> None:
+    listing = client.get(BASE + page)
+    assert listing.status_code == 200
+    text = listing.content.decode()
+    for piece in shown:
+        assert piece in text, piece
+    for href in re.findall(rf'href="({BASE}{page}job/[^"]+)"', text):
+        assert client.get(unescape(href)).status_code == 200, href
+    _delete_every_row(client, page)
+    assert rb.zcard(key) == 0
+
+
+def test_a_jid_holding_a_slash_is_listed_opened_and_deleted(admin_client, rb):
+    _raw_dead(rb, '{"jid":"tenant/42","class":"x.Job","args":[1],"queue":"default","error_message":"slashed"}')
+    _shows_and_deletes(admin_client, rb, "dead/", KEYS.dead, "tenant/42", "slashed")
+
+
+def test_infinite_scores_are_listed_opened_and_deleted(admin_client, rb):
+    rb.zadd(KEYS.retry, {payloads.encode(failed(message="sky-high")): float("inf"),
+                         payloads.encode(failed(message="bottomless")): float("-inf")})
+    _shows_and_deletes(admin_client, rb, "retry/", KEYS.retry, "sky-high", "bottomless")
+
+
+def test_args_nested_950_deep_are_listed_opened_and_deleted(admin_client, rb):
+    deep = "[" * 950 + "]" * 950
+    _raw_dead(rb, f'{{"jid":"deep1","class":"x.Job","args":{deep},"queue":"default","error_message":"abyss"}}')
+    push(rb, job(args=["shallow"]))
+    rb.lpush(KEYS.queue("default"), f'{{"jid":"deep2","class":"x.Job","args":{deep},"queue":"default"}}')
+    assert admin_client.get(f"{BASE}queue/default/").status_code == 200
+    _shows_and_deletes(admin_client, rb, "dead/", KEYS.dead, "deep1", "abyss")
+
+
+def test_a_lone_surrogate_in_args_or_error_is_shown_escaped_and_deletable(admin_client, rb):
+    _raw_dead(rb, '{"jid":"sur1","class":"x.Job","args":["\\ud800"],"queue":"default","error_message":"bad \\udfff"}')
+    rb.lpush(KEYS.queue("default"), '{"jid":"sur2","class":"x.Job","args":["\\ud800"],"queue":"default"}')
+    rb.sadd(KEYS.queues, "default")
+    assert "sur2" in admin_client.get(f"{BASE}queue/default/").content.decode()
+    _shows_and_deletes(admin_client, rb, "dead/", KEYS.dead, "sur1", "bad \\udfff")
+
+
+def test_timestamps_out_of_range_are_left_blank(admin_client, rb):
+    rb.sadd(KEYS.queues, "default")
+    rb.lpush(KEYS.queue("default"), '{"jid":"old1","class":"x.Job","args":[],"queue":"default","enqueued_at":-1e999}')
+    _raw_dead(rb, '{"jid":"old2","class":"x.Job","args":[],"queue":"default","failed_at":1e999,"created_at":-1e999}')
+    for url in (BASE + "dashboard/", BASE + "queue/", f"{BASE}queue/default/"):
+        assert admin_client.get(url).status_code == 200, url
+    assert "old1" in admin_client.get(f"{BASE}queue/default/").content.decode()
+    _shows_and_deletes(admin_client, rb, "dead/", KEYS.dead, "old2")
+
+
+@pytest.mark.parametrize("info", [{"concurrency": "abc"}, {"concurrency": [1]}, {"concurrency": 1e999},
+                                  {"queues": 5}])
+def test_process_info_of_the_wrong_types_is_shown_leniently(admin_client, rb, info):
+    identity = fake_process(rb)
+    stored = json.loads(rb.hget(KEYS.process(identity), "info"))
+    text = json.dumps({**stored, **info}).replace("Infinity", "1e999")
+    rb.hset(KEYS.process(identity), "info", text)
+    assert admin_client.get(BASE + "dashboard/").status_code == 200
+    busy = admin_client.get(BASE + "busy/")
+    assert busy.status_code == 200 and identity in busy.content.decode()
+
+
+def test_unreadable_queue_names_are_listed_and_can_be_removed(admin_client, rb):
+    rb.sadd(KEYS.queues, b"", b"caf\xc3", "default")
+    rb.sadd(KEYS.paused_queues, b"\xff\xfe")
+    push(rb, job(args=["kept"]))
+    for url in (BASE + "dashboard/", BASE + "queue/"):
+        response = admin_client.get(url)
+        assert response.status_code == 200, url
+        assert "caf\\xc3" in response.content.decode() and "\\xff\\xfe" in response.content.decode(), url
+    page = admin_client.get(BASE + "queue/").content.decode()
+    (hexed,) = re.findall(r'name="queue_hex" value="(fffe)"', page)
+    admin_client.post(BASE + "queue/", {"action": "unpause", "queue_hex": hexed})
+    assert rb.smembers(KEYS.paused_queues) == set()
+    admin_client.post(BASE + "queue/", {"action": "prune", "confirmed": "yes"})
+    assert rb.smembers(KEYS.queues) == {b"default"}
+
+
+@pytest.mark.parametrize("query", ["?page=99999999999999999999",
+                                   "?page=99999999999999999999&per_page=99999999999999999999"])
+def test_page_numbers_out_of_range_show_a_page(admin_client, rb, query):
+    zadd(rb, KEYS.dead, failed(message="the only one"), 10.0)
+    push(rb, job(args=["queued-one"]))
+    for url, shown in ((BASE + "dead/", "the only one"), (f"{BASE}queue/default/", "queued-one"),
+                       (BASE + "queue/", "default")):
+        response = admin_client.get(url + query)
+        assert response.status_code == 200, url
+        assert shown in response.content.decode(), url
+
+
+# -- poison: a payload Python reads and can't write back -------------------------------------
+
+POISON_1E309 = '{"jid":"poison1","class":"x.Job","args":[1e309],"queue":"default","error_message":"inf"}'
+# A queue name Redis can't be sent (a lone surrogate in args is written as its escape: no poison).
+POISON_SURROGATE = '{"jid":"poison2","class":"x.Job","args":[],"queue":"tenant-\\udc00","error_message":"sur"}'
+
+
+def test_retry_all_moves_the_good_entries_past_poison_ones_and_buries_those(changer, rb):
+    rb.zadd(KEYS.retry, {POISON_1E309: 1.0, POISON_SURROGATE: 2.0})
+    for i in range(3):
+        zadd(rb, KEYS.retry, failed(message=f"good{i}"), 10.0 + i)
+    done = changer.post(BASE + "retry/", {"action": "retry_all", "confirmed": "yes"}, follow=True)
+    assert done.status_code == 200
+    assert "3 entries moved" in done.content.decode() and "2 that can" in done.content.decode()
+    assert rb.llen(KEYS.queue("default")) == 3 and rb.zcard(KEYS.retry) == 0
+    buried = {e.jid: e for e in api.DeadSet().page().items}
+    assert set(buried) == {"poison1", "poison2"}
+    for entry in buried.values():
+        assert "can't be written back" in entry.payload["dead_reason"] and entry.queue is None
+    assert '"args":[1e309]' in buried["poison1"].payload["raw"]  # the stored text is kept
+
+
+def test_poison_in_dead_stays_marked_while_the_good_ones_retry(changer, rb):
+    rb.zadd(KEYS.dead, {POISON_SURROGATE: 1.0})
+    zadd(rb, KEYS.dead, failed(message="good"), 5.0)
+    listing = changer.get(BASE + "dead/").content.decode()
+    assert "can&#x27;t be written back" in listing
+    (token,) = re.findall(r'value="retry (1\.0\|[^"]+)"', listing)
+    refused = changer.post(BASE + "dead/", {"row_action": f"retry {unescape(token)}"}, follow=True)
+    assert refused.status_code == 200 and "stays in dead" in refused.content.decode()
+    changer.post(BASE + "dead/", {"action": "retry_all", "confirmed": "yes"})
+    assert rb.llen(KEYS.queue("default")) == 1
+    assert rb.zrange(KEYS.dead, 0, -1) == [POISON_SURROGATE.encode()]
+
+
+def test_retry_now_of_a_poison_retry_sends_it_to_dead(changer, rb):
+    rb.zadd(KEYS.retry, {POISON_1E309: 1.0})
+    listing = changer.get(BASE + "retry/").content.decode()
+    (token,) = re.findall(r'value="retry ([^"]+)"', listing)
+    response = changer.post(BASE + "retry/", {"row_action": f"retry {unescape(token)}"}, follow=True)
+    assert response.status_code == 200 and "sent to dead" in response.content.decode()
+    assert rb.zcard(KEYS.retry) == 0 and api.DeadSet().page().items[0].jid == "poison1"
+
+
+# -- pages cost what they show ---------------------------------------------------------------
+
+BIG = 2_000_000  # bytes of each big entry's args
+
+
+def _net_out(rb) -> int:
+    return int(rb.info("stats")["total_net_output_bytes"])
+
+
+def _big_dead(rb, n: int) -> list[str]:
+    return [zadd(rb, KEYS.dead, failed(args=["x" * BIG], message=f"needle-{i}"), 100.0 + i) for i in range(n)]
+
+
+def test_a_list_of_big_entries_reads_and_shows_a_bounded_part_of_each(viewer, rb):
+    _big_dead(rb, 5)
+    before = _net_out(rb)
+    page = viewer.get(BASE + "dead/")
+    read = _net_out(rb) - before
+    assert page.status_code == 200 and read < 100_000, read
+    text = page.content.decode()
+    assert len(text) < 100_000 and text.count("shown in part") == 5 and "needle-4" in text  # error from the tail
+    before = _net_out(rb)
+    found = viewer.get(BASE + "dead/?q=needle-3")
+    assert _net_out(rb) - before < 100_000 and "1 match" in found.content.decode()
+
+
+def test_a_big_entry_page_is_capped_with_a_download_of_the_whole(viewer, rb):
+    (token,) = _big_dead(rb, 1)
+    before = _net_out(rb)
+    page = viewer.get(f"{BASE}dead/job/{quote(token)}/")
+    read = _net_out(rb) - before
+    assert page.status_code == 200 and read < 2 * api.records.DETAIL_BYTES, read
+    text = page.content.decode()
+    assert len(text) < 500_000 and "needle-0" in text and "Download the stored JSON" in text
+    download = viewer.get(f"{BASE}dead/job/{quote(token)}/raw/")
+    assert download.status_code == 200 and "attachment" in download["Content-Disposition"]
+    assert json.loads(download.content)["args"] == ["x" * BIG]
+
+
+def test_big_entries_read_in_part_still_retry_and_delete_whole(changer, rb):
+    first, second = _big_dead(rb, 2)
+    assert changer.get(BASE + "dead/").content.decode().count("shown in part") == 2
+    changer.post(BASE + "dead/", {"row_action": f"retry {first}"})
+    assert json.loads(rb.lindex(KEYS.queue("default"), 0))["args"] == ["x" * BIG]
+    changer.post(BASE + "dead/", {"row_action": f"delete {second}"})
+    assert rb.zcard(KEYS.dead) == 0
+
+
+def test_no_one_can_ask_for_more_than_a_hundred_rows(viewer, rb):
+    rb.zadd(KEYS.dead, {payloads.encode(failed(message=f"m{i}")): float(i) for i in range(150)})
+    for query in ("?per_page=500", "?per_page=100"):
+        page = viewer.get(BASE + "dead/" + query).content.decode()
+        assert page.count("/admin/django_cogworker/dead/job/") <= 2 * api.MAX_PER_PAGE == 200, query
+    assert api.DeadSet().page(1, 500).per_page == api.MAX_PER_PAGE == 100
+
+
+# -- thousands of queue names ------------------------------------------------------------------
+
+
+def test_the_queues_page_is_paged_and_the_dashboard_lists_the_largest(viewer, rb):
+    rb.sadd(KEYS.queues, *[f"tenant-{i:04d}" for i in range(130)])
+    push(rb, job(queue="tenant-0129", args=["a"]))
+    push(rb, job(queue="tenant-0129", args=["b"]))
+    first = viewer.get(BASE + "queue/").content.decode()
+    assert first.count(f'href="{BASE}queue/tenant-') == 50 and "page 1 of 3" in first
+    last = viewer.get(BASE + "queue/?page=3").content.decode()
+    assert last.count(f'href="{BASE}queue/tenant-') == 30 and "tenant-0129" in last
+    dashboard = viewer.get(BASE + "dashboard/").content.decode()
+    assert dashboard.count(f'href="{BASE}queue/tenant-') == 25 and "of 130" in dashboard
+    assert dashboard.index("tenant-0129") < dashboard.index("tenant-0000")  # the largest first
+    assert api.Stats().enqueued == 2
+
+
+def test_forget_empty_queues_keeps_the_busy_and_the_paused(changer, viewer, rb):
+    rb.sadd(KEYS.queues, *[f"tenant-{i}" for i in range(2500)])
+    push(rb, job(queue="tenant-7"))
+    rb.sadd(KEYS.paused_queues, "tenant-8")
+    assert viewer.post(BASE + "queue/", {"action": "prune"}).status_code == 403
+    changer.post(BASE + "queue/", {"action": "prune"})
+    assert rb.smembers(KEYS.queues) == {b"tenant-7", b"tenant-8"}
+    push(rb, job(queue="tenant-9"))  # a push lists its queue again
+    assert {q.name for q in api.Queue.all()} == {"tenant-7", "tenant-8", "tenant-9"}
+
+
+# -- retry all, bounded per request -------------------------------------------------------------
+
+
+def test_retry_all_moves_a_bounded_share_per_request_and_offers_to_go_on(changer, rb, monkeypatch):
+    monkeypatch.setattr(api.sorted_sets, "RETRY_SOME_LIMIT", 1_000)
+    rb.zadd(KEYS.dead, {payloads.encode(payloads.dead_letter(f"{{garbage {i}", "unparseable", 1.0)): float(i)
+                        for i in range(3)})  # can't move: they stay in front
+    rb.zadd(KEYS.dead, {payloads.encode(failed(message=f"m{i}")): 10.0 + i for i in range(2_600)})
+    data = {"action": "retry_all", "confirmed": "yes"}
+    requests = 0
+    while True:
+        before = rb.llen(KEYS.queue("default"))
+        response = changer.post(BASE + "dead/", data)
+        requests += 1
+        assert rb.llen(KEYS.queue("default")) - before <= 1_000
+        if response.status_code == 302:
+            break
+        page = response.content.decode()
+        assert "left to look at" in page and 'name="confirmed" value="yes"' in page
+        data = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', page))
+        assert data["resume"] == "3"
+    assert requests == 3 and rb.llen(KEYS.queue("default")) == 2_600 and rb.zcard(KEYS.dead) == 3

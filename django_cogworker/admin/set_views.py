@@ -14,9 +14,9 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
 from .. import api
-from ..api import sorted_sets
+from ..api import records, sorted_sets
 from ..job import registry
-from .views import back, confirm, confirmed, guard, int_param, render_page
+from .views import back, confirm, confirmed, guard, int_param, paged, render_page
 
 SETS: dict[str, tuple[type[api.SortedSet], str]] = {
     "scheduled": (api.ScheduledSet, "Scheduled"),
@@ -28,7 +28,7 @@ ROW_ACTIONS = {"scheduled": ("enqueue", "delete"), "retry": ("retry", "delete", 
 LABELS = {"enqueue": "Enqueue now", "retry": "Retry now", "delete": "Delete", "kill": "Kill",
           "retry_all": "Retry all", "enqueue_all": "Enqueue all", "delete_all": "Delete all"}
 PAST = {"enqueue": "enqueued", "retry": "retried", "delete": "deleted", "kill": "killed"}
-PER_PAGE_CHOICES = (25, 50, 100, 500)
+PER_PAGE_CHOICES = (25, 50, 100)  # 500 let a view-only user ask for 500 entries of 10 MB
 TIME_LABELS = {"scheduled": "Runs at", "retry": "Retry at", "dead": "Died"}
 HISTORY_FIELDS = (("Created", "created_at"), ("Enqueued", "enqueued_at"), ("First failed", "failed_at"),
                   ("Last retried", "retried_at"))
@@ -53,7 +53,8 @@ def sorted_set(request: HttpRequest, *, site: Any, page: str) -> HttpResponse:
     job, substring = request.GET.get("job", "").strip(), request.GET.get("q", "")
     per_page = int_param(request, "per_page", 25)
     per_page = per_page if per_page in PER_PAGE_CHOICES else 25
-    result = zset.page(int_param(request, "page", 1), per_page, job=job or None, substring=substring or None)
+    result = paged(lambda number: zset.page(number, per_page, job=job or None, substring=substring or None),
+                   request)
     query = request.GET.copy()
     query.pop("page", None)
     move_all, delete_all = _bulk_labels(page)
@@ -82,9 +83,8 @@ def _act(request: HttpRequest, site: Any, page: str, zset: api.SortedSet, title:
                            f"Yes, {verb.lower()} all")
         if action == delete_all:
             messages.success(request, f"{title}: {zset.delete_all():,} entries deleted.")
-        else:
-            messages.success(request, f"{title}: {zset.retry_all():,} entries moved to their queues.")
-        return back(request, page_url)
+            return back(request, page_url)
+        return _move_some(request, site, page, zset, title, page_url)
     if action not in ROW_ACTIONS[page]:
         messages.error(request, f"Unknown action {action!r}.")
         return back(request, page_url)
@@ -108,6 +108,44 @@ def _act(request: HttpRequest, site: Any, page: str, zset: api.SortedSet, title:
     return back(request, page_url)
 
 
+def _move_some(request: HttpRequest, site: Any, page: str, zset: api.SortedSet, title: str,
+               page_url: str) -> HttpResponse:
+    """One request's share of "Retry all" / "Enqueue all" (``retry_some``: bounded, to fit a gateway's
+    timeout), then, while entries are left, a page that asks to go on from where it stopped."""
+    try:
+        resume = max(int(request.POST.get("resume", 0)), 0)
+    except ValueError:
+        resume = 0
+    done = zset.retry_some(start=resume)
+    said = [f"{title}: {done.moved:,} {'entry' if done.moved == 1 else 'entries'} moved to their queues"]
+    if done.buried:
+        said.append(f"{done.buried:,} that can't be written back sent to Dead with the reason")
+    if done.stuck:
+        said.append(f"{done.stuck:,} left in place (no queue, unreadable, can't be written back, or "
+                    f"their queue key holds the wrong type)")
+    messages.success(request, "; ".join(said) + ".")
+    if not done.left:
+        return back(request, page_url)
+    verb = "enqueue" if page == "scheduled" else "retry"
+    return confirm(request, site, page, f"{done.left:,} entries of {title} are left to look at (one request "
+                   f"moves at most {sorted_sets.RETRY_SOME_LIMIT:,}, for at most "
+                   f"{sorted_sets.RETRY_SOME_BUDGET:g} s). Go on?", f"Yes, {verb} the next ones",
+                   resume=str(done.resume))
+
+
+@guard(actions=False)
+def sorted_set_raw(request: HttpRequest, token: str, *, site: Any, page: str) -> HttpResponse:
+    """The stored JSON of one entry, whole, as a download: its page shows DETAIL_BYTES of it."""
+    cls, title = SETS[page]
+    entry = cls().find(token, whole=True)
+    if entry is None:
+        messages.warning(request, f"{title}: that entry is no longer there (run, moved or deleted meanwhile).")
+        return HttpResponseRedirect(reverse(f"{site.name}:django_cogworker_{page}_changelist"))
+    response = HttpResponse(entry.raw, content_type="application/octet-stream")
+    response["Content-Disposition"] = f'attachment; filename="{page}-{entry.ident.replace(":", "-")}.json"'
+    return response
+
+
 @guard(actions=False)
 def sorted_set_job(request: HttpRequest, token: str, *, site: Any, page: str) -> HttpResponse:
     cls, title = SETS[page]
@@ -122,4 +160,6 @@ def sorted_set_job(request: HttpRequest, token: str, *, site: Any, page: str) ->
     extra = sorted((k, v) for k, v in entry.payload.items() if k not in shown)
     return render_page(request, site, page, "admin/cogworker/job.html", f"{title}: {entry.display_class}",
                        set_title=title, entry=entry, extra=extra, history_fields=HISTORY_FIELDS,
+                       detail_bytes=records.DETAIL_BYTES,
+                       raw_url=reverse(f"{site.name}:django_cogworker_{page}_raw", args=[entry.token]),
                        row_actions=[(a, LABELS[a]) for a in ROW_ACTIONS[page]], time_label=TIME_LABELS[page])

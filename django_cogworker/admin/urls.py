@@ -32,4 +32,5 @@ def page_urls(page: str, site: Any) -> list[Any]:
         patterns.append(path("<path:queue>/", view(views.queue_jobs), name=f"{name}_jobs"))
     if page in set_views.SETS:
         patterns.append(path("job/<str:token>/", view(set_views.sorted_set_job, page=page), name=f"{name}_job"))
+        patterns.append(path("job/<str:token>/raw/", view(set_views.sorted_set_raw, page=page), name=f"{name}_raw"))
     return patterns

@@ -26,6 +26,7 @@ from . import charts
 from .permissions import can_change, can_view
 
 REFRESH_CHOICES = (2, 5, 10, 30)
+QUEUES_PER_PAGE = 50
 
 
 def guard(*, actions: bool) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
@@ -56,10 +57,20 @@ def tabs(site: Any, current: str) -> list[dict[str, Any]]:
             for model in models.PAGES]
 
 
+class PageResponse(TemplateResponse):
+    """A page whose text UTF-8 can't carry (a lone surrogate from a payload: "\\ud800" is valid JSON)
+    is written with backslash escapes, where the default encoding raised: a 500 for the whole list."""
+
+    def make_bytes(self, value: Any) -> bytes:
+        if isinstance(value, str):
+            return value.encode(self.charset, "backslashreplace")
+        return super().make_bytes(value)
+
+
 def render_page(request: HttpRequest, site: Any, page: str, template: str, title: str,
                 **context: Any) -> TemplateResponse:
     page_url = reverse(f"{site.name}:django_cogworker_{page}_changelist")
-    return TemplateResponse(request, template, {
+    return PageResponse(request, template, {
         **site.each_context(request), "title": title, "page": page, "page_url": page_url,
         "tabs": tabs(site, page), "can_change": can_change(request.user), "here": request.get_full_path(),
         **context})
@@ -78,10 +89,13 @@ def confirmed(request: HttpRequest) -> bool:
     return request.POST.get("confirmed") == "yes"
 
 
-def confirm(request: HttpRequest, site: Any, page: str, question: str, button: str) -> TemplateResponse:
-    """Ask before a destructive action: the same fields, posted again with ``confirmed=yes``."""
+def confirm(request: HttpRequest, site: Any, page: str, question: str, button: str,
+            **replace: str) -> TemplateResponse:
+    """Ask before a destructive action: the same fields (those in ``replace`` changed), posted
+    again with ``confirmed=yes``."""
     fields = [(name, value) for name, values in request.POST.lists()
-              if name not in ("csrfmiddlewaretoken", "confirmed") for value in values]
+              if name not in ("csrfmiddlewaretoken", "confirmed", *replace) for value in values]
+    fields += list(replace.items())
     cancel = request.POST.get("next") or reverse(f"{site.name}:django_cogworker_{page}_changelist")
     if not url_has_allowed_host_and_scheme(cancel, allowed_hosts={request.get_host()}):
         cancel = reverse(f"{site.name}:django_cogworker_{page}_changelist")
@@ -90,20 +104,25 @@ def confirm(request: HttpRequest, site: Any, page: str, question: str, button: s
 
 
 def int_param(request: HttpRequest, name: str, default: int) -> int:
+    """The integer in the query string; ``default`` when it isn't one. Out of range is ``api``'s to clamp."""
     try:
         return int(request.GET.get(name, default))
     except ValueError:
         return default
 
 
+def paged(read: Callable[[int], api.Page], request: HttpRequest) -> api.Page:
+    """``read`` the page the query string asks for; past the end, the last one."""
+    result = read(int_param(request, "page", 1))
+    return read(result.pages) if result.number > result.pages else result
+
+
 @guard(actions=False)
 def dashboard(request: HttpRequest, *, site: Any) -> HttpResponse:
     stats = api.Stats()
     refresh = int_param(request, "refresh", 0)
-    queues = [{"queue": q, "size": stats.queue_sizes[q.name], "latency": stats.queue_latencies[q.name],
-               "paused": q.paused} for q in stats.queues]
     return render_page(request, site, "dashboard", "admin/cogworker/dashboard.html", "Dashboard", stats=stats,
-                       queues=queues, chart=charts.history_chart(stats.history),
+                       queues=stats.queue_rows, chart=charts.history_chart(stats.history),
                        refresh=refresh if refresh in REFRESH_CHOICES else 0, refresh_choices=REFRESH_CHOICES)
 
 
@@ -111,12 +130,17 @@ def dashboard(request: HttpRequest, *, site: Any) -> HttpResponse:
 def queues(request: HttpRequest, *, site: Any) -> HttpResponse:
     page_url = reverse(f"{site.name}:django_cogworker_queue_changelist")
     if request.method == "POST":
-        action, name = request.POST.get("action"), request.POST.get("queue", "")
+        action = request.POST.get("action")
+        if action == "prune":
+            messages.success(request, f"{api.Queue.prune():,} empty queues taken off the list (a push lists "
+                                      f"its queue again).")
+            return back(request, page_url)
         try:
-            queue = api.Queue(name)
+            queue = _posted_queue(request)
         except ValueError as exc:
             messages.error(request, str(exc))
             return back(request, page_url)
+        name = queue.name
         if action == "pause":
             queue.pause()
             messages.success(request, f"Queue {name} paused: processes stop fetching from it at their next beat.")
@@ -132,14 +156,24 @@ def queues(request: HttpRequest, *, site: Any) -> HttpResponse:
         else:
             messages.error(request, f"Unknown action {action!r}.")
         return back(request, page_url)
-    rows = [{"queue": q, "size": q.size(), "latency": q.latency(), "paused": q.paused} for q in api.Queue.all()]
-    return render_page(request, site, "queue", "admin/cogworker/queues.html", "Queues", rows=rows)
+    result = paged(lambda number: api.Queue.page(number, QUEUES_PER_PAGE), request)
+    return render_page(request, site, "queue", "admin/cogworker/queues.html", "Queues", result=result,
+                       query="")
+
+
+def _posted_queue(request: HttpRequest) -> api.Queue:
+    """The queue a form names: ``queue`` (text), or ``queue_hex`` for a name that isn't UTF-8 or is empty."""
+    hexed = request.POST.get("queue_hex")
+    if hexed is not None:
+        return api.Queue(bytes.fromhex(hexed))
+    return api.Queue(request.POST.get("queue", ""))
 
 
 @guard(actions=False)
 def queue_jobs(request: HttpRequest, queue: str, *, site: Any) -> HttpResponse:
     q = api.Queue(queue)
-    jobs = q.jobs(int_param(request, "page", 1), int_param(request, "per_page", 25))
+    per_page = int_param(request, "per_page", 25)
+    jobs = paged(lambda number: q.jobs(number, per_page), request)
     query = request.GET.copy()
     query.pop("page", None)
     return render_page(request, site, "queue", "admin/cogworker/queue_jobs.html", f"Queue {queue}", queue=q,

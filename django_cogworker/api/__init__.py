@@ -18,13 +18,19 @@
 Objects take an optional ``redis`` client (bytes responses, as the runtime's)
 and ``keys``; by default the project's (``runtime``).
 
-Every read is bounded, so a page stays fast on a set of millions: lists and
-sorted sets are paged by rank (LRANGE, ZRANGE), and a filter or a lookup by jid
-is a ZSCAN MATCH that examines at most SCAN_LIMIT entries, for at most
-SCAN_BUDGET seconds, and keeps at most MATCH_LIMIT matches (``Page.complete`` says whether it saw the whole set).
-ZSCAN walks the set in storage order, not by time, so on a larger set a filter
-shows the matches among the entries it examined, sorted by time. The
-quarantine listing is bounded the same way (KEYSPACE_SCAN_LIMIT keys).
+Every read is bounded, so a page stays fast on a set of millions and on entries of
+megabytes: lists and sorted sets are paged by rank, at most MAX_PER_PAGE (100) a page, and
+each entry is read through ``scripts.PREVIEW``: its first HEAD_BYTES and last TAIL_BYTES on
+a list, DETAIL_BYTES on its own page (``records``), never more than CALL_BYTES a script call.
+A filter or a lookup by jid walks the set by rank (``scripts.SCAN_PREVIEW``) and examines at
+most SCAN_LIMIT entries, for at most SCAN_BUDGET seconds, and keeps at most MATCH_LIMIT
+matches (``Page.complete`` says whether it saw the whole set). The quarantine listing is
+bounded the same way (KEYSPACE_SCAN_LIMIT keys). A record read in part (``complete`` False)
+is read whole again by any action on it.
+
+Bad data is read leniently: what can't be parsed is shown with what can (``read_leniently``);
+a payload that can't be written back (1e309, a queue name that isn't UTF-8) is poison (``reencode``
+raises ``Poison``): retried, it goes to dead with the reason, or stays in dead, marked.
 
 Every write that moves a job is one script from ``scripts`` that writes the
 destination before it removes the source, so an error in between leaves the
@@ -33,11 +39,12 @@ job in both places, never in neither.
 The names are defined in one module per part and re-exported here, so
 ``from django_cogworker import api`` and ``api.X`` are the way in:
 
-    _base        ActionRefused, SCAN_COUNT, MAX_PER_PAGE, the shared private helpers
-    records      Page, JobRecord
-    queues       Queue
-    sorted_sets  SortedEntry, SortedSet, ScheduledSet, RetrySet, DeadSet;
-                 SCAN_LIMIT, SCAN_BUDGET, MATCH_LIMIT, BATCH, KILLED_REASON
+    _base        ActionRefused, Poison, reencode, SCAN_COUNT, MAX_PER_PAGE, the shared private helpers
+    records      Page, JobRecord; HEAD_BYTES, TAIL_BYTES, DETAIL_BYTES, CALL_BYTES
+    queues       Queue, QueueRow (Queue.page, Queue.prune)
+    sorted_sets  SortedEntry, SortedSet, ScheduledSet, RetrySet, DeadSet, Moved (retry_some);
+                 SCAN_LIMIT, SCAN_BUDGET, MATCH_LIMIT, BATCH, RETRY_SOME_LIMIT, RETRY_SOME_BUDGET,
+                 KILLED_REASON
     processes    Process, ProcessSet, Work, Workers
     periodic     PeriodicEntry
     quarantine   Bounded, QuarantinedKey; KEYSPACE_SCAN_LIMIT, QUARANTINE_LIMIT, SAMPLE_ITEMS, SAMPLE_CHARS
@@ -48,19 +55,22 @@ test's monkeypatch), set it there, e.g. ``api.sorted_sets.SCAN_LIMIT``;
 setting ``api.SCAN_LIMIT`` changes only this re-exported name.
 """
 
-from ._base import MAX_PER_PAGE, SCAN_COUNT, ActionRefused
+from ._base import MAX_PER_PAGE, SCAN_COUNT, ActionRefused, Poison, reencode
 from .periodic import PeriodicEntry
 from .processes import Process, ProcessSet, Work, Workers
 from .quarantine import KEYSPACE_SCAN_LIMIT, QUARANTINE_LIMIT, SAMPLE_CHARS, SAMPLE_ITEMS, Bounded, QuarantinedKey
-from .queues import Queue
+from .queues import Queue, QueueRow
 from .records import JobRecord, Page
 from .sorted_sets import (
     BATCH,
     KILLED_REASON,
     MATCH_LIMIT,
+    RETRY_SOME_BUDGET,
+    RETRY_SOME_LIMIT,
     SCAN_BUDGET,
     SCAN_LIMIT,
     DeadSet,
+    Moved,
     RetrySet,
     ScheduledSet,
     SortedEntry,
@@ -76,6 +86,8 @@ __all__ = [
     "SCAN_COUNT",
     "MAX_PER_PAGE",
     "BATCH",
+    "RETRY_SOME_LIMIT",
+    "RETRY_SOME_BUDGET",
     "KEYSPACE_SCAN_LIMIT",
     "QUARANTINE_LIMIT",
     "SAMPLE_ITEMS",
@@ -83,16 +95,20 @@ __all__ = [
     "KILLED_REASON",
     # errors, pages and records
     "ActionRefused",
+    "Poison",
+    "reencode",
     "Page",
     "JobRecord",
     # queues
     "Queue",
+    "QueueRow",
     # scheduled, retry and dead
     "SortedEntry",
     "SortedSet",
     "ScheduledSet",
     "RetrySet",
     "DeadSet",
+    "Moved",
     # processes and what they run
     "Process",
     "ProcessSet",

@@ -1,5 +1,6 @@
 """What several parts of the object model share: the scan hint and page size, the refusal error,
-and the small readers (defaults from the runtime, lenient text and number, glob escaping, page clamping).
+and the small readers (defaults from the runtime, lenient text and number, glob escaping, page clamping),
+and ``reencode``, which writes a payload back or says why it can't.
 
 SCAN_COUNT is read as ``_base.SCAN_COUNT`` by the modules that scan (``sorted_sets``, ``quarantine``),
 so a test that patches it here changes every scan, as one constant should.
@@ -10,15 +11,44 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .. import payload as payloads
 from ..errors import CogworkerError
 from ..keys import Keys, glob_escape
 
 SCAN_COUNT = 1_000  # the COUNT hint of each ZSCAN / SCAN call
-MAX_PER_PAGE = 500
+# Rows a page shows at most: 500 rows of big entries let any view-only user make the web process
+# read and render hundreds of megabytes with one request.
+MAX_PER_PAGE = 100
+MAX_PAGE = 2**40  # its first rank, times MAX_PER_PAGE, fits the 64-bit integer Redis reads
 
 
 class ActionRefused(CogworkerError):
     """An action that can't be done on this object (an entry that names no queue, a key that exists)."""
+
+
+class Poison(ActionRefused):
+    """A payload Python reads but can't write back: 1e309 (read as infinity), nesting deeper than
+    the encoder goes, a queue name Redis can't be sent (a lone surrogate). ``reason`` says which."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def reencode(payload: dict[str, Any]) -> str:
+    """The payload's JSON, ready to store; raise :class:`Poison` if it can't be written back.
+
+    Retry all encoded every entry of a batch before sending it, so one such entry raised out
+    of the request (a 500) and none of the good ones moved.
+    """
+    try:
+        text = payloads.encode(payload)
+        queue = payload.get("queue")
+        if isinstance(queue, str):
+            queue.encode("utf-8")  # the key it goes to: a lone surrogate fails only in the Redis client
+    except (ValueError, TypeError, RecursionError) as exc:  # (UnicodeEncodeError is a ValueError)
+        raise Poison(f"can't be written back ({type(exc).__name__}: {exc})") from exc
+    return text
 
 
 def _defaults(redis: Any, keys: Keys | None) -> tuple[Any, Keys]:
@@ -34,6 +64,11 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
+def _printable(text: Any) -> str:
+    """``text`` with what UTF-8 can't carry (a lone surrogate) written as a backslash escape."""
+    return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float, str, bytes)):
         return None
@@ -44,9 +79,21 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def _score(value: Any) -> float | None:
+    """A sorted-set score as Redis allows it: any float but NaN (so ±inf too); None otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str, bytes)):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return None if math.isnan(number) else number
+
+
 _glob_escape = glob_escape
 
 
 def _clamp_page(page: int, per_page: int) -> tuple[int, int]:
-    return max(int(page), 1), min(max(int(per_page), 1), MAX_PER_PAGE)
-
+    """A page number from 1 to MAX_PAGE and a page size from 1 to MAX_PER_PAGE. (A page past the
+    end is empty; one past MAX_PAGE, ``?page=99999999999999999999``, was a rank Redis can't read.)"""
+    return min(max(int(page), 1), MAX_PAGE), min(max(int(per_page), 1), MAX_PER_PAGE)

@@ -37,8 +37,17 @@ class Process:
     hostname = property(lambda self: self.info.get("hostname"))
     pid = property(lambda self: self.info.get("pid"))
     tag = property(lambda self: self.info.get("tag") or "")
-    queues = property(lambda self: list(self.info.get("queues") or []))
-    concurrency = property(lambda self: self.info.get("concurrency"))
+    @property
+    def queues(self) -> list[str]:
+        queues = self.info.get("queues")
+        return [q if isinstance(q, str) else json.dumps(q) for q in queues] if isinstance(queues, list) else []
+
+    @property
+    def concurrency(self) -> int | None:
+        """Threads, or None when the info holds no finite number ("abc", [1], 1e999)."""
+        number = _number(self.info.get("concurrency"))
+        return int(number) if number is not None else None
+
     rss_kb = property(lambda self: self.info.get("rss_kb"))
     started_at = property(lambda self: _number(self.info.get("started_at")))
     version = property(lambda self: self.info.get("version"))

@@ -1,16 +1,83 @@
-"""What the listings return: a ``Page`` of items, and ``JobRecord``, one stored payload read leniently."""
+"""What the listings return: a ``Page`` of items, and ``JobRecord``, one stored payload read leniently.
+
+A record may hold only the first bytes of a big entry (and its last ones): a page reads each entry
+through ``scripts.PREVIEW``, HEAD_BYTES of it on a list and DETAIL_BYTES on the entry's own page,
+so a page costs what it shows, not what is stored. Such a record (``complete`` False) shows the
+fields that can be read from either end; every action re-reads the whole entry first.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
+import re
+from collections.abc import Callable
 from typing import Any
 
 from .. import payload as payloads
+from .. import scripts
 from ..errors import PayloadError
-from ._base import _number
+from ._base import Poison, _number, reencode
+
+HEAD_BYTES = 4_096  # of each entry a list reads (the digest of an entry without a usable jid is of these)
+TAIL_BYTES = 2_048  # of its end, where the error fields are
+DETAIL_BYTES = 262_144  # of an entry its own page reads and shows; the whole of it is a download
+# Bytes of entries one script call copies at most (past one entry): Redis copies each entry whole
+# into Lua, about 3 ms a megabyte, and serves no one else meanwhile.
+CALL_BYTES = 8_000_000
+_PLAIN_JID = re.compile(r"[A-Za-z0-9_.:@+=-]{1,128}\Z")  # fits a URL as it is
+_SPACE = re.compile(r"[ \t\n\r]*")
+_FIELD_START = re.compile(r"[{,][ \t\n\r]*\"")
+_TAIL_TRIES = 64  # field starts tried in a tail (each a parse to its end)
+_lenient = json.JSONDecoder()  # reads NaN and Infinity too: this is for showing, not for running
+
+
+def _members(text: str, pos: int) -> tuple[dict[str, Any], int, bool]:
+    """Read ``"key": value`` pairs of an object from ``pos`` (a quote): the fields read, where
+    reading stopped, and whether the object's closing brace was reached."""
+    fields: dict[str, Any] = {}
+    while True:
+        if text[pos:pos + 1] != '"':
+            return fields, pos, False
+        try:
+            key, pos = json.decoder.scanstring(text, pos + 1)
+            pos = _SPACE.match(text, pos).end()
+            if text[pos:pos + 1] != ":":
+                return fields, pos, False
+            value, pos = _lenient.raw_decode(text, _SPACE.match(text, pos + 1).end())
+        except (ValueError, RecursionError):  # cut short, not JSON, or deeper than the parser goes
+            return fields, pos, False
+        fields[key] = value
+        pos = _SPACE.match(text, pos).end()
+        if text[pos:pos + 1] == "}":
+            return fields, pos + 1, True
+        if text[pos:pos + 1] != ",":
+            return fields, pos, False
+        pos = _SPACE.match(text, pos + 1).end()
+
+
+def read_leniently(head: bytes, tail: bytes = b"") -> dict[str, Any]:
+    """The top-level fields of a stored JSON object that can be read: from its start up to the
+    first value that can't be (cut off, too deep, not JSON), and, from ``tail`` (its last bytes),
+    the fields after the last such value. What a whole parse failed on, or never saw, is absent."""
+    text = head.decode("utf-8", "replace")
+    start = _SPACE.match(text).end()
+    fields = _members(text, _SPACE.match(text, start + 1).end())[0] if text[start:start + 1] == "{" else {}
+    end_text = tail.decode("utf-8", "replace").rstrip(" \t\n\r")
+    for tries, match in enumerate(_FIELD_START.finditer(end_text)):
+        if tries == _TAIL_TRIES:
+            break
+        # The first place from which the rest reads as fields that close the object at the very
+        # end is the top level: inside a nested value, its closing brackets come first.
+        found, pos, closed = _members(end_text, match.end() - 1)
+        if closed and pos == len(end_text):
+            for key, value in found.items():
+                fields.setdefault(key, value)
+            break
+    return fields
 
 
 @dataclasses.dataclass
@@ -42,22 +109,46 @@ class Page:
         return self.number < self.pages
 
 
-class JobRecord:
-    """One stored payload, read leniently: an unreadable one is still shown, as ``(unparseable)``."""
+def preview(redis: Any, key: Any, mode: str, first: int, count: int, head: int, make: Callable[..., Any],
+            score: float | None = None) -> tuple[int, list[Any]]:
+    """(the key's size, ``make(head, score, size=, tail=, position=)`` for up to ``count`` entries from
+    ``first``), through ``scripts.PREVIEW``, CALL_BYTES a call."""
+    made: list[Any] = []
+    total, done = 0, 0
+    while done < count:
+        reply = scripts.PREVIEW(redis, [key], [mode, first + done, count - done, head, TAIL_BYTES,
+                                               "" if score is None else repr(score), CALL_BYTES])
+        total, read, rows = int(reply[0]), int(reply[1]), reply[2:]
+        made += [make(rows[i], rows[i + 1], size=rows[i + 2], tail=rows[i + 3], position=first + done + i // 4)
+                 for i in range(0, len(rows), 4)]
+        if read == 0 or len(rows) < 4 * read:  # the end, or entries gone meanwhile
+            break
+        done += read
+    return total, made
 
-    def __init__(self, raw: bytes | str, *, position: int | None = None):
-        self.raw = raw if isinstance(raw, bytes) else raw.encode()
+
+class JobRecord:
+    """One stored payload, read leniently: an unreadable one is still shown, as ``(unparseable)``.
+
+    ``raw`` is the entry's bytes, or its first ``len(raw)`` bytes when ``size`` (its length) is
+    larger, with ``tail`` its last bytes; ``complete`` says which.
+    """
+
+    def __init__(self, raw: bytes | str, *, position: int | None = None, size: int | None = None,
+                 tail: bytes = b""):
+        self.raw = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
         self.position = position
+        self.size = len(self.raw) if size is None else int(size)
+        self.complete = self.size <= len(self.raw)
         self.parse_error: str | None = None
-        try:
-            self.payload: dict[str, Any] = payloads.decode(self.raw)
-        except PayloadError as exc:
-            self.parse_error = str(exc)
+        if self.complete:
             try:
-                loaded = json.loads(self.raw)
-            except (ValueError, RecursionError):
-                loaded = None
-            self.payload = loaded if isinstance(loaded, dict) else {}
+                self.payload: dict[str, Any] = payloads.decode(self.raw)
+                return
+            except PayloadError as exc:
+                self.parse_error = str(exc)
+            tail = self.raw[-TAIL_BYTES:]
+        self.payload = read_leniently(self.raw, tail)
 
     def get(self, name: str, default: Any = None) -> Any:
         return self.payload.get(name, default)
@@ -76,10 +167,32 @@ class JobRecord:
         jid = self.payload.get("jid")
         return jid if isinstance(jid, str) else None
 
-    @property
+    @functools.cached_property
     def ident(self) -> str:
-        """The jid, or for a payload without one a digest of its bytes."""
-        return self.jid or "sha1:" + hashlib.sha1(self.raw).hexdigest()[:16]
+        """The jid; for a payload without one that fits a URL as it is (``tenant/42``), a digest of
+        its first HEAD_BYTES and its size, which any page's read of it holds."""
+        # (Of the first HEAD_BYTES only, so a list's read and the entry's own page agree.)
+        jid = self.jid if self.size <= HEAD_BYTES else read_leniently(self.raw[:HEAD_BYTES]).get("jid")
+        if isinstance(jid, str) and _PLAIN_JID.match(jid):
+            return jid
+        digest = "sha1:" + hashlib.sha1(self.raw[:HEAD_BYTES]).hexdigest()[:16]
+        return digest if self.size <= HEAD_BYTES else f"{digest}-{self.size}"
+
+    @property
+    def poison(self) -> str | None:
+        """Why this payload can't be written back (retried, moved), or None (unknown when not complete)."""
+        if not self.complete or self.parse_error:
+            return None
+        try:
+            reencode(self.payload)
+        except Poison as exc:
+            return exc.reason
+        return None
+
+    @property
+    def read_in_part(self) -> bool:
+        """Whether some of it isn't shown: only its ends were read, or a value couldn't be parsed."""
+        return not self.complete or self.parse_error is not None
 
     @property
     def display_class(self) -> str:

@@ -7,6 +7,8 @@ The limits below are read from this module at call time: a test patches them her
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -14,17 +16,43 @@ from typing import Any, ClassVar
 from .. import payload as payloads
 from .. import scripts, unique
 from ..keys import Keys
-from . import _base
-from ._base import ActionRefused, _clamp_page, _defaults, _glob_escape, _number
-from .records import JobRecord, Page
+from . import _base, records
+from ._base import ActionRefused, Poison, _clamp_page, _defaults, _printable, _score, reencode
+from .records import DETAIL_BYTES, HEAD_BYTES, TAIL_BYTES, JobRecord, Page
 
 SCAN_LIMIT = 50_000  # entries a filter or a jid lookup examines at most
 # Seconds a filter or a jid lookup scans at most: the entry cap alone kept a page under 200 ms on
 # one machine and not on a slower one (each ZSCAN call there took twice as long).
 SCAN_BUDGET = 0.12
 MATCH_LIMIT = 1_000  # matches a filter keeps at most
+SEARCH_WINDOW = 65_536  # bytes at each end of a bigger entry a filter looks in (scripts.SCAN_PREVIEW)
 BATCH = 500  # entries per script call of retry_all
+# What one request of the admin's "Retry all" does at most (``retry_some``): over 1,000,000 dead
+# entries it ran 23 s in one request, past a 30 s gateway's patience on a slower day.
+RETRY_SOME_LIMIT = 100_000
+RETRY_SOME_BUDGET = 10.0  # seconds; no batch starts after
 KILLED_REASON = "killed from the admin"
+
+
+@dataclasses.dataclass
+class Moved:
+    """What one ``retry_some`` did: moved to their queues, sent to dead as poison, left in place
+    (``stuck``: no queue, unreadable, poison already in dead, a queue key of the wrong type), the
+    rank to go on from (the stuck entries are in front), and how many entries are after it."""
+
+    moved: int = 0
+    buried: int = 0
+    stuck: int = 0
+    resume: int = 0
+    left: int = 0
+
+
+def poison_letter(entry: JobRecord, reason: str, now: float) -> dict[str, Any]:
+    """The dead entry for a payload that can't be written back: its stored text kept, and its jid."""
+    letter = payloads.dead_letter(entry.raw, reason, now)
+    if not entry.ident.startswith("sha1:"):
+        letter["jid"] = entry.ident
+    return letter
 
 
 class SortedEntry(JobRecord):
@@ -43,44 +71,83 @@ class SortedEntry(JobRecord):
         """A stable reference to this entry for forms and URLs; see :meth:`SortedSet.find`."""
         return f"{self.score!r}|{self.ident}"
 
+    def whole(self) -> SortedEntry | None:
+        """This entry with every byte read (itself when it was); None if it is gone."""
+        return self if self.complete else self.parent.find(self.token, whole=True)
+
     def delete(self) -> bool:
         """Remove it; False if it was no longer there. A unique job's lock goes with it."""
-        removed = bool(self.parent.redis.zrem(self.parent.key, self.raw))
-        if removed and self.payload.get("unique_digest") and self.jid:
-            unique.release(self.parent.redis, self.parent.keys, self.payload)
+        entry = self.whole()
+        if entry is None:
+            return False
+        removed = bool(self.parent.redis.zrem(self.parent.key, entry.raw))
+        if removed and entry.payload.get("unique_digest") and entry.jid:
+            unique.release(self.parent.redis, self.parent.keys, entry.payload)
         return removed
 
     def enqueue_now(self, now: float | None = None) -> bool:
-        """Move it to the end of its queue now; False if it was no longer there (the poller took it)."""
-        queue = self.queue
-        if self.parse_error or queue is None:
-            raise ActionRefused(f"{self.display_class} {self.ident} names no queue it could run from")
-        payload = dict(self.payload, enqueued_at=time.time() if now is None else now)
+        """Move it to the end of its queue now; False if it was no longer there (the poller took it).
+
+        A payload that can't be written back goes to dead with the reason (or, in dead, stays),
+        and ActionRefused says so.
+        """
+        entry = self.whole()
+        if entry is None:
+            return False
+        queue = entry.queue
+        if entry.parse_error or queue is None:
+            raise ActionRefused(f"{_printable(entry.display_class)} {entry.ident} names no queue it could run from")
+        now = time.time() if now is None else now
+        payload = dict(entry.payload, enqueued_at=now)
         payload.pop("at", None)
+        try:
+            text = reencode(payload)
+        except Poison as exc:
+            raise entry.bury(exc.reason, now) from exc
         p = self.parent
         return bool(scripts.CLAIM_AND_REQUEUE(p.redis, [p.key, p.keys.queues, p.keys.queue(queue)],
-                                              [self.raw, queue, payloads.encode(payload)]))
+                                              [entry.raw, queue, text]))
 
     retry_now = enqueue_now
+
+    def bury(self, reason: str, now: float) -> ActionRefused:
+        """Send this poison entry to dead with ``reason`` (in dead, leave it); return the refusal to raise."""
+        p, what = self.parent, f"{_printable(self.display_class)} {self.ident}"
+        if p.name == "dead":
+            return Poison(f"{what} {reason}: it stays in dead")
+        below, cap = p.dead_limits(now)
+        scripts.MOVE_BETWEEN_ZSETS(p.redis, [p.key, p.keys.dead],
+                                   [self.raw, now, reencode(poison_letter(self, reason, now)), below, cap])
+        return Poison(f"{what} {reason}: sent to dead with the reason")
 
     def kill(self, now: float | None = None) -> bool:
         """Move it to the dead set (retries only); False if it was no longer there."""
         p = self.parent
         if not p.can_kill:
             raise ActionRefused(f"entries of {p.name} can't be killed")
+        entry = self.whole()
+        if entry is None:
+            return False
         now = time.time() if now is None else now
-        if self.parse_error:
-            dead = payloads.dead_letter(self.raw, f"{KILLED_REASON} ({self.parse_error})", now)
+        if entry.parse_error:
+            dead = payloads.dead_letter(entry.raw, f"{KILLED_REASON} ({entry.parse_error})", now)
         else:
-            dead = dict(self.payload, dead_reason=KILLED_REASON)
+            dead = dict(entry.payload, dead_reason=KILLED_REASON)
             dead.setdefault("failed_at", now)
+        try:
+            text = reencode(dead)
+        except Poison as exc:
+            text = reencode(poison_letter(entry, f"{KILLED_REASON}; it {exc.reason}", now))
         below, cap = p.dead_limits(now)
-        return bool(scripts.MOVE_BETWEEN_ZSETS(p.redis, [p.key, p.keys.dead],
-                                               [self.raw, now, payloads.encode(dead), below, cap]))
+        return bool(scripts.MOVE_BETWEEN_ZSETS(p.redis, [p.key, p.keys.dead], [entry.raw, now, text, below, cap]))
 
 
 class SortedSet:
-    """Base of the scheduled, retry and dead sets: paging, filters, lookups and bulk actions."""
+    """Base of the scheduled, retry and dead sets: paging, filters, lookups and bulk actions.
+
+    Every read goes through ``scripts.PREVIEW`` or ``scripts.SCAN_PREVIEW``: a list reads
+    HEAD_BYTES of each entry, a lookup by token DETAIL_BYTES (or all of it, ``whole``).
+    """
 
     name: ClassVar[str]  # the Keys attribute
     newest_first: ClassVar[bool] = False
@@ -100,55 +167,56 @@ class SortedSet:
     def _entry(self, raw: bytes, score: float, **kwargs: Any) -> SortedEntry:
         return SortedEntry(self, raw, score, **kwargs)
 
+    def _read(self, mode: str, first: int, count: int, head: int,
+              score: float | None = None) -> tuple[int, list[SortedEntry]]:
+        """(the set's size, up to ``count`` entries from ``first``), ``head`` bytes of each (0: all)."""
+        return records.preview(self.redis, self.key, mode, first, count, head,
+                               lambda raw, score, **kw: self._entry(raw, score, **kw), score)
+
     def page(self, page: int = 1, per_page: int = 25, job: str | None = None,
              substring: str | None = None) -> Page:
         """One page by rank; with ``job`` (a class name) or ``substring`` (in the stored JSON), a bounded filter."""
-        page, per_page = _clamp_page(page, per_page)
         if job or substring:
-            return self._filtered_page(page, per_page, job or None, substring or None)
+            return self._filtered_page(*_clamp_page(page, per_page), job or None, substring or None)
+        page, per_page = _clamp_page(page, per_page)
         start = (page - 1) * per_page
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.zcard(self.key)
-        if self.newest_first:
-            pipe.zrevrange(self.key, start, start + per_page - 1, withscores=True)
-        else:
-            pipe.zrange(self.key, start, start + per_page - 1, withscores=True)
-        total, rows = pipe.execute()
-        items = [self._entry(raw, score, position=start + i) for i, (raw, score) in enumerate(rows)]
-        return Page(items, page, per_page, int(total))
+        total, items = self._read("revrank" if self.newest_first else "rank", start, per_page, HEAD_BYTES)
+        return Page(items, page, per_page, total)
 
     def _filtered_page(self, page: int, per_page: int, job: str | None, substring: str | None) -> Page:
         def wanted(entry: SortedEntry) -> bool:
-            return ((job is None or entry.payload.get("class") == job)
-                    and (substring is None or substring.encode() in entry.raw))
+            return job is None or entry.payload.get("class") == job
 
-        pattern = (f"*{_glob_escape(substring)}*" if substring
-                   else f'*"class":{_glob_escape(payloads.encode(job))}*')
-        found, scanned, complete = self._scan(pattern, wanted, MATCH_LIMIT)
+        needle = f'"class":{payloads.encode(job)}' if job else ""
+        found, scanned, complete = self._scan((needle, substring or ""), wanted, MATCH_LIMIT)
         found.sort(key=lambda e: e.score, reverse=self.newest_first)
         start = (page - 1) * per_page
         return Page(found[start:start + per_page], page, per_page, len(found), filtered=True, scanned=scanned,
                     complete=complete)
 
-    def _scan(self, pattern: str, wanted: Callable[[SortedEntry], bool],
+    def _scan(self, needles: tuple[str, str], wanted: Callable[[SortedEntry], bool],
               limit: int) -> tuple[list[SortedEntry], int, bool]:
-        """ZSCAN MATCH: up to ``limit`` wanted entries among at most SCAN_LIMIT examined, in SCAN_BUDGET s."""
-        cursor, scanned, found, seen = 0, 0, [], set()
+        """Entries holding both ``needles`` (literally) and ``wanted``, in rank order: up to ``limit``
+        among at most SCAN_LIMIT examined, in SCAN_BUDGET s (``scripts.SCAN_PREVIEW``)."""
+        mode = "revrank" if self.newest_first else "rank"
+        rank, found, seen = 0, [], set()
         deadline = time.monotonic() + SCAN_BUDGET
         while True:
-            cursor, rows = self.redis.zscan(self.key, cursor, match=pattern, count=_base.SCAN_COUNT)
-            scanned += _base.SCAN_COUNT  # COUNT is about how many entries one call examines
-            for raw, score in rows:
-                if raw in seen:
-                    continue  # ZSCAN may return an entry twice while the set is rehashed
-                seen.add(raw)
-                entry = self._entry(raw, score)
+            reply = scripts.SCAN_PREVIEW(self.redis, [self.key], [mode, rank, _base.SCAN_COUNT, records.CALL_BYTES,
+                                                                  HEAD_BYTES, TAIL_BYTES, SEARCH_WINDOW, *needles])
+            rank, size, rows = int(reply[0]), int(reply[1]), reply[2:]
+            for i in range(0, len(rows), 4):
+                head, score, length, tail = rows[i:i + 4]
+                if (head, score, length, tail) in seen:
+                    continue  # an entry seen twice: the set moved between two calls
+                seen.add((head, score, length, tail))
+                entry = self._entry(head, score, size=length, tail=tail)
                 if wanted(entry):
                     found.append(entry)
-            if int(cursor) == 0:
-                return found, min(scanned, max(len(seen), self.size())), True
-            if scanned >= SCAN_LIMIT or len(found) >= limit or time.monotonic() >= deadline:
-                return found, scanned, False
+            if rank >= size:
+                return found, size, True
+            if rank >= SCAN_LIMIT or len(found) >= limit or time.monotonic() >= deadline:
+                return found, rank, False
 
     def entry(self, ref: str | tuple[float, bytes | str]) -> SortedEntry | None:
         """The entry with this jid (a bounded scan), or this exact ``(score, raw)``; None if absent."""
@@ -157,25 +225,28 @@ class SortedSet:
             raw = raw if isinstance(raw, bytes) else raw.encode()
             stored = self.redis.zscore(self.key, raw)
             return self._entry(raw, stored) if stored is not None and float(stored) == float(score) else None
-        found, _, _ = self._scan(f'*"jid":{_glob_escape(payloads.encode(ref))}*', lambda e: e.jid == ref, 1)
+        found, _, _ = self._scan((f'"jid":{payloads.encode(ref)}', ""), lambda e: e.jid == ref, 1)
         return found[0] if found else None
 
-    def find(self, token: str) -> SortedEntry | None:
-        """The entry a ``SortedEntry.token`` names: exact, and O(log n) (ZRANGEBYSCORE on its score).
+    def find(self, token: str, *, whole: bool = False) -> SortedEntry | None:
+        """The entry a ``SortedEntry.token`` names: exact, and O(log n) (by its score).
 
-        Many entries may share a score (a bulk push scheduled for one time):
-        those are read SCAN_COUNT at a time, at most SCAN_LIMIT of them.
+        Its first DETAIL_BYTES (all of it when ``whole``), for its page; an action reads it whole.
+        Many entries may share a score (a bulk push scheduled for one time): those are read
+        SCAN_COUNT at a time, HEAD_BYTES of each, at most SCAN_LIMIT of them.
         """
         score_text, sep, ident = token.partition("|")
-        score = _number(score_text)
+        score = _score(score_text)
         if not sep or score is None:
             return None
         for offset in range(0, SCAN_LIMIT, _base.SCAN_COUNT):
-            rows = self.redis.zrangebyscore(self.key, score, score, start=offset, num=_base.SCAN_COUNT, withscores=True)
-            for raw, stored in rows:
-                entry = self._entry(raw, stored)
+            _, rows = self._read("score", offset, _base.SCAN_COUNT, HEAD_BYTES, score)
+            for i, entry in enumerate(rows):
                 if entry.ident == ident:
-                    return entry
+                    if entry.complete:
+                        return entry
+                    _, again = self._read("score", offset + i, 1, 0 if whole else DETAIL_BYTES, score)
+                    return again[0] if again and again[0].ident == ident else None
             if len(rows) < _base.SCAN_COUNT:
                 break
         return None
@@ -190,35 +261,62 @@ class SortedSet:
     def retry_all(self, now: float | None = None) -> int:
         """Move every entry that names a queue to it, BATCH at a time (push, then remove); return how many.
 
-        Entries that can't move (no queue, unreadable, a queue key of the wrong
-        type) stay, in front. One pass: it looks at about as many entries as
-        the set had when it began, so entries added meanwhile can't keep it going.
+        Entries that can't move (no queue, unreadable, a queue key of the wrong type, poison
+        already in dead) stay, in front; poison elsewhere goes to dead with the reason. One pass:
+        it looks at about as many entries as the set had when it began, so entries added
+        meanwhile can't keep it going. Unbounded in time: the admin calls ``retry_some``.
         """
-        moved, skipped, budget = 0, 0, self.size() + BATCH
-        while budget > 0:
-            rows = self.redis.zrange(self.key, skipped, skipped + BATCH - 1)
+        return self.retry_some(limit=self.size() + BATCH, budget=math.inf, now=now).moved
+
+    def retry_some(self, *, start: int = 0, limit: int | None = None, budget: float | None = None,
+                   now: float | None = None) -> Moved:
+        """``retry_all`` from rank ``start`` (the stuck entries a previous call left in front), over at
+        most ``limit`` entries (RETRY_SOME_LIMIT), starting no batch after ``budget`` seconds."""
+        limit = RETRY_SOME_LIMIT if limit is None else limit
+        deadline = time.monotonic() + (RETRY_SOME_BUDGET if budget is None else budget)
+        done, examined, rank = Moved(), 0, max(int(start), 0)
+        while examined < limit and time.monotonic() < deadline:
+            _, rows = self._read("rank", rank, min(BATCH, limit - examined), DETAIL_BYTES)
             if not rows:
                 break
-            budget -= len(rows)
+            examined += len(rows)
+            stamp = time.time() if now is None else now
             queue_keys: dict[str, int] = {}
             args: list[Any] = []
-            stamp = time.time() if now is None else now
-            for raw in rows:
-                entry = self._entry(raw, 0.0)
-                if entry.parse_error or entry.queue is None:
-                    skipped += 1
+            stuck = 0
+            for i, entry in enumerate(rows):
+                whole = entry if entry.complete else self._whole_at(rank + i, entry)
+                if whole is None or whole.parse_error or whole.queue is None:
+                    stuck += whole is not None
                     continue
-                payload = dict(entry.payload, enqueued_at=stamp)
+                payload = dict(whole.payload, enqueued_at=stamp)
                 payload.pop("at", None)
-                index = queue_keys.setdefault(entry.queue, len(queue_keys) + 3)
-                args += [raw, index, entry.queue, payloads.encode(payload)]
-            if not args:
-                continue
-            keys = [self.key, self.keys.queues, *(self.keys.queue(q) for q in queue_keys)]
-            batch_moved, failed = scripts.REQUEUE_FROM_ZSET_BATCH(self.redis, keys, args)
-            moved += int(batch_moved)
-            skipped += int(failed)
-        return moved
+                try:
+                    text = reencode(payload)
+                except Poison as exc:
+                    if self.name == "dead":
+                        stuck += 1  # stays, shown as poison on its row
+                    else:
+                        whole.bury(exc.reason, stamp)
+                        done.buried += 1
+                    continue
+                index = queue_keys.setdefault(whole.queue, len(queue_keys) + 3)
+                args += [whole.raw, index, whole.queue, text]
+            if args:
+                keys = [self.key, self.keys.queues, *(self.keys.queue(q) for q in queue_keys)]
+                moved, failed = scripts.REQUEUE_FROM_ZSET_BATCH(self.redis, keys, args)
+                done.moved += int(moved)
+                stuck += int(failed)
+            done.stuck += stuck
+            rank += stuck
+        done.resume = rank
+        done.left = max(self.size() - rank, 0)
+        return done
+
+    def _whole_at(self, rank: int, seen: SortedEntry) -> SortedEntry | None:
+        """The entry at ``rank`` read whole, if it is still ``seen``."""
+        _, rows = self._read("rank", rank, 1, 0)
+        return rows[0] if rows and rows[0].ident == seen.ident and rows[0].size == seen.size else None
 
     def dead_limits(self, now: float) -> tuple[Any, Any]:
         """(drop dead entries scored below this, keep at most this many), as the engine trims."""
