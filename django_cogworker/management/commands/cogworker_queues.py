@@ -16,9 +16,12 @@ class Command(BaseCommand):
 
     def handle(self, *args, action, names, **options):
         if action == "list":
-            for queue in api.Queue.all():
-                flag = " (paused)" if queue.paused else ""
-                self.stdout.write(f"{queue.name}\t{queue.size()}\t{queue.latency():.1f}s{flag}")
+            queues = api.Queue.all()
+            # A round trip per thousand queues, not three per queue (100,000 tenant queues took 33 s).
+            for start in range(0, len(queues), 1000):
+                for row in api.QueueRow.read(queues[start:start + 1000]):
+                    flag = " (paused)" if row.paused else ""
+                    self.stdout.write(f"{row.queue.name}\t{row.size}\t{row.latency:.1f}s{flag}")
             return
         if not names:
             raise CommandError(f"name the queue(s) to {action}")
