@@ -135,7 +135,8 @@ class Client:
         if self._chain_is_terminal:
             return [item["jid"] for item in self._write_bulk(items)]
         previous = getattr(self._bulk, "batch", None)
-        self._bulk.batch = batch = []
+        batch: list[dict[str, Any]] = []
+        self._bulk.batch = batch
         try:
             for item in items:
                 self._chain(item)

@@ -88,7 +88,7 @@ def new_jids(n: int) -> list[str]:
     return [hexed[i:i + 24] for i in range(0, 24 * n, 24)]
 
 
-def encode(payload: dict[str, Any]) -> str:
+def encode(payload: Any) -> str:
     """Return the one-line JSON form, always valid UTF-8; raise ValueError for a non-finite number.
 
     Strings are written as they are (é, not \\u00e9), but for a lone surrogate: a payload holding
@@ -212,7 +212,7 @@ def dead_letter(raw: bytes | str, reason: str, now: float) -> dict[str, Any]:
     size = len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8", "surrogatepass"))
     kept = _cut_to_size(text, max(size, DEAD_RAW_MIN))
     reason = safe_string(reason, ERROR_MESSAGE_LIMIT)
-    entry = {
+    entry: dict[str, Any] = {
         "jid": new_jid(), "class": UNPARSEABLE_CLASS, "args": [], "kwargs": {}, "queue": None,
         "raw": kept, "error_class": "PayloadError", "error_message": reason,
         "failed_at": now, "dead_reason": reason,

@@ -29,7 +29,7 @@ class PageAdmin(admin.ModelAdmin):
     """A Cogworker page: its URLs are its views; view and change follow the two Cogworker permissions."""
 
     def get_urls(self) -> list[Any]:
-        return urls.page_urls(self.opts.model_name, self.admin_site)
+        return urls.page_urls(str(self.opts.model_name), self.admin_site)
 
     def has_module_permission(self, request: Any) -> bool:
         return permissions.can_view(request.user)

@@ -30,6 +30,13 @@ DETAIL_BYTES = 262_144  # of an entry its own page reads and shows; the whole of
 CALL_BYTES = 8_000_000
 _PLAIN_JID = re.compile(r"[A-Za-z0-9_.:@+=-]{1,128}\Z")  # fits a URL as it is
 _SPACE = re.compile(r"[ \t\n\r]*")
+_scanstring = json.decoder.scanstring  # type: ignore[attr-defined]  # (the parser's own, public in fact)
+
+
+def _skip_space(text: str, pos: int) -> int:
+    """The position of the first character at or after ``pos`` that isn't JSON white space."""
+    match = _SPACE.match(text, pos)
+    return match.end() if match else pos
 _FIELD_START = re.compile(r"[{,][ \t\n\r]*\"")
 _TAIL_TRIES = 64  # field starts tried in a tail (each a parse to its end)
 _lenient = json.JSONDecoder()  # reads NaN and Infinity too: this is for showing, not for running
@@ -43,20 +50,20 @@ def _members(text: str, pos: int) -> tuple[dict[str, Any], int, bool]:
         if text[pos:pos + 1] != '"':
             return fields, pos, False
         try:
-            key, pos = json.decoder.scanstring(text, pos + 1)
-            pos = _SPACE.match(text, pos).end()
+            key, pos = _scanstring(text, pos + 1)
+            pos = _skip_space(text, pos)
             if text[pos:pos + 1] != ":":
                 return fields, pos, False
-            value, pos = _lenient.raw_decode(text, _SPACE.match(text, pos + 1).end())
+            value, pos = _lenient.raw_decode(text, _skip_space(text, pos + 1))
         except (ValueError, RecursionError):  # cut short, not JSON, or deeper than the parser goes
             return fields, pos, False
         fields[key] = value
-        pos = _SPACE.match(text, pos).end()
+        pos = _skip_space(text, pos)
         if text[pos:pos + 1] == "}":
             return fields, pos + 1, True
         if text[pos:pos + 1] != ",":
             return fields, pos, False
-        pos = _SPACE.match(text, pos + 1).end()
+        pos = _skip_space(text, pos + 1)
 
 
 def read_leniently(head: bytes, tail: bytes = b"") -> dict[str, Any]:
@@ -64,8 +71,8 @@ def read_leniently(head: bytes, tail: bytes = b"") -> dict[str, Any]:
     first value that can't be (cut off, too deep, not JSON), and, from ``tail`` (its last bytes),
     the fields after the last such value. What a whole parse failed on, or never saw, is absent."""
     text = head.decode("utf-8", "replace")
-    start = _SPACE.match(text).end()
-    fields = _members(text, _SPACE.match(text, start + 1).end())[0] if text[start:start + 1] == "{" else {}
+    start = _skip_space(text, 0)
+    fields = _members(text, _skip_space(text, start + 1))[0] if text[start:start + 1] == "{" else {}
     end_text = tail.decode("utf-8", "replace").rstrip(" \t\n\r")
     for tries, match in enumerate(_FIELD_START.finditer(end_text)):
         if tries == _TAIL_TRIES:

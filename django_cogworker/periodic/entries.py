@@ -23,7 +23,7 @@ import dataclasses
 import datetime as dt
 import zoneinfo
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from croniter import croniter
 
@@ -160,6 +160,8 @@ def _build(raw: Mapping[str, Any], default_tz: str, where: str, errors: list[str
             errors.append(f"{label}: {flag!r} must be True or False, got {raw.get(flag)!r}")
     if len(errors) > bad:
         return None
-    return Entry(name=name, cron=cron, job=job_name, args=tuple(args), kwargs=dict(kwargs),
+    # (validated above: the three are strings)
+    return Entry(name=cast(str, name), cron=cast(str, cron), job=cast(str, job_name), args=tuple(args),
+                 kwargs=dict(kwargs),
                  queue=raw.get("queue"), tz=tz, until_executed=bool(raw.get("until_executed")),
                  catch_up=raw.get("catch_up"), retry=raw.get("retry"))
