@@ -27,6 +27,7 @@ demo: venv
 test: venv
 	@bash scripts/ensure_redis_server.sh
 	@bash scripts/ensure_chromium.sh
+	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Refresh the admin screenshots in docs/screenshots/ (the browser tests write them there).
@@ -37,6 +38,7 @@ screenshots: venv
 
 lint: venv
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 # Removes local state (stopping the private demo Redis first) and caches; keeps .venv.
 clean:
