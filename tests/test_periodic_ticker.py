@@ -802,3 +802,24 @@ def test_catch_up_across_a_dst_change_runs_each_wall_clock_time_once(make, rb, t
         runs = local_runs(rb, tz)
         assert [t.hour for t in runs["hourly"]] == hours, runs
         assert len(runs["daily"]) == 1
+
+
+def test_a_tick_that_raises_is_logged_backed_off_and_the_thread_ticks_on(make, caplog, monkeypatch):
+    # The ticker's thread runs its ticks under the same Watchdog as the other loops.
+    ticker = make([entry()], tick_interval=0.05)
+    ticks = []
+
+    def tick():
+        ticks.append(time.monotonic())
+        if len(ticks) == 1:
+            raise RuntimeError("a bug outside the per-entry handling")
+
+    monkeypatch.setattr(ticker, "tick", tick)
+    with caplog.at_level(logging.ERROR, logger="django_cogworker"):
+        ticker.start()
+        try:
+            wait_until(lambda: len(ticks) >= 3, timeout=5, message="the ticker ticked on")
+        finally:
+            ticker.stop()
+    assert [rec.getMessage() for rec in caplog.records if rec.exc_info] == [
+        "periodic ticker failed (attempt 1); backing off"]

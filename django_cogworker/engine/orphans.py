@@ -29,6 +29,7 @@ from .. import scripts, unique
 from ..conf import Config
 from ..errors import is_unavailable
 from ..keys import Keys
+from ..loops import redis_time
 from ..periodic.locks import release_running, retake_running
 from .key_guard import take_lock
 from .retry import RetryPolicy
@@ -83,11 +84,7 @@ class OrphanRecovery:
         """
         self.settled = False
         r, k = self.redis, self.keys
-        try:
-            seconds, micros = r.time()
-            now = seconds + micros / 1e6
-        except redis_lib.exceptions.ResponseError:
-            now = time.time()
+        now = redis_time(r)
         try:
             identities = {m.decode() for m in r.smembers(k.in_progress_identities)}
             identities |= self._discover(identities)

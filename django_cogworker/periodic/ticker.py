@@ -31,10 +31,10 @@ from typing import Any
 import redis as redis_lib
 
 from .. import payload as payloads
-from ..engine.watchdog import LoopThread
 from ..errors import is_unavailable
 from ..job import JobSetter, registered
 from ..keys import Keys
+from ..loops import LoopThread, Watchdog
 from .entries import Entry
 from .locks import CLAIM_TTL, ROLLBACK, claim_slot, hold_queued, release_running
 
@@ -46,6 +46,16 @@ PUBLISH_INTERVAL = 60.0
 
 
 class Ticker(LoopThread):
+    """Claim and push the due slots of this process's periodic entries, on thread cogworker-ticker.
+
+    Created by the Launcher only when entries exist. ``start`` publishes the
+    schedule (for the admin) and starts the thread, which waits for ``ready``
+    (the poller's first settled orphan check), then calls ``tick`` every
+    ``tick_interval`` under a :class:`Watchdog`. ``stop`` sets the stop event
+    and joins the thread (up to 5 s); a tick under way finishes its entry.
+    Tests call ``tick(now=...)`` directly, without the thread.
+    """
+
     def __init__(self, redis: Any, keys: Keys, entries: Sequence[Entry], push: Callable[[dict], Any], *,
                  ready: Callable[[], bool], catch_up: bool, catch_up_max: int, tick_interval: float = 5.0,
                  publish_interval: float = PUBLISH_INTERVAL, clock: Callable[[], float] = time.time,
@@ -116,11 +126,11 @@ class Ticker(LoopThread):
         while not self.ready():
             if self.stop_event.wait(0.1):
                 return
+        # tick() handles an entry's failures and Redis outages itself (per entry, logged once);
+        # the watchdog catches what escapes it (a bug), logs it and backs off before the next tick.
+        watchdog = Watchdog("periodic ticker", self.stop_event)
         while not self.stop_event.is_set():
-            try:
-                self.tick()
-            except Exception:
-                logger.exception("periodic tick failed")
+            watchdog.run_step(self.tick)
             self.stop_event.wait(self.tick_interval)
 
     def tick(self, now: float | None = None) -> None:
