@@ -29,8 +29,8 @@ from django_cogworker.conf import build_config
 from django_cogworker.engine.fetch import Unit
 from django_cogworker.engine.launcher import Launcher
 from django_cogworker.keys import Keys
+from django_cogworker.locks import QUEUED_TTL, active_ttl, touch_running
 from django_cogworker.periodic.entries import Entry
-from django_cogworker.periodic.locks import QUEUED_TTL, active_ttl, retake_running, touch_running
 from django_cogworker.periodic.ticker import Ticker
 
 K = Keys()
@@ -266,18 +266,6 @@ def test_a_running_lock_outlives_orphan_detection(rb, config):
     rb.set(K.periodic_running("other"), "someone-else", ex=50)
     touch_running(rb, K, [payloads.encode({**payload, "periodic_pjid": "other"})], 500)
     assert rb.ttl(K.periodic_running("other")) <= 50  # only the jid holding it renews it
-
-
-def test_orphan_recovery_retakes_the_running_lock_for_the_whole_queue_wait(rb):
-    payload = {"jid": "j1", "periodic_pjid": "e"}
-    retake_running(rb, K, payload)  # lapsed: taken again
-    assert rb.get(K.periodic_running("e")) == b"j1" and rb.ttl(K.periodic_running("e")) > QUEUED_TTL - 10
-    rb.set(K.periodic_running("e"), "j1", ex=100)  # still held by this run: renewed
-    retake_running(rb, K, payload)
-    assert rb.ttl(K.periodic_running("e")) > QUEUED_TTL - 10
-    rb.set(K.periodic_running("e"), "j2", ex=100)  # another run's: left alone
-    retake_running(rb, K, payload)
-    assert rb.get(K.periodic_running("e")) == b"j2" and rb.ttl(K.periodic_running("e")) <= 100
 
 
 # -- a push that fails -----------------------------------------------------------------------------

@@ -24,14 +24,12 @@ from typing import Any
 
 import redis as redis_lib
 
+from .. import locks, scripts, unique
 from .. import payload as payloads
-from .. import scripts, unique
 from ..conf import Config
 from ..errors import is_unavailable
 from ..keys import Keys
 from ..loops import redis_time
-from ..periodic.locks import release_running, retake_running
-from .key_guard import take_lock
 from .retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
@@ -177,7 +175,7 @@ class OrphanRecovery:
         r, k = self.redis, self.keys
         lock_ttl = max(int(self.config.orphan_threshold), 60)
         lock = k.orphan_lock(identity)
-        if not take_lock(r, k, lock, self.identity, lock_ttl)[0]:
+        if not locks.take(r, k, lock, self.identity, lock_ttl)[0]:
             return None
         source = k.in_progress(identity)
         handled = 0
@@ -198,7 +196,7 @@ class OrphanRecovery:
             scripts.FORGET_IDENTITY(r, [source, k.in_progress_identities, k.last_beat, lock], [identity])
         finally:
             # Only while it is ours: had it expired mid-recovery, it may be another's now.
-            scripts.HELD_LOCK(r, [lock], [self.identity, ""])
+            locks.release(r, lock, self.identity)
         if handled:
             since = f"no beat seen for {silent_for:.0f}s" if beatless else f"last beat {silent_for:.0f}s ago"
             logger.warning("recovered %d job(s) from dead process %s (%s)", handled, identity, since)
@@ -259,7 +257,7 @@ class OrphanRecovery:
         if len(argv) > 1:
             handled += int(scripts.REQUEUE(self.redis, keys, argv))
             for new_raw in argv[argv[0] + 2::4]:
-                retake_running(self.redis, self.keys, payloads.decode(new_raw))
+                locks.retake_running(self.redis, self.keys, payloads.decode(new_raw))
             for payload in discarded:
                 self._release_locks(payload)
         return handled
@@ -272,7 +270,7 @@ class OrphanRecovery:
         """
         try:
             unique.release_at(self.redis, self.keys, payload, "dead")
-            release_running(self.redis, self.keys, payload)
+            locks.release_running(self.redis, self.keys, payload)
         except redis_lib.exceptions.ResponseError as exc:
             logger.error("could not release the locks of jid=%s: %s (they expire)",
                          payloads.printable(payload.get("jid")), exc)

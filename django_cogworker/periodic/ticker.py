@@ -34,9 +34,10 @@ from .. import payload as payloads
 from ..errors import is_unavailable
 from ..job import JobSetter, registered
 from ..keys import Keys
+from ..locks import hold_queued, release_running
 from ..loops import LoopThread, Watchdog
 from .entries import Entry
-from .locks import CLAIM_TTL, ROLLBACK, claim_slot, hold_queued, release_running
+from .locks import CLAIM_TTL, ROLLBACK, claim_slot
 
 logger = logging.getLogger(__name__)
 
