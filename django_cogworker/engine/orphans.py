@@ -204,9 +204,8 @@ class OrphanRecovery:
 
     def _recover_batch(self, identity: str, source: str, batch: list[bytes]) -> int:
         k = self.keys
-        keys: list[str] = [source, k.queues]
-        index: dict[str, int] = {}
-        argv: list[Any] = [0]
+        drops: list[bytes] = []  # discarded (dead=False): just dropped from the list
+        moves: list[tuple[bytes, str, str, str]] = []  # (raw, payload to push, queue key, queue)
         handled = 0
         discarded: list[dict] = []
         below, cap = self.retry.dead_trim()
@@ -234,8 +233,7 @@ class OrphanRecovery:
                     handled += self._to_dead(source, raw, filing.payload, below, cap, stored)
                     self._release_locks(payload)
                 else:
-                    argv[0] += 1
-                    argv.insert(1, raw)  # discarded (dead=False): just dropped from the list
+                    drops.append(raw)
                     discarded.append(payload)
                 continue
             queue = payload.get("queue") if isinstance(payload.get("queue"), str) else "default"
@@ -249,14 +247,10 @@ class OrphanRecovery:
                 handled += self._to_dead(source, raw, payload, below, cap, _as_stored(raw, payload, reason))
                 self._release_locks(payload)
                 continue
-            key = k.queue(queue)
-            if key not in index:
-                keys.append(key)
-                index[key] = len(keys)
-            argv.extend((raw, new_raw, index[key], queue))
-        if len(argv) > 1:
-            handled += int(scripts.REQUEUE(self.redis, keys, argv))
-            for new_raw in argv[argv[0] + 2::4]:
+            moves.append((raw, new_raw, k.queue(queue), queue))
+        if drops or moves:
+            handled += int(scripts.REQUEUE(self.redis, *scripts.requeue_args(source, k.queues, drops, moves)))
+            for _raw, new_raw, _key, _queue in moves:
                 locks.retake_running(self.redis, self.keys, payloads.decode(new_raw))
             for payload in discarded:
                 self._release_locks(payload)
