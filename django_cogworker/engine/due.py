@@ -198,7 +198,7 @@ class DueSweep:
             if not isinstance(queue, str) or not queue:
                 raise payloads.PayloadError(f"payload names no queue: {queue!r}")
         except payloads.PayloadError as exc:
-            dead = payloads.encode(payloads.dead_letter(raw, str(exc), self.clock()))
+            dead: bytes | str = payloads.encode(payloads.dead_letter(raw, str(exc), self.clock()))
             return self._bury(source, raw, dead, f"unreadable entry in {source}", exc)
         payload["enqueued_at"] = self.clock()
         payload.pop("at", None)

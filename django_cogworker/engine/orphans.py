@@ -51,6 +51,16 @@ def steady_grace(config: Config) -> float:
 
 
 class OrphanRecovery:
+    """Judge which other processes are dead, and requeue their in-progress lists.
+
+    Created by the Launcher (``steady_since``: the heartbeat's record of this
+    process's own beats); ``check`` runs on the poller's thread
+    (cogworker-poller), in each timed round of its housekeeping. No thread of
+    its own, nothing to start or stop; ``settled`` and ``deferred_for`` tell
+    the poller, after each check, whether the ticker may start and when to
+    come back.
+    """
+
     def __init__(self, config: Config, redis: Any, keys: Keys, identity: str, retry: RetryPolicy,
                  steady_since: Callable[[float], float | None] = lambda now: -math.inf):
         self.config = config
@@ -227,7 +237,7 @@ class OrphanRecovery:
                 payload["error_message"] = reason
                 filing = self.retry.exhausted(payload, None, reason)
                 if filing is not None:
-                    stored = _writable(filing.payload)
+                    stored: str | bytes | None = _writable(filing.payload)
                     if stored is None:
                         stored = _as_stored(raw, filing.payload, reason)
                     handled += self._to_dead(source, raw, filing.payload, below, cap, stored)
@@ -236,7 +246,8 @@ class OrphanRecovery:
                     drops.append(raw)
                     discarded.append(payload)
                 continue
-            queue = payload.get("queue") if isinstance(payload.get("queue"), str) else "default"
+            named = payload.get("queue")
+            queue = named if isinstance(named, str) else "default"
             new_raw = _writable(payload, queue)
             if new_raw is None:
                 # Read, but can't be written back (1e309 reads as inf; a queue name Redis can't be

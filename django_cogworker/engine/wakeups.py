@@ -95,10 +95,11 @@ class Wakeups:
                 self._lose(f"no answer to a PING in {PONG_TIMEOUT:.0f}s")
 
     def _on_message(self, message: dict[str, Any]) -> None:
-        kind, data = message.get("type"), message.get("data")
+        kind = message.get("type")
+        data: Any = message.get("data")  # (anything may be published: checked below)
         if kind == "message":
             try:
-                at = float(data)  # (anything may be published: caught below)
+                at = float(data)
                 if not math.isfinite(at):
                     raise ValueError("not finite")
             except (TypeError, ValueError):

@@ -26,7 +26,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import redis as redis_lib
 
@@ -216,7 +216,8 @@ class Ticker(LoopThread):
             return []
         catch_up = self.catch_up if entry.catch_up is None else entry.catch_up
         # Slots that fell due while it was disabled aren't "missed": re-enabling doesn't burst.
-        slots = entry.slots_after(max(last, floor), now, self.catch_up_max) if catch_up else [slot]
+        # (floor is a whole number or -inf, and last an int: the max is a whole number)
+        slots = entry.slots_after(int(max(last, floor)), now, self.catch_up_max) if catch_up else [slot]
         # Daylight saving: when clocks go back, one wall-clock time comes twice;
         # cron names it once, so it runs once (also when catch-up spans both).
         seen = {entry.wall_clock(last)}
@@ -273,7 +274,9 @@ class Ticker(LoopThread):
         try:
             # Built inside the try: a payload that can't be built must roll the
             # claim back too, or the slot (and an until_executed lock) is lost.
-            payload = JobSetter(job_class, options).build(list(entry.args), dict(entry.kwargs))
+            # (job_class None, a job no longer registered, fails here too: rolled back, logged per entry)
+            payload = JobSetter(job_class, options).build(  # type: ignore[arg-type]
+                list(entry.args), dict(entry.kwargs))
             payload.update(jid=jid, periodic_pjid=entry.pjid, periodic_slot=slot)
             pushed = self.push(payload)
         except Exception:
@@ -307,7 +310,7 @@ class Ticker(LoopThread):
         for pjid, jid in pending:
             self._hold(pjid, jid)
 
-    def rollback(self, entry: Entry, slot: int, previous: str, jid: str) -> bool | BaseException:
+    def rollback(self, entry: Entry, slot: int, previous: str, jid: str) -> Literal[True] | BaseException:
         """Undo a won claim whose push failed; on failure keep it to retry. Return True or the error."""
         keys = [self.keys.periodic_last_slot(entry.pjid), self.keys.periodic_lock(entry.pjid, slot),
                 self.keys.periodic_running(entry.pjid)]
