@@ -32,7 +32,3 @@ def make_redis(config: Config, *, max_connections: int | None = None) -> redis.R
         options.setdefault("max_connections", max_connections)
     return redis.Redis.from_url(config.redis_url, **options)
 
-
-def socket_timeout(client: redis.Redis) -> float | None:
-    """The client's socket timeout (None: none)."""
-    return client.connection_pool.connection_kwargs.get("socket_timeout")

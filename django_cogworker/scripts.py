@@ -13,7 +13,7 @@ destination holding the wrong type) lost the job.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import redis
@@ -34,8 +34,37 @@ class Script:
             return client.eval(self.source, len(keys), *keys, *args)
 
     def in_pipeline(self, pipe: Any, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> None:
-        """Queue on a pipeline; the pipeline must be run with :func:`run_pipeline`."""
+        """Queue on a pipeline, as EVAL: a NOSCRIPT reply in a pipeline can't be retried alone."""
         pipe.eval(self.source, len(keys), *keys, *args)
+
+
+def _add_remove_trim(remove: str, below: int, cap: int) -> str:
+    """Lua: the tail four scripts share (filing a job in a sorted set).
+
+    Adds ARGV[3] to the sorted set KEYS[2] at score ARGV[2]; removes ARGV[1]
+    from KEYS[1] (``remove``: "ZREM" from a sorted set, "LREM" from a list);
+    then trims KEYS[2] of the entries scored below ARGV[``below``] and of all
+    but the ARGV[``cap``] highest scored ("" in either skips that trim). Add
+    first, remove second: the rule at the top of this module.
+    """
+    drop = {"ZREM": 'redis.call("ZREM", KEYS[1], ARGV[1])', "LREM": 'redis.call("LREM", KEYS[1], 1, ARGV[1])'}
+    return f"""redis.call("ZADD", KEYS[2], ARGV[2], ARGV[3])
+{drop[remove]}
+if ARGV[{below}] ~= "" then
+  redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[{below}])
+end
+if ARGV[{cap}] ~= "" then
+  redis.call("ZREMRANGEBYRANK", KEYS[2], 0, -tonumber(ARGV[{cap}]) - 1)
+end
+"""
+
+
+def _queue_index(keys: list[str], index: dict[str, int], queue_key: str) -> int:
+    """The position of ``queue_key`` in KEYS as Lua counts (from 1), appended on first sight."""
+    if queue_key not in index:
+        keys.append(queue_key)
+        index[queue_key] = len(keys)
+    return index[queue_key]
 
 
 # KEYS[1] = queues set, KEYS[2] = the queue list.
@@ -85,15 +114,7 @@ MOVE_BETWEEN_ZSETS = Script("""
 if not redis.call("ZSCORE", KEYS[1], ARGV[1]) then
   return 0
 end
-redis.call("ZADD", KEYS[2], ARGV[2], ARGV[3])
-redis.call("ZREM", KEYS[1], ARGV[1])
-if ARGV[4] ~= "" then
-  redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[4])
-end
-if ARGV[5] ~= "" then
-  redis.call("ZREMRANGEBYRANK", KEYS[2], 0, -tonumber(ARGV[5]) - 1)
-end
-return 1
+""" + _add_remove_trim("ZREM", below=4, cap=5) + """return 1
 """)
 
 # KEYS[1] = in-progress list (reliable fetch; for basic fetch a key that
@@ -103,15 +124,7 @@ return 1
 # Files a failed job and acknowledges it in one step: a crash between the two
 # would either lose it or run it again.
 FILE_FAILURE = Script("""
-redis.call("ZADD", KEYS[2], ARGV[2], ARGV[3])
-redis.call("LREM", KEYS[1], 1, ARGV[1])
-if ARGV[4] ~= "" then
-  redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[4])
-end
-if ARGV[5] ~= "" then
-  redis.call("ZREMRANGEBYRANK", KEYS[2], 0, -tonumber(ARGV[5]) - 1)
-end
-return 1
+""" + _add_remove_trim("LREM", below=4, cap=5) + """return 1
 """)
 
 # KEYS[1] = in-progress list, KEYS[2..n] = queue lists, in the order to try.
@@ -207,19 +220,28 @@ end
 return moved
 """)
 
+
+def requeue_args(in_progress: str, queues: str, acks: Sequence[Any],
+                 moves: Iterable[tuple[Any, Any, str, str]]) -> tuple[list[str], list[Any]]:
+    """KEYS and ARGV of REQUEUE: drop ``acks`` from ``in_progress``, and push back each of ``moves``,
+    ``(raw on the list, payload to push, queue key, queue name)`` (``queues``: the queues set)."""
+    keys = [in_progress, queues]
+    index: dict[str, int] = {}
+    args: list[Any] = [len(acks), *acks]
+    for raw, payload, queue_key, queue in moves:
+        args.extend((raw, payload, _queue_index(keys, index, queue_key), queue))
+    return keys, args
+
+
 # KEYS[1] = in-progress list, KEYS[2] = dead zset, KEYS[3] = repeat_orphans list.
 # ARGV[1] = raw payload on the list, ARGV[2] = score, ARGV[3] = dead payload,
-# ARGV[4] = record for repeat_orphans, ARGV[5] = trim below, ARGV[6] = cap.
+# ARGV[4] = record for repeat_orphans, ARGV[5] = trim below or "", ARGV[6] = cap or "".
 # An orphaned job that has been orphaned too often goes to dead, recorded.
 ORPHAN_TO_DEAD = Script("""
 if not redis.call("LPOS", KEYS[1], ARGV[1]) then
   return 0
 end
-redis.call("ZADD", KEYS[2], ARGV[2], ARGV[3])
-redis.call("LREM", KEYS[1], 1, ARGV[1])
-redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[5])
-redis.call("ZREMRANGEBYRANK", KEYS[2], 0, -tonumber(ARGV[6]) - 1)
-redis.pcall("LPUSH", KEYS[3], ARGV[4])
+""" + _add_remove_trim("LREM", below=5, cap=6) + """redis.pcall("LPUSH", KEYS[3], ARGV[4])
 redis.pcall("LTRIM", KEYS[3], 0, 999)
 return 1
 """)
@@ -242,15 +264,7 @@ FILE_UNSETTLED = Script("""
 if not redis.call("LPOS", KEYS[1], ARGV[1]) then
   return 0
 end
-redis.call("ZADD", KEYS[2], ARGV[2], ARGV[3])
-redis.call("LREM", KEYS[1], 1, ARGV[1])
-if ARGV[4] ~= "" then
-  redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[4])
-end
-if ARGV[5] ~= "" then
-  redis.call("ZREMRANGEBYRANK", KEYS[2], 0, -tonumber(ARGV[5]) - 1)
-end
-return 1
+""" + _add_remove_trim("LREM", below=4, cap=5) + """return 1
 """)
 
 # KEYS[1] = the orphaned in-progress list, KEYS[2] = in_progress_identities,
@@ -403,6 +417,19 @@ for i = 1, #ARGV, 4 do
 end
 return {moved, failed}
 """)
+
+
+def requeue_from_zset_batch_args(source: str, queues: str, moves: Iterable[tuple[Any, str, str, Any]]
+                                 ) -> tuple[list[str], list[Any]]:
+    """KEYS and ARGV of REQUEUE_FROM_ZSET_BATCH: move each of ``moves``, ``(raw entry in source,
+    queue key, queue name, payload to push)``, from the sorted set ``source`` to its queue
+    (``queues``: the queues set)."""
+    keys = [source, queues]
+    index: dict[str, int] = {}
+    args: list[Any] = []
+    for raw, queue_key, queue, payload in moves:
+        args.extend((raw, _queue_index(keys, index, queue_key), queue, payload))
+    return keys, args
 
 # KEYS[1] = a quarantined key, KEYS[2] = the key it was moved from.
 # Puts a quarantined key back, without the quarantine's expiry, only while

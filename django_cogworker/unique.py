@@ -18,8 +18,7 @@ import json
 import logging
 from typing import Any
 
-from . import scripts
-from .engine.key_guard import take_lock
+from . import locks
 from .keys import Keys
 
 logger = logging.getLogger(__name__)
@@ -43,8 +42,8 @@ def lock_ttl(payload: dict[str, Any], now: float, default: float) -> int:
 
 def claim(redis: Any, keys: Keys, payload: dict[str, Any], now: float, default_ttl: float = 3600.0) -> bool:
     """Take the lock for this payload; False (logged) if another jid holds it (a key that can't be
-    a lock is repaired by ``take_lock`` rather than refusing every push of the job for good)."""
-    taken, holder = take_lock(redis, keys, keys.unique(payload["unique_digest"]), payload["jid"],
+    a lock is repaired by ``locks.take`` rather than refusing every push of the job for good)."""
+    taken, holder = locks.take(redis, keys, keys.unique(payload["unique_digest"]), payload["jid"],
                               lock_ttl(payload, now, default_ttl))
     if taken:
         return True
@@ -55,7 +54,7 @@ def claim(redis: Any, keys: Keys, payload: dict[str, Any], now: float, default_t
 
 def release(redis: Any, keys: Keys, payload: dict[str, Any]) -> None:
     """Release the lock if this payload's jid still holds it."""
-    scripts.HELD_LOCK(redis, [keys.unique(payload["unique_digest"])], [payload["jid"], ""])
+    locks.release(redis, keys.unique(payload["unique_digest"]), payload["jid"])
 
 
 def release_at(redis: Any, keys: Keys, payload: dict[str, Any], moment: str) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 import time
 
 import pytest
@@ -447,3 +449,38 @@ def test_a_refused_announcement_does_not_fail_the_push(channel_less_url, r, capl
     assert r.zcard("cogworker:schedule") == 3
     warnings = [rec for rec in caplog.records if rec.levelno == logging.WARNING]
     assert len(warnings) == 1 and "not announced on cogworker:schedule:wake" in warnings[0].getMessage()
+
+
+# -- what pushing imports ---------------------------------------------------------------------------
+
+PUSH_ONLY = """
+import sys, time
+import redis
+from django_cogworker import Job
+from django_cogworker.client import Client
+from django_cogworker.conf import build_config
+
+class Once(Job):
+    unique_for = 60
+
+    def perform(self, n):
+        pass
+
+conn = redis.Redis.from_url(sys.argv[1])
+client = Client(build_config({}, {"COGWORKER_REDIS_URL": sys.argv[1]}), conn)
+assert client.push(Once.set().build([1], {}), on_commit=False)
+assert client.push(Once.set().build([1], {}), on_commit=False) is None  # the unique lock held
+assert client.push(Once.set().build([2], {}), at=time.time() + 60, on_commit=False)
+print(sorted(m for m in sys.modules if m.startswith("django_cogworker.engine")))
+"""
+
+
+def test_pushing_imports_no_worker_code(redis_url, r):
+    # A web process pushes jobs: a unique job's lock (locks.py) and the loops used to pull in
+    # the engine, and with it everything the worker runs. Checked in a fresh interpreter: this
+    # one has imported the engine long ago.
+    done = subprocess.run([sys.executable, "-c", PUSH_ONLY, redis_url], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    assert r.llen("cogworker:queue:default") == 1 and r.zcard("cogworker:schedule") == 1

@@ -15,8 +15,9 @@ import pytest
 import redis
 from helpers import FAST_ENV, Worker, wait_until
 
-from django_cogworker.engine.key_guard import QUARANTINE_TTL, KeyGuard
+from django_cogworker.engine.key_guard import KeyGuard
 from django_cogworker.keys import Keys
+from django_cogworker.quarantine import QUARANTINE_TTL
 
 K = Keys()
 FIXED = K.fixed_types()

@@ -29,8 +29,8 @@ from django_cogworker.conf import build_config
 from django_cogworker.engine.fetch import Unit
 from django_cogworker.engine.launcher import Launcher
 from django_cogworker.keys import Keys
+from django_cogworker.locks import QUEUED_TTL, active_ttl, touch_running
 from django_cogworker.periodic.entries import Entry
-from django_cogworker.periodic.locks import QUEUED_TTL, active_ttl, retake_running, touch_running
 from django_cogworker.periodic.ticker import Ticker
 
 K = Keys()
@@ -266,18 +266,6 @@ def test_a_running_lock_outlives_orphan_detection(rb, config):
     rb.set(K.periodic_running("other"), "someone-else", ex=50)
     touch_running(rb, K, [payloads.encode({**payload, "periodic_pjid": "other"})], 500)
     assert rb.ttl(K.periodic_running("other")) <= 50  # only the jid holding it renews it
-
-
-def test_orphan_recovery_retakes_the_running_lock_for_the_whole_queue_wait(rb):
-    payload = {"jid": "j1", "periodic_pjid": "e"}
-    retake_running(rb, K, payload)  # lapsed: taken again
-    assert rb.get(K.periodic_running("e")) == b"j1" and rb.ttl(K.periodic_running("e")) > QUEUED_TTL - 10
-    rb.set(K.periodic_running("e"), "j1", ex=100)  # still held by this run: renewed
-    retake_running(rb, K, payload)
-    assert rb.ttl(K.periodic_running("e")) > QUEUED_TTL - 10
-    rb.set(K.periodic_running("e"), "j2", ex=100)  # another run's: left alone
-    retake_running(rb, K, payload)
-    assert rb.get(K.periodic_running("e")) == b"j2" and rb.ttl(K.periodic_running("e")) <= 100
 
 
 # -- a push that fails -----------------------------------------------------------------------------
@@ -802,3 +790,24 @@ def test_catch_up_across_a_dst_change_runs_each_wall_clock_time_once(make, rb, t
         runs = local_runs(rb, tz)
         assert [t.hour for t in runs["hourly"]] == hours, runs
         assert len(runs["daily"]) == 1
+
+
+def test_a_tick_that_raises_is_logged_backed_off_and_the_thread_ticks_on(make, caplog, monkeypatch):
+    # The ticker's thread runs its ticks under the same Watchdog as the other loops.
+    ticker = make([entry()], tick_interval=0.05)
+    ticks = []
+
+    def tick():
+        ticks.append(time.monotonic())
+        if len(ticks) == 1:
+            raise RuntimeError("a bug outside the per-entry handling")
+
+    monkeypatch.setattr(ticker, "tick", tick)
+    with caplog.at_level(logging.ERROR, logger="django_cogworker"):
+        ticker.start()
+        try:
+            wait_until(lambda: len(ticks) >= 3, timeout=5, message="the ticker ticked on")
+        finally:
+            ticker.stop()
+    assert [rec.getMessage() for rec in caplog.records if rec.exc_info] == [
+        "periodic ticker failed (attempt 1); backing off"]

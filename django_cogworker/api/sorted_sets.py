@@ -281,8 +281,7 @@ class SortedSet:
                 break
             examined += len(rows)
             stamp = time.time() if now is None else now
-            queue_keys: dict[str, int] = {}
-            args: list[Any] = []
+            moves: list[tuple[Any, str, str, str]] = []  # (raw, queue key, queue, payload to push)
             stuck = 0
             for i, entry in enumerate(rows):
                 whole = entry if entry.complete else self._whole_at(rank + i, entry)
@@ -300,10 +299,9 @@ class SortedSet:
                         whole.bury(exc.reason, stamp)
                         done.buried += 1
                     continue
-                index = queue_keys.setdefault(whole.queue, len(queue_keys) + 3)
-                args += [whole.raw, index, whole.queue, text]
-            if args:
-                keys = [self.key, self.keys.queues, *(self.keys.queue(q) for q in queue_keys)]
+                moves.append((whole.raw, self.keys.queue(whole.queue), whole.queue, text))
+            if moves:
+                keys, args = scripts.requeue_from_zset_batch_args(self.key, self.keys.queues, moves)
                 moved, failed = scripts.REQUEUE_FROM_ZSET_BATCH(self.redis, keys, args)
                 done.moved += int(moved)
                 stuck += int(failed)

@@ -227,22 +227,16 @@ class ReliableFetch(Fetch):
     def _requeue_counted(self, raws: collections.Counter[bytes], queues: dict[bytes, str],
                          acks: Sequence[bytes] = ()) -> int:
         """Drop ``acks`` and requeue ``raws`` (each as many times as counted) in one script."""
-        keys: list[str] = [self.in_progress, self.keys.queues]
-        index: dict[str, int] = {}
-        argv: list[Any] = [len(acks), *acks]
+        moves: list[tuple[bytes, bytes, str, str]] = []
         for raw, count in raws.items():
             queue = queues.get(raw) or _queue_of(raw)
             if queue is None:
                 logger.error("unreadable entry left on %s for orphan recovery: %.200r", self.in_progress, raw)
                 continue
-            key = self.keys.queue(queue)
-            if key not in index:
-                keys.append(key)
-                index[key] = len(keys)
-            for _ in range(count):
-                argv.extend((raw, raw, index[key], queue))
-        moved = int(scripts.REQUEUE(self.redis, keys, argv)) if len(argv) > 1 else 0
-        listed_to_move = (len(argv) - 1 - len(acks)) // 4
+            moves += [(raw, raw, self.keys.queue(queue), queue)] * count
+        keys, argv = scripts.requeue_args(self.in_progress, self.keys.queues, acks, moves)
+        moved = int(scripts.REQUEUE(self.redis, keys, argv)) if acks or moves else 0
+        listed_to_move = len(moves)
         if moved < listed_to_move:
             logger.error("%d job(s) could not be pushed back to their queue (a key of the wrong type?); "
                          "left on %s for orphan recovery", listed_to_move - moved, self.in_progress)

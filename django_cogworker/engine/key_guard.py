@@ -11,24 +11,26 @@ process's poller thread at boot and every KEY_GUARD_INTERVAL.
 
 from __future__ import annotations
 
-import logging
-import secrets
-import time
 from collections.abc import Iterable
 from typing import Any
 
 import redis as redis_lib
 
-from .. import scripts
-from ..errors import error_code
 from ..keys import Keys
+from ..quarantine import quarantine_key
 
-logger = logging.getLogger(__name__)
-
-QUARANTINE_TTL = 30 * 24 * 3600
+__all__ = ["KeyGuard", "quarantine_key"]  # (engine/stats.py imports quarantine_key from here)
 
 
 class KeyGuard:
+    """Check the types of every key the fleet relies on, and quarantine the wrong ones.
+
+    Created by the Launcher with this process's queues and periodic entries;
+    run by the poller's housekeeping round (cogworker-poller thread), whose
+    ``check`` calls come at boot and every KEY_GUARD_INTERVAL. No thread or
+    state of its own: nothing to start or stop.
+    """
+
     def __init__(self, redis: Any, keys: Keys, queues: Iterable[str], periodic: Iterable[str] = ()):
         self.redis = redis
         self.keys = keys
@@ -75,43 +77,3 @@ class KeyGuard:
 
     def quarantine(self, key: str, expected: str, actual: str) -> bool:
         return quarantine_key(self.redis, self.keys, key, expected, f"held a {actual}, not a {expected}")
-
-
-def quarantine_key(redis: Any, keys: Keys, key: str, expected: str, why: str) -> bool:
-    """Move ``key`` aside to ``quarantine:<key>:<time>:<random>`` unless it holds ``expected``
-    (re-checked atomically with the move); ``expected`` "" moves it whatever it holds (a counter
-    that isn't a number). Logs ``why`` at ERROR; returns whether it moved."""
-    # Unique per move: a second quarantine of the same key within the same
-    # second must not overwrite (RENAME) the first one's copy.
-    target = keys.quarantine(key, int(time.time()), secrets.token_hex(4))
-    if scripts.QUARANTINE(redis, [key, target], [expected, QUARANTINE_TTL]) != 1:
-        return False
-    logger.error("%s %s: moved to %s (kept %d days)", key, why, target, QUARANTINE_TTL // 86400)
-    return True
-
-
-def take_lock(redis: Any, keys: Keys, key: str, value: str, ttl: int) -> tuple[bool, Any]:
-    """SET ``key`` ``value`` NX EX ``ttl``: (True, None) when taken, else (False, the holder's value).
-
-    A lock key that can't be a lock no longer holds for ever (every push of a unique job refused,
-    a dead process's list never recovered): one of the wrong type is quarantined and the lock
-    taken; one without an expiry (a manual write) is given ``ttl``.
-    """
-    holder = None
-    for _attempt in range(2):
-        if redis.set(key, value, nx=True, ex=ttl):
-            return True, None
-        pipe = redis.pipeline(transaction=False)
-        pipe.get(key)
-        pipe.ttl(key)
-        holder, left = pipe.execute(raise_on_error=False)
-        if isinstance(holder, redis_lib.exceptions.ResponseError) and error_code(holder) == "WRONGTYPE":
-            quarantine_key(redis, keys, key, "string", "is no lock (the wrong type)")
-            continue
-        if isinstance(holder, Exception):
-            raise holder
-        if left == -1:
-            redis.expire(key, ttl)
-            logger.error("%s held no expiry (a lock can't hold for ever): given %ds", key, ttl)
-        break
-    return False, holder

@@ -24,13 +24,12 @@ from typing import Any
 
 import redis as redis_lib
 
+from .. import locks, scripts, unique
 from .. import payload as payloads
-from .. import scripts, unique
 from ..conf import Config
 from ..errors import is_unavailable
 from ..keys import Keys
-from ..periodic.locks import release_running, retake_running
-from .key_guard import take_lock
+from ..loops import redis_time
 from .retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
@@ -52,6 +51,16 @@ def steady_grace(config: Config) -> float:
 
 
 class OrphanRecovery:
+    """Judge which other processes are dead, and requeue their in-progress lists.
+
+    Created by the Launcher (``steady_since``: the heartbeat's record of this
+    process's own beats); ``check`` runs on the poller's thread
+    (cogworker-poller), in each timed round of its housekeeping. No thread of
+    its own, nothing to start or stop; ``settled`` and ``deferred_for`` tell
+    the poller, after each check, whether the ticker may start and when to
+    come back.
+    """
+
     def __init__(self, config: Config, redis: Any, keys: Keys, identity: str, retry: RetryPolicy,
                  steady_since: Callable[[float], float | None] = lambda now: -math.inf):
         self.config = config
@@ -83,11 +92,7 @@ class OrphanRecovery:
         """
         self.settled = False
         r, k = self.redis, self.keys
-        try:
-            seconds, micros = r.time()
-            now = seconds + micros / 1e6
-        except redis_lib.exceptions.ResponseError:
-            now = time.time()
+        now = redis_time(r)
         try:
             identities = {m.decode() for m in r.smembers(k.in_progress_identities)}
             identities |= self._discover(identities)
@@ -180,7 +185,7 @@ class OrphanRecovery:
         r, k = self.redis, self.keys
         lock_ttl = max(int(self.config.orphan_threshold), 60)
         lock = k.orphan_lock(identity)
-        if not take_lock(r, k, lock, self.identity, lock_ttl)[0]:
+        if not locks.take(r, k, lock, self.identity, lock_ttl)[0]:
             return None
         source = k.in_progress(identity)
         handled = 0
@@ -201,7 +206,7 @@ class OrphanRecovery:
             scripts.FORGET_IDENTITY(r, [source, k.in_progress_identities, k.last_beat, lock], [identity])
         finally:
             # Only while it is ours: had it expired mid-recovery, it may be another's now.
-            scripts.HELD_LOCK(r, [lock], [self.identity, ""])
+            locks.release(r, lock, self.identity)
         if handled:
             since = f"no beat seen for {silent_for:.0f}s" if beatless else f"last beat {silent_for:.0f}s ago"
             logger.warning("recovered %d job(s) from dead process %s (%s)", handled, identity, since)
@@ -209,9 +214,8 @@ class OrphanRecovery:
 
     def _recover_batch(self, identity: str, source: str, batch: list[bytes]) -> int:
         k = self.keys
-        keys: list[str] = [source, k.queues]
-        index: dict[str, int] = {}
-        argv: list[Any] = [0]
+        drops: list[bytes] = []  # discarded (dead=False): just dropped from the list
+        moves: list[tuple[bytes, str, str, str]] = []  # (raw, payload to push, queue key, queue)
         handled = 0
         discarded: list[dict] = []
         below, cap = self.retry.dead_trim()
@@ -233,17 +237,17 @@ class OrphanRecovery:
                 payload["error_message"] = reason
                 filing = self.retry.exhausted(payload, None, reason)
                 if filing is not None:
-                    stored = _writable(filing.payload)
+                    stored: str | bytes | None = _writable(filing.payload)
                     if stored is None:
                         stored = _as_stored(raw, filing.payload, reason)
                     handled += self._to_dead(source, raw, filing.payload, below, cap, stored)
                     self._release_locks(payload)
                 else:
-                    argv[0] += 1
-                    argv.insert(1, raw)  # discarded (dead=False): just dropped from the list
+                    drops.append(raw)
                     discarded.append(payload)
                 continue
-            queue = payload.get("queue") if isinstance(payload.get("queue"), str) else "default"
+            named = payload.get("queue")
+            queue = named if isinstance(named, str) else "default"
             new_raw = _writable(payload, queue)
             if new_raw is None:
                 # Read, but can't be written back (1e309 reads as inf; a queue name Redis can't be
@@ -254,15 +258,11 @@ class OrphanRecovery:
                 handled += self._to_dead(source, raw, payload, below, cap, _as_stored(raw, payload, reason))
                 self._release_locks(payload)
                 continue
-            key = k.queue(queue)
-            if key not in index:
-                keys.append(key)
-                index[key] = len(keys)
-            argv.extend((raw, new_raw, index[key], queue))
-        if len(argv) > 1:
-            handled += int(scripts.REQUEUE(self.redis, keys, argv))
-            for new_raw in argv[argv[0] + 2::4]:
-                retake_running(self.redis, self.keys, payloads.decode(new_raw))
+            moves.append((raw, new_raw, k.queue(queue), queue))
+        if drops or moves:
+            handled += int(scripts.REQUEUE(self.redis, *scripts.requeue_args(source, k.queues, drops, moves)))
+            for _raw, new_raw, _key, _queue in moves:
+                locks.retake_running(self.redis, self.keys, payloads.decode(new_raw))
             for payload in discarded:
                 self._release_locks(payload)
         return handled
@@ -275,7 +275,7 @@ class OrphanRecovery:
         """
         try:
             unique.release_at(self.redis, self.keys, payload, "dead")
-            release_running(self.redis, self.keys, payload)
+            locks.release_running(self.redis, self.keys, payload)
         except redis_lib.exceptions.ResponseError as exc:
             logger.error("could not release the locks of jid=%s: %s (they expire)",
                          payloads.printable(payload.get("jid")), exc)

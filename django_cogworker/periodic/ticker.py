@@ -26,17 +26,18 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import redis as redis_lib
 
 from .. import payload as payloads
-from ..engine.watchdog import LoopThread
 from ..errors import is_unavailable
 from ..job import JobSetter, registered
 from ..keys import Keys
+from ..locks import hold_queued, release_running
+from ..loops import LoopThread, Watchdog
 from .entries import Entry
-from .locks import CLAIM_TTL, ROLLBACK, claim_slot, hold_queued, release_running
+from .locks import CLAIM_TTL, ROLLBACK, claim_slot
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +47,16 @@ PUBLISH_INTERVAL = 60.0
 
 
 class Ticker(LoopThread):
+    """Claim and push the due slots of this process's periodic entries, on thread cogworker-ticker.
+
+    Created by the Launcher only when entries exist. ``start`` publishes the
+    schedule (for the admin) and starts the thread, which waits for ``ready``
+    (the poller's first settled orphan check), then calls ``tick`` every
+    ``tick_interval`` under a :class:`Watchdog`. ``stop`` sets the stop event
+    and joins the thread (up to 5 s); a tick under way finishes its entry.
+    Tests call ``tick(now=...)`` directly, without the thread.
+    """
+
     def __init__(self, redis: Any, keys: Keys, entries: Sequence[Entry], push: Callable[[dict], Any], *,
                  ready: Callable[[], bool], catch_up: bool, catch_up_max: int, tick_interval: float = 5.0,
                  publish_interval: float = PUBLISH_INTERVAL, clock: Callable[[], float] = time.time,
@@ -116,11 +127,11 @@ class Ticker(LoopThread):
         while not self.ready():
             if self.stop_event.wait(0.1):
                 return
+        # tick() handles an entry's failures and Redis outages itself (per entry, logged once);
+        # the watchdog catches what escapes it (a bug), logs it and backs off before the next tick.
+        watchdog = Watchdog("periodic ticker", self.stop_event)
         while not self.stop_event.is_set():
-            try:
-                self.tick()
-            except Exception:
-                logger.exception("periodic tick failed")
+            watchdog.run_step(self.tick)
             self.stop_event.wait(self.tick_interval)
 
     def tick(self, now: float | None = None) -> None:
@@ -205,7 +216,8 @@ class Ticker(LoopThread):
             return []
         catch_up = self.catch_up if entry.catch_up is None else entry.catch_up
         # Slots that fell due while it was disabled aren't "missed": re-enabling doesn't burst.
-        slots = entry.slots_after(max(last, floor), now, self.catch_up_max) if catch_up else [slot]
+        # (floor is a whole number or -inf, and last an int: the max is a whole number)
+        slots = entry.slots_after(int(max(last, floor)), now, self.catch_up_max) if catch_up else [slot]
         # Daylight saving: when clocks go back, one wall-clock time comes twice;
         # cron names it once, so it runs once (also when catch-up spans both).
         seen = {entry.wall_clock(last)}
@@ -262,7 +274,9 @@ class Ticker(LoopThread):
         try:
             # Built inside the try: a payload that can't be built must roll the
             # claim back too, or the slot (and an until_executed lock) is lost.
-            payload = JobSetter(job_class, options).build(list(entry.args), dict(entry.kwargs))
+            # (job_class None, a job no longer registered, fails here too: rolled back, logged per entry)
+            payload = JobSetter(job_class, options).build(  # type: ignore[arg-type]
+                list(entry.args), dict(entry.kwargs))
             payload.update(jid=jid, periodic_pjid=entry.pjid, periodic_slot=slot)
             pushed = self.push(payload)
         except Exception:
@@ -296,7 +310,7 @@ class Ticker(LoopThread):
         for pjid, jid in pending:
             self._hold(pjid, jid)
 
-    def rollback(self, entry: Entry, slot: int, previous: str, jid: str) -> bool | BaseException:
+    def rollback(self, entry: Entry, slot: int, previous: str, jid: str) -> Literal[True] | BaseException:
         """Undo a won claim whose push failed; on failure keep it to retry. Return True or the error."""
         keys = [self.keys.periodic_last_slot(entry.pjid), self.keys.periodic_lock(entry.pjid, slot),
                 self.keys.periodic_running(entry.pjid)]
