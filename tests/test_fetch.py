@@ -20,7 +20,10 @@ from helpers import RedisServer, refuse, serve_again
 
 from django_cogworker import payload as payloads
 from django_cogworker.connection import make_redis
-from django_cogworker.engine.fetch import BasicFetch, ReliableFetch, Unit
+from django_cogworker.engine import fetch as fetch_module
+from django_cogworker.engine.fetch import Fetch, Unit
+from django_cogworker.engine.fetch_basic import BasicFetch
+from django_cogworker.engine.fetch_reliable import ReliableFetch
 from django_cogworker.engine.retry import Filing
 from django_cogworker.engine.watchdog import Watchdog
 from django_cogworker.keys import Keys
@@ -421,3 +424,24 @@ def test_a_fetch_failing_for_another_reason_is_still_logged_with_its_traceback_o
     assert [rec.getMessage() for rec in records] == ["fetcher failed (attempt 1); backing off",
                                                      "fetcher failed (attempt 2); backing off"]
     assert all(rec.exc_info for rec in records)
+
+
+# -- the interface -------------------------------------------------------------------------------------
+
+
+def test_make_fetch_builds_the_strategy_the_config_names_and_each_is_a_fetch(redis_url, bclient, mode):
+    fetch = fetch_module.make_fetch(make_config(redis_url, FETCH=mode), bclient, K, "host:1:abc")
+    assert type(fetch) is MODES[mode] and isinstance(fetch, Fetch)
+    assert not MODES[mode].__abstractmethods__  # every call the engine makes is declared and answered
+
+
+def test_the_basic_fetch_answers_the_reliable_only_calls_without_touching_redis(make_fetch, mode, r):
+    fetch = make_fetch()
+    r.lpush(fetch.in_progress, job(n=1))  # (what a reliable fetch would act on)
+    suspects = fetch.reconcile(collections.Counter(), collections.Counter({job(n=1).encode(): 1}))
+    if mode == "basic":
+        assert (suspects, fetch.forget_if_empty(), fetch.heartbeat_writes(1.0)) == (collections.Counter(), True, [])
+        assert r.lrange(fetch.in_progress, 0, -1) == [job(n=1)]
+    else:
+        assert r.llen(fetch.in_progress) == 0 and r.lrange(K.queue("default"), 0, -1) == [job(n=1)]
+        assert [what for what, _write in fetch.heartbeat_writes(1.0)] == ["in-progress registry", "last-beat stamp"]

@@ -73,13 +73,13 @@ def test_beat_writes_the_process_hash_with_its_info(launcher, r):
 def test_busy_and_the_workers_hash_follow_the_running_jobs(launcher, r):
     manager = launcher.manager
     raw = payloads.encode({"jid": "j1", "class": "X", "args": [], "queue": "alpha"}).encode()
-    manager.job_started(Unit(raw, "alpha"), json.loads(raw))
+    manager.ledger.job_started(Unit(raw, "alpha"), json.loads(raw))
     launcher.heartbeat.beat()
     assert r.hget(K.process(ID), "busy") == "1"
     [entry] = r.hvals(K.workers(ID))
     assert json.loads(entry)["queue"] == "alpha" and json.loads(json.loads(entry)["payload"])["jid"] == "j1"
     assert 55 <= r.ttl(K.workers(ID)) <= 60
-    manager.job_finished(Unit(raw, "alpha"))
+    manager.ledger.job_finished(Unit(raw, "alpha"))
     launcher.heartbeat.beat()
     assert r.hget(K.process(ID), "busy") == "0"
     assert not r.exists(K.workers(ID))
@@ -294,7 +294,7 @@ def test_the_process_and_workers_hashes_and_signals_outlive_the_time_between_bea
     config = make_config(redis_url, HEARTBEAT_INTERVAL=interval, ORPHAN_THRESHOLD=3 * interval)
     launcher = Launcher(config, rb, identity=ID, version="9.9.9")
     raw = payloads.encode({"jid": "j1", "class": "x", "args": [], "kwargs": {}, "queue": "alpha"}).encode()
-    launcher.manager.job_started(Unit(raw, "alpha"), json.loads(raw))
+    launcher.manager.ledger.job_started(Unit(raw, "alpha"), json.loads(raw))
     launcher.heartbeat.beat()
     for key in (K.process(ID), K.workers(ID)):
         assert ttl - 2 <= r.ttl(key) <= ttl and r.ttl(key) > 2 * interval

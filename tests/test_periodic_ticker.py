@@ -260,7 +260,7 @@ def test_a_running_lock_outlives_orphan_detection(rb, config):
                "periodic_pjid": "e", "periodic_slot": minute(1)}
     raw = payloads.encode(payload).encode()
     rb.set(K.periodic_running("e"), "j1", ex=QUEUED_TTL)
-    launcher.manager.job_started(Unit(raw, "default"), payload)
+    launcher.manager.ledger.job_started(Unit(raw, "default"), payload)
     launcher.heartbeat.beat()  # renews the running locks of this process's runs
     assert 300 + 30 < rb.ttl(K.periodic_running("e")) <= active_ttl(300)
     rb.set(K.periodic_running("other"), "someone-else", ex=50)

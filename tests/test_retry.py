@@ -9,7 +9,7 @@ from engine_fixtures import make_config
 
 from django_cogworker import payload as payloads
 from django_cogworker.connection import make_redis
-from django_cogworker.engine.fetch import ReliableFetch
+from django_cogworker.engine.fetch_reliable import ReliableFetch
 from django_cogworker.engine.retry import RetryPolicy, default_delay
 from django_cogworker.job import Job
 from django_cogworker.keys import Keys

@@ -29,7 +29,9 @@ import redis as redis_lib
 from ..conf import Config
 from ..errors import is_unavailable
 from ..keys import Keys, presence_ttl
+from .fetch import Fetch
 from .manager import Manager
+from .stats import Stats
 from .watchdog import BACKOFF_MAX, LoopThread, Watchdog
 
 logger = logging.getLogger(__name__)
@@ -51,14 +53,28 @@ def rss_kb() -> int:
 
 
 class Heartbeat(LoopThread):
-    def __init__(self, config: Config, redis: Any, keys: Keys, identity: str, manager: Manager,
-                 on_signal: Callable[[str], None], version: str, started_at: float | None = None,
+    """Beats every HEARTBEAT_INTERVAL: this process's presence, then the chores that ride on it.
+
+    Created by the Launcher with the manager (what runs, quiet, the paused
+    queues it is told, its pending settlements), the fetch (its own writes to
+    each beat: ``heartbeat_writes``), the stats (flushed each beat) and extra
+    chores (the Launcher's periodic-lock renewal and reconcile).
+    ``beat_until_ok`` runs on the main thread before anything starts;
+    ``start`` then beats on the ``cogworker-heartbeat`` daemon thread, under a
+    Watchdog, until ``stop``; quiet doesn't stop it (a quiet process is still
+    alive). ``clear`` leaves the registry at a clean exit.
+    """
+
+    def __init__(self, config: Config, redis: Any, keys: Keys, identity: str, manager: Manager, fetch: Fetch,
+                 stats: Stats, on_signal: Callable[[str], None], version: str, started_at: float | None = None,
                  extra_chores: tuple[Callable[[Any], None], ...] = ()):
         self.config = config
         self.redis = redis
         self.keys = keys
         self.identity = identity
         self.manager = manager
+        self.fetch = fetch
+        self.stats = stats
         self.on_signal = on_signal
         self.extra_chores = extra_chores
         self._init_thread("cogworker-heartbeat")
@@ -121,10 +137,9 @@ class Heartbeat(LoopThread):
                      ("workers expiry", lambda p: p.expire(k.workers(self.identity), self.ttl)),
                      # LPUSHed by the sender: RPOP, so they are acted on in the order sent.
                      ("remote signals", lambda p: p.rpop(k.signals(self.identity), 10)),
-                     ("paused queues", lambda p: p.smembers(k.paused_queues))]
-        if manager.fetch.reliable:
-            secondary += [("in-progress registry", lambda p: p.sadd(k.in_progress_identities, self.identity)),
-                          ("last-beat stamp", lambda p: p.hset(k.last_beat, self.identity, repr(now)))]
+                     ("paused queues", lambda p: p.smembers(k.paused_queues)),
+                     # Reliable fetch: the in-progress registry and the last-beat stamp, for orphan recovery.
+                     *self.fetch.heartbeat_writes(now)]
         for _what, add in secondary:
             add(pipe)
         results = pipe.execute(raise_on_error=False)
@@ -173,7 +188,7 @@ class Heartbeat(LoopThread):
         return self.steady_since
 
     def _chores(self) -> None:
-        for name, chore in (("stats", lambda: self.manager.stats.flush(self.redis)),
+        for name, chore in (("stats", lambda: self.stats.flush(self.redis)),
                             ("pending settlements", self.manager.retry_pending_settlements),
                             ("stale processes", self.prune_processes),
                             *((getattr(c, "__name__", "chore"), lambda c=c: c(self.redis)) for c in self.extra_chores)):

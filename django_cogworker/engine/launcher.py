@@ -27,6 +27,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from types import FrameType
 from typing import Any
 
 from .. import unique
@@ -64,6 +65,19 @@ def run_job(job: Any, payload: dict) -> Any:
 
 
 class Launcher:
+    """One worker process: builds its parts from the config, runs them, and stops them in order.
+
+    Created by ``runcogworker`` (or a test) with a validated Config and a Redis
+    client; builds the fetch, the Manager, the Heartbeat, the Poller, the
+    Ticker, the RetryPolicy and the Stats, and wires them together. ``run``
+    blocks on the main thread: the first good beat, then ``start`` of the
+    manager, heartbeat, poller and ticker, then signals until a stop. Quiet
+    (TSTP, or a remote signal) quiets the manager. A stop (``stop`` from
+    another thread, TERM, INT) stops the ticker, the manager (with
+    SHUTDOWN_TIMEOUT), the poller and the heartbeat, then flushes the stats
+    and leaves the registries.
+    """
+
     def __init__(self, config: Config, redis: Any, *, server_middleware: Sequence[Callable] = (),
                  death_handlers: Sequence[Callable] = (), client_middleware: Sequence[Callable] = (),
                  periodic_entries: Sequence[Any] = (), clock: Callable[[], float] = time.time,
@@ -76,9 +90,8 @@ class Launcher:
         self.retry = RetryPolicy(config, death_handlers)
         self.fetch = make_fetch(config, redis, self.keys, self.identity)
         self.manager = Manager(config, self.fetch, self.retry, self.stats,
-                               build_chain(server_middleware, run_job))
-        self.manager.run_hook = self._run_hook
-        self.heartbeat = Heartbeat(config, redis, self.keys, self.identity, self.manager,
+                               build_chain(server_middleware, run_job), run_hook=self._run_hook)
+        self.heartbeat = Heartbeat(config, redis, self.keys, self.identity, self.manager, self.fetch, self.stats,
                                    on_signal=self._signals_put, version=version,
                                    extra_chores=(self._touch_periodic_locks, self._reconcile))
         self._suspects: collections.Counter[bytes] = collections.Counter()
@@ -105,8 +118,8 @@ class Launcher:
         touch_running(redis, self.keys, self.manager.running_jobs(), active_ttl(self.config.orphan_threshold))
 
     def _reconcile(self, redis: Any) -> None:
-        """Every RECONCILE_INTERVAL: requeue jobs on our list that we never received (reliable fetch)."""
-        if not self.fetch.reliable or time.monotonic() < self._next_reconcile:
+        """Every RECONCILE_INTERVAL: requeue jobs the fetch holds for us that we never received."""
+        if time.monotonic() < self._next_reconcile:
             return
         self._next_reconcile = time.monotonic() + RECONCILE_INTERVAL
         self._suspects = self.fetch.reconcile(self.manager.known_raws(), self._suspects)
@@ -127,9 +140,16 @@ class Launcher:
     def install_signal_handlers(self) -> None:
         for signum, name in ((signal.SIGTERM, "stop"), (signal.SIGINT, "stop"),
                              (signal.SIGTSTP, "quiet"), (signal.SIGTTIN, "dump")):
-            signal.signal(signum, lambda _n, _f, name=name: self._signals.put(name))
+            signal.signal(signum, self._queue_signal(name))
+
+    def _queue_signal(self, name: str) -> Callable[[int, FrameType | None], None]:
+        """A signal handler that queues ``name`` for the main thread's loop (all a handler should do)."""
+        def handler(_signum: int, _frame: FrameType | None) -> None:
+            self._signals.put(name)
+        return handler
 
     def run(self, install_signals: bool = True) -> int:
+        """Run until stopped (main thread); return the exit code."""
         if install_signals:
             self.install_signal_handlers()
         give_up = threading.Event()
@@ -193,7 +213,7 @@ class Launcher:
         return 0
 
     def _forget(self) -> None:
-        if self.fetch.reliable and not self.fetch.forget_if_empty():
+        if not self.fetch.forget_if_empty():
             logger.warning("jobs left on %s: orphan recovery will requeue them once %ss have passed",
                            self.fetch.in_progress, self.config.orphan_threshold)
 

@@ -1,14 +1,9 @@
 """A processor thread: take a fetched job, run it through the server middleware, settle it.
 
-Created by the Manager, ``concurrency`` of them, each on its own daemon
-thread. ``run`` loops until it is handed ``None`` (the manager's stop). A
-processor that dies of a bug is replaced by the manager; the job it held stays
-on the in-progress list (reliable fetch) for reconciliation or orphan recovery.
-
 Settling: success acks; failure files in retry or dead atomically with the
-ack. A settle that fails (Redis away) is handed to the manager's record of
-pending settlements and retried by the heartbeat: the job already ran, so it
-is never put back to run again by that path.
+ack. A settle that fails (Redis away) is kept by the Settler as a pending
+settlement and retried by the heartbeat: the job already ran, so it is never
+put back to run again by that path.
 """
 
 from __future__ import annotations
@@ -27,15 +22,45 @@ from .fetch import Unit
 from .retry import Filing
 
 if TYPE_CHECKING:
-    from .manager import Manager
+    from .fetcher import Fetcher
+    from .ledger import Ledger
+    from .retry import RetryPolicy
+    from .settling import AckBatch, Settler
+    from .stats import Stats
 
 logger = logging.getLogger(__name__)
 
 
 class Processor:
-    def __init__(self, manager: Manager, index: int):
-        self.manager = manager
+    """Runs one job at a time on its own thread, and settles it.
+
+    Created by the Manager, ``concurrency`` of them, each handed what it works
+    with: the fetcher's hand-over (``next_unit``, ``processor_idle``), the
+    ledger (what runs), the ack batch and the settler (settling), the retry
+    policy (where a failure goes), the stats, the server middleware chain and
+    the Launcher's run hook (unique and periodic locks). ``start`` runs
+    ``run`` on the ``cogworker-processor-<index>`` daemon thread, which loops
+    until it is handed ``None`` (the Manager's stop); quiet doesn't concern it
+    (no more jobs come). A processor that dies of a bug tells ``on_death``
+    (the Manager replaces it); the job it held stays on the in-progress list
+    (reliable fetch) for reconciliation or orphan recovery.
+    """
+
+    def __init__(self, index: int, *, handover: Fetcher, ledger: Ledger, acks: AckBatch, settler: Settler,
+                 retry: RetryPolicy, stats: Stats, server_chain: Callable[[Any, dict], Any],
+                 run_hook: Callable[[dict, str], Any] | None, on_death: Callable[[Processor], None]):
         self.index = index
+        self.handover = handover
+        self.ledger = ledger
+        self.acks = acks
+        self.settler = settler
+        self.retry = retry
+        self.stats = stats
+        self.server_chain = server_chain
+        # Called with (payload, moment) when a job starts and when its run ends ("success",
+        # "retry", "dead"): the launcher releases unique and periodic locks with it.
+        self.run_hook = run_hook
+        self.on_death = on_death
         self.name = f"cogworker-processor-{index}"
         self.thread = threading.Thread(target=self.run, name=self.name, daemon=True)
         self.current: Unit | None = None
@@ -44,10 +69,11 @@ class Processor:
         self.thread.start()
 
     def run(self) -> None:
-        manager = self.manager
+        """Take and process units until handed None; on a bug of our own, log and tell ``on_death``."""
+        handover = self.handover
         try:
             while True:
-                unit = manager.next_unit()
+                unit = handover.next_unit()
                 if unit is None:
                     return
                 self.current = unit
@@ -57,13 +83,14 @@ class Processor:
                     self.current = None
                     if self.thread.name != self.name:
                         self.thread.name = self.name  # (a job renamed it: logs and the workers hash use it)
-                    manager.processor_idle()
+                    handover.processor_idle()
         except BaseException as exc:
             log_safely(logger.error, "processor %d died; replacing it", self.index, exc_info=exc)
-            manager.processor_died(self)
+            self.on_death(self)
 
     def process(self, unit: Unit) -> None:
-        manager = self.manager
+        """Run one unit: decode, record, run through the chain, settle, count, release its locks."""
+        ledger = self.ledger
         try:
             payload = payloads.decode(unit.raw)
             job_class = registered(payload["class"])
@@ -73,9 +100,9 @@ class Processor:
             try:
                 self.bury(unit, exc)
             finally:
-                manager.unit_dropped(unit)
+                ledger.unit_dropped(unit)
             return
-        manager.job_started(unit, payload)
+        ledger.job_started(unit, payload)
         started = time.monotonic()
         # (Escaped once for the log lines: a jid holding a newline wrote lines of its own making.)
         jid, shown_class = payloads.printable(payload.get("jid")), payloads.printable(payload["class"])
@@ -85,7 +112,7 @@ class Processor:
         job = None
         try:
             job = job_class(payload)
-            manager.server_chain(job, payload)
+            self.server_chain(job, payload)
         except BaseException as exc:  # noqa: BLE001 - a job's SystemExit is its failure, not ours
             outcome = "retry"  # (until filed: a failure never releases locks as a success would)
             elapsed = time.monotonic() - started
@@ -96,16 +123,16 @@ class Processor:
                        payloads.printable(payloads.error_message(exc), payloads.ERROR_MESSAGE_LIMIT),
                        payloads.printable(_fate(filing), payloads.ERROR_MESSAGE_LIMIT), exc_info=exc)
             if filing is not None:
-                manager.settle(unit.raw, filing)
+                self.settler.settle(unit.raw, filing)
             else:
-                manager.ack(unit.raw)  # discarded (dead=False)
-            manager.stats.job_done(failed=True)
+                self.acks.add(unit.raw)  # discarded (dead=False)
+            self.stats.job_done(failed=True)
         else:
             logger.info("done jid=%s class=%s elapsed=%.3fs", jid, shown_class, time.monotonic() - started)
-            manager.ack(unit.raw)
-            manager.stats.job_done(failed=False)
+            self.acks.add(unit.raw)
+            self.stats.job_done(failed=False)
         finally:
-            manager.job_finished(unit)
+            ledger.job_finished(unit)
             self._hook(payload, outcome)
 
     def filing(self, unit: Unit, payload: dict, exc: BaseException, job: Any) -> Filing | None:
@@ -119,7 +146,7 @@ class Processor:
         once, so a settlement can only fail for Redis, never forever.
         """
         try:
-            filing = self.manager.retry.filing(payload, exc, job)
+            filing = self.retry.filing(payload, exc, job)
             if filing is not None:
                 filing.raw()
                 if not math.isfinite(filing.score):
@@ -133,7 +160,7 @@ class Processor:
 
     def _hook(self, payload: dict, moment: str) -> None:
         """Tell the launcher's hook (unique and periodic locks): "start", "success", "retry" or "dead"."""
-        hook = self.manager.run_hook
+        hook = self.run_hook
         if hook is not None:
             try:
                 hook(payload, moment)
@@ -154,7 +181,7 @@ class Processor:
             payload = payloads.dead_letter(unit.raw, reason, time.time())
             readable = False
         try:
-            filing = self.manager.retry.exhausted(payload, exc, reason=reason)
+            filing = self.retry.exhausted(payload, exc, reason=reason)
             if filing is None:  # (a death handler set dead=False: kept all the same, nobody saw it run)
                 raise ValueError("discarded by a death handler")
             filing.raw()  # (a death handler may have put what can't be encoded in it)
@@ -162,13 +189,9 @@ class Processor:
             filing = dead_filing(unit.raw, reason, exc)
         logger.error("dead on arrival (queue %r): %s", unit.queue,
                      payloads.printable(reason, payloads.ERROR_MESSAGE_LIMIT))
-        self.manager.settle(unit.raw, filing)
+        self.settler.settle(unit.raw, filing)
         if readable:
             self._hook(payload, "dead")  # its unique and periodic locks go now, not at their TTL
-
-    def running(self) -> dict[str, Any] | None:
-        unit = self.current
-        return None if unit is None else {"queue": unit.queue}
 
 
 def _fate(filing: Filing | None) -> str:

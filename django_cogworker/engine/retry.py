@@ -44,6 +44,7 @@ class Filing:
     text: str | None = None
 
     def raw(self) -> str:
+        """The entry to write: ``text`` if set, else the payload encoded (raises if it can't be)."""
         return self.text if self.text is not None else payloads.encode(self.payload)
 
     def as_stored(self, raw: bytes) -> Filing:
@@ -74,6 +75,15 @@ def default_delay(count: int, rng: random.Random) -> float:
 
 
 class RetryPolicy:
+    """Decides where a failed job goes, and builds its new payload; files nothing itself.
+
+    Created by the Launcher with the config and the death handlers; the
+    Launcher sets ``on_retry`` (the poller wakes for each retry's due time).
+    Processor threads call ``filing`` and ``exhausted``; the Settler, the
+    poller and orphan recovery ``dead_trim``. Stateless but for its rng and
+    ``on_retry``: no thread, start or stop.
+    """
+
     def __init__(self, config: Config, death_handlers: Sequence[Callable[[dict, BaseException | None], Any]] = (),
                  rng: random.Random | None = None, clock: Callable[[], float] = time.time):
         self.config = config

@@ -25,10 +25,18 @@ def _uncountable(error: Exception) -> bool:
 
 
 def day_of(epoch: float) -> str:
+    """The UTC day of ``epoch``, as in the per-day counters' keys."""
     return time.strftime("%Y-%m-%d", time.gmtime(epoch))
 
 
 class Stats:
+    """This process's processed and failed counts, kept in memory until the next flush.
+
+    Created by the Launcher. Processor threads call ``job_done`` (one lock,
+    no I/O); the heartbeat thread calls ``flush`` each beat, and the
+    main thread once more at shutdown. No thread, start or stop of its own.
+    """
+
     def __init__(self, keys: Keys):
         self.keys = keys
         self._lock = threading.Lock()

@@ -1,0 +1,72 @@
+"""The fetcher thread (engine/fetcher.py) through a real in-process Launcher: never more jobs than idle processors."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import redis
+from engine_fixtures import (
+    RUNS,
+    launcher_factory_fixture,  # noqa: F401 - the launcher_factory fixture
+    new_token,
+    runs,
+)
+from helpers import wait_until
+
+from django_cogworker import payload as payloads
+from django_cogworker.job import Job
+from django_cogworker.keys import Keys
+
+K = Keys()
+
+
+@pytest.fixture(params=["reliable", "basic"])
+def fetch_mode(request):
+    return request.param
+
+
+def test_never_more_jobs_taken_than_idle_processors(launcher_factory, fetch_mode, r, redis_url):
+    token = new_token()
+    # All ten wait before the process starts: its very first fetch could take them all.
+    r.lpush(K.queue("default"), *(payloads.encode({"jid": f"slow-{i}", "class": SlowNote.name, "args": [token, i],
+                                                   "kwargs": {}, "queue": "default"}) for i in range(10)))
+    taken_but_unfinished: list[int] = []
+    in_progress_lengths: list[int] = []
+    identities: list[str] = []
+    done = threading.Event()
+
+    def sample():
+        client = redis.Redis.from_url(redis_url)
+        try:
+            while not done.is_set() and len(runs(token)) < 10:
+                waiting = client.llen(K.queue("default"))  # read first, finished second: never undercounts
+                finished = len(runs(token))
+                taken_but_unfinished.append(10 - waiting - finished)
+                if identities:
+                    in_progress_lengths.append(client.llen(K.in_progress(identities[0])))
+                time.sleep(0.002)
+        finally:
+            client.close()
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        running = launcher_factory(FETCH=fetch_mode, CONCURRENCY=2)
+        identities.append(running.launcher.identity)
+        wait_until(lambda: len(runs(token)) == 10, message="all ten ran")
+    finally:
+        done.set()
+        sampler.join()
+
+    assert max(taken_but_unfinished) <= 2, taken_but_unfinished
+    assert max(taken_but_unfinished) == 2  # and both processors were kept busy
+    if fetch_mode == "reliable":
+        assert in_progress_lengths and max(in_progress_lengths) <= 2
+
+
+class SlowNote(Job):
+    def perform(self, token, i):
+        time.sleep(0.05)
+        RUNS[token].append((self.jid, [i]))

@@ -1,0 +1,257 @@
+"""Settling (engine/settling.py): acks, filings, pending settlements and the hand-off at shutdown.
+
+Through a real in-process Launcher, and the ack batch on its own against the suite's Redis.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import pytest
+import redis
+from engine_fixtures import (
+    GATES,
+    Boom,
+    Hold,
+    Note,
+    fail_acks,
+    launcher_factory_fixture,  # noqa: F401 - the launcher_factory fixture
+    make_config,
+    new_token,
+    runs,
+)
+from helpers import RedisServer, wait_until
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from django_cogworker import payload as payloads
+from django_cogworker.engine.fetch import Unit
+from django_cogworker.engine.fetch_reliable import ReliableFetch
+from django_cogworker.engine.retry import Filing, RetryPolicy
+from django_cogworker.engine.settling import AckBatch, Settler
+from django_cogworker.keys import Keys
+
+K = Keys()
+# Retries with backoff inside redis-py would only slow the outage tests down.
+NO_RETRY = {"socket_timeout": 0.75, "socket_connect_timeout": 0.5, "retry": Retry(NoBackoff(), 0)}
+
+
+@pytest.fixture(params=["reliable", "basic"])
+def fetch_mode(request):
+    return request.param
+
+
+def test_a_failed_filing_is_kept_in_memory_and_filed_later_by_the_heartbeat(launcher_factory, fetch_mode, r):
+    token = new_token()
+    running = launcher_factory(FETCH=fetch_mode, KEY_GUARD_INTERVAL=3600)
+    r.set(K.retry, "not a zset")  # after the key guard's boot round: FILE_FAILURE now fails
+
+    pushed = running.push(Boom, token)
+
+    pending = wait_until(running.manager.pending_settlements, message="a pending settlement")
+    ((raw, how),) = pending.items()
+    assert isinstance(how, Filing) and how.target == "retry" and how.payload["jid"] == pushed["jid"]
+    if fetch_mode == "reliable":
+        assert r.lrange(running.in_progress, 0, -1) == [raw.decode()]  # not filed, so not acked
+    time.sleep(0.5)  # a few beats that still fail
+    assert running.manager.pending_settlements()
+
+    r.delete(K.retry)
+
+    wait_until(lambda: not running.manager.pending_settlements(), message="filed by a later beat")
+    (filed,) = r.zrange(K.retry, 0, -1)
+    assert json.loads(filed)["jid"] == pushed["jid"]
+    assert json.loads(filed)["error_message"] == "boom"
+    assert r.llen(running.in_progress) == 0
+    assert r.llen(K.queue("default")) == 0
+    assert runs(token) == [pushed["jid"]]  # ran once: a failed settle never puts a job back to run
+
+
+def test_an_ack_lost_to_a_redis_outage_is_made_once_redis_is_back(launcher_factory, tmp_path):
+    token = new_token()
+    with RedisServer(tmp_path / "redis", appendonly=True) as srv:
+        client = srv.client(decode_responses=True)
+        try:
+            running = launcher_factory(url=srv.url, REDIS_OPTIONS=NO_RETRY, CONCURRENCY=1)
+            pushed = running.push(Hold, token)
+            wait_until(lambda: runs(token) == [("start", pushed["jid"])])
+            assert client.llen(running.in_progress) == 1
+
+            srv.stop()  # graceful: the AOF keeps the in-progress list
+            GATES[token].set()
+            pending = wait_until(running.manager.pending_settlements, message="the ack is pending")
+            assert list(pending.values()) == ["ack"]
+
+            srv.start()
+            wait_until(lambda: not running.manager.pending_settlements(), timeout=15, message="ack retried")
+            assert client.llen(running.in_progress) == 0
+            wait_until(lambda: client.get(K.stat_processed) == "1", timeout=15, message="stats flushed")
+            assert client.llen(K.queue("default")) == 0
+            assert runs(token) == [("start", pushed["jid"]), ("end", pushed["jid"])]  # never run again
+            assert running.stop() == 0
+        finally:
+            client.close()
+
+
+def test_at_shutdown_an_unfileable_failure_is_handed_over_to_unsettled_never_requeued(launcher_factory, fetch_mode,
+                                                                                     r):
+    token = new_token()
+    running = launcher_factory(FETCH=fetch_mode, KEY_GUARD_INTERVAL=3600)
+    r.set(K.retry, "not a zset")
+    pushed = running.push(Boom, token)
+    wait_until(running.manager.pending_settlements)
+
+    assert running.stop() == 0
+
+    (record,) = r.lrange(K.unsettled, 0, -1)
+    assert json.loads(json.loads(record)["payload"])["jid"] == pushed["jid"]
+    assert json.loads(record)["target"] == "retry"
+    assert r.llen(K.queue("default")) == 0  # it ran: never requeued
+    assert r.llen(running.in_progress) == 0
+    assert running.manager.pending_settlements() == {}
+
+    # Any live process files it once it can.
+    r.delete(K.retry)
+    launcher_factory(FETCH=fetch_mode)
+    wait_until(lambda: r.llen(K.unsettled) == 0)
+    (filed,) = r.zrange(K.retry, 0, -1)
+    assert json.loads(filed)["jid"] == pushed["jid"]
+    assert runs(token) == [pushed["jid"]]
+
+
+def test_a_failure_that_cannot_even_be_handed_over_stays_for_orphan_recovery(launcher_factory, r):
+    token = new_token()
+    running = launcher_factory(KEY_GUARD_INTERVAL=3600)
+    r.set(K.retry, "not a zset")
+    r.set(K.unsettled, "not a list either")
+    pushed = running.push(Boom, token)
+    wait_until(running.manager.pending_settlements)
+
+    assert running.stop() == 0
+
+    (left,) = r.lrange(running.in_progress, 0, -1)
+    assert json.loads(left)["jid"] == pushed["jid"]  # kept, not requeued to run again now
+    assert r.llen(K.queue("default")) == 0
+    assert r.sismember(K.in_progress_identities, running.launcher.identity) == 1  # so recovery finds it
+
+
+@pytest.mark.parametrize("broken", ["retry_pending_settlements", "pending_settlements", "_park_unsettled",
+                                    "fetch.requeue", "run_hook"])
+@pytest.mark.parametrize("error", [RuntimeError("bug"), redis.ConnectionError("Redis went away"),
+                                   UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")],
+                         ids=["bug", "outage", "encoding"])
+def test_requeue_unfinished_never_raises_whatever_fails_inside_it(launcher_factory, r, caplog, monkeypatch,
+                                                                   broken, error):
+    # It runs at shutdown, between the wait and the exit: raising there skipped the rest of the
+    # shutdown (the heartbeat's goodbye, the registry), and the jobs' fate was nobody's.
+    running = launcher_factory(CONCURRENCY=1)
+    manager = running.manager
+    raw = payloads.encode({"jid": "cut-short", "class": Note.name, "args": ["x"], "kwargs": {},
+                           "queue": "default"}).encode()
+    r.lpush(running.in_progress, raw)  # taken by this process, interrupted by the shutdown
+    # As at a real shutdown, the fetcher is done first: a live one could fetch the requeued job,
+    # run it and ack it before the lists are read.
+    manager.make_quiet()
+    manager.fetcher.join()
+    if broken == "fetch.requeue":
+        owners, name = [manager.fetch], "requeue"
+    elif broken == "run_hook":  # one hook, handed to the settler and to each processor
+        owners, name = [manager.settler, *manager.processors], "run_hook"
+    else:
+        owners, name = [manager.settler], broken
+
+    def fail(*args, **kwargs):
+        raise error
+
+    for owner in owners:
+        monkeypatch.setattr(owner, name, fail)
+    with caplog.at_level(logging.WARNING, logger="django_cogworker"):
+        moved = manager.settler.requeue_unfinished([Unit(raw, "default")])
+    assert isinstance(moved, int)
+    jids = [json.loads(x)["jid"] for x in r.lrange(running.in_progress, 0, -1) + r.lrange(K.queue("default"), 0, -1)]
+    assert jids == ["cut-short"]  # requeued, or left for orphan recovery: never lost, never twice
+    assert caplog.records  # and what failed is said
+
+
+def test_a_filing_that_can_never_be_sent_is_filed_as_fetched_with_its_error_never_kept_pending(launcher_factory, r):
+    # Waiting changes nothing for such a filing: taken for an outage, it was retried every beat,
+    # forever, its job held on the in-progress list.
+    running = launcher_factory(CONCURRENCY=1)
+    raw = payloads.encode({"jid": "unsendable", "class": Boom.name, "args": ["t"], "kwargs": {},
+                           "queue": "default", "retry": 3}).encode()
+    r.lpush(running.in_progress, raw)
+    payload = payloads.decode(raw)
+    payload.update(retry_count=0, failed_at=time.time(), error_class="RuntimeError", error_message="boom",
+                   spoiled=float("inf"))  # (a value JSON can't hold, put there by a middleware, say)
+
+    running.manager.settler.settle(raw, Filing("retry", time.time() + 60, payload))
+
+    assert not running.manager.pending_settlements()
+    (filed,) = r.zrange(K.retry, 0, -1)
+    assert filed.startswith(raw.decode()[:-1])  # as fetched, the failure's fields appended
+    assert (json.loads(filed)["error_message"], json.loads(filed)["retry_count"]) == ("boom", 0)
+    assert "spoiled" not in json.loads(filed)
+    assert r.llen(running.in_progress) == 0
+
+
+# -- the ack batch on its own --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def batch(redis_url, rb):
+    """An AckBatch over a reliable fetch whose in-progress list holds three jobs: (batch, fetch, settler)."""
+    fetch = ReliableFetch(make_config(redis_url), rb, K, "host:1:acks")
+    settler = Settler(fetch, RetryPolicy(fetch.config))
+    rb.lpush(fetch.in_progress, *(job(n) for n in range(3)))
+    return AckBatch(fetch, settler), fetch, settler
+
+
+def job(n):
+    return payloads.encode({"jid": f"j{n}", "class": "x.Job", "args": [], "kwargs": {}, "queue": "default"}).encode()
+
+
+def test_an_ack_goes_out_at_once_while_no_fetcher_runs(batch, rb):
+    acks, fetch, _settler = batch
+    acks.add(job(0))  # never opened: no fetcher loop to ride on
+    assert rb.lrange(fetch.in_progress, 0, -1) == [job(2), job(1)]
+    acks.open()
+    acks.close()  # the fetcher's loop ended
+    acks.add(job(1))
+    assert rb.lrange(fetch.in_progress, 0, -1) == [job(2)] and acks.take() == []
+
+
+def test_an_ack_waits_for_the_next_fetch_while_the_fetcher_runs(batch, rb):
+    acks, fetch, _settler = batch
+    acks.open()
+    acks.add(job(0))
+    acks.add(job(1))
+    assert rb.llen(fetch.in_progress) == 3  # no round trip of its own
+    assert acks.held() == [job(0), job(1)]
+    assert acks.take() == [job(0), job(1)]
+    assert acks.take() == [] and acks.held() == []
+
+
+def test_before_a_blocking_fetch_the_held_acks_go_out_and_later_ones_at_once(batch, rb):
+    acks, fetch, _settler = batch
+    acks.open()
+    acks.add(job(0))
+    acks.before_block()
+    assert rb.lrange(fetch.in_progress, 0, -1) == [job(2), job(1)]
+    acks.add(job(1))  # while the fetcher blocks
+    assert rb.lrange(fetch.in_progress, 0, -1) == [job(2)]
+    acks.unblocked()
+    acks.add(job(2))
+    assert rb.lrange(fetch.in_progress, 0, -1) == [job(2)] and acks.take() == [job(2)]
+
+
+def test_held_acks_that_fail_before_a_block_are_kept_pending(batch, rb, monkeypatch):
+    acks, fetch, settler = batch
+    acks.open()
+    acks.add(job(0))
+    fail_acks(fetch, lambda raw: True, monkeypatch)
+    with pytest.raises(redis.ConnectionError):
+        acks.before_block()  # (the fetcher's watchdog logs it and backs off)
+    assert settler.pending_settlements() == {job(0): "ack"}
+    assert rb.llen(fetch.in_progress) == 3
