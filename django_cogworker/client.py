@@ -17,6 +17,7 @@ import redis as redis_lib
 
 from . import payload as payloads
 from . import scripts, unique
+from ._types import RedisClient
 from .conf import Config
 from .errors import WrongTypeError, error_code
 from .keys import Keys
@@ -28,7 +29,7 @@ Defer = Callable[[Callable[[], Any]], bool]
 
 
 class Client:
-    def __init__(self, config: Config, redis: Any, *, middleware: Sequence[Callable] = (),
+    def __init__(self, config: Config, redis: RedisClient, *, middleware: Sequence[Callable] = (),
                  defer: Defer | None = None, clock: Callable[[], float] = time.time):
         self.config = config
         self.redis = redis

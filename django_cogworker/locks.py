@@ -45,6 +45,7 @@ from typing import Any
 import redis as redis_lib
 
 from . import scripts
+from ._types import RedisClient
 from .errors import error_code
 from .keys import Keys
 from .quarantine import quarantine_key
@@ -57,7 +58,7 @@ ACTIVE_TTL = 180  # the least a running lock is renewed to
 
 # -- any lock ---------------------------------------------------------------------------------------
 
-def take(redis: Any, keys: Keys, key: str, holder: str, ttl: int) -> tuple[bool, Any]:
+def take(redis: RedisClient, keys: Keys, key: str, holder: str, ttl: int) -> tuple[bool, Any]:
     """SET ``key`` ``holder`` NX EX ``ttl``: (True, None) when taken, else (False, the holder's value).
 
     A lock key that can't be a lock no longer holds for ever (every push of a unique job refused,
@@ -84,12 +85,12 @@ def take(redis: Any, keys: Keys, key: str, holder: str, ttl: int) -> tuple[bool,
     return False, held_by
 
 
-def touch(redis: Any, key: str, holder: str, ttl: int) -> bool:
+def touch(redis: RedisClient, key: str, holder: str, ttl: int) -> bool:
     """Set the lock's TTL to ``ttl`` if ``holder`` still holds it; return whether it did."""
     return bool(scripts.HELD_LOCK(redis, [key], [holder, ttl]))
 
 
-def release(redis: Any, key: str, holder: str) -> bool:
+def release(redis: RedisClient, key: str, holder: str) -> bool:
     """Delete the lock if ``holder`` still holds it (had it lapsed, it may be another's now)."""
     return bool(scripts.HELD_LOCK(redis, [key], [holder, ""]))
 
@@ -106,7 +107,7 @@ def active_ttl(orphan_threshold: float) -> int:
     return int(max(ACTIVE_TTL, 2 * orphan_threshold + 60))
 
 
-def touch_running(redis: Any, keys: Keys, running_raws: Iterable[bytes], ttl: int = ACTIVE_TTL) -> None:
+def touch_running(redis: RedisClient, keys: Keys, running_raws: Iterable[bytes], ttl: int = ACTIVE_TTL) -> None:
     """Keep alive the running locks of the periodic runs in ``running_raws`` (this process's record)."""
     for raw in running_raws:
         try:
@@ -117,19 +118,19 @@ def touch_running(redis: Any, keys: Keys, running_raws: Iterable[bytes], ttl: in
             touch(redis, keys.periodic_running(job["periodic_pjid"]), job["jid"], ttl)
 
 
-def hold_queued(redis: Any, keys: Keys, pjid: str, jid: str) -> bool:
+def hold_queued(redis: RedisClient, keys: Keys, pjid: str, jid: str) -> bool:
     """The run ``jid`` was pushed: hold its lock for its wait in the queue (QUEUED_TTL). False if
     the lock is no longer its own (it ran and released it already)."""
     return touch(redis, keys.periodic_running(pjid), jid, QUEUED_TTL)
 
 
-def release_running(redis: Any, keys: Keys, payload: dict[str, Any]) -> None:
+def release_running(redis: RedisClient, keys: Keys, payload: dict[str, Any]) -> None:
     """Release the run's lock when it ends (only if it still holds it)."""
     if payload.get("periodic_pjid") and payload.get("jid"):
         release(redis, keys.periodic_running(payload["periodic_pjid"]), payload["jid"])
 
 
-def retake_running(redis: Any, keys: Keys, payload: dict[str, Any]) -> None:
+def retake_running(redis: RedisClient, keys: Keys, payload: dict[str, Any]) -> None:
     """Orphan recovery requeued an interrupted run: hold its lock again until it runs."""
     if payload.get("periodic_pjid") and payload.get("jid"):
         key = keys.periodic_running(payload["periodic_pjid"])

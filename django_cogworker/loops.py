@@ -18,10 +18,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import redis as redis_lib
 
+from ._types import RedisClient
 from .errors import is_connection_error, is_unavailable
 
 logger = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ def run_each(steps: Iterable[Step], failed: str, *, log: logging.Logger = logger
                 log.error(failed + ": %s: %s", name, type(exc).__name__, exc)
 
 
-def redis_time(redis: Any) -> float:
+def redis_time(redis: RedisClient) -> float:
     """Redis's clock (epoch seconds), so the hosts' clock skew doesn't matter to what is compared
     across processes (last beats, orphan verdicts).
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from typing import Any
 
 from . import scripts
+from ._types import RedisClient
 from .keys import Keys
 
 logger = logging.getLogger(__name__)
@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 QUARANTINE_TTL = 30 * 24 * 3600
 
 
-def quarantine_key(redis: Any, keys: Keys, key: str, expected: str, why: str) -> bool:
+def quarantine_key(redis: RedisClient, keys: Keys, key: str, expected: str, why: str) -> bool:
     """Move ``key`` aside to ``quarantine:<key>:<time>:<random>`` unless it holds ``expected``
     (re-checked atomically with the move); ``expected`` "" moves it whatever it holds (a counter
     that isn't a number). Logs ``why`` at ERROR; returns whether it moved."""

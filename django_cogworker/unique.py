@@ -19,6 +19,7 @@ import logging
 from typing import Any
 
 from . import locks
+from ._types import RedisClient
 from .keys import Keys
 
 logger = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ def lock_ttl(payload: dict[str, Any], now: float, default: float) -> int:
     return max(int(ttl + delay + 0.999), 1)
 
 
-def claim(redis: Any, keys: Keys, payload: dict[str, Any], now: float, default_ttl: float = 3600.0) -> bool:
+def claim(redis: RedisClient, keys: Keys, payload: dict[str, Any], now: float, default_ttl: float = 3600.0) -> bool:
     """Take the lock for this payload; False (logged) if another jid holds it (a key that can't be
     a lock is repaired by ``locks.take`` rather than refusing every push of the job for good)."""
     taken, holder = locks.take(redis, keys, keys.unique(payload["unique_digest"]), payload["jid"],
@@ -52,12 +53,12 @@ def claim(redis: Any, keys: Keys, payload: dict[str, Any], now: float, default_t
     return False
 
 
-def release(redis: Any, keys: Keys, payload: dict[str, Any]) -> None:
+def release(redis: RedisClient, keys: Keys, payload: dict[str, Any]) -> None:
     """Release the lock if this payload's jid still holds it."""
     locks.release(redis, keys.unique(payload["unique_digest"]), payload["jid"])
 
 
-def release_at(redis: Any, keys: Keys, payload: dict[str, Any], moment: str) -> None:
+def release_at(redis: RedisClient, keys: Keys, payload: dict[str, Any], moment: str) -> None:
     """Release at ``moment`` ("start", "success", "dead") when the job's rule says so."""
     if not payload.get("unique_digest"):
         return

@@ -46,7 +46,6 @@ def test_due_entries_move_to_their_queues_and_the_rest_wait(poller, r):
     assert r.smembers(K.queues) == {"mail", "default"}
 
 
-
 def test_large_integers_in_args_survive_exactly(poller, r):
     args = [2 ** 63 + 1, 12345678901234567890123, -(2 ** 70), 0.1, "9007199254740993"]
     r.zadd(K.schedule, {entry("big", args=args): NOW - 1})
@@ -57,7 +56,6 @@ def test_large_integers_in_args_survive_exactly(poller, r):
     for moved in queued(r):
         assert moved["args"] == args
     assert "12345678901234567890123" in r.lindex(K.queue("default"), 0)
-
 
 
 def test_an_entry_whose_queue_key_holds_the_wrong_type_stays_in_the_set(poller, r):
@@ -75,7 +73,6 @@ def test_an_entry_whose_queue_key_holds_the_wrong_type_stays_in_the_set(poller, 
     assert r.get(K.queue("broken")) == "not a list"
 
 
-
 def test_a_full_batch_of_entries_that_cannot_be_moved_does_not_hold_up_those_behind_it(poller, r):
     r.set(K.queue("broken"), "not a list")
     r.zadd(K.schedule, {entry(f"stuck{i}", "broken"): NOW - 1000 + i for i in range(BATCH + 50)})
@@ -88,7 +85,6 @@ def test_a_full_batch_of_entries_that_cannot_be_moved_does_not_hold_up_those_beh
     assert poller.next_due() == NOW + 60  # the peek: the first entry not yet due, not a stuck one
 
 
-
 def test_a_schedule_set_of_the_wrong_type_does_not_hold_up_the_retries(poller, r):
     r.set(K.schedule, "not a zset")
     r.zadd(K.retry, {entry("retry-due"): NOW - 1})
@@ -96,7 +92,6 @@ def test_a_schedule_set_of_the_wrong_type_does_not_hold_up_the_retries(poller, r
     assert poller.enqueue_due() == 1
 
     assert [p["jid"] for p in queued(r)] == ["retry-due"]
-
 
 
 @pytest.mark.parametrize(("raw", "reason"), [
@@ -121,12 +116,10 @@ def test_an_unreadable_due_entry_goes_to_dead_with_its_text(poller, r, raw, reas
     assert reason in dead["error_message"]
 
 
-
 def poison(jid, *, args="[1e309]", queue='"default"'):
     """A due entry that reads, but can't be written back as it is: 1e309 reads as inf, which JSON can't
     hold; a queue name that is a lone surrogate can't be sent to Redis."""
     return f'{{"jid":"{jid}","class":"x.Job","args":{args},"kwargs":{{}},"queue":{queue},"retry":true}}'
-
 
 
 def test_poison_goes_to_dead_with_its_reason_and_the_entries_around_it_move_in_the_same_sweep(poller, r):
@@ -155,7 +148,6 @@ def test_poison_goes_to_dead_with_its_reason_and_the_entries_around_it_move_in_t
         assert json.loads(kept)["failed_at"] == NOW
 
 
-
 def test_entries_stuck_on_a_key_are_logged_once_a_minute_not_once_per_entry_and_sweep(poller, r, caplog,
                                                                                     monkeypatch):
     caplog.set_level(logging.DEBUG, logger="django_cogworker")
@@ -179,7 +171,6 @@ def test_entries_stuck_on_a_key_are_logged_once_a_minute_not_once_per_entry_and_
     errors = [rec.getMessage() for rec in caplog.records if rec.levelno >= logging.ERROR]
     assert len(errors) == 2
     assert any(f"{50 * 20 - 1} more like it since the last report" in m for m in errors)
-
 
 
 def test_a_worker_sends_poison_to_dead_and_runs_the_scheduled_jobs_and_retries_around_it(tmp_path, r):
@@ -207,14 +198,12 @@ def test_a_worker_sends_poison_to_dead_and_runs_the_scheduled_jobs_and_retries_a
     assert r.zcard(K.schedule) == r.zcard(K.retry) == 0
 
 
-
 def test_more_than_a_batch_of_due_entries_all_move(poller, r):
     r.zadd(K.schedule, {entry(f"j{i}"): NOW - 1000 + i for i in range(BATCH * 2 + 17)})
 
     assert poller.enqueue_due() == BATCH * 2 + 17
 
     assert [p["jid"] for p in queued(r)] == [f"j{i}" for i in range(BATCH * 2 + 17)]
-
 
 
 def test_two_pollers_racing_move_each_entry_once(redis_url, r):
@@ -238,7 +227,6 @@ def test_two_pollers_racing_move_each_entry_once(redis_url, r):
             c.close()
 
     assert sorted(p["jid"] for p in queued(r)) == sorted(f"j{i}" for i in range(300))
-
 
 
 def test_due_entries_move_even_while_the_queues_set_holds_the_wrong_type(poller, r):

@@ -25,8 +25,8 @@ from django_cogworker.engine.fetch import Fetch, Unit
 from django_cogworker.engine.fetch_basic import BasicFetch
 from django_cogworker.engine.fetch_reliable import ReliableFetch
 from django_cogworker.engine.retry import Filing
-from django_cogworker.engine.watchdog import Watchdog
 from django_cogworker.keys import Keys
+from django_cogworker.loops import Watchdog
 
 K = Keys()
 MODES = {"reliable": ReliableFetch, "basic": BasicFetch}

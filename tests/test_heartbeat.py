@@ -285,7 +285,6 @@ def test_clear_leaves_the_registry(launcher, r):
     assert not r.exists(K.process(ID)) and not r.exists(K.workers(ID)) and not r.exists(K.signals(ID))
 
 
-
 @pytest.mark.parametrize("interval, ttl", [(0.5, 60), (5, 60), (90, 540), (3600, 21600)])
 def test_the_process_and_workers_hashes_and_signals_outlive_the_time_between_beats(redis_url, rb, r, interval, ttl):
     # A fixed 60 s TTL let the hashes of a process beating every 90 s expire between beats: it

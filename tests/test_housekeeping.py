@@ -12,7 +12,7 @@ from poller_fixtures import (
 )
 
 from django_cogworker import payload as payloads
-from django_cogworker.engine.housekeeping import file_unsettled
+from django_cogworker.engine.settling import file_unsettled
 
 
 def test_unsettled_records_are_filed(poller, r):
@@ -31,7 +31,6 @@ def test_unsettled_records_are_filed(poller, r):
     assert r.llen(K.queue("default")) == 0  # they ran: never requeued
 
 
-
 def test_the_ticker_is_not_released_while_another_process_recovers_a_dead_list(poller, r):
     r.sadd(K.in_progress_identities, "dead:1:abc")
     r.hset(K.last_beat, "dead:1:abc", "1000.0")  # its last beat long ago: dead
@@ -45,7 +44,6 @@ def test_the_ticker_is_not_released_while_another_process_recovers_a_dead_list(p
     poller.housekeeping.orphan_check()
     assert poller.first_orphan_check_done.is_set()
     assert [q["jid"] for q in queued(r)] == ["interrupted"]
-
 
 
 def test_the_key_guard_runs_only_when_due(poller, r):

@@ -56,11 +56,9 @@ def test_the_poll_interval_scales_with_the_process_count(redis_url, bclient, pro
     assert len(set(samples)) > 100  # randomised, so processes started together don't poll together
 
 
-
 def test_the_poll_interval_counts_at_least_this_process(redis_url, bclient):
     p = make_poller(redis_url, bclient, process_count=lambda: 0, rng=Extremes(False), POLL_INTERVAL_AVERAGE=2)
     assert p.poll_interval() == pytest.approx(1.0)
-
 
 
 def test_a_failing_step_does_not_stop_the_due_entries(redis_url, bclient, r):
@@ -78,7 +76,6 @@ def test_a_failing_step_does_not_stop_the_due_entries(redis_url, bclient, r):
     assert not p.first_orphan_check_done.is_set()
 
 
-
 def test_an_unreadable_last_beat_does_not_stall_the_schedule(poller, r):
     r.sadd(K.in_progress_identities, "ghost:1:abc")
     r.hset(K.last_beat, "ghost:1:abc", "not a time")
@@ -87,7 +84,6 @@ def test_an_unreadable_last_beat_does_not_stall_the_schedule(poller, r):
     poller.round()
 
     assert [q["jid"] for q in queued(r)] == ["due"]
-
 
 
 def test_a_running_launcher_runs_scheduled_and_due_retry_jobs(launcher_factory, r):
@@ -109,7 +105,6 @@ def test_a_running_launcher_runs_scheduled_and_due_retry_jobs(launcher_factory, 
     assert len(runs(token)) == 2  # the entry not yet due never ran
 
 
-
 def test_a_verdict_put_off_for_the_grace_comes_when_the_grace_ends_not_a_poll_interval_later(
         live_poller, redis_url, bclient, r):
     # A process that has just started (or whose beats just came back) judges nobody for its
@@ -127,7 +122,6 @@ def test_a_verdict_put_off_for_the_grace_comes_when_the_grace_ends_not_a_poll_in
     assert poller.first_orphan_check_done.is_set()
 
 
-
 def test_a_job_scheduled_during_a_long_interval_starts_at_its_due_time(launcher_factory):
     running = launcher_factory(POLL_INTERVAL_AVERAGE=LONG)
     subscribed_and_settled(running.launcher.poller)
@@ -136,7 +130,6 @@ def test_a_job_scheduled_during_a_long_interval_starts_at_its_due_time(launcher_
     running.client.push(Stamp.set().build([token], {}), at=due)
 
     assert due <= started(token) <= due + 1.0
-
 
 
 def test_an_entry_nobody_announced_is_found_by_the_sweeps_peek(launcher_factory, r):
@@ -149,7 +142,6 @@ def test_an_entry_nobody_announced_is_found_by_the_sweeps_peek(launcher_factory,
     assert due <= started(token) <= due + 1.0
 
 
-
 def test_a_retry_filed_by_this_process_wakes_its_poller(launcher_factory):
     running = launcher_factory(POLL_INTERVAL_AVERAGE=LONG)
     subscribed_and_settled(running.launcher.poller)
@@ -158,7 +150,6 @@ def test_a_retry_filed_by_this_process_wakes_its_poller(launcher_factory):
 
     first, second = wait_until(lambda: len(runs(token)) == 2 and runs(token), timeout=10, message="retried")
     assert first + 1.0 <= second <= first + 2.0
-
 
 
 def test_while_idle_a_process_sweeps_no_more_often_than_its_timed_rounds(live_poller, r):
@@ -177,7 +168,6 @@ def test_while_idle_a_process_sweeps_no_more_often_than_its_timed_rounds(live_po
     assert "subscribe" not in stats and "zrange" not in stats
 
 
-
 def test_a_stream_of_due_entries_does_not_make_the_poller_spin(live_poller, redis_url, r):
     poller = live_poller(POLL_INTERVAL_AVERAGE=LONG)
     subscribed_and_settled(poller)
@@ -194,7 +184,6 @@ def test_a_stream_of_due_entries_does_not_make_the_poller_spin(live_poller, redi
     assert sweeps <= elapsed / DUE_FLOOR + 2
 
 
-
 def test_an_entry_that_cannot_be_moved_does_not_wake_the_poller_again_and_again(live_poller, r):
     r.set(K.queue("broken"), "not a list")  # (in no listing: the key guard won't move it aside)
     r.zadd(K.schedule, {entry("stuck", "broken"): time.time() - 1})
@@ -209,7 +198,6 @@ def test_an_entry_that_cannot_be_moved_does_not_wake_the_poller_again_and_again(
     # The boot round, the sweep after subscribing, the one at the second entry's due time.
     assert calls(r)["zrangebyscore"] / 4 <= 4
     assert r.zcard(K.schedule) == 1 and poller.subscribed
-
 
 
 def test_stop_is_prompt_during_a_long_wait(live_poller):

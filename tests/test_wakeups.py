@@ -49,7 +49,6 @@ def test_after_its_subscription_is_cut_the_poller_sweeps_for_what_it_missed(laun
         f"poller: subscribed to {K.schedule_wake} again"]
 
 
-
 def test_the_poller_rides_out_a_redis_restart(launcher_factory, tmp_path, caplog):
     srv = RedisServer(tmp_path / "redis", appendonly=True).start()
     running = None
@@ -77,7 +76,6 @@ def test_the_poller_rides_out_a_redis_restart(launcher_factory, tmp_path, caplog
         srv.cleanup()
 
 
-
 def test_messages_that_are_not_due_times_are_ignored(launcher_factory, r, caplog):
     running = launcher_factory(POLL_INTERVAL_AVERAGE=LONG)
     poller = running.launcher.poller
@@ -92,7 +90,6 @@ def test_messages_that_are_not_due_times_are_ignored(launcher_factory, r, caplog
 
     assert poller.subscribed
     assert len([m for m in caplog.messages if "not a due time" in m]) == 6
-
 
 
 def test_without_the_channel_the_poller_falls_back_to_its_timed_rounds(live_poller, redis_url, r, caplog):
@@ -113,7 +110,6 @@ def test_without_the_channel_the_poller_falls_back_to_its_timed_rounds(live_poll
         assert "NOPERM" in caplog.messages[0] or "permission" in caplog.messages[0]
     finally:
         r.acl_deluser("nochannels")
-
 
 
 class FreezingProxy:
@@ -168,7 +164,6 @@ class FreezingProxy:
                 dst.sendall(data)
             except OSError:
                 return
-
 
 
 def test_a_subscription_that_stops_answering_is_replaced(live_poller, redis_url, r, caplog):

@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from .. import payload as payloads
+from .._types import RedisClient
 from ..errors import CogworkerError
 from ..keys import Keys, glob_escape
 
@@ -51,7 +52,7 @@ def reencode(payload: dict[str, Any]) -> str:
     return text
 
 
-def _defaults(redis: Any, keys: Keys | None) -> tuple[Any, Keys]:
+def _defaults(redis: RedisClient | None, keys: Keys | None) -> tuple[RedisClient, Keys]:
     if redis is None or keys is None:
         from .. import runtime
 

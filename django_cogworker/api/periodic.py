@@ -12,6 +12,7 @@ from typing import Any
 from croniter import croniter
 
 from .. import scripts
+from .._types import RedisClient
 from ..keys import Keys
 from ._base import ActionRefused, _defaults, _number, _text
 
@@ -24,7 +25,7 @@ class PeriodicEntry:
     """A periodic entry as its processes published it in ``periodic:schedule``, with its state."""
 
     def __init__(self, pjid: str, spec: dict[str, Any], *, enabled: bool, last_slot: float | None,
-                 redis: Any, keys: Keys):
+                 redis: RedisClient, keys: Keys):
         self.pjid = pjid
         self.spec = spec
         self.enabled = enabled
@@ -58,7 +59,7 @@ class PeriodicEntry:
         self.redis.hdel(self.keys.periodic_schedule, self.pjid)
 
     @classmethod
-    def all(cls, *, redis: Any = None, keys: Keys | None = None) -> list[PeriodicEntry]:
+    def all(cls, *, redis: RedisClient | None = None, keys: Keys | None = None) -> list[PeriodicEntry]:
         redis, keys = _defaults(redis, keys)
         published = sorted((_text(k), v) for k, v in redis.hgetall(keys.periodic_schedule).items())
         disabled = {_text(m) for m in redis.smembers(keys.periodic_disabled)}
@@ -76,7 +77,7 @@ class PeriodicEntry:
         return entries
 
     @classmethod
-    def get(cls, pjid: str, *, redis: Any = None, keys: Keys | None = None) -> PeriodicEntry | None:
+    def get(cls, pjid: str, *, redis: RedisClient | None = None, keys: Keys | None = None) -> PeriodicEntry | None:
         return next((e for e in cls.all(redis=redis, keys=keys) if e.pjid == pjid), None)
 
     def next_run(self, now: float | None = None) -> float | None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
+from .._types import RedisClient
 from ..keys import Keys, presence_ttl
 from ._base import _defaults, _number, _text
 from .records import JobRecord
@@ -18,7 +19,7 @@ DEFAULT_HEARTBEAT_INTERVAL = 5.0  # (for a process that doesn't publish its own)
 class Process:
     """One live worker process, as its last heartbeat described it."""
 
-    def __init__(self, identity: str, fields: dict[bytes, bytes], *, redis: Any, keys: Keys):
+    def __init__(self, identity: str, fields: dict[bytes, bytes], *, redis: RedisClient, keys: Keys):
         self.identity = identity
         self.redis, self.keys = redis, keys
         try:
@@ -82,7 +83,7 @@ class Process:
 class ProcessSet:
     """The live processes (those whose process hash hasn't expired), sorted by identity."""
 
-    def __init__(self, *, redis: Any = None, keys: Keys | None = None):
+    def __init__(self, *, redis: RedisClient | None = None, keys: Keys | None = None):
         self.redis, self.keys = _defaults(redis, keys)
 
     def identities(self) -> list[str]:
@@ -98,7 +99,7 @@ class ProcessSet:
                 yield Process(identity, fields, redis=self.redis, keys=self.keys)
 
     def get(self, identity: str) -> Process | None:
-        fields = self.redis.hgetall(self.keys.process(identity))
+        fields = cast(dict[bytes, bytes], self.redis.hgetall(self.keys.process(identity)))  # (a bytes client)
         return Process(identity, fields, redis=self.redis, keys=self.keys) if fields.get(b"info") else None
 
     def size(self) -> int:
@@ -119,7 +120,7 @@ class Work:
 class Workers:
     """What every live process runs now, from its ``workers:<identity>`` hash."""
 
-    def __init__(self, *, redis: Any = None, keys: Keys | None = None):
+    def __init__(self, *, redis: RedisClient | None = None, keys: Keys | None = None):
         self.redis, self.keys = _defaults(redis, keys)
 
     def __iter__(self) -> Iterator[Work]:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import scripts
+from .._types import RedisClient
 from ..keys import Keys
 from . import _base
 from ._base import ActionRefused, _defaults, _glob_escape, _number, _text
@@ -30,7 +31,7 @@ class Bounded(list):
 class QuarantinedKey:
     """A key the key guard moved aside because it held the wrong type (kept 30 days)."""
 
-    def __init__(self, key: str, *, redis: Any, keys: Keys):
+    def __init__(self, key: str, *, redis: RedisClient, keys: Keys):
         self.key = key
         self.redis, self.keys = redis, keys
         # quarantine:<original key>:<unix time>:<random>; the original may hold colons itself.
@@ -46,7 +47,7 @@ class QuarantinedKey:
         return f"<QuarantinedKey {self.key!r} from {self.original!r} ({self.type})>"
 
     @classmethod
-    def all(cls, *, redis: Any = None, keys: Keys | None = None) -> Bounded:
+    def all(cls, *, redis: RedisClient | None = None, keys: Keys | None = None) -> Bounded:
         """Up to QUARANTINE_LIMIT keys, found among at most KEYSPACE_SCAN_LIMIT (SCAN MATCH on the prefix)."""
         redis, keys = _defaults(redis, keys)
         found, cursor, scanned = Bounded(), 0, 0
@@ -71,7 +72,7 @@ class QuarantinedKey:
         return key.startswith(keys.quarantine_prefix) and key[len(keys.quarantine_prefix):].count(":") >= 2
 
     @classmethod
-    def get(cls, key: str, *, redis: Any = None, keys: Keys | None = None) -> QuarantinedKey | None:
+    def get(cls, key: str, *, redis: RedisClient | None = None, keys: Keys | None = None) -> QuarantinedKey | None:
         redis, keys = _defaults(redis, keys)
         if not cls.is_name(key, keys):
             return None
@@ -81,7 +82,9 @@ class QuarantinedKey:
 
     def load(self) -> None:
         """Read type, size, TTL and the first few elements."""
-        r, k, n = self.redis, self.key, SAMPLE_ITEMS
+        # (Any: which reply each read gives follows the TYPE read first, which no annotation can say)
+        r: Any = self.redis
+        k, n = self.key, SAMPLE_ITEMS
         self.type = _text(r.type(k))
         self.ttl = int(r.ttl(k))
         reads: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {

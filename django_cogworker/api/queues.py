@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import cast
 
 from .. import scripts
+from .._types import RedisClient
 from ..keys import Keys
 from . import records
 from ._base import _clamp_page, _defaults
@@ -24,7 +25,7 @@ class Queue:
     forms by ``hex``: it can be shown, cleared, unpaused and pruned like any other.
     """
 
-    def __init__(self, name: str | bytes, *, redis: Any = None, keys: Keys | None = None):
+    def __init__(self, name: str | bytes, *, redis: RedisClient | None = None, keys: Keys | None = None):
         if isinstance(name, bytes):
             self.member = name
             self.name = name.decode("utf-8", "backslashreplace")
@@ -42,7 +43,7 @@ class Queue:
             self.readable = False
 
     @classmethod
-    def from_member(cls, member: bytes, *, redis: Any = None, keys: Keys | None = None) -> Queue:
+    def from_member(cls, member: bytes, *, redis: RedisClient | None = None, keys: Keys | None = None) -> Queue:
         return cls(member, redis=redis, keys=keys)
 
     def __repr__(self) -> str:
@@ -53,18 +54,20 @@ class Queue:
         return self.member.hex()
 
     @classmethod
-    def members(cls, *, redis: Any = None, keys: Keys | None = None) -> list[bytes]:
+    def members(cls, *, redis: RedisClient | None = None, keys: Keys | None = None) -> list[bytes]:
         """Every name in ``queues`` and ``paused_queues``, as stored, sorted."""
         redis, keys = _defaults(redis, keys)
-        return sorted(set(redis.smembers(keys.queues)) | set(redis.smembers(keys.paused_queues)))
+        # (a bytes client: names as stored, which may not be UTF-8)
+        names = cast(set[bytes], redis.smembers(keys.queues)) | cast(set[bytes], redis.smembers(keys.paused_queues))
+        return sorted(names)
 
     @classmethod
-    def all(cls, *, redis: Any = None, keys: Keys | None = None) -> list[Queue]:
+    def all(cls, *, redis: RedisClient | None = None, keys: Keys | None = None) -> list[Queue]:
         redis, keys = _defaults(redis, keys)
         return [cls(member, redis=redis, keys=keys) for member in cls.members(redis=redis, keys=keys)]
 
     @classmethod
-    def page(cls, page: int = 1, per_page: int = 50, *, redis: Any = None, keys: Keys | None = None,
+    def page(cls, page: int = 1, per_page: int = 50, *, redis: RedisClient | None = None, keys: Keys | None = None,
              now: float | None = None) -> Page:
         """One page of ``QueueRow``, by name: 10,000 queue names made one page of them all 7 MB."""
         redis, keys = _defaults(redis, keys)
@@ -75,7 +78,7 @@ class Queue:
         return Page(QueueRow.read(shown, now=now), page, per_page, len(members))
 
     @classmethod
-    def prune(cls, *, redis: Any = None, keys: Keys | None = None) -> int:
+    def prune(cls, *, redis: RedisClient | None = None, keys: Keys | None = None) -> int:
         """Take off ``queues`` every name whose list is empty and that isn't paused (``PRUNE_QUEUES``,
         atomic per batch: a push meanwhile keeps its name); return how many were removed."""
         redis, keys = _defaults(redis, keys)
@@ -103,7 +106,7 @@ class Queue:
 
     @property
     def paused(self) -> bool:
-        return bool(self.redis.sismember(self.keys.paused_queues, self.member))
+        return bool(self.redis.sismember(self.keys.paused_queues, self.member))  # type: ignore[arg-type]
 
     def pause(self) -> None:
         """No process fetches from this queue once its next heartbeat has read the paused set."""

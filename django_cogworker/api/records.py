@@ -19,6 +19,7 @@ from typing import Any
 
 from .. import payload as payloads
 from .. import scripts
+from .._types import RedisClient
 from ..errors import PayloadError
 from ._base import Poison, _number, reencode
 
@@ -116,7 +117,7 @@ class Page:
         return self.number < self.pages
 
 
-def preview(redis: Any, key: Any, mode: str, first: int, count: int, head: int, make: Callable[..., Any],
+def preview(redis: RedisClient, key: Any, mode: str, first: int, count: int, head: int, make: Callable[..., Any],
             score: float | None = None) -> tuple[int, list[Any]]:
     """(the key's size, ``make(head, score, size=, tail=, position=)`` for up to ``count`` entries from
     ``first``), through ``scripts.PREVIEW``, CALL_BYTES a call."""

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from .. import payload as payloads
 from .. import scripts, unique
+from .._types import RedisClient
 from ..keys import Keys
 from . import _base, records
 from ._base import ActionRefused, Poison, _clamp_page, _defaults, _printable, _score, reencode
@@ -153,7 +154,7 @@ class SortedSet:
     newest_first: ClassVar[bool] = False
     can_kill: ClassVar[bool] = False
 
-    def __init__(self, *, redis: Any = None, keys: Keys | None = None, config: Any = None):
+    def __init__(self, *, redis: RedisClient | None = None, keys: Keys | None = None, config: Any = None):
         self.redis, self.keys = _defaults(redis, keys)
         self._config = config
         self.key = getattr(self.keys, self.name)

@@ -9,6 +9,7 @@ from typing import Any
 
 import redis as redis_lib
 
+from .._types import RedisClient
 from ..engine.stats import day_of
 from ..keys import Keys
 from ._base import _defaults, _number
@@ -33,7 +34,7 @@ class Stats:
     ``queue_latencies`` the SHOWN_QUEUES largest; ``queue_count`` says how many there are.
     """
 
-    def __init__(self, *, redis: Any = None, keys: Keys | None = None, now: float | None = None,
+    def __init__(self, *, redis: RedisClient | None = None, keys: Keys | None = None, now: float | None = None,
                  days: int = 30):
         self.redis, self.keys = _defaults(redis, keys)
         now = time.time() if now is None else now

@@ -30,6 +30,7 @@ import redis as redis_lib
 
 from .. import payload as payloads
 from .. import scripts
+from .._types import RedisClient
 from ..errors import is_unavailable
 from ..keys import Keys
 from .retry import RetryPolicy
@@ -63,7 +64,7 @@ class DueSweep:
     sweep between two batches.
     """
 
-    def __init__(self, redis: Any, keys: Keys, retry: RetryPolicy, rng: random.Random,
+    def __init__(self, redis: RedisClient, keys: Keys, retry: RetryPolicy, rng: random.Random,
                  clock: Callable[[], float], stopped: threading.Event):
         self.redis = redis
         self.keys = keys

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import scripts
+from .._types import RedisClient
 from ..conf import Config
 from ..errors import UNAVAILABLE_CODES, RedisUnavailable, error_code
 from ..keys import Keys
@@ -68,7 +69,7 @@ class Fetch(abc.ABC):
     no branch); ``block_cap`` the longest a blocking call in ``retrieve`` waits.
     """
 
-    def __init__(self, config: Config, redis: Any, keys: Keys, identity: str, rng: random.Random | None = None):
+    def __init__(self, config: Config, redis: RedisClient, keys: Keys, identity: str, rng: random.Random | None = None):
         self.config = config
         self.redis = redis
         self.keys = keys
@@ -227,7 +228,7 @@ def _text(message: Any) -> str:
     return message.decode(errors="replace") if isinstance(message, bytes) else str(message)
 
 
-def make_fetch(config: Config, redis: Any, keys: Keys, identity: str) -> Fetch:
+def make_fetch(config: Config, redis: RedisClient, keys: Keys, identity: str) -> Fetch:
     """The strategy ``config.fetch`` names (imported here: each strategy's module imports this one)."""
     from .fetch_basic import BasicFetch
     from .fetch_reliable import ReliableFetch

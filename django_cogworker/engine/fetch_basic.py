@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from typing import cast
 
 import redis as redis_lib
 
@@ -49,7 +50,7 @@ class BasicFetch(Fetch):
         if popped is None:
             return []
         key, raw = popped
-        return [Unit(raw, self.keys.queue_name(key.decode() if isinstance(key, bytes) else key))]
+        return [Unit(cast(bytes, raw), self.keys.queue_name(key.decode() if isinstance(key, bytes) else key))]
 
     def ack(self, raw: bytes) -> None:
         """Nothing to do: the job left Redis when it was popped."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from typing import cast
 
 import redis as redis_lib
 
@@ -51,8 +52,8 @@ class ReliableFetch(Fetch):
         if not waitable:
             return []
         try:
-            raw = self.redis.blmove(self.keys.queue(waitable[0]), self.in_progress, self._block_wait(waitable),
-                                    "RIGHT", "LEFT")
+            raw = self.redis.blmove(self.keys.queue(waitable[0]), self.in_progress,
+                                    self._block_wait(waitable), "RIGHT", "LEFT")  # type: ignore[arg-type]
         except redis_lib.exceptions.ResponseError as exc:
             if is_unavailable(exc):
                 raise
@@ -61,16 +62,20 @@ class ReliableFetch(Fetch):
         if raw is None:
             return []
         self._idle_wait = IDLE_START
-        return [Unit(raw, waitable[0])]
+        return [Unit(cast(bytes, raw), waitable[0])]  # (a bytes client)
+
+    def _listed(self) -> collections.Counter[bytes]:
+        """What our in-progress list holds, each entry counted."""
+        return collections.Counter(cast(list[bytes], self.redis.lrange(self.in_progress, 0, -1)))
 
     def ack(self, raw: bytes) -> None:
-        self.redis.lrem(self.in_progress, 1, raw)
+        self.redis.lrem(self.in_progress, 1, raw)  # type: ignore[arg-type]  # (redis-py takes bytes)
 
     def ack_many(self, raws: Sequence[bytes]) -> None:
         """Acknowledge ``raws`` in one pipeline (one round trip)."""
         pipe = self.redis.pipeline(transaction=False)
         for raw in raws:
-            pipe.lrem(self.in_progress, 1, raw)
+            pipe.lrem(self.in_progress, 1, raw)  # type: ignore[arg-type]
         pipe.execute()
 
     def requeue(self, units: Iterable[Unit], acks: Sequence[bytes] = (), keep: Sequence[bytes] = ()) -> int:
@@ -80,7 +85,7 @@ class ReliableFetch(Fetch):
         on the list (fetched, but the reply was lost) goes back to the queue its
         payload names. An entry that can't be read stays for orphan recovery.
         """
-        listed = collections.Counter(self.redis.lrange(self.in_progress, 0, -1))
+        listed = self._listed()
         listed.subtract(collections.Counter(keep))
         acks = [raw for raw in acks if listed[raw] > 0]
         listed.subtract(collections.Counter(acks))
@@ -118,7 +123,7 @@ class ReliableFetch(Fetch):
         unknown at the next reconcile (long after any reply in flight) is put
         back on its queue.
         """
-        listed = collections.Counter(self.redis.lrange(self.in_progress, 0, -1))
+        listed = self._listed()
         listed.subtract(known)
         unknown = +listed
         stale = unknown & suspects

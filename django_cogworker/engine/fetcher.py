@@ -16,10 +16,10 @@ import threading
 import time
 
 from ..conf import Config
+from ..loops import Watchdog
 from .fetch import Fetch, Unit
 from .ledger import Ledger
 from .settling import AckBatch, Settler
-from .watchdog import Watchdog
 
 logger = logging.getLogger(__name__)
 

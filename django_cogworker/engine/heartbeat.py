@@ -24,15 +24,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import redis as redis_lib
-
+from .._types import RedisClient
 from ..conf import Config
 from ..errors import is_unavailable
 from ..keys import Keys, presence_ttl
+from ..loops import BACKOFF_MAX, LoopThread, Watchdog, redis_time, run_each
 from .fetch import Fetch
 from .manager import Manager
 from .stats import Stats
-from .watchdog import BACKOFF_MAX, LoopThread, Watchdog
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +64,7 @@ class Heartbeat(LoopThread):
     alive). ``clear`` leaves the registry at a clean exit.
     """
 
-    def __init__(self, config: Config, redis: Any, keys: Keys, identity: str, manager: Manager, fetch: Fetch,
+    def __init__(self, config: Config, redis: RedisClient, keys: Keys, identity: str, manager: Manager, fetch: Fetch,
                  stats: Stats, on_signal: Callable[[str], None], version: str, started_at: float | None = None,
                  extra_chores: tuple[Callable[[Any], None], ...] = ()):
         self.config = config
@@ -188,16 +187,11 @@ class Heartbeat(LoopThread):
         return self.steady_since
 
     def _chores(self) -> None:
-        for name, chore in (("stats", lambda: self.stats.flush(self.redis)),
-                            ("pending settlements", self.manager.retry_pending_settlements),
-                            ("stale processes", self.prune_processes),
-                            *((getattr(c, "__name__", "chore"), lambda c=c: c(self.redis)) for c in self.extra_chores)):
-            try:
-                chore()
-            except Exception as exc:
-                if is_unavailable(exc):
-                    raise
-                logger.exception("heartbeat chore %s failed", name)
+        run_each((("stats", lambda: self.stats.flush(self.redis)),
+                  ("pending settlements", self.manager.retry_pending_settlements),
+                  ("stale processes", self.prune_processes),
+                  *((getattr(c, "__name__", "chore"), lambda c=c: c(self.redis)) for c in self.extra_chores)),
+                 "heartbeat chore %s failed", log=logger)
 
     def prune_processes(self) -> None:
         """Drop registry entries whose process hash has expired, at most once per ``ttl``.
@@ -226,16 +220,8 @@ class Heartbeat(LoopThread):
         self.on_signal(name)
 
     def _redis_now(self) -> float:
-        """Redis's clock, so host clock skew doesn't matter to orphan detection.
-
-        Falls back to this host's where TIME isn't allowed (some proxies and
-        managed services): better a skewed stamp than none.
-        """
-        try:
-            seconds, micros = self.redis.time()
-            return seconds + micros / 1e6
-        except redis_lib.exceptions.ResponseError:
-            return time.time()
+        """Redis's clock for the stamps (:func:`redis_time`); a method, so a test can move it."""
+        return redis_time(self.redis)
 
     def clear(self) -> None:
         """At clean exit: leave the registry at once instead of waiting for the hashes to expire."""

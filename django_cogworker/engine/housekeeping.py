@@ -15,23 +15,20 @@ on its own (only a lost connection fails the round):
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
-from .. import scripts
+from .._types import RedisClient
 from ..keys import Keys
 from ..loops import Step
 from .key_guard import KeyGuard
 from .orphans import OrphanRecovery
 from .retry import RetryPolicy
+from .settling import file_unsettled
 
 logger = logging.getLogger(__name__)
-
-BATCH = 100  # unsettled records filed per round at most
 
 
 class Housekeeping:
@@ -43,7 +40,7 @@ class Housekeeping:
     is read by the Launcher (the ticker's ``ready``) from the main thread.
     """
 
-    def __init__(self, redis: Any, keys: Keys, retry: RetryPolicy, key_guard: KeyGuard, orphans: OrphanRecovery,
+    def __init__(self, redis: RedisClient, keys: Keys, retry: RetryPolicy, key_guard: KeyGuard, orphans: OrphanRecovery,
                  key_guard_interval: float,
                  monotonic: Callable[[], float] = time.monotonic):
         self.redis = redis
@@ -80,25 +77,3 @@ class Housekeeping:
 
     def file_unsettled(self) -> int:
         return file_unsettled(self.redis, self.keys, self.retry)
-
-
-# (moves to engine/settling.py at merge)
-def file_unsettled(redis: Any, keys: Keys, retry: RetryPolicy) -> int:
-    """File jobs handed over at some process's shutdown (they ran; never requeued); return how many.
-
-    Up to BATCH records of ``unsettled``, each by FILE_UNSETTLED (0 when another
-    process filed it first). An unreadable record is logged and left in place
-    for a human: dropping it would lose a job that ran and failed.
-    """
-    filed = 0
-    below, cap = retry.dead_trim()
-    for record in redis.lrange(keys.unsettled, 0, BATCH - 1):
-        try:
-            entry = json.loads(record)
-            target = keys.dead if entry["target"] == "dead" else keys.retry
-            trim = (below, cap) if target == keys.dead else ("", "")
-            filed += int(scripts.FILE_UNSETTLED(redis, [keys.unsettled, target],
-                                                [record, entry["score"], entry["payload"], *trim]))
-        except (ValueError, KeyError, TypeError) as exc:
-            logger.error("unreadable unsettled record left in place: %s: %.200r", exc, record)
-    return filed

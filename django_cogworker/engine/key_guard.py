@@ -12,14 +12,12 @@ process's poller thread at boot and every KEY_GUARD_INTERVAL.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 import redis as redis_lib
 
+from .._types import RedisClient
 from ..keys import Keys
 from ..quarantine import quarantine_key
-
-__all__ = ["KeyGuard", "quarantine_key"]  # (engine/stats.py imports quarantine_key from here)
 
 
 class KeyGuard:
@@ -31,7 +29,7 @@ class KeyGuard:
     state of its own: nothing to start or stop.
     """
 
-    def __init__(self, redis: Any, keys: Keys, queues: Iterable[str], periodic: Iterable[str] = ()):
+    def __init__(self, redis: RedisClient, keys: Keys, queues: Iterable[str], periodic: Iterable[str] = ()):
         self.redis = redis
         self.keys = keys
         self.queues = list(queues)
@@ -71,9 +69,13 @@ class KeyGuard:
 
     def _members(self, key: str) -> list[str]:
         try:
-            return [m.decode() for m in self.redis.smembers(key)]
+            return [_text(m) for m in self.redis.smembers(key)]
         except redis_lib.exceptions.ResponseError:
             return []  # itself of the wrong type: quarantined this round, listed again next
 
     def quarantine(self, key: str, expected: str, actual: str) -> bool:
         return quarantine_key(self.redis, self.keys, key, expected, f"held a {actual}, not a {expected}")
+
+
+def _text(member: bytes | str) -> str:
+    return member.decode() if isinstance(member, bytes) else member

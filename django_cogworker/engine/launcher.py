@@ -31,12 +31,14 @@ from types import FrameType
 from typing import Any
 
 from .. import unique
+from .._types import RedisClient
 from ..client import Client
 from ..conf import Config
 from ..job import call_perform
 from ..keys import Keys
+from ..locks import active_ttl, release_running, retake_running, touch_running
+from ..loops import run_each
 from ..middleware import build_chain
-from ..periodic.locks import active_ttl, release_running, retake_running, touch_running
 from ..periodic.ticker import Ticker
 from .fetch import make_fetch
 from .heartbeat import Heartbeat
@@ -78,7 +80,7 @@ class Launcher:
     and leaves the registries.
     """
 
-    def __init__(self, config: Config, redis: Any, *, server_middleware: Sequence[Callable] = (),
+    def __init__(self, config: Config, redis: RedisClient, *, server_middleware: Sequence[Callable] = (),
                  death_handlers: Sequence[Callable] = (), client_middleware: Sequence[Callable] = (),
                  periodic_entries: Sequence[Any] = (), clock: Callable[[], float] = time.time,
                  version: str = "0", identity: str | None = None):
@@ -114,10 +116,10 @@ class Launcher:
         self._signals: queue.SimpleQueue[str] = queue.SimpleQueue()
         self.stopped = threading.Event()
 
-    def _touch_periodic_locks(self, redis: Any) -> None:
+    def _touch_periodic_locks(self, redis: RedisClient) -> None:
         touch_running(redis, self.keys, self.manager.running_jobs(), active_ttl(self.config.orphan_threshold))
 
-    def _reconcile(self, redis: Any) -> None:
+    def _reconcile(self, redis: RedisClient) -> None:
         """Every RECONCILE_INTERVAL: requeue jobs the fetch holds for us that we never received."""
         if time.monotonic() < self._next_reconcile:
             return
@@ -201,13 +203,10 @@ class Launcher:
         self.manager.stop(self.config.shutdown_timeout)
         self.poller.stop()
         self.heartbeat.stop()
-        for what, step in (("stats", lambda: self.stats.flush(self.redis)),
-                           ("in-progress registry", self._forget),
-                           ("process registry", self.heartbeat.clear)):
-            try:
-                step()
-            except Exception as exc:
-                logger.error("at shutdown, %s not written: %s: %s", what, type(exc).__name__, exc)
+        run_each((("stats", lambda: self.stats.flush(self.redis)),
+                  ("in-progress registry", self._forget),
+                  ("process registry", self.heartbeat.clear)),
+                 "at shutdown, %s not written", log=logger, raise_outage=False, traceback=False)
         self.stopped.set()
         logger.info("stopped")
         return 0

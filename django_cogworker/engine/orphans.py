@@ -20,12 +20,13 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import cast
 
 import redis as redis_lib
 
 from .. import locks, scripts, unique
 from .. import payload as payloads
+from .._types import RedisClient
 from ..conf import Config
 from ..errors import is_unavailable
 from ..keys import Keys
@@ -61,7 +62,7 @@ class OrphanRecovery:
     come back.
     """
 
-    def __init__(self, config: Config, redis: Any, keys: Keys, identity: str, retry: RetryPolicy,
+    def __init__(self, config: Config, redis: RedisClient, keys: Keys, identity: str, retry: RetryPolicy,
                  steady_since: Callable[[float], float | None] = lambda now: -math.inf):
         self.config = config
         self.redis = redis
@@ -94,9 +95,9 @@ class OrphanRecovery:
         r, k = self.redis, self.keys
         now = redis_time(r)
         try:
-            identities = {m.decode() for m in r.smembers(k.in_progress_identities)}
+            identities = {m.decode() if isinstance(m, bytes) else m for m in r.smembers(k.in_progress_identities)}
             identities |= self._discover(identities)
-            beats = _parse_beats(r.hgetall(k.last_beat))
+            beats = _parse_beats(cast(dict[bytes, bytes], r.hgetall(k.last_beat)))  # (a bytes client)
         except redis_lib.exceptions.ResponseError as exc:
             if is_unavailable(exc):
                 raise
@@ -196,7 +197,7 @@ class OrphanRecovery:
                 if not batch:
                     break
                 before = r.llen(source)
-                handled += self._recover_batch(identity, source, batch)
+                handled += self._recover_batch(identity, source, cast(list[bytes], batch))
                 left += len(batch) - (before - r.llen(source))
                 if len(batch) < BATCH:
                     break

@@ -31,8 +31,8 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
+from .._types import RedisClient
 from ..conf import Config
 from ..errors import is_unavailable
 from ..keys import Keys
@@ -61,7 +61,7 @@ class Poller(LoopThread):
     ``enqueue_due`` directly, without the thread.
     """
 
-    def __init__(self, config: Config, redis: Any, keys: Keys, retry: RetryPolicy, key_guard: KeyGuard,
+    def __init__(self, config: Config, redis: RedisClient, keys: Keys, retry: RetryPolicy, key_guard: KeyGuard,
                  orphans: OrphanRecovery, process_count: Callable[[], int], rng: random.Random | None = None,
                  clock: Callable[[], float] = time.time):
         self.config = config

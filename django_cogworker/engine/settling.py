@@ -16,8 +16,8 @@ one per processor, for at most one fetch round trip (plus the fetcher's
 GATHER_WAIT when it gathers idle processors).
 
 At shutdown (``Settler.requeue_unfinished``) a filing that still fails is
-parked in ``unsettled`` for any live process to file (the poller's
-``file_unsettled``): never requeued, the job already ran.
+parked in ``unsettled`` for any live process to file
+(:func:`file_unsettled`, from the poller's housekeeping round): never requeued, the job already ran.
 """
 
 from __future__ import annotations
@@ -30,13 +30,16 @@ from typing import Any
 
 from .. import payload as payloads
 from .. import scripts
+from .._types import RedisClient
 from ..errors import is_unsendable
+from ..keys import Keys
 from .fetch import Fetch, Unit
 from .retry import Filing, RetryPolicy
 
 logger = logging.getLogger(__name__)
 
 Settlement = Any  # "ack", or a Filing (failed job to file in retry/dead)
+UNSETTLED_BATCH = 100  # unsettled records filed per housekeeping round at most
 
 
 class Settler:
@@ -262,3 +265,24 @@ def _jid(how: Settlement, raw: bytes) -> str:
         return payloads.printable(json.loads(raw).get("jid"))
     except Exception:
         return "?"
+
+
+def file_unsettled(redis: RedisClient, keys: Keys, retry: RetryPolicy) -> int:
+    """File jobs handed over at some process's shutdown (they ran; never requeued); return how many.
+
+    Up to UNSETTLED_BATCH records of ``unsettled``, each by FILE_UNSETTLED (0 when another
+    process filed it first). An unreadable record is logged and left in place
+    for a human: dropping it would lose a job that ran and failed.
+    """
+    filed = 0
+    below, cap = retry.dead_trim()
+    for record in redis.lrange(keys.unsettled, 0, UNSETTLED_BATCH - 1):
+        try:
+            entry = json.loads(record)
+            target = keys.dead if entry["target"] == "dead" else keys.retry
+            trim = (below, cap) if target == keys.dead else ("", "")
+            filed += int(scripts.FILE_UNSETTLED(redis, [keys.unsettled, target],
+                                                [record, entry["score"], entry["payload"], *trim]))
+        except (ValueError, KeyError, TypeError) as exc:
+            logger.error("unreadable unsettled record left in place: %s: %.200r", exc, record)
+    return filed

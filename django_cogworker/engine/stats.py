@@ -9,11 +9,11 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Any
 
+from .._types import RedisClient
 from ..errors import error_code
 from ..keys import Keys
-from .key_guard import quarantine_key
+from ..quarantine import quarantine_key
 
 DAY_TTL = 366 * 24 * 3600
 
@@ -51,7 +51,7 @@ class Stats:
             if failed:
                 self._failed += 1
 
-    def flush(self, redis: Any, now: float | None = None) -> None:
+    def flush(self, redis: RedisClient, now: float | None = None) -> None:
         """Write the counts (totals and per-day) in one pipeline; keep what wasn't written.
 
         Kept per key: a pipeline is no transaction, so one failing increment (its

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._types import RedisClient
 from ..keys import Keys
 
 logger = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ class Wakeups:
     poller's stop event) ends a wait within WAIT_SLICE.
     """
 
-    def __init__(self, redis: Any, keys: Keys, expect: Callable[[float], None], clock: Callable[[], float],
+    def __init__(self, redis: RedisClient, keys: Keys, expect: Callable[[float], None], clock: Callable[[], float],
                  stopped: threading.Event, timed_every: Callable[[], float]):
         self.redis = redis
         self.keys = keys

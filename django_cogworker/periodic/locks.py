@@ -14,13 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from .. import scripts
+from .._types import RedisClient
 from ..keys import Keys
-from ..locks import active_ttl, release_running, retake_running, touch_running
-
-# (The running-lock names are re-exported for launcher.py, which imports them from here; the lead
-# moves that import to ..locks at merge.)
-__all__ = ["CLAIM_TTL", "ROLLBACK", "SLOT_LOCK_TTL", "active_ttl", "claim_slot", "release_running",
-           "retake_running", "touch_running"]
 
 SLOT_LOCK_TTL = 3600
 CLAIM_TTL = 300  # from the claim to the end of its push (which takes a round trip or two)
@@ -28,7 +23,7 @@ CLAIM_TTL = 300  # from the claim to the end of its push (which takes a round tr
 ROLLBACK = scripts.PERIODIC_ROLLBACK
 
 
-def claim_slot(redis: Any, keys: Keys, entry: Any, slot: int, jid: str,
+def claim_slot(redis: RedisClient, keys: Keys, entry: Any, slot: int, jid: str,
                claim_ttl: int = CLAIM_TTL) -> tuple[bool, str]:
     """Claim ``slot`` of ``entry`` fleet-wide; return (claimed, previous last_slot).
 

@@ -31,6 +31,7 @@ from typing import Any, Literal
 import redis as redis_lib
 
 from .. import payload as payloads
+from .._types import RedisClient
 from ..errors import is_unavailable
 from ..job import JobSetter, registered
 from ..keys import Keys
@@ -57,7 +58,7 @@ class Ticker(LoopThread):
     Tests call ``tick(now=...)`` directly, without the thread.
     """
 
-    def __init__(self, redis: Any, keys: Keys, entries: Sequence[Entry], push: Callable[[dict], Any], *,
+    def __init__(self, redis: RedisClient, keys: Keys, entries: Sequence[Entry], push: Callable[[dict], Any], *,
                  ready: Callable[[], bool], catch_up: bool, catch_up_max: int, tick_interval: float = 5.0,
                  publish_interval: float = PUBLISH_INTERVAL, clock: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic, claim_ttl: int = CLAIM_TTL):
