@@ -39,6 +39,13 @@ _declared: list[dict[str, Any]] = []
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
+    """One validated periodic entry: its cron in its zone, the job it pushes and how.
+
+    Built by :func:`build_entries` at startup (from the settings and ``@periodic``); read by the
+    ticker, which asks it for slots (``latest_slot``, ``slots_after``). Immutable: no thread of
+    its own, nothing to start or stop.
+    """
+
     name: str
     cron: str
     job: str  # registered job name
