@@ -8,7 +8,9 @@ import time
 import pytest
 import redis
 from engine_fixtures import (
+    GATES,
     RUNS,
+    Hold,
     launcher_factory_fixture,  # noqa: F401 - the launcher_factory fixture
     new_token,
     runs,
@@ -70,3 +72,24 @@ class SlowNote(Job):
     def perform(self, token, i):
         time.sleep(0.05)
         RUNS[token].append((self.jid, [i]))
+
+
+def test_acks_held_when_the_fetcher_ends_at_quiet_go_out_then_not_at_the_stop(launcher_factory, r):
+    # Quiet (TSTP before a deploy) may last long: an ack held for a fetch that won't come kept its
+    # finished job on the in-progress list all that time, and a kill -9 meanwhile ran it again.
+    token = new_token()
+    running = launcher_factory(CONCURRENCY=1)
+    held = running.push(Hold, token)  # the one processor busy: the fetcher waits for it, not on Redis
+    wait_until(lambda: runs(token) == [("start", held["jid"])])
+    raw = payloads.encode({"jid": "finished", "class": Hold.name, "args": [], "kwargs": {},
+                           "queue": "default"}).encode()
+    r.lpush(running.in_progress, raw)
+    running.manager.acks.add(raw)  # as a processor finishing it does
+    assert running.manager.acks.held() == [raw]
+
+    running.manager.make_quiet()
+
+    wait_until(lambda: raw.decode() not in r.lrange(running.in_progress, 0, -1), timeout=5,
+               message="the held ack sent when the fetcher ended")
+    assert running.manager.acks.held() == [] and running.manager.pending_settlements() == {}
+    GATES[token].set()

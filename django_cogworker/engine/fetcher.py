@@ -111,6 +111,10 @@ class Fetcher:
             self._fetch_until_quiet()
         finally:
             self.acks.close()  # (acks from now on go out at once: no round trip left to ride on)
+            # Held for a fetch that won't come: sent now. Left held until the stop, a long quiet
+            # (TSTP before a deploy) kept those finished jobs on the in-progress list, and a kill -9
+            # meanwhile ran them again.
+            self.settler.settle_acks(self.acks.take())
 
     def _fetch_until_quiet(self) -> None:
         watchdog = Watchdog("fetcher", self.quiet)

@@ -105,6 +105,15 @@ class Settler:
         else:
             self.fetch.file(raw, how, self.retry.dead_trim() if how.target == "dead" else None)
 
+    def settle_acks(self, acks: list[bytes]) -> None:
+        """Send ``acks`` in one round trip; if that fails, keep them as pending settlements."""
+        if not acks:
+            return
+        try:
+            self.fetch.ack_many(acks)
+        except Exception:
+            self.pend_acks(acks, failed=True)
+
     def pend_acks(self, acks: list[bytes], failed: bool = False) -> None:
         """Keep acks as pending settlements: retried every beat, and dropped atomically at shutdown."""
         if failed:
