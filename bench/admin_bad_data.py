@@ -46,27 +46,11 @@ def _get(client, redis, url: str, method: str = "get", data: dict | None = None)
 
 
 def run_case(case: str, options: argparse.Namespace) -> list[dict]:
-    from helpers import RedisServer
+    from admin_client import admin_client
 
-    with RedisServer() as server:
-        os.environ.update(COGWORKER_REDIS_URL=server.url, DJANGO_SETTINGS_MODULE="testproject.settings",
-                          DATABASE_URL="sqlite://:memory:")
-        import django
-
-        django.setup()
-        from django.contrib.auth.models import User
-        from django.core.management import call_command
-        from django.test import Client
-        from django.test.utils import setup_test_environment
-
+    with admin_client() as (client, redis, keys):
         from django_cogworker import payload as payloads
-        from django_cogworker.keys import Keys
 
-        setup_test_environment()
-        call_command("migrate", verbosity=0)
-        client = Client()
-        client.force_login(User.objects.create_superuser("bench", password="bench"))
-        keys, redis = Keys(), server.client()
         base = "/admin/django_cogworker/"
         now = time.time()
 
@@ -105,7 +89,6 @@ def run_case(case: str, options: argparse.Namespace) -> list[dict]:
             pipe.execute()
             rows.append(_get(client, redis, f"{base}dead/", "post", {"action": "retry_all", "confirmed": "yes"}))
             rows[-1]["moved"] = redis.llen(keys.queue("default"))
-        redis.close()
         return rows
 
 

@@ -16,7 +16,6 @@ median and worst of ``--repeat`` runs.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -26,7 +25,7 @@ from urllib.parse import quote
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from helpers import RedisServer  # noqa: E402  (the suite's private-server helper)
+from admin_client import admin_client  # noqa: E402  (the private server and the logged-in client)
 
 MAIN_JOB = "testproject.demo.jobs.RecordJob"
 RARE_JOB = "testproject.demo.jobs.FailJob"
@@ -72,25 +71,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     options = parser.parse_args()
 
-    with RedisServer() as server:
-        os.environ.update(COGWORKER_REDIS_URL=server.url, DJANGO_SETTINGS_MODULE="testproject.settings",
-                          DATABASE_URL="sqlite://:memory:")
-        import django
-
-        django.setup()
-        from django.contrib.auth.models import User
-        from django.core.management import call_command
-        from django.test import Client
-        from django.test.utils import setup_test_environment
-
+    with admin_client() as (client, redis, keys):
         from django_cogworker import api, runtime
-        from django_cogworker.keys import Keys
 
-        setup_test_environment()
-        call_command("migrate", verbosity=0)
-        client = Client()
-        client.force_login(User.objects.create_superuser("bench", password="bench"))
-        keys, redis = Keys(), server.client()
         now = time.time()
         for key in (keys.dead, keys.schedule):
             seconds = fill(redis, key, options.entries, now)
@@ -117,7 +100,6 @@ def main() -> None:
         median, worst, size = timed(client, "/admin/django_cogworker/dashboard/", options.repeat)
         rows.append(("Dashboard", "-", median, worst, size))
         runtime.reset()
-        redis.close()
 
     print(f"\n{options.entries:,} dead + {options.entries:,} scheduled entries; median / worst of "
           f"{options.repeat} runs; server time (Django test client, in process)\n")

@@ -71,13 +71,9 @@ def _printable(text: Any) -> str:
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float, str, bytes)):
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        return None
-    return number if math.isfinite(number) else None
+    """A finite number read from ``value`` (a stored field); None otherwise."""
+    number = _score(value)
+    return number if number is not None and math.isfinite(number) else None
 
 
 def _score(value: Any) -> float | None:
