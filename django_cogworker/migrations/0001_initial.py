@@ -7,7 +7,8 @@ class Migration(migrations.Migration):
 
     initial = True
 
-    dependencies: list[tuple[str, str]] = []
+    dependencies = [
+    ]
 
     operations = [
         migrations.CreateModel(
