@@ -86,6 +86,32 @@ def test_kill9_with_50_jobs_in_flight_all_run_again_on_a_live_worker(tmp_path, r
           f"{beat_age:.2f}s old at the kill, poll avg 0.2s); all done {done_after:.2f}s after the kill")
 
 
+def test_a_dead_process_list_holding_poison_is_recovered_around_it(tmp_path, r):
+    # One entry that reads but can't be written back (1e309; a queue name Redis can't be sent)
+    # failed the recovery script of its whole batch, every round: no job of the list came back.
+    dead_id = "crashed:999:poison"
+
+    def job(jid, queue="default", arg=None):
+        return json.dumps({"jid": jid, "class": "testproject.demo.jobs.RecordJob", "args": ["ran", arg or jid],
+                           "kwargs": {}, "queue": queue, "retry": True}, separators=(",", ":"))
+
+    poison_inf = job("poison-inf").replace('"poison-inf"]', "1e309]")
+    poison_queue = job("poison-queue", queue="tenant-\udc00")
+    r.sadd(K.in_progress_identities, dead_id)
+    r.lpush(K.in_progress(dead_id), job("good-1"), poison_inf, poison_queue, job("good-2"))
+    r.hset(K.last_beat, dead_id, repr(redis_now(r) - THRESHOLD - 10))
+    with worker(tmp_path, name="survivor") as w:
+        w.wait_ready()
+        wait_until(lambda: sorted(r.lrange("ran", 0, -1)) == ["good-1", "good-2"], timeout=20,
+                   message="the jobs around the poison recovered and run")
+        dead = {json.loads(d)["jid"]: json.loads(d) for d in r.zrange(K.dead, 0, -1)}
+        w.term()
+        assert w.wait(30) == 0
+    assert set(dead) == {"poison-inf", "poison-queue"}
+    assert all("can't be written back" in d["dead_reason"] for d in dead.values())
+    assert not r.exists(K.in_progress(dead_id)) and not r.sismember(K.in_progress_identities, dead_id)
+
+
 def test_a_job_that_kills_its_process_every_time_ends_in_dead(tmp_path, r):
     # MAX_ORPHANINGS 1: requeued once (not straight to dead), then dead at its second orphaning.
     env = {"COGWORKER_MAX_ORPHANINGS": "1", "COGWORKER_CONCURRENCY": "2"}
