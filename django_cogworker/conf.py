@@ -37,6 +37,9 @@ class Config:
     queues: tuple[tuple[str, int], ...] = (("default", 1),)
     strict_queues: bool = False
     concurrency: int = 5
+    # Worker processes of one ``runcogworker``: 1 runs in the command's own process (no
+    # supervisor, no fork); more, or "auto" (one per usable CPU), fork them under a supervisor.
+    processes: int | str = 1
     fetch: str = "reliable"
     shutdown_timeout: float = 25.0
     max_retries: int = 25
@@ -80,6 +83,13 @@ class Config:
         return tuple(name for name, _ in self.queues)
 
     @property
+    def process_count(self) -> int:
+        """PROCESSES as a number: "auto" is the CPUs this process may run on."""
+        if self.processes == "auto":
+            return cpu_count()
+        return int(self.processes)
+
+    @property
     def redacted_url(self) -> str:
         return redact_url(self.redis_url)
 
@@ -113,6 +123,7 @@ SETTINGS = {
     "QUEUES": "queues",
     "STRICT_QUEUES": "strict_queues",
     "CONCURRENCY": "concurrency",
+    "PROCESSES": "processes",
     "FETCH": "fetch",
     "SHUTDOWN_TIMEOUT": "shutdown_timeout",
     "MAX_RETRIES": "max_retries",
@@ -137,6 +148,15 @@ SETTINGS = {
     "TAG": "tag",
 }
 FIELD_TO_SETTING = {v: k for k, v in SETTINGS.items()}
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on (its affinity mask, which a container's cpuset narrows), at least 1."""
+    import os
+
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
 
 
 def redact_url(url: str) -> str:
@@ -314,6 +334,8 @@ def validate(cfg: Config) -> Config:
     for field in ("concurrency", "dead_max_jobs", "max_orphanings", "periodic_catch_up_max"):
         if not _positive_int(getattr(cfg, field)):
             bad(field, "a positive integer")
+    if cfg.processes != "auto" and not _positive_int(cfg.processes):
+        bad("processes", 'a positive integer or "auto"')
     if not (isinstance(cfg.max_retries, int) and not isinstance(cfg.max_retries, bool) and cfg.max_retries >= 0):
         bad("max_retries", "an integer >= 0")
     if cfg.fetch not in FETCH_MODES:

@@ -298,6 +298,20 @@ class Worker:
             client.close()
         raise AssertionError(f"worker pid {self.pid} not registered after {timeout}s; log:\n{self.log()}")
 
+    def children(self, client: redis.Redis) -> dict[str, dict]:
+        """Identity -> info of the registered worker processes this (--processes N) supervisor forked."""
+        found = {}
+        for identity in client.smembers(self.prefix + "processes"):
+            info = client.hget(f"{self.prefix}process:{_text(identity)}", "info")
+            try:
+                info = json.loads(info) if info else None
+            except ValueError:
+                continue
+            # (the supervisor's identity is "<host>:<pid>:<hex>", like a worker's)
+            if info and str(info.get("supervisor", "")).split(":")[1:2] == [str(self.pid)]:
+                found[_text(identity)] = info
+        return found
+
     def signal(self, sig: int) -> None:
         if self.alive:
             self.proc.send_signal(sig)
@@ -324,6 +338,25 @@ class Worker:
         self.kill9()
         self.proc.wait(10)
         self._log_file.close()
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie nobody reaped, as an orphan in a container may stay, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
 
 
 def refuse(client: redis.Redis, how: str) -> None:

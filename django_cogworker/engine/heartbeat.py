@@ -21,7 +21,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._types import RedisClient
@@ -66,7 +66,7 @@ class Heartbeat(LoopThread):
 
     def __init__(self, config: Config, redis: RedisClient, keys: Keys, identity: str, manager: Manager, fetch: Fetch,
                  stats: Stats, on_signal: Callable[[str], None], version: str, started_at: float | None = None,
-                 extra_chores: tuple[Callable[[Any], None], ...] = ()):
+                 extra_chores: tuple[Callable[[Any], None], ...] = (), extra_info: Mapping[str, Any] | None = None):
         self.config = config
         self.redis = redis
         self.keys = keys
@@ -85,6 +85,7 @@ class Heartbeat(LoopThread):
             "started_at": started_at or time.time(), "queues": list(config.queue_names),
             "weights": dict(config.queues), "concurrency": config.concurrency, "fetch": config.fetch,
             "version": version, "heartbeat_interval": config.heartbeat_interval,
+            **(extra_info or {}),  # (a supervised process's supervisor and index)
         }
         self._next_prune = 0.0
         self.ttl = presence_ttl(config.heartbeat_interval)  # of the process and workers hashes

@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import Any
 
@@ -83,7 +83,7 @@ class Launcher:
     def __init__(self, config: Config, redis: RedisClient, *, server_middleware: Sequence[Callable] = (),
                  death_handlers: Sequence[Callable] = (), client_middleware: Sequence[Callable] = (),
                  periodic_entries: Sequence[Any] = (), clock: Callable[[], float] = time.time,
-                 version: str = "0", identity: str | None = None):
+                 version: str = "0", identity: str | None = None, extra_info: Mapping[str, Any] | None = None):
         self.config = config
         self.redis = redis
         self.keys = Keys(config.key_prefix)
@@ -95,7 +95,8 @@ class Launcher:
                                build_chain(server_middleware, run_job), run_hook=self._run_hook)
         self.heartbeat = Heartbeat(config, redis, self.keys, self.identity, self.manager, self.fetch, self.stats,
                                    on_signal=self._signals_put, version=version,
-                                   extra_chores=(self._touch_periodic_locks, self._reconcile))
+                                   extra_chores=(self._touch_periodic_locks, self._reconcile),
+                                   extra_info=extra_info)
         self._suspects: collections.Counter[bytes] = collections.Counter()
         self._next_reconcile = time.monotonic() + RECONCILE_INTERVAL
         self.poller = Poller(config, redis, self.keys, self.retry,

@@ -26,6 +26,8 @@ class Command(BaseCommand):
         parser.add_argument("--fetch", choices=["reliable", "basic"], help="fetch mode (FETCH)")
         parser.add_argument("--timeout", type=float, help="seconds to wait for jobs at shutdown (SHUTDOWN_TIMEOUT)")
         parser.add_argument("--tag", help="a label shown in the admin (TAG)")
+        parser.add_argument("-p", "--processes", metavar="N|auto",
+                            help="worker processes under one supervisor; auto: one per CPU (PROCESSES)")
         parser.add_argument("--strict", action="store_true", default=None, help="check queues in order (STRICT_QUEUES)")
 
     def handle(self, *args, **options):
@@ -34,7 +36,7 @@ class Command(BaseCommand):
         _ensure_logging(options["verbosity"])
         overrides = {field: options[opt] for opt, field in (
             ("concurrency", "concurrency"), ("fetch", "fetch"), ("timeout", "shutdown_timeout"),
-            ("tag", "tag"), ("strict", "strict_queues")) if options.get(opt) is not None}
+            ("tag", "tag"), ("strict", "strict_queues"), ("processes", "processes")) if options.get(opt) is not None}
         if options.get("queues"):
             overrides["queues"] = [q.strip() for q in options["queues"]]
         try:
@@ -49,19 +51,45 @@ class Command(BaseCommand):
             raise CommandError("invalid configuration:\n  " + "\n  ".join(exc.errors)) from None
         except ImportError as exc:
             raise CommandError(f"invalid configuration: {exc}") from None
-        redis = runtime.get_redis()
+        processes = config.process_count
         self.stdout.write(
             f"cogworker {__version__} pid {_pid()} | redis {config.redacted_url} | "
             f"queues {', '.join(f'{n}({w})' for n, w in config.queues)} | concurrency {config.concurrency} | "
-            f"fetch {config.fetch} | periodic entries {len(entries)}")
+            f"fetch {config.fetch} | periodic entries {len(entries)}"
+            + (f" | processes {processes}" if processes > 1 else ""))
         self.stdout.flush()
-        launcher = Launcher(config, redis, server_middleware=server_middleware, death_handlers=death_handlers,
-                            client_middleware=client_middleware, periodic_entries=entries, clock=clock,
-                            version=__version__)
-        code = launcher.run()
+
+        def run_worker(extra_info: dict | None = None) -> int:
+            launcher = Launcher(config, runtime.get_redis(), server_middleware=server_middleware,
+                                death_handlers=death_handlers, client_middleware=client_middleware,
+                                periodic_entries=entries, clock=clock, version=__version__, extra_info=extra_info)
+            return launcher.run()
+
+        if processes == 1:
+            code = run_worker()
+        else:
+            code = _supervise(processes, config.shutdown_timeout, run_worker)
         sys.stdout.flush()
         if code:
             raise CommandError(f"stopped with code {code}")
+
+
+def _supervise(processes: int, shutdown_timeout: float, run_worker) -> int:
+    """Fork ``processes`` workers under a Supervisor (Django set up and the jobs imported: once, here)."""
+    from django.db import connections
+
+    from ...engine.launcher import new_identity
+    from ...engine.supervisor import Supervisor
+
+    # A connection opened here (a system check, a jobs module) would be shared by every child.
+    connections.close_all()
+    runtime.reset()  # (and no Redis client: redis-py's pools are not fork-safe)
+    supervisor_identity = new_identity()
+
+    def run_child(index: int) -> int:
+        return run_worker({"supervisor": supervisor_identity, "index": index})
+
+    return Supervisor(processes, run_child, shutdown_timeout=shutdown_timeout).run()
 
 
 def _load(setting: str, paths: tuple[str, ...]) -> list:
@@ -72,6 +100,8 @@ def _load(setting: str, paths: tuple[str, ...]) -> list:
 
 
 def _normalise(overrides: dict) -> dict:
+    if isinstance(overrides.get("processes"), str) and overrides["processes"].isdigit():
+        overrides["processes"] = int(overrides["processes"])  # ("auto", or a mistake: validation names it)
     if "queues" in overrides:
         errors: list[str] = []
         pairs = []
