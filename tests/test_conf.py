@@ -6,6 +6,7 @@ Every bad value is named (setting and value given); a password never shows in an
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 
 import pytest
@@ -99,6 +100,10 @@ def test_queues_names_or_weighted_pairs_keep_their_order(value, expected):
     ("CONCURRENCY", "5", "COGWORKER[\"CONCURRENCY\"] must be a positive integer, got '5'"),
     ("CONCURRENCY", True, 'COGWORKER["CONCURRENCY"] must be a positive integer, got True'),
     ("CONCURRENCY", 2.5, 'COGWORKER["CONCURRENCY"] must be a positive integer, got 2.5'),
+    ("PROCESSES", 0, 'COGWORKER["PROCESSES"] must be a positive integer or "auto", got 0'),
+    ("PROCESSES", "4", 'COGWORKER["PROCESSES"] must be a positive integer or "auto", got \'4\''),
+    ("PROCESSES", "AUTO", 'COGWORKER["PROCESSES"] must be a positive integer or "auto", got \'AUTO\''),
+    ("PROCESSES", True, 'COGWORKER["PROCESSES"] must be a positive integer or "auto", got True'),
     ("DEAD_MAX_JOBS", -1, 'COGWORKER["DEAD_MAX_JOBS"] must be a positive integer, got -1'),
     ("MAX_RETRIES", -1, 'COGWORKER["MAX_RETRIES"] must be an integer >= 0, got -1'),
     ("FETCH", "fast", "COGWORKER[\"FETCH\"] must be one of \"reliable\", \"basic\", got 'fast'"),
@@ -173,6 +178,14 @@ def test_unknown_key_without_a_close_match_has_no_suggestion():
 
 def test_cogworker_must_be_a_dict():
     assert errors_of(["CONCURRENCY", 5]) == ["COGWORKER must be a dict, got ['CONCURRENCY', 5]"]
+
+
+def test_processes_is_one_by_default_a_count_or_auto_for_every_usable_cpu():
+    assert (Config().processes, Config().process_count) == (1, 1)
+    assert build_config({"PROCESSES": 3}, {}).process_count == 3
+    auto = build_config({"PROCESSES": "auto"}, {})
+    assert auto.processes == "auto"
+    assert auto.process_count == len(os.sched_getaffinity(0)) >= 1
 
 
 def test_command_line_overrides_win_and_are_validated():

@@ -13,6 +13,7 @@ import time
 
 from helpers import FAST_ENV, Worker, pid_alive, wait_until
 
+from django_cogworker.engine.supervisor import Supervisor, describe_exit
 from django_cogworker.keys import Keys
 from testproject.demo.jobs import RecordJob, SleepJob
 
@@ -119,3 +120,49 @@ def test_children_exit_when_the_supervisor_is_killed_9(tmp_path, r):
     # Idle, they drained at once and left the registry as on any TERM.
     assert all(gone(r, identity) for identity in children)
     print(f"\nFIGURES kill -9 of the supervisor: both children exited {exited_after:.2f}s after")
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_crash_loop_backs_off_doubling_to_the_cap_and_a_long_life_resets_it(monkeypatch):
+    clock = FakeClock()
+    sup = Supervisor(1, lambda index: 0, shutdown_timeout=5, clock=clock)
+    slot = sup.slots[0]
+    exits: list[tuple[int, int]] = []
+
+    def waitpid(pid, options):
+        return exits.pop(0) if exits else (0, 0)
+
+    monkeypatch.setattr(os, "waitpid", waitpid)
+
+    def die(after: float, status: int = signal.SIGKILL) -> float:
+        """The child started now dies ``after`` seconds later; return the wait before its restart."""
+        slot.pid, slot.started_at = 4242, clock.now
+        sup._by_pid[4242] = slot
+        clock.now += after
+        exits.append((4242, status))
+        sup._reap()
+        assert slot.pid is None and slot.restart_at is not None
+        return slot.restart_at - clock.now
+
+    assert [die(0.5) for _ in range(7)] == [1, 2, 4, 8, 16, 30, 30]
+    assert die(60, status=3 << 8) == 1  # it had lived long enough: a new failure, not the same loop
+    assert die(0.5) == 2
+    sup.quiet = True  # a quiet supervisor restarts nothing: a new child would fetch
+    slot.pid, slot.started_at, slot.restart_at = 4242, clock.now, None
+    sup._by_pid[4242] = slot
+    exits.append((4242, 0))
+    sup._reap()
+    assert slot.restart_at is None
+
+
+def test_an_exit_is_described_by_code_or_signal():
+    assert describe_exit(3 << 8) == "exited with code 3"
+    assert describe_exit(0) == "exited with code 0"
+    assert describe_exit(signal.SIGKILL) == "killed by SIGKILL"

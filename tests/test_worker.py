@@ -68,12 +68,13 @@ def test_banner_options_and_a_password_never_shown(tmp_path):
     (("-c", "0"), {}, 'COGWORKER["CONCURRENCY"] must be a positive integer, got 0'),
     (("--timeout", "-1"), {}, 'COGWORKER["SHUTDOWN_TIMEOUT"] must be a positive number of seconds, got -1.0'),
     (("-q", "mail,0"), {}, "weight of 'mail' must be a positive integer, got 0"),
+    (("--processes", "many"), {}, 'COGWORKER["PROCESSES"] must be a positive integer or "auto", got \'many\''),
     ((), {"COGWORKER_CONCURRENCY": "-2"}, 'COGWORKER["CONCURRENCY"] must be a positive integer, got -2'),
     ((), {"COGWORKER_FETCH": "fast"}, 'COGWORKER["FETCH"] must be one of "reliable", "basic", got \'fast\''),
     ((), {"COGWORKER_ORPHAN_THRESHOLD": "0.5", "COGWORKER_HEARTBEAT_INTERVAL": "5"},
      'COGWORKER["ORPHAN_THRESHOLD"] must be more than twice HEARTBEAT_INTERVAL'),
-], ids=["fetch-choice", "concurrency-option", "timeout-option", "queue-weight", "concurrency-setting",
-        "fetch-setting", "orphan-threshold"])
+], ids=["fetch-choice", "concurrency-option", "timeout-option", "queue-weight", "processes-option",
+        "concurrency-setting", "fetch-setting", "orphan-threshold"])
 def test_a_bad_option_or_setting_fails_at_start_naming_it(tmp_path, r, args, env, expected):
     w = Worker(*args, env={**FAST_ENV, **env}, log_path=tmp_path / "worker.log")
     code = w.wait(60)
