@@ -7,6 +7,7 @@ itself is killed -9.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -107,19 +108,23 @@ def test_a_child_killed_9_under_load_is_restarted_and_nothing_is_lost(tmp_path, 
           f"(threshold {THRESHOLD:.0f}s), all done {done_after:.2f}s after")
 
 
-def test_children_exit_when_the_supervisor_is_killed_9(tmp_path, r):
-    with supervisor(tmp_path, "-c", "2") as w:
+def test_children_exit_when_the_supervisor_is_killed_9_handing_back_their_jobs(tmp_path, r):
+    with supervisor(tmp_path, "-c", "2", env={"COGWORKER_SHUTDOWN_TIMEOUT": "1"}) as w:
         children = wait_children(w, r, 2)
         pids = [info["pid"] for info in children.values()]
+        jids = SleepJob.perform_bulk([[60, "marks"]] * 2)
+        wait_until(lambda: r.llen("marks") == 2, timeout=20, message="both jobs running")
         w.kill9()
         assert w.wait(10) == -signal.SIGKILL
         killed_at = time.monotonic()
         wait_until(lambda: not any(pid_alive(pid) for pid in pids), timeout=20, interval=0.1,
                    message="the children gone")
         exited_after = time.monotonic() - killed_at
-    # Idle, they drained at once and left the registry as on any TERM.
+    # They stopped as on any TERM: the unfinished jobs back on their queue, the registry left.
+    assert sorted(json.loads(raw)["jid"] for raw in r.lrange(K.queue("default"), 0, -1)) == sorted(jids)
     assert all(gone(r, identity) for identity in children)
-    print(f"\nFIGURES kill -9 of the supervisor: both children exited {exited_after:.2f}s after")
+    print(f"\nFIGURES kill -9 of the supervisor: both children exited {exited_after:.2f}s after "
+          f"(SHUTDOWN_TIMEOUT 1s), their 2 running jobs handed back to the queue")
 
 
 class FakeClock:
@@ -154,6 +159,10 @@ def test_a_crash_loop_backs_off_doubling_to_the_cap_and_a_long_life_resets_it(mo
     assert [die(0.5) for _ in range(7)] == [1, 2, 4, 8, 16, 30, 30]
     assert die(60, status=3 << 8) == 1  # it had lived long enough: a new failure, not the same loop
     assert die(0.5) == 2
+    monkeypatch.setattr(os, "fork", lambda: (_ for _ in ()).throw(BlockingIOError(11, "EAGAIN")))
+    clock.now = slot.restart_at
+    sup._restart_due()  # fork failed: tried again later, the supervisor (and the other workers) stay up
+    assert slot.pid is None and slot.restart_at == clock.now + 4
     sup.quiet = True  # a quiet supervisor restarts nothing: a new child would fetch
     slot.pid, slot.started_at, slot.restart_at = 4242, clock.now, None
     sup._by_pid[4242] = slot

@@ -156,10 +156,13 @@ class Supervisor:
                 continue
             if lived >= self.stable_after:
                 slot.delay = self.backoff_min
-            slot.restart_at = self.clock() + slot.delay
             logger.warning("worker process %d (pid %d) %s after %.1fs; restarting it in %.1fs",
                            slot.index, pid, how, lived, slot.delay)
-            slot.delay = min(slot.delay * 2, self.backoff_max)
+            self._back_off(slot)
+
+    def _back_off(self, slot: Slot) -> None:
+        slot.restart_at = self.clock() + slot.delay
+        slot.delay = min(slot.delay * 2, self.backoff_max)
 
     def _restart_due(self) -> None:
         now = self.clock()
@@ -223,6 +226,12 @@ class Supervisor:
             pid = os.fork()
             if pid == 0:
                 self._child(slot.index)  # never returns
+        except OSError as exc:
+            # (EAGAIN, ENOMEM: out of processes or memory for now) Raising would end the
+            # supervisor and, with it, every worker still running.
+            logger.error("could not fork worker process %d: %s; trying again in %.1fs", slot.index, exc, slot.delay)
+            self._back_off(slot)
+            return
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
         slot.pid, slot.started_at = pid, self.clock()
