@@ -6,6 +6,7 @@ Python process runs one job's Python at a time, however many threads it has.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import logging
@@ -69,13 +70,11 @@ class Supervisor:
                  stable_after: float = 60.0, clock: Callable[[], float] = time.monotonic):
         self.slots = [Slot(index, delay=backoff_min) for index in range(processes)]
         self.run_child = run_child
-        self.shutdown_timeout = shutdown_timeout
-        self.stop_grace = stop_grace
+        self.shutdown_timeout, self.stop_grace = shutdown_timeout, stop_grace
         self.backoff_min, self.backoff_max, self.stable_after = backoff_min, backoff_max, stable_after
         self.clock = clock
         self.pid = os.getpid()
-        self.quiet = False
-        self.stopping = False
+        self.quiet = self.stopping = False
         self._pending: list[int] = []
         self._by_pid: dict[int, Slot] = {}
         self._pipe: tuple[int, int] | None = None
@@ -201,10 +200,12 @@ class Supervisor:
         signal.set_wakeup_fd(-1)
         for signum in HANDLED:
             signal.signal(signum, signal.SIG_DFL)
-        if self._pipe is not None:
-            for fd in self._pipe:
-                os.close(fd)
-            self._pipe = None
+        self._close_pipe()
+
+    def _close_pipe(self) -> None:
+        for fd in self._pipe or ():
+            os.close(fd)
+        self._pipe = None
 
     def _wait(self, timeout: float) -> None:
         """Sleep until a signal arrives or ``timeout`` passes; empty the self-pipe."""
@@ -242,9 +243,7 @@ class Supervisor:
         code = 1
         try:
             signal.set_wakeup_fd(-1)
-            if self._pipe is not None:
-                for fd in self._pipe:
-                    os.close(fd)
+            self._close_pipe()
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
                 signal.signal(signum, signal.SIG_DFL)  # until the Launcher installs its own: die
             for signum in (signal.SIGTSTP, signal.SIGTTIN):
@@ -258,10 +257,8 @@ class Supervisor:
             logger.exception("worker process %d failed", index)
         finally:
             for stream in (sys.stdout, sys.stderr):
-                try:
+                with contextlib.suppress(OSError, ValueError):  # (closed: it must not keep the child alive)
                     stream.flush()
-                except Exception:  # noqa: BLE001 - a closed stream must not keep the child from exiting
-                    pass
             os._exit(code)
 
 
