@@ -58,11 +58,11 @@ def push(r: redis_lib.Redis, payload: dict[str, Any]) -> None:
 
 
 def fake_process(r: redis_lib.Redis, identity: str = "host:4242:abc123", *, busy_job: dict | None = None,
-                 quiet: bool = False) -> str:
+                 quiet: bool = False, **extra_info: Any) -> str:
     """A process hash and workers hash as the heartbeat writes them (without a running process)."""
     info = {"hostname": "host", "pid": 4242, "tag": "web", "identity": identity, "started_at": time.time() - 3600,
             "queues": ["default", "mail"], "concurrency": 5, "fetch": "reliable", "version": "0.1.0",
-            "rss_kb": 51200}
+            "rss_kb": 51200, **extra_info}
     r.hset(KEYS.process(identity), mapping={"info": json.dumps(info), "busy": "1" if busy_job else "0",
                                             "quiet": str(quiet).lower(), "beat": repr(time.time())})
     r.expire(KEYS.process(identity), 60)

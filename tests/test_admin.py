@@ -615,3 +615,17 @@ def test_retry_all_moves_a_bounded_share_per_request_and_offers_to_go_on(changer
         data = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', page))
         assert data["resume"] == "3"
     assert requests == 3 and rb.llen(KEYS.queue("default")) == 2_600 and rb.zcard(KEYS.dead) == 3
+
+
+def test_busy_groups_the_workers_of_a_supervisor_in_slot_order(admin_client, rb):
+    supervisor = "host:100:aaa111"
+    fake_process(rb, "host:102:ccc333", supervisor=supervisor, index=1, pid=102)
+    fake_process(rb, "host:101:bbb222", supervisor=supervisor, index=0, pid=101)
+    fake_process(rb, "host:4242:abc123")  # a lone process: no group
+    content = admin_client.get(BASE + "busy/").content.decode()
+    assert content.count("Supervisor ") == 1
+    header = content.index(f"Supervisor {supervisor}")
+    assert header < content.index("#0</span> host:101") < content.index("#1</span> host:102")
+    assert "host:4242:abc123" in content and "#</span> host:4242" not in content
+    assert [p.index for p in api.ProcessSet()] == [0, 1, None]
+    assert {p.supervisor for p in api.ProcessSet()} == {supervisor, ""}

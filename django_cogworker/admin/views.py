@@ -197,7 +197,8 @@ def busy(request: HttpRequest, *, site: Any) -> HttpResponse:
             process.signal(action)
             messages.success(request, f"Sent {action} to {identity}: it acts on it at its next heartbeat.")
         return back(request, page_url)
-    processes = list(api.ProcessSet())
+    # The workers of one supervisor together, in slot order; a lone process sorts by its identity.
+    processes = sorted(api.ProcessSet(), key=lambda p: (p.supervisor or p.identity, p.index or 0, p.identity))
     return render_page(request, site, "busy", "admin/cogworker/busy.html", "Busy", processes=processes,
                        works=list(api.Workers()))
 

@@ -50,6 +50,18 @@ class Process:
         return int(number) if number is not None else None
 
     rss_kb = property(lambda self: self.info.get("rss_kb"))
+
+    @property
+    def supervisor(self) -> str:
+        """The identity of the supervisor that forked it (``runcogworker --processes N``), or ""."""
+        supervisor = self.info.get("supervisor")
+        return supervisor if isinstance(supervisor, str) else ""
+
+    @property
+    def index(self) -> int | None:
+        """Its slot (0 … N-1) under its supervisor, or None."""
+        number = _number(self.info.get("index"))
+        return int(number) if number is not None else None
     started_at = property(lambda self: _number(self.info.get("started_at")))
     version = property(lambda self: self.info.get("version"))
 
