@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from asgiref.sync import async_to_sync
 
 from . import payload as payloads
+from .arguments import check_json_native
 from .errors import CogworkerError
 
 logger = logging.getLogger(__name__)
@@ -149,9 +150,9 @@ class JobSetter:
     def build(self, args: Sequence[Any], kwargs: dict[str, Any], now: float | None = None) -> dict[str, Any]:
         """Return a new payload for these arguments, checking they are JSON-native."""
         args = list(args)
-        payloads.check_json_native(args, "args")
+        check_json_native(args, "args")
         if kwargs or type(kwargs) is not dict:  # (most pushes have none: nothing to walk)
-            payloads.check_json_native(kwargs, "kwargs")
+            check_json_native(kwargs, "kwargs")
         return self._payload(args, kwargs, time.time() if now is None else now)
 
     def _payload(self, args: list[Any], kwargs: Any, created_at: float) -> dict[str, Any]:
@@ -224,7 +225,7 @@ class JobSetter:
                 raise TypeError(f"perform_bulk items must be argument lists or tuples; item {i} is {args!r}")
             args = list(args)
             try:
-                payloads.check_json_native(args, "args")
+                check_json_native(args, "args")
             except TypeError as exc:
                 raise TypeError(f"perform_bulk item {i}: {exc}") from None
             if first is None:

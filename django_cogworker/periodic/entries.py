@@ -27,7 +27,7 @@ from typing import Any, cast
 
 from croniter import croniter
 
-from .. import payload as payloads
+from ..arguments import check_json_native
 from ..errors import ConfigError
 from ..job import Job, registered
 
@@ -155,8 +155,8 @@ def _build(raw: Mapping[str, Any], default_tz: str, where: str, errors: list[str
         # Checked here, not at the first slot: an argument that can't be sent
         # would otherwise fail every tick of the entry, found only in the log.
         try:
-            payloads.check_json_native(list(args), "'args'")
-            payloads.check_json_native(dict(kwargs), "'kwargs'")
+            check_json_native(list(args), "'args'")
+            check_json_native(dict(kwargs), "'kwargs'")
         except TypeError as exc:
             errors.append(f"{label}: {exc}")
     queue = raw.get("queue")

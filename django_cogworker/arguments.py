@@ -1,0 +1,80 @@
+"""What a job may be sent: JSON-native arguments, checked at push time with a clear error.
+
+A payload is JSON; an argument that doesn't survive the round trip (a tuple, a
+date, a Decimal, a dict with int keys, infinity) would reach the job as
+something else, or not be written at all. Checked where it is pushed (and where
+a periodic entry is declared), naming the offending path.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def check_json_native(value: Any, where: str) -> None:
+    """Raise TypeError naming ``where`` if ``value`` would not survive a JSON round trip."""
+    # Every push checks its arguments: one cheap walk on exact types, no path strings built.
+    # Only what it can't vouch for (a bad value, or a subclass such as an IntEnum or a
+    # SafeString, which the full walk accepts) takes the walk that names the offender.
+    if type(value) is list:  # (a job's args: its scalars checked here, without a call each)
+        for item in value:
+            kind = type(item)
+            if kind is str or kind is int or kind is bool or item is None or (
+                    kind is float and item - item == 0.0) or _plainly_native(item):
+                continue
+            break
+        else:
+            return
+    elif _plainly_native(value):
+        return
+    _check_naming(value, where)
+
+
+def _plainly_native(value: Any) -> bool:
+    """True if ``value`` is JSON-native using exact built-in types only; False to look closer."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if kind is float:
+        return value - value == 0.0  # finite: inf - inf and NaN - NaN are NaN
+    if kind is list:
+        return all(map(_plainly_native, value))
+    if kind is dict:
+        for k, item in value.items():
+            if type(k) is not str or not _plainly_native(item):
+                return False
+        return True
+    return False
+
+
+def _check_naming(value: Any, where: str) -> None:
+    if value is None or isinstance(value, (str, bool, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise TypeError(f"{where} is {value!r}: only finite numbers can be sent to a job")
+        return
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            check_json_native(item, f"{where}[{i}]")
+        return
+    if isinstance(value, dict):
+        for k, item in value.items():
+            if not isinstance(k, str):
+                raise TypeError(f"{where} has the key {k!r}: job arguments' dict keys must be strings")
+            check_json_native(item, f"{where}[{k!r}]")
+        return
+    hint = " (use a list)" if isinstance(value, tuple) else ""
+    raise TypeError(
+        f"{where} is a {type(value).__name__} ({_short_repr(value)}): job arguments must be JSON-native "
+        f"(str, int, float, bool, None, list, dict with str keys){hint}"
+    )
+
+
+def _short_repr(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # a broken __repr__ must not hide the real error
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 60 else text[:57] + "..."

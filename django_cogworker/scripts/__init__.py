@@ -1,0 +1,70 @@
+"""Every Lua script, each with its KEYS/ARGV header.
+
+All keys come in KEYS (never built inside Lua), so the scripts stay cluster
+safe. Run through :class:`Script`: EVALSHA, reloaded on NOSCRIPT (a Redis
+restart or SCRIPT FLUSH forgets them).
+
+The rule from cogworker 0.5.0 for every script that moves a job: write the
+destination first, remove the source second. A script stopped by an error keeps
+the writes made before it, so a remove followed by a failing push (the
+destination holding the wrong type) lost the job.
+
+One module per area: :mod:`.jobs` (a job's life), :mod:`.periodic` (periodic
+entries and locks), :mod:`.admin` (the api's scripts); :mod:`._base` runs them.
+Every name is re-exported here: callers write ``scripts.PUSH``.
+"""
+
+from __future__ import annotations
+
+from ._base import Script
+from .admin import (
+    PREVIEW,
+    PRUNE_QUEUES,
+    REQUEUE_FROM_ZSET_BATCH,
+    RESTORE_QUARANTINED,
+    SCAN_PREVIEW,
+    requeue_from_zset_batch_args,
+)
+from .jobs import (
+    CLAIM_AND_REQUEUE,
+    FETCH_BASIC,
+    FETCH_RELIABLE,
+    FILE_FAILURE,
+    FILE_UNSETTLED,
+    FORGET_IDENTITY,
+    MOVE_BETWEEN_ZSETS,
+    ORPHAN_TO_DEAD,
+    PARK_UNSETTLED,
+    PUSH,
+    QUARANTINE,
+    REQUEUE,
+    requeue_args,
+)
+from .periodic import HELD_LOCK, PERIODIC_CLAIM, PERIODIC_ENABLE, PERIODIC_ROLLBACK
+
+__all__ = [
+    "Script",
+    "PUSH",
+    "CLAIM_AND_REQUEUE",
+    "MOVE_BETWEEN_ZSETS",
+    "FILE_FAILURE",
+    "FETCH_RELIABLE",
+    "FETCH_BASIC",
+    "REQUEUE",
+    "requeue_args",
+    "ORPHAN_TO_DEAD",
+    "PARK_UNSETTLED",
+    "FILE_UNSETTLED",
+    "FORGET_IDENTITY",
+    "QUARANTINE",
+    "PERIODIC_CLAIM",
+    "PERIODIC_ROLLBACK",
+    "PERIODIC_ENABLE",
+    "HELD_LOCK",
+    "REQUEUE_FROM_ZSET_BATCH",
+    "requeue_from_zset_batch_args",
+    "RESTORE_QUARANTINED",
+    "PREVIEW",
+    "SCAN_PREVIEW",
+    "PRUNE_QUEUES",
+]

@@ -1,0 +1,58 @@
+"""The script runner and the Lua and argument pieces several scripts share."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+
+
+class Script:
+    """A Lua script registered once per client; EVALSHA with NOSCRIPT reload."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+    def __call__(self, client: Any, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
+        try:
+            # (What client.evalsha does, less its two wrapper calls: every push runs a script.)
+            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            return client.eval(self.source, len(keys), *keys, *args)
+
+    def in_pipeline(self, pipe: Any, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> None:
+        """Queue on a pipeline, as EVAL: a NOSCRIPT reply in a pipeline can't be retried alone."""
+        pipe.eval(self.source, len(keys), *keys, *args)
+
+
+def _add_remove_trim(remove: str, below: int, cap: int) -> str:
+    """Lua: the tail four scripts share (filing a job in a sorted set).
+
+    Adds ARGV[3] to the sorted set KEYS[2] at score ARGV[2]; removes ARGV[1]
+    from KEYS[1] (``remove``: "ZREM" from a sorted set, "LREM" from a list);
+    then trims KEYS[2] of the entries scored below ARGV[``below``] and of all
+    but the ARGV[``cap``] highest scored ("" in either skips that trim). Add
+    first, remove second: the rule in the package's docstring.
+    """
+    drop = {"ZREM": 'redis.call("ZREM", KEYS[1], ARGV[1])', "LREM": 'redis.call("LREM", KEYS[1], 1, ARGV[1])'}
+    return f"""redis.call("ZADD", KEYS[2], ARGV[2], ARGV[3])
+{drop[remove]}
+if ARGV[{below}] ~= "" then
+  redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[{below}])
+end
+if ARGV[{cap}] ~= "" then
+  redis.call("ZREMRANGEBYRANK", KEYS[2], 0, -tonumber(ARGV[{cap}]) - 1)
+end
+"""
+
+
+def _queue_index(keys: list[str], index: dict[str, int], queue_key: str) -> int:
+    """The position of ``queue_key`` in KEYS as Lua counts (from 1), appended on first sight."""
+    if queue_key not in index:
+        keys.append(queue_key)
+        index[queue_key] = len(keys)
+    return index[queue_key]
+

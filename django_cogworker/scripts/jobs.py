@@ -1,0 +1,235 @@
+"""The scripts of a job's life: push, fetch, requeue, file in retry or dead, orphans, quarantine."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ._base import Script, _add_remove_trim, _queue_index
+
+# KEYS[1] = queues set, KEYS[2] = the queue list.
+# ARGV[1] = queue name, ARGV[2] = the payload.
+# Enqueues one job (Client._write): LPUSH, then lists the queue, in one command
+# where a pipeline of the two cost a second command's parsing and reply on
+# both ends of every push. A queue key of the wrong type returns its error
+# (nothing written). The listing is best-effort (the key guard repairs it):
+# its error is returned as a string for the caller to log, since a push that
+# went through must not look failed (the caller would push it again).
+# Returns the queue's new length, or that string.
+PUSH = Script("""
+local pushed = redis.pcall("LPUSH", KEYS[2], ARGV[2])
+if type(pushed) == "table" then
+  return pushed
+end
+local listed = redis.pcall("SADD", KEYS[1], ARGV[1])
+if type(listed) == "table" then
+  return listed.err
+end
+return pushed
+""")
+
+# KEYS[1] = source zset (schedule or retry), KEYS[2] = queues set,
+# KEYS[3] = destination queue list.
+# ARGV[1] = the raw entry as stored, ARGV[2] = queue name, ARGV[3] = the new
+# payload (built in Python, not re-encoded by cjson, which rounds large
+# integers). Returns 1 when moved, 0 when another process took it first.
+# Push, then remove; the queues listing is best-effort.
+CLAIM_AND_REQUEUE = Script("""
+if not redis.call("ZSCORE", KEYS[1], ARGV[1]) then
+  return 0
+end
+redis.call("LPUSH", KEYS[3], ARGV[3])
+redis.call("ZREM", KEYS[1], ARGV[1])
+redis.pcall("SADD", KEYS[2], ARGV[2])
+return 1
+""")
+
+# KEYS[1] = source zset, KEYS[2] = destination zset.
+# ARGV[1] = raw entry in the source, ARGV[2] = new score, ARGV[3] = new payload,
+# ARGV[4] = trim: drop entries scored below this (or "" for none),
+# ARGV[5] = cap: keep at most this many (or "" for none).
+# Moves one entry between sorted sets (retry -> dead from the admin, a
+# poisoned schedule entry -> dead). Returns 1 when moved.
+MOVE_BETWEEN_ZSETS = Script("""
+if not redis.call("ZSCORE", KEYS[1], ARGV[1]) then
+  return 0
+end
+""" + _add_remove_trim("ZREM", below=4, cap=5) + """return 1
+""")
+
+# KEYS[1] = in-progress list (reliable fetch; for basic fetch a key that
+# doesn't exist), KEYS[2] = target zset (retry or dead).
+# ARGV[1] = the raw payload as fetched, ARGV[2] = score, ARGV[3] = new payload,
+# ARGV[4] = trim below score or "", ARGV[5] = cap or "".
+# Files a failed job and acknowledges it in one step: a crash between the two
+# would either lose it or run it again.
+FILE_FAILURE = Script("""
+""" + _add_remove_trim("LREM", below=4, cap=5) + """return 1
+""")
+
+# KEYS[1] = in-progress list, KEYS[2..n] = queue lists, in the order to try.
+# ARGV[1] = how many jobs at most, ARGV[2] = m, the number of acks that follow,
+# ARGV[3..m+2] = raw payloads of finished jobs to acknowledge first.
+# Reliable fetch: acknowledges what finished since the last fetch (LREM: acks
+# ride on the fetch, so a busy process makes about one round trip per batch
+# instead of one more per job), then moves up to ARGV[1] jobs, each atomically,
+# from the queues into the in-progress list. A queue holding the wrong type is skipped (pcall)
+# and reported, never allowed to abort the script after earlier moves: a job
+# moved by an aborted script would sit in the in-progress list unknown to us.
+# Returns a flat list: index (1-based into the queues), raw, index, raw, ...
+# and, for a queue that errored, -index, message.
+FETCH_RELIABLE = Script("""
+for i = 3, tonumber(ARGV[2]) + 2 do
+  redis.call("LREM", KEYS[1], 1, ARGV[i])
+end
+local out = {}
+local want = tonumber(ARGV[1])
+local got = 0
+for i = 2, #KEYS do
+  while got < want do
+    local v = redis.pcall("LMOVE", KEYS[i], KEYS[1], "RIGHT", "LEFT")
+    if type(v) == "table" and v.err then
+      out[#out + 1] = -(i - 1)
+      out[#out + 1] = v.err
+      break
+    end
+    if not v then break end
+    got = got + 1
+    out[#out + 1] = i - 1
+    out[#out + 1] = v
+  end
+  if got >= want then break end
+end
+return out
+""")
+
+# KEYS[1..n] = queue lists, in the order to try. ARGV[1] = how many at most.
+# Basic fetch's non-blocking batch pop; same output shape as FETCH_RELIABLE.
+FETCH_BASIC = Script("""
+local out = {}
+local want = tonumber(ARGV[1])
+local got = 0
+for i = 1, #KEYS do
+  while got < want do
+    local v = redis.pcall("RPOP", KEYS[i])
+    if type(v) == "table" and v.err then
+      out[#out + 1] = -i
+      out[#out + 1] = v.err
+      break
+    end
+    if not v then break end
+    got = got + 1
+    out[#out + 1] = i
+    out[#out + 1] = v
+  end
+  if got >= want then break end
+end
+return out
+""")
+
+# KEYS[1] = in-progress list, KEYS[2] = queues set, KEYS[3..] = destination
+# queue lists.
+# ARGV[1] = n, the number of acks that follow; ARGV[2..n+1] = raw payloads
+# finished and only waiting for their ack; then triples: raw payload on the
+# in-progress list, payload to push (may differ: the orphan count), index of
+# its queue key in KEYS (3-based), and the queue's name for the queues set.
+# Drops the acks and puts every other listed job back at the end its queue is
+# popped from (so it runs next), in one atomic step: a separate ack pass that
+# failed used to leave finished jobs to be requeued and run again. A job no
+# longer on the list is skipped. Push first, then remove. A queue that can't
+# be pushed to (the wrong type) leaves its job on the list, for orphan
+# recovery once the key guard has moved that key aside: it used to abort the
+# script and cost every job after it its requeue (and fail the whole orphan
+# check). Returns how many were requeued.
+REQUEUE = Script("""
+local n = tonumber(ARGV[1])
+for i = 2, n + 1 do
+  redis.call("LREM", KEYS[1], 1, ARGV[i])
+end
+local moved = 0
+for i = n + 2, #ARGV, 4 do
+  if redis.call("LPOS", KEYS[1], ARGV[i]) then
+    local pushed = redis.pcall("RPUSH", KEYS[tonumber(ARGV[i + 2])], ARGV[i + 1])
+    if type(pushed) == "number" then
+      redis.call("LREM", KEYS[1], 1, ARGV[i])
+      redis.pcall("SADD", KEYS[2], ARGV[i + 3])
+      moved = moved + 1
+    end
+  end
+end
+return moved
+""")
+
+
+def requeue_args(in_progress: str, queues: str, acks: Sequence[Any],
+                 moves: Iterable[tuple[Any, Any, str, str]]) -> tuple[list[str], list[Any]]:
+    """KEYS and ARGV of REQUEUE: drop ``acks`` from ``in_progress``, and push back each of ``moves``,
+    ``(raw on the list, payload to push, queue key, queue name)`` (``queues``: the queues set)."""
+    keys = [in_progress, queues]
+    index: dict[str, int] = {}
+    args: list[Any] = [len(acks), *acks]
+    for raw, payload, queue_key, queue in moves:
+        args.extend((raw, payload, _queue_index(keys, index, queue_key), queue))
+    return keys, args
+
+
+# KEYS[1] = in-progress list, KEYS[2] = dead zset, KEYS[3] = repeat_orphans list.
+# ARGV[1] = raw payload on the list, ARGV[2] = score, ARGV[3] = dead payload,
+# ARGV[4] = record for repeat_orphans, ARGV[5] = trim below or "", ARGV[6] = cap or "".
+# An orphaned job that has been orphaned too often goes to dead, recorded.
+ORPHAN_TO_DEAD = Script("""
+if not redis.call("LPOS", KEYS[1], ARGV[1]) then
+  return 0
+end
+""" + _add_remove_trim("LREM", below=5, cap=6) + """redis.pcall("LPUSH", KEYS[3], ARGV[4])
+redis.pcall("LTRIM", KEYS[3], 0, 999)
+return 1
+""")
+
+# KEYS[1] = in-progress list, KEYS[2] = unsettled list.
+# ARGV[1] = raw payload on the in-progress list, ARGV[2] = the unsettled record.
+# At shutdown: hands a job that ran but couldn't be filed in retry/dead over
+# to any live process, in the same step that takes it off our list.
+PARK_UNSETTLED = Script("""
+redis.call("LPUSH", KEYS[2], ARGV[2])
+redis.call("LREM", KEYS[1], 1, ARGV[1])
+return 1
+""")
+
+# KEYS[1] = unsettled list, KEYS[2] = target zset.
+# ARGV[1] = the unsettled record, ARGV[2] = score, ARGV[3] = payload,
+# ARGV[4] = trim below or "", ARGV[5] = cap or "".
+# Files one handed-over job; 0 if another process filed it first.
+FILE_UNSETTLED = Script("""
+if not redis.call("LPOS", KEYS[1], ARGV[1]) then
+  return 0
+end
+""" + _add_remove_trim("LREM", below=4, cap=5) + """return 1
+""")
+
+# KEYS[1] = the orphaned in-progress list, KEYS[2] = in_progress_identities,
+# KEYS[3] = last_beat hash, KEYS[4] = orphan lock of that identity.
+# ARGV[1] = identity. Forgets an orphaned identity once its list is empty.
+FORGET_IDENTITY = Script("""
+if redis.call("LLEN", KEYS[1]) > 0 then
+  return 0
+end
+redis.call("SREM", KEYS[2], ARGV[1])
+redis.call("HDEL", KEYS[3], ARGV[1])
+redis.call("DEL", KEYS[4])
+return 1
+""")
+
+# KEYS[1] = the key, KEYS[2] = its quarantine name.
+# ARGV[1] = expected type, ARGV[2] = quarantine TTL in seconds.
+# Re-checked here, atomically with the move, so a key fixed (or recreated)
+# in between is left alone. Returns 1 when moved.
+QUARANTINE = Script("""
+local actual = redis.call("TYPE", KEYS[1])["ok"]
+if actual == "none" or actual == ARGV[1] then
+  return 0
+end
+redis.call("RENAME", KEYS[1], KEYS[2])
+redis.call("EXPIRE", KEYS[2], ARGV[2])
+return 1
+""")
