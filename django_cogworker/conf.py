@@ -40,6 +40,9 @@ class Config:
     # Worker processes of one ``runcogworker``: 1 runs in the command's own process (no
     # supervisor, no fork); more, or "auto" (one per usable CPU), fork them under a supervisor.
     processes: int | str = 1
+    # "auto": each worker of a supervisor pinned to a CPU of its own; "none"; or CPU numbers
+    # (engine/affinity.py says why, and what it costs).
+    cpu_affinity: str | tuple[int, ...] = "auto"
     fetch: str = "reliable"
     shutdown_timeout: float = 25.0
     max_retries: int = 25
@@ -124,6 +127,7 @@ SETTINGS = {
     "STRICT_QUEUES": "strict_queues",
     "CONCURRENCY": "concurrency",
     "PROCESSES": "processes",
+    "CPU_AFFINITY": "cpu_affinity",
     "FETCH": "fetch",
     "SHUTDOWN_TIMEOUT": "shutdown_timeout",
     "MAX_RETRIES": "max_retries",
@@ -208,7 +212,7 @@ def build_config(raw: Mapping[str, Any] | None, environ: Mapping[str, str] | Non
     values.update(overrides)
     if "queues" in values:
         values["queues"] = _normalise_queues(values["queues"], errors)
-    for name in ("client_middleware", "server_middleware", "death_handlers", "periodic"):
+    for name in ("client_middleware", "server_middleware", "death_handlers", "periodic", "cpu_affinity"):
         if name in values and isinstance(values[name], list):
             values[name] = tuple(values[name])
     if errors:
@@ -285,6 +289,10 @@ def _positive_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
+def _cpu_number(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
 def _dotted_paths(v: Any) -> bool:
     return isinstance(v, tuple) and all(isinstance(p, str) and "." in p for p in v)
 
@@ -336,6 +344,9 @@ def validate(cfg: Config) -> Config:
             bad(field, "a positive integer")
     if cfg.processes != "auto" and not _positive_int(cfg.processes):
         bad("processes", 'a positive integer or "auto"')
+    if cfg.cpu_affinity not in ("auto", "none") and not (
+            isinstance(cfg.cpu_affinity, tuple) and cfg.cpu_affinity and all(_cpu_number(c) for c in cfg.cpu_affinity)):
+        bad("cpu_affinity", '"auto", "none" or a non-empty list of CPU numbers')
     if not (isinstance(cfg.max_retries, int) and not isinstance(cfg.max_retries, bool) and cfg.max_retries >= 0):
         bad("max_retries", "an integer >= 0")
     if cfg.fetch not in FETCH_MODES:

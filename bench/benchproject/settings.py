@@ -4,7 +4,8 @@ says otherwise through the environment:
 
 * COGWORKER_REDIS_URL: the bench's private redis-server (read by django-cogworker itself);
 * BENCH_STATE_DIR: where the (never queried) sqlite file lives;
-* BENCH_POLL_INTERVAL_AVERAGE: only set by `run.py --quick`, to keep the scheduled test short.
+* BENCH_POLL_INTERVAL_AVERAGE: only set by `run.py --quick`, to keep the scheduled test short;
+* BENCH_CPU_AFFINITY: CPU_AFFINITY ("auto", "none" or CPU numbers, "0,1"), for the pinning rows.
 
 Logging is at WARNING: at INFO the worker writes two lines per job, which would dominate a no-op job.
 """
@@ -64,6 +65,9 @@ STATIC_URL = "static/"
 COGWORKER = {"QUEUES": ["default"]}
 if os.environ.get("BENCH_POLL_INTERVAL_AVERAGE"):
     COGWORKER["POLL_INTERVAL_AVERAGE"] = float(os.environ["BENCH_POLL_INTERVAL_AVERAGE"])
+if os.environ.get("BENCH_CPU_AFFINITY"):
+    _affinity = os.environ["BENCH_CPU_AFFINITY"]
+    COGWORKER["CPU_AFFINITY"] = _affinity if _affinity in ("auto", "none") else [int(c) for c in _affinity.split(",")]
 
 LOGGING = {
     "version": 1,

@@ -31,6 +31,7 @@ class Command(BaseCommand):
         parser.add_argument("--strict", action="store_true", default=None, help="check queues in order (STRICT_QUEUES)")
 
     def handle(self, *args, **options):
+        from ...engine import affinity
         from ...engine.launcher import Launcher
 
         _ensure_logging(options["verbosity"])
@@ -47,6 +48,7 @@ class Command(BaseCommand):
             death_handlers = _load("DEATH_HANDLERS", config.death_handlers)
             entries = build_entries(config.periodic, settings.TIME_ZONE or "UTC")
             clock = _load("CLOCK", (config.clock,))[0] if config.clock else time.time
+            affinity.check(config.cpu_affinity)
         except ConfigError as exc:
             raise CommandError("invalid configuration:\n  " + "\n  ".join(exc.errors)) from None
         except ImportError as exc:
@@ -60,6 +62,7 @@ class Command(BaseCommand):
         self.stdout.flush()
 
         def run_worker(extra_info: dict | None = None) -> int:
+            affinity.apply(config.cpu_affinity, extra_info["index"] if extra_info else None)
             launcher = Launcher(config, runtime.get_redis(), server_middleware=server_middleware,
                                 death_handlers=death_handlers, client_middleware=client_middleware,
                                 periodic_entries=entries, clock=clock, version=__version__, extra_info=extra_info)

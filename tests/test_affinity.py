@@ -1,0 +1,77 @@
+"""CPU_AFFINITY: the workers of ``--processes N`` each on a CPU of their own; a lone process left free.
+
+What an operator relies on: the supervisor's workers spread over the CPUs the container allows,
+one each (that is what makes N processes N times faster on a GIL-bound load); a lone worker never
+pinned unless asked (several started by hand would share one CPU); a CPU that doesn't exist refused
+at startup, naming the setting.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from helpers import FAST_ENV, Worker, pid_alive, wait_until
+
+from django_cogworker.conf import build_config
+from django_cogworker.engine import affinity
+from django_cogworker.errors import ConfigError
+
+ALLOWED = sorted(os.sched_getaffinity(0))
+
+
+def allowed_cpus(pid: int) -> set[int]:
+    return set(os.sched_getaffinity(pid))
+
+
+def test_auto_deals_the_allowed_cpus_out_to_a_supervisors_workers_and_leaves_a_lone_process_free():
+    assert affinity.cpus_for("auto", None, [0, 1, 2]) is None
+    assert [affinity.cpus_for("auto", i, [5, 2, 7]) for i in range(4)] == [{2}, {5}, {7}, {2}]
+    assert affinity.cpus_for("none", 0, [0, 1]) is None
+
+
+def test_a_list_pins_a_lone_process_to_all_of_it_and_deals_it_out_to_workers():
+    assert affinity.cpus_for([3, 1], None, [0, 1, 2, 3]) == {1, 3}
+    assert [affinity.cpus_for([3, 1], i, [0, 1, 2, 3]) for i in range(3)] == [{3}, {1}, {3}]
+
+
+@pytest.mark.parametrize("value", ["all", "", [], [-1], [0, "1"], [True], 3, {"cpu": 0}])
+def test_a_bad_value_is_refused_naming_the_setting(value):
+    with pytest.raises(ConfigError) as caught:
+        build_config({"CPU_AFFINITY": value})
+    assert 'COGWORKER["CPU_AFFINITY"] must be "auto", "none" or a non-empty list of CPU numbers' in str(caught.value)
+
+
+def test_good_values_are_accepted():
+    assert build_config({}).cpu_affinity == "auto"
+    assert build_config({"CPU_AFFINITY": "none"}).cpu_affinity == "none"
+    assert build_config({"CPU_AFFINITY": [0, 1]}).cpu_affinity == (0, 1)
+
+
+def test_a_cpu_this_process_cannot_run_on_is_refused_at_startup(tmp_path):
+    missing = max(ALLOWED) + 1000
+    with Worker(env={**FAST_ENV, "COGWORKER_CPU_AFFINITY": str(missing)}, log_path=tmp_path / "w.log") as w:
+        code = w.wait(30)
+    assert code != 0
+    assert f'COGWORKER["CPU_AFFINITY"] lists CPU {missing}, which this process can\'t run on' in w.log()
+
+
+def test_a_supervisors_workers_each_run_on_one_allowed_cpu_in_turn(tmp_path, r):
+    with Worker("--processes", "2", "-c", "2", env=FAST_ENV, log_path=tmp_path / "sup.log") as w:
+        def children():
+            found = {info["index"]: info["pid"] for info in w.children(r).values() if pid_alive(info["pid"])}
+            return found if len(found) == 2 else None
+        pids = wait_until(children, timeout=40, message="2 children registered")
+        assert allowed_cpus(w.pid) == set(ALLOWED)  # (the supervisor itself stays free)
+        assert [allowed_cpus(pids[i]) for i in (0, 1)] == [{ALLOWED[0]}, {ALLOWED[1 % len(ALLOWED)]}]
+        assert "pinned to CPU" in w.log()
+
+
+def test_a_lone_worker_is_left_free_unless_a_list_is_given(tmp_path, r):
+    with Worker("-c", "1", env=FAST_ENV, log_path=tmp_path / "free.log") as w:
+        w.wait_ready()
+        assert allowed_cpus(w.pid) == set(ALLOWED)
+    with Worker("-c", "1", env={**FAST_ENV, "COGWORKER_CPU_AFFINITY": str(ALLOWED[-1])},
+                log_path=tmp_path / "pinned.log") as w:
+        w.wait_ready()
+        assert allowed_cpus(w.pid) == {ALLOWED[-1]}
