@@ -36,6 +36,9 @@ def get_config() -> Config:
 def get_redis() -> Any:
     """The shared redis-py client (bytes responses) for this config."""
     global _redis
+    client = _redis
+    if client is not None:  # (built: no lock to take on every call; jobs call this per command)
+        return client
     with _lock:
         if _redis is None:
             from .connection import make_redis
