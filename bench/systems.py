@@ -84,24 +84,41 @@ class System:
 # -- cogworker ---------------------------------------------------------------------------------
 
 class Cogworker(System):
-    def __init__(self, fetch: str = "reliable", concurrency: int = 10, processes: int = 1):
+    """``runcogworker``: ``processes`` > 1 runs them under one supervisor (``--processes N``, each
+    worker pinned to a CPU of its own by CPU_AFFINITY's default), unless ``by_hand``: N separate
+    commands, left free. ``affinity`` sets CPU_AFFINITY ("0": a lone worker pinned to CPU 0)."""
+
+    def __init__(self, fetch: str = "reliable", concurrency: int = 10, processes: int = 1, *,
+                 by_hand: bool = False, affinity: str | None = None):
         self.fetch = fetch
         self.concurrency = concurrency
         self.processes = processes
-        suffix = f"-x{processes}" if processes > 1 else ""
-        self.key = f"cogworker-{fetch}-c{concurrency}{suffix}"
-        self.label = f"cogworker {fetch} c{concurrency}" + (f" ×{processes} processes" if processes > 1 else "")
-        self.worker_desc = (f"{processes} × " if processes > 1 else "") + (
-            f"`manage.py runcogworker -c {concurrency} --fetch {fetch}`")
+        self.by_hand = by_hand
+        self.affinity = affinity
+        suffix = (f"-x{processes}" + ("-by-hand" if by_hand else "")) if processes > 1 else ""
+        self.key = f"cogworker-{fetch}-c{concurrency}{suffix}" + (f"-cpu{affinity}" if affinity else "")
+        self.label = f"cogworker {fetch} c{concurrency}" + (
+            (f" ×{processes} processes" + (" (by hand)" if by_hand else " (--processes)")) if processes > 1 else "") + (
+            f" pinned to CPU {affinity}" if affinity else "")
+        one = f"`manage.py runcogworker -c {concurrency} --fetch {fetch}"
+        if processes > 1 and not by_hand:
+            self.worker_desc = f"{one} --processes {processes}`"
+        else:
+            self.worker_desc = (f"{processes} × " if processes > 1 else "") + f"{one}`"
+        if affinity:
+            self.worker_desc += f' with `CPU_AFFINITY = [{affinity}]`'
 
     def argv(self) -> list[str]:
+        supervised = ["--processes", str(self.processes)] if self.processes > 1 and not self.by_hand else []
         return [sys.executable, str(BENCH / "manage.py"), "runcogworker", "-c", str(self.concurrency),
-                "--fetch", self.fetch, "-q", "default"]
+                "--fetch", self.fetch, "-q", "default", *supervised]
 
     def start(self, ctx: Ctx, tag: str = "", extra_env: dict[str, str] | None = None,
               wrap: Sequence[str] = ()) -> list[Worker]:
-        return [spawn(f"{self.key}{tag}-{i}", [*wrap, *self.argv()], env=ctx.worker_env(**(extra_env or {})),
-                      cwd=BENCH, logdir=ctx.logdir) for i in range(self.processes)]
+        env = {**({"BENCH_CPU_AFFINITY": self.affinity} if self.affinity else {}), **(extra_env or {})}
+        copies = self.processes if self.by_hand else 1
+        return [spawn(f"{self.key}{tag}-{i}", [*wrap, *self.argv()], env=ctx.worker_env(**env),
+                      cwd=BENCH, logdir=ctx.logdir) for i in range(copies)]
 
     def ready(self, ctx: Ctx) -> bool:
         return ctx.r.scard("cogworker:processes") >= self.processes
@@ -318,20 +335,23 @@ def _sidekiq_payload(cls: str, t: float, enqueued: bool = True) -> str:
 
 
 class Sidekiq(System):
-    key = "sidekiq"
-    label = "Sidekiq c10 (Ruby)"
-    worker_desc = "`sidekiq -r bench/sidekiq/bench_jobs.rb -c 10` (Debian ruby-sidekiq)"
+    def __init__(self, processes: int = 1):
+        self.processes = processes
+        self.key = "sidekiq" + (f"-x{processes}" if processes > 1 else "")
+        self.label = "Sidekiq c10 (Ruby)" + (f" ×{processes} processes" if processes > 1 else "")
+        self.worker_desc = (f"{processes} × " if processes > 1 else "") + (
+            "`sidekiq -r bench/sidekiq/bench_jobs.rb -c 10` (Debian ruby-sidekiq)")
 
     def available(self) -> str | None:
         return None if shutil.which("sidekiq") else "sidekiq is not installed (apt-get install ruby-sidekiq)"
 
     def start(self, ctx: Ctx, tag: str = "") -> list[Worker]:
-        return [spawn(f"sidekiq{tag}", ["sidekiq", "-r", str(BENCH / "sidekiq" / "bench_jobs.rb"), "-c", "10",
-                                        "-q", "default"], env=ctx.worker_env(REDIS_URL=ctx.url), cwd=BENCH,
-                      logdir=ctx.logdir)]
+        return [spawn(f"{self.key}{tag}-{i}", ["sidekiq", "-r", str(BENCH / "sidekiq" / "bench_jobs.rb"), "-c", "10",
+                                               "-q", "default"], env=ctx.worker_env(REDIS_URL=ctx.url), cwd=BENCH,
+                      logdir=ctx.logdir) for i in range(self.processes)]
 
     def ready(self, ctx: Ctx) -> bool:
-        return ctx.r.scard("processes") >= 1
+        return ctx.r.scard("processes") >= self.processes
 
     def push_bulk(self, ctx: Ctx, n: int) -> None:
         for start in range(0, n, CHUNK):
@@ -365,9 +385,10 @@ def _need(module: str, script: str) -> str | None:
 def all_systems(n_caps: dict[str, int]) -> list[System]:
     return [
         Cogworker("reliable", 10), Cogworker("reliable", 25), Cogworker("basic", 10), Cogworker("basic", 25),
-        Cogworker("reliable", 10, processes=2),
+        Cogworker("reliable", 10, affinity="0"),
+        Cogworker("reliable", 10, processes=2), Cogworker("reliable", 10, processes=2, by_hand=True),
         Floor(),
-        Sidekiq(),
+        Sidekiq(), Sidekiq(processes=2),
         Dramatiq(), Huey(), Celery(),
         Rq(fork=False, n_cap=n_caps.get("rq-simple")), Rq(fork=True, n_cap=n_caps.get("rq-fork")),
     ]
