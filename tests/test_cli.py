@@ -170,6 +170,19 @@ def test_retry_and_delete_by_jid_or_all(rb):
     assert api.DeadSet().size() == 0
 
 
+def test_an_entry_without_a_jid_is_named_by_its_token(rb):
+    rb.zadd(K.dead, {b"not json at all": 1_700_000_000.5, failed("d1"): 1_700_000_001})
+    with pytest.raises(CommandError, match="left in place") as caught:
+        cli("retry", "dead", "--all", "--yes")  # the readable one moves; the other can't
+    assert caught.value.returncode == 1 and api.Queue("default").size() == 1
+    (item,) = cli_json("dead")["items"]
+    assert item["unparseable"] is True and item["jid"] is None
+    assert cli("delete", "dead", item["token"], "--yes")[0] == f"{item['token']}: deleted\n"
+    assert api.DeadSet().size() == 0
+    with pytest.raises(CommandError, match="not in dead"):
+        cli("delete", "dead", item["token"], "--yes")
+
+
 def test_periodic_lists_entries_with_last_and_next_run(rb):
     rb.hset(K.periodic_schedule, "nightly", json.dumps({"cron": "0 3 * * *", "tz": "UTC", "job": "shop.jobs.Report",
                                                         "queue": "default", "published_at": time.time()}))

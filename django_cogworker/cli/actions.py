@@ -56,11 +56,17 @@ def clear(names: list[str], *, yes: bool) -> Outcome:
     return outcome
 
 
-def _find(entries: api.SortedSet, jid: str) -> tuple[api.SortedEntry | None, bool]:
-    """(the entry with this jid, whether the whole set was searched), by the api's bounded filter."""
+def _find(entries: api.SortedSet, ref: str) -> tuple[api.SortedEntry | None, bool]:
+    """(the entry ``ref`` names, whether the whole set was searched).
+
+    A token (``--json``'s ``token``: score|ident) is exact and O(log n), and names entries that
+    have no jid (unparseable ones); a jid is looked for by the api's bounded filter.
+    """
+    if "|" in ref:
+        return entries.find(ref), True
     # The jid as a JSON string anywhere, then checked: a payload written with other spacing is found too.
-    page = entries.page(1, api.MAX_PER_PAGE, substring=json.dumps(jid))
-    return next((e for e in page.items if e.jid == jid or e.ident == jid), None), page.complete
+    page = entries.page(1, api.MAX_PER_PAGE, substring=json.dumps(ref))
+    return next((e for e in page.items if e.jid == ref), None), page.complete
 
 
 def on_entries(kind: str, jids: list[str], *, delete: bool, every: bool, yes: bool) -> Outcome:

@@ -66,7 +66,8 @@ def processes() -> Listing:
     found = list(api.ProcessSet())
     items = [{"identity": p.identity, "hostname": p.hostname, "pid": p.pid, "tag": p.tag, "busy": p.busy,
               "concurrency": p.concurrency, "queues": p.queues, "quiet": p.is_quiet, "started_at": p.started_at,
-              "beat": p.beat, "supervisor": p.supervisor or None, "version": p.version} for p in found]
+              "beat": p.beat, "supervisor": p.supervisor or None, "index": p.index, "version": p.version}
+             for p in found]
     rows = [[i["identity"], i["hostname"], i["pid"], i["tag"] or None, f"{i['busy']}/{i['concurrency'] or '?'}",
              ",".join(i["queues"]), i["quiet"], when(i["started_at"]),
              seconds(now - i["beat"]) if i["beat"] is not None else None] for i in items]

@@ -50,14 +50,15 @@ class Command(BaseCommand):
         p = sub.add_parser("queues", parents=[listing, paged], help="queues: size, latency, paused")
         p.add_argument("names", nargs="*", metavar="QUEUE", help="only these (each must exist)")
         sub.add_parser("processes", parents=[listing], help="live worker processes")
-        for kind in ("scheduled", "retries", "dead"):
-            p = sub.add_parser(kind, parents=[listing, paged], help=f"entries of the {kind} set")
+        for kind, what in (("scheduled", "jobs due later"), ("retries", "failed jobs waiting for a retry"),
+                           ("dead", "jobs that won't run again, the latest first")):
+            p = sub.add_parser(kind, parents=[listing, paged], help=what)
             p.add_argument("--class", dest="job", metavar="JOB", help="only jobs of this class (dotted name)")
             p.add_argument("--grep", metavar="TEXT", help="only entries whose stored JSON contains TEXT")
         sub.add_parser("periodic", parents=[listing], help="periodic entries: last and next run")
 
-        for verb in ("pause", "unpause"):
-            p = sub.add_parser(verb, help=f"{verb} queues (no process fetches from a paused queue)")
+        for verb, what in (("pause", "no process fetches from these queues"), ("unpause", "fetch from them again")):
+            p = sub.add_parser(verb, help=f"{verb} queues: {what} (from each process's next heartbeat)")
             p.add_argument("names", nargs="+", metavar="QUEUE")
             p.add_argument("--force", action="store_true", help=f"{verb} a queue nothing was pushed to yet")
         p = sub.add_parser("clear", help="delete every waiting job of queues")
@@ -67,7 +68,7 @@ class Command(BaseCommand):
             p = sub.add_parser(verb, help=f"{verb} jobs of the scheduled, retry or dead set"
                                           + (" (enqueue them now)" if verb == "retry" else ""))
             p.add_argument("set", choices=list(listings.SETS), metavar="SET", help="scheduled, retries or dead")
-            p.add_argument("jids", nargs="*", metavar="JID")
+            p.add_argument("jids", nargs="*", metavar="JID", help="a jid, or an entry's token from --json")
             p.add_argument("--all", action="store_true", dest="every", help="every entry of the set")
             p.add_argument("--yes", action="store_true", help="confirm (needed by --all and by delete)")
         for verb in ("quiet", "stop"):
