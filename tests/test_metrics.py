@@ -108,6 +108,14 @@ def test_who_may_read_it(token):
     assert Client().post(URL, HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 405
 
 
+def test_a_scraper_gets_through_login_required_middleware(settings, token):
+    # A project that requires a login everywhere (Django's LoginRequiredMiddleware) still lets the
+    # token in, rather than redirecting the scraper to the login page; without one it is refused.
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django.contrib.auth.middleware.LoginRequiredMiddleware"]
+    assert scrape().status_code == 200
+    assert scrape(token=None).status_code == 401
+
+
 @pytest.mark.django_db
 def test_without_a_token_configured_no_bearer_is_accepted(settings):
     assert runtime.get_config().metrics_token == ""

@@ -15,6 +15,7 @@ import hmac
 import logging
 
 import redis as redis_lib
+from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_safe
 
@@ -47,6 +48,7 @@ def _refusal(request: HttpRequest) -> HttpResponse | None:
     return response
 
 
+@login_not_required  # (under LoginRequiredMiddleware a scraper would be sent to a login page)
 @require_safe
 def metrics_view(request: HttpRequest) -> HttpResponse:
     refusal = _refusal(request)
