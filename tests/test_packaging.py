@@ -107,6 +107,7 @@ USE_TZ = True
 
 PROBE = """
 import json, pathlib, sys
+sys.modules["environ"] = None  # django-environ can't be imported: the package must not need it
 import django
 django.setup()
 import django_cogworker
