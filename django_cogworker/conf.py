@@ -22,6 +22,7 @@ DAY = 24 * 60 * 60
 FETCH_MODES = ("reliable", "basic")
 URL_SCHEMES = ("redis", "rediss", "unix")
 HEARTBEAT_INTERVAL_MAX = 3600.0
+METRICS_TOKEN_MIN = 16  # characters: a token a scrape config carries, not a password anyone types
 
 
 # REDIS_OPTIONS whose values repr(Config) doesn't show (redis-py's password, ssl_password...).
@@ -80,6 +81,9 @@ class Config:
     heartbeat_interval: float = 5.0
     key_guard_interval: float = 60.0
     tag: str = ""
+    # The bearer token the metrics view accepts (``Authorization: Bearer <token>``); "" accepts
+    # none, so only a logged-in user with the view permission can read it. Never shown in repr.
+    metrics_token: str = dataclasses.field(default="", repr=False)
 
     @property
     def queue_names(self) -> tuple[str, ...]:
@@ -106,6 +110,8 @@ class Config:
             value = getattr(self, field.name)
             if field.name == "redis_url" and isinstance(value, str):
                 value = redact_url(value)
+            elif field.name == "metrics_token":
+                value = "***" if value else ""
             elif field.name == "redis_options" and isinstance(value, Mapping):
                 value = {k: "***" if isinstance(k, str) and _SECRET_OPTION.search(k) else v for k, v in value.items()}
             shown.append(f"{field.name}={value!r}")
@@ -150,6 +156,7 @@ SETTINGS = {
     "HEARTBEAT_INTERVAL": "heartbeat_interval",
     "KEY_GUARD_INTERVAL": "key_guard_interval",
     "TAG": "tag",
+    "METRICS_TOKEN": "metrics_token",
 }
 FIELD_TO_SETTING = {v: k for k, v in SETTINGS.items()}
 
@@ -373,6 +380,14 @@ def validate(cfg: Config) -> Config:
         bad("clock", 'a dotted import path or ""')
     if not isinstance(cfg.tag, str):
         bad("tag", "a string")
+    if not isinstance(cfg.metrics_token, str) or (cfg.metrics_token and (
+            len(cfg.metrics_token) < METRICS_TOKEN_MIN or not cfg.metrics_token.isprintable()
+            or any(c.isspace() for c in cfg.metrics_token))):
+        # (the value itself isn't echoed: it is a secret)
+        errors.append(f'COGWORKER["METRICS_TOKEN"] must be "" or a string of at least {METRICS_TOKEN_MIN} printable '
+                      'characters without spaces (e.g. secrets.token_urlsafe()), got '
+                      + (f"a {type(cfg.metrics_token).__name__}" if not isinstance(cfg.metrics_token, str)
+                         else f"{len(cfg.metrics_token)} characters"))
     if errors:
         raise ConfigError(errors)
     return cfg

@@ -26,6 +26,9 @@ repeat_orphans                list    jobs sent to dead for being orphaned MAX_O
 unsettled                     list    jobs that ran but whose retry/dead filing failed        -
 stat:processed[:<day>]        string  processed counter (total, per UTC day)                  day: 1 y
 stat:failed[:<day>]           string  failed counter (total, per UTC day)                     day: 1 y
+stat:class:processed          hash    job class -> runs (failed ones too)                     -
+stat:class:failed             hash    job class -> failed runs                                -
+stat:class:seconds            hash    job class -> seconds its runs took, summed              -
 quarantine:<key>:<t>:<rand>   any     a key found holding the wrong type, moved aside         30 days
 periodic:*                    -       see the periodic package (schedule, disabled,           -
                                       enabled_at, locks)
@@ -82,6 +85,9 @@ class Keys:
         self.unsettled = p + "unsettled"
         self.stat_processed = p + "stat:processed"
         self.stat_failed = p + "stat:failed"
+        self.stat_class_processed = p + "stat:class:processed"
+        self.stat_class_failed = p + "stat:class:failed"
+        self.stat_class_seconds = p + "stat:class:seconds"
         self.periodic_schedule = p + "periodic:schedule"
         self.periodic_disabled = p + "periodic:disabled"
         self.periodic_enabled_at = p + "periodic:enabled_at"
@@ -146,4 +152,5 @@ class Keys:
             self.repeat_orphans: "list", self.unsettled: "list",
             self.periodic_schedule: "hash", self.periodic_disabled: "set", self.periodic_enabled_at: "hash",
             self.stat_processed: "string", self.stat_failed: "string",
+            self.stat_class_processed: "hash", self.stat_class_failed: "hash", self.stat_class_seconds: "hash",
         }

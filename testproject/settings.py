@@ -1,5 +1,8 @@
 """Settings for the demo / test project. Everything tunable comes from the environment
-(django-environ), so `make demo`, the test-suite and its worker subprocesses share one file."""
+(django-environ), so `make demo`, the test-suite and its worker subprocesses share one file.
+
+django-environ is the `testproject` extra (and in `dev`), not a dependency of the library: the
+library reads its own two environment variables (COGWORKER_REDIS_URL, REDIS_URL) itself."""
 
 import os
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""api.Queue, the object model over a queue (size, latency, pause), and `manage.py cogworker_queues`.
+"""api.Queue, the object model over a queue (size, latency, pause); `manage.py cogworker` is in test_cli.py.
 
 The pause tests run a real `runcogworker` process: a paused queue is left alone from its next
 heartbeat on, the others are still served, and with every queue paused the process stays idle.
@@ -9,13 +9,10 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 import time
 
 import pytest
-import redis
 from django.core.management import call_command
-from django.core.management.base import CommandError
 from helpers import FAST_ENV, Worker, wait_until
 
 from django_cogworker import api
@@ -87,65 +84,6 @@ def test_pause_and_unpause(rb):
     assert mail.paused is False and rb.smembers(K.paused_queues) == set()
 
 
-# -- the command -----------------------------------------------------------------------------------
-
-
-def command(*args, stderr=None) -> str:
-    out = io.StringIO()
-    call_command("cogworker_queues", *args, stdout=out, stderr=stderr or io.StringIO())
-    return out.getvalue()
-
-
-def test_the_queues_command_pauses_lists_and_unpauses(rb, redis_url):
-    push_at(rb, redis_url, "mail", 1, when=time.time() - 42)
-    notes = io.StringIO()
-    assert command("pause", "mail", "reprots", stderr=notes) == "mail: paused\nreprots: paused\n"
-    assert notes.getvalue() == ("note: no queue 'reprots' is known (nothing was pushed to it and QUEUES doesn't "
-                                "list it); paused all the same\n")
-    command("unpause", "reprots")
-    assert command("pause", "default", stderr=notes) == "default: paused\n"  # (the test project's QUEUES)
-    assert notes.getvalue().count("note:") == 1
-    command("unpause", "default")
-    assert command("pause", "mail", "reports") == "mail: paused\nreports: paused\n"
-    assert rb.smembers(K.paused_queues) == {b"mail", b"reports"}
-    lines = command("list").splitlines()
-    assert lines[0].startswith("mail\t1\t") and lines[0].endswith("s (paused)")  # name, size, latency
-    assert float(lines[0].split("\t")[2].split("s")[0]) == pytest.approx(42, abs=2)
-    assert lines[1] == "reports\t0\t0.0s (paused)"
-    # list is the default (latencies masked: the clock moves between the two calls)
-    assert re.sub(r"\t[\d.]+s", "", command()) == re.sub(r"\t[\d.]+s", "", command("list"))
-    assert command("unpause", "mail") == "mail: unpaused\n"
-    assert command("list").splitlines()[0].endswith("s")
-    assert "(paused)" not in command("list").splitlines()[0]
-
-
-def test_the_queues_command_lists_thousands_of_queues_in_a_few_round_trips(rb, monkeypatch):
-    # Per-tenant queues: it made three round trips per queue (100,000 names: 33 s in the admin).
-    names = [f"tenant-{n:05d}" for n in range(2500)]
-    rb.sadd(K.queues, *names)
-    rb.lpush(K.queue("tenant-00007"), json.dumps({"jid": "j", "class": "x", "enqueued_at": time.time()}))
-    trips = {"n": 0}
-    for cls in (redis.Redis, redis.client.Pipeline):
-        real = cls.execute_command if cls is redis.Redis else cls.execute
-
-        def counted(self, *args, _real=real, **kwargs):
-            trips["n"] += 1
-            return _real(self, *args, **kwargs)
-
-        monkeypatch.setattr(cls, "execute_command" if cls is redis.Redis else "execute", counted)
-    lines = command("list").splitlines()
-    assert len(lines) == 2500 and lines[7].startswith("tenant-00007\t1\t")
-    assert trips["n"] <= 10
-
-
-def test_the_queues_command_needs_names_to_pause(rb):
-    with pytest.raises(CommandError, match="name the queue"):
-        command("pause")
-    with pytest.raises(CommandError):
-        command("resume", "mail")
-    assert rb.smembers(K.paused_queues) == set()
-
-
 # -- a running worker ------------------------------------------------------------------------------
 
 
@@ -155,7 +93,9 @@ def test_a_running_worker_stops_fetching_a_paused_queue_and_resumes_on_unpause(r
         RecordJob.set(queue="mail").perform_async("seen", "mail-before")
         wait_until(lambda: "mail-before" in r.lrange("seen", 0, -1), timeout=10)
 
-        assert command("pause", "mail") == "mail: paused\n"
+        out = io.StringIO()
+        call_command("cogworker", "pause", "mail", stdout=out)
+        assert out.getvalue() == "mail: paused\n"
         paused_at = redis_now(r)
         # The worker's next heartbeat reads the paused set; a fetch already waiting on the queue
         # (at most FETCH_IDLE_MAX_INTERVAL, 1 s, with two queues) ends first.

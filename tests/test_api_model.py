@@ -415,6 +415,22 @@ def test_stats_snapshot(rb):
     assert stats.redis_info["version"] and stats.redis_info["connected_clients"] >= 1
 
 
+def test_job_class_stats_busiest_first_bounded_and_lenient(rb):
+    engine_stats = EngineStats(KEYS)
+    for job_class, failed_, seconds in (("shop.A", False, 0.5), ("shop.B", True, 1.0), ("shop.B", False, 2.0)):
+        engine_stats.job_done(failed_, job_class, seconds)
+    engine_stats.flush(rb)
+    rows = api.JobClassStats.all()
+    assert [(r.job_class, r.processed, r.failed) for r in rows] == [("shop.B", 2, 1), ("shop.A", 1, 0)]
+    assert rows[0].seconds == pytest.approx(3.0)
+    assert [r.job_class for r in api.JobClassStats.all(limit=1)] == ["shop.B"]
+    rb.delete(KEYS.stat_class_seconds)
+    rb.rpush(KEYS.stat_class_seconds, "a list")  # the wrong type (the key guard's to move): read as empty
+    rb.hset(KEYS.stat_class_failed, "shop.A", "garbage")
+    assert [(r.job_class, r.failed, r.seconds) for r in api.JobClassStats.all()] == [("shop.B", 1, 0.0),
+                                                                                      ("shop.A", 0, 0.0)]
+
+
 def test_objects_say_what_they_are_in_a_shell(rb):
     """``manage.py shell`` users see each object's identity, not ``<... object at 0x...>``."""
     pushed = fill(rb, KEYS.dead, 1)[0]

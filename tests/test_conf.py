@@ -154,9 +154,22 @@ class _Weird:
 def test_every_setting_rejects_a_nonsense_value_by_name(key):
     # Drift guard: a setting added without validation fails here.
     errors = errors_of({key: _Weird()})
-    # REDIS_OPTIONS names the type instead of echoing the value: it may hold a password.
-    shown = "_Weird" if key == "REDIS_OPTIONS" else "<weird value>"
+    # REDIS_OPTIONS and METRICS_TOKEN name the type instead of echoing the value: it may be a secret.
+    shown = "_Weird" if key in ("REDIS_OPTIONS", "METRICS_TOKEN") else "<weird value>"
     assert any(e.startswith(f'COGWORKER["{key}"]') and shown in e for e in errors), errors
+
+
+@pytest.mark.parametrize("token", ["short", "has a space in it somewhere", "x" * 15, "tab\tinside-a-long-token"])
+def test_a_metrics_token_too_short_or_with_spaces_is_refused_without_echoing_it(token):
+    (error,) = errors_of({"METRICS_TOKEN": token})
+    assert error.startswith('COGWORKER["METRICS_TOKEN"] must be "" or a string of at least 16')
+    assert token not in error and error.endswith(f"got {len(token)} characters")
+
+
+def test_a_metrics_token_is_kept_and_never_shown():
+    config = build_config({"METRICS_TOKEN": "Tk_" + "a" * 40})
+    assert config.metrics_token == "Tk_" + "a" * 40 and build_config({}).metrics_token == ""
+    assert "Tk_" not in repr(config) and "metrics_token='***'" in repr(config)
 
 
 def test_all_problems_are_reported_at_once():

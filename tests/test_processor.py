@@ -290,11 +290,11 @@ def test_a_processor_that_dies_is_replaced(launcher_factory, fetch_mode, r, monk
     real_job_done = stats.job_done
     calls = []
 
-    def job_done_with_a_bug(failed):
+    def job_done_with_a_bug(failed, *args):
         calls.append(failed)
         if len(calls) == 1:
             raise RuntimeError("a bug in the processor itself")
-        real_job_done(failed)
+        real_job_done(failed, *args)
 
     monkeypatch.setattr(stats, "job_done", job_done_with_a_bug)
     first_job = running.push(Note, token, 1)

@@ -147,3 +147,38 @@ def test_counting_from_many_threads_loses_nothing(bclient, r):
 
     assert r.get(K.stat_processed) == "8000"
     assert r.get(K.stat_failed) == "2000"
+
+
+def test_per_class_runs_failures_and_seconds_ride_on_the_same_pipeline(bclient, r):
+    stats = Stats(K)
+    stats.job_done(False, "shop.jobs.SendReceipt", 0.25)
+    stats.job_done(True, "shop.jobs.SendReceipt", 1.5)
+    stats.job_done(False, "shop.jobs.Report", 2.0)
+    counting = Counting(bclient)
+    stats.flush(counting, now=NOW)
+
+    assert (counting.pipelines, counting.commands) == (1, 0)  # no round trip of its own
+    assert r.hgetall(K.stat_class_processed) == {"shop.jobs.SendReceipt": "2", "shop.jobs.Report": "1"}
+    assert r.hgetall(K.stat_class_failed) == {"shop.jobs.SendReceipt": "1"}
+    seconds = r.hgetall(K.stat_class_seconds)
+    assert float(seconds["shop.jobs.SendReceipt"]) == pytest.approx(1.75)
+    assert float(seconds["shop.jobs.Report"]) == pytest.approx(2.0)
+    assert r.ttl(K.stat_class_processed) == -1
+    assert r.get(K.stat_processed) == "3"
+
+
+def test_per_class_counts_survive_a_failed_flush_and_a_hash_of_the_wrong_type(bclient, down, r, caplog):
+    stats = Stats(K)
+    stats.job_done(True, "shop.jobs.SendReceipt", 0.5)
+    with pytest.raises(redis.ConnectionError):
+        stats.flush(down, now=NOW)
+    r.set(K.stat_class_seconds, "not a hash")
+    stats.job_done(False, "shop.jobs.SendReceipt", 0.5)
+    stats.flush(bclient, now=NOW)  # the wrong-typed hash moved aside, logged, not raised
+    assert "can't be counted on" in caplog.text
+    stats.flush(bclient, now=NOW)
+
+    assert r.hgetall(K.stat_class_processed) == {"shop.jobs.SendReceipt": "2"}
+    assert r.hgetall(K.stat_class_failed) == {"shop.jobs.SendReceipt": "1"}
+    assert float(r.hget(K.stat_class_seconds, "shop.jobs.SendReceipt")) == pytest.approx(1.0)
+    assert len(r.keys(K.quarantine_prefix + "*")) == 1

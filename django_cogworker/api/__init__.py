@@ -13,7 +13,7 @@
     api.RetrySet().retry_all(); api.ScheduledSet().delete_all()
 
     for process in api.ProcessSet(): process.quiet()   # or stop(), dump()
-    api.Workers(), api.PeriodicEntry.all(), api.QuarantinedKey.all(), api.Stats()
+    api.Workers(), api.PeriodicEntry.all(), api.QuarantinedKey.all(), api.Stats(), api.JobClassStats.all()
 
 Objects take an optional ``redis`` client (bytes responses, as the runtime's)
 and ``keys``; by default the project's (``runtime``).
@@ -48,7 +48,7 @@ The names are defined in one module per part and re-exported here, so
     processes    Process, ProcessSet, Work, Workers
     periodic     PeriodicEntry
     quarantine   Bounded, QuarantinedKey; KEYSPACE_SCAN_LIMIT, QUARANTINE_LIMIT, SAMPLE_ITEMS, SAMPLE_CHARS
-    stats        Day, Stats
+    stats        Day, Stats, JobClassStats
 
 The code reads each limit in the module that defines it: to change one (a
 test's monkeypatch), set it there, e.g. ``api.sorted_sets.SCAN_LIMIT``;
@@ -76,7 +76,7 @@ from .sorted_sets import (
     SortedEntry,
     SortedSet,
 )
-from .stats import Day, Stats
+from .stats import Day, JobClassStats, Stats
 
 __all__ = [
     # limits
@@ -121,5 +121,6 @@ __all__ = [
     "QuarantinedKey",
     # stats
     "Day",
+    "JobClassStats",
     "Stats",
 ]

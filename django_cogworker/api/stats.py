@@ -1,5 +1,5 @@
 """Stats: ``Stats``, a snapshot of the counters, the sets' sizes, the queues, the processes and Redis,
-with ``Day``, one day of the history."""
+with ``Day``, one day of the history; ``JobClassStats``, the runs, failures and seconds of each job class."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from .queues import Queue, QueueRow
 
 SHOWN_QUEUES = 25  # the dashboard lists the largest queues; the queues page has them all, paged
 SIZE_BATCH = 10_000  # LLENs per pipeline
+CLASS_LIMIT = 1_000  # job classes ``JobClassStats.all`` returns at most (the busiest)
 
 
 @dataclasses.dataclass
@@ -25,6 +26,32 @@ class Day:
     day: str
     processed: int
     failed: int
+
+
+@dataclasses.dataclass
+class JobClassStats:
+    """What the workers counted of one job class since its counters began (``stat:class:*``)."""
+
+    job_class: str
+    processed: int  # runs, the failed ones included
+    failed: int
+    seconds: float  # the time its runs took, summed
+
+    @classmethod
+    def all(cls, *, redis: RedisClient | None = None, keys: Keys | None = None,
+            limit: int = CLASS_LIMIT) -> list[JobClassStats]:
+        """The ``limit`` classes with the most runs, most first, read in one round trip. A hash of
+        the wrong type reads as empty (the key guard moves it aside)."""
+        redis, keys = _defaults(redis, keys)
+        pipe = redis.pipeline(transaction=False)
+        for key in (keys.stat_class_processed, keys.stat_class_failed, keys.stat_class_seconds):
+            pipe.hgetall(key)
+        processed, failed, seconds = (r if isinstance(r, dict) else {} for r in pipe.execute(raise_on_error=False))
+        rows = [cls(name.decode("utf-8", "backslashreplace"), int(_number(count) or 0),
+                    int(_number(failed.get(name)) or 0), _number(seconds.get(name)) or 0.0)
+                for name, count in processed.items()]
+        rows.sort(key=lambda row: (-row.processed, row.job_class))
+        return rows[:limit]
 
 
 class Stats:

@@ -126,11 +126,12 @@ class Processor:
                 self.settler.settle(unit.raw, filing)
             else:
                 self.acks.add(unit.raw)  # discarded (dead=False)
-            self.stats.job_done(failed=True)
+            self.stats.job_done(True, payload["class"], elapsed)
         else:
-            logger.info("done jid=%s class=%s elapsed=%.3fs", jid, shown_class, time.monotonic() - started)
+            elapsed = time.monotonic() - started
+            logger.info("done jid=%s class=%s elapsed=%.3fs", jid, shown_class, elapsed)
             self.acks.add(unit.raw)
-            self.stats.job_done(failed=False)
+            self.stats.job_done(False, payload["class"], elapsed)
         finally:
             ledger.job_finished(unit)
             self._hook(payload, outcome)

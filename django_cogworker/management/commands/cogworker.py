@@ -1,0 +1,120 @@
+"""``manage.py cogworker ACTION``: look at and act on queues, sets, processes and periodic entries.
+
+The edge only: arguments in, ``cli.listings`` / ``cli.actions`` (through ``api``), text out.
+Exit codes: 0 done; 1 something named isn't there or was refused (the rest was done); 2 a
+usage error (argparse's own code; a bulk or destructive action without ``--yes``).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import redis
+from django.core.management.base import BaseCommand, CommandError
+
+from ...cli import actions, listings
+from ...cli.output import FAILED, USAGE, as_json, table
+
+LISTINGS = ("stats", "queues", "processes", "scheduled", "retries", "dead", "periodic")
+
+
+def _limit(text: str) -> int:
+    from ... import api
+
+    value = int(text)
+    if not 1 <= value <= api.MAX_PER_PAGE:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {api.MAX_PER_PAGE} (use --page for more)")
+    return value
+
+
+def _page(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return value
+
+
+class Command(BaseCommand):
+    help = ("Look at and act on cogworker: stats, queues, processes, scheduled, retries, dead, periodic; "
+            "pause/unpause and clear queues; retry/delete jobs; quiet/stop processes.")
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+        listing = argparse.ArgumentParser(add_help=False)
+        listing.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+        paged = argparse.ArgumentParser(add_help=False)
+        paged.add_argument("--limit", type=_limit, default=25, help="rows per page (default 25, at most 100)")
+        paged.add_argument("--page", type=_page, default=1, help="the page to show, from 1")
+
+        sub.add_parser("stats", parents=[listing], help="counters, sizes and processes at a glance")
+        p = sub.add_parser("queues", parents=[listing, paged], help="queues: size, latency, paused")
+        p.add_argument("names", nargs="*", metavar="QUEUE", help="only these (each must exist)")
+        sub.add_parser("processes", parents=[listing], help="live worker processes")
+        for kind, what in (("scheduled", "jobs due later"), ("retries", "failed jobs waiting for a retry"),
+                           ("dead", "jobs that won't run again, the latest first")):
+            p = sub.add_parser(kind, parents=[listing, paged], help=what)
+            p.add_argument("--class", dest="job", metavar="JOB", help="only jobs of this class (dotted name)")
+            p.add_argument("--grep", metavar="TEXT", help="only entries whose stored JSON contains TEXT")
+        sub.add_parser("periodic", parents=[listing], help="periodic entries: last and next run")
+
+        for verb, what in (("pause", "no process fetches from these queues"), ("unpause", "fetch from them again")):
+            p = sub.add_parser(verb, help=f"{verb} queues: {what} (from each process's next heartbeat)")
+            p.add_argument("names", nargs="+", metavar="QUEUE")
+            p.add_argument("--force", action="store_true", help=f"{verb} a queue nothing was pushed to yet")
+        p = sub.add_parser("clear", help="delete every waiting job of queues")
+        p.add_argument("names", nargs="+", metavar="QUEUE")
+        p.add_argument("--yes", action="store_true", help="confirm")
+        for verb in ("retry", "delete"):
+            p = sub.add_parser(verb, help=f"{verb} jobs of the scheduled, retry or dead set"
+                                          + (" (enqueue them now)" if verb == "retry" else ""))
+            p.add_argument("set", choices=list(listings.SETS), metavar="SET", help="scheduled, retries or dead")
+            p.add_argument("jids", nargs="*", metavar="JID", help="a jid, or an entry's token from --json")
+            p.add_argument("--all", action="store_true", dest="every", help="every entry of the set")
+            p.add_argument("--yes", action="store_true", help="confirm (needed by --all and by delete)")
+        for verb in ("quiet", "stop"):
+            p = sub.add_parser(verb, help={"quiet": "stop fetching (finish running jobs, stay up)",
+                                           "stop": "shut down as on TERM"}[verb] + " at the next heartbeat")
+            p.add_argument("identities", nargs="*", metavar="IDENTITY")
+            p.add_argument("--all", action="store_true", dest="every", help="every live process")
+
+    def handle(self, *args, action, **options):
+        try:
+            if action in LISTINGS:
+                return self._show(action, options)
+            outcome = self._act(action, options)
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            raise CommandError(f"can't reach Redis: {exc}", returncode=FAILED) from None
+        for line in outcome.done:
+            self.stdout.write(line)
+        if outcome.failed:
+            raise CommandError("\n".join(outcome.failed), returncode=FAILED)
+
+    def _show(self, action: str, options: dict) -> None:
+        if action == "stats":
+            shown = listings.stats()
+        elif action == "queues":
+            shown = listings.queues(options["names"], options["page"], options["limit"])
+        elif action == "processes":
+            shown = listings.processes()
+        elif action == "periodic":
+            shown = listings.periodic()
+        else:
+            shown = listings.sorted_set(action, options["page"], options["limit"], options["job"], options["grep"])
+        if options["json"]:
+            self.stdout.write(as_json(shown.document))
+            return
+        self.stdout.write(table(shown.headers, shown.rows))
+        if shown.note:
+            self.stderr.write(shown.note)
+
+    def _act(self, action: str, options: dict) -> actions.Outcome:
+        if action in ("pause", "unpause"):
+            return actions.pause(options["names"], unpause=action == "unpause", force=options["force"])
+        if action == "clear":
+            return actions.clear(options["names"], yes=options["yes"])
+        if action in ("retry", "delete"):
+            return actions.on_entries(options["set"], options["jids"], delete=action == "delete",
+                                      every=options["every"], yes=options["yes"])
+        if action in ("quiet", "stop"):
+            return actions.signal(action, options["identities"], every=options["every"])
+        raise CommandError(f"unknown action {action!r}", returncode=USAGE)

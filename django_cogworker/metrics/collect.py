@@ -1,0 +1,87 @@
+"""What a scrape reads, through ``api`` (as the admin reads), in a few pipelined round trips.
+
+Bounded with many queues: every queue's size is read (one pipeline per 10,000 names, as the
+dashboard does), but per-queue series are kept for the QUEUE_LIMIT largest only: 100,000
+tenant queues would be 200,000 series a scrape, more than a Prometheus server should be asked
+to keep; ``cogworker_queues`` and ``cogworker_enqueued`` still count them all. Job classes
+likewise (``api.stats.CLASS_LIMIT``).
+"""
+
+from __future__ import annotations
+
+import time
+
+from .. import api
+from .._types import RedisClient
+from ..keys import Keys
+from .exposition import Family
+
+QUEUE_LIMIT = 500  # queues with series of their own, the largest first
+
+
+def collect(*, redis: RedisClient | None = None, keys: Keys | None = None, now: float | None = None,
+            queue_limit: int | None = None) -> list[Family]:
+    now = time.time() if now is None else now
+    queue_limit = QUEUE_LIMIT if queue_limit is None else queue_limit  # (read now: a test patches it)
+    stats = api.Stats(redis=redis, keys=keys, now=now, days=1)
+    redis, keys = stats.redis, stats.keys
+    families = [
+        Family("cogworker_processed_total", "counter", "Jobs run (failed ones included), since the counters began.")
+        .add(stats.processed),
+        Family("cogworker_failed_total", "counter", "Job runs that failed, since the counters began.")
+        .add(stats.failed),
+        Family("cogworker_busy", "gauge", "Jobs running now, over every live process.").add(stats.busy),
+        Family("cogworker_concurrency", "gauge", "Processor threads, over every live process.")
+        .add(stats.concurrency),
+        Family("cogworker_processes", "gauge", "Live worker processes (their heartbeat hash hasn't expired).")
+        .add(stats.process_count),
+        Family("cogworker_scheduled_size", "gauge", "Jobs in the scheduled set.").add(stats.scheduled_size),
+        Family("cogworker_retry_size", "gauge", "Jobs waiting for a retry.").add(stats.retry_size),
+        Family("cogworker_dead_size", "gauge", "Jobs in the dead set.").add(stats.dead_size),
+        Family("cogworker_queues", "gauge", "Queues known (pushed to, or paused).").add(stats.queue_count),
+        Family("cogworker_enqueued", "gauge", "Jobs waiting, over every queue.").add(stats.enqueued),
+    ]
+    families += _queues(stats, redis, keys, now, queue_limit)
+    families += _periodic(redis, keys)
+    families += _classes(redis, keys)
+    return families
+
+
+def _queues(stats: api.Stats, redis: RedisClient, keys: Keys, now: float, limit: int) -> list[Family]:
+    largest = sorted(stats.queue_sizes.items(), key=lambda pair: (-pair[1], pair[0]))[:limit]
+    shown = {name for name, _ in largest}
+    queues = [q for q in api.Queue.all(redis=redis, keys=keys) if q.name in shown]
+    rows = api.QueueRow.read(queues, now=now)  # one pipeline
+    size = Family("cogworker_queue_size", "gauge", "Jobs waiting in the queue.")
+    latency = Family("cogworker_queue_latency_seconds", "gauge",
+                     "Seconds the oldest waiting job of the queue has waited (0 when empty).")
+    paused = Family("cogworker_queue_paused", "gauge", "1 when no process fetches from the queue.")
+    for row in sorted(rows, key=lambda row: (-row.size, row.queue.name)):
+        size.add(row.size, queue=row.queue.name)
+        latency.add(round(row.latency, 3), queue=row.queue.name)
+        paused.add(int(row.paused), queue=row.queue.name)
+    return [size, latency, paused]
+
+
+def _periodic(redis: RedisClient, keys: Keys) -> list[Family]:
+    last = Family("cogworker_periodic_last_run_timestamp_seconds", "gauge",
+                  "When the entry's last run was due (its last slot claimed), as Unix time.")
+    enabled = Family("cogworker_periodic_enabled", "gauge", "1 when the periodic entry is enabled.")
+    for entry in api.PeriodicEntry.all(redis=redis, keys=keys):
+        if entry.last_slot is not None:
+            last.add(entry.last_slot, entry=entry.pjid)
+        enabled.add(int(entry.enabled), entry=entry.pjid)
+    return [last, enabled]
+
+
+def _classes(redis: RedisClient, keys: Keys) -> list[Family]:
+    processed = Family("cogworker_job_processed_total", "counter", "Runs of the job class (failed ones included).")
+    failed = Family("cogworker_job_failed_total", "counter", "Failed runs of the job class.")
+    duration = Family("cogworker_job_duration_seconds", "summary", "Time the runs of the job class took.")
+    for row in api.JobClassStats.all(redis=redis, keys=keys):
+        label = {"class": row.job_class}  # (a keyword in Python, the usual label name in job exporters)
+        processed.add(row.processed, **label)
+        failed.add(row.failed, **label)
+        duration.add(round(row.seconds, 6), "_sum", **label)
+        duration.add(row.processed, "_count", **label)
+    return [processed, failed, duration]

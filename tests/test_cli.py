@@ -1,0 +1,233 @@
+"""`manage.py cogworker` (django_cogworker/cli/ and its command): listings with headers and
+--json, bounded paging, actions with their confirmations, and exit codes, on the suite's Redis;
+quiet/stop on a real `runcogworker` process."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from helpers import FAST_ENV, Worker, free_port, wait_until
+
+from django_cogworker import api
+from django_cogworker.keys import Keys
+from testproject.demo.jobs import RecordJob
+
+K = Keys()
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(*args: str) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("cogworker", *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def cli_json(*args: str):
+    return json.loads(cli(*args, "--json")[0])
+
+
+def entry(jid: str, **fields) -> bytes:
+    payload = {"jid": jid, "class": "testproject.demo.jobs.RecordJob", "queue": "default", "args": ["seen", jid],
+               "kwargs": {}, "enqueued_at": time.time(), **fields}
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def failed(jid: str, **fields) -> bytes:
+    return entry(jid, **{"error_class": "ValueError", "error_message": f"{jid} broke", "retry_count": 3,
+                         "failed_at": time.time(), **fields})
+
+
+def test_stats_show_counters_sizes_and_processes(rb):
+    rb.set(K.stat_processed, 1234)
+    rb.set(K.stat_failed, 56)
+    RecordJob.perform_async("seen", 1)
+    RecordJob.perform_in(3600, "seen", 2)
+    rb.zadd(K.retry, {failed("r1"): time.time() + 60})
+    rb.zadd(K.dead, {failed("d1"): time.time(), failed("d2"): time.time()})
+    out, _ = cli("stats")
+    lines = out.splitlines()
+    assert lines[0].split() == ["STAT", "VALUE"]
+    table = dict(line.split(None, 1) for line in lines[1:])
+    assert table["processed"] == "1234" and table["failed"] == "56" and table["enqueued"] == "1"
+    assert (table["scheduled"], table["retries"], table["dead"], table["processes"]) == ("1", "1", "2", "0")
+    document = cli_json("stats")
+    assert document["processed"] == 1234 and document["dead"] == 2 and document["busy"] == 0
+
+
+def test_queues_lists_sizes_latency_and_paused_and_only_the_queues_named(rb):
+    RecordJob.perform_async("seen", 1)
+    RecordJob.set(queue="mail").perform_async("seen", 2)
+    RecordJob.set(queue="mail").perform_async("seen", 3)
+    api.Queue("mail").pause()
+    out, _ = cli("queues")
+    assert out.splitlines()[0].split() == ["QUEUE", "SIZE", "LATENCY", "PAUSED"]
+    assert [line.split()[0::3] for line in out.splitlines()[1:]] == [["default", "no"], ["mail", "yes"]]
+    # The queue argument the old cogworker_queues ignored:
+    document = cli_json("queues", "mail")
+    assert [(q["name"], q["size"], q["paused"]) for q in document["items"]] == [("mail", 2, True)]
+    assert document["total"] == 1
+    with pytest.raises(CommandError, match="no such queue: 'mial'") as caught:
+        cli("queues", "mial")
+    assert caught.value.returncode == 1
+
+
+def test_listings_are_paged_and_say_how_to_see_the_rest(rb):
+    rb.sadd(K.queues, *[f"tenant-{n:04d}" for n in range(250)])
+    out, err = cli("queues", "--limit", "10", "--page", "3")
+    assert [line.split()[0] for line in out.splitlines()[1:]] == [f"tenant-{n:04d}" for n in range(20, 30)]
+    assert err == "(21-30 of 250, page 3 of 25; --page 4 for more)\n"
+    assert len(cli("queues")[0].splitlines()) == 26  # 25 rows by default, and the header
+    document = cli_json("queues", "--limit", "100", "--page", "3")
+    assert (document["total"], document["page"], len(document["items"])) == (250, 3, 50)
+    with pytest.raises(CommandError, match="--limit: must be from 1 to 100"):
+        cli("queues", "--limit", "1000")
+
+    now = time.time()
+    rb.zadd(K.dead, {failed(f"d{n:03d}"): now - n for n in range(300)})
+    out, err = cli("dead", "--limit", "5")
+    assert out.splitlines()[0].split()[:2] == ["DIED", "JID"]
+    assert [line.split()[2] for line in out.splitlines()[1:]] == ["d000", "d001", "d002", "d003", "d004"]
+    assert "of 300" in err
+
+
+def test_sets_list_their_entries_filtered_and_as_json(rb):
+    now = time.time()
+    rb.zadd(K.schedule, {entry("s1"): now + 3600})
+    rb.zadd(K.retry, {failed("r1"): now + 60, failed("r2"): now + 120})
+    rb.zadd(K.dead, {failed("d1"): now, entry("other", **{"class": "shop.jobs.Other"}): now - 1})
+    out, _ = cli("scheduled")
+    assert out.splitlines()[0].split() == ["DUE", "JID", "CLASS", "QUEUE", "ARGS"]
+    assert out.splitlines()[1].split()[2:] == ["s1", "testproject.demo.jobs.RecordJob", "default", '["seen","s1"]']
+    out, _ = cli("retries")
+    assert out.splitlines()[0].split()[-2:] == ["RETRIES", "ERROR"] and "ValueError: r1 broke" in out
+    document = cli_json("dead", "--class", "shop.jobs.Other")
+    assert [e["jid"] for e in document["items"]] == ["other"] and document["complete"] is True
+    assert [e["jid"] for e in cli_json("retries", "--grep", "r2 broke")["items"]] == ["r2"]
+    item = cli_json("retries")["items"][0]
+    assert item["error_class"] == "ValueError" and item["retry_count"] == 3 and item["at"] == pytest.approx(now + 60)
+
+
+def test_a_table_escapes_control_characters_in_what_anyone_could_push(rb):
+    rb.zadd(K.dead, {failed("d1", error_message="\x1b[2J\nfake row"): time.time()})
+    rb.sadd(K.queues, "evil\nqueue")
+    out, _ = cli("dead")
+    assert "\x1b" not in out and len(out.splitlines()) == 2 and "\\x1b[2J\\nfake row" in out
+    assert "evil\\nqueue" in cli("queues")[0]
+
+
+def test_pause_refuses_an_unknown_queue_unless_forced_and_unpause_undoes_it(rb):
+    with pytest.raises(CommandError, match="no such queue 'reprots'") as caught:
+        cli("pause", "mail", "reprots")  # mail is in the test project's QUEUES
+    assert caught.value.returncode == 1
+    assert rb.smembers(K.paused_queues) == {b"mail"}  # the known one was paused all the same
+    assert cli("pause", "reports", "--force")[0] == "reports: paused\n"
+    assert rb.smembers(K.paused_queues) == {b"mail", b"reports"}
+    assert cli("unpause", "mail", "reports")[0] == "mail: unpaused\nreports: unpaused\n"
+    assert rb.smembers(K.paused_queues) == set()
+
+
+def test_clear_needs_yes_and_names_an_existing_queue(rb):
+    for n in range(3):
+        RecordJob.set(queue="mail").perform_async("seen", n)
+    with pytest.raises(CommandError, match="add --yes") as caught:
+        cli("clear", "mail")
+    assert caught.value.returncode == 2 and api.Queue("mail").size() == 3
+    assert cli("clear", "mail", "--yes")[0] == "mail: cleared, 3 job(s) deleted\n"
+    assert api.Queue("mail").size() == 0
+    with pytest.raises(CommandError, match="no such queue 'nope'"):
+        cli("clear", "nope", "--yes")
+
+
+def test_retry_and_delete_by_jid_or_all(rb):
+    now = time.time()
+    rb.zadd(K.dead, {failed("d1"): now, failed("d2"): now - 1, failed("d3"): now - 2})
+    with pytest.raises(CommandError, match="gone: not in dead") as caught:
+        cli("retry", "dead", "d1", "gone")
+    assert caught.value.returncode == 1
+    assert api.Queue("default").size() == 1 and api.DeadSet().size() == 2  # d1 retried all the same
+    with pytest.raises(CommandError, match="add --yes"):
+        cli("delete", "dead", "d2")
+    assert cli("delete", "dead", "d2", "--yes")[0] == "d2: deleted\n"
+    with pytest.raises(CommandError, match="--all") as caught:
+        cli("retry", "dead")
+    assert caught.value.returncode == 2
+    with pytest.raises(CommandError, match="add --yes"):
+        cli("retry", "dead", "--all")
+    rb.zadd(K.retry, {failed("r1"): now, failed("r2"): now})
+    assert cli("retry", "retries", "--all", "--yes")[0] == "retries: 2 enqueued\n"
+    assert api.Queue("default").size() == 3 and api.RetrySet().size() == 0
+    assert cli("delete", "dead", "--all", "--yes")[0] == "dead: 1 deleted\n"
+    assert api.DeadSet().size() == 0
+
+
+def test_an_entry_without_a_jid_is_named_by_its_token(rb):
+    rb.zadd(K.dead, {b"not json at all": 1_700_000_000.5, failed("d1"): 1_700_000_001})
+    with pytest.raises(CommandError, match="left in place") as caught:
+        cli("retry", "dead", "--all", "--yes")  # the readable one moves; the other can't
+    assert caught.value.returncode == 1 and api.Queue("default").size() == 1
+    (item,) = cli_json("dead")["items"]
+    assert item["unparseable"] is True and item["jid"] is None
+    assert cli("delete", "dead", item["token"], "--yes")[0] == f"{item['token']}: deleted\n"
+    assert api.DeadSet().size() == 0
+    with pytest.raises(CommandError, match="not in dead"):
+        cli("delete", "dead", item["token"], "--yes")
+
+
+def test_periodic_lists_entries_with_last_and_next_run(rb):
+    rb.hset(K.periodic_schedule, "nightly", json.dumps({"cron": "0 3 * * *", "tz": "UTC", "job": "shop.jobs.Report",
+                                                        "queue": "default", "published_at": time.time()}))
+    rb.set(K.periodic_last_slot("nightly"), 1_700_000_000)
+    out, _ = cli("periodic")
+    assert out.splitlines()[0].split()[:4] == ["NAME", "CRON", "TZ", "JOB"]
+    assert "2023-11-14 22:13:20" in out
+    item = cli_json("periodic")["items"][0]
+    assert item["name"] == "nightly" and item["last_run"] == 1_700_000_000 and item["next_run"] > time.time()
+
+
+def test_the_exit_codes_seen_from_a_shell(redis_url):
+    env = {**os.environ, "COGWORKER_REDIS_URL": redis_url, "DJANGO_SETTINGS_MODULE": "testproject.settings"}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "manage.py", "cogworker", *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    assert run("queues").returncode == 0
+    unknown = run("pause", "nope")
+    assert unknown.returncode == 1 and "no such queue 'nope'" in unknown.stderr
+    assert run("clear", "default").returncode == 2
+    assert run("bogus").returncode == 2
+
+
+def test_quiet_and_stop_reach_a_running_worker(r):
+    with pytest.raises(CommandError, match="no such live process") as caught:
+        cli("quiet", "nobody:1:abc")
+    assert caught.value.returncode == 1
+    with Worker("-c", "2", env=FAST_ENV) as worker:
+        identity = worker.wait_ready()
+        listed = cli_json("processes")["items"]
+        assert [p["identity"] for p in listed] == [identity] and listed[0]["concurrency"] == 2
+        assert cli("processes")[0].splitlines()[1].startswith(identity)
+        assert cli("quiet", identity)[0] == f"{identity}: quiet sent (read at its next heartbeat)\n"
+        wait_until(lambda: r.hget(f"cogworker:process:{identity}", "quiet") == "true", timeout=10)
+        assert cli_json("processes")["items"][0]["quiet"] is True
+        cli("stop", "--all")
+        assert worker.wait(30) == 0
+
+
+def test_an_unreachable_redis_is_a_clear_error(monkeypatch):
+    from django_cogworker import runtime
+
+    monkeypatch.setattr(runtime, "get_redis", lambda: redis.Redis(host="127.0.0.1", port=free_port(), socket_timeout=1))
+    with pytest.raises(CommandError, match="can't reach Redis") as caught:
+        cli("stats")
+    assert caught.value.returncode == 1

@@ -1,0 +1,187 @@
+"""The Prometheus metrics view (django_cogworker/metrics/): who may read it, what a scrape shows
+(checked with Prometheus's own parser), escaping, bounds with many queues, a Redis away; and the
+per-class counts a real worker process writes."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import pytest
+import redis
+from admin_fixtures import KEYS, failed, fake_process, job, push, zadd
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+from helpers import FAST_ENV, Worker, free_port, wait_until
+from prometheus_client.parser import text_string_to_metric_families
+
+from django_cogworker import runtime
+from django_cogworker.metrics import collect as collect_module
+from django_cogworker.metrics.exposition import CONTENT_TYPE
+from testproject.demo.jobs import FailJob, RecordJob
+
+URL = "/cogworker/metrics"
+TOKEN = "s3cret-token-for-the-scraper"
+
+
+@pytest.fixture
+def token(settings):
+    settings.COGWORKER = {**settings.COGWORKER, "METRICS_TOKEN": TOKEN}
+    return TOKEN
+
+
+def scrape(client: Client | None = None, token: str | None = TOKEN):
+    client = client or Client()
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
+    return client.get(URL, **headers)
+
+
+def samples(response) -> dict[tuple[str, tuple], float]:
+    """Every sample of the page, by (name, sorted labels), as Prometheus's parser reads it."""
+    assert response.status_code == 200, response.content
+    found = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            found[sample.name, tuple(sorted(sample.labels.items()))] = sample.value
+    return found
+
+
+def user(name: str, *perms: str, staff: bool = True) -> Client:
+    account = User.objects.create_user(name, password="pw", is_staff=staff)
+    account.user_permissions.set(Permission.objects.filter(content_type__app_label="django_cogworker",
+                                                           codename__in=perms))
+    client = Client()
+    client.force_login(account)
+    return client
+
+
+def test_a_scrape_shows_counters_queues_sets_processes_and_periodic_runs(rb, token):
+    now = time.time()
+    rb.set(KEYS.stat_processed, 1200)
+    rb.set(KEYS.stat_failed, 34)
+    push(rb, job(queue="mail", enqueued_at=now - 90))
+    push(rb, job(queue="mail", enqueued_at=now - 10))
+    push(rb, job(queue="default", enqueued_at=now - 2))
+    rb.sadd(KEYS.paused_queues, "mail")
+    zadd(rb, KEYS.schedule, job(), now + 60)
+    zadd(rb, KEYS.retry, failed(), now + 60)
+    for _ in range(3):
+        zadd(rb, KEYS.dead, failed(), now)
+    fake_process(rb, "host:1:a", busy_job=job())
+    fake_process(rb, "host:2:b")
+    rb.hset(KEYS.periodic_schedule, "nightly", json.dumps({"cron": "0 3 * * *", "job": "x.Y"}))
+    rb.set(KEYS.periodic_last_slot("nightly"), 1_700_000_000)
+    rb.sadd(KEYS.periodic_disabled, "nightly")
+
+    response = scrape()
+    assert response["Content-Type"] == CONTENT_TYPE and response["Cache-Control"] == "no-store"
+    got = samples(response)
+    assert got["cogworker_processed_total", ()] == 1200 and got["cogworker_failed_total", ()] == 34
+    assert got["cogworker_queue_size", (("queue", "mail"),)] == 2
+    assert got["cogworker_queue_size", (("queue", "default"),)] == 1
+    assert got["cogworker_queue_latency_seconds", (("queue", "mail"),)] == pytest.approx(90, abs=5)
+    assert got["cogworker_queue_paused", (("queue", "mail"),)] == 1
+    assert got["cogworker_queue_paused", (("queue", "default"),)] == 0
+    assert (got["cogworker_scheduled_size", ()], got["cogworker_retry_size", ()], got["cogworker_dead_size", ()]) \
+        == (1, 1, 3)
+    assert (got["cogworker_processes", ()], got["cogworker_busy", ()], got["cogworker_concurrency", ()]) == (2, 1, 10)
+    assert got["cogworker_periodic_last_run_timestamp_seconds", (("entry", "nightly"),)] == 1_700_000_000
+    assert got["cogworker_periodic_enabled", (("entry", "nightly"),)] == 0
+    assert (got["cogworker_queues", ()], got["cogworker_enqueued", ()]) == (2, 3)
+    text = response.content.decode()
+    assert "# TYPE cogworker_queue_latency_seconds gauge" in text and "# TYPE cogworker_processed_total counter" in text
+
+
+@pytest.mark.django_db
+def test_who_may_read_it(token):
+    refused = scrape(token=None)
+    assert refused.status_code == 401 and refused["WWW-Authenticate"] == 'Bearer realm="cogworker"'
+    assert TOKEN not in refused.content.decode()
+    assert scrape(token="wrong-token-of-the-same-size!").status_code == 403
+    assert scrape(token=TOKEN[:-1]).status_code == 403
+    assert Client().get(URL, HTTP_AUTHORIZATION=f"Basic {TOKEN}").status_code == 403
+    assert scrape().status_code == 200
+    assert user("nobody").get(URL).status_code == 403  # staff, without the permission
+    assert user("outsider", "view_cogworker", staff=False).get(URL).status_code == 403
+    assert user("viewer", "view_cogworker").get(URL).status_code == 200
+    assert Client().post(URL, HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 405
+
+
+def test_a_scraper_gets_through_login_required_middleware(settings, token):
+    # A project that requires a login everywhere (Django's LoginRequiredMiddleware) still lets the
+    # token in, rather than redirecting the scraper to the login page; without one it is refused.
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django.contrib.auth.middleware.LoginRequiredMiddleware"]
+    assert scrape().status_code == 200
+    assert scrape(token=None).status_code == 401
+
+
+@pytest.mark.django_db
+def test_without_a_token_configured_no_bearer_is_accepted(settings):
+    assert runtime.get_config().metrics_token == ""
+    assert scrape(token="anything-at-all-goes-here").status_code == 403
+    assert scrape(token=None).status_code == 401
+    assert user("viewer", "view_cogworker").get(URL).status_code == 200
+
+
+def test_label_values_are_escaped_so_the_page_still_parses(rb, token):
+    names = ['evil"queue', "back\\slash", "new\nline", 'x"} 1\ncogworker_dead_size 999']
+    for name in names:
+        push(rb, job(queue=name))
+    rb.hset(KEYS.stat_class_processed, mapping={'we"ird\nclass': 3})
+    got = samples(scrape())
+    for name in names:
+        assert got["cogworker_queue_size", (("queue", name),)] == 1
+    assert got["cogworker_job_processed_total", (("class", 'we"ird\nclass'),)] == 3
+    assert got["cogworker_dead_size", ()] == 0  # not the pusher's fake sample
+
+
+def test_many_queues_are_read_in_a_few_round_trips_and_only_the_largest_get_series(rb, token, monkeypatch):
+    names = [f"tenant-{n:05d}" for n in range(3000)]
+    rb.sadd(KEYS.queues, *names)
+    for n in range(5):
+        push(rb, job(queue=f"tenant-{n * 100:05d}"))
+    monkeypatch.setattr(collect_module, "QUEUE_LIMIT", 100)
+    trips = {"n": 0}
+    for cls, name in ((redis.Redis, "execute_command"), (redis.client.Pipeline, "execute")):
+        real = getattr(cls, name)
+
+        def counted(self, *args, _real=real, **kwargs):
+            trips["n"] += 1
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, name, counted)
+    got = samples(scrape())
+    assert trips["n"] <= 20  # not one per queue
+    series = [labels for (name, labels) in got if name == "cogworker_queue_size"]
+    assert len(series) == 100
+    assert ("queue", "tenant-00400") in {label for labels in series for label in labels}  # the largest kept
+    assert got["cogworker_queues", ()] == 3000 and got["cogworker_enqueued", ()] == 5
+
+
+def test_redis_away_is_a_503_not_a_page_of_zeros(token, monkeypatch):
+    monkeypatch.setattr(runtime, "get_redis", lambda: redis.Redis(port=free_port(), socket_connect_timeout=0.5))
+    response = scrape()
+    assert response.status_code == 503
+
+
+def test_a_real_worker_counts_runs_failures_and_seconds_by_class(r, token):
+    with Worker("-c", "2", env=FAST_ENV) as worker:
+        worker.wait_ready()
+        for n in range(3):
+            RecordJob.perform_async("seen", n)
+        FailJob.perform_async("on purpose")
+        wait_until(lambda: r.llen("seen") == 3 and r.zcard("cogworker:retry") == 1, timeout=15)
+        record = (("class", "testproject.demo.jobs.RecordJob"),)
+        fail = (("class", "testproject.demo.jobs.FailJob"),)
+        # Written by the next heartbeat's flush (a beat every 0.5 s here).
+        got = wait_until(lambda: (s := samples(scrape())).get(("cogworker_job_processed_total", fail)) and s,
+                         timeout=10)
+        assert got["cogworker_job_processed_total", record] == 3 and got["cogworker_job_failed_total", record] == 0
+        assert got["cogworker_job_failed_total", fail] == 1
+        assert got["cogworker_job_duration_seconds_count", record] == 3
+        assert 0 < got["cogworker_job_duration_seconds_sum", record] < 10 and math.isfinite(
+            got["cogworker_job_duration_seconds_sum", record])
+        assert got["cogworker_processes", ()] == 1 and got["cogworker_processed_total", ()] == 4
+        worker.term()
+        assert worker.wait(30) == 0
