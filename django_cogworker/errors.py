@@ -47,6 +47,14 @@ class WrongTypeError(CogworkerError, redis.exceptions.ResponseError):
                          f"KEY_GUARD_INTERVAL); or inspect it and delete it yourself")
 
 
+class JobTimeout(BaseException):
+    """A job ran past its ``timeout``: raised in the job's thread at its next bytecode.
+
+    A BaseException, as KeyboardInterrupt is: a job's ``except Exception`` (a retry loop, a
+    "log and carry on") must not swallow it and run on. It is filed as the job's failure.
+    """
+
+
 class RedisUnavailable(CogworkerError):
     """Redis refused, server-wide, a command a script ran with ``pcall`` (its reply was data, not an error)."""
 

@@ -101,3 +101,25 @@ for _name, _cast in {"CLOCK": env.str, "PERIODIC_CATCH_UP": env.bool, "PERIODIC_
                      "MAX_ORPHANINGS": env.int, "KEY_GUARD_INTERVAL": env.float}.items():
     if f"COGWORKER_{_name}" in os.environ:
         COGWORKER[_name] = _cast(f"COGWORKER_{_name}")
+
+# Django's task API (django.tasks on Django 6, the django-tasks backport on 5.2) run by cogworker:
+# testproject/demo/tasks.py. Left out only where neither is installed.
+try:
+    import django.tasks  # noqa: F401
+except ImportError:
+    try:
+        import django_tasks  # noqa: F401
+    except ImportError:
+        TASKS_API = None
+    else:
+        TASKS_API = "django_tasks"
+else:
+    TASKS_API = "django.tasks"
+if TASKS_API:
+    TASKS = {
+        "default": {
+            "BACKEND": "django_cogworker.tasks.CogworkerBackend",
+            "QUEUES": ["default", "mail"],
+            "OPTIONS": {"RESULT_TTL": env.float("COGWORKER_TASKS_RESULT_TTL", 3600), "RETRY": 2},
+        },
+    }

@@ -1,0 +1,61 @@
+"""What a processor does around a job that opts in to a result record or a timeout.
+
+The processor asks :func:`wants_extras` of the job's class (two class attributes: all a plain
+job pays) and, for one that wants them, runs it through :meth:`JobExtras.run` and tells
+:meth:`JobExtras.succeeded` or :meth:`JobExtras.failed` how it ended. Kept out of
+``processor.py``: results (:mod:`.results`) and timeouts (:mod:`.timeouts`) live here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .results import ResultWriter, encode_return
+
+if TYPE_CHECKING:
+    from .retry import Filing
+    from .timeouts import Timeouts
+
+
+def wants_extras(job_class: Any) -> bool:
+    return job_class.result_ttl is not None or job_class.timeout is not None
+
+
+class JobExtras:
+    """Result records and timeouts around a job's run.
+
+    Created by the Launcher with the process's ResultWriter and Timeouts; shared by the
+    processor threads (what it keeps per job lives on the job and the payload).
+    """
+
+    def __init__(self, results: ResultWriter, timeouts: Timeouts | None):
+        self.results = results
+        self.timeouts = timeouts
+
+    def run(self, job: Any, payload: dict, chain: Callable[[Any, dict], Any]) -> str | None:
+        """Run ``job`` through ``chain``, its record marked RUNNING first, under its timeout;
+        return its return value as JSON when it keeps a result (a value JSON can't hold fails it)."""
+        cls = type(job)
+        ttl = cls.result_ttl
+        if ttl is not None:
+            # (A task's context reads its attempt number and record here.)
+            job.result = self.results.started(payload, ttl)
+        timeout, token = cls.timeout, None
+        if timeout is not None and self.timeouts is not None:
+            token = self.timeouts.arm(timeout, str(payload.get("jid")))
+        try:
+            value = chain(job, payload)
+        finally:
+            if token is not None:
+                self.timeouts.disarm(token)  # type: ignore[union-attr]
+        return encode_return(value) if ttl is not None else None
+
+    def succeeded(self, job_class: Any, payload: dict, value: str | None) -> None:
+        if job_class.result_ttl is not None:
+            self.results.finished(payload, job_class.result_ttl, value=value)
+
+    def failed(self, job_class: Any, payload: dict, exc: BaseException, filing: Filing | None) -> None:
+        if job_class.result_ttl is not None:
+            self.results.finished(payload, job_class.result_ttl, error=exc,
+                                  target=filing.target if filing is not None else None)
