@@ -74,6 +74,7 @@ COGWORKER = {
     "POLL_INTERVAL_AVERAGE": env.float("COGWORKER_POLL_INTERVAL_AVERAGE", 5),
     "ORPHAN_THRESHOLD": env.float("COGWORKER_ORPHAN_THRESHOLD", 300),
     "HEARTBEAT_INTERVAL": env.float("COGWORKER_HEARTBEAT_INTERVAL", 5),
+    "TIMEOUT_GRACE": env.float("COGWORKER_TIMEOUT_GRACE", 10),
 }
 # Only when asked, so the library's own default applies otherwise (tests flip reliable/basic).
 if "COGWORKER_FETCH" in os.environ:

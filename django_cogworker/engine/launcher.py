@@ -96,7 +96,8 @@ class Launcher:
         self.fetch = make_fetch(config, redis, self.keys, self.identity)
         # A job past its timeout under a supervisor (--processes) that ignores it: this process
         # exits and is replaced; alone, it can only log it (see engine/timeouts.py).
-        self.timeouts = Timeouts(replace_when_stuck=bool(extra_info and extra_info.get("supervisor")))
+        self.timeouts = Timeouts(grace=config.timeout_grace,
+                                 replace_when_stuck=bool(extra_info and extra_info.get("supervisor")))
         self.manager = Manager(config, self.fetch, self.retry, self.stats,
                                build_chain(server_middleware, run_job), run_hook=self._run_hook,
                                extras=JobExtras(ResultWriter(redis, self.keys, self.identity), self.timeouts))
