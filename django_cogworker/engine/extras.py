@@ -56,6 +56,10 @@ class JobExtras:
             self.results.finished(payload, job_class.result_ttl, value=value)
 
     def failed(self, job_class: Any, payload: dict, exc: BaseException, filing: Filing | None) -> None:
+        if self.timeouts is not None and job_class.timeout is not None:
+            # (Again, from the processor's frame: on CPython 3.13 a JobTimeout landing in run's
+            # own frame can skip its finally, and a job still armed would be taken for stuck.)
+            self.timeouts.disarm(None)
         if job_class.result_ttl is not None:
             self.results.finished(payload, job_class.result_ttl, error=exc,
                                   target=filing.target if filing is not None else None)

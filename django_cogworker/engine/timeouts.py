@@ -7,7 +7,11 @@ job fails with it and is filed as any failure (retry, then dead). The limits of 
 * a thread blocked in one C call (``time.sleep``, a socket read without its own timeout, a
   long C extension call) sees the exception only when the call returns;
 * a job that catches BaseException (JobTimeout is one, so ``except Exception`` lets it pass)
-  can ignore it.
+  can ignore it;
+* on CPython 3.13 (bug gh-139622, seen on 3.13.0; not on 3.11 or 3.12) the exception may skip
+  the ``except`` and ``finally`` clauses of the function it lands in (those of its callers,
+  the processor's among them, still run): a job's own cleanup in that one function may not
+  run. The job is filed all the same.
 
 A job still running ``grace`` seconds after its timeout was raised is **stuck**. A process
 started by ``runcogworker --processes N`` then exits (code 70), and its supervisor starts
@@ -88,17 +92,22 @@ class Timeouts:
             self._cond.notify()
         return token
 
-    def disarm(self, token: int) -> None:
-        """The job returned (or raised): stop watching it.
+    def disarm(self, token: int | None) -> None:
+        """The job returned (or raised): stop watching it (``None``: whatever the calling thread armed).
 
         When its JobTimeout was already sent but not yet raised (the job returned just then), it
         is withdrawn here: raised later it would hit the processor's own code, not the job's.
         Called from the thread that armed it, inside the code that files a job's failure.
         """
         with self._cond:
-            armed = self._armed.pop(token, None)
-            if armed is not None and armed.fired_at is not None:
-                raise_in_thread(armed.thread_id, None)
+            if token is None:
+                ident = threading.get_ident()
+                tokens = [t for t, armed in self._armed.items() if armed.thread_id == ident]
+            else:
+                tokens = [token]
+            for armed in [self._armed.pop(t, None) for t in tokens]:
+                if armed is not None and armed.fired_at is not None:
+                    raise_in_thread(armed.thread_id, None)
 
     def _run(self) -> None:
         while True:

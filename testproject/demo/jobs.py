@@ -224,7 +224,11 @@ class StubbornJob(Job):
     def perform(self, key):
         while True:
             try:
-                while True:
-                    pass
+                _spin_forever()  # (in a function of its own: see CPython 3.13 in engine/timeouts.py)
             except BaseException:
                 _record(key, "caught")
+
+
+def _spin_forever():
+    while True:
+        pass
