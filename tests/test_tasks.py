@@ -183,3 +183,29 @@ def test_a_payload_naming_an_undiscovered_function_is_dead_and_nothing_imported(
     assert dead["jid"] == jid
     assert dead["error_message"] == "no job is registered as 'testproject.demo.undiscovered.sneaky'"
     assert not r.exists("imported:undiscovered") and not r.exists("ran:undiscovered")
+
+
+def test_a_unique_task_is_pushed_once_and_a_periodic_entry_may_name_a_task(r):
+    from django_cogworker.periodic.entries import build_entries
+    from testproject.demo.tasks import unique_add
+
+    first = unique_add.enqueue(1, 1)
+    again = unique_add.enqueue(1, 1)  # a duplicate while the first is queued: not pushed
+    assert r.llen(K.queue("default")) == 1
+    assert unique_add.get_result(first.id).status == TaskResultStatus.READY
+    with pytest.raises(TaskResultDoesNotExist):
+        unique_add.get_result(again.id)
+    [entry] = build_entries([{"name": "adds", "cron": "* * * * *", "job": "testproject.demo.tasks.add",
+                              "args": [1, 2]}], "UTC")
+    assert entry.job == "testproject.demo.tasks.add"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_inside_a_transaction_a_task_is_pushed_at_commit(r):
+    from django.db import transaction
+
+    with transaction.atomic():
+        result = add.enqueue(1, 2)
+        assert r.llen(K.queue("default")) == 0 and not r.exists(K.result(result.id))
+    assert r.llen(K.queue("default")) == 1
+    assert add.get_result(result.id).status == TaskResultStatus.READY

@@ -57,3 +57,9 @@ def spin(seconds):
 def fail(message):
     """Raise ValueError(message)."""
     raise ValueError(message)
+
+
+@task(unique_for=60)
+def unique_add(a, b):
+    """Return a + b; unique while queued (a minute)."""
+    return a + b
