@@ -86,20 +86,22 @@ def job_class_for(task: Any) -> type[Job]:
         "unique_for": getattr(task, "unique_for", None), "unique_until": getattr(task, "unique_until", "success"),
         "dead": getattr(task, "dead", True),
     }
-    return type(task.func.__name__, (TaskJob,), attrs)
+    return type(task.func.__name__, (TaskRunner, Job), attrs)
 
 
-class TaskJob(Job):
-    """The base of the Job classes :func:`job_class_for` makes: runs the task's function."""
+class TaskRunner:
+    """What the Job classes :func:`job_class_for` makes run: the task's function.
 
-    name = "django_cogworker.tasks.TaskJob"
-    task: Any = None
+    A mixin, not a Job: a Job subclass would be registered itself, a name a payload could give.
+    """
+
+    task: Any
+    payload: dict[str, Any]
+    jid: str | None
     result: results.JobResult | None = None  # the record at this attempt's start (engine/extras.py)
 
     def perform(self, *args: Any, **kwargs: Any) -> Any:
         task = type(self).task
-        if task is None:
-            raise TypeError("TaskJob runs no task of its own")
         running = self.task_result(TaskResultStatus.RUNNING)
         task_started.send(CogworkerBackend, task_result=running)
         try:
@@ -121,7 +123,7 @@ class TaskJob(Job):
         if record is None:
             attempts = int(payload.get("retry_count", -1)) + 2 if "retry_count" in payload else 1
             record = results.JobResult(
-                jid=str(self.jid), name=type(self).name, status=status, args=payload.get("args", []),
+                jid=str(self.jid), name=type(self).task.module_path, status=status, args=payload.get("args", []),
                 kwargs=payload.get("kwargs") or {}, queue=payload.get("queue", ""), enqueued_at=None,
                 started_at=None, finished_at=None, last_attempted_at=None, errors=[], worker_ids=["?"] * attempts,
                 task=payload.get("task") or {})
@@ -227,6 +229,20 @@ class CogworkerBackend(BaseTaskBackend):
         if record.queue and record.queue != task.queue_name:
             task = task.using(queue_name=record.queue)
         return to_task_result(task, record, str(record.task.get("backend", self.alias)))
+
+    def check(self, **kwargs: Any) -> list[Any]:
+        """Warn of a queue tasks may name that no worker of COGWORKER["QUEUES"] serves: its tasks would wait forever."""
+        from django.core import checks
+
+        from . import runtime
+
+        try:
+            served = set(runtime.get_config().queue_names)
+        except Exception:  # (a bad COGWORKER is cogworker.E001's to report)
+            return []
+        return [checks.Warning(f'TASKS["{self.alias}"]["QUEUES"] names {queue!r}, which COGWORKER["QUEUES"] '
+                               f"doesn't list: runcogworker won't run its tasks unless started with -q {queue}",
+                               id="cogworker.W101") for queue in sorted(self.queues - served)]
 
     def validate_task(self, task: Any) -> None:
         super().validate_task(task)

@@ -209,3 +209,10 @@ def test_inside_a_transaction_a_task_is_pushed_at_commit(r):
         assert r.llen(K.queue("default")) == 0 and not r.exists(K.result(result.id))
     assert r.llen(K.queue("default")) == 1
     assert add.get_result(result.id).status == TaskResultStatus.READY
+
+
+def test_a_task_queue_no_worker_serves_is_warned_of():
+    backend = CogworkerBackend("t", {"QUEUES": ["default", "mail", "reports"]})
+    [warning] = backend.check()
+    assert warning.id == "cogworker.W101" and "'reports'" in warning.msg
+    assert CogworkerBackend("t", {"QUEUES": ["default"]}).check() == []

@@ -1,7 +1,7 @@
 """What a processor does around a job that opts in to a result record or a timeout.
 
-The processor asks :func:`wants_extras` of the job's class (two class attributes: all a plain
-job pays) and, for one that wants them, runs it through :meth:`JobExtras.run` and tells
+The processor reads two attributes of the job's class (``result_ttl``, ``timeout``: all a plain
+job pays) and, for one that sets either, runs it through :meth:`JobExtras.run` and tells
 :meth:`JobExtras.succeeded` or :meth:`JobExtras.failed` how it ended. Kept out of
 ``processor.py``: results (:mod:`.results`) and timeouts (:mod:`.timeouts`) live here.
 """
@@ -16,10 +16,6 @@ from .results import ResultWriter, encode_return
 if TYPE_CHECKING:
     from .retry import Filing
     from .timeouts import Timeouts
-
-
-def wants_extras(job_class: Any) -> bool:
-    return job_class.result_ttl is not None or job_class.timeout is not None
 
 
 class JobExtras:

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from .. import payload as payloads
 from ..errors import PayloadError, UnknownJobError
 from ..job import registered
-from .extras import wants_extras
 from .fetch import Unit
 from .retry import Filing
 
@@ -115,7 +114,8 @@ class Processor:
         self._hook(payload, "start")
         outcome = "success"
         job = None
-        extras = self.extras if self.extras is not None and wants_extras(job_class) else None
+        # (Two class attributes: all a job without a result or a timeout pays; engine/extras.py.)
+        extras = self.extras if job_class.result_ttl is not None or job_class.timeout is not None else None
         value = None
         try:
             job = job_class(payload)
