@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 import math
 import time
 from collections.abc import Mapping
@@ -43,6 +44,8 @@ from .tasks_api import (
     task_finished,
     task_started,
 )
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_RESULT_TTL = 86400.0  # a day, renewed on each change of the record
 OPTIONS = frozenset({"RESULT_TTL", "RETRY", "TIMEOUT", "ENQUEUE_ON_COMMIT", "MODULES"})
@@ -98,7 +101,7 @@ class TaskRunner:
     task: Any
     payload: dict[str, Any]
     jid: str | None
-    result: results.JobResult | None = None  # the record at this attempt's start (engine/extras.py)
+    _cogworker_result: results.JobResult | None = None  # the record at this attempt's start (engine/extras.py)
 
     def perform(self, *args: Any, **kwargs: Any) -> Any:
         task = type(self).task
@@ -119,7 +122,7 @@ class TaskRunner:
 
     def task_result(self, status: Any) -> Any:
         """This attempt as a TaskResult (from its record; from the payload if Redis didn't answer)."""
-        payload, record = self.payload, self.result
+        payload, record = self.payload, self._cogworker_result
         if record is None:
             attempts = int(payload.get("retry_count", -1)) + 2 if "retry_count" in payload else 1
             record = results.JobResult(
@@ -198,10 +201,17 @@ class CogworkerBackend(BaseTaskBackend):
         ttl = self.result_ttl + (max(0.0, at - now) if at is not None else 0.0)
 
         def send() -> None:
+            # The READY record first: written after the push, it could land after a fast
+            # worker's RUNNING and hide it.
             if redis is not None:
                 results.write_ready(redis, keys, payload, ttl, now)
-            if client.push(payload, at=at, on_commit=False) is None and redis is not None:
-                redis.delete(keys.result(payload["jid"]))  # stopped by a middleware, or a unique duplicate
+            try:
+                pushed = client.push(payload, at=at, on_commit=False)
+            except BaseException:
+                _forget(redis, keys, payload["jid"])
+                raise
+            if pushed is None:  # stopped by a middleware, or a duplicate of a unique task
+                _forget(redis, keys, payload["jid"])
 
         on_commit = runtime.get_config().enqueue_on_commit if self.enqueue_on_commit is None else self.enqueue_on_commit
         defer = getattr(client, "defer", None)
@@ -248,6 +258,16 @@ class CogworkerBackend(BaseTaskBackend):
         super().validate_task(task)
         if not isinstance(task, CogworkerTask):
             raise InvalidTask(f"{task.module_path} was not made by this backend's @task")
+
+
+def _forget(redis: Any, keys: Keys, jid: str) -> None:
+    """Drop the READY record of a task that wasn't pushed (best-effort: it expires anyway)."""
+    if redis is None:
+        return
+    try:
+        redis.delete(keys.result(jid))
+    except Exception:
+        logger.warning("the result record of task %s, not pushed, could not be deleted; it expires", jid)
 
 
 def _seconds(value: Any, where: str, optional: bool) -> float | None:

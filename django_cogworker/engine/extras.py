@@ -8,14 +8,18 @@ job pays) and, for one that sets either, runs it through :meth:`JobExtras.run` a
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .. import payload as payloads
 from .results import ResultWriter, encode_return
 
 if TYPE_CHECKING:
     from .retry import Filing
     from .timeouts import Timeouts
+
+logger = logging.getLogger(__name__)
 
 
 class JobExtras:
@@ -35,8 +39,9 @@ class JobExtras:
         cls = type(job)
         ttl = cls.result_ttl
         if ttl is not None:
-            # (A task's context reads its attempt number and record here.)
-            job.result = self.results.started(payload, ttl)
+            # (A task's context reads its attempt number and record here; a name of our own, as
+            # a job's own `result` attribute must not be overwritten.)
+            job._cogworker_result = self.results.started(payload, ttl)
         timeout, token = cls.timeout, None
         if timeout is not None and self.timeouts is not None:
             token = self.timeouts.arm(timeout, str(payload.get("jid")))
@@ -48,14 +53,22 @@ class JobExtras:
         return encode_return(value) if ttl is not None else None
 
     def succeeded(self, job_class: Any, payload: dict, value: str | None) -> None:
-        if job_class.result_ttl is not None:
-            self.results.finished(payload, job_class.result_ttl, value=value)
+        """Record a success; never raises (the job is acked next, whatever happens here)."""
+        try:
+            if job_class.result_ttl is not None:
+                self.results.finished(payload, job_class.result_ttl, value=value)
+        except Exception:
+            logger.exception("jid=%s: recording its success failed", payloads.printable(payload.get("jid")))
 
     def failed(self, job_class: Any, payload: dict, exc: BaseException, filing: Filing | None) -> None:
-        if self.timeouts is not None and job_class.timeout is not None:
-            # (Again, from the processor's frame: on CPython 3.13 a JobTimeout landing in run's
-            # own frame can skip its finally, and a job still armed would be taken for stuck.)
-            self.timeouts.disarm(None)
-        if job_class.result_ttl is not None:
-            self.results.finished(payload, job_class.result_ttl, error=exc,
-                                  target=filing.target if filing is not None else None)
+        """Record a failure and where it went; never raises (the job is filed next, whatever happens here)."""
+        try:
+            if self.timeouts is not None and job_class.timeout is not None:
+                # (Again, from the processor's frame: on CPython 3.13 a JobTimeout landing in run's
+                # own frame can skip its finally, and a job still armed would be taken for stuck.)
+                self.timeouts.disarm(None)
+            if job_class.result_ttl is not None:
+                self.results.finished(payload, job_class.result_ttl, error=exc,
+                                      target=filing.target if filing is not None else None)
+        except Exception:
+            logger.exception("jid=%s: recording its failure failed", payloads.printable(payload.get("jid")))
