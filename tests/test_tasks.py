@@ -216,3 +216,17 @@ def test_a_task_queue_no_worker_serves_is_warned_of():
     [warning] = backend.check()
     assert warning.id == "cogworker.W101" and "'reports'" in warning.msg
     assert CogworkerBackend("t", {"QUEUES": ["default"]}).check() == []
+
+
+def test_the_testing_modes_take_tasks(r):
+    from django_cogworker import testing
+    from django_cogworker.tasks import job_class_for
+
+    with testing.fake() as jobs:
+        flaky.enqueue("fake-attempts", 0)
+        assert jobs.args(job_class_for(flaky)) == [["fake-attempts", 0]]
+        assert jobs.drain() == 1
+    with testing.inline():
+        flaky.enqueue("inline-attempts", 0)
+    assert r.lrange("fake-attempts", 0, -1) == r.lrange("inline-attempts", 0, -1) == ["1"]  # context.attempt
+    assert not r.keys(K.result("*"))  # (no result record: nothing is pushed to Redis)
