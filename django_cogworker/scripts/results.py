@@ -24,13 +24,13 @@ end
 
 # KEYS[1] = result:<jid>.
 # ARGV[1] = now (epoch seconds), ARGV[2] = this worker's id as a JSON string, ARGV[3] = TTL
-# (seconds), ARGV[4..] = field, value pairs of the record as pushed (written only where missing:
-# a class job's record is made here, a task's READY record is kept as the client wrote it).
+# (seconds), ARGV[4..] = field, value pairs of the record as pushed (written only when there is
+# no record: a class job's is made here, a task's READY record is kept as the client wrote it).
 # Marks the record RUNNING for a new attempt: last_attempted_at (started_at on the first),
 # the worker id appended, the TTL renewed. Returns the record (HGETALL).
 RESULT_STARTED = Script(_APPEND + """
-for i = 4, #ARGV, 2 do
-  redis.call("HSETNX", KEYS[1], ARGV[i], ARGV[i + 1])
+if #ARGV >= 5 and redis.call("EXISTS", KEYS[1]) == 0 then
+  redis.call("HSET", KEYS[1], unpack(ARGV, 4))
 end
 redis.call("HSET", KEYS[1], "status", "RUNNING", "last_attempted_at", ARGV[1])
 redis.call("HSETNX", KEYS[1], "started_at", ARGV[1])
