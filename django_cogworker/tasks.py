@@ -131,7 +131,7 @@ class TaskRunner:
                 started_at=None, finished_at=None, last_attempted_at=None, errors=[], worker_ids=["?"] * attempts,
                 task=payload.get("task") or {})
         task = type(self).task
-        return to_task_result(task.using(queue_name=record.queue) if record.queue else task, record,
+        return to_task_result(_on_queue(task, record.queue), record,
                               str((payload.get("task") or {}).get("backend", task.backend)), status)
 
 
@@ -236,9 +236,7 @@ class CogworkerBackend(BaseTaskBackend):
         if task is None:
             raise TaskResultDoesNotExist(f"{result_id}: its task {record.name!r} is not known to this process "
                                          f"(not in an app's tasks.py nor in OPTIONS['MODULES'])")
-        if record.queue and record.queue != task.queue_name:
-            task = task.using(queue_name=record.queue)
-        return to_task_result(task, record, str(record.task.get("backend", self.alias)))
+        return to_task_result(_on_queue(task, record.queue), record, str(record.task.get("backend", self.alias)))
 
     def check(self, **kwargs: Any) -> list[Any]:
         """Warn of a queue tasks may name that no worker of COGWORKER["QUEUES"] serves: its tasks would wait forever."""
@@ -258,6 +256,17 @@ class CogworkerBackend(BaseTaskBackend):
         super().validate_task(task)
         if not isinstance(task, CogworkerTask):
             raise InvalidTask(f"{task.module_path} was not made by this backend's @task")
+
+
+def _on_queue(task: Any, queue: str) -> Any:
+    """``task`` on the queue it was pushed to; as declared if that queue isn't valid here (this
+    process's TASKS may list other queues than the pusher's: reading a result must not fail)."""
+    if not queue or queue == task.queue_name:
+        return task
+    try:
+        return task.using(queue_name=queue)
+    except InvalidTask:
+        return task
 
 
 def _forget(redis: Any, keys: Keys, jid: str) -> None:

@@ -230,3 +230,10 @@ def test_the_testing_modes_take_tasks(r):
         flaky.enqueue("inline-attempts", 0)
     assert r.lrange("fake-attempts", 0, -1) == r.lrange("inline-attempts", 0, -1) == ["1"]  # context.attempt
     assert not r.keys(K.result("*"))  # (no result record: nothing is pushed to Redis)
+
+
+def test_a_result_reads_where_its_queue_is_not_listed(settings):
+    result = add.using(queue_name="mail").enqueue(1, 2)
+    settings.TASKS = {"default": {**settings.TASKS["default"], "QUEUES": ["default"]}}  # (another process's TASKS)
+    read = add.get_result(result.id)
+    assert read.status == TaskResultStatus.READY and read.task.queue_name == "default"
