@@ -106,25 +106,26 @@ class TaskRunner:
     def perform(self, *args: Any, **kwargs: Any) -> Any:
         task = type(self).task
         running = self.task_result(TaskResultStatus.RUNNING)
-        task_started.send(CogworkerBackend, task_result=running)
+        _signal(task_started, running)
         try:
             if task.takes_context:
                 value = task.call(TaskContext(task_result=running), *args, **kwargs)
             else:
                 value = task.call(*args, **kwargs)
         except BaseException:
-            task_finished.send(CogworkerBackend, task_result=self.task_result(TaskResultStatus.FAILED))
+            _signal(task_finished, self.task_result(TaskResultStatus.FAILED))
             raise
         finished = self.task_result(TaskResultStatus.SUCCESSFUL)
         object.__setattr__(finished, "_return_value", value)
-        task_finished.send(CogworkerBackend, task_result=finished)
+        _signal(task_finished, finished)
         return value
 
     def task_result(self, status: Any) -> Any:
         """This attempt as a TaskResult (from its record; from the payload if Redis didn't answer)."""
         payload, record = self.payload, self._cogworker_result
         if record is None:
-            attempts = int(payload.get("retry_count", -1)) + 2 if "retry_count" in payload else 1
+            count = payload.get("retry_count")
+            attempts = count + 2 if type(count) is int and count >= 0 else 1
             record = results.JobResult(
                 jid=str(self.jid), name=type(self).task.module_path, status=status, args=payload.get("args", []),
                 kwargs=payload.get("kwargs") or {}, queue=payload.get("queue", ""), enqueued_at=None,
@@ -221,7 +222,7 @@ class CogworkerBackend(BaseTaskBackend):
                             enqueued_at=dt.datetime.fromtimestamp(now, tz=dt.UTC), started_at=None,
                             finished_at=None, last_attempted_at=None, args=list(args), kwargs=dict(kwargs),
                             backend=self.alias, errors=[], worker_ids=[])
-        task_enqueued.send(type(self), task_result=result)
+        _signal(task_enqueued, result)
         return result
 
     def get_result(self, result_id: str) -> Any:
@@ -256,6 +257,14 @@ class CogworkerBackend(BaseTaskBackend):
         super().validate_task(task)
         if not isinstance(task, CogworkerTask):
             raise InvalidTask(f"{task.module_path} was not made by this backend's @task")
+
+
+def _signal(signal: Any, task_result: Any) -> None:
+    """Send a django.tasks signal; a receiver that raises is logged. Its error must not fail a task
+    that ran (it would run again) nor a push that went through (the caller would push again)."""
+    for receiver, response in signal.send_robust(CogworkerBackend, task_result=task_result):
+        if isinstance(response, Exception):
+            logger.error("task signal receiver %r failed for task %s", receiver, task_result.id, exc_info=response)
 
 
 def _on_queue(task: Any, queue: str) -> Any:

@@ -237,3 +237,25 @@ def test_a_result_reads_where_its_queue_is_not_listed(settings):
     settings.TASKS = {"default": {**settings.TASKS["default"], "QUEUES": ["default"]}}  # (another process's TASKS)
     read = add.get_result(result.id)
     assert read.status == TaskResultStatus.READY and read.task.queue_name == "default"
+
+
+def test_a_signal_receiver_that_raises_fails_neither_the_push_nor_the_task(r, caplog):
+    from django_cogworker import testing
+    from django_cogworker.tasks_api import task_enqueued, task_finished
+
+    def broken(**kwargs):
+        raise RuntimeError("receiver bug")
+
+    task_enqueued.connect(broken)
+    task_finished.connect(broken)
+    try:
+        pushed = add.enqueue(1, 2)  # a push that went through must not look failed: it would be pushed again
+        assert r.llen(K.queue("default")) == 1
+        with testing.inline():
+            flaky.enqueue("signal-attempts", 0)  # succeeds: an error here would have it retried, run again
+    finally:
+        task_enqueued.disconnect(broken)
+        task_finished.disconnect(broken)
+    assert add.get_result(pushed.id).status == TaskResultStatus.READY
+    assert r.lrange("signal-attempts", 0, -1) == ["1"]
+    assert caplog.text.count("receiver bug") >= 2
