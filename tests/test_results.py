@@ -70,3 +70,19 @@ def test_the_admin_job_page_shows_the_result(rb):
     page = client.get(f"/admin/django_cogworker/dead/job/{quote(token)}/").content.decode()
     assert "<h2>Result</h2>" in page and FAILED in page
     assert "RuntimeError: boom &lt;b&gt;" in page and "host:1:abc" in page
+
+
+@pytest.mark.django_db
+def test_the_admin_dashboard_looks_a_result_up_by_jid(rb):
+    payload = {"jid": "done1", "class": "testproject.demo.jobs.ResultJob", "args": [2, 3], "kwargs": {},
+               "queue": "default", "created_at": time.time()}
+    writer = ResultWriter(rb, K, "host:1:abc")
+    writer.started(payload, 60)
+    writer.finished(payload, 60, value='{"sum": "<5>"}')
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    page = client.get("/admin/django_cogworker/dashboard/", {"result": "done1"}).content.decode()
+    assert "<h2>Result</h2>" in page and SUCCESSFUL in page and "testproject.demo.jobs.ResultJob" in page
+    assert "&lt;5&gt;" in page and "<5>" not in page
+    missing = client.get("/admin/django_cogworker/dashboard/", {"result": "<nope>"}).content.decode()
+    assert "No result for &lt;nope&gt;" in missing

@@ -16,7 +16,7 @@ from django.urls import reverse
 from .. import api
 from ..api import records, sorted_sets
 from ..job import registry
-from .views import back, confirm, confirmed, guard, int_param, paged, render_page
+from .views import back, confirm, confirmed, guard, int_param, paged, render_page, result_times
 
 SETS: dict[str, tuple[type[api.SortedSet], str]] = {
     "scheduled": (api.ScheduledSet, "Scheduled"),
@@ -160,16 +160,9 @@ def sorted_set_job(request: HttpRequest, token: str, *, site: Any, page: str) ->
     extra = sorted((k, v) for k, v in entry.payload.items() if k not in shown)
     result = api.job_result(entry.jid) if isinstance(entry.jid, str) and entry.jid else None
     return render_page(request, site, page, "admin/cogworker/job.html", f"{title}: {entry.display_class}",
-                       set_title=title, entry=entry, extra=extra, result=result, result_times=_times(result),
+                       set_title=title, entry=entry, extra=extra, result=result, result_times=result_times(result),
                        history_fields=HISTORY_FIELDS,
                        detail_bytes=records.DETAIL_BYTES,
                        raw_url=reverse(f"{site.name}:django_cogworker_{page}_raw", args=[entry.token]),
                        row_actions=[(a, LABELS[a]) for a in ROW_ACTIONS[page]], time_label=TIME_LABELS[page])
 
-
-def _times(result: Any) -> list[tuple[str, Any]]:
-    """The result record's times, labelled, for its box on a job's page."""
-    if result is None:
-        return []
-    return [("Enqueued", result.enqueued_at), ("Started", result.started_at),
-            ("Last attempted", result.last_attempted_at), ("Finished", result.finished_at)]
