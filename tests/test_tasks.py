@@ -162,8 +162,10 @@ def test_a_task_past_its_timeout_fails_with_job_timeout(tmp_path, r):
         wait_until(lambda: status(spin, result.id) == TaskResultStatus.FAILED, timeout=15, message="timed out")
         failed = spin.get_result(result.id)
         assert failed.errors[0].exception_class is JobTimeout
+        assert "JobTimeout: the job ran past its timeout of 0.5s" in failed.errors[0].traceback
         [dead] = dead_entries(r)
         assert dead["error_class"] == "django_cogworker.errors.JobTimeout"
+        assert dead["error_message"] == "the job ran past its timeout of 0.5s"
         assert dead["dead_reason"] == "retries exhausted"
         w.term()
         assert w.wait(30) == 0  # (the processor that ran it lived on)

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .. import payload as payloads
-from ..errors import JobTimeout
+from ..errors import timeout_error
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ class Timeouts:
                 armed.fired_at = now
                 logger.warning("jid=%s ran past its timeout of %ss: raising JobTimeout in its thread",
                                payloads.printable(armed.jid), armed.timeout)
-                raise_in_thread(armed.thread_id, JobTimeout)
+                raise_in_thread(armed.thread_id, timeout_error(armed.timeout))
             if armed.fired_at is not None and now >= armed.fired_at + self.grace:
                 self._stuck(armed, now)
             due = armed.deadline if armed.fired_at is None else armed.fired_at + self.grace
