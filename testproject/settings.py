@@ -116,6 +116,8 @@ except ImportError:
         TASKS_API = "django_tasks"
 else:
     TASKS_API = "django.tasks"
+if TASKS_API == "django_tasks":
+    INSTALLED_APPS.append("django_tasks")  # (the backport's system checks and signal wiring)
 if TASKS_API:
     TASKS = {
         "default": {
