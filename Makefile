@@ -6,12 +6,19 @@ SHELL := /bin/bash
 
 PYTHON ?= python3
 PY := .venv/bin/python
+PY313 := .venv313/bin/python
 PYTEST_ARGS ?=
+# The django.tasks tests, run a second time on Python 3.13 with Django 6.1 (.venv runs them on
+# Python 3.11+ with Django 5.2 and the django-tasks backport, with the rest of the suite).
+TASKS_TESTS := tests/test_tasks.py tests/test_results.py tests/test_timeouts.py
 
-.PHONY: venv demo test screenshots lint clean distclean
+.PHONY: venv venv313 demo test screenshots lint clean distclean
 
 venv:
 	@PYTHON='$(PYTHON)' bash scripts/venv.sh
+
+venv313: venv
+	@bash scripts/venv313.sh
 
 # Use (or start) a Redis, migrate, enqueue the demo jobs, then run a worker in the foreground.
 demo: venv
@@ -24,11 +31,12 @@ demo: venv
 
 # The suite starts its own redis-server processes on free ports; it only needs the binary. The
 # admin's browser tests need Debian's chromium and chromedriver.
-test: venv
+test: venv venv313
 	@bash scripts/ensure_redis_server.sh
 	@bash scripts/ensure_chromium.sh
 	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY313) -m pytest $(TASKS_TESTS)
 
 # Refresh the admin screenshots in docs/screenshots/ (the browser tests write them there).
 screenshots: venv
@@ -47,7 +55,7 @@ clean:
 	find . -path ./.venv -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf .venv
+	rm -rf .venv .venv313
 
 # Benchmark cogworker against rq, dramatiq, huey, celery, Sidekiq and a bare redis-py loop (about
 # 20 minutes): bench/run.py makes bench/.venv and its own redis-server, and writes bench/results/

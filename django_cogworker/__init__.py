@@ -1,6 +1,6 @@
 """django-cogworker: reliable Sidekiq-style background jobs on Redis for Django."""
 
-from .errors import CogworkerError, ConfigError, PayloadError, UnknownJobError, WrongTypeError
+from .errors import CogworkerError, ConfigError, JobTimeout, PayloadError, UnknownJobError, WrongTypeError
 from .job import Job, JobSetter
 from .periodic import periodic
 
@@ -11,6 +11,7 @@ __all__ = [
     "ConfigError",
     "Job",
     "JobSetter",
+    "JobTimeout",
     "PayloadError",
     "UnknownJobError",
     "WrongTypeError",

@@ -1,8 +1,13 @@
-"""The Django app: autodiscover ``jobs.py`` in installed apps and register the system checks."""
+"""The Django app: autodiscover ``jobs.py`` (and, with the tasks backend, ``tasks.py``) in installed
+apps, and register the system checks."""
 
 from __future__ import annotations
 
+from importlib import import_module
+
 from django.apps import AppConfig
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules
 
 
@@ -15,3 +20,27 @@ class CogworkerConfig(AppConfig):
         from . import checks  # noqa: F401 - registers the checks
 
         autodiscover_modules("jobs")
+        discover_tasks(getattr(settings, "TASKS", None))
+
+
+def discover_tasks(tasks_setting: object) -> None:
+    """With a CogworkerBackend in ``TASKS``: import each app's ``tasks.py`` and ``OPTIONS["MODULES"]``.
+
+    The only tasks a worker runs are those these imports declare: a payload naming any other
+    path is dead on arrival, and nothing named by a payload is ever imported.
+    """
+    if not isinstance(tasks_setting, dict):
+        return
+    ours = {alias: params for alias, params in tasks_setting.items()
+            if isinstance(params, dict) and params.get("BACKEND") == "django_cogworker.tasks.CogworkerBackend"}
+    if not ours:
+        return
+    autodiscover_modules("tasks")
+    for alias, params in ours.items():
+        modules = (params.get("OPTIONS") or {}).get("MODULES", ())
+        for module in modules if isinstance(modules, (list, tuple)) else ():
+            try:
+                import_module(module)
+            except ImportError as exc:
+                raise ImproperlyConfigured(f'TASKS["{alias}"]["OPTIONS"]["MODULES"]: {module!r} '
+                                           f"could not be imported: {exc}") from exc

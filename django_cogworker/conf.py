@@ -80,6 +80,9 @@ class Config:
     fetch_idle_max_interval: float = 1.0
     heartbeat_interval: float = 5.0
     key_guard_interval: float = 60.0
+    # Seconds a job may run on after its timeout's JobTimeout was raised before it counts as
+    # stuck (engine/timeouts.py: under --processes, its process is replaced).
+    timeout_grace: float = 10.0
     tag: str = ""
     # The bearer token the metrics view accepts (``Authorization: Bearer <token>``); "" accepts
     # none, so only a logged-in user with the view permission can read it. Never shown in repr.
@@ -155,6 +158,7 @@ SETTINGS = {
     "FETCH_IDLE_MAX_INTERVAL": "fetch_idle_max_interval",
     "HEARTBEAT_INTERVAL": "heartbeat_interval",
     "KEY_GUARD_INTERVAL": "key_guard_interval",
+    "TIMEOUT_GRACE": "timeout_grace",
     "TAG": "tag",
     "METRICS_TOKEN": "metrics_token",
 }
@@ -360,7 +364,7 @@ def validate(cfg: Config) -> Config:
         bad("fetch", 'one of "reliable", "basic"')
     for field in ("shutdown_timeout", "dead_timeout", "poll_interval_average", "orphan_threshold",
                   "unique_lock_ttl", "fetch_idle_max_interval", "heartbeat_interval", "key_guard_interval",
-                  "periodic_tick_interval"):
+                  "periodic_tick_interval", "timeout_grace"):
         if not _positive_number(getattr(cfg, field)):
             bad(field, "a positive number of seconds")
     if _positive_number(cfg.heartbeat_interval) and cfg.heartbeat_interval > HEARTBEAT_INTERVAL_MAX:

@@ -47,6 +47,38 @@ class WrongTypeError(CogworkerError, redis.exceptions.ResponseError):
                          f"KEY_GUARD_INTERVAL); or inspect it and delete it yourself")
 
 
+class JobTimeout(BaseException):
+    """A job ran past its ``timeout``: raised in the job's thread at its next bytecode.
+
+    A BaseException, as KeyboardInterrupt is: a job's ``except Exception`` (a retry loop, a
+    "log and carry on") must not swallow it and run on. It is filed as the job's failure.
+    Raised without arguments (an exception class is all a thread can be sent), through a
+    subclass of the same name that knows the ``seconds`` (:func:`timeout_error`), so its
+    message says the limit.
+    """
+
+    seconds: float | None = None
+
+    def __str__(self) -> str:
+        if self.args:
+            return super().__str__()
+        limit = f" of {self.seconds:g}s" if self.seconds is not None else ""
+        return f"the job ran past its timeout{limit}"
+
+
+_timeout_errors: dict[float, type[JobTimeout]] = {}
+
+
+def timeout_error(seconds: float) -> type[JobTimeout]:
+    """The JobTimeout class to raise for a limit of ``seconds`` (one per limit, made once)."""
+    cls = _timeout_errors.get(seconds)
+    if cls is None:
+        # (Same module and name: its stored class path reads django_cogworker.errors.JobTimeout.)
+        cls = _timeout_errors[seconds] = type("JobTimeout", (JobTimeout,), {
+            "seconds": seconds, "__module__": __name__, "__qualname__": "JobTimeout"})
+    return cls
+
+
 class RedisUnavailable(CogworkerError):
     """Redis refused, server-wide, a command a script ran with ``pcall`` (its reply was data, not an error)."""
 

@@ -66,7 +66,9 @@ class Job:
     Options (class attributes, or per push with ``set(...)``):
     ``queue`` (``"default"``), ``retry`` (True: MAX_RETRIES; False or 0: none;
     an int), ``dead`` (False: a job out of retries is discarded, not kept),
-    ``backtrace`` (True or a number of lines to keep with the error).
+    ``backtrace`` (True or a number of lines to keep with the error),
+    ``result_ttl`` (keep a result record this many seconds: :func:`~django_cogworker.results.get_result`),
+    ``timeout`` (seconds a run may take; past it the run fails with JobTimeout).
     Override ``retry_in(count, exc)`` to choose the delay before retry
     ``count`` (return seconds, or None for the default backoff).
     """
@@ -78,10 +80,17 @@ class Job:
     backtrace: ClassVar[bool | int] = False
     unique_for: ClassVar[float | None] = None
     unique_until: ClassVar[str] = "success"
+    # Seconds to keep a result record (status, return value, errors; engine/results.py) after
+    # its last change; None: no record, and nothing paid for one.
+    result_ttl: ClassVar[float | None] = None
+    # Seconds a run may take before JobTimeout is raised in it (engine/timeouts.py); None: no limit.
+    timeout: ClassVar[float | None] = None
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
         _check_unique(cls.unique_for, cls.unique_until, f"{cls.__module__}.{cls.__qualname__}")
+        for option in ("result_ttl", "timeout"):
+            _check_seconds(getattr(cls, option), f"{cls.__module__}.{cls.__qualname__}.{option}")
         if not isinstance(cls.queue, str) or not cls.queue:
             raise CogworkerError(f"{cls.__module__}.{cls.__qualname__}.queue must be a non-empty string, "
                                  f"got {cls.queue!r}")
@@ -269,6 +278,12 @@ def _epoch(when: float | dt.datetime) -> float:
             raise ValueError(f"the time to run a job must be finite, got {when!r}")
         return float(when)
     raise TypeError(f"perform_at takes an aware datetime or epoch seconds, got {when!r}")
+
+
+def _check_seconds(value: Any, where: str) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not math.isfinite(value) or value <= 0):
+        raise CogworkerError(f"{where} must be a positive number of seconds or None, got {value!r}")
 
 
 def _check_unique(unique_for: Any, unique_until: Any, where: str) -> None:

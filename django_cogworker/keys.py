@@ -33,6 +33,8 @@ quarantine:<key>:<t>:<rand>   any     a key found holding the wrong type, moved 
 periodic:*                    -       see the periodic package (schedule, disabled,           -
                                       enabled_at, locks)
 unique:<digest>               string  unique-job lock                                         set
+result:<jid>                  hash    a job's result (opt-in: tasks, ``result_ttl``):          result
+                                      status, times, return value, errors, worker ids         _ttl
 ============================  ======  ======================================================  =========
 
 "presence": :func:`presence_ttl` of the process's HEARTBEAT_INTERVAL (60 s with the default 5 s).
@@ -142,6 +144,9 @@ class Keys:
 
     def unique(self, digest: str) -> str:
         return f"{self.prefix}unique:{digest}"
+
+    def result(self, jid: str) -> str:
+        return f"{self.prefix}result:{jid}"
 
     def fixed_types(self) -> dict[str, str]:
         """The fixed keys and the Redis type each must hold (for the key guard)."""

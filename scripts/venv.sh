@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv (with $PYTHON, default python3) if needed and `pip install -e '.[dev]'` only when
 # pyproject.toml is newer than .venv/.installed, so repeated `make` runs cost nothing.
+# VENV names another venv and EXTRA_PIP adds requirements to its install (scripts/venv313.sh:
+# .venv313, Python 3.13 with Django 6.1, for the django.tasks tests).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -8,7 +10,8 @@ log() { echo "venv: $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 python=${PYTHON:-python3}
-venv=.venv
+venv=${VENV:-.venv}
+extra=${EXTRA_PIP:-}
 stamp=$venv/.installed
 
 command -v "$python" >/dev/null 2>&1 || die "$python not found; install Python >= 3.11 or set PYTHON=/path/to/python3"
@@ -39,8 +42,10 @@ if ! { [[ -x $venv/bin/python ]] && "$venv/bin/python" -m pip --version >/dev/nu
     fi
 fi
 
-if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
-    log "installing the package with dev extras into $venv"
-    "$venv/bin/python" -m pip install --disable-pip-version-check -q -e '.[dev]'
-    touch "$stamp"
+# (The stamp holds EXTRA_PIP: changing it reinstalls too.)
+if [[ ! -f $stamp || pyproject.toml -nt $stamp || "$(cat "$stamp")" != "$extra" ]]; then
+    log "installing the package with dev extras${extra:+ and $extra} into $venv"
+    # shellcheck disable=SC2086 # (EXTRA_PIP is a list of requirements)
+    "$venv/bin/python" -m pip install --disable-pip-version-check -q -e '.[dev]' $extra
+    printf '%s' "$extra" > "$stamp"
 fi

@@ -77,6 +77,7 @@ COGWORKER = {
     "POLL_INTERVAL_AVERAGE": env.float("COGWORKER_POLL_INTERVAL_AVERAGE", 5),
     "ORPHAN_THRESHOLD": env.float("COGWORKER_ORPHAN_THRESHOLD", 300),
     "HEARTBEAT_INTERVAL": env.float("COGWORKER_HEARTBEAT_INTERVAL", 5),
+    "TIMEOUT_GRACE": env.float("COGWORKER_TIMEOUT_GRACE", 10),
 }
 # Only when asked, so the library's own default applies otherwise (tests flip reliable/basic).
 if "COGWORKER_FETCH" in os.environ:
@@ -107,3 +108,27 @@ for _name, _cast in {"CLOCK": env.str, "PERIODIC_CATCH_UP": env.bool, "PERIODIC_
                      "MAX_ORPHANINGS": env.int, "KEY_GUARD_INTERVAL": env.float}.items():
     if f"COGWORKER_{_name}" in os.environ:
         COGWORKER[_name] = _cast(f"COGWORKER_{_name}")
+
+# Django's task API (django.tasks on Django 6, the django-tasks backport on 5.2) run by cogworker:
+# testproject/demo/tasks.py. Left out only where neither is installed.
+try:
+    import django.tasks  # noqa: F401
+except ImportError:
+    try:
+        import django_tasks  # noqa: F401
+    except ImportError:
+        TASKS_API = None
+    else:
+        TASKS_API = "django_tasks"
+else:
+    TASKS_API = "django.tasks"
+if TASKS_API == "django_tasks":
+    INSTALLED_APPS.append("django_tasks")  # (the backport's system checks and signal wiring)
+if TASKS_API:
+    TASKS = {
+        "default": {
+            "BACKEND": "django_cogworker.tasks.CogworkerBackend",
+            "QUEUES": ["default", "mail"],
+            "OPTIONS": {"RESULT_TTL": env.float("COGWORKER_TASKS_RESULT_TTL", 3600), "RETRY": 2},
+        },
+    }

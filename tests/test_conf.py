@@ -110,6 +110,7 @@ def test_queues_names_or_weighted_pairs_keep_their_order(value, expected):
     ("SHUTDOWN_TIMEOUT", 0, 'COGWORKER["SHUTDOWN_TIMEOUT"] must be a positive number of seconds, got 0'),
     ("DEAD_TIMEOUT", float("inf"), 'COGWORKER["DEAD_TIMEOUT"] must be a positive number of seconds, got inf'),
     ("ORPHAN_THRESHOLD", "300", "COGWORKER[\"ORPHAN_THRESHOLD\"] must be a positive number of seconds, got '300'"),
+    ("TIMEOUT_GRACE", -1, 'COGWORKER["TIMEOUT_GRACE"] must be a positive number of seconds, got -1'),
     ("ENQUEUE_ON_COMMIT", "no", "COGWORKER[\"ENQUEUE_ON_COMMIT\"] must be True or False, got 'no'"),
     ("KEY_PREFIX", "", "COGWORKER[\"KEY_PREFIX\"] must be a non-empty string, got ''"),
     ("QUEUES", "default", "COGWORKER[\"QUEUES\"] must be a list of queue names or (name, weight) pairs, "

@@ -273,3 +273,10 @@ def test_perform_without_perform_defined_says_so():
 def test_job_instance_knows_its_jid_and_payload():
     job = Plain({"jid": "abc", "class": Plain.name, "args": []})
     assert (job.jid, job.payload["class"]) == ("abc", Plain.name)
+
+
+@pytest.mark.parametrize("option,value", [("timeout", 0), ("timeout", True), ("result_ttl", -5),
+                                          ("result_ttl", float("nan")), ("timeout", "60")])
+def test_a_bad_timeout_or_result_ttl_is_refused_at_class_definition(option, value):
+    with pytest.raises(CogworkerError, match=rf"\.{option} must be a positive number of seconds or None, got"):
+        type("BadSecondsJob", (Job,), {option: value, "__module__": __name__})

@@ -11,6 +11,7 @@ EXPECTED = [
     "ConfigError",
     "Job",
     "JobSetter",
+    "JobTimeout",
     "PayloadError",
     "UnknownJobError",
     "WrongTypeError",
@@ -34,6 +35,8 @@ def test_errors_share_one_base():
     for name in ("ConfigError", "PayloadError", "UnknownJobError", "WrongTypeError"):
         assert issubclass(getattr(django_cogworker, name), django_cogworker.CogworkerError)
     assert issubclass(django_cogworker.UnknownJobError, django_cogworker.PayloadError)
+    # The one exception outside it, on purpose: a job's `except Exception` must not swallow it.
+    assert not issubclass(django_cogworker.JobTimeout, Exception)
 
 
 def test_version_matches_the_installed_distribution():

@@ -16,7 +16,7 @@ from django.urls import reverse
 from .. import api
 from ..api import records, sorted_sets
 from ..job import registry
-from .views import back, confirm, confirmed, guard, int_param, paged, render_page
+from .views import back, confirm, confirmed, guard, int_param, paged, render_page, result_times
 
 SETS: dict[str, tuple[type[api.SortedSet], str]] = {
     "scheduled": (api.ScheduledSet, "Scheduled"),
@@ -158,8 +158,11 @@ def sorted_set_job(request: HttpRequest, token: str, *, site: Any, page: str) ->
              "created_at", "enqueued_at", "failed_at", "retried_at", "retry_count", "retry", "orphan_count",
              "dead_reason"}
     extra = sorted((k, v) for k, v in entry.payload.items() if k not in shown)
+    result = api.job_result(entry.jid) if isinstance(entry.jid, str) and entry.jid else None
     return render_page(request, site, page, "admin/cogworker/job.html", f"{title}: {entry.display_class}",
-                       set_title=title, entry=entry, extra=extra, history_fields=HISTORY_FIELDS,
+                       set_title=title, entry=entry, extra=extra, result=result, result_times=result_times(result),
+                       history_fields=HISTORY_FIELDS,
                        detail_bytes=records.DETAIL_BYTES,
                        raw_url=reverse(f"{site.name}:django_cogworker_{page}_raw", args=[entry.token]),
                        row_actions=[(a, LABELS[a]) for a in ROW_ACTIONS[page]], time_label=TIME_LABELS[page])
+

@@ -111,6 +111,14 @@ def int_param(request: HttpRequest, name: str, default: int) -> int:
         return default
 
 
+def result_times(result: Any) -> list[tuple[str, Any]]:
+    """A result record's times, labelled, for its box (admin/cogworker/result.html)."""
+    if result is None:
+        return []
+    return [("Enqueued", result.enqueued_at), ("Started", result.started_at),
+            ("Last attempted", result.last_attempted_at), ("Finished", result.finished_at)]
+
+
 def paged(read: Callable[[int], api.Page], request: HttpRequest) -> api.Page:
     """``read`` the page the query string asks for; past the end, the last one."""
     result = read(int_param(request, "page", 1))
@@ -121,9 +129,12 @@ def paged(read: Callable[[int], api.Page], request: HttpRequest) -> api.Page:
 def dashboard(request: HttpRequest, *, site: Any) -> HttpResponse:
     stats = api.Stats()
     refresh = int_param(request, "refresh", 0)
+    result_jid = request.GET.get("result", "").strip()[:200]  # (a jid is 24 characters; a task's id 32)
+    result = api.job_result(result_jid) if result_jid else None
     return render_page(request, site, "dashboard", "admin/cogworker/dashboard.html", "Dashboard", stats=stats,
                        queues=stats.queue_rows, chart=charts.history_chart(stats.history),
-                       refresh=refresh if refresh in REFRESH_CHOICES else 0, refresh_choices=REFRESH_CHOICES)
+                       refresh=refresh if refresh in REFRESH_CHOICES else 0, refresh_choices=REFRESH_CHOICES,
+                       result_jid=result_jid, result=result, result_times=result_times(result))
 
 
 @guard(actions=True)

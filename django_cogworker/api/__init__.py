@@ -49,6 +49,7 @@ The names are defined in one module per part and re-exported here, so
     periodic     PeriodicEntry
     quarantine   Bounded, QuarantinedKey; KEYSPACE_SCAN_LIMIT, QUARANTINE_LIMIT, SAMPLE_ITEMS, SAMPLE_CHARS
     stats        Day, Stats, JobClassStats
+    results      job_result (a job's result record, when it keeps one)
 
 The code reads each limit in the module that defines it: to change one (a
 test's monkeypatch), set it there, e.g. ``api.sorted_sets.SCAN_LIMIT``;
@@ -61,6 +62,7 @@ from .processes import Process, ProcessSet, Work, Workers
 from .quarantine import KEYSPACE_SCAN_LIMIT, QUARANTINE_LIMIT, SAMPLE_CHARS, SAMPLE_ITEMS, Bounded, QuarantinedKey
 from .queues import Queue, QueueRow
 from .records import JobRecord, Page
+from .results import job_result
 from .sorted_sets import (
     BATCH,
     KILLED_REASON,
@@ -119,6 +121,8 @@ __all__ = [
     # quarantined keys
     "Bounded",
     "QuarantinedKey",
+    # results
+    "job_result",
     # stats
     "Day",
     "JobClassStats",

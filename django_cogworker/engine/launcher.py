@@ -40,14 +40,17 @@ from ..locks import active_ttl, release_running, retake_running, touch_running
 from ..loops import run_each
 from ..middleware import build_chain
 from ..periodic.ticker import Ticker
+from .extras import JobExtras
 from .fetch import make_fetch
 from .heartbeat import Heartbeat
 from .key_guard import KeyGuard
 from .manager import Manager
 from .orphans import OrphanRecovery
+from .results import ResultWriter
 from .retry import RetryPolicy
 from .scheduled import Poller
 from .stats import Stats
+from .timeouts import Timeouts
 
 logger = logging.getLogger(__name__)
 
@@ -91,8 +94,13 @@ class Launcher:
         self.stats = Stats(self.keys)
         self.retry = RetryPolicy(config, death_handlers)
         self.fetch = make_fetch(config, redis, self.keys, self.identity)
+        # A job past its timeout under a supervisor (--processes) that ignores it: this process
+        # exits and is replaced; alone, it can only log it (see engine/timeouts.py).
+        self.timeouts = Timeouts(grace=config.timeout_grace,
+                                 replace_when_stuck=bool(extra_info and extra_info.get("supervisor")))
         self.manager = Manager(config, self.fetch, self.retry, self.stats,
-                               build_chain(server_middleware, run_job), run_hook=self._run_hook)
+                               build_chain(server_middleware, run_job), run_hook=self._run_hook,
+                               extras=JobExtras(ResultWriter(redis, self.keys, self.identity), self.timeouts))
         self.heartbeat = Heartbeat(config, redis, self.keys, self.identity, self.manager, self.fetch, self.stats,
                                    on_signal=self._signals_put, version=version,
                                    extra_chores=(self._touch_periodic_locks, self._reconcile),
@@ -165,6 +173,7 @@ class Launcher:
         waiter.join()
         if self._pending_stop:
             return self._shutdown()
+        self.timeouts.start()
         self.manager.start()
         self.heartbeat.start()
         self.poller.start()
@@ -202,6 +211,7 @@ class Launcher:
         if self.ticker is not None:
             self.ticker.stop()
         self.manager.stop(self.config.shutdown_timeout)
+        self.timeouts.stop()
         self.poller.stop()
         self.heartbeat.stop()
         run_each((("stats", lambda: self.stats.flush(self.redis)),

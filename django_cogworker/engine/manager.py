@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..conf import Config
+from .extras import JobExtras
 from .fetch import Fetch
 from .fetcher import Fetcher
 from .ledger import Ledger
@@ -47,13 +48,15 @@ class Manager:
     """
 
     def __init__(self, config: Config, fetch: Fetch, retry: RetryPolicy, stats: Stats,
-                 server_chain: Callable[[Any, dict], Any], run_hook: Callable[[dict, str], Any] | None = None):
+                 server_chain: Callable[[Any, dict], Any], run_hook: Callable[[dict, str], Any] | None = None,
+                 extras: JobExtras | None = None):
         self.config = config
         self.fetch = fetch
         self.retry = retry
         self.stats = stats
         self.server_chain = server_chain
         self.run_hook = run_hook
+        self.extras = extras
         self._quiet = threading.Event()
         self._stopping = False
         self.ledger = Ledger()
@@ -65,7 +68,7 @@ class Manager:
     def _new_processor(self, index: int) -> Processor:
         return Processor(index, handover=self.fetcher, ledger=self.ledger, acks=self.acks, settler=self.settler,
                          retry=self.retry, stats=self.stats, server_chain=self.server_chain,
-                         run_hook=self.run_hook, on_death=self.processor_died)
+                         run_hook=self.run_hook, on_death=self.processor_died, extras=self.extras)
 
     # -- lifecycle -----------------------------------------------------------
 

@@ -22,6 +22,7 @@ from .fetch import Unit
 from .retry import Filing
 
 if TYPE_CHECKING:
+    from .extras import JobExtras
     from .fetcher import Fetcher
     from .ledger import Ledger
     from .retry import RetryPolicy
@@ -48,7 +49,8 @@ class Processor:
 
     def __init__(self, index: int, *, handover: Fetcher, ledger: Ledger, acks: AckBatch, settler: Settler,
                  retry: RetryPolicy, stats: Stats, server_chain: Callable[[Any, dict], Any],
-                 run_hook: Callable[[dict, str], Any] | None, on_death: Callable[[Processor], None]):
+                 run_hook: Callable[[dict, str], Any] | None, on_death: Callable[[Processor], None],
+                 extras: JobExtras | None = None):
         self.index = index
         self.handover = handover
         self.ledger = ledger
@@ -61,6 +63,8 @@ class Processor:
         # "retry", "dead"): the launcher releases unique and periodic locks with it.
         self.run_hook = run_hook
         self.on_death = on_death
+        # Result records and timeouts, for the job classes that want them (engine/extras.py).
+        self.extras = extras
         self.name = f"cogworker-processor-{index}"
         self.thread = threading.Thread(target=self.run, name=self.name, daemon=True)
         self.current: Unit | None = None
@@ -110,14 +114,22 @@ class Processor:
         self._hook(payload, "start")
         outcome = "success"
         job = None
+        # (Two class attributes: all a job without a result or a timeout pays; engine/extras.py.)
+        extras = self.extras if job_class.result_ttl is not None or job_class.timeout is not None else None
+        value = None
         try:
             job = job_class(payload)
-            self.server_chain(job, payload)
+            if extras is None:
+                self.server_chain(job, payload)
+            else:
+                value = extras.run(job, payload, self.server_chain)
         except BaseException as exc:  # noqa: BLE001 - a job's SystemExit is its failure, not ours
             outcome = "retry"  # (until filed: a failure never releases locks as a success would)
             elapsed = time.monotonic() - started
             filing = self.filing(unit, payload, exc, job)
             outcome = "retry" if filing is not None and filing.target == "retry" else "dead"
+            if extras is not None:
+                extras.failed(job_class, payload, exc, filing)
             log_safely(logger.warning, "fail jid=%s class=%s elapsed=%.3fs: %s: %s (%s)", jid, shown_class,
                        elapsed, payloads.printable(payloads.error_class(exc)),
                        payloads.printable(payloads.error_message(exc), payloads.ERROR_MESSAGE_LIMIT),
@@ -130,6 +142,8 @@ class Processor:
         else:
             elapsed = time.monotonic() - started
             logger.info("done jid=%s class=%s elapsed=%.3fs", jid, shown_class, elapsed)
+            if extras is not None:
+                extras.succeeded(job_class, payload, value)
             self.acks.add(unit.raw)
             self.stats.job_done(False, payload["class"], elapsed)
         finally:

@@ -41,6 +41,7 @@ from .jobs import (
     requeue_args,
 )
 from .periodic import HELD_LOCK, PERIODIC_CLAIM, PERIODIC_ENABLE, PERIODIC_ROLLBACK
+from .results import RESULT_FINISHED, RESULT_STARTED
 
 __all__ = [
     "Script",
@@ -67,4 +68,6 @@ __all__ = [
     "PREVIEW",
     "SCAN_PREVIEW",
     "PRUNE_QUEUES",
+    "RESULT_STARTED",
+    "RESULT_FINISHED",
 ]

@@ -191,3 +191,44 @@ class HugeErrorJob(Job):
 
     def perform(self, size):
         raise RuntimeError("x" * size)
+
+
+class ResultJob(Job):
+    """Return {"sum": a + b}; keeps a result record (result_ttl) for an hour."""
+
+    result_ttl = 3600
+    retry = 0
+
+    def perform(self, a, b):
+        return {"sum": a + b}
+
+
+class TimedJob(Job):
+    """Busy-loop `seconds` (Python bytecode, so its timeout of 0.5 s interrupts it); no retries."""
+
+    timeout = 0.5
+    retry = 0
+
+    def perform(self, seconds):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+
+
+class StubbornJob(Job):
+    """Busy-loop forever, catching every JobTimeout (RPUSH key "caught" each time); timeout 0.3 s."""
+
+    timeout = 0.3
+    retry = 0
+
+    def perform(self, key):
+        while True:
+            try:
+                _spin_forever()  # (in a function of its own: see CPython 3.13 in engine/timeouts.py)
+            except BaseException:
+                _record(key, "caught")
+
+
+def _spin_forever():
+    while True:
+        pass

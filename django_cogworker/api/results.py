@@ -1,0 +1,14 @@
+"""Reading job results (the opt-in records of :mod:`django_cogworker.results`) for the admin and shells."""
+
+from __future__ import annotations
+
+from .. import results
+from .._types import RedisClient
+from ..keys import Keys
+from ._base import _defaults
+
+
+def job_result(jid: str, redis: RedisClient | None = None, keys: Keys | None = None) -> results.JobResult | None:
+    """The result record of ``jid`` (a task's, or a ``result_ttl`` job's), or None when it has none."""
+    redis, keys = _defaults(redis, keys)
+    return results.read(redis, keys, jid)

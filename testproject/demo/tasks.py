@@ -1,0 +1,65 @@
+"""Tasks of the demo project (django.tasks ``@task`` functions run by cogworker's backend).
+
+Autodiscovered by django_cogworker as ``<app>/tasks.py`` when TASKS names its backend; used by
+tests/test_tasks.py, so each must keep the behaviour its docstring describes.
+"""
+
+import asyncio
+import time
+
+from django_cogworker.runtime import get_redis
+from django_cogworker.tasks_api import task
+
+
+@task
+def add(a, b):
+    """Return a + b."""
+    return a + b
+
+
+@task
+async def async_add(a, b):
+    """Return a + b, after an await."""
+    await asyncio.sleep(0)
+    return a + b
+
+
+@task(takes_context=True, retry=3)
+def flaky(context, key, fails):
+    """RPUSH key the attempt number; raise on the first `fails` attempts, then return the attempt."""
+    get_redis().rpush(key, context.attempt)
+    if context.attempt <= fails:
+        raise RuntimeError(f"attempt {context.attempt} fails")
+    return {"attempt": context.attempt, "result_id": context.task_result.id}
+
+
+@task(retry=0)
+def hold(key):
+    """RPUSH key "started", then wait until the Redis key `key`:go exists (at most 30 s); return "held"."""
+    redis = get_redis()
+    redis.rpush(key, "started")
+    deadline = time.monotonic() + 30
+    while not redis.exists(f"{key}:go") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return "held"
+
+
+@task(retry=0, timeout=0.5)
+def spin(seconds):
+    """Busy-loop `seconds` (Python bytecode: a timeout interrupts it); return "spun"."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+    return "spun"
+
+
+@task(retry=0, queue_name="mail")
+def fail(message):
+    """Raise ValueError(message)."""
+    raise ValueError(message)
+
+
+@task(unique_for=60)
+def unique_add(a, b):
+    """Return a + b; unique while queued (a minute)."""
+    return a + b

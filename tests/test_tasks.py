@@ -1,0 +1,263 @@
+"""The django.tasks backend (django_cogworker/tasks.py) end to end: ``@task`` functions of the
+demo app (testproject/demo/tasks.py) pushed by the API and run by a real ``runcogworker``.
+
+Runs on Django 6.1 (django.tasks) and on Django 5.2 with the django-tasks backport: ``make test``
+runs this module in both venvs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import time
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from helpers import FAST_ENV, Worker, wait_until
+
+from django_cogworker import runtime
+from django_cogworker.errors import JobTimeout
+from django_cogworker.keys import Keys
+from django_cogworker.tasks import CogworkerBackend
+from django_cogworker.tasks_api import (
+    InvalidTask,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_backends,
+)
+from testproject.demo.tasks import add, async_add, fail, flaky, hold, spin
+
+K = Keys()
+
+
+def worker(tmp_path, *args):
+    return Worker(*args, env=FAST_ENV, log_path=tmp_path / "worker.log")
+
+
+def status(task, result_id):
+    return task.get_result(result_id).status
+
+
+def dead_entries(r) -> list[dict]:
+    return [json.loads(raw) for raw in r.zrange(K.dead, 0, -1)]
+
+
+def test_the_backend_says_what_it_supports():
+    backend = task_backends["default"]
+    assert isinstance(backend, CogworkerBackend)
+    assert (backend.supports_defer, backend.supports_async_task, backend.supports_get_result,
+            backend.supports_priority) == (True, True, True, False)
+    with pytest.raises(InvalidTask):
+        add.using(priority=5)  # refused, not silently ignored: nothing orders the work by priority
+    with pytest.raises(InvalidTask):
+        add.using(queue_name="elsewhere")  # not in QUEUES
+    with pytest.raises(TaskResultDoesNotExist):
+        add.get_result("no-such-id")
+    with pytest.raises(TypeError, match="JSON"):
+        add.enqueue(dt.datetime.now(), 1)  # the JSON check every push gets
+
+
+@pytest.mark.parametrize("options,expected", [
+    ({"RESULT_TTL": 0}, 'TASKS["t"]["OPTIONS"]["RESULT_TTL"] must be a positive number of seconds, got 0'),
+    ({"TIMEOUT": "soon"}, 'TASKS["t"]["OPTIONS"]["TIMEOUT"] must be a positive number of seconds or None'),
+    ({"RETRY": -1}, 'TASKS["t"]["OPTIONS"]["RETRY"] must be True, False or a count >= 0, got -1'),
+    ({"RESULTS": 1}, "unknown option(s) ['RESULTS']"),
+])
+def test_a_bad_option_is_refused_naming_it(options, expected):
+    with pytest.raises(ImproperlyConfigured) as caught:
+        CogworkerBackend("t", {"OPTIONS": options})
+    assert expected in str(caught.value)
+
+
+def test_enqueue_then_get_result_through_ready_running_successful(tmp_path, r):
+    result = hold.enqueue("held")
+    assert result.status == TaskResultStatus.READY
+    waiting = hold.get_result(result.id)
+    assert waiting.status == TaskResultStatus.READY and waiting.args == ["held"] and waiting.enqueued_at
+    with worker(tmp_path) as w:
+        identity = w.wait_ready()
+        wait_until(lambda: r.lrange("held", 0, -1) == ["started"], message="task started")
+        running = hold.get_result(result.id)
+        assert running.status == TaskResultStatus.RUNNING
+        assert running.worker_ids == [identity] and running.started_at and running.last_attempted_at
+        assert not running.is_finished
+        r.set("held:go", 1)
+        wait_until(lambda: status(hold, result.id) == TaskResultStatus.SUCCESSFUL, message="task done")
+        done = hold.get_result(result.id)
+        assert done.return_value == "held"
+        assert done.finished_at >= done.started_at >= done.enqueued_at
+        result.refresh()
+        assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == "held"
+        w.term()
+        assert w.wait(30) == 0
+    ttl = r.ttl(K.result(result.id))
+    assert 3000 < ttl <= 3600  # OPTIONS["RESULT_TTL"] of testproject/settings.py
+
+
+def test_defer_async_and_aenqueue(tmp_path, r):
+    run_after = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=2)
+    deferred = add.using(run_after=run_after).enqueue(20, 22)
+    assert r.zcard(K.schedule) == 1 and r.llen(K.queue("default")) == 0  # waits in the schedule set
+    assert add.get_result(deferred.id).status == TaskResultStatus.READY
+    coroutine = async_add.enqueue(1, 2)
+
+    async def through_the_async_api():
+        result = await add.aenqueue(3, 4)
+        return result, await add.aget_result(result.id)
+
+    awaited, read_back = asyncio.run(through_the_async_api())
+    assert read_back.id == awaited.id and read_back.status == TaskResultStatus.READY
+    with worker(tmp_path) as w:
+        w.wait_ready()
+        for task, result, value in ((async_add, coroutine, 3), (add, awaited, 7), (add, deferred, 42)):
+            wait_until(lambda t=task, res=result: status(t, res.id) == TaskResultStatus.SUCCESSFUL, timeout=15,
+                       message=f"{task.name} done")
+            assert task.get_result(result.id).return_value == value
+        assert add.get_result(deferred.id).started_at >= run_after
+        w.term()
+        w.wait(30)
+
+
+def test_retry_with_context_then_success_and_a_failure(tmp_path, r):
+    retried = flaky.enqueue("attempts", 2)  # fails twice, then returns
+    failed = fail.enqueue("no good")
+
+    def retries_due_now():
+        for member in r.zrange(K.retry, 0, -1):
+            r.zadd(K.retry, {member: 0}, xx=True)  # (skip the backoff)
+        return status(flaky, retried.id) == TaskResultStatus.SUCCESSFUL
+
+    with worker(tmp_path) as w:
+        identity = w.wait_ready()
+        wait_until(lambda: r.llen("attempts") == 1, message="first attempt")
+        wait_until(lambda: status(flaky, retried.id) == TaskResultStatus.READY and r.zcard(K.retry) == 1,
+                   message="filed for retry")
+        between = flaky.get_result(retried.id)
+        assert [e.exception_class for e in between.errors] == [RuntimeError]
+        wait_until(retries_due_now, timeout=20, message="succeeded on a retry")
+        done = flaky.get_result(retried.id)
+        assert done.return_value == {"attempt": 3, "result_id": retried.id}
+        assert r.lrange("attempts", 0, -1) == ["1", "2", "3"]  # context.attempt
+        assert done.attempts == 3 and done.worker_ids == [identity] * 3
+        assert ["attempt 1 fails" in done.errors[0].traceback, "attempt 2 fails" in done.errors[1].traceback] == [
+            True, True]
+
+        wait_until(lambda: status(fail, failed.id) == TaskResultStatus.FAILED, message="failed")
+        gone = fail.get_result(failed.id)
+        assert gone.errors[0].exception_class is ValueError and "no good" in gone.errors[0].traceback
+        with pytest.raises(ValueError):
+            gone.return_value  # noqa: B018 - django.tasks raises for a failed task's value
+        [dead] = dead_entries(r)
+        assert (dead["class"], dead["queue"], dead["error_message"]) == ("testproject.demo.tasks.fail", "mail",
+                                                                          "no good")
+        w.term()
+        w.wait(30)
+
+
+def test_a_task_past_its_timeout_fails_with_job_timeout(tmp_path, r):
+    result = spin.enqueue(30)
+    with worker(tmp_path) as w:
+        w.wait_ready()
+        wait_until(lambda: status(spin, result.id) == TaskResultStatus.FAILED, timeout=15, message="timed out")
+        failed = spin.get_result(result.id)
+        assert failed.errors[0].exception_class is JobTimeout
+        assert "JobTimeout: the job ran past its timeout of 0.5s" in failed.errors[0].traceback
+        [dead] = dead_entries(r)
+        assert dead["error_class"] == "django_cogworker.errors.JobTimeout"
+        assert dead["error_message"] == "the job ran past its timeout of 0.5s"
+        assert dead["dead_reason"] == "retries exhausted"
+        w.term()
+        assert w.wait(30) == 0  # (the processor that ran it lived on)
+    assert "ran past its timeout of 0.5s" in w.log()
+
+
+def test_a_payload_naming_an_undiscovered_function_is_dead_and_nothing_imported(tmp_path, r):
+    client = runtime.get_client()
+    jid = client.push({"jid": "sneaky1", "class": "testproject.demo.undiscovered.sneaky", "args": [], "kwargs": {},
+                       "queue": "default", "retry": 0, "created_at": time.time()}, on_commit=False)
+    with worker(tmp_path) as w:
+        w.wait_ready()
+        wait_until(lambda: r.zcard(K.dead) == 1, message="dead on arrival")
+        w.term()
+        w.wait(30)
+    [dead] = dead_entries(r)
+    assert dead["jid"] == jid
+    assert dead["error_message"] == "no job is registered as 'testproject.demo.undiscovered.sneaky'"
+    assert not r.exists("imported:undiscovered") and not r.exists("ran:undiscovered")
+
+
+def test_a_unique_task_is_pushed_once_and_a_periodic_entry_may_name_a_task(r):
+    from django_cogworker.periodic.entries import build_entries
+    from testproject.demo.tasks import unique_add
+
+    first = unique_add.enqueue(1, 1)
+    again = unique_add.enqueue(1, 1)  # a duplicate while the first is queued: not pushed
+    assert r.llen(K.queue("default")) == 1
+    assert unique_add.get_result(first.id).status == TaskResultStatus.READY
+    with pytest.raises(TaskResultDoesNotExist):
+        unique_add.get_result(again.id)
+    [entry] = build_entries([{"name": "adds", "cron": "* * * * *", "job": "testproject.demo.tasks.add",
+                              "args": [1, 2]}], "UTC")
+    assert entry.job == "testproject.demo.tasks.add"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_inside_a_transaction_a_task_is_pushed_at_commit(r):
+    from django.db import transaction
+
+    with transaction.atomic():
+        result = add.enqueue(1, 2)
+        assert r.llen(K.queue("default")) == 0 and not r.exists(K.result(result.id))
+    assert r.llen(K.queue("default")) == 1
+    assert add.get_result(result.id).status == TaskResultStatus.READY
+
+
+def test_a_task_queue_no_worker_serves_is_warned_of():
+    backend = CogworkerBackend("t", {"QUEUES": ["default", "mail", "reports"]})
+    [warning] = backend.check()
+    assert warning.id == "cogworker.W101" and "'reports'" in warning.msg
+    assert CogworkerBackend("t", {"QUEUES": ["default"]}).check() == []
+
+
+def test_the_testing_modes_take_tasks(r):
+    from django_cogworker import testing
+    from django_cogworker.tasks import job_class_for
+
+    with testing.fake() as jobs:
+        flaky.enqueue("fake-attempts", 0)
+        assert jobs.args(job_class_for(flaky)) == [["fake-attempts", 0]]
+        assert jobs.drain() == 1
+    with testing.inline():
+        flaky.enqueue("inline-attempts", 0)
+    assert r.lrange("fake-attempts", 0, -1) == r.lrange("inline-attempts", 0, -1) == ["1"]  # context.attempt
+    assert not r.keys(K.result("*"))  # (no result record: nothing is pushed to Redis)
+
+
+def test_a_result_reads_where_its_queue_is_not_listed(settings):
+    result = add.using(queue_name="mail").enqueue(1, 2)
+    settings.TASKS = {"default": {**settings.TASKS["default"], "QUEUES": ["default"]}}  # (another process's TASKS)
+    read = add.get_result(result.id)
+    assert read.status == TaskResultStatus.READY and read.task.queue_name == "default"
+
+
+def test_a_signal_receiver_that_raises_fails_neither_the_push_nor_the_task(r, caplog):
+    from django_cogworker import testing
+    from django_cogworker.tasks_api import task_enqueued, task_finished
+
+    def broken(**kwargs):
+        raise RuntimeError("receiver bug")
+
+    task_enqueued.connect(broken)
+    task_finished.connect(broken)
+    try:
+        pushed = add.enqueue(1, 2)  # a push that went through must not look failed: it would be pushed again
+        assert r.llen(K.queue("default")) == 1
+        with testing.inline():
+            flaky.enqueue("signal-attempts", 0)  # succeeds: an error here would have it retried, run again
+    finally:
+        task_enqueued.disconnect(broken)
+        task_finished.disconnect(broken)
+    assert add.get_result(pushed.id).status == TaskResultStatus.READY
+    assert r.lrange("signal-attempts", 0, -1) == ["1"]
+    assert caplog.text.count("receiver bug") >= 2
