@@ -111,12 +111,12 @@ def _host_port(item: str) -> tuple[str, int]:
 class SentinelRedis(redis.Redis):
     """A client of the primary of a Sentinel service; ``close`` also closes the sentinel connections."""
 
-    sentinel: Sentinel | None = None
+    sentinels: Sentinel | None = None  # (not "sentinel": that is the SENTINEL command)
 
     def close(self) -> None:
         super().close()
-        if self.sentinel is not None:
-            self.sentinel.close()
+        if self.sentinels is not None:
+            self.sentinels.close()
 
 
 def sentinel_kwargs(target: SentinelTarget, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -156,6 +156,6 @@ def make_sentinel_redis(url: str, options: Mapping[str, Any]) -> SentinelRedis:
     connection.update(options)
     client = sentinel.master_for(target.service, redis_class=SentinelRedis,
                                  connection_pool_class=SentinelConnectionPool, **connection)
-    client.sentinel = sentinel
+    client.sentinels = sentinel
     return client
 
