@@ -69,6 +69,15 @@ def redis_server_binary() -> str:
     return path
 
 
+def connect(url: str, **kwargs: Any) -> redis.Redis:
+    """A client of ``url``, a redis:// one or a redis+sentinel:// one (its primary); caller closes it."""
+    from django_cogworker.sentinel import is_sentinel_url, make_sentinel_redis
+
+    if is_sentinel_url(url):
+        return make_sentinel_redis(url, kwargs)
+    return redis.Redis.from_url(url, **kwargs)
+
+
 def _ping(url: str) -> bool:
     client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
     try:
@@ -280,7 +289,7 @@ class Worker:
         """Wait until this process has registered itself in Redis; returns its identity."""
         if not self.redis_url:
             raise RuntimeError("Worker has no COGWORKER_REDIS_URL/REDIS_URL to poll")
-        client = redis.Redis.from_url(self.redis_url, decode_responses=True)
+        client = connect(self.redis_url, decode_responses=True)
         try:
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
