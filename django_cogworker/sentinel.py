@@ -18,6 +18,8 @@ ConnectionError, which the engine treats like any outage (retried, never a job f
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -29,6 +31,11 @@ SCHEMES = ("redis+sentinel", "rediss+sentinel")
 DEFAULT_PORT = 26379
 # Query arguments of a sentinel URL: where the sentinels' own credentials go (the userinfo is the primary's).
 QUERY_ARGUMENTS = ("sentinel_password", "sentinel_username")
+# Seconds between two questions to the sentinels about where the primary is (FollowingPool).
+CHECK_INTERVAL = 1.0
+# Socket timeouts towards the sentinels unless set: their answers are small, and a sentinel
+# that doesn't answer (a host gone) must not hold a thread for the data connections' timeouts.
+SENTINEL_TIMEOUT = 1.0
 
 
 class SentinelURLError(ValueError):
@@ -108,6 +115,42 @@ def _host_port(item: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
+class FollowingPool(SentinelConnectionPool):
+    """A SentinelConnectionPool that also asks the sentinels where the primary is every
+    ``check_interval`` seconds, not only when it opens a connection.
+
+    redis-py's pool asks only on connect, so a connection opened before a failover keeps talking
+    to the old primary for as long as that one answers. After a kill nothing answers; but after
+    ``SENTINEL FAILOVER`` or a partition the old primary stays up, as a primary, until the
+    sentinels turn it into a replica (about ten seconds later: the failover test measured 11 s),
+    and every write sent to it meanwhile is lost at that moment. Asked again, the sentinels name
+    the new primary: redis-py then drops the idle connections to the old one at once and the busy
+    ones when they come back to the pool. One thread asks, the others carry on.
+    """
+
+    def __init__(self, service_name: str, sentinel_manager: Sentinel, check_interval: float = CHECK_INTERVAL,
+                 **kwargs: Any):
+        self.check_interval = check_interval
+        super().__init__(service_name, sentinel_manager, **kwargs)
+
+    def reset(self) -> None:
+        super().reset()  # (also in a forked child: a lock held across the fork would never be released)
+        self._checking = threading.Lock()
+        self._next_check = time.monotonic() + self.check_interval
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        if self.is_master and time.monotonic() >= self._next_check and self._checking.acquire(blocking=False):
+            try:
+                self._next_check = time.monotonic() + self.check_interval
+                if self.master_address is not None:  # (None: nothing connected yet, connecting asks)
+                    self.get_master_address()
+            except redis.ConnectionError:
+                pass  # no sentinel answers, or none names a primary: the connection's own errors tell
+            finally:
+                self._checking.release()
+        return super().get_connection(*args, **kwargs)
+
+
 class SentinelRedis(redis.Redis):
     """A client of the primary of a Sentinel service; ``close`` also closes the sentinel connections."""
 
@@ -122,7 +165,8 @@ class SentinelRedis(redis.Redis):
 def sentinel_kwargs(target: SentinelTarget, options: Mapping[str, Any]) -> dict[str, Any]:
     """Connection options for the sentinels themselves: the socket and TLS options of
     ``options``, the credentials of the URL's query, then ``options["sentinel_kwargs"]``."""
-    kwargs = {k: v for k, v in options.items() if k.startswith("socket_")}
+    kwargs: dict[str, Any] = {"socket_timeout": SENTINEL_TIMEOUT, "socket_connect_timeout": SENTINEL_TIMEOUT}
+    kwargs.update((k, v) for k, v in options.items() if k.startswith("socket_") and "timeout" not in k)
     if target.tls:
         kwargs["ssl"] = True
         kwargs.update({k: v for k, v in options.items() if k.startswith("ssl_")})
@@ -141,6 +185,9 @@ def make_sentinel_redis(url: str, options: Mapping[str, Any]) -> SentinelRedis:
     options = dict(options)
     options.pop("sentinel_kwargs", None)
     min_other = options.pop("min_other_sentinels", 0)
+    check_interval = options.pop("sentinel_check_interval", CHECK_INTERVAL)
+    if isinstance(check_interval, bool) or not isinstance(check_interval, (int, float)) or not check_interval > 0:
+        raise ValueError(f"sentinel_check_interval must be a positive number of seconds, got {check_interval!r}")
     try:
         sentinel = Sentinel(list(target.sentinels), min_other_sentinels=min_other, sentinel_kwargs=for_sentinels)
     except TypeError as exc:  # (say which options: the message names only redis.Redis)
@@ -154,8 +201,8 @@ def make_sentinel_redis(url: str, options: Mapping[str, Any]) -> SentinelRedis:
     if target.tls:
         connection["ssl"] = True
     connection.update(options)
-    client = sentinel.master_for(target.service, redis_class=SentinelRedis,
-                                 connection_pool_class=SentinelConnectionPool, **connection)
+    client = sentinel.master_for(target.service, redis_class=SentinelRedis, connection_pool_class=FollowingPool,
+                                 check_interval=check_interval, **connection)
     client.sentinels = sentinel
     return client
 

@@ -418,7 +418,7 @@ class Sentinels:
         self.primary.start()
         self.replica = RedisServer(self.dir / "replica",
                                    extra_args=("--replicaof", "127.0.0.1", str(self.primary.port))).start()
-        wait_until(lambda: _replication(self.replica).get("master_link_status") == "up",
+        wait_until(lambda: replication_info(self.replica).get("master_link_status") == "up",
                    timeout=timeout, message="the replica in sync with the primary")
         for i in range(3):
             self._start_sentinel(i)
@@ -464,25 +464,27 @@ class Sentinels:
                 client.close()
         return True
 
-    def primary_port(self) -> int | None:
-        """The primary's port as the first sentinel that answers names it."""
+    def primary_ports(self) -> list[int | None]:
+        """The primary's port as each sentinel names it (None: that one doesn't answer)."""
+        ports: list[int | None] = []
         for i in range(len(self.ports)):
             client = self.sentinel_client(i)
             try:
-                return int(client.sentinel_get_master_addr_by_name(self.service)[1])
+                ports.append(int(client.sentinel_get_master_addr_by_name(self.service)[1]))
             except (redis.RedisError, TypeError):
-                continue
+                ports.append(None)
             finally:
                 client.close()
-        return None
+        return ports
 
     def wait_failover(self, timeout: float = 30) -> float:
-        """Wait until the sentinels name the replica as primary (and it acts as one); return the seconds waited."""
+        """Wait until every sentinel names the replica as primary (and it acts as one); return the seconds waited."""
         assert self.replica is not None
         started = time.monotonic()
 
         def promoted() -> bool:
-            return self.primary_port() == self.replica.port and _replication(self.replica).get("role") == "master"
+            return (set(self.primary_ports()) == {self.replica.port}
+                    and replication_info(self.replica).get("role") == "master")
 
         wait_until(promoted, timeout=timeout, interval=0.05, message="the sentinels promoting the replica")
         return time.monotonic() - started
@@ -504,7 +506,7 @@ class Sentinels:
         self.cleanup()
 
 
-def _replication(server: RedisServer) -> dict:
+def replication_info(server: RedisServer) -> dict:
     """INFO replication of ``server`` ({} when it doesn't answer)."""
     client = server.client(socket_timeout=2)
     try:
