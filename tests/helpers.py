@@ -400,11 +400,11 @@ class Sentinels:
     """
 
     def __init__(self, dir: str | os.PathLike, service: str = "cogmaster", down_after: int = 1000,
-                 failover_timeout: int = 3000):
+                 failover_timeout: int = 3000, primary_args: tuple[str, ...] = ()):
         self.dir = Path(dir)
         self.service = service
         self.down_after, self.failover_timeout = down_after, failover_timeout
-        self.primary = RedisServer(self.dir / "primary")
+        self.primary = RedisServer(self.dir / "primary", extra_args=primary_args)
         self.replica: RedisServer | None = None
         self.ports: list[int] = []
         self.procs: list[subprocess.Popen] = []

@@ -140,13 +140,16 @@ class Pusher(threading.Thread):
             time.sleep(0.004)
 
 
-@pytest.mark.parametrize("how", ["kill", "demote"])
+@pytest.mark.parametrize("how", ["kill", "demote", "demote-min-replicas"])
 def test_a_failover_under_load_loses_or_repeats_only_what_replication_had_not_copied(tmp_path, how):
     """``kill``: the primary is killed -9 and the sentinels elect the replica. ``demote``: an operator's
-    ``SENTINEL FAILOVER``: the old primary stays up as a replica, refusing writes (READONLY) and
-    unblocking the blocked fetches (UNBLOCKED) of clients still connected to it."""
+    ``SENTINEL FAILOVER`` (or a partition): the old primary stays up, still a primary to the clients
+    connected to it, until the sentinels make it a replica (it then drops their connections).
+    ``demote-min-replicas``: the same, the primary set with ``min-replicas-to-write 1`` as the docs
+    advise: it refuses writes (NOREPLICAS, retried) once its replica has left."""
     path = tmp_path / "marks.txt"
-    sentinels = Sentinels(tmp_path / "servers").start()
+    primary_args = ("--min-replicas-to-write", "1", "--min-replicas-max-lag", "2") if how.endswith("replicas") else ()
+    sentinels = Sentinels(tmp_path / "servers", primary_args=primary_args).start()
     periodic = {"name": "every-second", "cron": "* * * * * *", "job": "testproject.demo.jobs.TimedMarkJob",
                 "args": [str(path), 0.0, "periodic"], "until_executed": True}
     env = {**FAST_ENV, "COGWORKER_REDIS_URL": sentinels.url, "COGWORKER_CONCURRENCY": "4",
@@ -174,7 +177,7 @@ def test_a_failover_under_load_loses_or_repeats_only_what_replication_had_not_co
         killed_at = time.time()
         failover_took = sentinels.wait_failover()
         demoted_after = 0.0
-        if how == "demote":  # (the sentinels turn the old primary into a replica seconds later)
+        if how != "kill":  # (the sentinels turn the old primary into a replica seconds later)
             wait_until(lambda: replication_info(sentinels.primary).get("role") == "slave", timeout=30,
                        message="the old primary demoted")
             demoted_after = time.time() - killed_at
@@ -225,16 +228,20 @@ def test_a_failover_under_load_loses_or_repeats_only_what_replication_had_not_co
         if kind == "end" and tag != "periodic":
             end_times[jid].append(at)
     lost = {jid: seen for jid, seen in acknowledged.items() if jid not in end_times and jid not in stranded}
+    lost_at = [at - killed_at for at, _ in lost.values()]
     duplicated = {jid: sorted(times) for jid, times in end_times.items() if len(times) > 1}
     slots = collections.Counter(slot for kind, _, _, tag, slot in marks if kind == "end" and tag == "periodic")
     slots_twice = sorted(slot for slot, count in slots.items() if count > 1)
     refused = [tag for p in pushers for tag in p.refused]
     ran_tags = {tag for kind, _, _, tag, _ in marks if kind == "end"}
-    what = "primary kill -9" if how == "kill" else "SENTINEL FAILOVER"
+    what = {"kill": "primary kill -9", "demote": "SENTINEL FAILOVER",
+            "demote-min-replicas": "SENTINEL FAILOVER, min-replicas-to-write 1"}[how]
     print(f"\nFIGURES Sentinel failover under load ({what}; 1 replica, 3 sentinels, down-after 1 s; "
           f"runcogworker --processes 2 -c 4; 2 pushers): pushed {len(acknowledged)}, completed "
           f"{len(set(acknowledged) & set(end_times))}, lost {len(lost)}, duplicated {len(duplicated)}, held for the "
-          f"reconcile {len(stranded)}, unique locks left {len(left_locks)}; "
+          f"reconcile {len(stranded)}, unique locks left {len(left_locks)}"
+          + (f" (lost acknowledged {min(lost_at):+.2f}s to {max(lost_at):+.2f}s from the kill)" if lost_at else "")
+          + "; "
           f"pushes refused while no primary {sum(p.failed for p in pushers)}, unique refused {len(refused)}; "
           f"periodic slots run {len(slots)} (around the kill: "
           f"{', '.join(f'{at - killed_at:+.1f}s' for at in periodic_runs if abs(at - killed_at) < 8)}), "
@@ -248,6 +255,8 @@ def test_a_failover_under_load_loses_or_repeats_only_what_replication_had_not_co
     window_end = killed_at + REPLICATION_WINDOW
     if how == "demote":
         window_end += failover_took + CHECK_INTERVAL
+    elif how == "demote-min-replicas":  # (refused from the moment its replica left: at the promotion)
+        window_end += failover_took
     assert all(killed_at - REPLICATION_WINDOW <= at <= window_end for at, _ in lost.values()), \
         {jid: round(at - killed_at, 3) for jid, (at, _) in lost.items()}
     # Run twice: only jobs whose first run ended in that window (its ack not copied) or after the kill
