@@ -85,10 +85,26 @@ def test_the_sentinel_password_in_the_query_is_masked():
     assert "hunter2" not in repr(config)
 
 
-def test_an_option_the_sentinels_refuse_fails_at_startup():
+@pytest.mark.parametrize(("options", "says"), [
+    ({"sentinel_kwargs": {"bogus": 1}}, "sentinel_kwargs"),
+    ({"sentinel_check_interval": 0}, "sentinel_check_interval must be a positive number of seconds, got 0"),
+])
+def test_an_option_the_sentinel_client_refuses_fails_at_startup(options, says):
     with pytest.raises(ConfigError) as info:
-        build_config({"REDIS_URL": "redis+sentinel://s1/m", "REDIS_OPTIONS": {"sentinel_kwargs": {"bogus": 1}}})
-    assert 'COGWORKER["REDIS_OPTIONS"]' in str(info.value) and "sentinel_kwargs" in str(info.value)
+        build_config({"REDIS_URL": "redis+sentinel://s1/m", "REDIS_OPTIONS": options})
+    assert str(info.value).startswith('COGWORKER["REDIS_OPTIONS"]') and says in str(info.value)
+
+
+def test_the_sentinels_get_short_timeouts_unless_told_otherwise():
+    config = build_config({"REDIS_URL": "redis+sentinel://s1/m", "REDIS_OPTIONS": {"socket_keepalive": True}})
+    client = make_redis(config)
+    try:
+        kwargs = client.sentinels.sentinels[0].connection_pool.connection_kwargs
+        assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"], kwargs["socket_keepalive"]) == \
+            (1.0, 1.0, True)
+        assert client.connection_pool.connection_kwargs["socket_timeout"] == 10.0  # (the data connections')
+    finally:
+        client.close()
 
 
 # -- failover ----------------------------------------------------------------------------
