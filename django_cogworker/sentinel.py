@@ -8,9 +8,10 @@ go in the query: ``?sentinel_password=...`` (and ``sentinel_username=...``), or 
 ``REDIS_OPTIONS["sentinel_kwargs"]``. ``rediss+sentinel://`` is TLS to the primary and to the
 sentinels (``ssl_*`` options of ``REDIS_OPTIONS`` apply to both).
 
-The client is redis-py's ``Sentinel(...).master_for(service)``: every new connection asks a
-sentinel where the primary is, and idle connections to a former primary are dropped as soon
-as a sentinel names another one. A demoted primary answers writes with READONLY (and unblocks
+The client is redis-py's ``Sentinel(...).master_for(service)`` with a pool of our own
+(:class:`FollowingPool`): every new connection asks a sentinel where the primary is, and so
+does the pool every ``sentinel_check_interval`` (1 s); connections to a former primary are
+dropped as soon as a sentinel names another one. A demoted primary answers writes with READONLY (and unblocks
 blocking calls with UNBLOCKED): redis-py then closes that connection and raises a
 ConnectionError, which the engine treats like any outage (retried, never a job failure).
 """
