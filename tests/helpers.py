@@ -415,6 +415,13 @@ class Sentinels:
         return f"redis+sentinel://{hosts}/{self.service}/0"
 
     def start(self, timeout: float = 20) -> Sentinels:
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.cleanup()  # (nothing left running when a start fails)
+            raise
+
+    def _start(self, timeout: float) -> Sentinels:
         self.primary.start()
         self.replica = RedisServer(self.dir / "replica",
                                    extra_args=("--replicaof", "127.0.0.1", str(self.primary.port))).start()

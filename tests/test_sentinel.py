@@ -189,7 +189,8 @@ def test_a_failover_under_load_loses_or_repeats_only_what_replication_had_not_co
         if how == "kill":
             sentinels.primary.kill()
         else:
-            sentinels.sentinel_client().sentinel_failover(sentinels.service)
+            with sentinels.sentinel_client() as sentinel:
+                sentinel.sentinel_failover(sentinels.service)
         killed_at = time.time()
         failover_took = sentinels.wait_failover()
         demoted_after = 0.0
