@@ -7,6 +7,7 @@ it returns True when it has taken the push to run at transaction commit.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -26,6 +27,8 @@ from .middleware import build_chain
 logger = logging.getLogger(__name__)
 
 Defer = Callable[[Callable[[], Any]], bool]
+# Unique locks of failed pushes kept for release at most (beyond, the oldest wait for their TTL).
+UNRELEASED_MAX = 1000
 
 
 class Client:
@@ -42,6 +45,8 @@ class Client:
         # _terminal tells apart, doesn't run the chain then (it would let every item through).
         self._chain_is_terminal = not middleware
         self._chain = build_chain(middleware, self._write if self._chain_is_terminal else self._terminal)
+        # Unique locks of failed pushes that Redis couldn't release then (see _release_unique).
+        self._unreleased: collections.deque[dict[str, Any]] = collections.deque(maxlen=UNRELEASED_MAX)
 
     def push(self, payload: dict[str, Any], *, at: float | None = None, on_commit: bool | None = None) -> str | None:
         """Push one payload (already checked); return its jid, or None if a middleware stopped it.
@@ -61,6 +66,8 @@ class Client:
     def _write(self, payload: dict[str, Any]) -> str | None:
         _check_outgoing(payload)
         now = self.clock()
+        if self._unreleased and payload.get("unique_digest"):
+            self._release_kept()
         if payload.get("unique_digest") and not unique.claim(self.redis, self.keys, payload, now,
                                                              self.config.unique_lock_ttl):
             return None
@@ -103,7 +110,25 @@ class Client:
             try:
                 unique.release(self.redis, self.keys, payload)
             except Exception as exc:
-                logger.debug("unique lock of jid=%s not released: %s", payload.get("jid"), exc)
+                # (Redis away: a failover, say) Kept, and released before this client's next unique
+                # push: the application's retry of this push would be refused otherwise, for the
+                # whole unique_for, as a duplicate of a job that was never pushed.
+                logger.debug("unique lock of jid=%s not released: %s; kept to release later", payload.get("jid"), exc)
+                self._unreleased.append(payload)
+
+    def _release_kept(self) -> None:
+        """Release the unique locks kept by failed pushes (each only if its jid still holds it)."""
+        while self._unreleased:
+            try:
+                payload = self._unreleased.popleft()
+            except IndexError:  # (another thread took the last one)
+                return
+            try:
+                unique.release(self.redis, self.keys, payload)
+            except Exception as exc:
+                logger.debug("unique lock of jid=%s still not released: %s", payload.get("jid"), exc)
+                self._unreleased.appendleft(payload)
+                return
 
     def push_bulk(self, items: Sequence[dict[str, Any]], *, at: float | None = None,
                   on_commit: bool | None = None) -> list[str]:
@@ -153,6 +178,8 @@ class Client:
             _check_outgoing(item)
         now = self.clock()
         if any(item.get("unique_digest") for item in items):
+            if self._unreleased:
+                self._release_kept()
             items = [item for item in items
                      if not item.get("unique_digest")
                      or unique.claim(self.redis, self.keys, item, now, self.config.unique_lock_ttl)]

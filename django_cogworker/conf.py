@@ -20,7 +20,7 @@ from .errors import ConfigError
 
 DAY = 24 * 60 * 60
 FETCH_MODES = ("reliable", "basic")
-URL_SCHEMES = ("redis", "rediss", "unix")
+URL_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
 HEARTBEAT_INTERVAL_MAX = 3600.0
 METRICS_TOKEN_MIN = 16  # characters: a token a scrape config carries, not a password anyone types
 
@@ -180,7 +180,7 @@ def redact_url(url: str) -> str:
     Works on the text, not on a parsed URL: an unencoded ``#`` or ``?`` in a
     password would make a parser call the rest a fragment or a query and show
     it; an IPv6 host would lose its brackets. A ``password=`` query argument
-    (redis-py's form for unix sockets) is masked too.
+    (redis-py's form for unix sockets) and a ``sentinel_password=`` one are masked too.
     """
     scheme, sep, rest = url.partition("://")
     if not sep:
@@ -193,7 +193,7 @@ def redact_url(url: str) -> str:
     return f"{scheme}{sep}{rest}"
 
 
-_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
+_QUERY_PASSWORD = re.compile(r"([?&](?:sentinel_)?password=)[^&#]*", re.IGNORECASE)
 
 
 def build_config(raw: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None,
@@ -270,7 +270,15 @@ def _normalise_queues(value: Any, errors: list[str]) -> Any:
 def _redis_url_problem(url: Any) -> str | None:
     """What is wrong with ``url`` (in the words of "must be ..."), or None."""
     if not isinstance(url, str) or url.partition("://")[0] not in URL_SCHEMES:
-        return "a redis://, rediss:// or unix:// URL"
+        return "a redis://, rediss://, unix://, redis+sentinel:// or rediss+sentinel:// URL"
+    from .sentinel import SentinelURLError, is_sentinel_url, parse
+
+    if is_sentinel_url(url):
+        try:
+            parse(url)
+        except SentinelURLError as exc:
+            return str(exc)
+        return None
     try:
         # A port that is not a number (or a broken IPv6 host) would otherwise
         # fail only at the first connection, without naming the setting.
@@ -285,8 +293,18 @@ def _redis_options_problem(url: str, options: Mapping[str, Any]) -> str | None:
     only at the first connection, which a worker took for Redis being away, for ever."""
     import redis
 
+    from .sentinel import is_sentinel_url, make_sentinel_redis
+
     try:
-        redis.ConnectionPool.from_url(url, **options).make_connection()
+        if is_sentinel_url(url):
+            # (the sentinels' clients are built too: a bad sentinel_kwargs option fails here)
+            client = make_sentinel_redis(url, options)
+            try:
+                client.connection_pool.make_connection()
+            finally:
+                client.close()
+        else:
+            redis.ConnectionPool.from_url(url, **options).make_connection()
     except (TypeError, ValueError) as exc:
         return str(exc).replace(url, redact_url(url))
     return None

@@ -69,6 +69,15 @@ def redis_server_binary() -> str:
     return path
 
 
+def connect(url: str, **kwargs: Any) -> redis.Redis:
+    """A client of ``url``, a redis:// one or a redis+sentinel:// one (its primary); caller closes it."""
+    from django_cogworker.sentinel import is_sentinel_url, make_sentinel_redis
+
+    if is_sentinel_url(url):
+        return make_sentinel_redis(url, kwargs)
+    return redis.Redis.from_url(url, **kwargs)
+
+
 def _ping(url: str) -> bool:
     client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
     try:
@@ -280,7 +289,7 @@ class Worker:
         """Wait until this process has registered itself in Redis; returns its identity."""
         if not self.redis_url:
             raise RuntimeError("Worker has no COGWORKER_REDIS_URL/REDIS_URL to poll")
-        client = redis.Redis.from_url(self.redis_url, decode_responses=True)
+        client = connect(self.redis_url, decode_responses=True)
         try:
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
@@ -375,3 +384,141 @@ def serve_again(client: redis.Redis) -> None:
     client.config_set("maxmemory", 0)
     client.config_set("replica-serve-stale-data", "yes")
     client.replicaof("NO", "ONE")
+
+
+class Sentinels:
+    """A primary, one replica and three sentinels on 127.0.0.1 (free ports), for failover tests.
+
+    sentinels = Sentinels(tmp_path).start()    # replica in sync, every sentinel knows the others
+    sentinels.url                               # redis+sentinel://127.0.0.1:p1,...:p3/<service>/0
+    sentinels.primary.kill()                    # kill -9 the primary (by its pid)
+    sentinels.wait_failover()                   # until a sentinel names the replica as primary
+    sentinels.cleanup()
+
+    Low ``down_after`` and ``failover_timeout`` (milliseconds) make a failover take seconds.
+    Every process is stopped by its own pid; nothing listens on 6379.
+    """
+
+    def __init__(self, dir: str | os.PathLike, service: str = "cogmaster", down_after: int = 1000,
+                 failover_timeout: int = 3000, primary_args: tuple[str, ...] = ()):
+        self.dir = Path(dir)
+        self.service = service
+        self.down_after, self.failover_timeout = down_after, failover_timeout
+        self.primary = RedisServer(self.dir / "primary", extra_args=primary_args)
+        self.replica: RedisServer | None = None
+        self.ports: list[int] = []
+        self.procs: list[subprocess.Popen] = []
+
+    @property
+    def url(self) -> str:
+        hosts = ",".join(f"127.0.0.1:{port}" for port in self.ports)
+        return f"redis+sentinel://{hosts}/{self.service}/0"
+
+    def start(self, timeout: float = 20) -> Sentinels:
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.cleanup()  # (nothing left running when a start fails)
+            raise
+
+    def _start(self, timeout: float) -> Sentinels:
+        self.primary.start()
+        self.replica = RedisServer(self.dir / "replica",
+                                   extra_args=("--replicaof", "127.0.0.1", str(self.primary.port))).start()
+        wait_until(lambda: replication_info(self.replica).get("master_link_status") == "up",
+                   timeout=timeout, message="the replica in sync with the primary")
+        for i in range(3):
+            self._start_sentinel(i)
+        wait_until(self._all_know_each_other, timeout=timeout, interval=0.1,
+                   message="every sentinel seeing the replica and the two other sentinels")
+        return self
+
+    def _start_sentinel(self, i: int) -> None:
+        home = self.dir / f"sentinel{i}"
+        home.mkdir(parents=True, exist_ok=True)
+        for _ in range(5):  # (a free port may be taken before the sentinel binds it)
+            port = free_port()
+            conf = home / "sentinel.conf"  # (rewritten by the sentinel: it must be writable)
+            conf.write_text(
+                f"port {port}\nbind 127.0.0.1\ndaemonize no\ndir {home}\nlogfile {home / 'sentinel.log'}\n"
+                f"sentinel monitor {self.service} 127.0.0.1 {self.primary.port} 2\n"
+                f"sentinel down-after-milliseconds {self.service} {self.down_after}\n"
+                f"sentinel failover-timeout {self.service} {self.failover_timeout}\n"
+                f"sentinel parallel-syncs {self.service} 1\n")
+            proc = subprocess.Popen([redis_server_binary(), str(conf), "--sentinel"], cwd=home,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            url = f"redis://127.0.0.1:{port}"
+            if wait_until(lambda p=proc, u=url: p.poll() is not None or _ping(u), timeout=10) and proc.poll() is None:
+                self.ports.append(port)
+                self.procs.append(proc)
+                return
+            proc.wait(10)
+        raise RuntimeError(f"sentinel {i} did not come up; see {home / 'sentinel.log'}")
+
+    def sentinel_client(self, i: int = 0) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.ports[i], decode_responses=True, socket_timeout=2)
+
+    def _all_know_each_other(self) -> bool:
+        for i in range(len(self.ports)):
+            client = self.sentinel_client(i)
+            try:
+                state = client.sentinel_master(self.service)
+                if int(state["num-other-sentinels"]) < 2 or int(state["num-slaves"]) < 1:
+                    return False
+            except redis.RedisError:
+                return False
+            finally:
+                client.close()
+        return True
+
+    def primary_ports(self) -> list[int | None]:
+        """The primary's port as each sentinel names it (None: that one doesn't answer)."""
+        ports: list[int | None] = []
+        for i in range(len(self.ports)):
+            client = self.sentinel_client(i)
+            try:
+                ports.append(int(client.sentinel_get_master_addr_by_name(self.service)[1]))
+            except (redis.RedisError, TypeError):
+                ports.append(None)
+            finally:
+                client.close()
+        return ports
+
+    def wait_failover(self, timeout: float = 30) -> float:
+        """Wait until every sentinel names the replica as primary (and it acts as one); return the seconds waited."""
+        assert self.replica is not None
+        started = time.monotonic()
+
+        def promoted() -> bool:
+            return (set(self.primary_ports()) == {self.replica.port}
+                    and replication_info(self.replica).get("role") == "master")
+
+        wait_until(promoted, timeout=timeout, interval=0.05, message="the sentinels promoting the replica")
+        return time.monotonic() - started
+
+    def cleanup(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+        self.procs.clear()
+        for server in (self.primary, self.replica):
+            if server is not None:
+                server.cleanup()
+
+    def __enter__(self) -> Sentinels:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.cleanup()
+
+
+def replication_info(server: RedisServer) -> dict:
+    """INFO replication of ``server`` ({} when it doesn't answer)."""
+    client = server.client(socket_timeout=2)
+    try:
+        return client.info("replication")
+    except redis.RedisError:
+        return {}
+    finally:
+        client.close()

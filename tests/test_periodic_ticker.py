@@ -221,7 +221,7 @@ def test_until_executed_skips_slots_while_its_run_holds_the_lock(make, rb, confi
     assert rb.get(K.periodic_last_slot("e")) == str(minute(4)).encode()
 
     # The worker's hook: nothing at start, released when the run ends.
-    hook = Launcher(config, rb)._run_hook
+    hook = Launcher(config, rb).run_locks
     hook(run, "start")
     assert rb.get(lock) == run["jid"].encode()
     hook(run, "success")
@@ -236,7 +236,7 @@ def test_until_executed_lock_is_released_when_the_run_fails(make, rb, config, mo
     ticker.tick(now=T0)
     ticker.tick(now=T0 + 60)
     [run] = jobs(rb)
-    Launcher(config, rb)._run_hook(run, moment)
+    Launcher(config, rb).run_locks(run, moment)
     assert rb.get(K.periodic_running("e")) is None
 
 

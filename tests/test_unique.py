@@ -324,3 +324,36 @@ def test_a_lock_held_by_another_jid_is_not_released(redis_url, r, token):
     finally:
         client.close()
     assert r.get(key) == "someone-else"
+
+
+def test_a_push_that_fails_with_redis_away_has_its_lock_released_before_the_next_push(tmp_path, token, monkeypatch):
+    """The lock was taken, then Redis went away (a failover) before the job was pushed, so the release
+    failed too: the application's retry of the push must not be refused as a duplicate for unique_for."""
+    from helpers import RedisServer
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    from django_cogworker import scripts
+
+    srv = RedisServer(tmp_path / "redis", appendonly=True).start()
+    client = redis.Redis.from_url(srv.url, retry=Retry(NoBackoff(), 0), socket_connect_timeout=0.5)
+    real_push = scripts.PUSH
+
+    def redis_dies_before_the_push(*args, **kwargs):
+        srv.kill()
+        return real_push(*args, **kwargs)
+
+    try:
+        push = Client(build_config({}, {"COGWORKER_REDIS_URL": srv.url}), client).push
+        monkeypatch.setattr(scripts, "PUSH", redis_dies_before_the_push)
+        with pytest.raises(redis.ConnectionError):
+            push(JobSetter(UniqueNote, {}).build([token], {}))
+        monkeypatch.setattr(scripts, "PUSH", real_push)
+        srv.start()
+        assert client.get(lock_key(UniqueNote, token)) is not None  # (the lock survived: AOF)
+        retried = push(JobSetter(UniqueNote, {}).build([token], {}))
+        assert retried is not None
+        assert client.get(lock_key(UniqueNote, token)) == retried.encode()
+    finally:
+        client.close()
+        srv.cleanup()

@@ -30,13 +30,12 @@ from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import Any
 
-from .. import unique
 from .._types import RedisClient
 from ..client import Client
 from ..conf import Config
 from ..job import call_perform
 from ..keys import Keys
-from ..locks import active_ttl, release_running, retake_running, touch_running
+from ..locks import active_ttl, touch_running
 from ..loops import run_each
 from ..middleware import build_chain
 from ..periodic.ticker import Ticker
@@ -48,6 +47,7 @@ from .manager import Manager
 from .orphans import OrphanRecovery
 from .results import ResultWriter
 from .retry import RetryPolicy
+from .run_locks import RunLocks
 from .scheduled import Poller
 from .stats import Stats
 from .timeouts import Timeouts
@@ -94,16 +94,18 @@ class Launcher:
         self.stats = Stats(self.keys)
         self.retry = RetryPolicy(config, death_handlers)
         self.fetch = make_fetch(config, redis, self.keys, self.identity)
+        self.run_locks = RunLocks(redis, self.keys)
         # A job past its timeout under a supervisor (--processes) that ignores it: this process
         # exits and is replaced; alone, it can only log it (see engine/timeouts.py).
         self.timeouts = Timeouts(grace=config.timeout_grace,
                                  replace_when_stuck=bool(extra_info and extra_info.get("supervisor")))
         self.manager = Manager(config, self.fetch, self.retry, self.stats,
-                               build_chain(server_middleware, run_job), run_hook=self._run_hook,
+                               build_chain(server_middleware, run_job), run_hook=self.run_locks,
                                extras=JobExtras(ResultWriter(redis, self.keys, self.identity), self.timeouts))
         self.heartbeat = Heartbeat(config, redis, self.keys, self.identity, self.manager, self.fetch, self.stats,
                                    on_signal=self._signals_put, version=version,
-                                   extra_chores=(self._touch_periodic_locks, self._reconcile),
+                                   extra_chores=(self._touch_periodic_locks, self._reconcile,
+                                                 self.run_locks.retry_pending),
                                    extra_info=extra_info)
         self._suspects: collections.Counter[bytes] = collections.Counter()
         self._next_reconcile = time.monotonic() + RECONCILE_INTERVAL
@@ -134,16 +136,6 @@ class Launcher:
             return
         self._next_reconcile = time.monotonic() + RECONCILE_INTERVAL
         self._suspects = self.fetch.reconcile(self.manager.known_raws(), self._suspects)
-
-    def _run_hook(self, payload: dict, moment: str) -> None:
-        """Locks around a run: ``moment`` is "start", "success", "retry", "dead" or "requeued" (at shutdown)."""
-        if payload.get("unique_digest"):
-            unique.release_at(self.redis, self.keys, payload, moment)
-        if payload.get("periodic_pjid"):
-            if moment == "requeued":
-                retake_running(self.redis, self.keys, payload)  # it waits in its queue again: keep others out
-            elif moment != "start":
-                release_running(self.redis, self.keys, payload)
 
     def _signals_put(self, name: str) -> None:
         self._signals.put(name)
@@ -215,6 +207,7 @@ class Launcher:
         self.poller.stop()
         self.heartbeat.stop()
         run_each((("stats", lambda: self.stats.flush(self.redis)),
+                  ("lock releases kept through an outage", lambda: self.run_locks.retry_pending(self.redis)),
                   ("in-progress registry", self._forget),
                   ("process registry", self.heartbeat.clear)),
                  "at shutdown, %s not written", log=logger, raise_outage=False, traceback=False)

@@ -232,3 +232,18 @@ class StubbornJob(Job):
 def _spin_forever():
     while True:
         pass
+
+
+class TimedMarkJob(Job):
+    """Append "start <jid> <time> <tag> <slot>", sleep `seconds`, append "end ..." the same to the file `path`.
+
+    Like FileMarkJob (no Redis: its record survives a Redis failover), with the wall-clock time of each
+    mark, the caller's `tag` and the payload's `periodic_slot` ("-" when none), for the failover test's
+    counts of what was lost or run twice and when.
+    """
+
+    def perform(self, path, seconds=0.0, tag="-"):
+        slot = self.payload.get("periodic_slot") or "-"
+        _append_line(path, f"start {self.jid} {time.time():.6f} {tag} {slot}")
+        time.sleep(seconds)
+        _append_line(path, f"end {self.jid} {time.time():.6f} {tag} {slot}")
