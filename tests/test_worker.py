@@ -217,3 +217,32 @@ def test_log_lines_carry_the_jid(tmp_path, r):
         assert w.wait(30) == 0
     assert re.search(rf"start jid={jid} class=testproject\.demo\.jobs\.RecordJob", w.log())
     assert re.search(rf"done jid={jid} class=testproject\.demo\.jobs\.RecordJob elapsed=", w.log())
+
+
+def test_a_job_the_worker_does_not_know_yet_is_retried_and_runs_once_the_new_code_is_deployed(tmp_path, r):
+    # The web code goes out before the workers restart: the job it pushes names a class the running
+    # worker lacks. It went straight to dead; it waits in retry with its error instead.
+    name = "testproject.demo.jobs.NewlyDeployedJob"
+    raw = json.dumps({"jid": "new-1", "class": name, "args": ["ran"], "kwargs": {}, "queue": "default",
+                      "retry": 3, "created_at": time.time()})
+    with worker(tmp_path, name="old") as old:
+        old.wait_ready()
+        r.lpush(K.queue("default"), raw)
+        wait_until(lambda: r.zcard(K.retry) == 1, timeout=15)
+        old.term()
+        assert old.wait(30) == 0
+    ((entry, score),) = r.zrange(K.retry, 0, -1, withscores=True)
+    filed = json.loads(entry)
+    assert filed["error_class"] == "django_cogworker.errors.UnknownJobError"
+    assert f"no job is registered as {name!r}" in filed["error_message"]
+    assert filed["retry_count"] == 0 and score > time.time()
+    assert r.zcard(K.dead) == 0 and not r.exists("ran")
+    assert re.search(rf"fail jid=new-1 class={re.escape(name)} .*retry 1 in \d+s", old.log())
+
+    r.zadd(K.retry, {entry: time.time()})  # (its backoff has passed)
+    with worker(tmp_path, name="new", env={"TESTPROJECT_NEW_CODE": "1"}) as new:
+        new.wait_ready()
+        wait_until(lambda: r.lrange("ran", 0, -1) == ["new-1"], timeout=15)
+        new.term()
+        assert new.wait(30) == 0
+    assert r.zcard(K.retry) == 0 and r.zcard(K.dead) == 0

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .. import joblog
 from .. import payload as payloads
 from ..errors import PayloadError, UnknownJobError
 from ..job import registered
@@ -93,19 +94,21 @@ class Processor:
         ledger = self.ledger
         try:
             payload = payloads.decode(unit.raw)
-            job_class = registered(payload["class"])
-            if job_class is None:
-                raise UnknownJobError(f"no job is registered as {payload['class']!r}")
         except PayloadError as exc:
             try:
                 self.bury(unit, exc)
             finally:
                 ledger.unit_dropped(unit)
             return
+        # A class this worker doesn't know fails like a job that raised, and is retried: pushed by
+        # code deployed before the workers restarted, it runs once they have (it went straight to
+        # dead). Nothing is imported for it: only the classes discovered at startup ever run.
+        job_class: Callable[[dict], Any] = registered(payload["class"]) or _unknown_job
         ledger.job_started(unit, payload)
         started = time.monotonic()
         # (Escaped once for the log lines: a jid holding a newline wrote lines of its own making.)
         jid, shown_class = payloads.printable(payload.get("jid")), payloads.printable(payload["class"])
+        context = joblog.enter(jid, shown_class)  # (every record logged on this thread until leave)
         logger.info("start jid=%s class=%s", jid, shown_class)
         self._hook(payload, "start")
         outcome = "success"
@@ -134,6 +137,7 @@ class Processor:
         finally:
             ledger.job_finished(unit)
             self._hook(payload, outcome)
+            joblog.leave(context)
 
     def filing(self, unit: Unit, payload: dict, exc: BaseException, job: Any) -> Filing | None:
         """Where a failed job goes (None: discarded); never raises.
@@ -169,7 +173,7 @@ class Processor:
                            payloads.printable(payload.get("jid")), exc_info=exc)
 
     def bury(self, unit: Unit, exc: PayloadError) -> None:
-        """A payload we can't run (unparseable, unknown job): dead with the reason, never dropped."""
+        """A payload we can't read: dead with the reason, never dropped."""
         reason = str(exc)
         try:
             payload = payloads.decode(unit.raw)
@@ -192,6 +196,12 @@ class Processor:
         self.settler.settle(unit.raw, filing)
         if readable:
             self._hook(payload, "dead")  # its unique and periodic locks go now, not at their TTL
+
+
+def _unknown_job(payload: dict) -> Any:
+    """Stand in for a job class this worker has not registered: its run fails with UnknownJobError."""
+    raise UnknownJobError(f"no job is registered as {payload['class']!r} in this worker (pushed by newer code "
+                          f"than it runs, or not defined in an installed app's jobs.py)")
 
 
 def _fate(filing: Filing | None) -> str:

@@ -191,3 +191,13 @@ class HugeErrorJob(Job):
 
     def perform(self, size):
         raise RuntimeError("x" * size)
+
+
+if os.environ.get("TESTPROJECT_NEW_CODE"):
+
+    class NewlyDeployedJob(Job):
+        """Exists only in a worker started with TESTPROJECT_NEW_CODE=1: a job class deployed after
+        its first jobs were pushed (tests/test_worker.py). RPUSH this job's jid onto `key`."""
+
+        def perform(self, key):
+            _record(key, self.jid)
