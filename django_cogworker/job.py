@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from asgiref.sync import async_to_sync
 
 from . import payload as payloads
-from .arguments import check_json_native
+from .arguments import check_call, check_json_native
 from .errors import CogworkerError
 
 logger = logging.getLogger(__name__)
@@ -153,6 +153,7 @@ class JobSetter:
         check_json_native(args, "args")
         if kwargs or type(kwargs) is not dict:  # (most pushes have none: nothing to walk)
             check_json_native(kwargs, "kwargs")
+        check_call(self.job_class, args, kwargs)
         return self._payload(args, kwargs, time.time() if now is None else now)
 
     def _payload(self, args: list[Any], kwargs: Any, created_at: float) -> dict[str, Any]:
@@ -228,6 +229,7 @@ class JobSetter:
                 check_json_native(args, "args")
             except TypeError as exc:
                 raise TypeError(f"perform_bulk item {i}: {exc}") from None
+            check_call(self.job_class, args, {}, f"perform_bulk item {i}: ")
             if first is None:
                 payload = first = self._payload(args, {}, time.time())
                 unique = "unique_digest" in first

@@ -265,6 +265,50 @@ def test_tuple_hint_suggests_a_list():
         Plain.perform_async((1, 2))
 
 
+class Hello(Job):
+    def perform(self, name, greeting="hello", *, loud=False):
+        pass
+
+
+@pytest.mark.parametrize(("args", "kwargs", "why"), [
+    ((1, 2, 3), {}, "(1, 2, 3): too many positional arguments"),
+    ((), {}, "(): missing a required argument: 'name'"),
+    (("ann",), {"shout": True}, "('ann', shout=True): got an unexpected keyword argument 'shout'"),
+])
+def test_arguments_perform_can_not_take_are_refused_at_the_push(r, args, kwargs, why):
+    # Hello.perform_async(1, 2, 3) returned a jid, then failed in the worker and retried for 20 days.
+    signature = "(name, greeting='hello', *, loud=False)"
+    for push in (Hello.perform_async, lambda *a, **k: Hello.perform_in(60, *a, **k),
+                 Hello.set(queue="mail").perform_async):
+        with pytest.raises(TypeError) as info:
+            push(*args, **kwargs)
+        assert str(info.value) == f"{Hello.name}.perform{signature} can't take {why}"
+    assert r.dbsize() == 0
+
+
+def test_arguments_perform_takes_are_pushed(r):
+    for args, kwargs in ((("ann",), {}), (("ann", "hi"), {}), (("ann",), {"loud": True}), ((), {"name": "ann"})):
+        assert Hello.perform_async(*args, **kwargs)
+    assert [(p["args"], p["kwargs"]) for p in queued(r)] == [
+        (["ann"], {}), (["ann", "hi"], {}), (["ann"], {"loud": True}), ([], {"name": "ann"})]
+
+
+def test_perform_bulk_names_the_item_perform_can_not_take(r):
+    with pytest.raises(TypeError) as info:
+        Hello.perform_bulk([["ann"], ["bob", "hi"], ["cy", "hi", "extra"]])
+    assert str(info.value).startswith(f"perform_bulk item 2: {Hello.name}.perform(name, greeting='hello', *, "
+                                      f"loud=False) can't take ('cy', 'hi', 'extra'): too many positional")
+    assert r.dbsize() == 0
+
+
+def test_a_perform_replaced_on_the_class_is_checked_afresh(r, monkeypatch):
+    assert Hello.perform_async("ann")
+    monkeypatch.setattr(Hello, "perform", lambda self, a, b: None)
+    with pytest.raises(TypeError, match=r"perform\(a, b\) can't take \('ann'\): missing"):
+        Hello.perform_async("ann")
+    assert Hello.perform_async("ann", "bob")
+
+
 def test_perform_without_perform_defined_says_so():
     with pytest.raises(NotImplementedError, match="Named.perform is not defined"):
         Named().perform()
