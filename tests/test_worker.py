@@ -246,3 +246,23 @@ def test_a_job_the_worker_does_not_know_yet_is_retried_and_runs_once_the_new_cod
         new.term()
         assert new.wait(30) == 0
     assert r.zcard(K.retry) == 0 and r.zcard(K.dead) == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_second_stop_signal_hands_running_jobs_back_at_once(tmp_path, r, sig):
+    # A second Ctrl-C was ignored: the worker waited the whole SHUTDOWN_TIMEOUT.
+    env = {"COGWORKER_CONCURRENCY": "2", "COGWORKER_SHUTDOWN_TIMEOUT": "600"}
+    with worker(tmp_path, env=env) as w:
+        w.wait_ready()
+        jids = [SleepJob.perform_async(600, "marks") for _ in range(2)]
+        wait_until(lambda: r.llen("marks") == 2, timeout=15)
+        w.signal(sig)
+        wait_until(lambda: "a second TERM or INT hands them back now" in w.log(), timeout=15)
+        assert w.alive  # the first one waits for the jobs
+        w.signal(sig)
+        assert w.wait(60) == 0  # (well before the 600 s SHUTDOWN_TIMEOUT)
+    assert sorted(queued_jids(r)) == sorted(jids)  # handed back, nothing lost
+    log = w.log()
+    assert "stop signal repeated: handing running jobs back now" in log
+    (line,) = [x for x in log.splitlines() if "requeued 2 job(s) unfinished at shutdown" in x]
+    assert all(f"jid={jid}" in line for jid in jids)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import time
 
@@ -60,9 +61,12 @@ class Command(BaseCommand):
         self.stdout.flush()
 
         def run_worker(extra_info: dict | None = None) -> int:
+            # Under a supervisor, a worker stops on its forwarded TERM only (see Supervisor._child).
+            stop_signals = (signal.SIGTERM,) if extra_info else (signal.SIGTERM, signal.SIGINT)
             launcher = Launcher(config, runtime.get_redis(), server_middleware=server_middleware,
                                 death_handlers=death_handlers, client_middleware=client_middleware,
-                                periodic_entries=entries, clock=clock, version=__version__, extra_info=extra_info)
+                                periodic_entries=entries, clock=clock, version=__version__, extra_info=extra_info,
+                                stop_signals=stop_signals)
             return launcher.run()
 
         if processes == 1:
