@@ -108,7 +108,7 @@ def check_call(job_class: type, args: list[Any], kwargs: dict[str, Any], where: 
     Without it, ``Hello.perform_async(1, 2, 3)`` returned a jid, then failed with a TypeError in
     the worker and was retried 25 times over some 20 days.
     """
-    perform = job_class.perform  # (the key: a perform replaced on the class is read afresh)
+    perform = job_class.perform  # type: ignore[attr-defined]  # (the key: a perform replaced on the class is read afresh)
     try:
         arity = _arities[perform]
     except KeyError:
@@ -129,11 +129,11 @@ def _arity_of(job_class: type) -> _Arity | None:
     """The arity of ``job_class.perform`` without ``self``; None if it takes anything or can't be read."""
     raw = inspect.getattr_static(job_class, "perform", None)
     try:
-        signature = inspect.signature(job_class.perform)
+        signature = inspect.signature(job_class.perform)  # type: ignore[attr-defined]
     except (TypeError, ValueError):  # (a builtin or a callable object without a signature: not checked)
         return None
     params = list(signature.parameters.values())
-    if not isinstance(raw, (staticmethod, classmethod)) and inspect.isfunction(job_class.perform) and params:
+    if not isinstance(raw, (staticmethod, classmethod)) and inspect.isfunction(raw) and params:
         params = params[1:]  # self
         signature = signature.replace(parameters=params)
     if any(p.kind is p.VAR_POSITIONAL for p in params) and any(p.kind is p.VAR_KEYWORD for p in params):

@@ -146,11 +146,10 @@ class Launcher:
         self._signals.put(name)
 
     def install_signal_handlers(self) -> None:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            if signum not in self.stop_signals:
-                signal.signal(signum, signal.SIG_IGN)
-        for signum, name in (*((s, "stop") for s in self.stop_signals),
-                             (signal.SIGTSTP, "quiet"), (signal.SIGTTIN, "dump")):
+        for ignored in {signal.SIGTERM, signal.SIGINT} - set(self.stop_signals):
+            signal.signal(ignored, signal.SIG_IGN)
+        handled: list[tuple[int, str]] = [(s, "stop") for s in self.stop_signals]
+        for signum, name in (*handled, (signal.SIGTSTP, "quiet"), (signal.SIGTTIN, "dump")):
             signal.signal(signum, self._queue_signal(name))
 
     def _queue_signal(self, name: str) -> Callable[[int, FrameType | None], None]:
