@@ -43,6 +43,9 @@ def leave(token: contextvars.Token) -> None:
 class JobContextFilter(logging.Filter):
     """Add ``jid`` and ``job_class`` (``-`` outside a job) to every record; filters nothing out.
 
+    Also ``job_context``: `` class=<class> jid=<jid>`` in a job, empty outside, for a format
+    that shows it only where there is one (runcogworker's own, as Sidekiq's).
+
     Put it on a handler, not a logger: a logger's filters see only the records logged on
     that very logger, not those propagated from its children (the project's own modules).
     """
@@ -54,4 +57,6 @@ class JobContextFilter(logging.Filter):
             record.jid = job[0] if job is not None else NONE
         if not hasattr(record, "job_class"):
             record.job_class = job[1] if job is not None else NONE
+        if not hasattr(record, "job_context"):
+            record.job_context = f" class={job[1]} jid={job[0]}" if job is not None else ""
         return True

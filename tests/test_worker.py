@@ -18,7 +18,7 @@ from helpers import FAST_ENV, RedisServer, Worker, wait_until
 
 from django_cogworker import __version__
 from django_cogworker.keys import Keys
-from testproject.demo.jobs import RecordJob, SleepJob
+from testproject.demo.jobs import LogJob, RecordJob, SleepJob
 
 K = Keys()
 FETCH_MODES = ["reliable", "basic"]
@@ -266,3 +266,33 @@ def test_a_second_stop_signal_hands_running_jobs_back_at_once(tmp_path, r, sig):
     assert "stop signal repeated: handing running jobs back now" in log
     (line,) = [x for x in log.splitlines() if "requeued 2 job(s) unfinished at shutdown" in x]
     assert all(f"jid={jid}" in line for jid in jids)
+
+
+def test_with_no_logging_configured_a_job_s_own_records_show_with_time_level_class_and_jid(tmp_path, r):
+    # runcogworker gave only the django_cogworker logger a handler: the docs' own example (log.info
+    # inside perform) printed nothing, and a warning came out bare, through Python's last resort.
+    with worker(tmp_path, env={"TESTPROJECT_NO_LOGGING": "1"}) as w:
+        w.wait_ready()
+        jid = LogJob.perform_async("hello from the job")
+        wait_until(lambda: "warning: hello from the job" in w.log(), timeout=15)
+        w.term()
+        assert w.wait(30) == 0
+    context = rf"class=testproject\.demo\.jobs\.LogJob jid={jid}"
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \d+ cogworker-processor-\d+"
+    log = w.log()
+    assert re.search(rf"^{stamp} INFO {context} testproject\.demo\.jobs: info: hello from the job$", log, re.M)
+    assert re.search(rf"^{stamp} WARNING {context} testproject\.demo\.jobs: warning: hello from the job$", log, re.M)
+    # The worker's own lines show as before; outside a job, no context.
+    assert re.search(r"^\S+ \S+ \d+ MainThread INFO django_cogworker\.engine\.launcher: cogworker .* ready", log, re.M)
+
+
+def test_a_project_s_logging_shows_the_job_context_through_the_filter(tmp_path, r):
+    # testproject's LOGGING: the docs' example, JobContextFilter on the handler.
+    with worker(tmp_path) as w:
+        w.wait_ready()
+        jid = LogJob.perform_async("configured")
+        wait_until(lambda: "warning: configured" in w.log(), timeout=15)
+        w.term()
+        assert w.wait(30) == 0
+    assert re.search(rf"INFO pid=\d+ cogworker-processor-\d+ class=testproject\.demo\.jobs\.LogJob jid={jid} "
+                     rf"testproject\.demo\.jobs: info: configured$", w.log(), re.M)

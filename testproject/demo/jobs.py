@@ -87,6 +87,14 @@ class RecordJob(Job):
         _record(key, value)
 
 
+class LogJob(Job):
+    """Log `message` at INFO and WARNING through this module's logger, as a project's job does."""
+
+    def perform(self, message):
+        log.info("info: %s", message)
+        log.warning("warning: %s", message)
+
+
 class SleepJob(Job):
     """RPUSH key "start:<jid>", sleep `seconds`, RPUSH key "end:<jid>" (shutdown/orphan tests)."""
 

@@ -148,12 +148,24 @@ def _pid() -> int:
 
 
 def _ensure_logging(verbosity: int) -> None:
-    """Add a handler only when the project configured none for us."""
-    logger = logging.getLogger("django_cogworker")
-    if logger.handlers or logging.getLogger().handlers:
+    """Show what the worker and its jobs log, when the project configured no logging for it.
+
+    No LOGGING setting and no root handler: a handler on the root logger, so the project's own
+    records (a job's ``log.info``) show too, each with its time, level and, logged while a job
+    runs, its class and jid. (A handler on ``django_cogworker`` alone printed nothing of the
+    docs' own example, and a job's warnings came out bare through Python's last resort.) A
+    project with a LOGGING setting that gives ``django_cogworker`` no handler gets one there, as
+    before: its other loggers are its own.
+    """
+    from ...joblog import JobContextFilter
+
+    root, ours = logging.getLogger(), logging.getLogger("django_cogworker")
+    if root.handlers or ours.handlers:
         return
     handler = logging.StreamHandler()
+    handler.addFilter(JobContextFilter())
     handler.setFormatter(logging.Formatter(
-        "%(asctime)s %(process)d %(threadName)s %(levelname)s %(name)s: %(message)s"))
+        "%(asctime)s %(process)d %(threadName)s %(levelname)s%(job_context)s %(name)s: %(message)s"))
+    logger = ours if settings.LOGGING else root
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO)
