@@ -15,7 +15,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -157,6 +157,9 @@ def queues(request: HttpRequest, *, site: Any) -> HttpResponse:
             messages.error(request, f"Unknown action {action!r}.")
         return back(request, page_url)
     result = paged(lambda number: api.Queue.page(number, QUEUES_PER_PAGE), request)
+    readers = api.ProcessSet().readers()
+    for row in result.items:
+        row.readers = readers.get(row.queue.name, 0)
     return render_page(request, site, "queue", "admin/cogworker/queues.html", "Queues", result=result,
                        query="")
 
@@ -172,6 +175,8 @@ def _posted_queue(request: HttpRequest) -> api.Queue:
 @guard(actions=False)
 def queue_jobs(request: HttpRequest, queue: str, *, site: Any) -> HttpResponse:
     q = api.Queue(queue)
+    if not q.exists():  # (a mistyped name showed an "empty" queue that isn't there)
+        raise Http404(f"No queue named {queue!r}.")
     per_page = int_param(request, "per_page", 25)
     jobs = paged(lambda number: q.jobs(number, per_page), request)
     query = request.GET.copy()
