@@ -133,6 +133,24 @@ def test_admin_index_and_app_index_list_the_pages(admin_client, seeded):
             assert f'href="{BASE}{p}"' in page, (url, p)
 
 
+def test_the_admin_index_lists_the_dashboard_first_with_a_view_link(admin_client, viewer, seeded):
+    # It listed Busy before Dashboard (sorted by name), and "Change" on the read-only dashboard.
+    for client in (admin_client, viewer):
+        page = client.get("/admin/").content.decode()
+        links = re.findall(rf'<a href="{BASE}([a-z]+)/" class="(viewlink|changelink)"', page)
+        assert links[0] == ("dashboard", "viewlink"), links
+        assert [name for name, _ in links] == ["dashboard", "dead", "periodic", "busy", "quarantine", "queue",
+                                                "retry", "scheduled"]
+    links = dict(re.findall(rf'<a href="{BASE}([a-z]+)/" class="(viewlink|changelink)"',
+                            admin_client.get("/admin/").content.decode()))
+    assert {name for name, kind in links.items() if kind == "changelink"} == {
+        "queue", "busy", "scheduled", "retry", "dead", "periodic", "quarantine"}
+    links = dict(re.findall(rf'<a href="{BASE}([a-z]+)/" class="(viewlink|changelink)"',
+                            viewer.get("/admin/").content.decode()))
+    assert set(links.values()) == {"viewlink"}
+    assert ">Processes<" in admin_client.get(BASE + "busy/").content.decode()
+
+
 def test_queue_jobs_are_paginated(admin_client, rb):
     from admin_fixtures import push
 

@@ -117,7 +117,7 @@ def test_every_page_in_a_browser(logged_in, live_server, rb):
              (BASE + "dashboard/", "Dashboard", "dashboard"),
              (BASE + "queue/", "Queues", "queues"),
              (BASE + "queue/default/", "Queue default", "queue_jobs"),
-             (BASE + "busy/", "Busy", "busy"),
+             (BASE + "busy/", "Processes", "busy"),
              (BASE + "scheduled/", "Scheduled", "scheduled"),
              (BASE + "retry/", "Retries", "retries"),
              (BASE + "dead/", "Dead", "dead"),
@@ -178,14 +178,14 @@ def test_disable_a_periodic_entry_a_worker_published(logged_in, live_server, rb)
 def test_quiet_a_process(logged_in, live_server, rb):
     with Worker("-c", "3", env=FAST_ENV) as worker:
         identity = worker.wait_ready()
-        open_page(logged_in, live_server, BASE + "busy/", "Busy")
+        open_page(logged_in, live_server, BASE + "busy/", "Processes")
         row = f"//tr[td[contains(., '{identity}')]]"
         assert "running" in logged_in.find_element(By.XPATH, row).text
         click(logged_in, f"{row}//button[@value='quiet']")
-        assert_page(logged_in, "Busy")
+        assert_page(logged_in, "Processes")
         assert f"Sent quiet to {identity}" in messages(logged_in)
         wait_until(lambda: rb.hget(KEYS.process(identity), "quiet") == b"true", timeout=10, message="quiet")
-        open_page(logged_in, live_server, BASE + "busy/", "Busy")
+        open_page(logged_in, live_server, BASE + "busy/", "Processes")
         assert "quiet" in logged_in.find_element(By.XPATH, row).text
         screenshot(logged_in, "busy_quiet_worker")
         assert worker.alive

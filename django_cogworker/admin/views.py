@@ -204,7 +204,7 @@ def busy(request: HttpRequest, *, site: Any) -> HttpResponse:
         return back(request, page_url)
     # The workers of one supervisor together, in slot order; a lone process sorts by its identity.
     processes = sorted(api.ProcessSet(), key=lambda p: (p.supervisor or p.identity, p.index or 0, p.identity))
-    return render_page(request, site, "busy", "admin/cogworker/busy.html", "Busy", processes=processes,
+    return render_page(request, site, "busy", "admin/cogworker/busy.html", "Processes", processes=processes,
                        works=list(api.Workers()))
 
 
