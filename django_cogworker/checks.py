@@ -57,6 +57,7 @@ def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
             errors.extend(checks.Error(message, id="cogworker.E003") for message in exc.errors)
     if config is not None:
         errors.extend(_unread_queues(config.queue_names, entries))
+    errors.extend(_entry_arguments(entries))
     clock = setting("CLOCK", "clock", "")
     if isinstance(clock, str) and "." in clock:
         try:
@@ -93,4 +94,22 @@ def _unread_queues(queues: tuple[str, ...], entries: list) -> list[checks.CheckM
         if queue is not None and queue not in read:
             warnings.append(checks.Warning(unread(f"periodic entry {entry.name!r}", queue), obj=entry.name,
                                            id="cogworker.W002"))
+    return warnings
+
+
+def _entry_arguments(entries: list) -> list[checks.CheckMessage]:
+    """A warning for each periodic entry whose args and kwargs its job's ``perform`` can't take: each
+    of its runs would fail (a push checks them; an entry's payload is built without a push's check)."""
+    from .arguments import check_call
+    from .job import registered
+
+    warnings = []
+    for entry in entries:
+        job_class = registered(entry.job)
+        try:
+            if job_class is not None:
+                check_call(job_class, list(entry.args), dict(entry.kwargs))
+        except TypeError as exc:
+            warnings.append(checks.Warning(f"periodic entry {entry.name!r}: {exc}", obj=entry.name,
+                                           id="cogworker.W003"))
     return warnings

@@ -153,7 +153,6 @@ class JobSetter:
         check_json_native(args, "args")
         if kwargs or type(kwargs) is not dict:  # (most pushes have none: nothing to walk)
             check_json_native(kwargs, "kwargs")
-        check_call(self.job_class, args, kwargs)
         return self._payload(args, kwargs, time.time() if now is None else now)
 
     def _payload(self, args: list[Any], kwargs: Any, created_at: float) -> dict[str, Any]:
@@ -197,7 +196,9 @@ class JobSetter:
     def _push_now(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
         # (One frame for Job.perform_async and this class's: every call is paid on every push.)
         client = self._client() if _runtime is None else _runtime.get_client()
-        return client.push(self.build(args, kwargs), on_commit=self.options.get("on_commit"))
+        payload = self.build(args, kwargs)
+        check_call(self.job_class, payload["args"], kwargs)  # (after build: the JSON check names a bad value first)
+        return client.push(payload, on_commit=self.options.get("on_commit"))
 
     def perform_in(self, delay: float | dt.timedelta, *args: Any, **kwargs: Any) -> str | None:
         if isinstance(delay, dt.timedelta):
@@ -208,7 +209,9 @@ class JobSetter:
 
     def perform_at(self, when: float | dt.datetime, *args: Any, **kwargs: Any) -> str | None:
         at = _epoch(when)
-        return self._client().push(self.build(args, kwargs), at=at, on_commit=self.options.get("on_commit"))
+        payload = self.build(args, kwargs)
+        check_call(self.job_class, payload["args"], kwargs)
+        return self._client().push(payload, at=at, on_commit=self.options.get("on_commit"))
 
     def perform_bulk(self, items: Iterable[Sequence[Any]]) -> list[str]:
         """Push one job per argument sequence in ``items``, in one round trip.

@@ -94,7 +94,7 @@ def test_a_job_or_periodic_entry_whose_queue_no_worker_reads_is_warned_about():
     # Its jobs waited forever, and `manage.py check` said nothing.
     periodic = [{"name": "nightly", "cron": "0 3 * * *", "job": "testproject.demo.jobs.ScheduledHello",
                  "queue": "reports"},
-                {"name": "receipts", "cron": "0 4 * * *", "job": "testproject.demo.jobs.SendReceipt"}]
+                {"name": "receipts", "cron": "0 4 * * *", "job": "testproject.demo.jobs.SendReceipt", "args": [1]}]
     with override_settings(COGWORKER={"QUEUES": ["default"], "PERIODIC": periodic}):
         warnings = cogworker_warnings()
         assert cogworker_errors() == []
@@ -110,6 +110,15 @@ def test_a_job_or_periodic_entry_whose_queue_no_worker_reads_is_warned_about():
                            f"(add it to QUEUES, or start one with -q mail)"),
     ]
     assert "cogworker.W001" in err.getvalue() + out.getvalue()
+
+
+def test_a_periodic_entry_whose_arguments_its_job_can_not_take_is_warned_about():
+    periodic = [{"name": "good", "cron": "0 3 * * *", "job": "testproject.demo.jobs.RecordJob", "args": ["k"]},
+                {"name": "bad", "cron": "0 3 * * *", "job": "testproject.demo.jobs.RecordJob", "args": [1, 2, 3]}]
+    with override_settings(COGWORKER={"QUEUES": ["default", "mail"], "PERIODIC": periodic}):
+        assert cogworker_warnings() == [
+            ("cogworker.W003", "periodic entry 'bad': testproject.demo.jobs.RecordJob.perform(key, value=None) "
+                               "can't take (1, 2, 3): too many positional arguments")]
 
 
 def test_jobs_outside_installed_apps_are_not_warned_about():
