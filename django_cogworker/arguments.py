@@ -67,10 +67,19 @@ def _check_naming(value: Any, where: str) -> None:
             check_json_native(item, f"{where}[{k!r}]")
         return
     hint = " (use a list)" if isinstance(value, tuple) else ""
+    if hasattr(value, "_meta") and hasattr(value, "pk"):  # a Django model instance (no Django import here)
+        # (Sent whole, it would be stale by the time the job runs, even if it could be encoded.)
+        hint = f" (send its primary key, {value.pk!r}, and fetch it again in perform)"
+    kind = type(value).__name__
     raise TypeError(
-        f"{where} is a {type(value).__name__} ({_short_repr(value)}): job arguments must be JSON-native "
+        f"{where} is {_article(kind)} {kind} ({_short_repr(value)}): job arguments must be JSON-native "
         f"(str, int, float, bool, None, list, dict with str keys){hint}"
     )
+
+
+def _article(word: str) -> str:
+    """ "an" before a vowel sound: "an Order", "a datetime", "a UUID" (a leading U reads "you")."""
+    return "an" if word[:1].lower() in ("a", "e", "i", "o") else "a"
 
 
 def _short_repr(value: Any) -> str:

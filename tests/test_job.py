@@ -250,7 +250,22 @@ def test_non_json_arguments_raise_at_push_naming_the_argument(r, args, kwargs, w
     message = str(info.value)
     assert message.startswith(where + " ")
     if kind:
-        assert f"is a {kind} " in message
+        assert f"is {'an' if kind == 'object' else 'a'} {kind} " in message
+    assert r.dbsize() == 0
+
+
+def test_a_model_instance_is_refused_with_a_hint_to_send_its_pk(r):
+    from testproject.demo.models import Receipt
+
+    receipt = Receipt(pk=7, order_id=1)
+    with pytest.raises(TypeError) as info:
+        SendReceipt.perform_async(receipt)
+    message = str(info.value)
+    assert message.startswith("args[0] is a Receipt (")
+    assert message.endswith("job arguments must be JSON-native (str, int, float, bool, None, list, dict with str "
+                            "keys) (send its primary key, 7, and fetch it again in perform)")
+    with pytest.raises(TypeError, match=r"^kwargs\['order'\] is an Order \(.*\(send its primary key, 'A-1'"):
+        Plain.perform_async(order=type("Order", (), {"_meta": None, "pk": "A-1"})())
     assert r.dbsize() == 0
 
 
