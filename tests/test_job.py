@@ -308,6 +308,14 @@ def test_arguments_perform_takes_are_pushed(r):
         (["ann"], {}), (["ann", "hi"], {}), (["ann"], {"loud": True}), ([], {"name": "ann"})]
 
 
+def test_a_call_shape_that_bound_once_does_not_let_another_through(r):
+    assert Hello.perform_async("ann", loud=True) and Hello.perform_async("bob", loud=False)  # (one shape, kept)
+    for args, kwargs in ((("ann", "hi", "x"), {"loud": True}), ((), {"loud": True}), (("ann",), {"name": "bob"})):
+        with pytest.raises(TypeError, match="can't take"):
+            Hello.perform_async(*args, **kwargs)
+    assert len(queued(r)) == 2
+
+
 def test_perform_bulk_names_the_item_perform_can_not_take(r):
     with pytest.raises(TypeError) as info:
         Hello.perform_bulk([["ann"], ["bob", "hi"], ["cy", "hi", "extra"]])
