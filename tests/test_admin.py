@@ -622,6 +622,8 @@ def test_the_queues_page_marks_a_queue_no_live_process_reads(viewer, rb):
     for name in ("reports", "exports"):
         assert "no process reads it" in rows[name]
     assert api.ProcessSet().readers() == {"default": 2, "mail": 1}
+    dashboard = _queue_rows(viewer.get(BASE + "dashboard/").content.decode())
+    assert [name for name, row in sorted(dashboard.items()) if "no process reads it" in row] == ["exports", "reports"]
 
 
 def test_a_queue_page_for_a_name_never_pushed_to_is_404(viewer, rb):

@@ -120,6 +120,7 @@ def paged(read: Callable[[int], api.Page], request: HttpRequest) -> api.Page:
 @guard(actions=False)
 def dashboard(request: HttpRequest, *, site: Any) -> HttpResponse:
     stats = api.Stats()
+    _count_readers(stats.queue_rows)
     refresh = int_param(request, "refresh", 0)
     return render_page(request, site, "dashboard", "admin/cogworker/dashboard.html", "Dashboard", stats=stats,
                        queues=stats.queue_rows, chart=charts.history_chart(stats.history),
@@ -157,11 +158,16 @@ def queues(request: HttpRequest, *, site: Any) -> HttpResponse:
             messages.error(request, f"Unknown action {action!r}.")
         return back(request, page_url)
     result = paged(lambda number: api.Queue.page(number, QUEUES_PER_PAGE), request)
-    readers = api.ProcessSet().readers()
-    for row in result.items:
-        row.readers = readers.get(row.queue.name, 0)
+    _count_readers(result.items)
     return render_page(request, site, "queue", "admin/cogworker/queues.html", "Queues", result=result,
                        query="")
+
+
+def _count_readers(rows: list[api.QueueRow]) -> None:
+    """Set each row's ``readers``: a queue no live process reads has jobs that wait forever."""
+    readers = api.ProcessSet().readers()
+    for row in rows:
+        row.readers = readers.get(row.queue.name, 0)
 
 
 def _posted_queue(request: HttpRequest) -> api.Queue:
