@@ -8,6 +8,7 @@ a periodic entry is declared), naming the offending path.
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
@@ -66,10 +67,19 @@ def _check_naming(value: Any, where: str) -> None:
             check_json_native(item, f"{where}[{k!r}]")
         return
     hint = " (use a list)" if isinstance(value, tuple) else ""
+    if hasattr(value, "_meta") and hasattr(value, "pk"):  # a Django model instance (no Django import here)
+        # (Sent whole, it would be stale by the time the job runs, even if it could be encoded.)
+        hint = f" (send its primary key, {value.pk!r}, and fetch it again in perform)"
+    kind = type(value).__name__
     raise TypeError(
-        f"{where} is a {type(value).__name__} ({_short_repr(value)}): job arguments must be JSON-native "
+        f"{where} is {_article(kind)} {kind} ({_short_repr(value)}): job arguments must be JSON-native "
         f"(str, int, float, bool, None, list, dict with str keys){hint}"
     )
+
+
+def _article(word: str) -> str:
+    """ "an" before a vowel sound: "an Order", "a datetime", "a UUID" (a leading U reads "you")."""
+    return "an" if word[:1].lower() in ("a", "e", "i", "o") else "a"
 
 
 def _short_repr(value: Any) -> str:
@@ -78,3 +88,71 @@ def _short_repr(value: Any) -> str:
     except Exception:  # a broken __repr__ must not hide the real error
         text = f"<{type(value).__name__}>"
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+class _Arity:
+    """What ``perform`` accepts, read once per function: pushes check against it (perform_async is hot).
+
+    The common case (no keyword arguments given) is a range check on the count of positional
+    ones; anything else is bound to the signature, for its exact message, once per shape: whether
+    a call binds depends only on how many positional arguments it has and which keywords, so the
+    shapes that did are kept (``fits``, a few dozen at most) and not bound again (5 us each).
+    """
+
+    __slots__ = ("low", "high", "needs_keywords", "signature", "fits")
+
+    def __init__(self, signature: inspect.Signature):
+        self.signature = signature
+        self.fits: set[tuple[int, frozenset[str]]] = set()
+        params = list(signature.parameters.values())
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        self.low = sum(1 for p in positional if p.default is p.empty)
+        self.high = math.inf if any(p.kind is p.VAR_POSITIONAL for p in params) else len(positional)
+        self.needs_keywords = any(p.kind is p.KEYWORD_ONLY and p.default is p.empty for p in params)
+
+
+_arities: dict[Any, _Arity | None] = {}
+
+
+def check_call(job_class: type, args: list[Any], kwargs: dict[str, Any], where: str = "") -> None:
+    """Raise TypeError naming the job and its ``perform`` signature if ``perform(*args, **kwargs)`` can't bind.
+
+    Without it, ``Hello.perform_async(1, 2, 3)`` returned a jid, then failed with a TypeError in
+    the worker and was retried 25 times over some 20 days.
+    """
+    perform = job_class.perform  # type: ignore[attr-defined]  # (the key: a perform replaced on the class is read afresh)
+    try:
+        arity = _arities[perform]
+    except KeyError:
+        arity = _arities[perform] = _arity_of(job_class)
+    except TypeError:  # (an unhashable callable: not cached)
+        arity = _arity_of(job_class)
+    if arity is None or (not kwargs and not arity.needs_keywords and arity.low <= len(args) <= arity.high):
+        return
+    shape = (len(args), frozenset(kwargs))
+    if shape in arity.fits:
+        return
+    try:
+        arity.signature.bind(*args, **kwargs)
+        if len(arity.fits) < 64:
+            arity.fits.add(shape)
+    except TypeError as exc:
+        shown = ", ".join([*map(_short_repr, args), *(f"{k}={_short_repr(v)}" for k, v in kwargs.items())])
+        raise TypeError(f"{where}{getattr(job_class, 'name', job_class.__qualname__)}.perform{arity.signature} "
+                        f"can't take ({shown}): {exc}") from None
+
+
+def _arity_of(job_class: type) -> _Arity | None:
+    """The arity of ``job_class.perform`` without ``self``; None if it takes anything or can't be read."""
+    raw = inspect.getattr_static(job_class, "perform", None)
+    try:
+        signature = inspect.signature(job_class.perform)  # type: ignore[attr-defined]
+    except (TypeError, ValueError):  # (a builtin or a callable object without a signature: not checked)
+        return None
+    params = list(signature.parameters.values())
+    if not isinstance(raw, (staticmethod, classmethod)) and inspect.isfunction(raw) and params:
+        params = params[1:]  # self
+        signature = signature.replace(parameters=params)
+    if any(p.kind is p.VAR_POSITIONAL for p in params) and any(p.kind is p.VAR_KEYWORD for p in params):
+        return None  # (*args, **kwargs): anything binds
+    return _Arity(signature)

@@ -49,11 +49,15 @@ def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
     from .periodic import build_entries
 
     periodic = setting("PERIODIC", "periodic", ())
+    entries: list = []
     if isinstance(periodic, (list, tuple)) and all(isinstance(e, Mapping) for e in periodic):
         try:
-            build_entries(tuple(periodic), settings.TIME_ZONE or "UTC")
+            entries = build_entries(tuple(periodic), settings.TIME_ZONE or "UTC")
         except ConfigError as exc:
             errors.extend(checks.Error(message, id="cogworker.E003") for message in exc.errors)
+    if config is not None:
+        errors.extend(_unread_queues(config.queue_names, entries))
+    errors.extend(_entry_arguments(entries))
     clock = setting("CLOCK", "clock", "")
     if isinstance(clock, str) and "." in clock:
         try:
@@ -62,3 +66,50 @@ def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
             errors.append(checks.Error(f'COGWORKER["CLOCK"] {clock!r} cannot be imported: {exc}',
                                        id="cogworker.E002"))
     return errors
+
+
+def _unread_queues(queues: tuple[str, ...], entries: list) -> list[checks.CheckMessage]:
+    """A warning for each job class of an installed app, and each periodic entry, whose queue QUEUES
+    doesn't list: its jobs would wait forever, unless some worker runs with ``-q`` naming it."""
+    from django.apps import apps
+
+    from .job import registered, registry
+
+    read = set(queues)
+
+    def unread(what: str, queue: str) -> str:
+        return (f"{what} is pushed to queue {queue!r}, which COGWORKER[\"QUEUES\"] ({', '.join(queues)}) doesn't "
+                f"list: its jobs wait until a worker reads it (add it to QUEUES, or start one with -q {queue})")
+
+    apps_modules = tuple(app.name for app in apps.get_app_configs())
+    warnings = []
+    # (Only the classes of installed apps: those a worker imports; a test module's aren't deployed.)
+    for name, job_class in sorted(registry().items()):
+        module = job_class.__module__
+        if job_class.queue not in read and any(module == m or module.startswith(m + ".") for m in apps_modules):
+            warnings.append(checks.Warning(unread(f"job {name}", job_class.queue), obj=name, id="cogworker.W001"))
+    for entry in entries:
+        entry_class = registered(entry.job)
+        queue = entry.queue or (entry_class.queue if entry_class is not None else None)
+        if queue is not None and queue not in read:
+            warnings.append(checks.Warning(unread(f"periodic entry {entry.name!r}", queue), obj=entry.name,
+                                           id="cogworker.W002"))
+    return warnings
+
+
+def _entry_arguments(entries: list) -> list[checks.CheckMessage]:
+    """A warning for each periodic entry whose args and kwargs its job's ``perform`` can't take: each
+    of its runs would fail (a push checks them; an entry's payload is built without a push's check)."""
+    from .arguments import check_call
+    from .job import registered
+
+    warnings = []
+    for entry in entries:
+        job_class = registered(entry.job)
+        try:
+            if job_class is not None:
+                check_call(job_class, list(entry.args), dict(entry.kwargs))
+        except TypeError as exc:
+            warnings.append(checks.Warning(f"periodic entry {entry.name!r}: {exc}", obj=entry.name,
+                                           id="cogworker.W003"))
+    return warnings

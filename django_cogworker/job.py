@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from asgiref.sync import async_to_sync
 
 from . import payload as payloads
-from .arguments import check_json_native
+from .arguments import check_call, check_json_native
 from .errors import CogworkerError
 
 logger = logging.getLogger(__name__)
@@ -205,7 +205,9 @@ class JobSetter:
     def _push_now(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
         # (One frame for Job.perform_async and this class's: every call is paid on every push.)
         client = self._client() if _runtime is None else _runtime.get_client()
-        return client.push(self.build(args, kwargs), on_commit=self.options.get("on_commit"))
+        payload = self.build(args, kwargs)
+        check_call(self.job_class, payload["args"], kwargs)  # (after build: the JSON check names a bad value first)
+        return client.push(payload, on_commit=self.options.get("on_commit"))
 
     def perform_in(self, delay: float | dt.timedelta, *args: Any, **kwargs: Any) -> str | None:
         if isinstance(delay, dt.timedelta):
@@ -216,7 +218,9 @@ class JobSetter:
 
     def perform_at(self, when: float | dt.datetime, *args: Any, **kwargs: Any) -> str | None:
         at = _epoch(when)
-        return self._client().push(self.build(args, kwargs), at=at, on_commit=self.options.get("on_commit"))
+        payload = self.build(args, kwargs)
+        check_call(self.job_class, payload["args"], kwargs)
+        return self._client().push(payload, at=at, on_commit=self.options.get("on_commit"))
 
     def perform_bulk(self, items: Iterable[Sequence[Any]]) -> list[str]:
         """Push one job per argument sequence in ``items``, in one round trip.
@@ -237,6 +241,7 @@ class JobSetter:
                 check_json_native(args, "args")
             except TypeError as exc:
                 raise TypeError(f"perform_bulk item {i}: {exc}") from None
+            check_call(self.job_class, args, {}, f"perform_bulk item {i}: ")
             if first is None:
                 payload = first = self._payload(args, {}, time.time())
                 unique = "unique_digest" in first

@@ -39,8 +39,11 @@ class Queue(_Page):
 
 
 class Busy(_Page):
+    """The live processes and what each runs (Sidekiq's "Busy"): named "processes", as the admin index
+    sorts by name and listed "Busy" before the Dashboard (its URL stays ``busy/``)."""
+
     class Meta(_Page.Meta):
-        verbose_name = verbose_name_plural = "busy"
+        verbose_name, verbose_name_plural = "process", "processes"
 
 
 class Scheduled(_Page):
@@ -70,3 +73,5 @@ class Quarantine(_Page):
 
 # In the order of the pages' tab bar.
 PAGES: tuple[type[models.Model], ...] = (Dashboard, Queue, Busy, Scheduled, Retry, Dead, Periodic, Quarantine)
+# Pages without an action: listed with a "View" link, whatever the user may change.
+READ_ONLY_PAGES: tuple[type[models.Model], ...] = (Dashboard,)

@@ -13,6 +13,7 @@ import json
 import math
 import operator
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,7 +21,7 @@ from .errors import PayloadError
 
 UNPARSEABLE_CLASS = "(unparseable)"
 ERROR_MESSAGE_LIMIT = 10_000
-BACKTRACE_DEFAULT_LINES = 50
+BACKTRACE_DEFAULT_LINES = 50  # (frames, for backtrace=True)
 # Longest jid, class or queue name put in a log line (longer ones are cut).
 LOG_FIELD_LIMIT = 200
 # A dead letter keeps the text of what it holds up to the size of that (or this much, if more):
@@ -331,15 +332,25 @@ def error_class(exc: BaseException) -> str:
         return "Exception"
 
 
-def backtrace(exc: BaseException, lines: int) -> list[str]:
-    """The last ``lines`` lines of the traceback, each cut at ERROR_MESSAGE_LIMIT and safe to encode; never raises."""
+def backtrace(exc: BaseException, frames: int) -> list[str]:
+    """The traceback of ``exc`` as lines, with its innermost ``frames`` frames (and as many of each
+    exception it was raised from), each line cut at ERROR_MESSAGE_LIMIT and safe to encode; never raises.
+
+    Counted in frames, as ``backtrace = 5`` reads (Sidekiq's five lines are five frames): counted in
+    lines, it kept two frames and a half, two of the five lines the column markers (``^^^^``) that
+    Python 3.11 prints under a frame's source, which are left out.
+    """
     import traceback
 
+    limit = -max(frames, 1)  # (negative: the innermost frames)
     try:
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        text = "".join(traceback.TracebackException(type(exc), exc, exc.__traceback__, limit=limit).format())
     except BaseException:
         try:
-            text = "".join(traceback.format_tb(exc.__traceback__))
+            text = "".join(traceback.format_tb(exc.__traceback__, limit=limit))
         except BaseException:
             return []
-    return [safe_string(line, ERROR_MESSAGE_LIMIT) for line in text.splitlines()[-lines:]]
+    return [safe_string(line, ERROR_MESSAGE_LIMIT) for line in text.splitlines() if not _COLUMN_MARKERS.match(line)]
+
+
+_COLUMN_MARKERS = re.compile(r"^\s*[~^]+\s*$")

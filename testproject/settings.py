@@ -86,17 +86,22 @@ if "COGWORKER_FETCH" in os.environ:
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    # The running job's class and jid on every line logged while it runs (docs/jobs.md).
+    "filters": {"job": {"()": "django_cogworker.joblog.JobContextFilter"}},
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s pid=%(process)d %(threadName)s %(name)s: %(message)s"},
+        "plain": {"format": "%(asctime)s %(levelname)s pid=%(process)d %(threadName)s%(job_context)s %(name)s: "
+                            "%(message)s"},
     },
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "plain", "level": "INFO"},
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "level": "INFO", "filters": ["job"]},
     },
     "loggers": {
         "django_cogworker": {"handlers": ["console"], "level": "INFO", "propagate": False},
         "testproject": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }
+if env.bool("TESTPROJECT_NO_LOGGING", False):
+    LOGGING = {}  # as a project that configures none (tests/test_worker.py: what runcogworker shows then)
 # Optional settings, only when the environment names them (tests set them per worker), so the
 # library's own defaults apply otherwise.
 if "COGWORKER_PERIODIC" in os.environ:

@@ -79,14 +79,14 @@ def publish_periodic(redis: Any, *entries: Entry) -> None:
            catch_up_max=1).publish_schedule()
 
 
-def quarantine(r: redis_lib.Redis, queue: str = "broken") -> str:
+def quarantine(r: redis_lib.Redis, queue: str = "broken", content: dict[str, str] | None = None) -> str:
     """Put a hash in ``queue``'s list key and let the key guard move it; return the quarantine name.
 
     ``r`` must return bytes (as the engine's client does).
     """
     key = KEYS.queue(queue)
     r.delete(key)
-    r.hset(key, mapping={"field": XSS, "other": "value"})
+    r.hset(key, mapping=content or {"field": XSS, "other": "value"})
     assert KeyGuard(r, KEYS, [queue]).check() == [key]
     (name,) = [n for n in r.scan_iter(match=KEYS.quarantine_prefix + "*") if key.encode() in n]
     return name.decode()
@@ -121,3 +121,70 @@ def seed(r: redis_lib.Redis) -> dict[str, Any]:
     r.set(KEYS.stat_processed, 123456)
     r.set(KEYS.stat_failed, 789)
     return seeded
+
+
+# -- realistic data, for the screenshots in docs/ -----------------------------------------------
+
+DEMO_TRACE = [
+    "Traceback (most recent call last):",
+    '  File "/srv/shop/billing/jobs.py", line 41, in perform',
+    "    charge = gateway.charge(invoice.customer_ref, invoice.total_cents)",
+    '  File "/srv/shop/billing/gateway.py", line 88, in charge',
+    '    response = self.session.post(f"{self.url}/charges", json=body, timeout=10)',
+    '  File "/srv/shop/.venv/lib/python3.12/site-packages/requests/sessions.py", line 637, in post',
+    '    return self.request("POST", url, data=data, json=json, **kwargs)',
+    "requests.exceptions.ConnectTimeout: HTTPSConnectionPool(host='api.payments.example', port=443): "
+    "Max retries exceeded with url: /v1/charges (connect timeout=10)",
+]
+
+
+def demo(r: redis_lib.Redis) -> dict[str, Any]:
+    """What a shop's admin looks like on a working day (the docs' screenshots); ``r`` returns bytes.
+
+    No hostile data here: the escaping tests use ``seed``, whose ``<script>`` names are not a picture
+    of the product.
+    """
+    now = time.time()
+    shown: dict[str, Any] = {}
+    for i in range(14):
+        push(r, job("shop.jobs.ResizeImage", args=[f"products/{8812 + i}.jpg", [640, 480]],
+                    enqueued_at=now - 40 + i))
+    for order in (10421, 10422, 10425, 10431, 10432):
+        push(r, job("shop.jobs.SendReceipt", queue="mail", args=[order], enqueued_at=now - 3))
+    for day in ("2026-12-01", "2026-12-02"):
+        push(r, job("reports.jobs.ExportSales", queue="reports", args=[day, "csv"], enqueued_at=now - 5400))
+    zadd(r, KEYS.schedule, job("shop.jobs.RemindAbandonedCart", args=[7731], kwargs={"channel": "email"}),
+         now + 1800)
+    zadd(r, KEYS.schedule, job("shop.jobs.RemindAbandonedCart", args=[7740], kwargs={"channel": "email"}),
+         now + 2700)
+    zadd(r, KEYS.schedule, job("billing.jobs.RetryDunning", args=["INV-2026-0193"]), now + 86_400)
+    shown["retry"] = zadd(r, KEYS.retry, failed(
+        "billing.jobs.ChargeInvoice", args=["INV-2026-0207"], retry=5, retry_count=2,
+        error_class="requests.exceptions.ConnectTimeout",
+        message="HTTPSConnectionPool(host='api.payments.example', port=443): Max retries exceeded with url: "
+                "/v1/charges (connect timeout=10)", error_backtrace=DEMO_TRACE), now + 95)
+    zadd(r, KEYS.retry, failed("shop.jobs.SendReceipt", args=[10388], error_class="smtplib.SMTPServerDisconnected",
+                               message="Connection unexpectedly closed", error_backtrace=[]), now + 640)
+    zadd(r, KEYS.dead, failed("catalog.jobs.ImportSupplierFeed", args=["acme", "2026-12-03"],
+                              error_class="ValueError", message="row 1824: price 'N/A' is not a number",
+                              dead_reason="retries exhausted", error_backtrace=[]), now - 7200)
+    zadd(r, KEYS.dead, failed("shop.jobs.SendReceipt", args=[10012], error_class="smtplib.SMTPRecipientsRefused",
+                              message="{'old@example.invalid': (550, b'5.1.1 user unknown')}",
+                              dead_reason="retries exhausted", error_backtrace=[]), now - 86_400)
+    for n, host in enumerate(("worker-1", "worker-2")):
+        fake_process(r, f"{host}:{1200 + n}:{'3fa9c1' if n else '8e02d7'}", hostname=host, pid=1200 + n,
+                     tag="shop", queues=["default", "mail"], concurrency=10,
+                     busy_job=job("shop.jobs.ResizeImage", args=[f"products/{8790 + n}.jpg", [640, 480]]))
+    publish_periodic(r, Entry(name="nightly-sales-report", cron="0 3 * * *", job="reports.jobs.ExportSales",
+                              queue="reports", args=("yesterday", "csv"), tz="Europe/Paris"),
+                     Entry(name="expire-carts", cron="*/15 * * * *", job="shop.jobs.ExpireCarts",
+                           until_executed=True))
+    r.set(KEYS.periodic_last_slot("nightly-sales-report"), int(now - 86400))
+    quarantine(r, "imports", {"started": "2026-12-03T09:12:00", "rows": "1824"})  # (a hash where a list goes)
+    for back in range(30):
+        day = day_of(now - 86400 * back)
+        r.set(KEYS.stat("processed", day), 18_000 + 1_400 * ((back * 7) % 11) - 3_000 * (back % 7 in (5, 6)))
+        r.set(KEYS.stat("failed", day), 40 + 9 * (back % 5) + (120 if back == 12 else 0))
+    r.set(KEYS.stat_processed, 1_284_903)
+    r.set(KEYS.stat_failed, 2_417)
+    return shown

@@ -133,6 +133,24 @@ def test_admin_index_and_app_index_list_the_pages(admin_client, seeded):
             assert f'href="{BASE}{p}"' in page, (url, p)
 
 
+def test_the_admin_index_lists_the_dashboard_first_with_a_view_link(admin_client, viewer, seeded):
+    # It listed Busy before Dashboard (sorted by name), and "Change" on the read-only dashboard.
+    for client in (admin_client, viewer):
+        page = client.get("/admin/").content.decode()
+        links = re.findall(rf'<a href="{BASE}([a-z]+)/" class="(viewlink|changelink)"', page)
+        assert links[0] == ("dashboard", "viewlink"), links
+        assert [name for name, _ in links] == ["dashboard", "dead", "periodic", "busy", "quarantine", "queue",
+                                                "retry", "scheduled"]
+    links = dict(re.findall(rf'<a href="{BASE}([a-z]+)/" class="(viewlink|changelink)"',
+                            admin_client.get("/admin/").content.decode()))
+    assert {name for name, kind in links.items() if kind == "changelink"} == {
+        "queue", "busy", "scheduled", "retry", "dead", "periodic", "quarantine"}
+    links = dict(re.findall(rf'<a href="{BASE}([a-z]+)/" class="(viewlink|changelink)"',
+                            viewer.get("/admin/").content.decode()))
+    assert set(links.values()) == {"viewlink"}
+    assert ">Processes<" in admin_client.get(BASE + "busy/").content.decode()
+
+
 def test_queue_jobs_are_paginated(admin_client, rb):
     from admin_fixtures import push
 
@@ -580,6 +598,41 @@ def test_the_queues_page_is_paged_and_the_dashboard_lists_the_largest(viewer, rb
     assert dashboard.count(f'href="{BASE}queue/tenant-') == 25 and "of 130" in dashboard
     assert dashboard.index("tenant-0129") < dashboard.index("tenant-0000")  # the largest first
     assert api.Stats().enqueued == 2
+
+
+def _queue_rows(page: str) -> dict[str, str]:
+    """Queue name -> the text of its row on the queues page."""
+    rows = re.findall(r"<tr>(.*?)</tr>", page, re.S)
+    return {m.group(1): re.sub(r"<[^>]+>", " ", row) for row in rows
+            if (m := re.search(r'href="/admin/django_cogworker/queue/([^/"]+)/"', row))}
+
+
+def test_the_queues_page_marks_a_queue_no_live_process_reads(viewer, rb):
+    # Its jobs waited forever, and nothing on the page said so.
+    for queue in ("default", "mail", "reports", "exports"):
+        push(rb, job(queue=queue))
+    fake_process(rb, "host:1:aaaaaa", queues=["default", "mail"])
+    fake_process(rb, "host:2:bbbbbb", queues=["default"])
+    fake_process(rb, "host:3:cccccc", queues=["reports"], quiet=True)  # quiet: fetches nothing
+    rows = _queue_rows(viewer.get(BASE + "queue/").content.decode())
+    assert set(rows) == {"default", "mail", "reports", "exports"}
+    assert " 2 " in rows["default"] and " 1 " in rows["mail"]
+    for name in ("default", "mail"):
+        assert "no process reads it" not in rows[name]
+    for name in ("reports", "exports"):
+        assert "no process reads it" in rows[name]
+    assert api.ProcessSet().readers() == {"default": 2, "mail": 1}
+    dashboard = _queue_rows(viewer.get(BASE + "dashboard/").content.decode())
+    assert [name for name, row in sorted(dashboard.items()) if "no process reads it" in row] == ["exports", "reports"]
+
+
+def test_a_queue_page_for_a_name_never_pushed_to_is_404(viewer, rb):
+    assert viewer.get(BASE + "queue/never-heard-of/").status_code == 404
+    rb.sadd(KEYS.paused_queues, "paused-empty")
+    push(rb, job(queue="waiting"))
+    rb.sadd(KEYS.queues, "pushed-once")  # (emptied since: listed until forgotten)
+    for name in ("paused-empty", "waiting", "pushed-once"):
+        assert viewer.get(f"{BASE}queue/{name}/").status_code == 200, name
 
 
 def test_forget_empty_queues_keeps_the_busy_and_the_paused(changer, viewer, rb):

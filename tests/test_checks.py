@@ -17,11 +17,17 @@ from django.core.management.base import CommandError, SystemCheckError
 from django.test import override_settings
 from helpers import REPO_ROOT, free_port
 
+from django_cogworker import Job
+
 PASSWORD = "s3cret-Pw"
 
 
 def cogworker_errors() -> list[tuple[str, str]]:
-    return [(m.id, m.msg) for m in checks.run_checks(tags=["cogworker"])]
+    return [(m.id, m.msg) for m in checks.run_checks(tags=["cogworker"]) if m.level >= checks.ERROR]
+
+
+def cogworker_warnings() -> list[tuple[str, str]]:
+    return [(m.id, m.msg) for m in checks.run_checks(tags=["cogworker"]) if m.level == checks.WARNING]
 
 
 def run_manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -83,6 +89,45 @@ def test_each_bad_value_gets_one_clear_error(cogworker, expected):
     with override_settings(COGWORKER=cogworker):
         (error,) = cogworker_errors()
     assert error[0] == "cogworker.E001" and error[1].startswith(expected) and PASSWORD not in error[1]
+
+
+def test_a_job_or_periodic_entry_whose_queue_no_worker_reads_is_warned_about():
+    # Its jobs waited forever, and `manage.py check` said nothing.
+    periodic = [{"name": "nightly", "cron": "0 3 * * *", "job": "testproject.demo.jobs.ScheduledHello",
+                 "queue": "reports"},
+                {"name": "receipts", "cron": "0 4 * * *", "job": "testproject.demo.jobs.SendReceipt", "args": [1]}]
+    with override_settings(COGWORKER={"QUEUES": ["default"], "PERIODIC": periodic}):
+        warnings = cogworker_warnings()
+        assert cogworker_errors() == []
+        out, err = io.StringIO(), io.StringIO()
+        call_command("check", stdout=out, stderr=err)  # a warning: the check still passes
+    tail = "which COGWORKER[\"QUEUES\"] (default) doesn't list: its jobs wait until a worker reads it"
+    assert warnings == [
+        ("cogworker.W001", f"job testproject.demo.jobs.SendReceipt is pushed to queue 'mail', {tail} "
+                           f"(add it to QUEUES, or start one with -q mail)"),
+        ("cogworker.W002", f"periodic entry 'nightly' is pushed to queue 'reports', {tail} "
+                           f"(add it to QUEUES, or start one with -q reports)"),
+        ("cogworker.W002", f"periodic entry 'receipts' is pushed to queue 'mail', {tail} "
+                           f"(add it to QUEUES, or start one with -q mail)"),
+    ]
+    assert "cogworker.W001" in err.getvalue() + out.getvalue()
+
+
+def test_a_periodic_entry_whose_arguments_its_job_can_not_take_is_warned_about():
+    periodic = [{"name": "good", "cron": "0 3 * * *", "job": "testproject.demo.jobs.RecordJob", "args": ["k"]},
+                {"name": "bad", "cron": "0 3 * * *", "job": "testproject.demo.jobs.RecordJob", "args": [1, 2, 3]}]
+    with override_settings(COGWORKER={"QUEUES": ["default", "mail"], "PERIODIC": periodic}):
+        assert cogworker_warnings() == [
+            ("cogworker.W003", "periodic entry 'bad': testproject.demo.jobs.RecordJob.perform(key, value=None) "
+                               "can't take (1, 2, 3): too many positional arguments")]
+
+
+def test_jobs_outside_installed_apps_are_not_warned_about():
+    class Elsewhere(Job):  # (a test module's: no worker imports it)
+        queue = "nowhere"
+
+    assert "nowhere" not in " ".join(msg for _, msg in cogworker_warnings())
+    assert cogworker_warnings() == []  # testproject's QUEUES list every queue its jobs use
 
 
 def test_check_reports_middleware_that_cannot_be_imported():

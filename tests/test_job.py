@@ -250,7 +250,22 @@ def test_non_json_arguments_raise_at_push_naming_the_argument(r, args, kwargs, w
     message = str(info.value)
     assert message.startswith(where + " ")
     if kind:
-        assert f"is a {kind} " in message
+        assert f"is {'an' if kind == 'object' else 'a'} {kind} " in message
+    assert r.dbsize() == 0
+
+
+def test_a_model_instance_is_refused_with_a_hint_to_send_its_pk(r):
+    from testproject.demo.models import Receipt
+
+    receipt = Receipt(pk=7, order_id=1)
+    with pytest.raises(TypeError) as info:
+        SendReceipt.perform_async(receipt)
+    message = str(info.value)
+    assert message.startswith("args[0] is a Receipt (")
+    assert message.endswith("job arguments must be JSON-native (str, int, float, bool, None, list, dict with str "
+                            "keys) (send its primary key, 7, and fetch it again in perform)")
+    with pytest.raises(TypeError, match=r"^kwargs\['order'\] is an Order \(.*\(send its primary key, 'A-1'"):
+        Plain.perform_async(order=type("Order", (), {"_meta": None, "pk": "A-1"})())
     assert r.dbsize() == 0
 
 
@@ -263,6 +278,58 @@ def test_non_json_argument_refused_for_scheduled_pushes_too(r):
 def test_tuple_hint_suggests_a_list():
     with pytest.raises(TypeError, match=r"\(use a list\)"):
         Plain.perform_async((1, 2))
+
+
+class Hello(Job):
+    def perform(self, name, greeting="hello", *, loud=False):
+        pass
+
+
+@pytest.mark.parametrize(("args", "kwargs", "why"), [
+    ((1, 2, 3), {}, "(1, 2, 3): too many positional arguments"),
+    ((), {}, "(): missing a required argument: 'name'"),
+    (("ann",), {"shout": True}, "('ann', shout=True): got an unexpected keyword argument 'shout'"),
+])
+def test_arguments_perform_can_not_take_are_refused_at_the_push(r, args, kwargs, why):
+    # Hello.perform_async(1, 2, 3) returned a jid, then failed in the worker and retried for 20 days.
+    signature = "(name, greeting='hello', *, loud=False)"
+    for push in (Hello.perform_async, lambda *a, **k: Hello.perform_in(60, *a, **k),
+                 Hello.set(queue="mail").perform_async):
+        with pytest.raises(TypeError) as info:
+            push(*args, **kwargs)
+        assert str(info.value) == f"{Hello.name}.perform{signature} can't take {why}"
+    assert r.dbsize() == 0
+
+
+def test_arguments_perform_takes_are_pushed(r):
+    for args, kwargs in ((("ann",), {}), (("ann", "hi"), {}), (("ann",), {"loud": True}), ((), {"name": "ann"})):
+        assert Hello.perform_async(*args, **kwargs)
+    assert [(p["args"], p["kwargs"]) for p in queued(r)] == [
+        (["ann"], {}), (["ann", "hi"], {}), (["ann"], {"loud": True}), ([], {"name": "ann"})]
+
+
+def test_a_call_shape_that_bound_once_does_not_let_another_through(r):
+    assert Hello.perform_async("ann", loud=True) and Hello.perform_async("bob", loud=False)  # (one shape, kept)
+    for args, kwargs in ((("ann", "hi", "x"), {"loud": True}), ((), {"loud": True}), (("ann",), {"name": "bob"})):
+        with pytest.raises(TypeError, match="can't take"):
+            Hello.perform_async(*args, **kwargs)
+    assert len(queued(r)) == 2
+
+
+def test_perform_bulk_names_the_item_perform_can_not_take(r):
+    with pytest.raises(TypeError) as info:
+        Hello.perform_bulk([["ann"], ["bob", "hi"], ["cy", "hi", "extra"]])
+    assert str(info.value).startswith(f"perform_bulk item 2: {Hello.name}.perform(name, greeting='hello', *, "
+                                      f"loud=False) can't take ('cy', 'hi', 'extra'): too many positional")
+    assert r.dbsize() == 0
+
+
+def test_a_perform_replaced_on_the_class_is_checked_afresh(r, monkeypatch):
+    assert Hello.perform_async("ann")
+    monkeypatch.setattr(Hello, "perform", lambda self, a, b: None)
+    with pytest.raises(TypeError, match=r"perform\(a, b\) can't take \('ann'\): missing"):
+        Hello.perform_async("ann")
+    assert Hello.perform_async("ann", "bob")
 
 
 def test_perform_without_perform_defined_says_so():

@@ -84,7 +84,8 @@ def test_three_processes_run_each_slot_exactly_once(r):
         duplicates = len(runs) - len(set(runs))
         missing = sorted(set(slot(n) for n in range(1, count + 1)) - set(runs))
         # Which process won each claim (the ticker that enqueued it logs the slot).
-        claims = {w.pid: len(re.findall(r"periodic every-minute: slot \d+ enqueued", w.log())) for w in workers}
+        claimed = r"periodic every-minute: slot [-\d]+ [:\d]+\+00:00 \(UTC\) enqueued"
+        claims = {w.pid: len(re.findall(claimed, w.log())) for w in workers}
         print(f"\nperiodic fleet: slots={count} runs={len(runs)} duplicates={duplicates} missing={len(missing)} "
               f"claims per process={sorted(claims.values(), reverse=True)}")
         assert duplicates == 0 and missing == [], (runs, missing)

@@ -145,6 +145,17 @@ def test_a_due_slot_is_enqueued_once_with_the_entry_options(make, rb):
     assert len(jobs(rb, "mail")) == 1
 
 
+def test_the_log_line_shows_the_slot_as_a_time_in_the_entry_zone(make, rb, caplog):
+    # It printed "slot 1717243260": epoch seconds nobody reads.
+    ticker = make([entry("tidy", args=["k"], tz="Europe/Paris")])
+    with caplog.at_level(logging.INFO, logger="django_cogworker"):
+        ticker.tick(now=T0)
+        ticker.tick(now=T0 + 30)
+    [job] = jobs(rb)
+    assert (f"periodic tidy: slot 2024-06-01 14:01:00+02:00 (Europe/Paris) enqueued as jid={job['jid']}"
+            in caplog.messages)
+
+
 def test_three_tickers_ticking_the_same_moment_claim_each_slot_once(make, redis_url):
     clients = [redis.Redis.from_url(redis_url) for _ in range(3)]
     tickers = [make([entry("a"), entry("b", cron="*/2 * * * *")], client=c) for c in clients]

@@ -221,7 +221,7 @@ def test_a_raising_retry_in_falls_back_to_the_default_backoff(config):
 
 
 @pytest.mark.parametrize(("option", "at_most"), [(True, payloads.BACKTRACE_DEFAULT_LINES), (3, 3)])
-def test_the_backtrace_option_stores_the_last_lines(config, option, at_most):
+def test_the_backtrace_option_stores_the_last_frames(config, option, at_most):
     def deep(n):
         if n == 0:
             raise RuntimeError("deep down")
@@ -237,11 +237,35 @@ def test_the_backtrace_option_stores_the_last_lines(config, option, at_most):
     policy(config).filing(payload, exc)
 
     lines = payload["error_backtrace"]
-    assert 0 < len(lines) <= at_most
+    assert 0 < sum(line.startswith("  File ") for line in lines) <= at_most  # (frames)
     assert all(isinstance(line, str) for line in lines)
     assert lines[-1] == "RuntimeError: deep down"
     if option is True:
         assert any("in deep" in line for line in lines)
+
+
+def test_backtrace_counts_frames_and_leaves_out_the_column_markers(config):
+    # backtrace = 5 kept five lines: two frames and a half, two of the lines "^^^^^^" markers.
+    def call(depth):  # (each frame its own function: Python folds repeated identical frames)
+        if depth == 8:
+            raise RuntimeError("deep down")
+        return [STEPS[depth](depth + 1)][0]  # (an expression Python 3.11+ underlines with markers)
+
+    STEPS = [lambda d, f=call: f(d) for _ in range(8)]
+    try:
+        call(0)
+    except RuntimeError as caught:
+        exc = caught
+    payload = new_payload(backtrace=5)
+
+    policy(config).filing(payload, exc)
+
+    lines = payload["error_backtrace"]
+    assert lines[0] == "Traceback (most recent call last):" and lines[-1] == "RuntimeError: deep down"
+    frames = [line for line in lines if line.startswith("  File ")]
+    assert len(frames) == 5 and frames[-1].endswith(", in call")
+    assert not any(set(line.strip()) <= set("^~") for line in lines)
+    assert len(lines) == 1 + 5 * 2 + 1  # the header, each frame's location and source, the error
 
 
 def test_no_backtrace_unless_asked(config):

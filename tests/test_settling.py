@@ -255,3 +255,22 @@ def test_held_acks_that_fail_before_a_block_are_kept_pending(batch, rb, monkeypa
         acks.before_block()  # (the fetcher's watchdog logs it and backs off)
     assert settler.pending_settlements() == {job(0): "ack"}
     assert rb.llen(fetch.in_progress) == 3
+
+
+def test_jobs_handed_back_at_shutdown_are_named_in_the_log_at_most_20(launcher_factory, r, caplog):
+    # "requeued 3000 job(s)" named none: an operator couldn't tell which were cut short.
+    running = launcher_factory(CONCURRENCY=1)
+    manager = running.manager
+    manager.make_quiet()
+    manager.fetcher.join()
+    units = []
+    for i in range(25):
+        raw = payloads.encode({"jid": f"cut-{i:02d}", "class": Note.name, "args": ["x"], "kwargs": {},
+                               "queue": "default"}).encode()
+        r.lpush(running.in_progress, raw)
+        units.append(Unit(raw, "default"))
+    with caplog.at_level(logging.WARNING, logger="django_cogworker"):
+        assert manager.settler.requeue_unfinished(units) == 25
+    (line,) = [m for m in caplog.messages if m.startswith("requeued 25 job(s) unfinished at shutdown: ")]
+    assert line.endswith(" ".join(f"jid=cut-{i:02d}" for i in range(20)) + " (and 5 more)")
+    assert r.llen(K.queue("default")) == 25

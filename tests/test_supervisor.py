@@ -69,6 +69,38 @@ def test_two_processes_run_jobs_take_signals_and_stop_on_term(tmp_path, r):
     print(f"\nFIGURES --processes 2: TERM to exit 0 in {took:.2f}s, both children drained and deregistered")
 
 
+def test_a_second_stop_signal_to_the_supervisor_hands_running_jobs_back_at_once(tmp_path, r):
+    env = {"COGWORKER_CONCURRENCY": "1", "COGWORKER_SHUTDOWN_TIMEOUT": "600"}
+    with supervisor(tmp_path, env=env) as w:
+        children = wait_children(w, r, 2)
+        jids = [SleepJob.perform_async(600, "marks") for _ in range(2)]
+        wait_until(lambda: r.llen("marks") == 2, timeout=15)
+        w.signal(signal.SIGINT)
+        wait_until(lambda: "a second INT or TERM: they hand running jobs back now" in w.log(), timeout=15)
+        assert w.alive
+        w.signal(signal.SIGINT)
+        assert w.wait(60) == 0  # (well before the 600 s SHUTDOWN_TIMEOUT)
+    assert sorted(json.loads(raw)["jid"] for raw in r.lrange(K.queue("default"), 0, -1)) == sorted(jids)
+    assert "stop signal repeated: worker processes hand their running jobs back now" in w.log()
+    assert all(gone(r, identity) for identity in children)
+
+
+def test_a_ctrl_c_reaching_the_supervisor_and_its_workers_is_one_stop_not_two(tmp_path, r):
+    # A terminal's Ctrl-C signals every process of its group: the workers got it, and the
+    # supervisor's forwarded TERM on top, which a second-stop rule would take for "hand back now".
+    env = {"COGWORKER_CONCURRENCY": "1", "COGWORKER_SHUTDOWN_TIMEOUT": "600"}
+    with supervisor(tmp_path, env=env) as w:
+        children = wait_children(w, r, 2)
+        jid = SleepJob.perform_async(2, "marks")
+        wait_until(lambda: r.llen("marks") == 1, timeout=15)
+        for info in children.values():
+            os.kill(info["pid"], signal.SIGINT)
+        w.signal(signal.SIGINT)
+        assert w.wait(60) == 0
+    assert r.lrange("marks", 0, -1) == [f"start:{jid}", f"end:{jid}"]  # finished, not cut short
+    assert not r.exists(K.queue("default"))
+
+
 def test_a_child_killed_9_under_load_is_restarted_and_nothing_is_lost(tmp_path, r):
     with supervisor(tmp_path, "-c", "4") as w:
         children = wait_children(w, r, 2)

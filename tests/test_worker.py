@@ -18,7 +18,7 @@ from helpers import FAST_ENV, RedisServer, Worker, wait_until
 
 from django_cogworker import __version__
 from django_cogworker.keys import Keys
-from testproject.demo.jobs import RecordJob, SleepJob
+from testproject.demo.jobs import LogJob, RecordJob, SleepJob
 
 K = Keys()
 FETCH_MODES = ["reliable", "basic"]
@@ -217,3 +217,82 @@ def test_log_lines_carry_the_jid(tmp_path, r):
         assert w.wait(30) == 0
     assert re.search(rf"start jid={jid} class=testproject\.demo\.jobs\.RecordJob", w.log())
     assert re.search(rf"done jid={jid} class=testproject\.demo\.jobs\.RecordJob elapsed=", w.log())
+
+
+def test_a_job_the_worker_does_not_know_yet_is_retried_and_runs_once_the_new_code_is_deployed(tmp_path, r):
+    # The web code goes out before the workers restart: the job it pushes names a class the running
+    # worker lacks. It went straight to dead; it waits in retry with its error instead.
+    name = "testproject.demo.jobs.NewlyDeployedJob"
+    raw = json.dumps({"jid": "new-1", "class": name, "args": ["ran"], "kwargs": {}, "queue": "default",
+                      "retry": 3, "created_at": time.time()})
+    with worker(tmp_path, name="old") as old:
+        old.wait_ready()
+        r.lpush(K.queue("default"), raw)
+        wait_until(lambda: r.zcard(K.retry) == 1, timeout=15)
+        old.term()
+        assert old.wait(30) == 0
+    ((entry, score),) = r.zrange(K.retry, 0, -1, withscores=True)
+    filed = json.loads(entry)
+    assert filed["error_class"] == "django_cogworker.errors.UnknownJobError"
+    assert f"no job is registered as {name!r}" in filed["error_message"]
+    assert filed["retry_count"] == 0 and score > time.time()
+    assert r.zcard(K.dead) == 0 and not r.exists("ran")
+    assert re.search(rf"fail jid=new-1 class={re.escape(name)} .*retry 1 in \d+s", old.log())
+
+    r.zadd(K.retry, {entry: time.time()})  # (its backoff has passed)
+    with worker(tmp_path, name="new", env={"TESTPROJECT_NEW_CODE": "1"}) as new:
+        new.wait_ready()
+        wait_until(lambda: r.lrange("ran", 0, -1) == ["new-1"], timeout=15)
+        new.term()
+        assert new.wait(30) == 0
+    assert r.zcard(K.retry) == 0 and r.zcard(K.dead) == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_second_stop_signal_hands_running_jobs_back_at_once(tmp_path, r, sig):
+    # A second Ctrl-C was ignored: the worker waited the whole SHUTDOWN_TIMEOUT.
+    env = {"COGWORKER_CONCURRENCY": "2", "COGWORKER_SHUTDOWN_TIMEOUT": "600"}
+    with worker(tmp_path, env=env) as w:
+        w.wait_ready()
+        jids = [SleepJob.perform_async(600, "marks") for _ in range(2)]
+        wait_until(lambda: r.llen("marks") == 2, timeout=15)
+        w.signal(sig)
+        wait_until(lambda: "a second TERM or INT hands them back now" in w.log(), timeout=15)
+        assert w.alive  # the first one waits for the jobs
+        w.signal(sig)
+        assert w.wait(60) == 0  # (well before the 600 s SHUTDOWN_TIMEOUT)
+    assert sorted(queued_jids(r)) == sorted(jids)  # handed back, nothing lost
+    log = w.log()
+    assert "stop signal repeated: handing running jobs back now" in log
+    (line,) = [x for x in log.splitlines() if "requeued 2 job(s) unfinished at shutdown" in x]
+    assert all(f"jid={jid}" in line for jid in jids)
+
+
+def test_with_no_logging_configured_a_job_s_own_records_show_with_time_level_class_and_jid(tmp_path, r):
+    # runcogworker gave only the django_cogworker logger a handler: the docs' own example (log.info
+    # inside perform) printed nothing, and a warning came out bare, through Python's last resort.
+    with worker(tmp_path, env={"TESTPROJECT_NO_LOGGING": "1"}) as w:
+        w.wait_ready()
+        jid = LogJob.perform_async("hello from the job")
+        wait_until(lambda: "warning: hello from the job" in w.log(), timeout=15)
+        w.term()
+        assert w.wait(30) == 0
+    context = rf"class=testproject\.demo\.jobs\.LogJob jid={jid}"
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \d+ cogworker-processor-\d+"
+    log = w.log()
+    assert re.search(rf"^{stamp} INFO {context} testproject\.demo\.jobs: info: hello from the job$", log, re.M)
+    assert re.search(rf"^{stamp} WARNING {context} testproject\.demo\.jobs: warning: hello from the job$", log, re.M)
+    # The worker's own lines show as before; outside a job, no context.
+    assert re.search(r"^\S+ \S+ \d+ MainThread INFO django_cogworker\.engine\.launcher: cogworker .* ready", log, re.M)
+
+
+def test_a_project_s_logging_shows_the_job_context_through_the_filter(tmp_path, r):
+    # testproject's LOGGING: the docs' example, JobContextFilter on the handler.
+    with worker(tmp_path) as w:
+        w.wait_ready()
+        jid = LogJob.perform_async("configured")
+        wait_until(lambda: "warning: configured" in w.log(), timeout=15)
+        w.term()
+        assert w.wait(30) == 0
+    assert re.search(rf"INFO pid=\d+ cogworker-processor-\d+ class=testproject\.demo\.jobs\.LogJob jid={jid} "
+                     rf"testproject\.demo\.jobs: info: configured$", w.log(), re.M)

@@ -1,7 +1,7 @@
 """The Cogworker pages in the Django admin.
 
 How they hook in: ``models`` defines one unmanaged, tableless model per page
-(Dashboard, Queues, Busy, Scheduled, Retries, Dead, Periodic, Quarantine), and
+(Dashboard, Queues, Processes, Scheduled, Retries, Dead, Periodic, Quarantine), and
 each is registered here with :class:`PageAdmin`, a ModelAdmin whose URLs are
 the page's own views (``urls.page_urls``) instead of a changelist and forms.
 So the admin index, the app index and the sidebar list the pages under
@@ -38,7 +38,8 @@ class PageAdmin(admin.ModelAdmin):
         return permissions.can_view(request.user)
 
     def has_change_permission(self, request: Any, obj: Any = None) -> bool:
-        return permissions.can_change(request.user)
+        # A page with nothing to act on is "View" on the admin index, not "Change".
+        return self.model not in models.READ_ONLY_PAGES and permissions.can_change(request.user)
 
     def has_add_permission(self, request: Any) -> bool:
         return False

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -128,6 +128,7 @@ def paged(read: Callable[[int], api.Page], request: HttpRequest) -> api.Page:
 @guard(actions=False)
 def dashboard(request: HttpRequest, *, site: Any) -> HttpResponse:
     stats = api.Stats()
+    _count_readers(stats.queue_rows)
     refresh = int_param(request, "refresh", 0)
     result_jid = request.GET.get("result", "").strip()[:200]  # (a jid is 24 characters; a task's id 32)
     result = api.job_result(result_jid) if result_jid else None
@@ -168,8 +169,16 @@ def queues(request: HttpRequest, *, site: Any) -> HttpResponse:
             messages.error(request, f"Unknown action {action!r}.")
         return back(request, page_url)
     result = paged(lambda number: api.Queue.page(number, QUEUES_PER_PAGE), request)
+    _count_readers(result.items)
     return render_page(request, site, "queue", "admin/cogworker/queues.html", "Queues", result=result,
                        query="")
+
+
+def _count_readers(rows: list[api.QueueRow]) -> None:
+    """Set each row's ``readers``: a queue no live process reads has jobs that wait forever."""
+    readers = api.ProcessSet().readers()
+    for row in rows:
+        row.readers = readers.get(row.queue.name, 0)
 
 
 def _posted_queue(request: HttpRequest) -> api.Queue:
@@ -183,6 +192,8 @@ def _posted_queue(request: HttpRequest) -> api.Queue:
 @guard(actions=False)
 def queue_jobs(request: HttpRequest, queue: str, *, site: Any) -> HttpResponse:
     q = api.Queue(queue)
+    if not q.exists():  # (a mistyped name showed an "empty" queue that isn't there)
+        raise Http404(f"No queue named {queue!r}.")
     per_page = int_param(request, "per_page", 25)
     jobs = paged(lambda number: q.jobs(number, per_page), request)
     query = request.GET.copy()
@@ -210,7 +221,7 @@ def busy(request: HttpRequest, *, site: Any) -> HttpResponse:
         return back(request, page_url)
     # The workers of one supervisor together, in slot order; a lone process sorts by its identity.
     processes = sorted(api.ProcessSet(), key=lambda p: (p.supervisor or p.identity, p.index or 0, p.identity))
-    return render_page(request, site, "busy", "admin/cogworker/busy.html", "Busy", processes=processes,
+    return render_page(request, site, "busy", "admin/cogworker/busy.html", "Processes", processes=processes,
                        works=list(api.Workers()))
 
 

@@ -41,11 +41,11 @@ The names are defined in one module per part and re-exported here, so
 
     _base        ActionRefused, Poison, reencode, SCAN_COUNT, MAX_PER_PAGE, the shared private helpers
     records      Page, JobRecord; HEAD_BYTES, TAIL_BYTES, DETAIL_BYTES, CALL_BYTES
-    queues       Queue, QueueRow (Queue.page, Queue.prune)
+    queues       Queue, QueueRow (Queue.page, Queue.prune, Queue.exists)
     sorted_sets  SortedEntry, SortedSet, ScheduledSet, RetrySet, DeadSet, Moved (retry_some);
                  SCAN_LIMIT, SCAN_BUDGET, MATCH_LIMIT, BATCH, RETRY_SOME_LIMIT, RETRY_SOME_BUDGET,
                  KILLED_REASON
-    processes    Process, ProcessSet, Work, Workers
+    processes    Process, ProcessSet (ProcessSet.readers: who reads each queue), Work, Workers
     periodic     PeriodicEntry
     quarantine   Bounded, QuarantinedKey; KEYSPACE_SCAN_LIMIT, QUARANTINE_LIMIT, SAMPLE_ITEMS, SAMPLE_CHARS
     stats        Day, Stats, JobClassStats

@@ -117,6 +117,16 @@ class ProcessSet:
     def size(self) -> int:
         return sum(1 for _ in self)
 
+    def readers(self) -> dict[str, int]:
+        """Queue name -> how many live processes fetch from it (a quiet one fetches nothing): a
+        queue no process reads has jobs that wait forever, which the queues page says."""
+        counts: dict[str, int] = {}
+        for process in self:
+            if not process.is_quiet:
+                for name in set(process.queues):
+                    counts[name] = counts.get(name, 0) + 1
+        return counts
+
 
 @dataclasses.dataclass
 class Work:

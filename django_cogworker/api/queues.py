@@ -94,6 +94,14 @@ class Queue:
     def size(self) -> int:
         return int(self.redis.llen(self.key))
 
+    def exists(self) -> bool:
+        """Whether the name was ever pushed to (and not pruned), is paused, or holds jobs."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.sismember(self.keys.queues, self.member)  # type: ignore[arg-type]
+        pipe.sismember(self.keys.paused_queues, self.member)  # type: ignore[arg-type]
+        pipe.exists(self.key)
+        return any(pipe.execute())
+
     def latency(self, now: float | None = None) -> float:
         """Seconds the oldest waiting job has waited (0 when empty or unreadable)."""
         _, oldest = self._read(-1, 1)
@@ -138,12 +146,14 @@ def _waited(oldest: JobRecord | None, now: float | None) -> float:
 
 @dataclasses.dataclass
 class QueueRow:
-    """What a listing shows of a queue: its size, latency and pause flag."""
+    """What a listing shows of a queue: its size, latency and pause flag (and, when the listing
+    has read them, how many live processes fetch from it: ``ProcessSet.readers``)."""
 
     queue: Queue
     size: int
     latency: float
     paused: bool
+    readers: int | None = None
 
     @classmethod
     def read(cls, queues: list[Queue], now: float | None = None) -> list[QueueRow]:

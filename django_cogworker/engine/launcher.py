@@ -6,7 +6,8 @@ waits for the first good heartbeat, starts the manager (processors and the
 fetcher), the heartbeat and the poller, then handles signals until a stop:
 
 * TERM / INT: stop fetching, wait up to SHUTDOWN_TIMEOUT for running jobs,
-  hand back the unfinished to the head of their queues, return 0;
+  hand back the unfinished to the head of their queues, return 0; a second
+  one while stopping ends the wait: running jobs are handed back at once;
 * TSTP: quiet (no new fetches; the process stays up);
 * TTIN: log every thread's stack.
 
@@ -86,8 +87,12 @@ class Launcher:
     def __init__(self, config: Config, redis: RedisClient, *, server_middleware: Sequence[Callable] = (),
                  death_handlers: Sequence[Callable] = (), client_middleware: Sequence[Callable] = (),
                  periodic_entries: Sequence[Any] = (), clock: Callable[[], float] = time.time,
-                 version: str = "0", identity: str | None = None, extra_info: Mapping[str, Any] | None = None):
+                 version: str = "0", identity: str | None = None, extra_info: Mapping[str, Any] | None = None,
+                 stop_signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)):
         self.config = config
+        # (A worker under a supervisor stops on TERM only: a Ctrl-C reaches every process of the
+        # terminal's group, and the supervisor forwards it as a TERM; counted twice, it would hurry.)
+        self.stop_signals = tuple(stop_signals)
         self.redis = redis
         self.keys = Keys(config.key_prefix)
         self.identity = identity or new_identity()
@@ -141,13 +146,22 @@ class Launcher:
         self._signals.put(name)
 
     def install_signal_handlers(self) -> None:
-        for signum, name in ((signal.SIGTERM, "stop"), (signal.SIGINT, "stop"),
-                             (signal.SIGTSTP, "quiet"), (signal.SIGTTIN, "dump")):
+        for ignored in {signal.SIGTERM, signal.SIGINT} - set(self.stop_signals):
+            signal.signal(ignored, signal.SIG_IGN)
+        handled: list[tuple[int, str]] = [(s, "stop") for s in self.stop_signals]
+        for signum, name in (*handled, (signal.SIGTSTP, "quiet"), (signal.SIGTTIN, "dump")):
             signal.signal(signum, self._queue_signal(name))
 
     def _queue_signal(self, name: str) -> Callable[[int, FrameType | None], None]:
-        """A signal handler that queues ``name`` for the main thread's loop (all a handler should do)."""
+        """A signal handler that queues ``name`` for the main thread's loop (all a handler should do).
+
+        A stop while stopping can't wait in the queue: the main thread is in ``_shutdown``, waiting
+        for running jobs. It tells the manager to hand them back now (a flag, safe to set here);
+        waiting the whole SHUTDOWN_TIMEOUT after a second Ctrl-C left only ``kill -9``.
+        """
         def handler(_signum: int, _frame: FrameType | None) -> None:
+            if name == "stop" and self._shutting_down:
+                self.manager.hurry()
             self._signals.put(name)
         return handler
 
@@ -183,6 +197,7 @@ class Launcher:
                 dump_threads()
 
     _pending_stop = False
+    _shutting_down = False
 
     def _stop_while_starting(self, give_up: threading.Event) -> None:
         """Let TERM interrupt a startup still waiting for Redis."""
@@ -199,7 +214,9 @@ class Launcher:
             time.sleep(0.2)
 
     def _shutdown(self) -> int:
-        logger.info("shutting down: waiting up to %.1fs for running jobs", self.config.shutdown_timeout)
+        self._shutting_down = True
+        logger.info("shutting down: waiting up to %.1fs for running jobs (a second %s hands them back now)",
+                    self.config.shutdown_timeout, " or ".join(signal.Signals(s).name[3:] for s in self.stop_signals))
         if self.ticker is not None:
             self.ticker.stop()
         self.manager.stop(self.config.shutdown_timeout)

@@ -39,8 +39,9 @@ class Manager:
     processors, then the fetcher. ``make_quiet`` (main thread, on TSTP or a
     remote signal) stops fetching; the processors finish what they hold.
     ``stop(timeout)`` (main thread) quiets, waits for the fetcher's last call,
-    waits up to ``timeout`` for running jobs, then settles what finished and
-    hands back the rest (``requeue_unfinished``).
+    waits up to ``timeout`` for running jobs (``hurry``, from a second stop
+    signal, ends the wait), then settles what finished and hands back the rest
+    (``requeue_unfinished``).
 
     The record (the ledger, and the Settler's pending settlements) lives in
     memory on purpose: it is trusted over anything in Redis, which may be what
@@ -59,6 +60,7 @@ class Manager:
         self.extras = extras
         self._quiet = threading.Event()
         self._stopping = False
+        self._hurry = False  # (a plain flag: set from a signal handler, read by stop's wait)
         self.ledger = Ledger()
         self.settler = Settler(fetch, retry, run_hook)
         self.acks = AckBatch(fetch, self.settler)
@@ -97,7 +99,9 @@ class Manager:
         self.fetcher.release(len(self.processors))
         for p in self.processors:
             if p.thread.ident is not None:
-                p.thread.join(max(0.0, deadline - time.monotonic()))
+                self._join(p.thread, deadline)
+        if self._hurry:
+            logger.warning("stop signal repeated: handing running jobs back now")
         unstarted += self.fetcher.drain()  # (handed over by a fetcher that outlived its join)
         self.ledger.forget_unstarted(unstarted)
         # In the order they were fetched: the running ones first (basic fetch requeues in this order).
@@ -106,6 +110,21 @@ class Manager:
             logger.warning("%d job(s) still running or unstarted at the shutdown deadline", len(unfinished))
         self.settler.pend_acks(self.acks.take())  # held for a fetch that won't come
         return self.settler.requeue_unfinished(unfinished)
+
+    def hurry(self) -> None:
+        """Cut ``stop``'s wait for running jobs short: they are handed back at once (a second TERM/INT).
+
+        Safe to call from a signal handler: it only sets a flag, which ``stop`` reads at least
+        every 0.1 s.
+        """
+        self._hurry = True
+
+    def _join(self, thread: threading.Thread, deadline: float) -> None:
+        while thread.is_alive() and not self._hurry:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            thread.join(min(left, 0.1))
 
     def processor_died(self, processor: Processor) -> None:
         """Replace a processor that died of a bug (on its own thread), unless stopping."""

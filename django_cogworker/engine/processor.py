@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .. import joblog
 from .. import payload as payloads
 from ..errors import PayloadError, UnknownJobError
 from ..job import registered
@@ -97,25 +98,32 @@ class Processor:
         ledger = self.ledger
         try:
             payload = payloads.decode(unit.raw)
-            job_class = registered(payload["class"])
-            if job_class is None:
-                raise UnknownJobError(f"no job is registered as {payload['class']!r}")
         except PayloadError as exc:
             try:
                 self.bury(unit, exc)
             finally:
                 ledger.unit_dropped(unit)
             return
+        # A class this worker doesn't know fails like a job that raised, and is retried: pushed by
+        # code deployed before the workers restarted, it runs once they have (it went straight to
+        # dead). Nothing is imported for it: only the classes discovered at startup ever run.
+        known = registered(payload["class"])
+        job_class: Callable[[dict], Any] = known or _unknown_job
+        # Per-class counts only for classes this worker runs: an unknown name is anyone's to push,
+        # and each would be a hash field (and a metrics series) of its own.
+        counted = payload["class"] if known is not None else None
         ledger.job_started(unit, payload)
         started = time.monotonic()
         # (Escaped once for the log lines: a jid holding a newline wrote lines of its own making.)
         jid, shown_class = payloads.printable(payload.get("jid")), payloads.printable(payload["class"])
+        context = joblog.enter(jid, shown_class)  # (every record logged on this thread until leave)
         logger.info("start jid=%s class=%s", jid, shown_class)
         self._hook(payload, "start")
         outcome = "success"
         job = None
         # (Two class attributes: all a job without a result or a timeout pays; engine/extras.py.)
-        extras = self.extras if job_class.result_ttl is not None or job_class.timeout is not None else None
+        extras = self.extras if known is not None and (known.result_ttl is not None or known.timeout is not None) \
+            else None
         value = None
         try:
             job = job_class(payload)
@@ -138,17 +146,18 @@ class Processor:
                 self.settler.settle(unit.raw, filing)
             else:
                 self.acks.add(unit.raw)  # discarded (dead=False)
-            self.stats.job_done(True, payload["class"], elapsed)
+            self.stats.job_done(True, counted, elapsed)
         else:
             elapsed = time.monotonic() - started
             logger.info("done jid=%s class=%s elapsed=%.3fs", jid, shown_class, elapsed)
             if extras is not None:
                 extras.succeeded(job_class, payload, value)
             self.acks.add(unit.raw)
-            self.stats.job_done(False, payload["class"], elapsed)
+            self.stats.job_done(False, counted, elapsed)
         finally:
             ledger.job_finished(unit)
             self._hook(payload, outcome)
+            joblog.leave(context)
 
     def filing(self, unit: Unit, payload: dict, exc: BaseException, job: Any) -> Filing | None:
         """Where a failed job goes (None: discarded); never raises.
@@ -184,7 +193,7 @@ class Processor:
                            payloads.printable(payload.get("jid")), exc_info=exc)
 
     def bury(self, unit: Unit, exc: PayloadError) -> None:
-        """A payload we can't run (unparseable, unknown job): dead with the reason, never dropped."""
+        """A payload we can't read: dead with the reason, never dropped."""
         reason = str(exc)
         try:
             payload = payloads.decode(unit.raw)
@@ -207,6 +216,12 @@ class Processor:
         self.settler.settle(unit.raw, filing)
         if readable:
             self._hook(payload, "dead")  # its unique and periodic locks go now, not at their TTL
+
+
+def _unknown_job(payload: dict) -> Any:
+    """Stand in for a job class this worker has not registered: its run fails with UnknownJobError."""
+    raise UnknownJobError(f"no job is registered as {payload['class']!r} in this worker (pushed by newer code "
+                          f"than it runs, or not defined in an installed app's jobs.py)")
 
 
 def _fate(filing: Filing | None) -> str:

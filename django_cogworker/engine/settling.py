@@ -169,7 +169,7 @@ class Settler:
                 for raw in acks:
                     self._pending.pop(raw, None)
             if moved:
-                logger.warning("requeued %d job(s) unfinished at shutdown", moved)
+                logger.warning("requeued %d job(s) unfinished at shutdown: %s", moved, _jids(unfinished))
             return moved
         except Exception:
             logger.exception("requeueing unfinished jobs failed; they stay on %s for orphan recovery",
@@ -274,6 +274,12 @@ def _jid(how: Settlement, raw: bytes) -> str:
         return payloads.printable(json.loads(raw).get("jid"))
     except Exception:
         return "?"
+
+
+def _jids(units: list[Unit], cap: int = 20) -> str:
+    """"jid=a jid=b ... (and 7 more)": which jobs, capped so thousands handed back don't flood the log."""
+    shown = " ".join(f"jid={_jid('ack', unit.raw)}" for unit in units[:cap])
+    return shown + (f" (and {len(units) - cap} more)" if len(units) > cap else "")
 
 
 def file_unsettled(redis: RedisClient, keys: Keys, retry: RetryPolicy) -> int:

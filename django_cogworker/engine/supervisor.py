@@ -56,6 +56,8 @@ class Supervisor:
 
     * TERM / INT: forward TERM to every child, wait up to ``shutdown_timeout`` +
       ``stop_grace`` for them to drain and exit, SIGKILL what is left, return 0;
+      a second one forwards a second TERM (each child hands its running jobs
+      back at once). A child ignores INT (its TERM comes from here);
     * TSTP: forward it (each child quiets); children that die from then on are
       not restarted (they would fetch again);
     * TTIN: forward it (each child logs its threads).
@@ -98,8 +100,8 @@ class Supervisor:
             self._uninstall()
 
     def _stop(self) -> int:
-        logger.info("stopping: TERM to %d worker process(es), waiting up to %.1fs",
-                    len(self._by_pid), self.shutdown_timeout + self.stop_grace)
+        logger.info("stopping: TERM to %d worker process(es), waiting up to %.1fs (a second INT or TERM: they "
+                    "hand running jobs back now)", len(self._by_pid), self.shutdown_timeout + self.stop_grace)
         self._forward(signal.SIGTERM)
         deadline = self.clock() + self.shutdown_timeout + self.stop_grace
         while self._by_pid and self.clock() < deadline:
@@ -120,6 +122,8 @@ class Supervisor:
         for signum in pending:
             if signum in (signal.SIGTERM, signal.SIGINT):
                 if self.stopping:
+                    logger.warning("stop signal repeated: worker processes hand their running jobs back now")
+                    self._forward(signal.SIGTERM)  # (their second TERM: see Launcher)
                     continue
                 self.stopping = True
                 for slot in self.slots:
@@ -244,10 +248,12 @@ class Supervisor:
         try:
             signal.set_wakeup_fd(-1)
             self._close_pipe()
-            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+            for signum in (signal.SIGTERM, signal.SIGCHLD):
                 signal.signal(signum, signal.SIG_DFL)  # until the Launcher installs its own: die
             for signum in (signal.SIGTSTP, signal.SIGTTIN):
                 signal.signal(signum, signal.SIG_IGN)  # (their default stops the process)
+            # (A Ctrl-C reaches the whole group: with our forwarded TERM, it counted as two stops.)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
             die_with_parent(self.pid)
             code = self.run_child(index)

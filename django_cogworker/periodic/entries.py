@@ -82,6 +82,13 @@ class Entry:
             if len(slots) > 10 * limit:
                 slots = slots[-limit:]
 
+    def slot_text(self, slot: int) -> str:
+        """The slot as a time in the entry's zone, for log lines: "2026-12-04 03:00:00+01:00 (Europe/Paris)"."""
+        try:
+            return f"{dt.datetime.fromtimestamp(slot, self.zone).isoformat(' ')} ({self.tz})"
+        except (OverflowError, OSError, ValueError):  # (a slot no datetime holds: shown as it is)
+            return str(slot)
+
     def wall_clock(self, slot: int) -> dt.datetime:
         """The slot's local time without zone (two slots with one wall-clock time are one slot)."""
         return dt.datetime.fromtimestamp(slot, self.zone).replace(tzinfo=None, fold=0)

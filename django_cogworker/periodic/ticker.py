@@ -288,11 +288,11 @@ class Ticker(LoopThread):
             # will ever release the running lock the claim took, which would
             # skip every slot until its 24 h TTL.
             logger.info("periodic %s: slot %s not enqueued (stopped by a client middleware or a unique lock)",
-                        entry.pjid, slot)
+                        entry.pjid, entry.slot_text(slot))
             if entry.until_executed:
                 release_running(self.redis, self.keys, payload)
             return
-        logger.info("periodic %s: slot %s enqueued as jid=%s", entry.pjid, slot, jid)
+        logger.info("periodic %s: slot %s enqueued as jid=%s", entry.pjid, entry.slot_text(slot), jid)
         if entry.until_executed:
             self._hold(entry.pjid, jid)
 
@@ -319,8 +319,8 @@ class Ticker(LoopThread):
             ROLLBACK(self.redis, keys, [slot, previous, jid])
         except Exception as exc:
             if not self._unavailable(exc):
-                logger.error("periodic %s: couldn't roll back slot %s (will retry): %s: %s", entry.pjid, slot,
-                             type(exc).__name__, exc)
+                logger.error("periodic %s: couldn't roll back slot %s (will retry): %s: %s", entry.pjid,
+                             entry.slot_text(slot), type(exc).__name__, exc)
             self._pending_rollbacks.append((entry, slot, previous, jid))
             return exc
         self._served = True

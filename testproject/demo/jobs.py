@@ -87,6 +87,14 @@ class RecordJob(Job):
         _record(key, value)
 
 
+class LogJob(Job):
+    """Log `message` at INFO and WARNING through this module's logger, as a project's job does."""
+
+    def perform(self, message):
+        log.info("info: %s", message)
+        log.warning("warning: %s", message)
+
+
 class SleepJob(Job):
     """RPUSH key "start:<jid>", sleep `seconds`, RPUSH key "end:<jid>" (shutdown/orphan tests)."""
 
@@ -247,3 +255,13 @@ class TimedMarkJob(Job):
         _append_line(path, f"start {self.jid} {time.time():.6f} {tag} {slot}")
         time.sleep(seconds)
         _append_line(path, f"end {self.jid} {time.time():.6f} {tag} {slot}")
+
+
+if os.environ.get("TESTPROJECT_NEW_CODE"):
+
+    class NewlyDeployedJob(Job):
+        """Exists only in a worker started with TESTPROJECT_NEW_CODE=1: a job class deployed after
+        its first jobs were pushed (tests/test_worker.py). RPUSH this job's jid onto `key`."""
+
+        def perform(self, key):
+            _record(key, self.jid)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import time
 
@@ -63,9 +64,12 @@ class Command(BaseCommand):
 
         def run_worker(extra_info: dict | None = None) -> int:
             affinity.apply(config.cpu_affinity, extra_info["index"] if extra_info else None)
+            # Under a supervisor, a worker stops on its forwarded TERM only (see Supervisor._child).
+            stop_signals = (signal.SIGTERM,) if extra_info else (signal.SIGTERM, signal.SIGINT)
             launcher = Launcher(config, runtime.get_redis(), server_middleware=server_middleware,
                                 death_handlers=death_handlers, client_middleware=client_middleware,
-                                periodic_entries=entries, clock=clock, version=__version__, extra_info=extra_info)
+                                periodic_entries=entries, clock=clock, version=__version__, extra_info=extra_info,
+                                stop_signals=stop_signals)
             return launcher.run()
 
         if processes == 1:
@@ -147,12 +151,24 @@ def _pid() -> int:
 
 
 def _ensure_logging(verbosity: int) -> None:
-    """Add a handler only when the project configured none for us."""
-    logger = logging.getLogger("django_cogworker")
-    if logger.handlers or logging.getLogger().handlers:
+    """Show what the worker and its jobs log, when the project configured no logging for it.
+
+    No LOGGING setting and no root handler: a handler on the root logger, so the project's own
+    records (a job's ``log.info``) show too, each with its time, level and, logged while a job
+    runs, its class and jid. (A handler on ``django_cogworker`` alone printed nothing of the
+    docs' own example, and a job's warnings came out bare through Python's last resort.) A
+    project with a LOGGING setting that gives ``django_cogworker`` no handler gets one there, as
+    before: its other loggers are its own.
+    """
+    from ...joblog import JobContextFilter
+
+    root, ours = logging.getLogger(), logging.getLogger("django_cogworker")
+    if root.handlers or ours.handlers:
         return
     handler = logging.StreamHandler()
+    handler.addFilter(JobContextFilter())
     handler.setFormatter(logging.Formatter(
-        "%(asctime)s %(process)d %(threadName)s %(levelname)s %(name)s: %(message)s"))
+        "%(asctime)s %(process)d %(threadName)s %(levelname)s%(job_context)s %(name)s: %(message)s"))
+    logger = ours if settings.LOGGING else root
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO)
