@@ -87,7 +87,8 @@ def _unread_queues(queues: tuple[str, ...], entries: list) -> list[checks.CheckM
     for name, job_class in sorted(registry().items()):
         module = job_class.__module__
         if job_class.queue not in read and any(module == m or module.startswith(m + ".") for m in apps_modules):
-            warnings.append(checks.Warning(unread(f"job {name}", job_class.queue), obj=name, id="cogworker.W001"))
+            kind = "task" if getattr(job_class, "task", None) is not None else "job"  # (a @task function's Job)
+            warnings.append(checks.Warning(unread(f"{kind} {name}", job_class.queue), obj=name, id="cogworker.W001"))
     for entry in entries:
         entry_class = registered(entry.job)
         queue = entry.queue or (entry_class.queue if entry_class is not None else None)

@@ -105,6 +105,8 @@ def test_a_job_or_periodic_entry_whose_queue_no_worker_reads_is_warned_about():
     assert warnings == [
         ("cogworker.W001", f"job testproject.demo.jobs.SendReceipt is pushed to queue 'mail', {tail} "
                            f"(add it to QUEUES, or start one with -q mail)"),
+        ("cogworker.W001", f"task testproject.demo.tasks.fail is pushed to queue 'mail', {tail} "
+                           f"(add it to QUEUES, or start one with -q mail)"),
         ("cogworker.W002", f"periodic entry 'nightly' is pushed to queue 'reports', {tail} "
                            f"(add it to QUEUES, or start one with -q reports)"),
         ("cogworker.W002", f"periodic entry 'receipts' is pushed to queue 'mail', {tail} "

@@ -172,18 +172,21 @@ def test_a_task_past_its_timeout_fails_with_job_timeout(tmp_path, r):
     assert "ran past its timeout of 0.5s" in w.log()
 
 
-def test_a_payload_naming_an_undiscovered_function_is_dead_and_nothing_imported(tmp_path, r):
+def test_a_payload_naming_an_undiscovered_function_is_filed_with_its_reason_and_nothing_imported(tmp_path, r):
+    # (Filed as any unknown job: retried, here with retry 0 straight to dead.)
     client = runtime.get_client()
     jid = client.push({"jid": "sneaky1", "class": "testproject.demo.undiscovered.sneaky", "args": [], "kwargs": {},
                        "queue": "default", "retry": 0, "created_at": time.time()}, on_commit=False)
     with worker(tmp_path) as w:
         w.wait_ready()
-        wait_until(lambda: r.zcard(K.dead) == 1, message="dead on arrival")
+        wait_until(lambda: r.zcard(K.dead) == 1, message="filed in dead")
         w.term()
         w.wait(30)
     [dead] = dead_entries(r)
     assert dead["jid"] == jid
-    assert dead["error_message"] == "no job is registered as 'testproject.demo.undiscovered.sneaky'"
+    assert dead["error_message"].startswith("no job is registered as 'testproject.demo.undiscovered.sneaky' in "
+                                            "this worker")
+    assert dead["error_class"] == "django_cogworker.errors.UnknownJobError"
     assert not r.exists("imported:undiscovered") and not r.exists("ran:undiscovered")
 
 
