@@ -16,11 +16,12 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from .cluster import has_hash_tag, is_cluster_url, parse_cluster_url, tagged_prefix
 from .errors import ConfigError
 
 DAY = 24 * 60 * 60
 FETCH_MODES = ("reliable", "basic")
-URL_SCHEMES = ("redis", "rediss", "unix")
+URL_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 HEARTBEAT_INTERVAL_MAX = 3600.0
 
 
@@ -259,7 +260,13 @@ def _normalise_queues(value: Any, errors: list[str]) -> Any:
 def _redis_url_problem(url: Any) -> str | None:
     """What is wrong with ``url`` (in the words of "must be ..."), or None."""
     if not isinstance(url, str) or url.partition("://")[0] not in URL_SCHEMES:
-        return "a redis://, rediss:// or unix:// URL"
+        return "a redis://, rediss://, unix:// or redis+cluster:// URL"
+    if is_cluster_url(url):
+        try:
+            parse_cluster_url(url)
+        except ValueError as exc:
+            return f"a redis+cluster://host:port[,host:port...] URL ({exc})"
+        return None
     try:
         # A port that is not a number (or a broken IPv6 host) would otherwise
         # fail only at the first connection, without naming the setting.
@@ -274,6 +281,13 @@ def _redis_options_problem(url: str, options: Mapping[str, Any]) -> str | None:
     only at the first connection, which a worker took for Redis being away, for ever."""
     import redis
 
+    if is_cluster_url(url):
+        # (each node's connection is built the same way; RedisCluster's own options aside)
+        from .connection import _CLUSTER_OWN_OPTIONS
+
+        options = {k: v for k, v in options.items() if k not in _CLUSTER_OWN_OPTIONS}
+        host, port = parse_cluster_url(url)["seeds"][0]
+        url = f"redis://{host}:{port}/0"
     try:
         redis.ConnectionPool.from_url(url, **options).make_connection()
     except (TypeError, ValueError) as exc:
@@ -325,6 +339,9 @@ def validate(cfg: Config) -> Config:
                       'bytes pushed')
     if not isinstance(cfg.key_prefix, str) or not cfg.key_prefix:
         bad("key_prefix", "a non-empty string")
+    elif is_cluster_url(cfg.redis_url) and "{" in cfg.key_prefix and not has_hash_tag(cfg.key_prefix):
+        # An unclosed or empty "{" would let the rest of each key pick its slot: scripts fail.
+        bad("key_prefix", 'on a cluster, a prefix whose "{" opens a hash tag it closes ("{name}:"), or none')
     if not cfg.queues:
         bad("queues", "a non-empty list of queue names")
     for name, weight in cfg.queues:
@@ -375,4 +392,7 @@ def validate(cfg: Config) -> Config:
         bad("tag", "a string")
     if errors:
         raise ConfigError(errors)
+    if is_cluster_url(cfg.redis_url) and not has_hash_tag(cfg.key_prefix):
+        # Every key in one hash slot (cluster.py says why): "cogworker:" becomes "{cogworker}:".
+        return dataclasses.replace(cfg, key_prefix=tagged_prefix(cfg.key_prefix))
     return cfg

@@ -1,8 +1,10 @@
 """The Redis client factory: one place that turns the config into a client.
 
 URLs: ``redis://[user:password@]host:port/db``, ``rediss://`` for TLS (with
-``ssl_*`` options in ``REDIS_OPTIONS``), ``unix:///path/to/socket?db=0``. The
-password is never logged: everything user-visible shows ``Config.redacted_url``.
+``ssl_*`` options in ``REDIS_OPTIONS``), ``unix:///path/to/socket?db=0``;
+``redis+cluster://[user:password@]host1:7000,host2:7001`` (``rediss+cluster://``) for
+Redis Cluster (see :mod:`.cluster`). The password is never logged: everything
+user-visible shows ``Config.redacted_url``.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any
 
 import redis
 
+from . import cluster
 from .conf import Config
 
 # Blocking fetches wait on the server; a socket timeout shorter than the
@@ -24,11 +27,47 @@ DEFAULT_OPTIONS: dict[str, Any] = {
 }
 
 
-def make_redis(config: Config, *, max_connections: int | None = None) -> redis.Redis:
+def make_redis(config: Config, *, max_connections: int | None = None) -> Any:
     """Return a client for ``config``; bytes in and out (payloads stay exact)."""
     options = dict(DEFAULT_OPTIONS)
     options.update(config.redis_options)
     if max_connections is not None:
         options.setdefault("max_connections", max_connections)
+    if cluster.is_cluster_url(config.redis_url):
+        return make_cluster(config, options)
     return redis.Redis.from_url(config.redis_url, **options)
+
+
+def make_cluster(config: Config, options: dict[str, Any]) -> Any:
+    """redis-py's cluster client on the URL's seed nodes, its default node the home node.
+
+    The cluster client connects here (it reads the slot map from a seed) and raises when no
+    seed answers. Its default node, where server-wide commands (TIME, INFO, PING) go, is set
+    to the primary serving the prefix's slot: one clock and one server for everything, the
+    one that holds the data. After a failover redis-py may pick another default node; TIME
+    then comes from another node's clock, which the orphan threshold's margin absorbs.
+    """
+    from redis.cluster import ClusterNode, RedisCluster, cleanup_kwargs
+
+    parsed = cluster.parse_cluster_url(config.redis_url)
+    # The options RedisCluster itself takes, then the per-connection ones it passes on (it drops,
+    # silently, those it can't: health_check_interval, which its own topology refresh replaces).
+    own = {k: options.pop(k) for k in list(options) if k in _CLUSTER_OWN_OPTIONS}
+    options = cleanup_kwargs(**options)
+    options.pop("db", None)
+    for name in ("username", "password"):
+        if parsed[name] is not None:
+            options.setdefault(name, parsed[name])
+    if parsed["ssl"]:
+        options["ssl"] = True
+    client = RedisCluster(startup_nodes=[ClusterNode(host, port) for host, port in parsed["seeds"]],
+                          **own, **options)
+    client.set_default_node(cluster.home_node(client, config.key_prefix))
+    return client
+
+
+# RedisCluster's own arguments a user may set in REDIS_OPTIONS.
+_CLUSTER_OWN_OPTIONS = ("require_full_coverage", "read_from_replicas", "reinitialize_steps",
+                        "cluster_error_retry_attempts", "dynamic_startup_nodes", "address_remap",
+                        "load_balancing_strategy", "retry")
 

@@ -216,6 +216,84 @@ class RedisServer:
         self.cleanup()
 
 
+class Cluster:
+    """A Redis Cluster of ``masters`` redis-server primaries (no replicas) on free loopback ports.
+
+    Each node is a RedisServer started with ``--cluster-enabled yes``; ``start`` joins them with
+    ``redis-cli --cluster create`` and waits until every node says ``cluster_state:ok``.
+    ``url`` is the ``redis+cluster://`` seed list; ``cleanup`` stops every node by its pid.
+    """
+
+    def __init__(self, dir: str | os.PathLike, masters: int = 3):
+        self.dir = Path(dir)
+        self.nodes = [
+            RedisServer(self.dir / f"node{i}", extra_args=(
+                "--cluster-enabled", "yes", "--cluster-config-file", str(self.dir / f"node{i}" / "nodes.conf"),
+                "--cluster-node-timeout", "2000"))
+            for i in range(masters)
+        ]
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+
+    def start(self, timeout: float = 30) -> Cluster:
+        try:
+            for node in self.nodes:
+                node.start()
+            subprocess.run(
+                [shutil.which("redis-cli") or "redis-cli", "--cluster", "create",
+                 *(f"127.0.0.1:{node.port}" for node in self.nodes), "--cluster-replicas", "0", "--cluster-yes"],
+                check=True, capture_output=True, timeout=timeout)
+            wait_until(self._ok, timeout=timeout, interval=0.1, message="cluster_state:ok on every node")
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    def _ok(self) -> bool:
+        for node in self.nodes:
+            client = node.client()
+            try:
+                if client.execute_command("CLUSTER INFO").get("cluster_state") != "ok":
+                    return False
+            finally:
+                client.close()
+        return True
+
+    def node_of(self, key: str) -> RedisServer:
+        """The node whose primary serves ``key``'s slot."""
+        client = self.nodes[0].client()
+        try:
+            slot = client.execute_command("CLUSTER KEYSLOT", key)
+            for start, end, primary, *_ in client.execute_command("CLUSTER SLOTS"):
+                if start <= slot <= end:
+                    return next(node for node in self.nodes if node.port == int(primary[1]))
+        finally:
+            client.close()
+        raise AssertionError(f"no node serves slot {slot}")
+
+    def cleanup(self) -> None:
+        for node in self.nodes:
+            node.cleanup()
+
+    def __enter__(self) -> Cluster:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.cleanup()
+
+
+def client_for(url: str, **kwargs: Any) -> Any:
+    """A client for ``url``: redis-py's cluster client for a ``redis+cluster://`` seed list."""
+    if url.startswith(("redis+cluster://", "rediss+cluster://")):
+        from redis.cluster import ClusterNode, RedisCluster
+
+        seeds = url.partition("://")[2].split(",")
+        return RedisCluster(startup_nodes=[ClusterNode(*s.rsplit(":", 1)) for s in seeds], **kwargs)
+    return redis.Redis.from_url(url, **kwargs)
+
+
 class Worker:
     """`python manage.py runcogworker *args` as a subprocess of the test, started at construction.
 
@@ -280,7 +358,7 @@ class Worker:
         """Wait until this process has registered itself in Redis; returns its identity."""
         if not self.redis_url:
             raise RuntimeError("Worker has no COGWORKER_REDIS_URL/REDIS_URL to poll")
-        client = redis.Redis.from_url(self.redis_url, decode_responses=True)
+        client = client_for(self.redis_url, decode_responses=True)
         try:
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
