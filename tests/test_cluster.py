@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -18,11 +19,14 @@ from django.contrib.auth.models import User
 from django.test import Client
 from helpers import FAST_ENV, Cluster, Worker, client_for, wait_until
 
-from django_cogworker import runtime
+from django_cogworker import api, runtime
 from django_cogworker.cluster import scan_page, stacked_commands, tagged_prefix
 from django_cogworker.conf import build_config
+from django_cogworker.engine.key_guard import KeyGuard
+from django_cogworker.engine.wakeups import Wakeups
 from django_cogworker.errors import ConfigError
 from django_cogworker.keys import Keys
+from django_cogworker.loops import redis_time
 from testproject.demo.jobs import FailJob, FlakyJob, RecordJob, SleepJob
 
 PREFIX = "{cogworker}:"
@@ -142,8 +146,9 @@ def test_a_worker_killed_under_load_has_its_jobs_recovered_by_another(cluster, c
         os.kill(doomed.pid, signal.SIGKILL)
         doomed.wait(10)
     started = {e.split(":", 1)[1] for e in texts(cr.lrange("cl:sleep", 0, -1)) if e.startswith("start:")}
-    with Worker(env=env, prefix=PREFIX) as rescuer:
-        rescuer.wait_ready()
+    # The rescuer forks two workers (--processes 2): each builds its cluster client after the fork.
+    with Worker("--processes", "2", env=env, prefix=PREFIX) as rescuer:
+        wait_until(lambda: len(rescuer.children(cr)) == 2, timeout=20, message="two forked workers registered")
 
         def ended() -> set[str]:
             return {e.split(":", 1)[1] for e in texts(cr.lrange("cl:sleep", 0, -1)) if e.startswith("end:")}
@@ -159,16 +164,29 @@ def test_a_worker_killed_under_load_has_its_jobs_recovered_by_another(cluster, c
 # -- what the cluster client does differently -------------------------------------------
 
 
-def test_a_push_pipeline_publishes_the_due_time_to_a_cluster_subscriber(cluster, cr, on_cluster):
-    """PUBLISH through the cluster pipeline reaches a subscriber on any node (the pollers' wake-up)."""
-    pubsub = cr.pubsub()
-    pubsub.subscribe(K.schedule_wake)
-    wait_until(lambda: (m := pubsub.get_message(timeout=0.1)) and m["type"] == "subscribe", timeout=5)
+def test_a_push_pipeline_publishes_the_due_time_to_the_pollers_subscription(cluster, cr, on_cluster):
+    """PUBLISH through the cluster pipeline reaches the poller's cluster pub/sub subscription."""
+    heard: list[float] = []
+    wakeups = Wakeups(cr, K, heard.append, time.time, threading.Event(), lambda: 5.0)
+
+    def listen(done) -> bool:
+        """Read the subscription (a slice at a time) until ``done()``, for 5 s at most."""
+        deadline = time.monotonic() + 5
+        while not done() and time.monotonic() < deadline:
+            until = time.monotonic() + 0.05
+            wakeups.wait(lambda until=until: until)
+        return bool(done())
+
+    assert listen(lambda: wakeups.subscribed)
+    heard.clear()  # (a confirmed subscription sweeps at once: "now" is expected)
     at = time.time() + 60
     RecordJob.perform_at(at, "cl:later", "x")
-    message = wait_until(lambda: pubsub.get_message(timeout=0.1), timeout=5, message="the wake-up message")
-    assert message["type"] == "message" and float(message["data"]) == pytest.approx(at)
-    pubsub.close()
+    assert listen(lambda: heard), "the wake-up message"
+    assert heard == [pytest.approx(at)]
+    wakeups.after_round()  # a PING on the subscription, answered by a pong
+    assert listen(lambda: wakeups._ping_waited is None)
+    assert wakeups.subscribed
+    wakeups.close()
     pipe = cr.pipeline(transaction=False)
     pipe.get(K.retry)
     pipe.execute_command("PUBLISH", K.schedule_wake, "1")
@@ -207,3 +225,28 @@ def test_admin_pages_answer_on_a_cluster(cluster, cr, on_cluster, transactional_
     assert identity in content["busy/"] and "SleepJob" in content["busy/"]
     assert "cl-every-minute" in content["periodic/"] and "0 3 * * *" in content["periodic/"]
     assert "queued" in content["queue/default/"]
+
+
+def test_scripts_transactions_the_key_guard_and_quarantine_work_in_the_one_slot(cluster, cr, on_cluster):
+    """What runs outside the worker test: NOSCRIPT reload on the slot's node, MULTI pipelines
+    (the admin's clear and retry-all), RENAME to a quarantine key, SCAN over every primary."""
+    RecordJob.perform_async("cl:x", 1)
+    for node in cluster.nodes:  # (a failover to a replica that never saw the script: the same)
+        c = node.client()
+        c.script_flush()
+        c.close()
+    RecordJob.perform_async("cl:x", 2)  # EVALSHA -> NOSCRIPT -> EVAL, on the node owning the slot
+    assert cr.llen(K.queue("default")) == 2
+    assert api.Queue("default", redis=cr, keys=K).clear() == 2  # a MULTI/EXEC pipeline
+    cr.zadd(K.retry, {json.dumps({"jid": "r" * 24, "class": "testproject.demo.jobs.RecordJob",
+                                  "args": ["cl:x"], "queue": "default"}): time.time() + 600})
+    assert api.RetrySet(redis=cr, keys=K).retry_all() == 1
+    assert cr.llen(K.queue("default")) == 1 and cr.zcard(K.retry) == 0
+    assert abs(redis_time(cr) - time.time()) < 5  # TIME from a node (the home node, for make_redis's client)
+
+    cr.set(K.dead, "not a zset")  # the key guard moves it aside: RENAME within the slot
+    assert KeyGuard(cr, K, ["default"]).check() == [K.dead]
+    (moved,) = api.QuarantinedKey.all(redis=cr, keys=K)
+    assert moved.original == K.dead and moved.type == "string"
+    assert cluster.node_of(moved.key) is cluster.node_of(K.queues)
+    assert moved.restore() and cr.get(K.dead) == b"not a zset"
