@@ -285,6 +285,12 @@ def _redis_options_problem(url: str, options: Mapping[str, Any]) -> str | None:
         # (each node's connection is built the same way; RedisCluster's own options aside)
         from .connection import _CLUSTER_OWN_OPTIONS
 
+        if options.get("db") not in (None, 0):
+            return f"a cluster has one database: db must be 0 or absent, got {options['db']!r}"
+        if options.get("read_from_replicas") or options.get("load_balancing_strategy"):
+            # The engine decides on what it reads (an in-progress list, a due entry): a replica's
+            # answer, behind its primary, would have it requeue or skip the wrong jobs.
+            return "reads from replicas are not supported: every command must go to the primary"
         options = {k: v for k, v in options.items() if k not in _CLUSTER_OWN_OPTIONS}
         host, port = parse_cluster_url(url)["seeds"][0]
         url = f"redis://{host}:{port}/0"

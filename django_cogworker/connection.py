@@ -67,6 +67,7 @@ def make_cluster(config: Config, options: dict[str, Any]) -> Any:
 
 
 # RedisCluster's own arguments a user may set in REDIS_OPTIONS.
+# (Reads from replicas are refused by the config check.)
 _CLUSTER_OWN_OPTIONS = ("require_full_coverage", "read_from_replicas", "reinitialize_steps",
                         "cluster_error_retry_attempts", "dynamic_startup_nodes", "address_remap",
                         "load_balancing_strategy", "retry")

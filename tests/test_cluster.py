@@ -85,6 +85,12 @@ def test_a_cluster_url_tags_the_prefix_and_refuses_other_databases():
     with pytest.raises(ConfigError) as refused:
         build_config({"REDIS_URL": "redis+cluster://h1:7000,h2:7001/2"})
     assert 'COGWORKER["REDIS_URL"]' in str(refused.value) and "one database" in str(refused.value)
+    with pytest.raises(ConfigError, match=r'COGWORKER\["REDIS_OPTIONS"\].*one database'):
+        build_config({"REDIS_URL": "redis+cluster://h1:7000", "REDIS_OPTIONS": {"db": 3}})
+    with pytest.raises(ConfigError, match=r'COGWORKER\["REDIS_OPTIONS"\].*replicas'):
+        build_config({"REDIS_URL": "redis+cluster://h1:7000", "REDIS_OPTIONS": {"read_from_replicas": True}})
+    assert build_config({"REDIS_URL": "redis+cluster://h1:7000",
+                         "REDIS_OPTIONS": {"require_full_coverage": False, "socket_timeout": 5}})
     with pytest.raises(ConfigError, match=r'COGWORKER\["REDIS_URL"\].*host:port'):
         build_config({"REDIS_URL": "redis+cluster://h1,h2:7001"})
     with pytest.raises(ConfigError, match=r'COGWORKER\["KEY_PREFIX"\]'):
