@@ -167,6 +167,18 @@ def test_a_worker_killed_under_load_has_its_jobs_recovered_by_another(cluster, c
         assert rescuer.wait(30) == 0
 
 
+@pytest.mark.parametrize("queues", [["-q", "default"], ["-q", "default,mail"]], ids=["one-queue", "two-queues"])
+def test_basic_fetch_runs_jobs_on_a_cluster(cluster, cr, on_cluster, queues):
+    """Basic fetch's BRPOP (one queue) and its pop script (several), and the stats flush."""
+    with Worker("--fetch", "basic", *queues, env=worker_env(cluster), prefix=PREFIX) as worker:
+        worker.wait_ready()
+        RecordJob.perform_bulk([["cl:basic", i] for i in range(20)])
+        wait_until(lambda: cr.llen("cl:basic") == 20, timeout=15, message="twenty jobs ran")
+        worker.term()
+        assert worker.wait(30) == 0
+    assert int(cr.get(K.stat_processed)) == 20
+
+
 # -- what the cluster client does differently -------------------------------------------
 
 
