@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -229,7 +230,7 @@ class Cluster:
         self.nodes = [
             RedisServer(self.dir / f"node{i}", extra_args=(
                 "--cluster-enabled", "yes", "--cluster-config-file", str(self.dir / f"node{i}" / "nodes.conf"),
-                "--cluster-node-timeout", "2000"))
+                "--cluster-node-timeout", "2000"), port=cluster_port())
             for i in range(masters)
         ]
 
@@ -238,6 +239,7 @@ class Cluster:
         return "redis+cluster://" + ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
 
     def start(self, timeout: float = 30) -> Cluster:
+        """Start the nodes and join them."""
         try:
             for node in self.nodes:
                 node.start()
@@ -282,6 +284,25 @@ class Cluster:
 
     def __exit__(self, *exc) -> None:
         self.cleanup()
+
+
+def cluster_port() -> int:
+    """A free port for a cluster node: at most 55535, its cluster bus port (+10000) free too."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 55535)
+        if _free(port) and _free(port + 10000):
+            return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+def _free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def client_for(url: str, **kwargs: Any) -> Any:

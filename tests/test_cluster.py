@@ -179,6 +179,23 @@ def test_basic_fetch_runs_jobs_on_a_cluster(cluster, cr, on_cluster, queues):
     assert int(cr.get(K.stat_processed)) == 20
 
 
+def test_a_worker_started_before_its_cluster_waits_for_it(tmp_path):
+    """Building the cluster client connects (it reads the slot map): no seed answering must not end the worker."""
+    seeds = Cluster(tmp_path)  # (its ports chosen, nothing listening on them yet)
+    with Worker(env={**FAST_ENV, "COGWORKER_REDIS_URL": seeds.url}, prefix=PREFIX) as worker:
+        wait_until(lambda: "Redis not reachable" in worker.log(), timeout=15, message="the wait logged")
+        time.sleep(2)
+        assert worker.alive, worker.log()
+        assert worker.log().count("Redis not reachable") == 1  # (logged once, not per attempt)
+        seeds.start()
+        try:
+            worker.wait_ready(timeout=30)
+            worker.term()
+            assert worker.wait(30) == 0, worker.log()
+        finally:
+            seeds.cleanup()
+
+
 # -- what the cluster client does differently -------------------------------------------
 
 
