@@ -34,7 +34,9 @@ def parse_cluster_url(url: str) -> dict[str, Any]:
     (percent-encode ``@``, ``:``, ``/`` and ``,`` in it, as in a redis:// URL).
     """
     scheme, _, rest = url.partition("://")
-    rest = rest.split("?", 1)[0]
+    rest, query, _ = rest.partition("?")
+    if query:
+        raise ValueError("options go in REDIS_OPTIONS, not in the query of a cluster URL")
     at = rest.rfind("@")
     username = password = None
     if at >= 0:
@@ -72,7 +74,8 @@ def tagged_prefix(prefix: str) -> str:
 def has_hash_tag(prefix: str) -> bool:
     """Whether ``prefix`` alone decides the hash slot of every key that starts with it."""
     opening = prefix.find("{")
-    return opening >= 0 and prefix.find("}", opening + 2) >= 0
+    # (Redis takes the first "}" after the first "{": "{}" is no tag, and then neither is "{}x}")
+    return opening >= 0 and prefix.find("}", opening + 1) > opening + 1
 
 
 def is_cluster(client: Any) -> bool:

@@ -56,8 +56,8 @@ def make_cluster(config: Config, options: dict[str, Any]) -> Any:
     options = cleanup_kwargs(**options)
     options.pop("db", None)
     for name in ("username", "password"):
-        if parsed[name] is not None:
-            options.setdefault(name, parsed[name])
+        if parsed[name] is not None:  # (the URL's win, as redis-py's from_url has them)
+            options[name] = parsed[name]
     if parsed["ssl"]:
         options["ssl"] = True
     client = RedisCluster(startup_nodes=[ClusterNode(host, port) for host, port in parsed["seeds"]],
@@ -71,4 +71,3 @@ def make_cluster(config: Config, options: dict[str, Any]) -> Any:
 _CLUSTER_OWN_OPTIONS = ("require_full_coverage", "read_from_replicas", "reinitialize_steps",
                         "cluster_error_retry_attempts", "dynamic_startup_nodes", "address_remap",
                         "load_balancing_strategy", "retry")
-

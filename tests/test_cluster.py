@@ -93,8 +93,12 @@ def test_a_cluster_url_tags_the_prefix_and_refuses_other_databases():
                          "REDIS_OPTIONS": {"require_full_coverage": False, "socket_timeout": 5}})
     with pytest.raises(ConfigError, match=r'COGWORKER\["REDIS_URL"\].*host:port'):
         build_config({"REDIS_URL": "redis+cluster://h1,h2:7001"})
+    with pytest.raises(ConfigError, match=r'COGWORKER\["REDIS_URL"\].*REDIS_OPTIONS'):
+        build_config({"REDIS_URL": "redis+cluster://h1:7000?ssl_cert_reqs=none"})
     with pytest.raises(ConfigError, match=r'COGWORKER\["KEY_PREFIX"\]'):
         build_config({"REDIS_URL": "redis+cluster://h1:7000", "KEY_PREFIX": "{open:"})
+    with pytest.raises(ConfigError, match=r'COGWORKER\["KEY_PREFIX"\]'):  # ("{}" is no tag to Redis)
+        build_config({"REDIS_URL": "redis+cluster://h1:7000", "KEY_PREFIX": "{}jobs}:"})
 
 
 # -- the engine on a cluster ---------------------------------------------------------
