@@ -194,6 +194,7 @@ def test_a_worker_started_before_its_cluster_waits_for_it(tmp_path):
         seeds.start()
         try:
             worker.wait_ready(timeout=30)
+            assert "Redis reachable after" in worker.log()
             worker.term()
             assert worker.wait(30) == 0, worker.log()
         finally:

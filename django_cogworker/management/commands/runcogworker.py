@@ -85,16 +85,20 @@ def _redis_when_up():
     lone Redis, instead of exiting."""
     import redis
 
-    pause, logged = 0.5, False
+    pause, down_since = 0.5, None
     while True:
         try:
-            return runtime.get_redis()
+            client = runtime.get_redis()
         except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
-            if not logged:
+            if down_since is None:
                 logger.error("Redis not reachable (%s: %s); trying again until it is", type(exc).__name__, exc)
-                logged = True
+                down_since = time.monotonic()
             time.sleep(pause)
             pause = min(pause * 2, 10.0)
+            continue
+        if down_since is not None:
+            logger.warning("Redis reachable after %.1fs", time.monotonic() - down_since)
+        return client
 
 
 def _supervise(processes: int, shutdown_timeout: float, run_worker) -> int:
