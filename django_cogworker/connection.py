@@ -12,8 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 import redis
+from redis.cluster import ClusterNode, RedisCluster, cleanup_kwargs
 
 from . import cluster
+from ._types import RedisClient
 from .conf import Config
 
 # Blocking fetches wait on the server; a socket timeout shorter than the
@@ -27,7 +29,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
 }
 
 
-def make_redis(config: Config, *, max_connections: int | None = None) -> Any:
+def make_redis(config: Config, *, max_connections: int | None = None) -> RedisClient:
     """Return a client for ``config``; bytes in and out (payloads stay exact)."""
     options = dict(DEFAULT_OPTIONS)
     options.update(config.redis_options)
@@ -38,7 +40,7 @@ def make_redis(config: Config, *, max_connections: int | None = None) -> Any:
     return redis.Redis.from_url(config.redis_url, **options)
 
 
-def make_cluster(config: Config, options: dict[str, Any]) -> Any:
+def make_cluster(config: Config, options: dict[str, Any]) -> RedisCluster:
     """redis-py's cluster client on the URL's seed nodes, its default node the home node.
 
     The cluster client connects here (it reads the slot map from a seed) and raises when no
@@ -47,8 +49,6 @@ def make_cluster(config: Config, options: dict[str, Any]) -> Any:
     one that holds the data. After a failover redis-py may pick another default node; TIME
     then comes from another node's clock, which the orphan threshold's margin absorbs.
     """
-    from redis.cluster import ClusterNode, RedisCluster, cleanup_kwargs
-
     parsed = cluster.parse_cluster_url(config.redis_url)
     # The options RedisCluster itself takes, then the per-connection ones it passes on (it drops,
     # silently, those it can't: health_check_interval, which its own topology refresh replaces).
