@@ -275,6 +275,35 @@ class Cluster:
             client.close()
         raise AssertionError(f"no node serves slot {slot}")
 
+    def add_replica(self, primary: RedisServer, timeout: float = 30) -> RedisServer:
+        """Start one more node and make it a replica of ``primary``; return it once in sync."""
+        index = len(self.nodes)
+        replica = RedisServer(self.dir / f"node{index}", extra_args=(
+            "--cluster-enabled", "yes", "--cluster-config-file", str(self.dir / f"node{index}" / "nodes.conf"),
+            "--cluster-node-timeout", "2000"), port=cluster_port())
+        self.nodes.append(replica)
+        replica.start()
+        client = primary.client()
+        try:
+            primary_id = client.execute_command("CLUSTER MYID")
+        finally:
+            client.close()
+        subprocess.run([shutil.which("redis-cli") or "redis-cli", "--cluster", "add-node",
+                        f"127.0.0.1:{replica.port}", f"127.0.0.1:{primary.port}", "--cluster-slave",
+                        "--cluster-master-id", _text(primary_id)], check=True, capture_output=True, timeout=timeout)
+
+        def synced() -> bool:
+            c = replica.client()
+            try:
+                return c.info("replication").get("master_link_status") == "up" and self._ok()
+            except redis.RedisError:
+                return False
+            finally:
+                c.close()
+
+        wait_until(synced, timeout=timeout, interval=0.1, message="the replica in sync")
+        return replica
+
     def cleanup(self) -> None:
         for node in self.nodes:
             node.cleanup()

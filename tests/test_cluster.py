@@ -290,3 +290,56 @@ def test_scripts_transactions_the_key_guard_and_quarantine_work_in_the_one_slot(
     assert moved.original == K.dead and moved.type == "string"
     assert cluster.node_of(moved.key) is cluster.node_of(K.queues)
     assert moved.restore() and cr.get(K.dead) == b"not a zset"
+
+
+def test_a_failover_of_the_slots_primary_under_load(tmp_path, settings):
+    """kill -9 of the primary holding every key: its replica takes over; the worker and the pushers carry on.
+
+    Every job pushed before the kill was replicated first (WAIT), so none may be lost; one may run
+    twice (at-least-once: an ack the old primary took but didn't pass on). Pushes refused during
+    the failover are retried by the test, as a caller would; the counts are printed.
+    """
+    with Cluster(tmp_path) as ha:
+        home = ha.node_of(K.queues)
+        replica = ha.add_replica(home)
+        settings.COGWORKER = {**settings.COGWORKER, "REDIS_URL": ha.url}
+        cr = client_for(ha.url)
+        try:
+            with Worker("-c", "4", env=worker_env(ha), prefix=PREFIX) as worker:
+                worker.wait_ready()
+                pushed = [f"before-{i}" for i in range(200)]
+                RecordJob.perform_bulk([["cl:fo", v] for v in pushed])
+                primary = home.client()
+                assert primary.execute_command("WAIT", 1, 5000) == 1  # (replicated before the kill)
+                primary.close()
+                wait_until(lambda: cr.llen("cl:fo") >= 20, timeout=10, message="jobs running")
+                home.kill()
+                failed_pushes = 0
+                for i in range(50):  # pushes go on through the failover: each refused one retried
+                    while True:
+                        try:
+                            RecordJob.perform_async("cl:fo", f"after-{i}")
+                            break
+                        except Exception:  # noqa: BLE001 - the primary is gone until the replica is promoted
+                            failed_pushes += 1
+                            time.sleep(0.2)
+                    pushed.append(f"after-{i}")
+
+                def ran() -> list[str]:
+                    return texts(cr.lrange("cl:fo", 0, -1))
+
+                wait_until(lambda: set(pushed) <= set(ran()), timeout=60, message="every job pushed ran")
+                runs = ran()
+                twice = len(runs) - len(set(runs))
+                print(f"\ncluster failover: {len(pushed)} pushed, {len(set(runs))} ran, {twice} ran twice, "
+                      f"{failed_pushes} push attempts refused during the failover (retried)")
+                assert worker.alive, worker.log()
+                assert twice <= 4  # (at most the acks in flight: one per processor)
+                new_home = client_for(ha.url)
+                assert new_home.get_node_from_key(K.queues).port == replica.port
+                new_home.close()
+                worker.term()
+                assert worker.wait(30) == 0, worker.log()
+        finally:
+            cr.close()
+            runtime.reset()
