@@ -15,8 +15,6 @@ from ...errors import ConfigError
 from ...middleware import load
 from ...periodic import build_entries
 
-logger = logging.getLogger(__name__)
-
 
 class Command(BaseCommand):
     help = "Run a cogworker process: processor threads, heartbeat, scheduled poller and periodic ticker."
@@ -65,7 +63,7 @@ class Command(BaseCommand):
 
         def run_worker(extra_info: dict | None = None) -> int:
             affinity.apply(config.cpu_affinity, extra_info["index"] if extra_info else None)
-            launcher = Launcher(config, _redis_when_up(), server_middleware=server_middleware,
+            launcher = Launcher(config, runtime.get_redis_when_up(), server_middleware=server_middleware,
                                 death_handlers=death_handlers, client_middleware=client_middleware,
                                 periodic_entries=entries, clock=clock, version=__version__, extra_info=extra_info)
             return launcher.run()
@@ -77,28 +75,6 @@ class Command(BaseCommand):
         sys.stdout.flush()
         if code:
             raise CommandError(f"stopped with code {code}")
-
-
-def _redis_when_up():
-    """The shared client, waiting for Redis first where building it connects (a cluster client
-    reads the slot map from a seed): a worker started before its cluster waits, as it does for a
-    lone Redis, instead of exiting."""
-    import redis
-
-    pause, down_since = 0.5, None
-    while True:
-        try:
-            client = runtime.get_redis()
-        except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
-            if down_since is None:
-                logger.error("Redis not reachable (%s: %s); trying again until it is", type(exc).__name__, exc)
-                down_since = time.monotonic()
-            time.sleep(pause)
-            pause = min(pause * 2, 10.0)
-            continue
-        if down_since is not None:
-            logger.warning("Redis reachable after %.1fs", time.monotonic() - down_since)
-        return client
 
 
 def _supervise(processes: int, shutdown_timeout: float, run_worker) -> int:
