@@ -173,14 +173,17 @@ def test_a_worker_killed_under_load_has_its_jobs_recovered_by_another(cluster, c
 
 @pytest.mark.parametrize("queues", [["-q", "default"], ["-q", "default,mail"]], ids=["one-queue", "two-queues"])
 def test_basic_fetch_runs_jobs_on_a_cluster(cluster, cr, on_cluster, queues):
-    """Basic fetch's BRPOP (one queue) and its pop script (several), and the stats flush."""
+    """Basic fetch's BRPOP (one queue) and its pop script (several), the stats flush, the clean exit."""
     with Worker("--fetch", "basic", *queues, env=worker_env(cluster), prefix=PREFIX) as worker:
-        worker.wait_ready()
+        identity = worker.wait_ready()
         RecordJob.perform_bulk([["cl:basic", i] for i in range(20)])
         wait_until(lambda: cr.llen("cl:basic") == 20, timeout=15, message="twenty jobs ran")
         worker.term()
         assert worker.wait(30) == 0
     assert int(cr.get(K.stat_processed)) == 20
+    # Its clean exit left the registry (one multi-key DEL in a cluster pipeline).
+    assert not cr.sismember(K.processes, identity)
+    assert cr.exists(K.process(identity), K.workers(identity), K.signals(identity)) == 0
 
 
 def test_a_worker_started_before_its_cluster_waits_for_it(tmp_path):
