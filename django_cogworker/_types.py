@@ -2,8 +2,8 @@
 
 ``RedisClient`` is what every engine and api object is handed: a redis-py client
 built by :func:`django_cogworker.connection.make_redis` (bytes in and out), or one
-a test or the project made itself. One alias, so a Sentinel- or Cluster-aware
-client later changes one line, not fifty signatures.
+a test or the project made itself: a lone server's ``redis.Redis`` or redis-py's
+``RedisCluster`` (``redis+cluster://``: see cluster.py for what it does differently).
 """
 
 from __future__ import annotations
@@ -11,5 +11,6 @@ from __future__ import annotations
 from typing import TypeAlias
 
 import redis
+import redis.cluster
 
-RedisClient: TypeAlias = redis.Redis
+RedisClient: TypeAlias = redis.Redis | redis.cluster.RedisCluster

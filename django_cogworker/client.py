@@ -19,6 +19,7 @@ import redis as redis_lib
 from . import payload as payloads
 from . import scripts, unique
 from ._types import RedisClient
+from .cluster import stacked_commands
 from .conf import Config
 from .errors import WrongTypeError, error_code
 from .keys import Keys
@@ -76,7 +77,9 @@ class Client:
             return self._enqueue(payload, now)
         pipe = self.redis.pipeline(transaction=False)
         pipe.zadd(self.keys.schedule, {payloads.encode(payload): at})
-        pipe.publish(self.keys.schedule_wake, repr(float(at)))  # wakes the pollers for it (best-effort)
+        # Wakes the pollers for it (best-effort). (As a raw command: redis-py's cluster pipeline
+        # refuses its publish method, though a PUBLISH reaches every node of a cluster.)
+        pipe.execute_command("PUBLISH", self.keys.schedule_wake, repr(float(at)))
         try:
             _execute_push(pipe, self.keys.queues)
         except Exception as exc:
@@ -207,7 +210,7 @@ class Client:
         written_by: list[Sequence[dict[str, Any]]] = []
         if scheduled:
             pipe.zadd(self.keys.schedule, scheduled)
-            pipe.publish(self.keys.schedule_wake, repr(float(min(scheduled.values()))))
+            pipe.execute_command("PUBLISH", self.keys.schedule_wake, repr(float(min(scheduled.values()))))
             written_by += [scheduled_items, ()]
         for queue, raws in by_queue.items():
             pipe.sadd(self.keys.queues, queue)
@@ -268,7 +271,7 @@ def _execute_push(pipe: Any, listing: str) -> None:
     moves it aside) used to make a push that had gone through look failed, so the caller
     retried it and the job ran twice.
     """
-    commands = [args for args, _options in pipe.command_stack]
+    commands = stacked_commands(pipe)
     failed: list[int] = []
     first: Exception | None = None
     first_command: tuple[Any, ...] = ()

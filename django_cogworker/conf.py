@@ -14,13 +14,15 @@ import math
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
+from .cluster import has_hash_tag, is_cluster_url, tagged_prefix
 from .errors import ConfigError
+from .redis_urls import URL_SCHEMES, options_problem, redact_url, url_problem
+
+__all__ = ["URL_SCHEMES", "Config", "build_config", "redact_url", "validate"]  # (redact_url: its old home)
 
 DAY = 24 * 60 * 60
 FETCH_MODES = ("reliable", "basic")
-URL_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
 HEARTBEAT_INTERVAL_MAX = 3600.0
 METRICS_TOKEN_MIN = 16  # characters: a token a scrape config carries, not a password anyone types
 
@@ -174,28 +176,6 @@ def cpu_count() -> int:
     return os.cpu_count() or 1
 
 
-def redact_url(url: str) -> str:
-    """Return ``url`` with any password replaced by ``***`` (user names stay).
-
-    Works on the text, not on a parsed URL: an unencoded ``#`` or ``?`` in a
-    password would make a parser call the rest a fragment or a query and show
-    it; an IPv6 host would lose its brackets. A ``password=`` query argument
-    (redis-py's form for unix sockets) and a ``sentinel_password=`` one are masked too.
-    """
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        scheme, rest = "", url
-    at = rest.rfind("@")
-    if at >= 0 and ":" in rest[:at]:
-        user = rest[:at].partition(":")[0]
-        rest = f"{user}:***@{rest[at + 1:]}"
-    rest = _QUERY_PASSWORD.sub(r"\1***", rest)
-    return f"{scheme}{sep}{rest}"
-
-
-_QUERY_PASSWORD = re.compile(r"([?&](?:sentinel_)?password=)[^&#]*", re.IGNORECASE)
-
-
 def build_config(raw: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None,
                  **overrides: Any) -> Config:
     """Build and validate the config from ``settings.COGWORKER`` and the environment.
@@ -267,49 +247,6 @@ def _normalise_queues(value: Any, errors: list[str]) -> Any:
     return tuple(pairs)
 
 
-def _redis_url_problem(url: Any) -> str | None:
-    """What is wrong with ``url`` (in the words of "must be ..."), or None."""
-    if not isinstance(url, str) or url.partition("://")[0] not in URL_SCHEMES:
-        return "a redis://, rediss://, unix://, redis+sentinel:// or rediss+sentinel:// URL"
-    from .sentinel import SentinelURLError, is_sentinel_url, parse
-
-    if is_sentinel_url(url):
-        try:
-            parse(url)
-        except SentinelURLError as exc:
-            return str(exc)
-        return None
-    try:
-        # A port that is not a number (or a broken IPv6 host) would otherwise
-        # fail only at the first connection, without naming the setting.
-        urlsplit(url).port  # noqa: B018
-    except ValueError:
-        return "a URL with a numeric port (and a well-formed host)"
-    return None
-
-
-def _redis_options_problem(url: str, options: Mapping[str, Any]) -> str | None:
-    """Build (not connect) a connection with ``options``: an option redis-py doesn't know failed
-    only at the first connection, which a worker took for Redis being away, for ever."""
-    import redis
-
-    from .sentinel import is_sentinel_url, make_sentinel_redis
-
-    try:
-        if is_sentinel_url(url):
-            # (the sentinels' clients are built too: a bad sentinel_kwargs option fails here)
-            client = make_sentinel_redis(url, options)
-            try:
-                client.connection_pool.make_connection()
-            finally:
-                client.close()
-        else:
-            redis.ConnectionPool.from_url(url, **options).make_connection()
-    except (TypeError, ValueError) as exc:
-        return str(exc).replace(url, redact_url(url))
-    return None
-
-
 def _positive_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
 
@@ -338,22 +275,25 @@ def validate(cfg: Config) -> Config:
             shown = repr(list(value) if isinstance(value, tuple) and field != "queues" else value)
         errors.append(f'COGWORKER["{FIELD_TO_SETTING[field]}"] must be {what}, got {shown}')
 
-    url_problem = _redis_url_problem(cfg.redis_url)
-    if url_problem:
-        bad("redis_url", url_problem)
+    url_wrong = url_problem(cfg.redis_url)
+    if url_wrong:
+        bad("redis_url", url_wrong)
     if not isinstance(cfg.redis_options, Mapping):
         # (the value itself isn't echoed: it may hold a password)
         errors.append(f'COGWORKER["REDIS_OPTIONS"] must be a dict of redis-py connection options, '
                       f'got a {type(cfg.redis_options).__name__}')
-    elif url_problem is None:
-        options_problem = _redis_options_problem(cfg.redis_url, cfg.redis_options)
-        if options_problem:
-            errors.append(f'COGWORKER["REDIS_OPTIONS"] is refused by redis-py: {options_problem}')
+    elif url_wrong is None:
+        options_wrong = options_problem(cfg.redis_url, cfg.redis_options)
+        if options_wrong:
+            errors.append(f'COGWORKER["REDIS_OPTIONS"] is refused by redis-py: {options_wrong}')
     if isinstance(cfg.redis_options, Mapping) and cfg.redis_options.get("decode_responses"):
         errors.append('COGWORKER["REDIS_OPTIONS"] must not set decode_responses: payloads are kept as the exact '
                       'bytes pushed')
     if not isinstance(cfg.key_prefix, str) or not cfg.key_prefix:
         bad("key_prefix", "a non-empty string")
+    elif is_cluster_url(cfg.redis_url) and "{" in cfg.key_prefix and not has_hash_tag(cfg.key_prefix):
+        # An unclosed or empty "{" would let the rest of each key pick its slot: scripts fail.
+        bad("key_prefix", 'on a cluster, a prefix whose "{" opens a hash tag it closes ("{name}:"), or none')
     if not cfg.queues:
         bad("queues", "a non-empty list of queue names")
     for name, weight in cfg.queues:
@@ -412,4 +352,7 @@ def validate(cfg: Config) -> Config:
                          else f"{len(cfg.metrics_token)} characters"))
     if errors:
         raise ConfigError(errors)
+    if is_cluster_url(cfg.redis_url) and not has_hash_tag(cfg.key_prefix):
+        # Every key in one hash slot (cluster.py says why): "cogworker:" becomes "{cogworker}:".
+        return dataclasses.replace(cfg, key_prefix=tagged_prefix(cfg.key_prefix))
     return cfg

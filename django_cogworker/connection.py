@@ -1,10 +1,12 @@
 """The Redis client factory: one place that turns the config into a client.
 
 URLs: ``redis://[user:password@]host:port/db``, ``rediss://`` for TLS (with
-``ssl_*`` options in ``REDIS_OPTIONS``), ``unix:///path/to/socket?db=0``, and
+``ssl_*`` options in ``REDIS_OPTIONS``), ``unix:///path/to/socket?db=0``,
 ``redis+sentinel://host1:26379,host2:26379/mymaster/0`` (``rediss+sentinel://``: TLS) for
-the primary of a Sentinel service (see :mod:`django_cogworker.sentinel`). The password is
-never logged: everything user-visible shows ``Config.redacted_url``.
+the primary of a Sentinel service (see :mod:`django_cogworker.sentinel`), and
+``redis+cluster://[user:password@]host1:7000,host2:7001`` (``rediss+cluster://``) for
+Redis Cluster (see :mod:`.cluster`). The password is never logged: everything
+user-visible shows ``Config.redacted_url``.
 
 Every client of the package is built here (the worker's, the pushers', the admin's): pub/sub
 and blocking calls take their connections from its pool, so they follow a failover too.
@@ -15,7 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 import redis
+from redis.cluster import ClusterNode, RedisCluster, cleanup_kwargs
 
+from . import cluster
+from ._types import RedisClient
 from .conf import Config
 from .sentinel import is_sentinel_url, make_sentinel_redis
 
@@ -30,7 +35,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
 }
 
 
-def make_redis(config: Config, *, max_connections: int | None = None) -> redis.Redis:
+def make_redis(config: Config, *, max_connections: int | None = None) -> RedisClient:
     """Return a client for ``config``; bytes in and out (payloads stay exact)."""
     options = dict(DEFAULT_OPTIONS)
     options.update(config.redis_options)
@@ -38,5 +43,39 @@ def make_redis(config: Config, *, max_connections: int | None = None) -> redis.R
         options.setdefault("max_connections", max_connections)
     if is_sentinel_url(config.redis_url):
         return make_sentinel_redis(config.redis_url, options)
+    if cluster.is_cluster_url(config.redis_url):
+        return make_cluster(config, options)
     return redis.Redis.from_url(config.redis_url, **options)
 
+
+def make_cluster(config: Config, options: dict[str, Any]) -> RedisCluster:
+    """redis-py's cluster client on the URL's seed nodes, its default node the home node.
+
+    The cluster client connects here (it reads the slot map from a seed) and raises when no
+    seed answers. Its default node, where server-wide commands (TIME, INFO, PING) go, is set
+    to the primary serving the prefix's slot: one clock and one server for everything, the
+    one that holds the data. After a failover redis-py may pick another default node; TIME
+    then comes from another node's clock, which the orphan threshold's margin absorbs.
+    """
+    parsed = cluster.parse_cluster_url(config.redis_url)
+    # The options RedisCluster itself takes, then the per-connection ones it passes on (it drops,
+    # silently, those it can't: health_check_interval, which its own topology refresh replaces).
+    own = {k: options.pop(k) for k in list(options) if k in _CLUSTER_OWN_OPTIONS}
+    options = cleanup_kwargs(**options)
+    options.pop("db", None)
+    for name in ("username", "password"):
+        if parsed[name] is not None:  # (the URL's win, as redis-py's from_url has them)
+            options[name] = parsed[name]
+    if parsed["ssl"]:
+        options["ssl"] = True
+    client = RedisCluster(startup_nodes=[ClusterNode(host, port) for host, port in parsed["seeds"]],
+                          **own, **options)
+    client.set_default_node(cluster.home_node(client, config.key_prefix))
+    return client
+
+
+# RedisCluster's own arguments a user may set in REDIS_OPTIONS.
+# (Reads from replicas are refused by the config check.)
+_CLUSTER_OWN_OPTIONS = ("require_full_coverage", "read_from_replicas", "reinitialize_steps",
+                        "cluster_error_retry_attempts", "dynamic_startup_nodes", "address_remap",
+                        "load_balancing_strategy", "retry")

@@ -91,8 +91,10 @@ class RedisUnavailable(CogworkerError):
 UNAVAILABLE_CODES = frozenset({"READONLY", "OOM", "LOADING", "MASTERDOWN", "BUSY", "TRYAGAIN", "NOREPLICAS",
                                "CLUSTERDOWN", "UNBLOCKED"})
 # redis-py's classes for some of them (BusyLoadingError is a ConnectionError; MasterDownError a ClusterDownError).
+# SlotNotCoveredError: a cluster whose slot map has no node for our slot (mid-failover).
 _UNAVAILABLE_TYPES = (redis.exceptions.ReadOnlyError, redis.exceptions.OutOfMemoryError,
-                      redis.exceptions.TryAgainError, redis.exceptions.ClusterDownError)
+                      redis.exceptions.TryAgainError, redis.exceptions.ClusterDownError,
+                      redis.exceptions.SlotNotCoveredError)
 
 
 def is_connection_error(exc: BaseException) -> bool:

@@ -1,6 +1,7 @@
 """Every Redis key name django-cogworker uses, built in this one place.
 
-All keys start with the configured prefix (``cogworker:`` by default).
+All keys start with the configured prefix (``cogworker:`` by default; ``{cogworker}:`` on a Redis
+Cluster, where the config wraps it in a hash tag so every key below shares one slot: cluster.py).
 
 ============================  ======  ======================================================  =========
 key                           type    meaning                                                 TTL

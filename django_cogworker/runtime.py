@@ -6,8 +6,10 @@ use and dropped by :func:`reset` (and when a test changes ``COGWORKER``).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -15,6 +17,8 @@ from django.db import connections, transaction
 
 from .client import Client
 from .conf import Config, build_config
+
+logger = logging.getLogger(__name__)
 
 _lock = threading.RLock()
 _config: Config | None = None
@@ -45,6 +49,28 @@ def get_redis() -> Any:
 
             _redis = make_redis(get_config())
         return _redis
+
+
+def get_redis_when_up() -> Any:
+    """The shared client, waiting for Redis first where building it connects (a cluster client
+    reads the slot map from a seed): a worker started before its cluster waits, as it does for a
+    lone Redis, instead of exiting."""
+    import redis
+
+    pause, down_since = 0.5, None
+    while True:
+        try:
+            client = get_redis()
+        except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
+            if down_since is None:
+                logger.error("Redis not reachable (%s: %s); trying again until it is", type(exc).__name__, exc)
+                down_since = time.monotonic()
+            time.sleep(pause)
+            pause = min(pause * 2, 10.0)
+            continue
+        if down_since is not None:
+            logger.warning("Redis reachable after %.1fs", time.monotonic() - down_since)
+        return client
 
 
 def get_client() -> Any:

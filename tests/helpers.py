@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -69,12 +70,18 @@ def redis_server_binary() -> str:
     return path
 
 
-def connect(url: str, **kwargs: Any) -> redis.Redis:
-    """A client of ``url``, a redis:// one or a redis+sentinel:// one (its primary); caller closes it."""
+def connect(url: str, **kwargs: Any) -> Any:
+    """A client of ``url``: a redis:// one, a redis+sentinel:// one (its primary) or a
+    redis+cluster:// seed list (redis-py's cluster client); the caller closes it."""
     from django_cogworker.sentinel import is_sentinel_url, make_sentinel_redis
 
     if is_sentinel_url(url):
         return make_sentinel_redis(url, kwargs)
+    if url.startswith(("redis+cluster://", "rediss+cluster://")):
+        from redis.cluster import ClusterNode, RedisCluster
+
+        seeds = url.partition("://")[2].split(",")
+        return RedisCluster(startup_nodes=[ClusterNode(*s.rsplit(":", 1)) for s in seeds], **kwargs)
     return redis.Redis.from_url(url, **kwargs)
 
 
@@ -223,6 +230,126 @@ class RedisServer:
 
     def __exit__(self, *exc) -> None:
         self.cleanup()
+
+
+class Cluster:
+    """A Redis Cluster of ``masters`` redis-server primaries (no replicas) on free loopback ports.
+
+    Each node is a RedisServer started with ``--cluster-enabled yes``; ``start`` joins them with
+    ``redis-cli --cluster create`` and waits until every node says ``cluster_state:ok``.
+    ``url`` is the ``redis+cluster://`` seed list; ``cleanup`` stops every node by its pid.
+    """
+
+    def __init__(self, dir: str | os.PathLike, masters: int = 3):
+        self.dir = Path(dir)
+        self.nodes = [
+            RedisServer(self.dir / f"node{i}", extra_args=(
+                "--cluster-enabled", "yes", "--cluster-config-file", str(self.dir / f"node{i}" / "nodes.conf"),
+                "--cluster-node-timeout", "2000"), port=cluster_port())
+            for i in range(masters)
+        ]
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+
+    def start(self, timeout: float = 30) -> Cluster:
+        """Start the nodes and join them."""
+        try:
+            for node in self.nodes:
+                node.start()
+            subprocess.run(
+                [shutil.which("redis-cli") or "redis-cli", "--cluster", "create",
+                 *(f"127.0.0.1:{node.port}" for node in self.nodes), "--cluster-replicas", "0", "--cluster-yes"],
+                check=True, capture_output=True, timeout=timeout)
+            wait_until(self._ok, timeout=timeout, interval=0.1, message="cluster_state:ok on every node")
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    def _ok(self) -> bool:
+        for node in self.nodes:
+            client = node.client()
+            try:
+                if client.execute_command("CLUSTER INFO").get("cluster_state") != "ok":
+                    return False
+            finally:
+                client.close()
+        return True
+
+    def node_of(self, key: str) -> RedisServer:
+        """The node whose primary serves ``key``'s slot."""
+        client = self.nodes[0].client()
+        try:
+            slot = client.execute_command("CLUSTER KEYSLOT", key)
+            for start, end, primary, *_ in client.execute_command("CLUSTER SLOTS"):
+                if start <= slot <= end:
+                    return next(node for node in self.nodes if node.port == int(primary[1]))
+        finally:
+            client.close()
+        raise AssertionError(f"no node serves slot {slot}")
+
+    def add_replica(self, primary: RedisServer, timeout: float = 30) -> RedisServer:
+        """Start one more node and make it a replica of ``primary``; return it once in sync."""
+        index = len(self.nodes)
+        replica = RedisServer(self.dir / f"node{index}", extra_args=(
+            "--cluster-enabled", "yes", "--cluster-config-file", str(self.dir / f"node{index}" / "nodes.conf"),
+            "--cluster-node-timeout", "2000"), port=cluster_port())
+        self.nodes.append(replica)
+        replica.start()
+        client = primary.client()
+        try:
+            primary_id = client.execute_command("CLUSTER MYID")
+        finally:
+            client.close()
+        subprocess.run([shutil.which("redis-cli") or "redis-cli", "--cluster", "add-node",
+                        f"127.0.0.1:{replica.port}", f"127.0.0.1:{primary.port}", "--cluster-slave",
+                        "--cluster-master-id", _text(primary_id)], check=True, capture_output=True, timeout=timeout)
+
+        def synced() -> bool:
+            c = replica.client()
+            try:
+                return c.info("replication").get("master_link_status") == "up" and self._ok()
+            except redis.RedisError:
+                return False
+            finally:
+                c.close()
+
+        wait_until(synced, timeout=timeout, interval=0.1, message="the replica in sync")
+        return replica
+
+    def cleanup(self) -> None:
+        for node in self.nodes:
+            node.cleanup()
+
+    def __enter__(self) -> Cluster:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.cleanup()
+
+
+def cluster_port() -> int:
+    """A free port for a cluster node: at most 55535, its cluster bus port (+10000) free too."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 55535)
+        if _free(port) and _free(port + 10000):
+            return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+def _free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+client_for = connect  # (the name the cluster tests use)
 
 
 class Worker:

@@ -75,8 +75,9 @@ def test_a_bad_value_does_not_hide_imports_that_fail_nor_bad_periodic_entries():
 
 @pytest.mark.parametrize(("cogworker", "expected"), [
     ({"REDIS_OPTIONS": {"bogus_kw": 1}}, 'COGWORKER["REDIS_OPTIONS"] is refused by redis-py: '),
-    ({"REDIS_URL": ""}, "COGWORKER[\"REDIS_URL\"] must be a redis://, rediss://, unix://, redis+sentinel:// or "
-                        "rediss+sentinel:// URL, got ''"),
+    ({"REDIS_URL": ""},
+     "COGWORKER[\"REDIS_URL\"] must be a redis://, rediss://, unix://, redis+sentinel://, rediss+sentinel://, "
+     "redis+cluster:// or rediss+cluster:// URL, got ''"),
     ({"REDIS_URL": f"redis://:{PASSWORD}@localhost:notaport/0"},
      "COGWORKER[\"REDIS_URL\"] must be a URL with a numeric port (and a well-formed host), "
      "got 'redis://:***@localhost:notaport/0'"),

@@ -119,12 +119,12 @@ def test_queues_names_or_weighted_pairs_keep_their_order(value, expected):
     ("QUEUES", ["mail", "mail"], "COGWORKER[\"QUEUES\"] must list each queue once, got 'mail' more than once"),
     ("QUEUES", ["has space"], "COGWORKER[\"QUEUES\"] queue names must be non-empty strings without spaces, "
                               "got 'has space'"),
-    ("REDIS_URL", "localhost:6379", 'COGWORKER["REDIS_URL"] must be a redis://, rediss://, unix://, '
-                                    "redis+sentinel:// or rediss+sentinel:// URL, "
+    ("REDIS_URL", "localhost:6379", 'COGWORKER["REDIS_URL"] must be a redis://, rediss://, unix://, redis+sentinel://, '
+                                    'rediss+sentinel://, redis+cluster:// or rediss+cluster:// URL, '
                                     "got 'localhost:6379'"),
     ("REDIS_URL", "http://h:6379/0", 'COGWORKER["REDIS_URL"] must be a redis://, rediss://, unix://, '
-                                     "redis+sentinel:// or rediss+sentinel:// URL, "
-                                     "got 'http://h:6379/0'"),
+                                     'redis+sentinel://, rediss+sentinel://, redis+cluster:// or rediss+cluster:// '
+                                     "URL, got 'http://h:6379/0'"),
     ("REDIS_URL", "redis://h:63x9/0", 'COGWORKER["REDIS_URL"] must be a URL with a numeric port (and a '
                                       "well-formed host), got 'redis://h:63x9/0'"),
     ("REDIS_URL", "redis://[::1/0", 'COGWORKER["REDIS_URL"] must be a URL with a numeric port (and a '

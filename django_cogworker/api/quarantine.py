@@ -12,6 +12,7 @@ from typing import Any
 
 from .. import scripts
 from .._types import RedisClient
+from ..cluster import scan_page
 from ..keys import Keys
 from . import _base
 from ._base import ActionRefused, _defaults, _glob_escape, _number, _text
@@ -53,10 +54,10 @@ class QuarantinedKey:
         found, cursor, scanned = Bounded(), 0, 0
         pattern = _glob_escape(keys.quarantine_prefix) + "*"
         while True:
-            cursor, names = redis.scan(cursor, match=pattern, count=_base.SCAN_COUNT)
+            cursor, names = scan_page(redis, cursor, pattern, _base.SCAN_COUNT)
             scanned += _base.SCAN_COUNT
             found.extend(cls(_text(n), redis=redis, keys=keys) for n in names if cls.is_name(_text(n), keys))
-            if int(cursor) == 0:
+            if not cursor:
                 break
             if scanned >= KEYSPACE_SCAN_LIMIT or len(found) >= QUARANTINE_LIMIT:
                 found.complete = False

@@ -8,8 +8,10 @@ import time
 from typing import Any
 
 import redis as redis_lib
+from redis.crc import key_slot
 
 from .._types import RedisClient
+from ..cluster import home_node, is_cluster
 from ..engine.stats import day_of
 from ..keys import Keys
 from ._base import _defaults, _number
@@ -70,8 +72,10 @@ class Stats:
         pipe = self.redis.pipeline(transaction=False)
         pipe.get(k.stat_processed)
         pipe.get(k.stat_failed)
-        pipe.mget([k.stat("processed", d) for d in self.days])
-        pipe.mget([k.stat("failed", d) for d in self.days])
+        # (MGET as a raw command: redis-py's cluster pipeline refuses its mget method; the keys
+        # share one slot, so the command is whole on a cluster too)
+        pipe.execute_command("MGET", *[k.stat("processed", d) for d in self.days])
+        pipe.execute_command("MGET", *[k.stat("failed", d) for d in self.days])
         pipe.zcard(k.schedule)
         pipe.zcard(k.retry)
         pipe.zcard(k.dead)
@@ -114,12 +118,23 @@ class Stats:
         self.queue_latencies = {row.queue.name: row.latency for row in self.queue_rows}
 
     def _redis_info(self) -> dict[str, Any]:
-        """Version, memory and clients; empty where INFO isn't allowed (some managed services)."""
+        """Version, memory and clients; empty where INFO isn't allowed (some managed services).
+
+        On a cluster, of the home node: the primary serving the one slot all the keys are in
+        (the other nodes hold none of ours; a sum over them would describe other data).
+        """
+        node = None
         try:
-            info = self.redis.info()
+            if is_cluster(self.redis):
+                node = home_node(self.redis, self.keys.queues)
+                info = self.redis.info(target_nodes=node)
+            else:
+                info = self.redis.info()
         except redis_lib.exceptions.ResponseError:
             return {}
         return {"version": info.get("redis_version"), "used_memory_human": info.get("used_memory_human"),
                 "used_memory_peak_human": info.get("used_memory_peak_human"),
                 "connected_clients": info.get("connected_clients"),
-                "uptime_in_days": info.get("uptime_in_days")}
+                "uptime_in_days": info.get("uptime_in_days"),
+                "cluster_node": node.name if node is not None else None,
+                "cluster_slot": key_slot(self.keys.queues.encode()) if node is not None else None}

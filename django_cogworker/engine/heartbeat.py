@@ -228,6 +228,7 @@ class Heartbeat(LoopThread):
         """At clean exit: leave the registry at once instead of waiting for the hashes to expire."""
         pipe = self.redis.pipeline(transaction=False)
         pipe.srem(self.keys.processes, self.identity)
-        pipe.delete(self.keys.process(self.identity), self.keys.workers(self.identity),
-                    self.keys.signals(self.identity))
+        # (DEL as a raw command: redis-py's cluster pipeline takes one key per delete call)
+        pipe.execute_command("DEL", self.keys.process(self.identity), self.keys.workers(self.identity),
+                             self.keys.signals(self.identity))
         pipe.execute(raise_on_error=False)

@@ -20,13 +20,14 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import redis as redis_lib
 
 from .. import locks, scripts, unique
 from .. import payload as payloads
 from .._types import RedisClient
+from ..cluster import scan_page
 from ..conf import Config
 from ..errors import is_unavailable
 from ..keys import Keys
@@ -79,7 +80,7 @@ class OrphanRecovery:
         # process hash. That alone is no verdict: the stamp can be lost (quarantined, a failover)
         # while the process lives, stalled a minute; judged at once, its running jobs ran twice.
         self._beatless_since: dict[str, float] = {}
-        self._scan_cursor = 0
+        self._scan_cursor: Any = 0  # (a dict of node -> cursor on a cluster)
         self._next_discovery = 0.0  # (monotonic) the first check looks at once
 
     def check(self) -> int:
@@ -165,10 +166,10 @@ class OrphanRecovery:
         self._next_discovery = time.monotonic() + DISCOVER_INTERVAL
         found: set[str] = set()
         for _ in range(DISCOVER_CALLS):
-            self._scan_cursor, names = self.redis.scan(self._scan_cursor, match=self.keys.in_progress_match,
-                                                       count=SCAN_COUNT)
+            self._scan_cursor, names = scan_page(self.redis, self._scan_cursor, self.keys.in_progress_match,
+                                                 SCAN_COUNT)
             found.update(self.keys.in_progress_identity(n.decode() if isinstance(n, bytes) else n) for n in names)
-            if int(self._scan_cursor) == 0:
+            if not self._scan_cursor:
                 break
         unlisted = found - listed - {self.identity}
         if unlisted:

@@ -24,8 +24,12 @@ class Script:
             return client.eval(self.source, len(keys), *keys, *args)
 
     def in_pipeline(self, pipe: Any, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> None:
-        """Queue on a pipeline, as EVAL: a NOSCRIPT reply in a pipeline can't be retried alone."""
-        pipe.eval(self.source, len(keys), *keys, *args)
+        """Queue on a pipeline, as EVAL: a NOSCRIPT reply in a pipeline can't be retried alone.
+
+        (A raw EVAL: redis-py's cluster pipeline refuses its eval method; the command itself
+        is routed by its KEYS, all in one slot.)
+        """
+        pipe.execute_command("EVAL", self.source, len(keys), *keys, *args)
 
 
 def _add_remove_trim(remove: str, below: int, cap: int) -> str:

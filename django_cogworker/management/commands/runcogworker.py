@@ -66,7 +66,7 @@ class Command(BaseCommand):
             affinity.apply(config.cpu_affinity, extra_info["index"] if extra_info else None)
             # Under a supervisor, a worker stops on its forwarded TERM only (see Supervisor._child).
             stop_signals = (signal.SIGTERM,) if extra_info else (signal.SIGTERM, signal.SIGINT)
-            launcher = Launcher(config, runtime.get_redis(), server_middleware=server_middleware,
+            launcher = Launcher(config, runtime.get_redis_when_up(), server_middleware=server_middleware,
                                 death_handlers=death_handlers, client_middleware=client_middleware,
                                 periodic_entries=entries, clock=clock, version=__version__, extra_info=extra_info,
                                 stop_signals=stop_signals)
