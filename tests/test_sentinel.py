@@ -68,7 +68,8 @@ def test_the_client_is_built_for_the_primary_with_the_sentinels_credentials_apar
     ("redis+sentinel://s1,,s2/mymaster", "a list of sentinels"),
     ("redis+sentinel://s1/mymaster/zero", "a database number after the service (not 'zero')"),
     ("redis+sentinel://s1/mymaster/0?db=1", "a URL whose query has only sentinel_password or sentinel_username"),
-    ("sentinel://s1/mymaster", "a redis://, rediss://, unix://, redis+sentinel:// or rediss+sentinel:// URL"),
+    ("sentinel://s1/mymaster", "a redis://, rediss://, unix://, redis+sentinel://, rediss+sentinel://, "
+                               "redis+cluster:// or rediss+cluster:// URL"),
 ])
 def test_a_bad_sentinel_url_fails_at_startup_naming_the_setting(url, says):
     with pytest.raises(ConfigError) as info:
