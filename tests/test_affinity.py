@@ -26,8 +26,15 @@ def allowed_cpus(pid: int) -> set[int]:
 
 def test_auto_deals_the_allowed_cpus_out_to_a_supervisors_workers_and_leaves_a_lone_process_free():
     assert affinity.cpus_for("auto", None, [0, 1, 2]) is None
-    assert [affinity.cpus_for("auto", i, [5, 2, 7]) for i in range(4)] == [{2}, {5}, {7}, {2}]
-    assert affinity.cpus_for("none", 0, [0, 1]) is None
+    assert [affinity.cpus_for("auto", i, [5, 2, 7], processes=4) for i in range(4)] == [{2}, {5}, {7}, {2}]
+    assert affinity.cpus_for("none", 0, [0, 1], processes=2) is None
+
+
+def test_auto_leaves_workers_free_when_they_are_fewer_than_the_cpus():
+    # A pod seeing a 32-CPU host, running --processes 2: every such pod pinned its first worker
+    # to the same CPU.
+    assert [affinity.cpus_for("auto", i, list(range(32)), processes=2) for i in range(2)] == [None, None]
+    assert [affinity.cpus_for("auto", i, [0, 1], processes=2) for i in range(2)] == [{0}, {1}]
 
 
 def test_a_list_pins_a_lone_process_to_all_of_it_and_deals_it_out_to_workers():
@@ -57,13 +64,21 @@ def test_a_cpu_this_process_cannot_run_on_is_refused_at_startup(tmp_path):
 
 
 def test_a_supervisors_workers_each_run_on_one_allowed_cpu_in_turn(tmp_path, r):
-    with Worker("--processes", "2", "-c", "2", env=FAST_ENV, log_path=tmp_path / "sup.log") as w:
+    # As many workers as CPUs: each gets its own (the supervisor started with CPUs 0 and 1 only,
+    # whatever this machine has; a one-CPU machine puts both on it).
+    mask = ALLOWED[:2]
+    os.sched_setaffinity(0, mask)
+    try:
+        w = Worker("--processes", "2", "-c", "2", env=FAST_ENV, log_path=tmp_path / "sup.log")
+    finally:
+        os.sched_setaffinity(0, ALLOWED)
+    with w:
         def children():
             found = {info["index"]: info["pid"] for info in w.children(r).values() if pid_alive(info["pid"])}
             return found if len(found) == 2 else None
         pids = wait_until(children, timeout=40, message="2 children registered")
-        assert allowed_cpus(w.pid) == set(ALLOWED)  # (the supervisor itself stays free)
-        assert [allowed_cpus(pids[i]) for i in (0, 1)] == [{ALLOWED[0]}, {ALLOWED[1 % len(ALLOWED)]}]
+        assert allowed_cpus(w.pid) == set(mask)  # (the supervisor itself stays free)
+        assert [allowed_cpus(pids[i]) for i in (0, 1)] == [{mask[0]}, {mask[1 % len(mask)]}]
         assert "pinned to CPU" in w.log()
 
 

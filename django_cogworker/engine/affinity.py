@@ -10,12 +10,17 @@ on a 2-CPU VM with no-op jobs (docs/benchmarks.md): one worker pinned to one
 CPU ran 1.4x the jobs per second on 0.64x the CPU per job.
 
 What it costs: a pinned process can't spread C code that releases the GIL
-(compression, hashing, NumPy) over several CPUs. So "auto" pins only the
-workers of a supervisor (``--processes N``: N processes were asked for so
-that each has a CPU) and leaves a lone ``runcogworker`` free: several of them
-started by hand would otherwise all land on one CPU. A list of CPU numbers
-pins a lone process too (to those CPUs), or deals them out to a supervisor's
-workers in turn.
+(compression, hashing, NumPy) over several CPUs, and a CPU chosen here can't be
+left for a less busy one when other work arrives. So "auto" pins only the
+workers of a supervisor (``--processes N``), and only when there are at least as
+many workers as CPUs the supervisor may run on (``--processes auto``, or N on an
+N-CPU machine or cpuset): each CPU then has one worker and nothing is taken from
+anyone else. Fewer workers than CPUs (``--processes 2`` in a container that sees
+a 32-CPU host, as a Kubernetes pod without a dedicated cpuset does) stay free:
+every such pod would otherwise pin its first worker to the same CPU. A lone
+``runcogworker`` is left free too (several started by hand would share a CPU).
+A list of CPU numbers pins a lone process (to those CPUs), or deals them out to
+a supervisor's workers in turn: for when the operator knows the machine.
 
 Linux only (``os.sched_setaffinity``): elsewhere "auto" is a no-op and a list
 is refused at startup.
@@ -39,14 +44,15 @@ def supported() -> bool:
     return hasattr(os, "sched_setaffinity")
 
 
-def cpus_for(setting: str | Sequence[int], index: int | None, allowed: Sequence[int]) -> frozenset[int] | None:
-    """The CPUs worker ``index`` (None: a lone process) runs on, or None to leave it free.
+def cpus_for(setting: str | Sequence[int], index: int | None, allowed: Sequence[int],
+             processes: int = 1) -> frozenset[int] | None:
+    """The CPUs worker ``index`` of ``processes`` (index None: a lone process) runs on, or None to leave it free.
 
     ``allowed`` is what the process may run on now (a container's cpuset narrows it): "auto"
-    deals those out by index, so N workers on N allowed CPUs get one each.
+    deals those out by index when there are at least as many workers as CPUs.
     """
     if isinstance(setting, str):  # "auto" or "none"
-        if setting != AUTO or index is None or not allowed:
+        if setting != AUTO or index is None or not allowed or processes < len(allowed):
             return None
         ordered = sorted(allowed)
         return frozenset({ordered[index % len(ordered)]})
@@ -74,15 +80,15 @@ def check(setting: str | Sequence[int]) -> None:
                            f'process can\'t run on; it may run on {", ".join(map(str, sorted(allowed)))}'])
 
 
-def apply(setting: str | Sequence[int], index: int | None) -> frozenset[int] | None:
-    """Pin this process as ``setting`` says for worker ``index`` (None: a lone process).
+def apply(setting: str | Sequence[int], index: int | None, processes: int = 1) -> frozenset[int] | None:
+    """Pin this process as ``setting`` says for worker ``index`` of ``processes`` (None: a lone process).
 
     Return the CPUs, or None if it is left free (or pinning failed: logged, the worker runs
     all the same, only slower).
     """
     if not supported():
         return None
-    cpus = cpus_for(setting, index, sorted(os.sched_getaffinity(0)))
+    cpus = cpus_for(setting, index, sorted(os.sched_getaffinity(0)), processes)
     if cpus is None:
         return None
     try:

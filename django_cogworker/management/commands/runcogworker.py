@@ -63,7 +63,7 @@ class Command(BaseCommand):
         self.stdout.flush()
 
         def run_worker(extra_info: dict | None = None) -> int:
-            affinity.apply(config.cpu_affinity, extra_info["index"] if extra_info else None)
+            affinity.apply(config.cpu_affinity, extra_info["index"] if extra_info else None, processes)
             # Under a supervisor, a worker stops on its forwarded TERM only (see Supervisor._child).
             stop_signals = (signal.SIGTERM,) if extra_info else (signal.SIGTERM, signal.SIGINT)
             launcher = Launcher(config, runtime.get_redis_when_up(), server_middleware=server_middleware,
