@@ -45,8 +45,8 @@ class Stats:
         self._processed = 0
         self._failed = 0
         # class -> [runs, failures, seconds] since the last flush. The processor names a class
-        # only once it found it registered (a job it can't run is filed before it counts), so
-        # the hashes grow with the project's code, not with whatever names anyone pushes.
+        # only once it found it registered (an unknown one counts in the totals only), so the
+        # hashes grow with the project's code, not with whatever names anyone pushes.
         self._classes: dict[str, list[float]] = {}
         # (key, hash field or "") -> count a failed flush didn't write; the next flush adds it.
         self._unwritten: collections.defaultdict[tuple[str, str], float] = collections.defaultdict(float)
