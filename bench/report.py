@@ -41,6 +41,36 @@ def table(header: list[str], rows: list[list[Any]], align: str = "") -> str:
     return "\n".join(out)
 
 
+def stage_table(add: Any, prof: dict[str, Any]) -> None:
+    """Per-stage GIL-held time per job (bench/stages.py), beside the --baseline revision's if profiled."""
+    now = prof["stages"]
+    before = (prof.get("baseline") or {}).get("stages")
+    rev = (prof.get("baseline") or {}).get("rev")
+    add("### Per-stage costs" + (f": before ({rev}) and after" if before else ""))
+    add("")
+    also = f"in the same run, of the worker as of `{rev}`, " if before else ""
+    add("Each sample of the profile above (and, " + also + "start-up left out) is put in the first stage "
+        "whose frame is in its stack (bench/stages.py): the job's own redis-py call counts as the job. "
+        "Samples ÷ rate ÷ jobs is the GIL-held time per job: the time no "
+        "other thread of the worker could run Python, which bounds its throughput (its CPU per job adds the "
+        "kernel's side of sockets and thread wake-ups).")
+    add("")
+    names = [r["stage"] for r in now["stages"]]
+    if before:
+        names += [r["stage"] for r in before["stages"] if r["stage"] not in names]
+
+    def cell(res: dict[str, Any] | None, name: str) -> str:
+        row = next((r for r in (res or {}).get("stages", []) if r["stage"] == name), None)
+        return f"{row['us_per_job']} ({row['pct']}%)" if row else "–"
+
+    header = ["stage", *([f"before ({rev}): µs/job (%)", "after: µs/job (%)"] if before else ["µs/job (%)"])]
+    rows = [[name, *([cell(before, name)] if before else []), cell(now, name)] for name in names]
+    rows.append(["**GIL-held µs per job**", *([before["gil_us_per_job"]] if before else []), now["gil_us_per_job"]])
+    add(table(header, rows, "l" + "r" * (len(header) - 1)))
+    add("")
+
+
+
 def chart(res: dict[str, Any], path: Path) -> bool:
     try:
         import matplotlib
@@ -278,6 +308,8 @@ def render(res: dict[str, Any], png: bool) -> str:
                 for a, b in zip(prof["top_self"], prof["top_inclusive"], strict=False)]
         add(table(["top frames (self)", "%", "top frames (inclusive)", "%"], rows, "lrlr"))
         add("")
+        if prof.get("stages"):
+            stage_table(add, prof)
 
     add("## Machine and versions")
     add("")

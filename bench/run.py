@@ -36,6 +36,8 @@ from collections import Counter as Tally
 from pathlib import Path
 from typing import Any
 
+import stages  # (bench/, beside this script)
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 VENV = BENCH / ".venv"
@@ -56,6 +58,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--no-venv", action="store_true", help="run with this interpreter, not bench/.venv")
     p.add_argument("--no-sidekiq", action="store_true", help="don't try to install or run Sidekiq")
     p.add_argument("--no-profile", action="store_true", help="skip the py-spy profile of a cogworker drain")
+    p.add_argument("--baseline", metavar="REV",
+                   help="also profile the worker of git revision REV (same job, same run): per-stage costs "
+                        "before and after")
     p.add_argument("--no-docs", action="store_true", help="don't write docs/benchmarks.md and .png")
     return p.parse_args(argv)
 
@@ -635,8 +640,47 @@ class Bench:
         raw = self.workdir / "profile.txt"
         if raw.exists():
             out.update(summarise_profile(raw.read_text()))
+            out["stages"] = stages.per_job(raw.read_text(), n, 200)
         out["svg"] = str(svg.relative_to(ROOT)) if svg.exists() else None
+        if self.args.baseline:
+            out["baseline"] = self._profile_baseline(spy, system, n)
         self.results["profile"] = out
+
+    def _profile_baseline(self, spy: str, system: Any, n: int) -> dict[str, Any]:
+        """The same raw profile of the worker as of ``--baseline REV`` (its django_cogworker, this
+        bench's job and settings): the per-stage costs before a change, measured in this run."""
+        rev = self.args.baseline
+        tree = self.workdir / "baseline"
+        try:
+            sha = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, check=True,
+                                 capture_output=True, text=True).stdout.strip()
+            tree.mkdir(exist_ok=True)
+            archive = subprocess.run(["git", "archive", rev, "django_cogworker"], cwd=ROOT, check=True,
+                                     capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        except (subprocess.CalledProcessError, OSError) as exc:
+            self.results["errors"]["profile-baseline"] = f"{rev}: {exc}"
+            return {"rev": rev}
+        path = self.workdir / "profile-baseline.txt"
+        self.reset_redis()
+        system.push_bulk(self.ctx, n)
+        # (Its package first on the path: the bench project and settings stay this tree's.)
+        env = {"PYTHONPATH": os.pathsep.join([str(BENCH), str(tree)])}
+        workers = system.start(self.ctx, tag="-profile-baseline", extra_env=env, wrap=[
+            spy, "record", "--gil", "--function", "--rate", "200", "--format", "raw", "-o", str(path), "--"])
+        try:
+            self.h.Counter(self.r).wait_for(n, timeout=300, alive=workers[0].alive, interval=0.05)
+            os.killpg(workers[0].pid, signal.SIGINT)
+            workers[0].proc.wait(90)
+        except Exception as exc:
+            self.results["errors"]["profile-baseline"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            for w in workers:
+                w.stop()
+        out: dict[str, Any] = {"rev": sha}
+        if path.exists():
+            out["stages"] = stages.per_job(path.read_text(), n, 200)
+        return out
 
     def _save_partial(self) -> None:
         path = self.workdir / "partial.json"

@@ -6,10 +6,12 @@ use and dropped by :func:`reset` (and when a test changes ``COGWORKER``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -25,6 +27,8 @@ _config: Config | None = None
 _redis: Any = None
 _client: Any = None
 _override: Any = None  # a testing client (fake/inline mode) when set
+# A worker's processor thread: a client on a connection of its own (see own_connection).
+_own = threading.local()
 
 
 def get_config() -> Config:
@@ -38,10 +42,13 @@ def get_config() -> Config:
 
 
 def get_redis() -> Any:
-    """The shared redis-py client (bytes responses) for this config."""
+    """The shared redis-py client (bytes responses) for this config; in a worker's processor
+    thread, on a lone Redis, a client on that thread's own connection (see :func:`own_connection`)."""
     global _redis
     client = _redis
     if client is not None:  # (built: no lock to take on every call; jobs call this per command)
+        if getattr(_own, "wanted", False):
+            return _own_client(client)
         return client
     with _lock:
         if _redis is None:
@@ -49,6 +56,52 @@ def get_redis() -> Any:
 
             _redis = make_redis(get_config())
         return _redis
+
+
+@contextlib.contextmanager
+def own_connection() -> Iterator[None]:
+    """Within: :func:`get_redis` in this thread is a client holding one connection of its own.
+
+    The worker runs each processor thread in it. A job's command through the shared client
+    checks a connection out of the pool and back in, under the pool's lock, with a fork check:
+    with ten threads trading the GIL, about a fifth of a small command's cost, paid on every
+    command of every job. One thread, one connection: it is the pool's all the same (same
+    options, same reconnects after an error), held from the thread's first command to its end.
+    A lone Redis only: on Sentinel the pool re-checks the primary as connections are taken,
+    which a held connection would skip through a failover; a cluster client has no such pool.
+    """
+    _own.wanted = True
+    try:
+        yield
+    finally:
+        _own.wanted = False
+        client = _own.__dict__.pop("client", None)
+        if client is not None:
+            client[1].close()  # (its connection back to the pool)
+
+
+def _own_client(shared: Any) -> Any:
+    """This thread's own client on ``shared``'s pool (built on first use), or ``shared``."""
+    held = getattr(_own, "client", None)
+    if held is not None and held[0] is shared:
+        return held[1]
+    import redis
+
+    from .cluster import is_cluster_url
+    from .sentinel import is_sentinel_url
+
+    url = get_config().redis_url
+    if type(shared) is not redis.Redis or is_sentinel_url(url) or is_cluster_url(url):
+        _own.wanted = False  # (for good: this thread uses the shared client)
+        return shared
+    if held is not None:  # (built on a client since replaced by reset(): its pool is closed)
+        held[1].close()
+    try:
+        own = redis.Redis(connection_pool=shared.connection_pool, single_connection_client=True)
+    except redis.RedisError:  # (Redis away: it connects at once) this command fails as it would have
+        return shared
+    _own.client = (shared, own)
+    return own
 
 
 def get_redis_when_up() -> Any:

@@ -104,3 +104,29 @@ def test_memory_and_scale(results):
         assert d["due"] > 0 and d["scheduled_entries"] >= d["due"]
         for field in ("us_per_due_job", "redis_commands_per_due_job", "redis_round_trips_per_due_job"):
             _positive(d[field], f"scale.{key}.{field}")
+
+
+def test_per_stage_costs_count_the_job_s_own_redis_calls_as_the_job_and_leave_start_up_out():
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import stages
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    thread = "thread (0x7f00)"
+    raw = "\n".join([
+        # (py-spy raw: frames root first, ";"-separated, then the sample count)
+        f"{thread};_bootstrap (threading.py:1);Processor.run (/x/processor.py:80);Processor.process "
+        "(/x/processor.py:96);CloseOldConnections.__call__ (/x/db.py:37);call_perform (/x/job.py:43);"
+        "Redis.execute_command (/v/redis/client.py:956) 60",
+        f"{thread};_bootstrap (threading.py:1);Processor.run (/x/processor.py:80);Fetcher.next_unit "
+        "(/x/fetcher.py:83) 10",
+        f"{thread};_bootstrap (threading.py:1);Processor.run (/x/processor.py:80);Processor.process "
+        "(/x/processor.py:96);decode (/x/payload.py:179);JSONDecoder.decode (/p/json/decoder.py:332) 30",
+        "<module> (manage.py:1);setup (/d/django/__init__.py:8) 500",
+    ])
+    res = stages.per_job(raw, jobs=1000, rate=100)
+    by = {row["stage"]: row for row in res["stages"]}
+    assert res["startup_samples"] == 500 and res["gil_us_per_job"] == 1000.0  # 100 samples / 100 Hz / 1000 jobs
+    assert by["the job's own code (one INCR through redis-py)"]["pct"] == 60.0
+    assert by["payload decode (JSON)"]["us_per_job"] == 300.0
+    assert by["hand-over between threads (wait for a job, give back a slot)"]["pct"] == 10.0

@@ -18,7 +18,7 @@ from helpers import FAST_ENV, RedisServer, Worker, wait_until
 
 from django_cogworker import __version__
 from django_cogworker.keys import Keys
-from testproject.demo.jobs import LogJob, RecordJob, SleepJob
+from testproject.demo.jobs import ConnectionJob, LogJob, RecordJob, SleepJob
 
 K = Keys()
 FETCH_MODES = ["reliable", "basic"]
@@ -217,6 +217,18 @@ def test_log_lines_carry_the_jid(tmp_path, r):
         assert w.wait(30) == 0
     assert re.search(rf"start jid={jid} class=testproject\.demo\.jobs\.RecordJob", w.log())
     assert re.search(rf"done jid={jid} class=testproject\.demo\.jobs\.RecordJob elapsed=", w.log())
+
+
+def test_a_job_s_redis_client_in_the_worker_holds_its_thread_s_own_connection(tmp_path, r):
+    # (Checking a connection out of the shared pool and back, per command, cost about a fifth of a
+    # small job's command; runtime.own_connection.)
+    with worker(tmp_path, "-c", "2") as w:
+        w.wait_ready()
+        ConnectionJob.perform_bulk([("seen",)] * 6)
+        wait_until(lambda: r.llen("seen") == 6, timeout=15)
+        w.term()
+        assert w.wait(30) == 0
+    assert r.lrange("seen", 0, -1) == ["own"] * 6
 
 
 def test_a_job_the_worker_does_not_know_yet_is_retried_and_runs_once_the_new_code_is_deployed(tmp_path, r):

@@ -17,6 +17,7 @@ The same requests come from the admin as remote signals, read by the heartbeat.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import queue
@@ -28,6 +29,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from types import FrameType
 from typing import Any
 
@@ -88,7 +90,8 @@ class Launcher:
                  death_handlers: Sequence[Callable] = (), client_middleware: Sequence[Callable] = (),
                  periodic_entries: Sequence[Any] = (), clock: Callable[[], float] = time.time,
                  version: str = "0", identity: str | None = None, extra_info: Mapping[str, Any] | None = None,
-                 stop_signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)):
+                 stop_signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT),
+                 processor_context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext):
         self.config = config
         # (A worker under a supervisor stops on TERM only: a Ctrl-C reaches every process of the
         # terminal's group, and the supervisor forwards it as a TERM; counted twice, it would hurry.)
@@ -106,7 +109,8 @@ class Launcher:
                                  replace_when_stuck=bool(extra_info and extra_info.get("supervisor")))
         self.manager = Manager(config, self.fetch, self.retry, self.stats,
                                build_chain(server_middleware, run_job), run_hook=self.run_locks,
-                               extras=JobExtras(ResultWriter(redis, self.keys, self.identity), self.timeouts))
+                               extras=JobExtras(ResultWriter(redis, self.keys, self.identity), self.timeouts),
+                               processor_context=processor_context)
         self.heartbeat = Heartbeat(config, redis, self.keys, self.identity, self.manager, self.fetch, self.stats,
                                    on_signal=self._signals_put, version=version,
                                    extra_chores=(self._touch_periodic_locks, self._reconcile,

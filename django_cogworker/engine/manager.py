@@ -11,10 +11,12 @@ heartbeat and the launcher.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from ..conf import Config
@@ -50,7 +52,8 @@ class Manager:
 
     def __init__(self, config: Config, fetch: Fetch, retry: RetryPolicy, stats: Stats,
                  server_chain: Callable[[Any, dict], Any], run_hook: Callable[[dict, str], Any] | None = None,
-                 extras: JobExtras | None = None):
+                 extras: JobExtras | None = None,
+                 processor_context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext):
         self.config = config
         self.fetch = fetch
         self.retry = retry
@@ -58,6 +61,7 @@ class Manager:
         self.server_chain = server_chain
         self.run_hook = run_hook
         self.extras = extras
+        self.processor_context = processor_context
         self._quiet = threading.Event()
         self._stopping = False
         self._hurry = False  # (a plain flag: set from a signal handler, read by stop's wait)
@@ -70,7 +74,8 @@ class Manager:
     def _new_processor(self, index: int) -> Processor:
         return Processor(index, handover=self.fetcher, ledger=self.ledger, acks=self.acks, settler=self.settler,
                          retry=self.retry, stats=self.stats, server_chain=self.server_chain,
-                         run_hook=self.run_hook, on_death=self.processor_died, extras=self.extras)
+                         run_hook=self.run_hook, on_death=self.processor_died, extras=self.extras,
+                         thread_context=self.processor_context)
 
     # -- lifecycle -----------------------------------------------------------
 

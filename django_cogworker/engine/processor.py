@@ -8,11 +8,13 @@ put back to run again by that path.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from .. import joblog
@@ -51,7 +53,8 @@ class Processor:
     def __init__(self, index: int, *, handover: Fetcher, ledger: Ledger, acks: AckBatch, settler: Settler,
                  retry: RetryPolicy, stats: Stats, server_chain: Callable[[Any, dict], Any],
                  run_hook: Callable[[dict, str], Any] | None, on_death: Callable[[Processor], None],
-                 extras: JobExtras | None = None):
+                 extras: JobExtras | None = None,
+                 thread_context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext):
         self.index = index
         self.handover = handover
         self.ledger = ledger
@@ -66,6 +69,8 @@ class Processor:
         self.on_death = on_death
         # Result records and timeouts, for the job classes that want them (engine/extras.py).
         self.extras = extras
+        # What the thread runs in, from its first job to its end (the worker's: runtime.own_connection).
+        self.thread_context = thread_context
         self.name = f"cogworker-processor-{index}"
         self.thread = threading.Thread(target=self.run, name=self.name, daemon=True)
         self.current: Unit | None = None
@@ -77,21 +82,25 @@ class Processor:
         """Take and process units until handed None; on a bug of our own, log and tell ``on_death``."""
         handover = self.handover
         try:
-            while True:
-                unit = handover.next_unit()
-                if unit is None:
-                    return
-                self.current = unit
-                try:
-                    self.process(unit)
-                finally:
-                    self.current = None
-                    if self.thread.name != self.name:
-                        self.thread.name = self.name  # (a job renamed it: logs and the workers hash use it)
-                    handover.processor_idle()
+            with self.thread_context():
+                self._loop(handover)
         except BaseException as exc:
             log_safely(logger.error, "processor %d died; replacing it", self.index, exc_info=exc)
             self.on_death(self)
+
+    def _loop(self, handover: Fetcher) -> None:
+        while True:
+            unit = handover.next_unit()
+            if unit is None:
+                return
+            self.current = unit
+            try:
+                self.process(unit)
+            finally:
+                self.current = None
+                if self.thread.name != self.name:
+                    self.thread.name = self.name  # (a job renamed it: logs and the workers hash use it)
+                handover.processor_idle()
 
     def process(self, unit: Unit) -> None:
         """Run one unit: decode, record, run through the chain, settle, count, release its locks."""

@@ -87,6 +87,15 @@ class RecordJob(Job):
         _record(key, value)
 
 
+class ConnectionJob(Job):
+    """RPUSH onto `key` whether this job's ``get_redis()`` holds a connection of its own ("own": a
+    worker's processor thread on a lone Redis) or checks one out per command ("pool")."""
+
+    def perform(self, key):
+        client = get_redis()
+        client.rpush(key, "own" if client.connection is not None else "pool")
+
+
 class LogJob(Job):
     """Log `message` at INFO and WARNING through this module's logger, as a project's job does."""
 

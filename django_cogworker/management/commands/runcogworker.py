@@ -69,7 +69,7 @@ class Command(BaseCommand):
             launcher = Launcher(config, runtime.get_redis_when_up(), server_middleware=server_middleware,
                                 death_handlers=death_handlers, client_middleware=client_middleware,
                                 periodic_entries=entries, clock=clock, version=__version__, extra_info=extra_info,
-                                stop_signals=stop_signals)
+                                stop_signals=stop_signals, processor_context=runtime.own_connection)
             return launcher.run()
 
         if processes == 1:
