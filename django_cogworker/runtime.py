@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import threading
 import time
 from collections.abc import Iterator
@@ -55,7 +56,8 @@ def get_redis() -> Any:
             from .connection import make_redis
 
             _redis = make_redis(get_config())
-        return _redis
+        client = _redis
+    return _own_client(client) if getattr(_own, "wanted", False) else client
 
 
 @contextlib.contextmanager
@@ -97,11 +99,44 @@ def _own_client(shared: Any) -> Any:
     if held is not None:  # (built on a client since replaced by reset(): its pool is closed)
         held[1].close()
     try:
-        own = redis.Redis(connection_pool=shared.connection_pool, single_connection_client=True)
+        own = _held_client_class()(connection_pool=shared.connection_pool, single_connection_client=True)
     except redis.RedisError:  # (Redis away: it connects at once) this command fails as it would have
         return shared
     _own.client = (shared, own)
     return own
+
+
+_HeldClient: Any = None
+
+
+def _held_client_class() -> Any:
+    """redis.Redis, but an interrupted command drops its connection (built once, on first use)."""
+    global _HeldClient
+    if _HeldClient is None:
+        import redis
+
+        class HeldClient(redis.Redis):
+            """A client on one held connection, checked before each command as the pool checks
+            a connection it hands out: one that has data waiting, or that the server closed, is
+            reconnected before the command is sent.
+
+            Data waiting: a job's timeout (engine/timeouts.py) is raised at whatever bytecode the
+            job's thread runs, which may fall between a command and the read of its reply; that
+            stale reply would be the next command's. Closed: after a Redis restart the command
+            would fail (the connections carry no retry), where a pooled one goes through.
+            """
+
+            def _execute_command(self, *args: Any, **options: Any) -> Any:
+                conn = self.connection
+                sock = getattr(conn, "_sock", None)
+                # (select on the socket: one system call, where redis-py's can_read changes the
+                # socket's timeout and back around a read, for a saving that was mostly gone then)
+                if sock is not None and select.select((sock,), (), (), 0)[0]:
+                    conn.disconnect()  # (data waiting, or the server's close: it reconnects to send)
+                return super()._execute_command(*args, **options)
+
+        _HeldClient = HeldClient
+    return _HeldClient
 
 
 def get_redis_when_up() -> Any:

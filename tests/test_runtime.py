@@ -95,3 +95,32 @@ def test_on_sentinel_a_thread_keeps_the_shared_client_so_that_failovers_are_foll
     finally:
         runtime.reset()
         sentinels.cleanup()
+
+
+def test_a_command_interrupted_before_its_reply_is_read_leaves_no_stale_reply_for_the_next(rb):
+    # A job's timeout is raised at any bytecode of its thread: here, between a command sent and
+    # its reply read. The thread's next command must get its own reply, not the one left unread.
+    class Interrupted(BaseException):
+        pass
+
+    rb.set("k", "v")
+
+    def work():
+        with runtime.own_connection():
+            client = runtime.get_redis()
+            client.ping()
+            real = client.parse_response
+
+            def interrupted(*args, **kwargs):
+                raise Interrupted()
+
+            client.parse_response = interrupted
+            try:
+                client.incr("counter")  # sent; its reply (1) never read
+            except Interrupted:
+                pass
+            finally:
+                client.parse_response = real
+            return client.get("k"), client.get("counter")
+
+    assert in_thread(work) == (b"v", b"1")
