@@ -132,7 +132,7 @@ def _held_client_class() -> Any:
                 # (select on the socket: one system call, where redis-py's can_read changes the
                 # socket's timeout and back around a read, for a saving that was mostly gone then)
                 if sock is not None and select.select((sock,), (), (), 0)[0]:
-                    conn.disconnect()  # (data waiting, or the server's close: it reconnects to send)
+                    conn.disconnect()  # type: ignore[union-attr]  # (data waiting, or the server's close: it reconnects to send)
                 return super()._execute_command(*args, **options)
 
         _HeldClient = HeldClient
