@@ -112,15 +112,16 @@ class Client:
         return payload["jid"]
 
     def _enqueue(self, payload: dict[str, Any], now: float) -> str:
-        """LPUSH one payload on its queue and list the queue, in one command (the PUSH script)."""
+        """LPUSH one payload on its queue and see the queue listed (the PUSH script on a cluster)."""
         payload["enqueued_at"] = now
         queue = payload["queue"]
         key = self.keys.queue(queue)
         try:
+            raw = payloads.encode(payload)
             if self._pushed is not None:
-                self._push_one(self._pushed, queue, key, payloads.encode(payload))
-            else:
-                self._listed(queue, scripts.PUSH(self.redis, [self.keys.queues, key], [queue, payloads.encode(payload)]))
+                self._push_one(self._pushed, queue, key, raw)
+            else:  # (a cluster)
+                self._listed(queue, scripts.PUSH(self.redis, [self.keys.queues, key], [queue, raw]))
         except Exception as exc:
             self._release_unique(payload)
             if isinstance(exc, redis_lib.exceptions.ResponseError) and error_code(exc) == "WRONGTYPE":
