@@ -89,11 +89,11 @@ class Client:
     def _write(self, payload: dict[str, Any]) -> str | None:
         _check_outgoing(payload)
         now = self.clock()
-        if self._unreleased and payload.get("unique_digest"):
-            self._release_kept()
-        if payload.get("unique_digest") and not unique.claim(self.redis, self.keys, payload, now,
-                                                             self.config.unique_lock_ttl):
-            return None
+        if payload.get("unique_digest"):
+            if self._unreleased:
+                self._release_kept()
+            if not unique.claim(self.redis, self.keys, payload, now, self.config.unique_lock_ttl):
+                return None
         at = payload.pop("at", None)
         if at is None or at <= now:
             return self._enqueue(payload, now)
