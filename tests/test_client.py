@@ -13,7 +13,7 @@ import redis
 from django.db import transaction
 from django.test import override_settings
 
-from django_cogworker import CogworkerError, Job, WrongTypeError, api
+from django_cogworker import CogworkerError, Job, WrongTypeError, api, runtime
 from django_cogworker.client import BACKLOG, RELIST_EVERY, Client
 from django_cogworker.conf import build_config
 
@@ -238,6 +238,7 @@ def test_bad_arguments_fail_at_the_call_not_at_commit(r):
 
 
 def test_a_push_is_one_command_that_also_lists_the_queue(r):
+    runtime.reset()  # (a client that pushed a backlog to the queue in an earlier test sends LPUSH alone)
     r.config_resetstat()
     Push.perform_async(1)
     calls = command_calls(r)
@@ -255,8 +256,10 @@ def test_a_push_after_redis_forgot_the_script_still_goes_through(r):
     assert r.smembers("cogworker:queues") == {"default"}
 
 
-def _backlog(n=BACKLOG):
-    """Push ``n`` jobs: this client's next push to the queue finds a backlog."""
+def _backlog(n=BACKLOG, *, fresh=True):
+    """Push ``n`` jobs (``fresh``: from a new client): the client's next push to the queue finds a backlog."""
+    if fresh:
+        runtime.reset()
     for i in range(n):
         Push.perform_async(i)
 
@@ -289,7 +292,7 @@ def test_a_listing_refused_after_an_lpush_leaves_the_push_done_and_is_tried_agai
     calls = command_calls(r)  # (a script's own commands count too: LPUSH and no script)
     assert calls.get("lpush") == 1 and "evalsha" not in calls
     r.delete("cogworker:queues")  # moved aside: the next push lists the queue
-    _backlog(1)
+    _backlog(1, fresh=False)
     assert r.smembers("cogworker:queues") == {"default"}
 
 
