@@ -411,6 +411,18 @@ class Bench:
             for _ in range(n):
                 NoopIncr.perform_async(time.time())
 
+        def perform_async_short(n: int) -> None:
+            # A queue that workers keep short: the client pushes it with the PUSH script (LPUSH +
+            # SADD in Lua) every time, not LPUSH alone as onto a backlog (the row above). Its memory
+            # of the queue's last length is wiped before each push to have that here, with no worker.
+            from django_cogworker.runtime import get_client
+
+            pushed = get_client()._pushed
+            for _ in range(n):
+                if pushed:
+                    pushed.clear()
+                NoopIncr.perform_async(time.time())
+
         def perform_bulk(n: int) -> None:
             for start in range(0, n, 1000):
                 now = time.time()
@@ -426,6 +438,8 @@ class Bench:
                 self.r.lpush("bare:queue", *(_floor_payload("noop", now) for _ in range(min(1000, n - start))))
 
         timed("cogworker_perform_async", one, perform_async, "cogworker perform_async, one at a time")
+        timed("cogworker_perform_async_short", one, perform_async_short,
+              "cogworker perform_async, one at a time, as to a queue kept short")
         timed("bare_lpush", one, lpush_loop, "bare LPUSH loop, one at a time")
         timed("cogworker_perform_bulk", bulk, perform_bulk, "cogworker perform_bulk, 1,000 per call")
         timed("bare_lpush_bulk", bulk, lpush_bulk, "bare LPUSH of 1,000 payloads per call")

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import redis as redis_lib
+from redis.cluster import RedisCluster
 
 from . import payload as payloads
 from . import scripts, unique
@@ -31,13 +32,34 @@ Defer = Callable[[Callable[[], Any]], bool]
 # Unique locks of failed pushes kept for release at most (beyond, the oldest wait for their TTL).
 UNRELEASED_MAX = 1000
 
+# The plain-Redis push (Client._push_one). PUSH lists the queue in the same command as its LPUSH,
+# but the Lua call is most of what the push costs Redis (about 9 us against LPUSH's 2) and its
+# seven arguments cost redis-py twice LPUSH's packing: a tenth of a perform_async. A queue that
+# holds jobs was listed by the push that made its list (LPUSH answered 1), and the listing is
+# pruned only of empty queues (PRUNE_QUEUES, atomically), so a push onto a backlog needs no
+# SADD: once this client's last push to a queue found BACKLOG jobs or more, it sends LPUSH alone,
+# and SADD after it should the LPUSH answer 1 after all (drained, maybe pruned, since). The
+# script, one round trip, stays the push of a short queue: where workers keep up, LPUSH would
+# answer 1 every time and its SADD cost a second round trip. Every RELIST_EVERY seconds a push
+# of each queue runs the script anyway, so a listing lost otherwise (a `queues` key moved to
+# quarantine, a process killed between an LPUSH and its SADD) is restored within that time.
+BACKLOG = 10
+RELIST_EVERY = 60.0
+# Queues whose last push a client remembers; past that it forgets them all (one queue per tenant).
+PUSHED_MAX = 1000
+
 
 class Client:
     def __init__(self, config: Config, redis: RedisClient, *, middleware: Sequence[Callable] = (),
-                 defer: Defer | None = None, clock: Callable[[], float] = time.time):
+                 defer: Defer | None = None, clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic):
         self.config = config
         self.redis = redis
         self.keys = Keys(config.key_prefix)
+        self.monotonic = monotonic
+        # Per queue: (the length this client's last push found it at, when it last saw it listed).
+        # (On a cluster, the script always: keys may be spread over slots there.)
+        self._pushed: dict[str, tuple[int, float]] | None = None if isinstance(redis, RedisCluster) else {}
         self.defer = defer
         self.clock = clock
         # Bulk pushes collect what the chain lets through here (per thread: the client is shared).
@@ -67,11 +89,11 @@ class Client:
     def _write(self, payload: dict[str, Any]) -> str | None:
         _check_outgoing(payload)
         now = self.clock()
-        if self._unreleased and payload.get("unique_digest"):
-            self._release_kept()
-        if payload.get("unique_digest") and not unique.claim(self.redis, self.keys, payload, now,
-                                                             self.config.unique_lock_ttl):
-            return None
+        if payload.get("unique_digest"):
+            if self._unreleased:
+                self._release_kept()
+            if not unique.claim(self.redis, self.keys, payload, now, self.config.unique_lock_ttl):
+                return None
         at = payload.pop("at", None)
         if at is None or at <= now:
             return self._enqueue(payload, now)
@@ -90,21 +112,53 @@ class Client:
         return payload["jid"]
 
     def _enqueue(self, payload: dict[str, Any], now: float) -> str:
-        """LPUSH one payload on its queue and list the queue, in one command (the PUSH script)."""
+        """LPUSH one payload on its queue and see the queue listed (the PUSH script on a cluster)."""
         payload["enqueued_at"] = now
         queue = payload["queue"]
         key = self.keys.queue(queue)
         try:
-            pushed = scripts.PUSH(self.redis, [self.keys.queues, key], [queue, payloads.encode(payload)])
+            raw = payloads.encode(payload)
+            if self._pushed is not None:
+                self._push_one(self._pushed, queue, key, raw)
+            else:  # (a cluster)
+                self._listed(queue, scripts.PUSH(self.redis, [self.keys.queues, key], [queue, raw]))
         except Exception as exc:
             self._release_unique(payload)
             if isinstance(exc, redis_lib.exceptions.ResponseError) and error_code(exc) == "WRONGTYPE":
                 raise WrongTypeError(key, "list") from exc
             raise
-        if not isinstance(pushed, int):  # the listing's error: the job is queued all the same
-            logger.error("pushed, but %s not updated: %s", self.keys.queues,
-                         pushed.decode(errors="replace") if isinstance(pushed, bytes) else pushed)
         return payload["jid"]
+
+    def _push_one(self, pushed: dict[str, tuple[int, float]], queue: str, key: str, raw: str) -> None:
+        """LPUSH ``raw`` on a plain Redis and see ``queue`` listed: LPUSH alone onto a backlog,
+        else the PUSH script (see BACKLOG). Raise only what refused the LPUSH."""
+        now = self.monotonic()
+        last = pushed.get(queue)
+        if last is not None and last[0] >= BACKLOG and now - last[1] < RELIST_EVERY:
+            length = self.redis.execute_command("LPUSH", key, raw)
+            pushed[queue] = (length, last[1])
+            if length == 1:  # emptied since, maybe pruned: listed as PUSH would have
+                try:
+                    self.redis.execute_command("SADD", self.keys.queues, queue)
+                except redis_lib.RedisError as exc:  # (the job is queued: this push must not look failed)
+                    self._listed(queue, str(exc))
+            return
+        length = scripts.PUSH(self.redis, [self.keys.queues, key], [queue, raw])
+        if self._listed(queue, length):
+            if len(pushed) >= PUSHED_MAX:
+                pushed.clear()
+            pushed[queue] = (length, now)
+
+    def _listed(self, queue: str, pushed: Any) -> bool:
+        """True if the push's answer says ``queue`` is listed; else log the listing's error (the
+        job is queued all the same) and have the next push run the script again."""
+        if isinstance(pushed, int):
+            return True
+        logger.error("pushed, but %s not updated: %s", self.keys.queues,
+                     pushed.decode(errors="replace") if isinstance(pushed, bytes) else pushed)
+        if self._pushed is not None:
+            self._pushed.pop(queue, None)
+        return False
 
     def _release_unique(self, payload: dict[str, Any]) -> None:
         """A write that failed after taking the unique lock: drop it (best-effort), or every

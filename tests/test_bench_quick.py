@@ -82,7 +82,8 @@ def test_latency_enqueue_idle_scheduled(results):
             for field in ("p50_ms", "p99_ms", "rate_per_s"):
                 _positive(d[phase][field], f"latency.{key}.{phase}.{field}")
             assert d[phase]["p50_ms"] <= d[phase]["p99_ms"] <= d[phase]["max_ms"]
-    for key in ("cogworker_perform_async", "cogworker_perform_bulk", "bare_lpush", "bare_lpush_bulk"):
+    for key in ("cogworker_perform_async", "cogworker_perform_async_short", "cogworker_perform_bulk", "bare_lpush",
+                "bare_lpush_bulk"):
         _positive(results["enqueue"][key]["jobs_per_s"], f"enqueue.{key}")
     for key in ("cogworker_1_process", "cogworker_3_processes"):
         _positive(results["idle"][key]["commands_per_s"], f"idle.{key}")

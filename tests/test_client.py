@@ -13,8 +13,8 @@ import redis
 from django.db import transaction
 from django.test import override_settings
 
-from django_cogworker import CogworkerError, Job, WrongTypeError
-from django_cogworker.client import Client
+from django_cogworker import CogworkerError, Job, WrongTypeError, api, runtime
+from django_cogworker.client import BACKLOG, RELIST_EVERY, Client
 from django_cogworker.conf import build_config
 
 MIDDLEWARE = "middleware_fixtures."
@@ -238,6 +238,7 @@ def test_bad_arguments_fail_at_the_call_not_at_commit(r):
 
 
 def test_a_push_is_one_command_that_also_lists_the_queue(r):
+    runtime.reset()  # (a client that pushed a backlog to the queue in an earlier test sends LPUSH alone)
     r.config_resetstat()
     Push.perform_async(1)
     calls = command_calls(r)
@@ -253,6 +254,68 @@ def test_a_push_after_redis_forgot_the_script_still_goes_through(r):
     jid = Push.perform_async(2)
     assert [p["jid"] for p in queued(r)][-1] == jid
     assert r.smembers("cogworker:queues") == {"default"}
+
+
+def _backlog(n=BACKLOG, *, fresh=True):
+    """Push ``n`` jobs (``fresh``: from a new client): the client's next push to the queue finds a backlog."""
+    if fresh:
+        runtime.reset()
+    for i in range(n):
+        Push.perform_async(i)
+
+
+def test_a_push_onto_a_backlog_is_one_lpush_and_a_queue_pruned_since_is_listed_again(r):
+    _backlog()
+    r.config_resetstat()
+    jid = Push.perform_async("onto the backlog")
+    calls = command_calls(r)
+    assert calls.get("lpush") == 1 and not {"evalsha", "eval", "sadd"} & set(calls)
+    assert queued(r)[-1]["jid"] == jid
+    # Drained by the workers, then the admin's prune takes the empty queue off the list:
+    # the next push, which still expects a backlog, lists it again.
+    r.delete("cogworker:queue:default")
+    assert api.Queue.prune() == 1 and not r.smembers("cogworker:queues")
+    jid = Push.perform_async("after the prune")
+    assert r.smembers("cogworker:queues") == {"default"}
+    assert [p["jid"] for p in queued(r)] == [jid]
+
+
+def test_a_listing_refused_after_an_lpush_leaves_the_push_done_and_is_tried_again(r, caplog):
+    _backlog()
+    r.delete("cogworker:queue:default")
+    r.set("cogworker:queues", "not a set")  # (until the key guard moves it aside)
+    r.config_resetstat()
+    with caplog.at_level(logging.ERROR, logger="django_cogworker.client"):
+        jid = Push.perform_async("x")  # no error: the job is queued, only the listing failed
+    assert [p["jid"] for p in queued(r)] == [jid]
+    assert "cogworker:queues not updated" in caplog.text and "WRONGTYPE" in caplog.text
+    calls = command_calls(r)  # (a script's own commands count too: LPUSH and no script)
+    assert calls.get("lpush") == 1 and "evalsha" not in calls
+    r.delete("cogworker:queues")  # moved aside: the next push lists the queue
+    _backlog(1, fresh=False)
+    assert r.smembers("cogworker:queues") == {"default"}
+
+
+def test_a_listing_lost_under_a_backlog_is_restored_within_relist_every(redis_url, r):
+    conn = redis.Redis.from_url(redis_url)
+    now = [0.0]
+    try:
+        client = Client(build_config({}, {}), conn, monotonic=lambda: now[0])
+        for i in range(BACKLOG + 1):
+            client.push({"jid": f"j{i}", "class": Push.name, "args": [], "kwargs": {}, "queue": "default",
+                         "retry": True})
+        r.delete("cogworker:queues")  # a killed pusher's SADD, a quarantined listing...
+        r.config_resetstat()
+        now[0] = RELIST_EVERY - 1
+        client.push({"jid": "soon", "class": Push.name, "args": [], "kwargs": {}, "queue": "default", "retry": True})
+        calls = command_calls(r)
+        assert calls.get("lpush") == 1 and "evalsha" not in calls  # (onto the backlog: LPUSH alone)
+        now[0] = RELIST_EVERY
+        client.push({"jid": "late", "class": Push.name, "args": [], "kwargs": {}, "queue": "default", "retry": True})
+    finally:
+        conn.close()
+    assert r.smembers("cogworker:queues") == {"default"}
+    assert len(queued(r)) == BACKLOG + 3
 
 
 def test_perform_bulk_jobs_share_created_at_and_are_stored_as_encode_writes_them(r):

@@ -185,7 +185,7 @@ return out
 # Takes off `queues` each name whose list is empty and that isn't paused: with
 # one queue per tenant, `queues` grew to 100,000 names, most of them empty, and
 # every page listing them paid for each. Atomic, so a push can't land between
-# the check and the SREM; the next push lists the name again anyway (PUSH).
+# the check and the SREM; the next push finds the list empty and lists the name again.
 # A list key of the wrong type is left alone. Returns how many were removed.
 PRUNE_QUEUES = Script("""
 local removed = 0
