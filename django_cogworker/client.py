@@ -22,7 +22,7 @@ from ._types import RedisClient
 from .cluster import stacked_commands
 from .conf import Config
 from .errors import WrongTypeError, error_code
-from .keys import Keys
+from .keys import for_config
 from .middleware import build_chain
 
 logger = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ class Client:
                  defer: Defer | None = None, clock: Callable[[], float] = time.time):
         self.config = config
         self.redis = redis
-        self.keys = Keys(config.key_prefix)
+        self.keys = for_config(config)
         self.defer = defer
         self.clock = clock
         # Bulk pushes collect what the chain lets through here (per thread: the client is shared).
@@ -95,7 +95,10 @@ class Client:
         queue = payload["queue"]
         key = self.keys.queue(queue)
         try:
-            pushed = scripts.PUSH(self.redis, [self.keys.queues, key], [queue, payloads.encode(payload)])
+            if self.keys.spread:
+                pushed = _push_across_slots(self.redis, self.keys.queues, key, queue, payloads.encode(payload))
+            else:
+                pushed = scripts.PUSH(self.redis, [self.keys.queues, key], [queue, payloads.encode(payload)])
         except Exception as exc:
             self._release_unique(payload)
             if isinstance(exc, redis_lib.exceptions.ResponseError) and error_code(exc) == "WRONGTYPE":
@@ -262,6 +265,19 @@ def _check_outgoing(payload: dict[str, Any]) -> None:
         if not isinstance(value, str) or not value:
             raise TypeError(f"payload {field} must be a non-empty string, got {value!r} "
                             f"(set by a client middleware?)")
+
+
+def _push_across_slots(redis: Any, listing: str, key: str, queue: str, raw: str) -> Any:
+    """PUSH on a cluster, where the queue (its own slot) and the listing (the home slot) can't
+    share a script: LPUSH then SADD in one pipeline, one round trip per node. The job is
+    queued once the LPUSH is; the listing is best-effort, as in PUSH (its error returned)."""
+    pipe = redis.pipeline(transaction=False)
+    pipe.lpush(key, raw)
+    pipe.sadd(listing, queue)
+    pushed, listed = pipe.execute(raise_on_error=False)
+    if isinstance(pushed, Exception):
+        raise pushed
+    return str(listed) if isinstance(listed, Exception) else pushed
 
 
 def _execute_push(pipe: Any, listing: str) -> None:
