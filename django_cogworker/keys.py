@@ -136,6 +136,12 @@ class Keys:
             return f"{self._head}{name}{self._tail}queue"
         return f"{self.prefix}queue:{name}"
 
+    def queue_member_key(self, member: bytes) -> bytes:
+        """:meth:`queue` of a name as stored in ``queues`` (bytes, which may not be UTF-8)."""
+        if self.spread:
+            return self._head.encode() + member + (self._tail + "queue").encode()
+        return self.queue("").encode() + member
+
     def queue_name(self, key: str) -> str:
         """Invert :meth:`queue`."""
         if self.spread:

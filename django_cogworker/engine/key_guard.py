@@ -53,10 +53,13 @@ class KeyGuard:
         and the per-entry keys of this process's periodic entries."""
         k = self.keys
         types = k.fixed_types()
-        for queue in dict.fromkeys(self.queues + self._members(k.queues) + self._members(k.paused_queues)):
+        queues = list(dict.fromkeys(self.queues + self._members(k.queues) + self._members(k.paused_queues)))
+        for queue in queues:
             types[k.queue(queue)] = "list"
         for identity in self._members(k.in_progress_identities):
-            types[k.in_progress(identity)] = "list"
+            # (a cluster: one list per queue, in the queue's slot; its quarantine name too)
+            for listed in (queues if k.spread else [None]):
+                types[k.in_progress(identity, listed)] = "list"
         for identity in self._members(k.processes):
             types[k.process(identity)] = "hash"
             types[k.workers(identity)] = "hash"
