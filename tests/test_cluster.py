@@ -30,7 +30,7 @@ from django_cogworker.loops import redis_time
 from testproject.demo.jobs import FailJob, FlakyJob, RecordJob, SleepJob
 
 PREFIX = "{cogworker}:"
-K = Keys(PREFIX)
+K = Keys(PREFIX, spread=True)
 SLOT0 = 1_800_000_000  # a minute boundary (the periodic entry's test clock)
 ENTRY = {"name": "cl-every-minute", "cron": "* * * * *", "job": "testproject.demo.jobs.RecordJob",
          "args": ["cl:periodic", "tick"]}
