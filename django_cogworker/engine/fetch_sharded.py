@@ -50,6 +50,9 @@ class ShardedReliableFetch(ReliableFetch):
                  before_block: Callable[[], None] | None = None) -> list[Unit]:
         order = self.queue_order(paused)
         by_queue = self._by_queue(acks)
+        if not order:  # (every queue paused: the fetcher sleeps)
+            self._ack_grouped(by_queue)
+            return []
         units: list[Unit] = []
         unfetchable: set[str] = set()
         try:
@@ -62,8 +65,7 @@ class ShardedReliableFetch(ReliableFetch):
                 self._forget(mine)
                 units += self._parse(reply, [queue])
                 unfetchable |= self.unfetchable
-            for queue, mine in by_queue.items():  # (acks of queues not fetched from this time)
-                self._ack_in(queue, mine)
+            self._ack_grouped(by_queue)  # (acks of the queues not fetched from this time: one pipeline)
         except RedisUnavailable:
             if units or acks:
                 return self._hold(units)  # what was taken is ours; the next call raises
@@ -117,16 +119,22 @@ class ShardedReliableFetch(ReliableFetch):
         return grouped
 
     def _ack_in(self, queue: str, raws: Sequence[bytes]) -> None:
-        """LREM ``raws`` from ``queue``'s list (queue "": from every configured queue's list until found)."""
-        if not raws:
+        """LREM ``raws`` from ``queue``'s list (queue "": from every configured queue's list)."""
+        self._ack_grouped({queue: list(raws)})
+
+    def _ack_grouped(self, by_queue: dict[str, list[bytes]]) -> None:
+        """LREM each queue's raws from its list, all in one pipeline (one round trip per node)."""
+        if not any(by_queue.values()):
             return
         pipe = self.redis.pipeline(transaction=False)
-        lists = [self.list_of(queue)] if queue else [self.list_of(q) for q in self.config.queue_names]
-        for raw in raws:
-            for key in lists:
-                pipe.lrem(key, 1, raw)  # type: ignore[arg-type]  # (redis-py takes bytes)
+        for queue, raws in by_queue.items():
+            lists = [self.list_of(queue)] if queue else [self.list_of(q) for q in self.config.queue_names]
+            for raw in raws:
+                for key in lists:
+                    pipe.lrem(key, 1, raw)  # type: ignore[arg-type]  # (redis-py takes bytes)
         pipe.execute()
-        self._forget(raws)
+        for raws in by_queue.values():
+            self._forget(raws)
 
     # -- settling ------------------------------------------------------------------------------
 
@@ -134,8 +142,7 @@ class ShardedReliableFetch(ReliableFetch):
         self._ack_in(self._queue_for(raw) or "", [raw])
 
     def ack_many(self, raws: Sequence[bytes]) -> None:
-        for queue, mine in self._by_queue(raws).items():
-            self._ack_in(queue, mine)
+        self._ack_grouped(self._by_queue(raws))
 
     def file(self, raw: bytes, filing: Filing, trim: tuple[float, int] | None) -> None:
         """File in retry or dead (home slot), then take it off its list: a crash between the two

@@ -12,6 +12,10 @@ entry that can't be written back (a lone surrogate, a number too big for JSON)
 goes to dead with the reason; the rest of the list is requeued. An NX lock per dead identity keeps
 two live processes from recovering the same list at once, and every move
 re-checks that the job is still there, so nothing is requeued twice.
+
+On a cluster a process has one list per queue, each in its queue's slot (keys.py): each list
+goes back to its own queue in one script; one sent to dead crosses to the home slot in two
+steps (crossings.py), and the identity is forgotten once every list of it has been seen empty.
 """
 
 from __future__ import annotations
