@@ -57,8 +57,10 @@ class KeyGuard:
         for queue in queues:
             types[k.queue(queue)] = "list"
         for identity in self._members(k.in_progress_identities):
-            # (a cluster: one list per queue, in the queue's slot; its quarantine name too)
-            for listed in (queues if k.spread else [None]):
+            # A cluster: one list per queue, in the queue's slot. Each process checks those of its
+            # own queues (every listed queue times every identity was thousands of TYPE calls a
+            # round); a list exists only for a queue some process fetches from.
+            for listed in (self.queues if k.spread else [None]):
                 types[k.in_progress(identity, listed)] = "list"
         for identity in self._members(k.processes):
             types[k.process(identity)] = "hash"

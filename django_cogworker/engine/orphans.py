@@ -202,8 +202,10 @@ class OrphanRecovery:
         handled = 0
         try:
             sources = self._lists_of(identity)
-            for source, queue in sources:
-                handled += self._recover_list(identity, source, queue)
+            lengths = self._lengths([source for source, _queue in sources]) if k.spread else [1]
+            for (source, queue), length in zip(sources, lengths, strict=True):
+                if length:  # (a cluster: only the lists that hold something, found in one pipeline)
+                    handled += self._recover_list(identity, source, queue)
             if not k.spread:
                 scripts.FORGET_IDENTITY(r, [sources[0][0], k.in_progress_identities, k.last_beat, lock], [identity])
             elif not any(self._lengths([source for source, _queue in sources])):
