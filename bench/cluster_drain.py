@@ -62,6 +62,15 @@ for start in range(0, {n}, 1000):
         counter.close()
 
 
+def commands(node) -> int:
+    """Commands ``node`` (a RedisServer) has processed so far."""
+    client = node.client()
+    try:
+        return int(client.info("stats")["total_commands_processed"])
+    finally:
+        client.close()
+
+
 def spread_queues(cluster, count: int) -> list[str]:
     """``count`` queue names whose slots different primaries of ``cluster`` serve (as far as it has them)."""
     from django_cogworker.keys import Keys
@@ -95,15 +104,22 @@ def main() -> None:
         try:
             queues = spread_queues(three, args.queues)
             print(f"home slot (stats, schedule, retry, registries): {three.node_of('{cogworker}:queues').port}")
-            setups = {"lone redis-server": lone.url, "cluster, 1 shard": one.url, "cluster, 3 shards": three.url}
+            setups = {"lone redis-server": (lone.url, [lone]), "cluster, 1 shard": (one.url, one.nodes),
+                      "cluster, 3 shards": (three.url, three.nodes)}
             rates: dict[str, list[float]] = {name: [] for name in setups}
+            load: dict[str, list[int]] = {}
             for _ in range(args.reps):  # (interleaved: a slower minute of the machine hits each)
-                for name, url in setups.items():
+                for name, (url, nodes) in setups.items():
+                    before = [commands(node) for node in nodes]
                     rates[name].append(args.n / drain(url, args.n, args.c, args.processes, queues))
+                    load[name] = [commands(node) - b for node, b in zip(nodes, before, strict=True)]
             for name, values in rates.items():
                 print(f"{name:20} {statistics.median(values):8,.0f} jobs/s (median of {args.reps}: "
                       f"{', '.join(f'{v:,.0f}' for v in values)}), N={args.n:,}, {len(queues)} queues, "
                       f"-c {args.c}, --processes {args.processes}")
+            for name, counts in load.items():  # (the last repetition: pushes, drain, and the bench's own reads)
+                print(f"{name:20} Redis commands per shard: {', '.join(f'{c:,}' for c in counts)} "
+                      f"({sum(counts) / args.n:.1f} per job)")
         finally:
             three.cleanup()
             one.cleanup()
