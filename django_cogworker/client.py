@@ -23,7 +23,7 @@ from ._types import RedisClient
 from .cluster import stacked_commands
 from .conf import Config
 from .errors import WrongTypeError, error_code
-from .keys import Keys
+from .keys import for_config
 from .middleware import build_chain
 
 logger = logging.getLogger(__name__)
@@ -55,11 +55,13 @@ class Client:
                  monotonic: Callable[[], float] = time.monotonic):
         self.config = config
         self.redis = redis
-        self.keys = Keys(config.key_prefix)
+        self.keys = for_config(config)
         self.monotonic = monotonic
         # Per queue: (the length this client's last push found it at, when it last saw it listed).
-        # (On a cluster, the script always: keys may be spread over slots there.)
-        self._pushed: dict[str, tuple[int, float]] | None = None if isinstance(redis, RedisCluster) else {}
+        # (None on a cluster: the queue and the listing are in different slots there, and every
+        # push is LPUSH and SADD, pipelined.)
+        self._pushed: dict[str, tuple[int, float]] | None = (
+            None if self.keys.spread or isinstance(redis, RedisCluster) else {})
         self.defer = defer
         self.clock = clock
         # Bulk pushes collect what the chain lets through here (per thread: the client is shared).
@@ -112,7 +114,8 @@ class Client:
         return payload["jid"]
 
     def _enqueue(self, payload: dict[str, Any], now: float) -> str:
-        """LPUSH one payload on its queue and see the queue listed (the PUSH script on a cluster)."""
+        """LPUSH one payload on its queue and see the queue listed (``_push_one``; on a cluster, where
+        the two are in different slots, LPUSH and SADD pipelined)."""
         payload["enqueued_at"] = now
         queue = payload["queue"]
         key = self.keys.queue(queue)
@@ -120,7 +123,9 @@ class Client:
             raw = payloads.encode(payload)
             if self._pushed is not None:
                 self._push_one(self._pushed, queue, key, raw)
-            else:  # (a cluster)
+            elif self.keys.spread:
+                self._listed(queue, _push_across_slots(self.redis, self.keys.queues, key, queue, raw))
+            else:  # (a cluster client on an unspread prefix: every key in one slot, the script works)
                 self._listed(queue, scripts.PUSH(self.redis, [self.keys.queues, key], [queue, raw]))
         except Exception as exc:
             self._release_unique(payload)
@@ -316,6 +321,19 @@ def _check_outgoing(payload: dict[str, Any]) -> None:
         if not isinstance(value, str) or not value:
             raise TypeError(f"payload {field} must be a non-empty string, got {value!r} "
                             f"(set by a client middleware?)")
+
+
+def _push_across_slots(redis: Any, listing: str, key: str, queue: str, raw: str) -> Any:
+    """PUSH on a cluster, where the queue (its own slot) and the listing (the home slot) can't
+    share a script: LPUSH then SADD in one pipeline, one round trip per node. The job is
+    queued once the LPUSH is; the listing is best-effort, as in PUSH (its error returned)."""
+    pipe = redis.pipeline(transaction=False)
+    pipe.lpush(key, raw)
+    pipe.sadd(listing, queue)
+    pushed, listed = pipe.execute(raise_on_error=False)
+    if isinstance(pushed, Exception):
+        raise pushed
+    return str(listed) if isinstance(listed, Exception) else pushed
 
 
 def _execute_push(pipe: Any, listing: str) -> None:

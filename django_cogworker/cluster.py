@@ -4,11 +4,12 @@
 for TLS) names seed nodes; redis-py's :class:`~redis.cluster.RedisCluster` learns the rest of
 the cluster from them. A cluster has one database: a db other than 0 is refused at startup.
 
-Every key lives in ONE hash slot today: the key prefix is wrapped in a hash tag
-(``cogworker:`` -> ``{cogworker}:``), so each Lua script's KEYS, each pipeline in a transaction
-and each multi-key command (RENAME to a quarantine key, BLMOVE to an in-progress list) stay in
-one slot, as Redis Cluster requires. A cluster so gives failover and managed-service
-compatibility, not yet more capacity than one shard (docs/architecture.md, "Redis Cluster").
+The key prefix is wrapped in a hash tag (``cogworker:`` -> ``{cogworker}:``): the **home slot**.
+Each queue's list and in-progress lists get a slot of their own, the tag with ``:q:<queue>``
+inside (keys.py), so queues spread over the shards; each Lua script's KEYS, each transaction and
+each multi-key command (RENAME to a quarantine key, BLMOVE to an in-progress list) stays within
+one of those slots, as Redis Cluster requires, and a move between a queue's slot and the home
+slot is two steps (crossings.py). See docs/architecture.md, "Redis Cluster".
 
 Server-wide commands are sent to the **home node**, the primary owning that slot (its
 ``TIME`` is the clock the data's server keeps; its ``INFO`` describes the server holding the
@@ -98,7 +99,7 @@ def stacked_commands(pipe: Any) -> list[tuple[Any, ...]]:
 
 
 def home_node(client: Any, key: str) -> Any:
-    """The primary node serving ``key``'s slot (every key's slot: they share the prefix's tag)."""
+    """The primary node serving ``key``'s slot (a home-slot key: the home node)."""
     return client.get_node_from_key(key)
 
 

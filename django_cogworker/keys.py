@@ -1,19 +1,30 @@
 """Every Redis key name django-cogworker uses, built in this one place.
 
 All keys start with the configured prefix (``cogworker:`` by default; ``{cogworker}:`` on a Redis
-Cluster, where the config wraps it in a hash tag so every key below shares one slot: cluster.py).
+Cluster, where the config wraps it in a hash tag: cluster.py).
+
+On a cluster (``spread``) the keys of a queue live in that queue's own slot, so different queues
+land on different shards: the queue list and the in-progress lists of that queue take the
+**queue prefix** ``{cogworker:q:<q>}:`` (the prefix's tag with ``:q:<q>`` added inside), as
+``{cogworker:q:<q>}:queue`` and ``{cogworker:q:<q>}:in_progress:<identity>`` (one list per
+identity AND queue), and a quarantined one is moved to ``{cogworker:q:<q>}:quarantine:<key>:...``
+(a RENAME stays in one slot). Every other key stays in the **home slot**, the prefix's.
+Without a cluster the names are those of the table, one in-progress list per identity.
 
 ============================  ======  ======================================================  =========
 key                           type    meaning                                                 TTL
 ============================  ======  ======================================================  =========
 queues                        set     names of queues ever pushed to                          -
 queue:<q>                     list    waiting payloads; LPUSH to enqueue, fetch pops the       -
-                                      right end (RPUSH puts a job back to run next)
+                                      right end (RPUSH puts a job back to run next);
+                                      cluster: ``{cogworker:q:<q>}:queue`` (queue slot)
 paused_queues                 set     queues no process fetches from                          -
 schedule                      zset    payloads scored by the time they are due                -
 retry                         zset    failed payloads scored by their next attempt            -
 dead                          zset    payloads that won't run without a human; capped         -
 in_progress:<identity>        list    reliable fetch: taken by that process, not settled      -
+                                      cluster: ``{cogworker:q:<q>}:in_progress:<identity>``,
+                                      one per queue it fetches from (queue slot)
 in_progress_identities        set     processes that own an in-progress list                  -
 last_beat                     hash    identity -> Redis TIME of its last heartbeat            -
 orphan_lock:<identity>        string  a live process recovering that identity's list          max(thr, 60 s)
@@ -31,6 +42,8 @@ stat:class:processed          hash    job class -> runs (failed ones too)       
 stat:class:failed             hash    job class -> failed runs                                -
 stat:class:seconds            hash    job class -> seconds its runs took, summed              -
 quarantine:<key>:<t>:<rand>   any     a key found holding the wrong type, moved aside         30 days
+                                      (cluster, a queue-slot key: ``{cogworker:q:<q>}:quarantine:
+                                      <key>:<t>:<rand>``, in the key's slot)
 periodic:*                    -       see the periodic package (schedule, disabled,           -
                                       enabled_at, locks)
 unique:<digest>               string  unique-job lock                                         set
@@ -49,6 +62,9 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
+
+from .cluster import has_hash_tag, is_cluster_url
 
 PRESENCE_TTL_MIN = 60
 PRESENCE_BEATS = 6
@@ -69,11 +85,26 @@ def glob_escape(text: str) -> str:
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
-class Keys:
-    """Key names for one prefix. Cheap to build; engine objects hold one."""
+def for_config(config: Any) -> Keys:
+    """The key names of ``config``: spread over the cluster's slots when its Redis is a cluster."""
+    return Keys(config.key_prefix, spread=is_cluster_url(config.redis_url))
 
-    def __init__(self, prefix: str = "cogworker:"):
+
+class Keys:
+    """Key names for one prefix. Cheap to build; engine objects hold one.
+
+    ``spread`` (a cluster; the prefix must hold a hash tag, which the config sees to): each
+    queue's keys in that queue's own slot (the module's header). ``in_progress`` then needs the
+    queue; without ``spread`` the queue given to it is ignored (one list per identity).
+    """
+
+    def __init__(self, prefix: str = "cogworker:", spread: bool = False):
         self.prefix = prefix
+        self.spread = spread and has_hash_tag(prefix)
+        if self.spread:
+            # "{cogworker}:" -> "{cogworker:q:" + queue + "}:": the tag's first "}" closes it.
+            close = prefix.index("}", prefix.index("{") + 2)
+            self._head, self._tail = prefix[:close] + ":q:", prefix[close:]
         p = prefix
         self.queues = p + "queues"
         self.paused_queues = p + "paused_queues"
@@ -96,23 +127,52 @@ class Keys:
         self.periodic_enabled_at = p + "periodic:enabled_at"
         self.quarantine_prefix = p + "quarantine:"
 
+    def queue_prefix(self, name: str) -> str:
+        """The prefix of queue ``name``'s keys: its own slot on a cluster, else the prefix."""
+        return f"{self._head}{name}{self._tail}" if self.spread else self.prefix
+
     def queue(self, name: str) -> str:
+        if self.spread:
+            return f"{self._head}{name}{self._tail}queue"
         return f"{self.prefix}queue:{name}"
+
+    def queue_member_key(self, member: bytes) -> bytes:
+        """:meth:`queue` of a name as stored in ``queues`` (bytes, which may not be UTF-8)."""
+        if self.spread:
+            return self._head.encode() + member + (self._tail + "queue").encode()
+        return self.queue("").encode() + member
 
     def queue_name(self, key: str) -> str:
         """Invert :meth:`queue`."""
+        if self.spread:
+            return key[len(self._head):-len(self._tail + "queue")]
         return key[len(self.prefix) + len("queue:"):]
 
-    def in_progress(self, identity: str) -> str:
+    def in_progress(self, identity: str, queue: str | None = None) -> str:
+        """The in-progress list of ``identity`` (on a cluster, of its fetches from ``queue``)."""
+        if self.spread:
+            if queue is None:
+                raise ValueError("on a cluster an in-progress list belongs to a queue: name it")
+            return f"{self._head}{queue}{self._tail}in_progress:{identity}"
         return f"{self.prefix}in_progress:{identity}"
 
     def in_progress_identity(self, key: str) -> str:
-        """Invert :meth:`in_progress`."""
-        return key[len(self.prefix) + len("in_progress:"):]
+        """Invert :meth:`in_progress`: the identity."""
+        return self.in_progress_parts(key)[0]
+
+    def in_progress_parts(self, key: str) -> tuple[str, str | None]:
+        """Invert :meth:`in_progress`: (identity, queue; None without a cluster)."""
+        if self.spread:
+            # (A queue name holding "}:in_progress:" would be read wrong: such names aren't used.)
+            queue, _, identity = key[len(self._head):].partition(self._tail + "in_progress:")
+            return identity, queue
+        return key[len(self.prefix) + len("in_progress:"):], None
 
     @property
     def in_progress_match(self) -> str:
         """The SCAN MATCH pattern of every in-progress list."""
+        if self.spread:
+            return glob_escape(self._head) + "*" + glob_escape(self._tail + "in_progress:") + "*"
         return glob_escape(self.in_progress("")) + "*"
 
     def orphan_lock(self, identity: str) -> str:
@@ -132,7 +192,34 @@ class Keys:
         return f"{base}:{day}" if day else base
 
     def quarantine(self, key: str, stamp: int, rand: str) -> str:
+        """Where ``key`` is moved aside: in its own slot (a RENAME can't cross slots)."""
+        if self.spread and key.startswith(self._head):
+            # (the key's text up to its tag's "}": the same slot, whatever the queue's name holds)
+            close = key.index("}", len(self._head))
+            return f"{key[:close]}{self._tail}quarantine:{key}:{stamp}:{rand}"
         return f"{self.quarantine_prefix}{key}:{stamp}:{rand}"
+
+    def quarantined_from(self, name: str) -> str | None:
+        """Invert :meth:`quarantine`: the key ``name`` was moved from, or None if it names none."""
+        if name.startswith(self.quarantine_prefix):
+            rest = name[len(self.quarantine_prefix):]
+        elif self.spread and name.startswith(self._head) and "}" in name[len(self._head):]:
+            close = name.index("}", len(self._head))
+            marker = self._tail + "quarantine:"
+            if not name.startswith(marker, close):
+                return None
+            rest = name[close + len(marker):]
+        else:
+            return None
+        parts = rest.rsplit(":", 2)
+        return parts[0] if len(parts) == 3 else None
+
+    @property
+    def quarantine_match(self) -> str:
+        """A SCAN MATCH pattern that every quarantined key's name matches (and a few others)."""
+        if self.spread:  # (the home slot's and the queues' both start with the tag's opening)
+            return glob_escape(self.prefix[:self.prefix.index("{") + 1]) + "*quarantine:*"
+        return glob_escape(self.quarantine_prefix) + "*"
 
     def periodic_last_slot(self, pjid: str) -> str:
         return f"{self.prefix}periodic:last_slot:{pjid}"

@@ -233,7 +233,8 @@ class RedisServer:
 
 
 class Cluster:
-    """A Redis Cluster of ``masters`` redis-server primaries (no replicas) on free loopback ports.
+    """A Redis Cluster of ``masters`` redis-server primaries (no replicas) on free loopback ports
+    (one primary: a cluster of one shard, every slot its own).
 
     Each node is a RedisServer started with ``--cluster-enabled yes``; ``start`` joins them with
     ``redis-cli --cluster create`` and waits until every node says ``cluster_state:ok``.
@@ -258,6 +259,12 @@ class Cluster:
         try:
             for node in self.nodes:
                 node.start()
+            if len(self.nodes) == 1:  # (redis-cli --cluster create wants three: one node takes every slot)
+                client = self.nodes[0].client()
+                client.execute_command("CLUSTER ADDSLOTSRANGE", 0, 16383)
+                client.close()
+                wait_until(self._ok, timeout=timeout, interval=0.1, message="cluster_state:ok")
+                return self
             subprocess.run(
                 [shutil.which("redis-cli") or "redis-cli", "--cluster", "create",
                  *(f"127.0.0.1:{node.port}" for node in self.nodes), "--cluster-replicas", "0", "--cluster-yes"],

@@ -14,7 +14,7 @@ from typing import Any
 from .. import payload as payloads
 from .._types import RedisClient
 from ..errors import CogworkerError
-from ..keys import Keys, glob_escape
+from ..keys import Keys, for_config, glob_escape
 
 SCAN_COUNT = 1_000  # the COUNT hint of each ZSCAN / SCAN call
 # Rows a page shows at most: 500 rows of big entries let any view-only user make the web process
@@ -57,7 +57,7 @@ def _defaults(redis: RedisClient | None, keys: Keys | None) -> tuple[RedisClient
         from .. import runtime
 
         redis = redis if redis is not None else runtime.get_redis()
-        keys = keys if keys is not None else Keys(runtime.get_config().key_prefix)
+        keys = keys if keys is not None else for_config(runtime.get_config())
     return redis, keys
 
 

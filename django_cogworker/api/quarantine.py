@@ -15,7 +15,7 @@ from .._types import RedisClient
 from ..cluster import scan_page
 from ..keys import Keys
 from . import _base
-from ._base import ActionRefused, _defaults, _glob_escape, _number, _text
+from ._base import ActionRefused, _defaults, _number, _text
 
 KEYSPACE_SCAN_LIMIT = 200_000  # keys examined at most looking for quarantined keys
 QUARANTINE_LIMIT = 200  # quarantined keys listed at most
@@ -36,9 +36,10 @@ class QuarantinedKey:
         self.key = key
         self.redis, self.keys = redis, keys
         # quarantine:<original key>:<unix time>:<random>; the original may hold colons itself.
-        parts = key[len(keys.quarantine_prefix):].rsplit(":", 2)
-        self.original = parts[0]
-        self.quarantined_at = _number(parts[1]) if len(parts) == 3 else None
+        # (On a cluster a queue's key is quarantined in the queue's slot: keys.py.)
+        self.original = keys.quarantined_from(key) or ""
+        parts = key.rsplit(":", 2)
+        self.quarantined_at = _number(parts[1]) if len(parts) == 3 and self.original else None
         self.type = "none"
         self.size: int | None = None
         self.ttl: int | None = None
@@ -52,7 +53,7 @@ class QuarantinedKey:
         """Up to QUARANTINE_LIMIT keys, found among at most KEYSPACE_SCAN_LIMIT (SCAN MATCH on the prefix)."""
         redis, keys = _defaults(redis, keys)
         found, cursor, scanned = Bounded(), 0, 0
-        pattern = _glob_escape(keys.quarantine_prefix) + "*"
+        pattern = keys.quarantine_match
         while True:
             cursor, names = scan_page(redis, cursor, pattern, _base.SCAN_COUNT)
             scanned += _base.SCAN_COUNT
@@ -70,7 +71,7 @@ class QuarantinedKey:
 
     @staticmethod
     def is_name(key: str, keys: Keys) -> bool:
-        return key.startswith(keys.quarantine_prefix) and key[len(keys.quarantine_prefix):].count(":") >= 2
+        return keys.quarantined_from(key) is not None
 
     @classmethod
     def get(cls, key: str, *, redis: RedisClient | None = None, keys: Keys | None = None) -> QuarantinedKey | None:

@@ -35,7 +35,7 @@ class Queue:
         else:
             raise ValueError(f"a queue name must be a non-empty string, got {name!r}")
         self.redis, self.keys = _defaults(redis, keys)
-        self.key = self.keys.queue("").encode() + self.member
+        self.key = self.keys.queue_member_key(self.member)
         # A name the pages can put in a URL and a form as text (else they use ``hex``).
         try:
             self.readable = bool(self.member.decode("utf-8"))
@@ -83,6 +83,8 @@ class Queue:
         atomic per batch: a push meanwhile keeps its name); return how many were removed."""
         redis, keys = _defaults(redis, keys)
         members = sorted(redis.smembers(keys.queues))
+        if keys.spread:
+            return _prune_across_slots(redis, keys, [cls(m, redis=redis, keys=keys) for m in members])
         removed = 0
         for i in range(0, len(members), PRUNE_BATCH):
             batch = members[i:i + PRUNE_BATCH]
@@ -135,6 +137,30 @@ class Queue:
         page, per_page = _clamp_page(page, per_page)
         total, items = self._read((page - 1) * per_page, per_page)
         return Page(items, page, per_page, total)
+
+
+def _prune_across_slots(redis: RedisClient, keys: Keys, queues: list[Queue]) -> int:
+    """``prune`` on a cluster, where each list is in its queue's slot and the listing in the home
+    slot: no one script sees both. Names seen empty and unpaused are removed, then their lists
+    read again: a push that landed between the two lists its name again here (as PUSH would)."""
+    paused = cast(set[bytes], redis.smembers(keys.paused_queues))
+    candidates = [q for q in queues if q.member not in paused]
+    pipe = redis.pipeline(transaction=False)
+    for q in candidates:
+        pipe.llen(q.key)
+    empty = [q for q, size in zip(candidates, pipe.execute(raise_on_error=False), strict=True) if size == 0]
+    removed = 0
+    for i in range(0, len(empty), PRUNE_BATCH):
+        batch = empty[i:i + PRUNE_BATCH]
+        removed += int(redis.srem(keys.queues, *(q.member for q in batch)))
+        pipe = redis.pipeline(transaction=False)
+        for q in batch:
+            pipe.llen(q.key)
+        pushed = [q.member for q, size in zip(batch, pipe.execute(raise_on_error=False), strict=True) if size != 0]
+        if pushed:
+            redis.sadd(keys.queues, *pushed)
+            removed -= len(pushed)
+    return max(removed, 0)
 
 
 def _waited(oldest: JobRecord | None, now: float | None) -> float:

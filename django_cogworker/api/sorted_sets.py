@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from .. import crossings, scripts, unique
 from .. import payload as payloads
-from .. import scripts, unique
 from .._types import RedisClient
 from ..keys import Keys
 from . import _base, records
@@ -106,6 +106,11 @@ class SortedEntry(JobRecord):
         except Poison as exc:
             raise entry.bury(exc.reason, now) from exc
         p = self.parent
+        if p.keys.spread:  # (a cluster: the queue is in another slot; leased, pushed, then removed)
+            outcome = crossings.zset_to_queues(p.redis, p.keys, p.key, [(entry.raw, entry.score, queue, text)], now)[0]
+            if isinstance(outcome, Exception):
+                raise outcome
+            return outcome == crossings.MOVED
         return bool(scripts.CLAIM_AND_REQUEUE(p.redis, [p.key, p.keys.queues, p.keys.queue(queue)],
                                               [entry.raw, queue, text]))
 
@@ -283,6 +288,7 @@ class SortedSet:
             examined += len(rows)
             stamp = time.time() if now is None else now
             moves: list[tuple[Any, str, str, str]] = []  # (raw, queue key, queue, payload to push)
+            scores: list[float] = []
             stuck = 0
             for i, entry in enumerate(rows):
                 whole = entry if entry.complete else self._whole_at(rank + i, entry)
@@ -301,7 +307,14 @@ class SortedSet:
                         done.buried += 1
                     continue
                 moves.append((whole.raw, self.keys.queue(whole.queue), whole.queue, text))
-            if moves:
+                scores.append(whole.score)
+            if moves and self.keys.spread:  # (a cluster: each queue in its slot; leased, pushed, removed)
+                outcomes = crossings.zset_to_queues(self.redis, self.keys, self.key,
+                                                    [(raw, score, queue, text) for (raw, _key, queue, text), score
+                                                     in zip(moves, scores, strict=True)], stamp)
+                done.moved += outcomes.count(crossings.MOVED)
+                stuck += sum(isinstance(outcome, Exception) for outcome in outcomes)
+            elif moves:
                 keys, args = scripts.requeue_from_zset_batch_args(self.key, self.keys.queues, moves)
                 moved, failed = scripts.REQUEUE_FROM_ZSET_BATCH(self.redis, keys, args)
                 done.moved += int(moved)

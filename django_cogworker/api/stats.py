@@ -73,7 +73,7 @@ class Stats:
         pipe.get(k.stat_processed)
         pipe.get(k.stat_failed)
         # (MGET as a raw command: redis-py's cluster pipeline refuses its mget method; the keys
-        # share one slot, so the command is whole on a cluster too)
+        # share the home slot, so the command is whole on a cluster too)
         pipe.execute_command("MGET", *[k.stat("processed", d) for d in self.days])
         pipe.execute_command("MGET", *[k.stat("failed", d) for d in self.days])
         pipe.zcard(k.schedule)
@@ -120,8 +120,8 @@ class Stats:
     def _redis_info(self) -> dict[str, Any]:
         """Version, memory and clients; empty where INFO isn't allowed (some managed services).
 
-        On a cluster, of the home node: the primary serving the one slot all the keys are in
-        (the other nodes hold none of ours; a sum over them would describe other data).
+        On a cluster, of the home node: the primary serving the home slot, which holds every key
+        but the queues' (spread over the shards: a sum over every node would describe other data).
         """
         node = None
         try:

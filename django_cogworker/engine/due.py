@@ -28,8 +28,8 @@ from typing import Any
 
 import redis as redis_lib
 
+from .. import crossings, scripts
 from .. import payload as payloads
-from .. import scripts
 from .._types import RedisClient
 from ..errors import is_unavailable
 from ..keys import Keys
@@ -139,7 +139,7 @@ class DueSweep:
             self._cutoffs[key] = now
             if after:
                 self._note_next(after[0][1])
-            outcomes = [self._requeue(key, raw) for raw, _score in due]
+            outcomes = [self._requeue(key, raw, score) for raw, score in due]
             moved += outcomes.count(MOVED)
             stuck += outcomes.count(STUCK)
             if len(due) < BATCH or stuck >= MAX_STUCK or self.stopped.is_set():
@@ -184,7 +184,7 @@ class DueSweep:
 
     # -- moving one entry -------------------------------------------------------------------------
 
-    def _requeue(self, source: str, raw: bytes) -> int:
+    def _requeue(self, source: str, raw: bytes, score: float) -> int:
         """Push one due entry to its queue, then remove it (one script); poison goes to dead.
 
         Returns MOVED, GONE (another process moved it first) or STUCK (it stays: its queue
@@ -206,6 +206,12 @@ class DueSweep:
         try:
             # Built here, not by Lua's cjson, which would round large integers in args.
             new_raw = payloads.encode(payload)
+            if self.keys.spread:  # (a cluster: the queue is in another slot; leased, pushed, removed)
+                outcome = crossings.zset_to_queues(self.redis, self.keys, source, [(raw, score, queue, new_raw)],
+                                                   self.clock())[0]
+                if isinstance(outcome, Exception):
+                    raise outcome
+                return MOVED if outcome == crossings.MOVED else GONE
             return int(scripts.CLAIM_AND_REQUEUE(
                 self.redis, [source, self.keys.queues, self.keys.queue(queue)], [raw, queue, new_raw]))
         except Exception as exc:

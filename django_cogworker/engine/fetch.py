@@ -75,7 +75,7 @@ class Fetch(abc.ABC):
         self.keys = keys
         self.identity = identity
         self.rng = rng or random.Random()
-        self.in_progress = keys.in_progress(identity)
+        self.in_progress = keys.in_progress(identity) if not keys.spread else ""  # (fetch_sharded.py sets it)
         self._weighted = [name for name, weight in config.queues for _ in range(weight)]
         self._idle_wait = IDLE_START
         self._logged_unfetchable: dict[str, float] = {}
@@ -117,6 +117,11 @@ class Fetch(abc.ABC):
         target = self.keys.retry if filing.target == "retry" else self.keys.dead
         below, cap = trim if trim else ("", "")
         scripts.FILE_FAILURE(self.redis, [self.in_progress, target], [raw, filing.score, filing.raw(), below, cap])
+
+    def park(self, raw: bytes, unsettled: str, record: str) -> None:
+        """At shutdown, hand a filing that failed over to ``unsettled`` and take its job off the
+        in-progress list, in one step. Main thread."""
+        scripts.PARK_UNSETTLED(self.redis, [self.in_progress, unsettled], [raw, record])
 
     @abc.abstractmethod
     def hand_back(self, units: Sequence[Unit]) -> int:
@@ -233,4 +238,9 @@ def make_fetch(config: Config, redis: RedisClient, keys: Keys, identity: str) ->
     from .fetch_basic import BasicFetch
     from .fetch_reliable import ReliableFetch
 
+    if keys.spread:  # (a cluster: each queue in its own slot)
+        from .fetch_sharded import ShardedBasicFetch, ShardedReliableFetch
+
+        sharded: type[Fetch] = ShardedReliableFetch if config.fetch == "reliable" else ShardedBasicFetch
+        return sharded(config, redis, keys, identity)
     return (ReliableFetch if config.fetch == "reliable" else BasicFetch)(config, redis, keys, identity)

@@ -53,10 +53,15 @@ class KeyGuard:
         and the per-entry keys of this process's periodic entries."""
         k = self.keys
         types = k.fixed_types()
-        for queue in dict.fromkeys(self.queues + self._members(k.queues) + self._members(k.paused_queues)):
+        queues = list(dict.fromkeys(self.queues + self._members(k.queues) + self._members(k.paused_queues)))
+        for queue in queues:
             types[k.queue(queue)] = "list"
         for identity in self._members(k.in_progress_identities):
-            types[k.in_progress(identity)] = "list"
+            # A cluster: one list per queue, in the queue's slot. Each process checks those of its
+            # own queues (every listed queue times every identity was thousands of TYPE calls a
+            # round); a list exists only for a queue some process fetches from.
+            for listed in (self.queues if k.spread else [None]):
+                types[k.in_progress(identity, listed)] = "list"
         for identity in self._members(k.processes):
             types[k.process(identity)] = "hash"
             types[k.workers(identity)] = "hash"

@@ -37,7 +37,7 @@ from .._types import RedisClient
 from ..client import Client
 from ..conf import Config
 from ..job import call_perform
-from ..keys import Keys
+from ..keys import for_config
 from ..locks import active_ttl, touch_running
 from ..loops import run_each
 from ..middleware import build_chain
@@ -97,7 +97,7 @@ class Launcher:
         # terminal's group, and the supervisor forwards it as a TERM; counted twice, it would hurry.)
         self.stop_signals = tuple(stop_signals)
         self.redis = redis
-        self.keys = Keys(config.key_prefix)
+        self.keys = for_config(config)
         self.identity = identity or new_identity()
         self.stats = Stats(self.keys)
         self.retry = RetryPolicy(config, death_handlers)

@@ -12,6 +12,10 @@ entry that can't be written back (a lone surrogate, a number too big for JSON)
 goes to dead with the reason; the rest of the list is requeued. An NX lock per dead identity keeps
 two live processes from recovering the same list at once, and every move
 re-checks that the job is still there, so nothing is requeued twice.
+
+On a cluster a process has one list per queue, each in its queue's slot (keys.py): each list
+goes back to its own queue in one script; one sent to dead crosses to the home slot in two
+steps (crossings.py), and the identity is forgotten once every list of it has been seen empty.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any, cast
 
 import redis as redis_lib
 
-from .. import locks, scripts, unique
+from .. import crossings, locks, scripts, unique
 from .. import payload as payloads
 from .._types import RedisClient
 from ..cluster import scan_page
@@ -81,6 +85,8 @@ class OrphanRecovery:
         # while the process lives, stalled a minute; judged at once, its running jobs ran twice.
         self._beatless_since: dict[str, float] = {}
         self._scan_cursor: Any = 0  # (a dict of node -> cursor on a cluster)
+        # identity -> queues whose in-progress list of it discovery found (a cluster: one list per queue)
+        self._found_queues: dict[str, set[str]] = {}
         self._next_discovery = 0.0  # (monotonic) the first check looks at once
 
     def check(self) -> int:
@@ -168,7 +174,11 @@ class OrphanRecovery:
         for _ in range(DISCOVER_CALLS):
             self._scan_cursor, names = scan_page(self.redis, self._scan_cursor, self.keys.in_progress_match,
                                                  SCAN_COUNT)
-            found.update(self.keys.in_progress_identity(n.decode() if isinstance(n, bytes) else n) for n in names)
+            for name in names:
+                identity, queue = self.keys.in_progress_parts(name.decode() if isinstance(name, bytes) else name)
+                found.add(identity)
+                if queue is not None:
+                    self._found_queues.setdefault(identity, set()).add(queue)
             if not self._scan_cursor:
                 break
         unlisted = found - listed - {self.identity}
@@ -189,23 +199,19 @@ class OrphanRecovery:
         lock = k.orphan_lock(identity)
         if not locks.take(r, k, lock, self.identity, lock_ttl)[0]:
             return None
-        source = k.in_progress(identity)
         handled = 0
-        left = 0  # entries that stay on the list (their queue can't be pushed to): read past them
         try:
-            while True:
-                batch = r.lrange(source, left, left + BATCH - 1)
-                if not batch:
-                    break
-                before = r.llen(source)
-                handled += self._recover_batch(identity, source, cast(list[bytes], batch))
-                left += len(batch) - (before - r.llen(source))
-                if len(batch) < BATCH:
-                    break
-            if left:
-                logger.error("%d job(s) left on %s: their queue can't be pushed to (a key of the wrong type?); "
-                             "retried next round", left, source)
-            scripts.FORGET_IDENTITY(r, [source, k.in_progress_identities, k.last_beat, lock], [identity])
+            sources = self._lists_of(identity)
+            lengths = self._lengths([source for source, _queue in sources]) if k.spread else [1]
+            for (source, queue), length in zip(sources, lengths, strict=True):
+                if length:  # (a cluster: only the lists that hold something, found in one pipeline)
+                    handled += self._recover_list(identity, source, queue)
+            if not k.spread:
+                scripts.FORGET_IDENTITY(r, [sources[0][0], k.in_progress_identities, k.last_beat, lock], [identity])
+            elif not any(self._lengths([source for source, _queue in sources])):
+                # (the lists are in their queues' slots: seen empty, then the registry forgets)
+                scripts.FORGET_REGISTRY(r, [k.in_progress_identities, k.last_beat, lock], [identity])
+                self._found_queues.pop(identity, None)
         finally:
             # Only while it is ours: had it expired mid-recovery, it may be another's now.
             locks.release(r, lock, self.identity)
@@ -214,7 +220,48 @@ class OrphanRecovery:
             logger.warning("recovered %d job(s) from dead process %s (%s)", handled, identity, since)
         return handled
 
-    def _recover_batch(self, identity: str, source: str, batch: list[bytes]) -> int:
+    def _lists_of(self, identity: str) -> list[tuple[str, str | None]]:
+        """The in-progress lists of ``identity``, with their queue (None without a cluster).
+
+        On a cluster, one per queue it may have fetched from: every queue listed (``queues``,
+        ``paused_queues``), this process's, and those discovery found a list of it for (a
+        queue whose name the listing lost).
+        """
+        k = self.keys
+        if not k.spread:
+            return [(k.in_progress(identity), None)]
+        queues = set(self.config.queue_names) | self._found_queues.get(identity, set())
+        for listing in (k.queues, k.paused_queues):
+            queues |= {_text(m) for m in self.redis.smembers(listing)}
+        return [(k.in_progress(identity, q), q) for q in sorted(queues)]
+
+    def _lengths(self, sources: list[str]) -> list[int]:
+        pipe = self.redis.pipeline(transaction=False)
+        for source in sources:
+            pipe.llen(source)
+        return [int(n) for n in pipe.execute()]
+
+    def _recover_list(self, identity: str, source: str, queue: str | None) -> int:
+        """Recover one list, BATCH at a time; return how many jobs were handled."""
+        r = self.redis
+        handled = 0
+        left = 0  # entries that stay on the list (their queue can't be pushed to): read past them
+        while True:
+            batch = r.lrange(source, left, left + BATCH - 1)
+            if not batch:
+                break
+            before = r.llen(source)
+            handled += self._recover_batch(identity, source, cast(list[bytes], batch), queue)
+            left += len(batch) - (before - r.llen(source))
+            if len(batch) < BATCH:
+                break
+        if left:
+            logger.error("%d job(s) left on %s: their queue can't be pushed to (a key of the wrong type?); "
+                         "retried next round", left, source)
+        return handled
+
+    def _recover_batch(self, identity: str, source: str, batch: list[bytes], home: str | None = None) -> int:
+        """``home``: on a cluster, the list's queue, where its jobs go back (the one slot)."""
         k = self.keys
         drops: list[bytes] = []  # discarded (dead=False): just dropped from the list
         moves: list[tuple[bytes, str, str, str]] = []  # (raw, payload to push, queue key, queue)
@@ -249,7 +296,7 @@ class OrphanRecovery:
                     discarded.append(payload)
                 continue
             named = payload.get("queue")
-            queue = named if isinstance(named, str) else "default"
+            queue = home if home is not None else named if isinstance(named, str) else "default"
             new_raw = _writable(payload, queue)
             if new_raw is None:
                 # Read, but can't be written back (1e309 reads as inf; a queue name Redis can't be
@@ -261,7 +308,10 @@ class OrphanRecovery:
                 self._release_locks(payload)
                 continue
             moves.append((raw, new_raw, k.queue(queue), queue))
-        if drops or moves:
+        if (drops or moves) and home is not None:
+            handled += crossings.requeue_in_slot(self.redis, k, source, home, drops,
+                                                 [(raw, new_raw) for raw, new_raw, _key, _queue in moves])
+        elif drops or moves:
             handled += int(scripts.REQUEUE(self.redis, *scripts.requeue_args(source, k.queues, drops, moves)))
             for _raw, new_raw, _key, _queue in moves:
                 locks.retake_running(self.redis, self.keys, payloads.decode(new_raw))
@@ -294,6 +344,17 @@ class OrphanRecovery:
                      payloads.printable(payload.get("class")),
                      payloads.printable(payload.get("dead_reason") or payload.get("error_message")))
         dead = payloads.encode(payload) if stored is None else stored
+        if self.keys.spread:
+            # Dead (home slot) first, then off the list (its queue's slot): under the orphan lock,
+            # a crash between the two leaves it on the list, to be judged again. The record is best-effort.
+            if self.redis.lpos(source, raw) is None:  # type: ignore[arg-type]
+                return 0
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.lpush(self.keys.repeat_orphans, record)
+            pipe.ltrim(self.keys.repeat_orphans, 0, 999)
+            pipe.execute(raise_on_error=False)
+            crossings.file_from_list(self.redis, source, self.keys.dead, raw, time.time(), dead, below, cap)
+            return 1
         return int(scripts.ORPHAN_TO_DEAD(self.redis, [source, self.keys.dead, self.keys.repeat_orphans],
                                           [raw, time.time(), dead, record, below, cap]))
 
@@ -325,3 +386,7 @@ def _parse_beats(raw: dict[bytes, bytes]) -> dict[str, float]:
         except (ValueError, UnicodeDecodeError):
             logger.error("unreadable last-beat stamp %.50r for %.100r: skipped", value, field)
     return beats
+
+
+def _text(member: bytes | str) -> str:
+    return member.decode(errors="replace") if isinstance(member, bytes) else member

@@ -192,7 +192,7 @@ class Settler:
         for raw, filing in unfiled.items():
             try:
                 record = payloads.encode({"target": filing.target, "score": filing.score, "payload": filing.raw()})
-                scripts.PARK_UNSETTLED(self.fetch.redis, [self.fetch.in_progress, keys.unsettled], [raw, record])
+                self.fetch.park(raw, keys.unsettled, record)
             except Exception as exc:
                 logger.error("could not hand jid=%s over to %s (%s); left for orphan recovery",
                              payloads.printable(filing.payload.get("jid")), keys.unsettled, exc)

@@ -10,7 +10,8 @@ the writes made before it, so a remove followed by a failing push (the
 destination holding the wrong type) lost the job.
 
 One module per area: :mod:`.jobs` (a job's life), :mod:`.periodic` (periodic
-entries and locks), :mod:`.admin` (the api's scripts); :mod:`._base` runs them.
+entries and locks), :mod:`.admin` (the api's scripts), :mod:`.slots` (the steps of a
+cluster's crossings between slots); :mod:`._base` runs them.
 Every name is re-exported here: callers write ``scripts.PUSH``.
 """
 
@@ -42,6 +43,7 @@ from .jobs import (
 )
 from .periodic import HELD_LOCK, PERIODIC_CLAIM, PERIODIC_ENABLE, PERIODIC_ROLLBACK
 from .results import RESULT_FINISHED, RESULT_STARTED
+from .slots import ADD_TRIMMED, FORGET_REGISTRY, LEASE, REQUEUE_IN_SLOT
 
 __all__ = [
     "Script",
@@ -70,4 +72,8 @@ __all__ = [
     "PRUNE_QUEUES",
     "RESULT_STARTED",
     "RESULT_FINISHED",
+    "ADD_TRIMMED",
+    "LEASE",
+    "REQUEUE_IN_SLOT",
+    "FORGET_REGISTRY",
 ]

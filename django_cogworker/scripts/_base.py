@@ -27,7 +27,7 @@ class Script:
         """Queue on a pipeline, as EVAL: a NOSCRIPT reply in a pipeline can't be retried alone.
 
         (A raw EVAL: redis-py's cluster pipeline refuses its eval method; the command itself
-        is routed by its KEYS, all in one slot.)
+        is routed by its KEYS, all in one slot: the home slot or one queue's.)
         """
         pipe.execute_command("EVAL", self.source, len(keys), *keys, *args)
 

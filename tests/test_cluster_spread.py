@@ -1,0 +1,213 @@
+"""Redis Cluster, queues spread across shards: each queue's keys in its own slot (keys.py).
+
+A real three-primary cluster started here (one for the module). Two queues picked to land on
+different primaries: a worker drains both, a kill -9 leaves per-queue in-progress lists that
+another worker recovers, two due pollers move each entry once (and a poller dead between its
+lease and its push leaves the entry to come due again), a failure is filed in retry across
+slots, a queue key is quarantined within its slot, and the admin's pruning crosses slots.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import threading
+import time
+
+import pytest
+from helpers import FAST_ENV, Cluster, Worker, client_for, wait_until
+
+from django_cogworker import api, runtime, scripts
+from django_cogworker.conf import build_config
+from django_cogworker.crossings import LEASE_SECONDS
+from django_cogworker.engine.due import DueSweep
+from django_cogworker.engine.key_guard import KeyGuard
+from django_cogworker.engine.retry import RetryPolicy
+from django_cogworker.keys import Keys, for_config
+from testproject.demo.jobs import FailJob, FlakyJob, RecordJob, SleepJob
+
+PREFIX = "{cogworker}:"
+K = Keys(PREFIX, spread=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with Cluster(tmp_path_factory.mktemp("spread")) as started:
+        yield started
+
+
+@pytest.fixture
+def cr(cluster):
+    """A bytes cluster client; every primary flushed first."""
+    for node in cluster.nodes:
+        client = node.client()
+        client.flushdb()
+        client.close()
+    client = client_for(cluster.url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def on_cluster(cluster, settings):
+    settings.COGWORKER = {**settings.COGWORKER, "REDIS_URL": cluster.url}
+    yield
+    runtime.reset()
+
+
+@pytest.fixture(scope="module")
+def two_queues(cluster) -> list[str]:
+    """Two queue names whose slots two different primaries serve."""
+    names, ports = [], set()
+    for i in range(200):
+        port = cluster.node_of(K.queue(f"q{i}")).port
+        if port not in ports:
+            names.append(f"q{i}")
+            ports.add(port)
+        if len(names) == 2:
+            return names
+    raise AssertionError("no two queues on two primaries")
+
+
+def worker_env(cluster, **extra: str) -> dict[str, str]:
+    return {**FAST_ENV, "COGWORKER_REDIS_URL": cluster.url, "COGWORKER_CONCURRENCY": "4", **extra}
+
+
+def texts(values) -> list[str]:
+    return [v.decode() if isinstance(v, bytes) else v for v in values]
+
+
+def entry(jid: str, queue: str) -> str:
+    return json.dumps({"jid": jid, "class": "testproject.demo.jobs.RecordJob", "args": ["sp:due", jid],
+                       "queue": queue, "created_at": 1.0})
+
+
+def sweeper(cluster, clock=time.time) -> DueSweep:
+    config = build_config({"REDIS_URL": cluster.url})
+    return DueSweep(client_for(cluster.url), for_config(config), RetryPolicy(config), random.Random(1), clock,
+                    threading.Event())
+
+
+def test_the_key_names_on_a_cluster_and_off_it():
+    assert for_config(build_config({"REDIS_URL": "redis+cluster://h1:7000"})).spread
+    plain = for_config(build_config({"REDIS_URL": "redis://h1:6380/0"}))
+    assert not plain.spread and plain.queue("mail") == "cogworker:queue:mail"  # (a lone Redis: unchanged)
+    assert plain.in_progress("h:1", "mail") == "cogworker:in_progress:h:1"
+    assert K.queue("mail") == "{cogworker:q:mail}:queue" and K.queue_name(K.queue("a}b")) == "a}b"
+    assert K.in_progress("h:1", "mail") == "{cogworker:q:mail}:in_progress:h:1"
+    assert K.in_progress_parts(K.in_progress("h:1", "mail")) == ("h:1", "mail")
+    assert K.schedule == "{cogworker}:schedule"  # (the home slot)
+    user = Keys("app:{jobs}:", spread=True)  # a tag of the user's own: the queue goes inside it
+    assert user.queue("mail") == "app:{jobs:q:mail}:queue"
+
+
+def test_two_queues_on_two_primaries_are_drained_by_one_worker(cluster, cr, on_cluster, two_queues):
+    a, b = two_queues
+    assert cluster.node_of(K.queue(a)) is not cluster.node_of(K.queue(b))
+    assert cr.keyslot(K.queue(a)) != cr.keyslot(K.queues)
+    with Worker("-q", f"{a},{b}", env=worker_env(cluster), prefix=PREFIX) as worker:
+        identity = worker.wait_ready()
+        RecordJob.set(queue=a).perform_async("sp:ran", "async-a")
+        RecordJob.set(queue=b).perform_async("sp:ran", "async-b")
+        RecordJob.set(queue=b).perform_in(0.5, "sp:ran", "in-b")
+        RecordJob.set(queue=a).perform_bulk([["sp:ran", "bulk-1"], ["sp:ran", "bulk-2"]])
+        flaky = FlakyJob.set(queue=b).perform_async(fails=1)
+        FailJob.set(queue=a, retry=0).perform_async("sp: to dead")
+        wait_until(lambda: sorted(texts(cr.lrange("sp:ran", 0, -1))) ==
+                   ["async-a", "async-b", "bulk-1", "bulk-2", "in-b"], timeout=15, message="every push ran")
+        wait_until(lambda: cr.zcard(K.dead) == 1, timeout=10, message="the failing job filed in dead")
+        wait_until(lambda: f"FlakyJob {flaky}: succeeded on attempt 2" in worker.log(), timeout=20,
+                   message="the flaky job filed in retry, moved back by the poller, run again")
+        # Held while it runs: the in-progress list of that queue, on the queue's primary.
+        SleepJob.set(queue=b).perform_async(30, "sp:sleep")
+        wait_until(lambda: cr.llen(K.in_progress(identity, b)) == 1, timeout=10, message="b's in-progress list")
+        assert cluster.node_of(K.in_progress(identity, b)) is cluster.node_of(K.queue(b))
+        worker.term()
+        assert worker.wait(30) == 0, worker.log()
+    assert int(cr.get(K.stat_processed)) >= 7
+    assert cr.llen(K.queue(b)) == 1  # the sleeping job, handed back to its queue at shutdown
+    assert not cr.sismember(K.in_progress_identities, identity)  # every list empty: forgotten
+    assert {m.decode() for m in cr.smembers(K.queues)} >= {a, b}
+
+
+def test_a_worker_killed_mid_job_has_each_queues_list_recovered(cluster, cr, on_cluster, two_queues):
+    a, b = two_queues
+    env = worker_env(cluster)
+    with Worker("-q", f"{a},{b}", env=env, prefix=PREFIX) as doomed:
+        identity = doomed.wait_ready()
+        SleepJob.set(queue=a).perform_bulk([[3, "sp:sleep"] for _ in range(2)])
+        SleepJob.set(queue=b).perform_bulk([[3, "sp:sleep"] for _ in range(2)])
+        wait_until(lambda: cr.llen(K.in_progress(identity, a)) and cr.llen(K.in_progress(identity, b)),
+                   timeout=10, message="jobs of both queues running")
+        os.kill(doomed.pid, signal.SIGKILL)
+        doomed.wait(10)
+    with Worker("-q", f"{a},{b}", env=env, prefix=PREFIX) as rescuer:
+        rescuer.wait_ready()
+
+        def ended() -> set[str]:
+            return {e.split(":", 1)[1] for e in texts(cr.lrange("sp:sleep", 0, -1)) if e.startswith("end:")}
+
+        wait_until(lambda: len(ended()) == 4, timeout=40, message="all four jobs finished after the kill")
+        assert "recovered" in rescuer.log()
+        wait_until(lambda: not cr.sismember(K.in_progress_identities, identity), timeout=10)
+        assert cr.exists(K.in_progress(identity, a), K.in_progress(identity, b)) == 0
+        rescuer.term()
+        assert rescuer.wait(30) == 0
+
+
+def test_two_due_pollers_move_each_entry_once(cluster, cr, two_queues):
+    a, b = two_queues
+    now = time.time()
+    cr.zadd(K.schedule, {entry(f"j{i}", a if i % 2 else b): now - 1 - i / 1000 for i in range(60)})
+    sweeps = [sweeper(cluster), sweeper(cluster)]
+    moved: list[int] = []
+    threads = [threading.Thread(target=lambda s=s: moved.append(s.sweep())) for s in sweeps]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sum(moved) == 60 and cr.zcard(K.schedule) == 0
+    pushed = [json.loads(raw)["jid"] for q in (a, b) for raw in cr.lrange(K.queue(q), 0, -1)]
+    assert sorted(pushed) == sorted(f"j{i}" for i in range(60))  # each once
+    assert cr.llen(K.queue(a)) == 30 and {m.decode() for m in cr.smembers(K.queues)} == {a, b}
+
+
+def test_a_poller_dead_between_lease_and_push_leaves_the_entry_to_come_due_again(cluster, cr, two_queues):
+    a = two_queues[0]
+    now = time.time()
+    raw = entry("leased", a)
+    cr.zadd(K.schedule, {raw: now - 1})
+    # The first step of a move, as a poller that dies right after it leaves it: leased a minute ahead.
+    assert scripts.LEASE(cr, [K.schedule], [raw, repr(now - 1), repr(now + LEASE_SECONDS)]) == [1]
+    assert scripts.LEASE(cr, [K.schedule], [raw, repr(now - 1), repr(now + 99)]) == [0]  # (another: refused)
+    assert sweeper(cluster, clock=lambda: now).sweep() == 0  # not due again yet: nobody pushes it twice
+    assert cr.llen(K.queue(a)) == 0 and cr.zscore(K.schedule, raw) == pytest.approx(now + LEASE_SECONDS)
+    assert sweeper(cluster, clock=lambda: now + LEASE_SECONDS + 1).sweep() == 1  # due again: moved
+    assert cr.zcard(K.schedule) == 0 and json.loads(cr.lrange(K.queue(a), 0, -1)[0])["jid"] == "leased"
+
+
+def test_a_queue_key_is_quarantined_in_its_slot_and_the_admin_moves_across_slots(cluster, cr, on_cluster,
+                                                                                   two_queues):
+    a, b = two_queues
+    cr.set(K.queue(a), "not a list")
+    assert KeyGuard(cr, K, [a]).check() == [K.queue(a)]  # RENAME within a's slot
+    (moved,) = api.QuarantinedKey.all(redis=cr, keys=K)
+    assert moved.original == K.queue(a) and moved.type == "string"
+    assert cluster.node_of(moved.key) is cluster.node_of(K.queue(a))
+    assert moved.restore() and cr.get(K.queue(a)) == b"not a list"
+    cr.delete(K.queue(a))
+    # The admin's "retry all" and "run now": leased, pushed to each queue's slot, removed.
+    for i, q in enumerate((a, b, b)):
+        cr.zadd(K.retry, {entry(f"r{i}", q): time.time() + 600 + i})
+    assert api.RetrySet(redis=cr, keys=K).retry_all() == 3
+    assert (cr.llen(K.queue(a)), cr.llen(K.queue(b)), cr.zcard(K.retry)) == (1, 2, 0)
+    cr.zadd(K.schedule, {entry("s", a): time.time() + 600})
+    (scheduled,) = api.ScheduledSet(redis=cr, keys=K).page().items
+    assert scheduled.enqueue_now() and not scheduled.enqueue_now()  # (twice: moved once)
+    assert cr.llen(K.queue(a)) == 2
+    # Pruning crosses slots too: an empty queue's name goes, a queue with jobs stays.
+    cr.sadd(K.queues, "empty")
+    assert api.Queue.prune(redis=cr, keys=K) == 1
+    assert {m.decode() for m in cr.smembers(K.queues)} == {a, b}
