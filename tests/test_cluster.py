@@ -1,4 +1,4 @@
-"""Redis Cluster end to end: a real three-primary cluster started here, real `runcogworker` workers.
+"""Redis Cluster end to end: a real three-primary cluster (cluster_fixtures.py), real `runcogworker` workers.
 
 The prefix becomes ``{cogworker}:`` (the home slot) and each queue's keys go to the queue's own
 slot (``{cogworker:q:<q>}:``; test_cluster_spread.py has two queues on two primaries): pushes of
@@ -16,6 +16,7 @@ import threading
 import time
 
 import pytest
+from cluster_fixtures import cluster_fixture, cr_fixture, on_cluster_fixture  # noqa: F401 - fixtures
 from django.contrib.auth.models import User
 from django.test import Client
 from helpers import FAST_ENV, Cluster, Worker, client_for, wait_until
@@ -36,32 +37,6 @@ SLOT0 = 1_800_000_000  # a minute boundary (the periodic entry's test clock)
 ENTRY = {"name": "cl-every-minute", "cron": "* * * * *", "job": "testproject.demo.jobs.RecordJob",
          "args": ["cl:periodic", "tick"]}
 BASE = "/admin/django_cogworker/"
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with Cluster(tmp_path_factory.mktemp("cluster")) as started:
-        yield started
-
-
-@pytest.fixture
-def cr(cluster):
-    """A bytes cluster client; every primary flushed first (each test starts empty)."""
-    for node in cluster.nodes:
-        client = node.client()
-        client.flushdb()
-        client.close()
-    client = client_for(cluster.url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def on_cluster(cluster, settings):
-    """This process's pushers and admin on the cluster (the runtime is rebuilt from settings)."""
-    settings.COGWORKER = {**settings.COGWORKER, "REDIS_URL": cluster.url}
-    yield
-    runtime.reset()
 
 
 def worker_env(cluster, **extra: str) -> dict[str, str]:
@@ -293,7 +268,7 @@ def test_scripts_transactions_the_key_guard_and_quarantine_work_in_their_slots(c
 
 
 def test_a_failover_of_the_slots_primary_under_load(tmp_path, settings):
-    """kill -9 of the primary holding every key: its replica takes over; the worker and the pushers carry on.
+    """kill -9 of the home slot's primary: its replica takes over; the worker and the pushers carry on.
 
     Every job pushed before the kill was replicated first (WAIT), so none may be lost; one may run
     twice (at-least-once: an ack the old primary took but didn't pass on). Pushes refused during

@@ -1,10 +1,11 @@
 """Redis Cluster, queues spread across shards: each queue's keys in its own slot (keys.py).
 
-A real three-primary cluster started here (one for the module). Two queues picked to land on
-different primaries: a worker drains both, a kill -9 leaves per-queue in-progress lists that
-another worker recovers, two due pollers move each entry once (and a poller dead between its
-lease and its push leaves the entry to come due again), a failure is filed in retry across
-slots, a queue key is quarantined within its slot, and the admin's pruning crosses slots.
+A real three-primary cluster (cluster_fixtures.py: one for the session, shared with
+test_cluster.py). Two queues picked to land on different primaries: a worker drains both, a
+kill -9 leaves per-queue in-progress lists that another worker recovers, two due pollers move
+each entry once (and a poller dead between its lease and its push leaves the entry to come due
+again), a failure is filed in retry across slots, a queue key is quarantined within its slot,
+and the admin's pruning crosses slots.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import threading
 import time
 
 import pytest
-from helpers import FAST_ENV, Cluster, Worker, client_for, wait_until
+from cluster_fixtures import cluster_fixture, cr_fixture, on_cluster_fixture  # noqa: F401 - fixtures
+from helpers import FAST_ENV, Worker, client_for, wait_until
 
-from django_cogworker import api, runtime, scripts
+from django_cogworker import api, scripts
 from django_cogworker.conf import build_config
 from django_cogworker.crossings import LEASE_SECONDS
 from django_cogworker.engine.due import DueSweep
@@ -30,31 +32,6 @@ from testproject.demo.jobs import FailJob, FlakyJob, RecordJob, SleepJob
 
 PREFIX = "{cogworker}:"
 K = Keys(PREFIX, spread=True)
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with Cluster(tmp_path_factory.mktemp("spread")) as started:
-        yield started
-
-
-@pytest.fixture
-def cr(cluster):
-    """A bytes cluster client; every primary flushed first."""
-    for node in cluster.nodes:
-        client = node.client()
-        client.flushdb()
-        client.close()
-    client = client_for(cluster.url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def on_cluster(cluster, settings):
-    settings.COGWORKER = {**settings.COGWORKER, "REDIS_URL": cluster.url}
-    yield
-    runtime.reset()
 
 
 @pytest.fixture(scope="module")
