@@ -16,7 +16,8 @@ from django.test import Client
 from helpers import FAST_ENV, Worker, free_port, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_cogworker import runtime
+from django_cogworker import api, runtime
+from django_cogworker.engine.stats import Stats
 from django_cogworker.metrics import collect as collect_module
 from django_cogworker.metrics.exposition import CONTENT_TYPE
 from testproject.demo.jobs import FailJob, RecordJob
@@ -163,6 +164,31 @@ def test_redis_away_is_a_503_not_a_page_of_zeros(token, monkeypatch):
     monkeypatch.setattr(runtime, "get_redis", lambda: redis.Redis(port=free_port(), socket_connect_timeout=0.5))
     response = scrape()
     assert response.status_code == 503
+
+
+def test_a_heartbeat_flush_between_a_scrape_s_reads_never_shows_class_runs_the_total_lacks(r, token, monkeypatch):
+    # The scrape reads the totals and the per-class hashes in two round trips; a worker's flush
+    # can land between them. Here it lands right after whichever read comes first.
+    counts = Stats(KEYS)
+    for _ in range(4):
+        counts.job_done(False, "testproject.demo.jobs.RecordJob", 0.01)
+    pending = [counts]
+
+    def flush_after(read):
+        def reading(*args, **kwargs):
+            result = read(*args, **kwargs)
+            if pending:
+                pending.pop().flush(r)
+            return result
+        return reading
+
+    monkeypatch.setattr(api.JobClassStats, "all", flush_after(api.JobClassStats.all))
+    monkeypatch.setattr(api, "Stats", flush_after(api.Stats))
+    got = samples(scrape())
+    assert not pending  # (the flush did land between the reads)
+    runs = got.get(("cogworker_job_processed_total", (("class", "testproject.demo.jobs.RecordJob"),)), 0)
+    assert runs <= got["cogworker_processed_total", ()]
+    assert samples(scrape())["cogworker_processed_total", ()] == 4
 
 
 def test_a_real_worker_counts_runs_failures_and_seconds_by_class(r, token):

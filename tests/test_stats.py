@@ -182,3 +182,37 @@ def test_per_class_counts_survive_a_failed_flush_and_a_hash_of_the_wrong_type(bc
     assert r.hgetall(K.stat_class_failed) == {"shop.jobs.SendReceipt": "1"}
     assert float(r.hget(K.stat_class_seconds, "shop.jobs.SendReceipt")) == pytest.approx(1.0)
     assert len(r.keys(K.quarantine_prefix + "*")) == 1
+
+
+def test_totals_are_written_before_the_per_class_fields_even_after_a_partly_failed_flush(bclient, r):
+    # A scrape reads the per-class hashes, then the totals: written in this order, a flush landing
+    # between the reads never shows a class's runs that the totals lack (tests/test_metrics.py).
+    stats = Stats(K)
+    r.set(K.stat_class_seconds, "not a hash")
+    stats.job_done(False, "shop.jobs.SendReceipt", 0.5)
+    stats.flush(bclient, now=NOW)  # the seconds not written (the hash moved aside): carried over, alone
+    stats.job_done(False, "shop.jobs.SendReceipt", 0.5)
+    sent = []
+
+    class Recorded:
+        def __init__(self, pipe):
+            self.pipe = pipe
+
+        def __getattr__(self, name):
+            command = getattr(self.pipe, name)
+
+            def recording(*args, **kwargs):
+                sent.append((name, args[0] if args else None))
+                return command(*args, **kwargs)
+            return recording
+
+    class Recording:
+        def pipeline(self, *args, **kwargs):
+            return Recorded(bclient.pipeline(*args, **kwargs))
+
+    stats.flush(Recording(), now=NOW)
+    increments = [(name, key) for name, key in sent if name in ("incrby", "hincrby", "hincrbyfloat")]
+    names = [name for name, _ in increments]
+    assert names[:2] == ["incrby", "incrby"] and sorted(names[2:]) == ["hincrby", "hincrbyfloat"], names
+    assert r.get(K.stat_processed) == "2" and r.hget(K.stat_class_processed, "shop.jobs.SendReceipt") == "2"
+    assert float(r.hget(K.stat_class_seconds, "shop.jobs.SendReceipt")) == pytest.approx(1.0)

@@ -94,7 +94,9 @@ class Stats:
             increments[k.stat_class_seconds, job_class] += seconds
         if not increments:
             return
-        items = list(increments.items())
+        # Totals before the per-class fields (a scrape reads them in the other order, so it never
+        # shows class runs the totals don't count yet), even when a failed flush left classes first.
+        items = sorted(increments.items(), key=lambda item: bool(item[0][1]))
         try:
             pipe = redis.pipeline(transaction=False)
             for (key, field), amount in items:
