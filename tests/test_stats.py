@@ -20,20 +20,39 @@ DAY = "2026-03-14"
 
 
 class Counting:
-    """A real client that counts what is sent: round trips (pipelines) and single commands."""
+    """A real client that counts what is sent: round trips (pipelines) and single commands, and
+    records each pipelined command's name in ``sent``, in order."""
 
     def __init__(self, client):
         self.client = client
         self.pipelines = 0
         self.commands = 0
+        self.sent: list[str] = []
 
     def pipeline(self, *args, **kwargs):
         self.pipelines += 1
-        return self.client.pipeline(*args, **kwargs)
+        return Recorded(self.client.pipeline(*args, **kwargs), self.sent)
 
     def __getattr__(self, name):
         self.commands += 1
         return getattr(self.client, name)
+
+
+class Recorded:
+    """A real pipeline that notes the name of each command queued on it."""
+
+    def __init__(self, pipe, sent: list[str]):
+        self.pipe, self.sent = pipe, sent
+
+    def __getattr__(self, name):
+        command = getattr(self.pipe, name)
+        if name == "execute":
+            return command
+
+        def queue(*args, **kwargs):
+            self.sent.append(name)
+            return command(*args, **kwargs)
+        return queue
 
 
 @pytest.fixture
@@ -192,27 +211,9 @@ def test_totals_are_written_before_the_per_class_fields_even_after_a_partly_fail
     stats.job_done(False, "shop.jobs.SendReceipt", 0.5)
     stats.flush(bclient, now=NOW)  # the seconds not written (the hash moved aside): carried over, alone
     stats.job_done(False, "shop.jobs.SendReceipt", 0.5)
-    sent = []
-
-    class Recorded:
-        def __init__(self, pipe):
-            self.pipe = pipe
-
-        def __getattr__(self, name):
-            command = getattr(self.pipe, name)
-
-            def recording(*args, **kwargs):
-                sent.append((name, args[0] if args else None))
-                return command(*args, **kwargs)
-            return recording
-
-    class Recording:
-        def pipeline(self, *args, **kwargs):
-            return Recorded(bclient.pipeline(*args, **kwargs))
-
-    stats.flush(Recording(), now=NOW)
-    increments = [(name, key) for name, key in sent if name in ("incrby", "hincrby", "hincrbyfloat")]
-    names = [name for name, _ in increments]
+    counting = Counting(bclient)
+    stats.flush(counting, now=NOW)
+    names = [name for name in counting.sent if name in ("incrby", "hincrby", "hincrbyfloat")]
     assert names[:2] == ["incrby", "incrby"] and sorted(names[2:]) == ["hincrby", "hincrbyfloat"], names
     assert r.get(K.stat_processed) == "2" and r.hget(K.stat_class_processed, "shop.jobs.SendReceipt") == "2"
     assert float(r.hget(K.stat_class_seconds, "shop.jobs.SendReceipt")) == pytest.approx(1.0)
