@@ -52,7 +52,9 @@ def test_reconcile_still_works_while_settlements_are_pending(launcher_factory, m
     running = launcher_factory()
     fetch = running.launcher.fetch
     token = new_token()
-    acked = running.push(Note, token, "ack fails")
+    # Both failures are in place before either job is pushed: a worker this quick would otherwise
+    # run and ack the first one before its ack could be made to fail.
+    acked = JobSetter(Note, {}).build([token, "ack fails"], {})
     fail_acks(fetch, lambda raw: payloads.decode(raw)["jid"] == acked["jid"], monkeypatch)
     real_file = fetch.file
 
@@ -62,7 +64,9 @@ def test_reconcile_still_works_while_settlements_are_pending(launcher_factory, m
         real_file(raw, filing, trim)
 
     monkeypatch.setattr(fetch, "file", file)
-    failed = running.push(Boom, token)
+    failed = JobSetter(Boom, {}).build([token], {})
+    running.client.push(acked)
+    running.client.push(failed)
     wait_until(lambda: len(running.manager.pending_settlements()) == 2, timeout=10, message="both pending")
 
     stranded = JobSetter(Note, {}).build([token, "stranded"], {})
