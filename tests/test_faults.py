@@ -23,7 +23,7 @@ from redis.retry import Retry
 from django_cogworker.client import Client
 from django_cogworker.conf import build_config
 from django_cogworker.keys import Keys
-from testproject.demo.jobs import FileMarkJob, KillSelfJob, RecordThenSleepJob, SleepJob
+from testproject.demo.jobs import FileMarkJob, GatedJob, KillSelfJob, RecordThenSleepJob
 
 K = Keys()
 THRESHOLD = float(FAST_ENV["COGWORKER_ORPHAN_THRESHOLD"])
@@ -53,7 +53,9 @@ def test_kill9_with_50_jobs_in_flight_all_run_again_on_a_live_worker(tmp_path, r
     env = {"COGWORKER_CONCURRENCY": "50"}
     with worker(tmp_path, name="victim", env=env) as victim:
         victim_id = victim.wait_ready()
-        jids = SleepJob.perform_bulk([[3.0, "marks"]] * 50)
+        # The jobs run until the gate opens, after the kill: with a fixed length (3 s) they could
+        # end, and be acked, while the survivor was still starting (over 3 s on a loaded machine).
+        jids = GatedJob.perform_bulk([["gate", "marks"]] * 50)
         wait_until(lambda: r.llen("marks") >= 50, timeout=20, message="50 jobs running")
         # Started only now, so the victim holds all 50.
         with worker(tmp_path, name="survivor", env=env) as survivor:
@@ -63,6 +65,7 @@ def test_kill9_with_50_jobs_in_flight_all_run_again_on_a_live_worker(tmp_path, r
             victim.kill9()
             killed_at = time.monotonic()
             assert victim.wait(10) == -9
+            r.set("gate", "open")  # so the reruns end at once
             wait_until(lambda: not r.exists(K.in_progress(victim_id)), timeout=THRESHOLD + 20,
                        message="the dead process's jobs requeued")
             recovered_after = time.monotonic() - killed_at

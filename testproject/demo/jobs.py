@@ -113,6 +113,19 @@ class SleepJob(Job):
         _record(key, f"end:{self.jid}")
 
 
+class GatedJob(Job):
+    """RPUSH key "start:<jid>", wait until the Redis key `gate` exists (`seconds` at most), RPUSH
+    key "end:<jid>" (kill -9 tests: a run that lasts until the test opens the gate, however long
+    the machine takes to start another worker meanwhile, and that ends at once when run again)."""
+
+    def perform(self, gate, key, seconds=60.0):
+        _record(key, f"start:{self.jid}")
+        deadline = time.monotonic() + seconds
+        while not get_redis().exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _record(key, f"end:{self.jid}")
+
+
 class FailJob(Job):
     """Always raises RuntimeError(message)."""
 
