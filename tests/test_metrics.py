@@ -200,9 +200,13 @@ def test_a_real_worker_counts_runs_failures_and_seconds_by_class(r, token):
         wait_until(lambda: r.llen("seen") == 3 and r.zcard("cogworker:retry") == 1, timeout=15)
         record = (("class", "testproject.demo.jobs.RecordJob"),)
         fail = (("class", "testproject.demo.jobs.FailJob"),)
-        # Written by the next heartbeat's flush (a beat every 0.5 s here).
-        got = wait_until(lambda: (s := samples(scrape())).get(("cogworker_job_processed_total", fail)) and s,
-                         timeout=10)
+        # Written by the heartbeat's flushes (a beat every 0.5 s here). Waiting for the failing
+        # class alone let a flush land between its count and the last RecordJob's (run, "seen"
+        # written, not counted yet): 2 runs of 3. Every run is in the totals once one scrape shows
+        # 4 (a flush writes a whole snapshot, totals and classes); the next scrape reads them all.
+        wait_until(lambda: samples(scrape()).get(("cogworker_processed_total", ())) == 4, timeout=10,
+                   message="every run counted")
+        got = samples(scrape())
         assert got["cogworker_job_processed_total", record] == 3 and got["cogworker_job_failed_total", record] == 0
         assert got["cogworker_job_failed_total", fail] == 1
         assert got["cogworker_job_duration_seconds_count", record] == 3
