@@ -143,7 +143,8 @@ def test_retry_with_context_then_success_and_a_failure(tmp_path, r):
         assert ["attempt 1 fails" in done.errors[0].traceback, "attempt 2 fails" in done.errors[1].traceback] == [
             True, True]
 
-        wait_until(lambda: status(fail, failed.id) == TaskResultStatus.FAILED, message="failed")
+        wait_until(lambda: status(fail, failed.id) == TaskResultStatus.FAILED and r.zcard(K.dead) == 1,
+                   message="failed, and filed in dead")
         gone = fail.get_result(failed.id)
         assert gone.errors[0].exception_class is ValueError and "no good" in gone.errors[0].traceback
         with pytest.raises(ValueError):
@@ -159,7 +160,9 @@ def test_a_task_past_its_timeout_fails_with_job_timeout(tmp_path, r):
     result = spin.enqueue(30)
     with worker(tmp_path) as w:
         w.wait_ready()
-        wait_until(lambda: status(spin, result.id) == TaskResultStatus.FAILED, timeout=15, message="timed out")
+        # The result is recorded as failed just before the job is filed in dead: wait for both.
+        wait_until(lambda: status(spin, result.id) == TaskResultStatus.FAILED and r.zcard(K.dead) == 1, timeout=15,
+                   message="timed out, and filed in dead")
         failed = spin.get_result(result.id)
         assert failed.errors[0].exception_class is JobTimeout
         assert "JobTimeout: the job ran past its timeout of 0.5s" in failed.errors[0].traceback
