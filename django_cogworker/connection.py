@@ -22,6 +22,7 @@ from redis.cluster import ClusterNode, RedisCluster, cleanup_kwargs
 from . import cluster
 from ._types import RedisClient
 from .conf import Config
+from .replies import accounted
 from .sentinel import is_sentinel_url, make_sentinel_redis
 
 # Blocking fetches wait on the server; a socket timeout shorter than the
@@ -45,7 +46,10 @@ def make_redis(config: Config, *, max_connections: int | None = None) -> RedisCl
         return make_sentinel_redis(config.redis_url, options)
     if cluster.is_cluster_url(config.redis_url):
         return make_cluster(config, options)
-    return redis.Redis.from_url(config.redis_url, **options)
+    client = redis.Redis.from_url(config.redis_url, **options)
+    # (from_url picks the class for the URL's scheme: TCP, TLS or a unix socket; none is open yet)
+    client.connection_pool.connection_class = accounted(client.connection_pool.connection_class)
+    return client
 
 
 def make_cluster(config: Config, options: dict[str, Any]) -> RedisCluster:
@@ -68,6 +72,8 @@ def make_cluster(config: Config, options: dict[str, Any]) -> RedisCluster:
             options[name] = parsed[name]
     if parsed["ssl"]:
         options["ssl"] = True
+    # (every node's pool: see ReplyAccounting; TLS keeps redis-py's SSLConnection underneath)
+    options["connection_class"] = accounted(redis.SSLConnection if parsed["ssl"] else redis.Connection)
     client = RedisCluster(startup_nodes=[ClusterNode(host, port) for host, port in parsed["seeds"]],
                           **own, **options)
     client.set_default_node(cluster.home_node(client, config.key_prefix))

@@ -117,13 +117,11 @@ def _held_client_class() -> Any:
 
         class HeldClient(redis.Redis):
             """A client on one held connection, checked before each command as the pool checks
-            a connection it hands out: one that has data waiting, or that the server closed, is
-            reconnected before the command is sent.
-
-            Data waiting: a job's timeout (engine/timeouts.py) is raised at whatever bytecode the
-            job's thread runs, which may fall between a command and the read of its reply; that
-            stale reply would be the next command's. Closed: after a Redis restart the command
-            would fail (the connections carry no retry), where a pooled one goes through.
+            a connection it hands out: one the server closed (after a Redis restart: the
+            connection carries no retry, where a pooled one goes through) is reconnected before
+            the command is sent. A reply left unread by an interrupted command (a job's timeout)
+            is the connection's own business: it reconnects before its next send
+            (replies.ReplyAccounting), whether or not that reply has arrived yet.
             """
 
             def _execute_command(self, *args: Any, **options: Any) -> Any:
@@ -132,7 +130,7 @@ def _held_client_class() -> Any:
                 # (select on the socket: one system call, where redis-py's can_read changes the
                 # socket's timeout and back around a read, for a saving that was mostly gone then)
                 if sock is not None and select.select((sock,), (), (), 0)[0]:
-                    conn.disconnect()  # type: ignore[union-attr]  # (data waiting, or the server's close: it reconnects to send)
+                    conn.disconnect()  # type: ignore[union-attr]  # (the server's close, or data it sent: reconnects to send)
                 return super()._execute_command(*args, **options)
 
         _HeldClient = HeldClient

@@ -26,7 +26,14 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import redis
-from redis.sentinel import Sentinel, SentinelConnectionPool
+from redis.sentinel import (
+    Sentinel,
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
+
+from .replies import accounted
 
 SCHEMES = ("redis+sentinel", "rediss+sentinel")
 DEFAULT_PORT = 26379
@@ -199,8 +206,9 @@ def make_sentinel_redis(url: str, options: Mapping[str, Any]) -> SentinelRedis:
         connection["username"] = target.username
     if target.password is not None:
         connection["password"] = target.password
-    if target.tls:
-        connection["ssl"] = True
+    # (see connection.ReplyAccounting: a command interrupted before its reply drops its connection)
+    base = SentinelManagedSSLConnection if target.tls else SentinelManagedConnection
+    connection["connection_class"] = accounted(base)
     connection.update(options)
     client = sentinel.master_for(target.service, redis_class=SentinelRedis, connection_pool_class=FollowingPool,
                                  check_interval=check_interval, **connection)

@@ -1,0 +1,211 @@
+"""replies.py: a command that does not complete never leaves its reply for the next command.
+
+What users rely on: after a job's timeout (or any exception) interrupts a Redis command between
+its send and its read, every later command on that thread, on the shared pool, in a pipeline,
+on Sentinel and on Cluster gets its own reply, never the interrupted one's: whether that reply
+had already arrived or was still on its way (held back here by ``CLIENT PAUSE``, which made the
+old ``select`` check miss it every time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+import pytest
+import redis
+import redis.connection
+from cluster_fixtures import cluster_fixture, cr_fixture, on_cluster_fixture  # noqa: F401 - fixtures
+from helpers import Sentinels
+
+from django_cogworker import runtime
+from django_cogworker.replies import ReplyAccounting, accounted
+
+
+class Interrupted(BaseException):
+    """What a job's timeout raises in its thread (a BaseException, like JobTimeout's delivery)."""
+
+
+@contextlib.contextmanager
+def reads_interrupted(monkeypatch, times: int = 1):
+    """The next ``times`` reply reads of this thread raise before reading: a command sent, its
+    reply left unread, as when a timeout lands between the two."""
+    real = redis.connection.AbstractConnection.read_response
+    me = threading.get_ident()
+    left = {"n": times}
+
+    def read_response(self, *args, **kwargs):
+        if threading.get_ident() == me and left["n"] > 0:
+            left["n"] -= 1
+            raise Interrupted()
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "read_response", read_response)
+    try:
+        yield
+    finally:
+        monkeypatch.setattr(redis.connection.AbstractConnection, "read_response", real)
+
+
+@contextlib.contextmanager
+def writes_held_back(admin, ms: int = 400):
+    """Every write command waits ``ms`` before it runs (CLIENT PAUSE ... WRITE): its reply is
+    still on its way when the next command is sent. Reads go through."""
+    admin.execute_command("CLIENT", "PAUSE", ms, "WRITE")
+    try:
+        yield
+    finally:
+        admin.execute_command("CLIENT", "UNPAUSE")
+
+
+def interrupted_incr(client, monkeypatch) -> None:
+    with reads_interrupted(monkeypatch), pytest.raises(Interrupted):
+        client.incr("counter")
+
+
+def in_thread(fn):
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            out["error"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(30)
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def test_a_thread_s_held_connection_reads_its_own_reply_after_an_interrupt_while_the_reply_is_on_its_way(
+        rb, monkeypatch):
+    rb.set("k", "v")
+
+    def work():
+        with runtime.own_connection():
+            client = runtime.get_redis()
+            client.ping()
+            with writes_held_back(rb):
+                interrupted_incr(client, monkeypatch)  # sent; its reply (1) not even arrived yet
+                got = client.get("k")
+            return got
+
+    assert in_thread(work) == b"v"
+    # The interrupted INCR ran at most once (a command a dropped connection left in Redis's input
+    # buffer is not run at all: like any command whose reply never came, it may or may not have).
+    assert rb.get("counter") in (None, b"1")
+
+
+def test_the_shared_pool_never_hands_out_a_connection_that_owes_a_reply(rb, monkeypatch):
+    rb.set("k", "v")
+    client = runtime.get_redis()
+    client.ping()
+    with writes_held_back(rb):
+        interrupted_incr(client, monkeypatch)  # its connection goes back to the pool, reply owed
+        assert client.get("k") == b"v"
+        assert client.get("k") == b"v"
+
+
+def test_a_pipeline_interrupted_between_its_send_and_its_replies_leaves_none_of_them_behind(rb, monkeypatch):
+    rb.set("k", "v")
+    client = runtime.get_redis()
+    for transaction in (False, True):
+        pipe = client.pipeline(transaction=transaction)
+        pipe.incr("counter").incr("counter").get("k")
+        with reads_interrupted(monkeypatch), pytest.raises(Interrupted):
+            pipe.execute()
+        assert client.get("k") == b"v"
+        assert client.mget("k", "k") == [b"v", b"v"]
+        assert client.pipeline().get("k").incr("other").execute()[0] == b"v"
+
+
+def test_an_interrupted_blocking_pop_does_not_answer_the_next_command(rb, monkeypatch):
+    # The fetcher's wait: BLMOVE on an empty queue, its nil reply due when the block ends.
+    rb.set("k", "v")
+    client = runtime.get_redis()
+    for wait in (0, 0.4):  # the next command sent before the nil is due, then after it came
+        with reads_interrupted(monkeypatch), pytest.raises(Interrupted):
+            client.blmove("empty", "elsewhere", 0.3, "RIGHT", "LEFT")
+        time.sleep(wait)
+        assert client.get("k") == b"v"
+
+
+def test_a_command_left_unread_is_never_read_by_the_next_in_a_thousand_tries(rb, monkeypatch):
+    # The race the select check lost, tried over and over: the reply sometimes there already,
+    # sometimes not yet. Every next command must read its own.
+    rb.set("k", "v")
+
+    def work():
+        wrong = []
+        with runtime.own_connection():
+            client = runtime.get_redis()
+            for i in range(1000):
+                with reads_interrupted(monkeypatch), pytest.raises(Interrupted):
+                    client.set("n", i)
+                got = client.get("k")
+                if got != b"v":
+                    wrong.append((i, got))
+        return wrong
+
+    assert in_thread(work) == []
+    assert rb.get("n") == b"999"
+
+
+def test_a_pubsub_connection_is_left_alone_with_replies_unread(rb):
+    # A subscriber's replies are read as messages come; owing some is its normal state.
+    pubsub = runtime.get_redis().pubsub()
+    try:
+        pubsub.subscribe("channel")
+        pubsub.ping("a")
+        pubsub.ping("b")  # (two sent, none read: a reconnect here would drop the subscription)
+        conn = pubsub.connection
+        rb.publish("channel", "hello")
+        seen = []
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and b"hello" not in seen:
+            message = pubsub.get_message(timeout=0.5)
+            if message:
+                seen.append(message["data"])
+        assert b"hello" in seen
+        assert pubsub.connection is conn and conn._sock is not None
+    finally:
+        pubsub.close()
+
+
+def test_the_cluster_client_s_node_connections_count_replies(cluster, on_cluster):
+    client = runtime.get_redis()
+    node = client.get_default_node().redis_connection
+    assert issubclass(node.connection_pool.connection_class, ReplyAccounting)
+    assert accounted(redis.Connection) is accounted(redis.Connection)  # (one class per base)
+    assert accounted(accounted(redis.Connection)) is accounted(redis.Connection)
+
+
+def test_on_a_cluster_an_interrupted_command_leaves_no_reply_behind(cluster, cr, on_cluster, monkeypatch):
+    client = runtime.get_redis()
+    client.set("k", "v")
+    admin = client.get_node_from_key("k").redis_connection
+    with writes_held_back(admin):
+        with reads_interrupted(monkeypatch), pytest.raises(Interrupted):
+            client.set("k", "w")  # (same slot, same node, same connection next)
+        assert client.get("k") == b"v"  # (the SET still held back: a read goes through)
+        assert client.get("k") == b"v"
+    assert client.get("k") in (b"v", b"w")  # (the interrupted SET ran, or not: never a stray reply)
+
+
+def test_on_sentinel_an_interrupted_command_leaves_no_reply_behind(tmp_path, monkeypatch):
+    sentinels = Sentinels(tmp_path / "servers").start()
+    try:
+        monkeypatch.setenv("COGWORKER_REDIS_URL", sentinels.url)
+        runtime.reset()
+        client = runtime.get_redis()
+        client.set("k", "v")
+        with writes_held_back(sentinels.primary.client()):
+            interrupted_incr(client, monkeypatch)
+            assert client.get("k") == b"v"
+    finally:
+        runtime.reset()
+        sentinels.cleanup()
