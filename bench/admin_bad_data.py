@@ -49,7 +49,7 @@ def run_case(case: str, options: argparse.Namespace) -> list[dict]:
     from admin_client import admin_client
 
     with admin_client() as (client, redis, keys):
-        from django_cogworker import payload as payloads
+        from django_cogworker.push import payload as payloads
 
         base = "/admin/django_cogworker/"
         now = time.time()

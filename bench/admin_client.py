@@ -25,7 +25,7 @@ def admin_client() -> Iterator[tuple[Any, Any, Any]]:
         from django.test import Client
         from django.test.utils import setup_test_environment
 
-        from django_cogworker.keys import Keys
+        from django_cogworker.broker.keys import Keys
 
         setup_test_environment()
         call_command("migrate", verbosity=0)

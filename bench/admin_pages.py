@@ -34,7 +34,7 @@ CHUNK = 2_000
 
 def fill(client, key: str, count: int, now: float) -> float:
     """Add ``count`` payloads to the sorted set ``key``; return the seconds it took."""
-    from django_cogworker import payload as payloads
+    from django_cogworker.push import payload as payloads
 
     started = time.perf_counter()
     pipe = client.pipeline(transaction=False)
@@ -72,7 +72,8 @@ def main() -> None:
     options = parser.parse_args()
 
     with admin_client() as (client, redis, keys):
-        from django_cogworker import api, runtime
+        from django_cogworker import api
+        from django_cogworker.push import runtime
 
         now = time.time()
         for key in (keys.dead, keys.schedule):

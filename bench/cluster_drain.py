@@ -73,7 +73,7 @@ def commands(node) -> int:
 
 def spread_queues(cluster, count: int) -> list[str]:
     """``count`` queue names whose slots different primaries of ``cluster`` serve (as far as it has them)."""
-    from django_cogworker.keys import Keys
+    from django_cogworker.broker.keys import Keys
 
     keys, names, ports = Keys("{cogworker}:", spread=True), [], []
     candidates = [(f"bench{i}", cluster.node_of(keys.queue(f"bench{i}")).port) for i in range(100)]

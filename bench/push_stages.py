@@ -69,10 +69,12 @@ def run(server: RedisServer, args: argparse.Namespace) -> None:
 
     from django.db import connection
 
-    from django_cogworker import Job, runtime, scripts
-    from django_cogworker import payload as payloads
-    from django_cogworker.arguments import check_call
-    from django_cogworker.job import JobSetter
+    from django_cogworker import Job
+    from django_cogworker.broker import scripts
+    from django_cogworker.push import payload as payloads
+    from django_cogworker.push import runtime
+    from django_cogworker.push.arguments import check_call
+    from django_cogworker.push.job import JobSetter
 
     class NoopIncr(Job):
         name = "bench.NoopIncr"

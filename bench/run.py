@@ -227,7 +227,7 @@ class Bench:
         import django
 
         django.setup()
-        from django_cogworker import runtime
+        from django_cogworker.push import runtime
 
         runtime.reset()
 
@@ -415,7 +415,7 @@ class Bench:
             # A queue that workers keep short: the client pushes it with the PUSH script (LPUSH +
             # SADD in Lua) every time, not LPUSH alone as onto a backlog (the row above). Its memory
             # of the queue's last length is wiped before each push to have that here, with no worker.
-            from django_cogworker.runtime import get_client
+            from django_cogworker.push.runtime import get_client
 
             pushed = get_client()._pushed
             for _ in range(n):
@@ -549,11 +549,11 @@ class Bench:
     def scale(self) -> None:
         from benchproject.jobs import Stamp
 
-        from django_cogworker import payload as payloads
-        from django_cogworker import runtime
-        from django_cogworker.engine.retry import RetryPolicy
-        from django_cogworker.engine.scheduled import Poller
-        from django_cogworker.keys import Keys
+        from django_cogworker.broker.keys import Keys
+        from django_cogworker.engine.schedule.poller import Poller
+        from django_cogworker.engine.settle.retry import RetryPolicy
+        from django_cogworker.push import payload as payloads
+        from django_cogworker.push import runtime
 
         config = runtime.get_config()
         redis = runtime.get_redis()

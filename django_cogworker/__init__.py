@@ -1,8 +1,16 @@
-"""django-cogworker: reliable Sidekiq-style background jobs on Redis for Django."""
+"""django-cogworker: reliable Sidekiq-style background jobs on Redis for Django.
 
+What a project imports is here. The package is laid out by who uses it (docs/architecture.md):
+``push/`` is what a view calls, ``engine/`` is ``runcogworker``, ``broker/`` is Redis, ``api/`` the
+object model the admin and the CLI read, and the root holds the Django app itself.
+"""
+
+from . import _moved
 from .errors import CogworkerError, ConfigError, JobTimeout, PayloadError, UnknownJobError, WrongTypeError
-from .job import Job, JobSetter
-from .periodic import periodic
+from .push.job import Job, JobSetter
+from .push.periodic import periodic
+from .push.results import get_result
+from .push.runtime import get_redis
 
 __version__ = "0.1.0"
 
@@ -16,5 +24,9 @@ __all__ = [
     "UnknownJobError",
     "WrongTypeError",
     "__version__",
+    "get_redis",
+    "get_result",
     "periodic",
 ]
+
+_moved.install()

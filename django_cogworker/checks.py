@@ -18,7 +18,7 @@ def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
     from django.conf import settings
 
     from .conf import build_config
-    from .middleware import import_string
+    from .push.middleware import import_string
 
     raw = getattr(settings, "COGWORKER", None)
     errors: list[checks.CheckMessage] = []
@@ -46,7 +46,7 @@ def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
             except ImportError as exc:
                 errors.append(checks.Error(f'COGWORKER["{name}"] entry {path!r} cannot be imported: {exc}',
                                            id="cogworker.E002"))
-    from .periodic import build_entries
+    from .push.periodic import build_entries
 
     periodic = setting("PERIODIC", "periodic", ())
     entries: list = []
@@ -73,7 +73,7 @@ def _unread_queues(queues: tuple[str, ...], entries: list) -> list[checks.CheckM
     doesn't list: its jobs would wait forever, unless some worker runs with ``-q`` naming it."""
     from django.apps import apps
 
-    from .job import registered, registry
+    from .push.job import registered, registry
 
     read = set(queues)
 
@@ -101,8 +101,8 @@ def _unread_queues(queues: tuple[str, ...], entries: list) -> list[checks.CheckM
 def _entry_arguments(entries: list) -> list[checks.CheckMessage]:
     """A warning for each periodic entry whose args and kwargs its job's ``perform`` can't take: each
     of its runs would fail (a push checks them; an entry's payload is built without a push's check)."""
-    from .arguments import check_call
-    from .job import registered
+    from .push.arguments import check_call
+    from .push.job import registered
 
     warnings = []
     for entry in entries:

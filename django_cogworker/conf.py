@@ -15,9 +15,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .cluster import has_hash_tag, is_cluster_url, tagged_prefix
+from .broker.cluster import has_hash_tag, is_cluster_url, tagged_prefix
+from .broker.urls import URL_SCHEMES, options_problem, redact_url, url_problem
 from .errors import ConfigError
-from .redis_urls import URL_SCHEMES, options_problem, redact_url, url_problem
 
 __all__ = ["URL_SCHEMES", "Config", "build_config", "redact_url", "validate"]  # (redact_url: its old home)
 
@@ -44,7 +44,7 @@ class Config:
     # supervisor, no fork); more, or "auto" (one per usable CPU), fork them under a supervisor.
     processes: int | str = 1
     # "auto": each worker of a supervisor pinned to a CPU of its own; "none"; or CPU numbers
-    # (engine/affinity.py says why, and what it costs).
+    # (engine/process/affinity.py says why, and what it costs).
     cpu_affinity: str | tuple[int, ...] = "auto"
     fetch: str = "reliable"
     shutdown_timeout: float = 25.0
@@ -83,7 +83,7 @@ class Config:
     heartbeat_interval: float = 5.0
     key_guard_interval: float = 60.0
     # Seconds a job may run on after its timeout's JobTimeout was raised before it counts as
-    # stuck (engine/timeouts.py: under --processes, its process is replaced).
+    # stuck (engine/run/timeouts.py: under --processes, its process is replaced).
     timeout_grace: float = 10.0
     tag: str = ""
     # The bearer token the metrics view accepts (``Authorization: Bearer <token>``); "" accepts

@@ -28,9 +28,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from . import runtime
 from .errors import UnknownJobError
-from .job import Job, call_perform, registered
+from .push import runtime
+from .push.job import Job, call_perform, registered
 
 
 def _run(payload: dict[str, Any]) -> Any:

@@ -6,7 +6,7 @@ without waiting for them.
 
 import time
 
-from django_cogworker.runtime import get_redis
+from django_cogworker.push.runtime import get_redis
 
 
 def redis_clock() -> float:

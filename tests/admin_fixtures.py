@@ -13,12 +13,12 @@ from typing import Any
 
 import redis as redis_lib
 
-from django_cogworker import payload as payloads
-from django_cogworker.engine.key_guard import KeyGuard
-from django_cogworker.engine.stats import day_of
-from django_cogworker.keys import Keys
-from django_cogworker.periodic.entries import Entry
-from django_cogworker.periodic.ticker import Ticker
+from django_cogworker.broker.keys import Keys
+from django_cogworker.engine.recovery.key_guard import KeyGuard
+from django_cogworker.engine.schedule.periodic_ticker import Ticker
+from django_cogworker.engine.settle.stats import day_of
+from django_cogworker.push import payload as payloads
+from django_cogworker.push.periodic import Entry
 
 XSS = "<script>alert('cogworker')</script>"
 XSS_ESCAPED = "&lt;script&gt;alert(&#x27;cogworker&#x27;)&lt;/script&gt;"

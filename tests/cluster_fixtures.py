@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from helpers import Cluster, client_for
 
-from django_cogworker import runtime
+from django_cogworker.push import runtime
 
 
 @pytest.fixture(scope="session", name="cluster")

@@ -3,7 +3,7 @@
 The server is started when this module is imported, and COGWORKER_REDIS_URL is pointed at it.
 pytest-django sets Django up (settings + app registry, so AppConfig.ready()) in its
 pytest_load_initial_conftests hook, *before* this conftest is imported; hence the call to
-django_cogworker.runtime.reset() below, which drops config/clients built from the earlier env.
+django_cogworker.push.runtime.reset() below, which drops config/clients built from the earlier env.
 Worker subprocesses (helpers.Worker) inherit the variable with os.environ.
 """
 
@@ -28,8 +28,8 @@ os.environ["COGWORKER_REDIS_URL"] = _redis.url
 def _reset_runtime() -> None:
     # The package is optional here only while runtime.py does not exist yet; a runtime module
     # that exists but fails to import must fail the run.
-    if importlib.util.find_spec("django_cogworker") and importlib.util.find_spec("django_cogworker.runtime"):
-        reset = getattr(importlib.import_module("django_cogworker.runtime"), "reset", None)
+    if importlib.util.find_spec("django_cogworker") and importlib.util.find_spec("django_cogworker.push.runtime"):
+        reset = getattr(importlib.import_module("django_cogworker.push.runtime"), "reset", None)
         if reset is not None:
             reset()
 

@@ -24,12 +24,12 @@ import pytest
 import redis
 from helpers import wait_until
 
-from django_cogworker.client import Client
+from django_cogworker.broker.connection import make_redis
+from django_cogworker.broker.keys import Keys
 from django_cogworker.conf import Config, build_config
-from django_cogworker.connection import make_redis
-from django_cogworker.engine.launcher import Launcher
-from django_cogworker.job import Job, JobSetter
-from django_cogworker.keys import Keys
+from django_cogworker.engine.process.launcher import Launcher
+from django_cogworker.push.client import Client
+from django_cogworker.push.job import Job, JobSetter
 
 # Tiny intervals keep the engine tests fast. The socket timeout caps a blocking fetch at 0.25 s
 # (half a second under it), so a stop never waits long for the fetcher.

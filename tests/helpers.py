@@ -73,7 +73,7 @@ def redis_server_binary() -> str:
 def connect(url: str, **kwargs: Any) -> Any:
     """A client of ``url``: a redis:// one, a redis+sentinel:// one (its primary) or a
     redis+cluster:// seed list (redis-py's cluster client); the caller closes it."""
-    from django_cogworker.sentinel import is_sentinel_url, make_sentinel_redis
+    from django_cogworker.broker.sentinel import is_sentinel_url, make_sentinel_redis
 
     if is_sentinel_url(url):
         return make_sentinel_redis(url, kwargs)

@@ -20,13 +20,13 @@ from engine_fixtures import (
 from helpers import wait_until
 
 from django_cogworker import Job
-from django_cogworker import payload as payloads
-from django_cogworker.connection import make_redis
-from django_cogworker.engine.key_guard import KeyGuard
-from django_cogworker.engine.orphans import OrphanRecovery
-from django_cogworker.engine.retry import RetryPolicy
-from django_cogworker.engine.scheduled import Poller
-from django_cogworker.keys import Keys
+from django_cogworker.broker.connection import make_redis
+from django_cogworker.broker.keys import Keys
+from django_cogworker.engine.recovery.key_guard import KeyGuard
+from django_cogworker.engine.recovery.orphans import OrphanRecovery
+from django_cogworker.engine.schedule.poller import Poller
+from django_cogworker.engine.settle.retry import RetryPolicy
+from django_cogworker.push import payload as payloads
 
 K = Keys()
 

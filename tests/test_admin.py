@@ -15,7 +15,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from django_cogworker import api
-from django_cogworker import payload as payloads
+from django_cogworker.push import payload as payloads
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,7 @@ import pytest
 from helpers import FAST_ENV, Worker, pid_alive, wait_until
 
 from django_cogworker.conf import build_config
-from django_cogworker.engine import affinity
+from django_cogworker.engine.process import affinity
 from django_cogworker.errors import ConfigError
 
 ALLOWED = sorted(os.sched_getaffinity(0))

@@ -16,10 +16,10 @@ from django.core.management import call_command
 from helpers import FAST_ENV, Worker, wait_until
 
 from django_cogworker import api
-from django_cogworker.client import Client
+from django_cogworker.broker.keys import Keys
 from django_cogworker.conf import build_config
-from django_cogworker.job import JobSetter
-from django_cogworker.keys import Keys
+from django_cogworker.push.client import Client
+from django_cogworker.push.job import JobSetter
 from testproject.demo.jobs import RecordJob
 
 K = Keys()

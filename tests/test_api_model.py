@@ -21,13 +21,15 @@ from admin_fixtures import (
 )
 from helpers import FAST_ENV, Worker, wait_until
 
-from django_cogworker import api, scripts, unique
-from django_cogworker import payload as payloads
+from django_cogworker import api
+from django_cogworker.broker import scripts
 from django_cogworker.conf import Config
-from django_cogworker.engine.stats import Stats as EngineStats
-from django_cogworker.engine.stats import day_of
-from django_cogworker.periodic.entries import Entry
-from django_cogworker.periodic.ticker import Ticker
+from django_cogworker.engine.schedule.periodic_ticker import Ticker
+from django_cogworker.engine.settle.stats import Stats as EngineStats
+from django_cogworker.engine.settle.stats import day_of
+from django_cogworker.push import payload as payloads
+from django_cogworker.push import unique
+from django_cogworker.push.periodic import Entry
 
 
 def fill(rb, key, n, *, start=1_000_000.0, **fields):

@@ -7,7 +7,7 @@ import enum
 
 import pytest
 
-from django_cogworker.arguments import check_json_native
+from django_cogworker.push.arguments import check_json_native
 
 
 class _Kind(enum.IntEnum):

@@ -19,7 +19,7 @@ from django.core.management.base import CommandError
 from helpers import FAST_ENV, Worker, free_port, wait_until
 
 from django_cogworker import api
-from django_cogworker.keys import Keys
+from django_cogworker.broker.keys import Keys
 from testproject.demo.jobs import RecordJob
 
 K = Keys()
@@ -225,7 +225,7 @@ def test_quiet_and_stop_reach_a_running_worker(r):
 
 
 def test_an_unreachable_redis_is_a_clear_error(monkeypatch):
-    from django_cogworker import runtime
+    from django_cogworker.push import runtime
 
     monkeypatch.setattr(runtime, "get_redis", lambda: redis.Redis(host="127.0.0.1", port=free_port(), socket_timeout=1))
     with pytest.raises(CommandError, match="can't reach Redis") as caught:

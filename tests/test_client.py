@@ -13,9 +13,10 @@ import redis
 from django.db import transaction
 from django.test import override_settings
 
-from django_cogworker import CogworkerError, Job, WrongTypeError, api, runtime
-from django_cogworker.client import BACKLOG, RELIST_EVERY, Client
+from django_cogworker import CogworkerError, Job, WrongTypeError, api
 from django_cogworker.conf import build_config
+from django_cogworker.push import runtime
+from django_cogworker.push.client import BACKLOG, RELIST_EVERY, Client
 
 MIDDLEWARE = "middleware_fixtures."
 
@@ -285,7 +286,7 @@ def test_a_listing_refused_after_an_lpush_leaves_the_push_done_and_is_tried_agai
     r.delete("cogworker:queue:default")
     r.set("cogworker:queues", "not a set")  # (until the key guard moves it aside)
     r.config_resetstat()
-    with caplog.at_level(logging.ERROR, logger="django_cogworker.client"):
+    with caplog.at_level(logging.ERROR, logger="django_cogworker.push.client"):
         jid = Push.perform_async("x")  # no error: the job is queued, only the listing failed
     assert [p["jid"] for p in queued(r)] == [jid]
     assert "cogworker:queues not updated" in caplog.text and "WRONGTYPE" in caplog.text
@@ -319,7 +320,7 @@ def test_a_listing_lost_under_a_backlog_is_restored_within_relist_every(redis_ur
 
 
 def test_perform_bulk_jobs_share_created_at_and_are_stored_as_encode_writes_them(r):
-    from django_cogworker import payload as payloads
+    from django_cogworker.push import payload as payloads
 
     Push.perform_bulk([(1,), ("é", {"k": [1.5]}), (3,)])
     raws = r.lrange("cogworker:queue:default", 0, -1)
@@ -496,13 +497,13 @@ def channel_less_url(redis_url, r):
 
 
 def test_a_refused_announcement_does_not_fail_the_push(channel_less_url, r, caplog, monkeypatch):
-    from django_cogworker import client as client_module
+    from django_cogworker.push import client as client_module
 
     monkeypatch.setattr(client_module, "_wake_warned", False)
     conn = redis.Redis.from_url(channel_less_url)
     try:
         client = Client(build_config({}, {}), conn)
-        with caplog.at_level(logging.DEBUG, logger="django_cogworker.client"):
+        with caplog.at_level(logging.DEBUG, logger="django_cogworker.push.client"):
             jids = [client.push({"jid": f"j{i}", "class": Push.name, "args": [i], "kwargs": {}, "queue": "default",
                                  "retry": True}, at=time.time() + 60, on_commit=False) for i in range(3)]
     finally:
@@ -520,7 +521,7 @@ PUSH_ONLY = """
 import sys, time
 import redis
 from django_cogworker import Job
-from django_cogworker.client import Client
+from django_cogworker.push.client import Client
 from django_cogworker.conf import build_config
 
 class Once(Job):

@@ -21,14 +21,15 @@ from django.contrib.auth.models import User
 from django.test import Client
 from helpers import FAST_ENV, Cluster, Worker, client_for, wait_until
 
-from django_cogworker import api, runtime
-from django_cogworker.cluster import scan_page, stacked_commands, tagged_prefix
+from django_cogworker import api
+from django_cogworker.broker.cluster import scan_page, stacked_commands, tagged_prefix
+from django_cogworker.broker.keys import Keys
 from django_cogworker.conf import build_config
-from django_cogworker.engine.key_guard import KeyGuard
-from django_cogworker.engine.wakeups import Wakeups
+from django_cogworker.engine.loops import redis_time
+from django_cogworker.engine.recovery.key_guard import KeyGuard
+from django_cogworker.engine.schedule.wakeups import Wakeups
 from django_cogworker.errors import ConfigError
-from django_cogworker.keys import Keys
-from django_cogworker.loops import redis_time
+from django_cogworker.push import runtime
 from testproject.demo.jobs import FailJob, FlakyJob, RecordJob, SleepJob
 
 PREFIX = "{cogworker}:"

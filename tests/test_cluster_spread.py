@@ -21,13 +21,14 @@ import pytest
 from cluster_fixtures import cluster_fixture, cr_fixture, on_cluster_fixture  # noqa: F401 - fixtures
 from helpers import FAST_ENV, Worker, client_for, wait_until
 
-from django_cogworker import api, scripts
+from django_cogworker import api
+from django_cogworker.broker import scripts
+from django_cogworker.broker.crossings import LEASE_SECONDS
+from django_cogworker.broker.keys import Keys, for_config
 from django_cogworker.conf import build_config
-from django_cogworker.crossings import LEASE_SECONDS
-from django_cogworker.engine.due import DueSweep
-from django_cogworker.engine.key_guard import KeyGuard
-from django_cogworker.engine.retry import RetryPolicy
-from django_cogworker.keys import Keys, for_config
+from django_cogworker.engine.recovery.key_guard import KeyGuard
+from django_cogworker.engine.schedule.due import DueSweep
+from django_cogworker.engine.settle.retry import RetryPolicy
 from testproject.demo.jobs import FailJob, FlakyJob, RecordJob, SleepJob
 
 PREFIX = "{cogworker}:"

@@ -14,8 +14,9 @@ import redis
 from django.test import override_settings
 from helpers import RedisServer, Worker, wait_until
 
-from django_cogworker import ConfigError, Job, runtime
+from django_cogworker import ConfigError, Job
 from django_cogworker.conf import SETTINGS, Config, build_config, redact_url
+from django_cogworker.push import runtime
 
 PASSWORD = "s3cret-Pw"
 

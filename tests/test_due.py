@@ -1,4 +1,4 @@
-"""The due sweep (engine/due.py): due schedule and retry entries to their queues, poison to dead."""
+"""The due sweep (engine/schedule/due.py): due schedule and retry entries to their queues, poison to dead."""
 
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ from poller_fixtures import (
     queued,
 )
 
-from django_cogworker import payload as payloads
-from django_cogworker.connection import make_redis
-from django_cogworker.engine import due
-from django_cogworker.engine.due import BATCH
+from django_cogworker.broker.connection import make_redis
+from django_cogworker.engine.schedule import due
+from django_cogworker.engine.schedule.due import BATCH
+from django_cogworker.push import payload as payloads
 from testproject.demo.jobs import RecordJob
 
 

@@ -20,9 +20,9 @@ from helpers import FAST_ENV, RedisServer, Worker, refuse, serve_again, wait_unt
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_cogworker.client import Client
+from django_cogworker.broker.keys import Keys
 from django_cogworker.conf import build_config
-from django_cogworker.keys import Keys
+from django_cogworker.push.client import Client
 from testproject.demo.jobs import FileMarkJob, GatedJob, KillSelfJob, RecordThenSleepJob
 
 K = Keys()

@@ -1,4 +1,4 @@
-"""The fetch contract (engine/fetch.py), one suite run against ReliableFetch and BasicFetch.
+"""The fetch contract (engine/fetch/contract.py), one suite run against ReliableFetch and BasicFetch.
 
 Outage tests use a redis-server of their own, made to refuse writes as a failover (READONLY) or a
 full memory (OOM) does, and run the fetch under the Watchdog as the manager's fetcher thread does.
@@ -18,15 +18,15 @@ import redis
 from engine_fixtures import make_config
 from helpers import RedisServer, refuse, serve_again
 
-from django_cogworker import payload as payloads
-from django_cogworker.connection import make_redis
-from django_cogworker.engine import fetch as fetch_module
-from django_cogworker.engine.fetch import Fetch, Unit
-from django_cogworker.engine.fetch_basic import BasicFetch
-from django_cogworker.engine.fetch_reliable import ReliableFetch
-from django_cogworker.engine.retry import Filing
-from django_cogworker.keys import Keys
-from django_cogworker.loops import Watchdog
+from django_cogworker.broker.connection import make_redis
+from django_cogworker.broker.keys import Keys
+from django_cogworker.engine.fetch.basic import BasicFetch
+from django_cogworker.engine.fetch.contract import Fetch, Unit
+from django_cogworker.engine.fetch.registry import make_fetch as make_strategy
+from django_cogworker.engine.fetch.reliable import ReliableFetch
+from django_cogworker.engine.loops import Watchdog
+from django_cogworker.engine.settle.retry import Filing
+from django_cogworker.push import payload as payloads
 
 K = Keys()
 MODES = {"reliable": ReliableFetch, "basic": BasicFetch}
@@ -430,7 +430,7 @@ def test_a_fetch_failing_for_another_reason_is_still_logged_with_its_traceback_o
 
 
 def test_make_fetch_builds_the_strategy_the_config_names_and_each_is_a_fetch(redis_url, bclient, mode):
-    fetch = fetch_module.make_fetch(make_config(redis_url, FETCH=mode), bclient, K, "host:1:abc")
+    fetch = make_strategy(make_config(redis_url, FETCH=mode), bclient, K, "host:1:abc")
     assert type(fetch) is MODES[mode] and isinstance(fetch, Fetch)
     assert not MODES[mode].__abstractmethods__  # every call the engine makes is declared and answered
 

@@ -9,9 +9,9 @@ import redis
 from engine_fixtures import Boom, Note, fail_acks, launcher_factory_fixture, new_token, runs  # noqa: F401 - fixture
 from helpers import wait_until
 
-from django_cogworker import payload as payloads
-from django_cogworker.engine import launcher as launcher_module
-from django_cogworker.job import JobSetter
+from django_cogworker.engine.process import launcher as launcher_module
+from django_cogworker.push import payload as payloads
+from django_cogworker.push.job import JobSetter
 
 
 def test_a_job_stranded_on_our_list_runs_after_two_reconciles(launcher_factory, monkeypatch, r):

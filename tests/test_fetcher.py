@@ -1,4 +1,5 @@
-"""The fetcher thread (engine/fetcher.py) through a real in-process Launcher: never more jobs than idle processors."""
+"""The fetcher thread (engine/fetch/fetcher.py) through a real in-process Launcher: never more jobs than idle
+processors."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ from engine_fixtures import (
 )
 from helpers import wait_until
 
-from django_cogworker import payload as payloads
-from django_cogworker.job import Job
-from django_cogworker.keys import Keys
+from django_cogworker.broker.keys import Keys
+from django_cogworker.push import payload as payloads
+from django_cogworker.push.job import Job
 
 K = Keys()
 

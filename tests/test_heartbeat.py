@@ -20,13 +20,13 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_cogworker import payload as payloads
 from django_cogworker.api import ProcessSet
+from django_cogworker.broker.keys import Keys
 from django_cogworker.conf import build_config
-from django_cogworker.engine import heartbeat as heartbeat_module
-from django_cogworker.engine.fetch import Unit
-from django_cogworker.engine.launcher import Launcher
-from django_cogworker.keys import Keys
+from django_cogworker.engine.fetch.contract import Unit
+from django_cogworker.engine.process import heartbeat as heartbeat_module
+from django_cogworker.engine.process.launcher import Launcher
+from django_cogworker.push import payload as payloads
 
 K = Keys()
 ID = "hbhost:4242:abcdef"

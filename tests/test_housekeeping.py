@@ -1,4 +1,4 @@
-"""The poller's housekeeping (engine/housekeeping.py): key guard when due, orphan check, unsettled jobs."""
+"""The poller's housekeeping (engine/recovery/housekeeping.py): key guard when due, orphan check, unsettled jobs."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from poller_fixtures import (
     queued,
 )
 
-from django_cogworker import payload as payloads
-from django_cogworker.engine.settling import file_unsettled
+from django_cogworker.engine.settle.settling import file_unsettled
+from django_cogworker.push import payload as payloads
 
 
 def test_unsettled_records_are_filed(poller, r):

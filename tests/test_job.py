@@ -12,7 +12,7 @@ import zoneinfo
 import pytest
 
 from django_cogworker import CogworkerError, Job, JobSetter
-from django_cogworker.job import registered, registry
+from django_cogworker.push.job import registered, registry
 from testproject.demo.jobs import SendReceipt
 
 
@@ -62,7 +62,7 @@ def test_explicit_name_is_used_and_survives_a_move():
 def test_registry_resolves_names_never_imports():
     # A payload naming any importable callable must not be run: only registered jobs exist.
     assert registered("os.system") is None
-    assert registered("django_cogworker.job.Job") is None
+    assert registered("django_cogworker.push.job.Job") is None
 
 
 def test_a_second_class_taking_a_name_is_refused():

@@ -15,9 +15,9 @@ import pytest
 import redis
 from helpers import FAST_ENV, Worker, wait_until
 
-from django_cogworker.engine.key_guard import KeyGuard
-from django_cogworker.keys import Keys
-from django_cogworker.quarantine import QUARANTINE_TTL
+from django_cogworker.broker.keys import Keys
+from django_cogworker.broker.quarantine import QUARANTINE_TTL
+from django_cogworker.engine.recovery.key_guard import KeyGuard
 
 K = Keys()
 FIXED = K.fixed_types()

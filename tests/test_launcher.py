@@ -18,11 +18,11 @@ from helpers import RedisServer, wait_until
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_cogworker.client import Client
+from django_cogworker.broker.connection import make_redis
+from django_cogworker.broker.keys import Keys
 from django_cogworker.conf import build_config
-from django_cogworker.connection import make_redis
-from django_cogworker.engine.launcher import Launcher
-from django_cogworker.keys import Keys
+from django_cogworker.engine.process.launcher import Launcher
+from django_cogworker.push.client import Client
 from testproject.demo.jobs import RecordJob, SleepJob
 
 K = Keys()

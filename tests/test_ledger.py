@@ -1,4 +1,4 @@
-"""The ledger (engine/ledger.py): this process's record of the jobs handed over and running.
+"""The ledger (engine/fetch/ledger.py): this process's record of the jobs handed over and running.
 
 No Redis here: the ledger is memory only, trusted over Redis on purpose.
 """
@@ -9,9 +9,9 @@ import collections
 import json
 import threading
 
-from django_cogworker import payload as payloads
-from django_cogworker.engine.fetch import Unit
-from django_cogworker.engine.ledger import Ledger
+from django_cogworker.engine.fetch.contract import Unit
+from django_cogworker.engine.fetch.ledger import Ledger
+from django_cogworker.push import payload as payloads
 
 
 def unit(jid="j1", queue="default"):

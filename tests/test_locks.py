@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import logging
 
-from django_cogworker import locks
-from django_cogworker.keys import Keys
-from django_cogworker.locks import QUEUED_TTL, retake_running
+from django_cogworker.broker import locks
+from django_cogworker.broker.keys import Keys
+from django_cogworker.broker.locks import QUEUED_TTL, retake_running
 
 K = Keys()
 

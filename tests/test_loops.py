@@ -8,7 +8,7 @@ import time
 import pytest
 import redis
 
-from django_cogworker.loops import redis_time, run_each
+from django_cogworker.engine.loops import redis_time, run_each
 
 logger = logging.getLogger("django_cogworker.tests")
 

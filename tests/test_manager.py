@@ -1,4 +1,4 @@
-"""The manager (engine/manager.py) through a real in-process Launcher: quiet, and stop's order of things.
+"""The manager (engine/process/manager.py) through a real in-process Launcher: quiet, and stop's order of things.
 
 Settling (acks, filings, pending settlements, the shutdown hand-off) is tested in test_settling.py.
 """
@@ -22,10 +22,10 @@ from engine_fixtures import (
 )
 from helpers import wait_until
 
-from django_cogworker import payload as payloads
-from django_cogworker.engine.fetch import Unit
-from django_cogworker.engine.launcher import Launcher
-from django_cogworker.keys import Keys
+from django_cogworker.broker.keys import Keys
+from django_cogworker.engine.fetch.contract import Unit
+from django_cogworker.engine.process.launcher import Launcher
+from django_cogworker.push import payload as payloads
 
 K = Keys()
 

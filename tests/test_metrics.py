@@ -16,10 +16,11 @@ from django.test import Client
 from helpers import FAST_ENV, Worker, free_port, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_cogworker import api, runtime
-from django_cogworker.engine.stats import Stats
+from django_cogworker import api
+from django_cogworker.engine.settle.stats import Stats
 from django_cogworker.metrics import collect as collect_module
 from django_cogworker.metrics.exposition import CONTENT_TYPE
+from django_cogworker.push import runtime
 from testproject.demo.jobs import FailJob, RecordJob
 
 URL = "/cogworker/metrics"

@@ -16,9 +16,9 @@ from engine_fixtures import (
 )
 from helpers import wait_until
 
-from django_cogworker import db
-from django_cogworker.keys import Keys
-from django_cogworker.middleware import build_chain, import_string, load
+from django_cogworker.broker.keys import Keys
+from django_cogworker.engine.run import db
+from django_cogworker.push.middleware import build_chain, import_string, load
 
 K = Keys()
 

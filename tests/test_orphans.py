@@ -18,11 +18,11 @@ import time
 import pytest
 import redis
 
-from django_cogworker import payload as payloads
+from django_cogworker.broker.keys import Keys
 from django_cogworker.conf import build_config
-from django_cogworker.engine.orphans import OrphanRecovery, steady_grace
-from django_cogworker.engine.retry import RetryPolicy
-from django_cogworker.keys import Keys
+from django_cogworker.engine.recovery.orphans import OrphanRecovery, steady_grace
+from django_cogworker.engine.settle.retry import RetryPolicy
+from django_cogworker.push import payload as payloads
 
 K = Keys()
 THRESHOLD = 3.0

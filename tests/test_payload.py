@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from django_cogworker import PayloadError
-from django_cogworker import payload as payloads
+from django_cogworker.push import payload as payloads
 from testproject.demo.jobs import BadStrError
 
 DEFAULT = 25

@@ -18,8 +18,8 @@ from helpers import REPO_ROOT, Worker
 
 from django_cogworker import Job, periodic
 from django_cogworker.errors import ConfigError
-from django_cogworker.periodic import entries as entries_module
-from django_cogworker.periodic.entries import Entry, build_entries
+from django_cogworker.push import periodic as entries_module
+from django_cogworker.push.periodic import Entry, build_entries
 from testproject.demo.jobs import RecordJob
 
 RECORD = "testproject.demo.jobs.RecordJob"

@@ -119,7 +119,7 @@ def test_re_enabled_from_the_admin_a_process_that_never_saw_it_disabled_does_not
     # Disabled at slot 0; half an hour later enabled again; the process ticking next started
     # after that (or never ticked meanwhile): with catch-up on, it ran all 30 skipped slots.
     from django_cogworker import api
-    from django_cogworker.keys import Keys
+    from django_cogworker.broker.keys import Keys
 
     keys = Keys()
     r.set(LAST_SLOT, slot(0))

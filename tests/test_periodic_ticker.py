@@ -21,17 +21,17 @@ from helpers import RedisServer, refuse, serve_again, wait_until
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_cogworker import payload as payloads
-from django_cogworker import scripts
 from django_cogworker.api.periodic import PeriodicEntry
-from django_cogworker.client import Client
+from django_cogworker.broker import scripts
+from django_cogworker.broker.keys import Keys
+from django_cogworker.broker.locks import QUEUED_TTL, active_ttl, touch_running
 from django_cogworker.conf import build_config
-from django_cogworker.engine.fetch import Unit
-from django_cogworker.engine.launcher import Launcher
-from django_cogworker.keys import Keys
-from django_cogworker.locks import QUEUED_TTL, active_ttl, touch_running
-from django_cogworker.periodic.entries import Entry
-from django_cogworker.periodic.ticker import Ticker
+from django_cogworker.engine.fetch.contract import Unit
+from django_cogworker.engine.process.launcher import Launcher
+from django_cogworker.engine.schedule.periodic_ticker import Ticker
+from django_cogworker.push import payload as payloads
+from django_cogworker.push.client import Client
+from django_cogworker.push.periodic import Entry
 
 K = Keys()
 RECORD = "testproject.demo.jobs.RecordJob"
@@ -99,7 +99,8 @@ def failures(caplog, name: str) -> int:
 def outage_lines(caplog) -> list[tuple[int, str]]:
     """The ticker's lines about Redis being unavailable or back: (level, message)."""
     return [(rec.levelno, rec.getMessage()) for rec in caplog.records
-            if rec.name == "django_cogworker.periodic.ticker" and "periodic ticker: Redis" in rec.getMessage()]
+            if rec.name == "django_cogworker.engine.schedule.periodic_ticker"
+            and "periodic ticker: Redis" in rec.getMessage()]
 
 
 @pytest.fixture

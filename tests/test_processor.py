@@ -1,4 +1,4 @@
-"""Processors (engine/processor.py) through a real in-process Launcher: run, settle, survive."""
+"""Processors (engine/run/processor.py) through a real in-process Launcher: run, settle, survive."""
 
 from __future__ import annotations
 
@@ -26,10 +26,10 @@ from engine_fixtures import (
 )
 from helpers import FAST_ENV, Worker, wait_until
 
-from django_cogworker import payload as payloads
-from django_cogworker.engine.stats import day_of
-from django_cogworker.job import Job
-from django_cogworker.keys import Keys
+from django_cogworker.broker.keys import Keys
+from django_cogworker.engine.settle.stats import day_of
+from django_cogworker.push import payload as payloads
+from django_cogworker.push.job import Job
 from testproject.demo.jobs import HugeErrorJob, ListFolderJob
 
 K = Keys()

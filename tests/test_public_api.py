@@ -16,6 +16,8 @@ EXPECTED = [
     "UnknownJobError",
     "WrongTypeError",
     "__version__",
+    "get_redis",
+    "get_result",
     "periodic",
 ]
 

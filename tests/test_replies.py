@@ -19,8 +19,8 @@ import redis.connection
 from cluster_fixtures import cluster_fixture, cr_fixture, on_cluster_fixture  # noqa: F401 - fixtures
 from helpers import Sentinels
 
-from django_cogworker import runtime
-from django_cogworker.replies import ReplyAccounting, accounted
+from django_cogworker.broker.replies import ReplyAccounting, accounted
+from django_cogworker.push import runtime
 
 
 class Interrupted(BaseException):

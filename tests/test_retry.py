@@ -1,4 +1,4 @@
-"""The retry policy (engine/retry.py): backoff, failure fields, retry limits, dead, death handlers."""
+"""The retry policy (engine/settle/retry.py): backoff, failure fields, retry limits, dead, death handlers."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import random
 import pytest
 from engine_fixtures import make_config
 
-from django_cogworker import payload as payloads
-from django_cogworker.connection import make_redis
-from django_cogworker.engine.fetch_reliable import ReliableFetch
-from django_cogworker.engine.retry import RetryPolicy, default_delay
-from django_cogworker.job import Job
-from django_cogworker.keys import Keys
+from django_cogworker.broker.connection import make_redis
+from django_cogworker.broker.keys import Keys
+from django_cogworker.engine.fetch.reliable import ReliableFetch
+from django_cogworker.engine.settle.retry import RetryPolicy, default_delay
+from django_cogworker.push import payload as payloads
+from django_cogworker.push.job import Job
 
 NOW = 1_700_000_000.0
 K = Keys()

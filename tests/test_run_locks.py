@@ -9,9 +9,10 @@ from helpers import RedisServer
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_cogworker import locks, unique
-from django_cogworker.engine.run_locks import RunLocks
-from django_cogworker.keys import Keys
+from django_cogworker.broker import locks
+from django_cogworker.broker.keys import Keys
+from django_cogworker.engine.run.run_locks import RunLocks
+from django_cogworker.push import unique
 
 K = Keys()
 

@@ -11,7 +11,7 @@ import threading
 
 from helpers import RedisServer, Sentinels
 
-from django_cogworker import runtime
+from django_cogworker.push import runtime
 
 
 def in_thread(fn):

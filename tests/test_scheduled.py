@@ -1,4 +1,4 @@
-"""The poller (engine/scheduled.py): its rounds, its interval, and waking for due entries."""
+"""The poller (engine/schedule/poller.py): its rounds, its interval, and waking for due entries."""
 
 from __future__ import annotations
 
@@ -34,11 +34,11 @@ from poller_fixtures import (
     subscribed_and_settled,
 )
 
-from django_cogworker import payload as payloads
-from django_cogworker.client import Client
-from django_cogworker.engine.due import DUE_FLOOR
-from django_cogworker.engine.orphans import OrphanRecovery, steady_grace
-from django_cogworker.engine.retry import RetryPolicy
+from django_cogworker.engine.recovery.orphans import OrphanRecovery, steady_grace
+from django_cogworker.engine.schedule.due import DUE_FLOOR
+from django_cogworker.engine.settle.retry import RetryPolicy
+from django_cogworker.push import payload as payloads
+from django_cogworker.push.client import Client
 
 
 @pytest.mark.parametrize("processes", [1, 4, 25])

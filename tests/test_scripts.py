@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django_cogworker import scripts
+from django_cogworker.broker import scripts
 
 
 def test_requeue_args_lists_each_queue_key_once_and_points_at_it_from_one():

@@ -18,12 +18,12 @@ import pytest
 import redis
 from helpers import FAST_ENV, Sentinels, Worker, connect, replication_info, wait_until
 
-from django_cogworker.client import Client
+from django_cogworker.broker.connection import make_redis
+from django_cogworker.broker.keys import Keys
+from django_cogworker.broker.sentinel import CHECK_INTERVAL, SentinelRedis, parse
 from django_cogworker.conf import build_config
-from django_cogworker.connection import make_redis
 from django_cogworker.errors import ConfigError
-from django_cogworker.keys import Keys
-from django_cogworker.sentinel import CHECK_INTERVAL, SentinelRedis, parse
+from django_cogworker.push.client import Client
 from testproject.demo.jobs import TimedMarkJob
 
 # The replication window the docs name (docs/deployment.md, "Redis Sentinel"): a write

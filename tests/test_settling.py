@@ -1,4 +1,4 @@
-"""Settling (engine/settling.py): acks, filings, pending settlements and the hand-off at shutdown.
+"""Settling (engine/settle/settling.py): acks, filings, pending settlements and the hand-off at shutdown.
 
 Through a real in-process Launcher, and the ack batch on its own against the suite's Redis.
 """
@@ -26,12 +26,12 @@ from helpers import RedisServer, wait_until
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_cogworker import payload as payloads
-from django_cogworker.engine.fetch import Unit
-from django_cogworker.engine.fetch_reliable import ReliableFetch
-from django_cogworker.engine.retry import Filing, RetryPolicy
-from django_cogworker.engine.settling import AckBatch, Settler
-from django_cogworker.keys import Keys
+from django_cogworker.broker.keys import Keys
+from django_cogworker.engine.fetch.contract import Unit
+from django_cogworker.engine.fetch.reliable import ReliableFetch
+from django_cogworker.engine.settle.retry import Filing, RetryPolicy
+from django_cogworker.engine.settle.settling import AckBatch, Settler
+from django_cogworker.push import payload as payloads
 
 K = Keys()
 # Retries with backoff inside redis-py would only slow the outage tests down.

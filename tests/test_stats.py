@@ -1,4 +1,4 @@
-"""Processed and failed counters (engine/stats.py): counted in memory, flushed in one pipeline."""
+"""Processed and failed counters (engine/settle/stats.py): counted in memory, flushed in one pipeline."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from helpers import free_port
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_cogworker.engine.stats import DAY_TTL, Stats, day_of
-from django_cogworker.keys import Keys
+from django_cogworker.broker.keys import Keys
+from django_cogworker.engine.settle.stats import DAY_TTL, Stats, day_of
 
 K = Keys()
 NOW = calendar.timegm((2026, 3, 14, 23, 59, 59))  # a UTC evening

@@ -14,8 +14,8 @@ import time
 
 from helpers import FAST_ENV, Worker, pid_alive, wait_until
 
-from django_cogworker.engine.supervisor import Supervisor, describe_exit
-from django_cogworker.keys import Keys
+from django_cogworker.broker.keys import Keys
+from django_cogworker.engine.process.supervisor import Supervisor, describe_exit
 from testproject.demo.jobs import RecordJob, SleepJob
 
 K = Keys()

@@ -1,4 +1,4 @@
-"""The django.tasks backend (django_cogworker/tasks.py) end to end: ``@task`` functions of the
+"""The django.tasks backend (django_cogworker/tasks/backend.py) end to end: ``@task`` functions of the
 demo app (testproject/demo/tasks.py) pushed by the API and run by a real ``runcogworker``.
 
 Runs on Django 6.1 (django.tasks) and on Django 5.2 with the django-tasks backport: ``make test``
@@ -16,16 +16,11 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from helpers import FAST_ENV, Worker, wait_until
 
-from django_cogworker import runtime
+from django_cogworker.broker.keys import Keys
 from django_cogworker.errors import JobTimeout
-from django_cogworker.keys import Keys
-from django_cogworker.tasks import CogworkerBackend
-from django_cogworker.tasks_api import (
-    InvalidTask,
-    TaskResultDoesNotExist,
-    TaskResultStatus,
-    task_backends,
-)
+from django_cogworker.push import runtime
+from django_cogworker.tasks.api import InvalidTask, TaskResultDoesNotExist, TaskResultStatus, task_backends
+from django_cogworker.tasks.backend import CogworkerBackend
 from testproject.demo.tasks import add, async_add, fail, flaky, hold, spin
 
 K = Keys()
@@ -194,7 +189,7 @@ def test_a_payload_naming_an_undiscovered_function_is_filed_with_its_reason_and_
 
 
 def test_a_unique_task_is_pushed_once_and_a_periodic_entry_may_name_a_task(r):
-    from django_cogworker.periodic.entries import build_entries
+    from django_cogworker.push.periodic import build_entries
     from testproject.demo.tasks import unique_add
 
     first = unique_add.enqueue(1, 1)
@@ -228,7 +223,7 @@ def test_a_task_queue_no_worker_serves_is_warned_of():
 
 def test_the_testing_modes_take_tasks(r):
     from django_cogworker import testing
-    from django_cogworker.tasks import job_class_for
+    from django_cogworker.tasks.backend import job_class_for
 
     with testing.fake() as jobs:
         flaky.enqueue("fake-attempts", 0)
@@ -249,7 +244,7 @@ def test_a_result_reads_where_its_queue_is_not_listed(settings):
 
 def test_a_signal_receiver_that_raises_fails_neither_the_push_nor_the_task(r, caplog):
     from django_cogworker import testing
-    from django_cogworker.tasks_api import task_enqueued, task_finished
+    from django_cogworker.tasks.api import task_enqueued, task_finished
 
     def broken(**kwargs):
         raise RuntimeError("receiver bug")

@@ -8,7 +8,8 @@ import importlib.metadata
 import pytest
 from django.test import TestCase
 
-from django_cogworker import Job, UnknownJobError, runtime, testing
+from django_cogworker import Job, UnknownJobError, testing
+from django_cogworker.push import runtime
 from testproject.demo.jobs import FailJob, RecordJob
 
 

@@ -1,4 +1,4 @@
-"""Job timeouts (django_cogworker/engine/timeouts.py): JobTimeout raised in the job's thread, a
+"""Job timeouts (django_cogworker/engine/run/timeouts.py): JobTimeout raised in the job's thread, a
 job that ignores it reported, and under --processes its process replaced; end to end with a
 class job (the task's timeout is in test_tasks.py)."""
 
@@ -11,8 +11,8 @@ import time
 
 from helpers import FAST_ENV, Worker, wait_until
 
+from django_cogworker.broker.keys import Keys
 from django_cogworker.errors import JobTimeout
-from django_cogworker.keys import Keys
 from testproject.demo.jobs import StubbornJob, TimedJob
 
 K = Keys()
@@ -34,13 +34,13 @@ def run_in_thread(body) -> tuple[threading.Thread, dict]:
 
 def spin_until(event: threading.Event) -> None:
     """Busy-loop until ``event`` is set. A function of its own: on CPython 3.13 a JobTimeout may
-    skip the handlers of the function it lands in (engine/timeouts.py), never its callers'."""
+    skip the handlers of the function it lands in (engine/run/timeouts.py), never its callers'."""
     while not event.is_set():
         pass
 
 
 def test_a_busy_job_gets_job_timeout_in_its_own_thread():
-    from django_cogworker.engine.timeouts import Timeouts
+    from django_cogworker.engine.run.timeouts import Timeouts
 
     timeouts = Timeouts(grace=30)
     timeouts.start()
@@ -61,7 +61,7 @@ def test_a_busy_job_gets_job_timeout_in_its_own_thread():
 
 
 def test_a_job_done_in_time_is_never_interrupted_afterwards():
-    from django_cogworker.engine.timeouts import Timeouts
+    from django_cogworker.engine.run.timeouts import Timeouts
 
     timeouts = Timeouts(grace=30)
     timeouts.start()
@@ -82,7 +82,7 @@ def test_a_job_done_in_time_is_never_interrupted_afterwards():
 
 
 def test_a_job_that_ignores_it_is_stuck_replaced_or_reported(caplog):
-    from django_cogworker.engine.timeouts import Timeouts
+    from django_cogworker.engine.run.timeouts import Timeouts
 
     replaced = threading.Event()
     stop = threading.Event()
@@ -102,7 +102,7 @@ def test_a_job_that_ignores_it_is_stuck_replaced_or_reported(caplog):
             finally:
                 timeouts.disarm(token)
 
-        with caplog.at_level(logging.ERROR, logger="django_cogworker.engine.timeouts"):
+        with caplog.at_level(logging.ERROR, logger="django_cogworker.engine.run.timeouts"):
             thread, _ = run_in_thread(stubborn)
             if replace:
                 assert replaced.wait(10)

@@ -16,15 +16,16 @@ import pytest
 import redis
 from helpers import wait_until
 
-from django_cogworker import Job, unique
-from django_cogworker import payload as payloads
-from django_cogworker.client import Client
+from django_cogworker import Job
+from django_cogworker.broker.connection import make_redis
+from django_cogworker.broker.keys import Keys
 from django_cogworker.conf import build_config
-from django_cogworker.connection import make_redis
-from django_cogworker.engine.launcher import Launcher
+from django_cogworker.engine.process.launcher import Launcher
 from django_cogworker.errors import CogworkerError
-from django_cogworker.job import JobSetter
-from django_cogworker.keys import Keys
+from django_cogworker.push import payload as payloads
+from django_cogworker.push import unique
+from django_cogworker.push.client import Client
+from django_cogworker.push.job import JobSetter
 
 K = Keys()
 QUEUE = "uniq"
@@ -333,7 +334,7 @@ def test_a_push_that_fails_with_redis_away_has_its_lock_released_before_the_next
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    from django_cogworker import scripts
+    from django_cogworker.broker import scripts
 
     srv = RedisServer(tmp_path / "redis", appendonly=True).start()
     client = redis.Redis.from_url(srv.url, retry=Retry(NoBackoff(), 0), socket_connect_timeout=0.5)

@@ -1,4 +1,4 @@
-"""The subscription to schedule:wake (engine/wakeups.py): its faults, and what it ignores."""
+"""The subscription to schedule:wake (engine/schedule/wakeups.py): its faults, and what it ignores."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from poller_fixtures import (
     subscribed_and_settled,
 )
 
-from django_cogworker.client import Client
+from django_cogworker.push.client import Client
 
 
 def test_after_its_subscription_is_cut_the_poller_sweeps_for_what_it_missed(launcher_factory, r, caplog):
@@ -38,7 +38,7 @@ def test_after_its_subscription_is_cut_the_poller_sweeps_for_what_it_missed(laun
     due = time.time() + 2
     r.zadd(K.schedule, {stamp_entry(token): due})  # as if its message had been lost with the connection
 
-    with caplog.at_level(logging.WARNING, logger="django_cogworker.engine.wakeups"):
+    with caplog.at_level(logging.WARNING, logger="django_cogworker.engine.schedule.wakeups"):
         assert r.client_kill_filter(_type="pubsub") == 1
         assert due <= started(token) <= due + 1.0
 
@@ -53,7 +53,7 @@ def test_the_poller_rides_out_a_redis_restart(launcher_factory, tmp_path, caplog
     srv = RedisServer(tmp_path / "redis", appendonly=True).start()
     running = None
     try:
-        with caplog.at_level(logging.WARNING, logger="django_cogworker.engine.wakeups"):
+        with caplog.at_level(logging.WARNING, logger="django_cogworker.engine.schedule.wakeups"):
             running = launcher_factory(url=srv.url, POLL_INTERVAL_AVERAGE=LONG)
             poller = running.launcher.poller
             subscribed_and_settled(poller)
@@ -80,7 +80,7 @@ def test_messages_that_are_not_due_times_are_ignored(launcher_factory, r, caplog
     running = launcher_factory(POLL_INTERVAL_AVERAGE=LONG)
     poller = running.launcher.poller
     subscribed_and_settled(poller)
-    with caplog.at_level(logging.DEBUG, logger="django_cogworker.engine.wakeups"):
+    with caplog.at_level(logging.DEBUG, logger="django_cogworker.engine.schedule.wakeups"):
         for bad in ("soon", "", "nan", "-inf", "1e999", "[1700000000]"):
             r.publish(K.schedule_wake, bad)
         token = new_token()
@@ -98,7 +98,7 @@ def test_without_the_channel_the_poller_falls_back_to_its_timed_rounds(live_poll
     try:
         url = redis_url.replace("redis://", "redis://nochannels:pw@")
         r.zadd(K.schedule, {entry("due-soon"): time.time() + 1.5})
-        with caplog.at_level(logging.WARNING, logger="django_cogworker.engine.wakeups"):
+        with caplog.at_level(logging.WARNING, logger="django_cogworker.engine.schedule.wakeups"):
             r.config_resetstat()
             poller = live_poller(url=url, POLL_INTERVAL_AVERAGE=2, rng=Extremes(high=False))
             time.sleep(3.2)
@@ -169,7 +169,7 @@ class FreezingProxy:
 def test_a_subscription_that_stops_answering_is_replaced(live_poller, redis_url, r, caplog):
     proxy = FreezingProxy(int(redis_url.rsplit(":", 1)[1].split("/")[0]))
     try:
-        with caplog.at_level(logging.WARNING, logger="django_cogworker.engine.wakeups"):
+        with caplog.at_level(logging.WARNING, logger="django_cogworker.engine.schedule.wakeups"):
             # Rounds every second: each checks the subscription with a PING.
             poller = live_poller(url=proxy.url(), POLL_INTERVAL_AVERAGE=2, rng=Extremes(high=False))
             subscribed_and_settled(poller)

@@ -17,7 +17,7 @@ import pytest
 from helpers import FAST_ENV, RedisServer, Worker, wait_until
 
 from django_cogworker import __version__
-from django_cogworker.keys import Keys
+from django_cogworker.broker.keys import Keys
 from testproject.demo.jobs import ConnectionJob, LogJob, RecordJob, SleepJob
 
 K = Keys()

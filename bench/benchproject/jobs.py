@@ -8,7 +8,7 @@
 import time
 
 from django_cogworker import Job
-from django_cogworker.runtime import get_redis
+from django_cogworker.push.runtime import get_redis
 
 COUNTER = "bench:done"
 LATENCIES = "bench:lat"

@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from .. import api
 from ..api import records, sorted_sets
-from ..job import registry
+from ..push.job import registry
 from .views import back, confirm, confirmed, guard, int_param, paged, render_page, result_times
 
 SETS: dict[str, tuple[type[api.SortedSet], str]] = {

@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .. import payload as payloads
-from .._types import RedisClient
+from ..broker.keys import Keys, for_config, glob_escape
+from ..broker.types import RedisClient
 from ..errors import CogworkerError
-from ..keys import Keys, for_config, glob_escape
+from ..push import payload as payloads
 
 SCAN_COUNT = 1_000  # the COUNT hint of each ZSCAN / SCAN call
 # Rows a page shows at most: 500 rows of big entries let any view-only user make the web process
@@ -54,7 +54,7 @@ def reencode(payload: dict[str, Any]) -> str:
 
 def _defaults(redis: RedisClient | None, keys: Keys | None) -> tuple[RedisClient, Keys]:
     if redis is None or keys is None:
-        from .. import runtime
+        from ..push import runtime
 
         redis = redis if redis is not None else runtime.get_redis()
         keys = keys if keys is not None else for_config(runtime.get_config())

@@ -11,9 +11,9 @@ from typing import Any
 
 from croniter import croniter
 
-from .. import scripts
-from .._types import RedisClient
-from ..keys import Keys
+from ..broker import scripts
+from ..broker.keys import Keys
+from ..broker.types import RedisClient
 from ._base import ActionRefused, _defaults, _number, _text
 
 # An entry not published again for this long (each process publishes its own every minute) is
@@ -106,7 +106,7 @@ class PeriodicEntry:
         Through the project's client, so client middleware applies; the job must
         be registered in this process.
         """
-        from ..job import JobSetter, registered
+        from ..push.job import JobSetter, registered
 
         job_class = registered(self.job)
         if job_class is None:
@@ -114,7 +114,7 @@ class PeriodicEntry:
         options = {"queue": self.queue} if isinstance(self.queue, str) and self.queue else {}
         payload = JobSetter(job_class, options).build(self.args, self.kwargs)
         if client is None:
-            from .. import runtime
+            from ..push import runtime
 
             client = runtime.get_client()
         return client.push(payload, on_commit=False)

@@ -8,8 +8,8 @@ import json
 from collections.abc import Iterator
 from typing import Any, cast
 
-from .._types import RedisClient
-from ..keys import Keys, presence_ttl
+from ..broker.keys import Keys, presence_ttl
+from ..broker.types import RedisClient
 from ._base import _defaults, _number, _text
 from .records import JobRecord
 
@@ -67,7 +67,7 @@ class Process:
 
     def signal(self, name: str) -> None:
         """Send a remote signal; the process reads it at its next heartbeat."""
-        from ..engine.heartbeat import SIGNALS
+        from ..engine.process.heartbeat import SIGNALS
 
         if name not in SIGNALS:
             raise ValueError(f"unknown signal {name!r}; one of {SIGNALS}")

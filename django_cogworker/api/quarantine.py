@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .. import scripts
-from .._types import RedisClient
-from ..cluster import scan_page
-from ..keys import Keys
+from ..broker import scripts
+from ..broker.cluster import scan_page
+from ..broker.keys import Keys
+from ..broker.types import RedisClient
 from . import _base
 from ._base import ActionRefused, _defaults, _number, _text
 

@@ -7,9 +7,9 @@ import dataclasses
 import time
 from typing import cast
 
-from .. import scripts
-from .._types import RedisClient
-from ..keys import Keys
+from ..broker import scripts
+from ..broker.keys import Keys
+from ..broker.types import RedisClient
 from . import records
 from ._base import _clamp_page, _defaults
 from .records import HEAD_BYTES, TAIL_BYTES, JobRecord, Page

@@ -17,10 +17,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from .. import payload as payloads
-from .. import scripts
-from .._types import RedisClient
+from ..broker import scripts
+from ..broker.types import RedisClient
 from ..errors import PayloadError
+from ..push import payload as payloads
 from ._base import Poison, _number, reencode
 
 HEAD_BYTES = 4_096  # of each entry a list reads (the digest of an entry without a usable jid is of these)

@@ -1,10 +1,10 @@
-"""Reading job results (the opt-in records of :mod:`django_cogworker.results`) for the admin and shells."""
+"""Reading job results (the opt-in records of :mod:`django_cogworker.push.results`) for the admin and shells."""
 
 from __future__ import annotations
 
-from .. import results
-from .._types import RedisClient
-from ..keys import Keys
+from ..broker.keys import Keys
+from ..broker.types import RedisClient
+from ..push import results
 from ._base import _defaults
 
 

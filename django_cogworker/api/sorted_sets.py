@@ -13,10 +13,11 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from .. import crossings, scripts, unique
-from .. import payload as payloads
-from .._types import RedisClient
-from ..keys import Keys
+from ..broker import crossings, scripts
+from ..broker.keys import Keys
+from ..broker.types import RedisClient
+from ..push import payload as payloads
+from ..push import unique
 from . import _base, records
 from ._base import ActionRefused, Poison, _clamp_page, _defaults, _printable, _score, reencode
 from .records import DETAIL_BYTES, HEAD_BYTES, TAIL_BYTES, JobRecord, Page
@@ -335,7 +336,7 @@ class SortedSet:
         config = self._config
         if config is None:
             try:
-                from .. import runtime
+                from ..push import runtime
 
                 config = runtime.get_config()
             except Exception:  # no Django settings (a bare shell): no trim, rather than refusing

@@ -10,10 +10,10 @@ from typing import Any
 import redis as redis_lib
 from redis.crc import key_slot
 
-from .._types import RedisClient
-from ..cluster import home_node, is_cluster
-from ..engine.stats import day_of
-from ..keys import Keys
+from ..broker.cluster import home_node, is_cluster
+from ..broker.keys import Keys
+from ..broker.types import RedisClient
+from ..engine.settle.stats import day_of
 from ._base import _defaults, _number
 from .processes import ProcessSet
 from .queues import Queue, QueueRow

@@ -38,7 +38,7 @@ def stats() -> Listing:
 
 def known_queues() -> set[str]:
     """Queues pushed to (or paused) and the configured ones."""
-    from .. import runtime
+    from ..push import runtime
 
     return {q.name for q in api.Queue.all()} | set(runtime.get_config().queue_names)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 
 from .. import api
-from .._types import RedisClient
-from ..keys import Keys
+from ..broker.keys import Keys
+from ..broker.types import RedisClient
 from .exposition import Family
 
 QUEUE_LIMIT = 500  # queues with series of their own, the largest first

@@ -19,8 +19,8 @@ from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_safe
 
-from .. import runtime
 from ..admin.permissions import can_view
+from ..push import runtime
 from .collect import collect
 from .exposition import CONTENT_TYPE, render
 

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from django_cogworker import Job
-from django_cogworker.runtime import get_redis
+from django_cogworker.push.runtime import get_redis
 
 from .models import Receipt
 
@@ -254,7 +254,7 @@ class StubbornJob(Job):
     def perform(self, key):
         while True:
             try:
-                _spin_forever()  # (in a function of its own: see CPython 3.13 in engine/timeouts.py)
+                _spin_forever()  # (in a function of its own: see CPython 3.13 in engine/run/timeouts.py)
             except BaseException:
                 _record(key, "caught")
 

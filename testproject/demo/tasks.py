@@ -7,8 +7,8 @@ tests/test_tasks.py, so each must keep the behaviour its docstring describes.
 import asyncio
 import time
 
-from django_cogworker.runtime import get_redis
-from django_cogworker.tasks_api import task
+from django_cogworker.push.runtime import get_redis
+from django_cogworker.tasks.api import task
 
 
 @task

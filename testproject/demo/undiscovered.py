@@ -3,7 +3,7 @@
 Importing it sets the Redis key "imported:undiscovered", so a test can tell it never was.
 """
 
-from django_cogworker.runtime import get_redis
+from django_cogworker.push.runtime import get_redis
 
 get_redis().set("imported:undiscovered", 1)
 

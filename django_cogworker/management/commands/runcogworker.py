@@ -10,11 +10,12 @@ import time
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from ... import __version__, runtime
-from ...db import CloseOldConnections
+from ... import __version__
+from ...engine.run.db import CloseOldConnections
 from ...errors import ConfigError
-from ...middleware import load
-from ...periodic import build_entries
+from ...push import runtime
+from ...push.middleware import load
+from ...push.periodic import build_entries
 
 
 class Command(BaseCommand):
@@ -32,8 +33,8 @@ class Command(BaseCommand):
         parser.add_argument("--strict", action="store_true", default=None, help="check queues in order (STRICT_QUEUES)")
 
     def handle(self, *args, **options):
-        from ...engine import affinity
-        from ...engine.launcher import Launcher
+        from ...engine.process import affinity
+        from ...engine.process.launcher import Launcher
 
         _ensure_logging(options["verbosity"])
         overrides = {field: options[opt] for opt, field in (
@@ -85,8 +86,8 @@ def _supervise(processes: int, shutdown_timeout: float, run_worker) -> int:
     """Fork ``processes`` workers under a Supervisor (Django set up and the jobs imported: once, here)."""
     from django.db import connections
 
-    from ...engine.launcher import new_identity
-    from ...engine.supervisor import Supervisor
+    from ...engine.process.launcher import new_identity
+    from ...engine.process.supervisor import Supervisor
 
     # A connection opened here (a system check, a jobs module) would be shared by every child.
     connections.close_all()
@@ -160,7 +161,7 @@ def _ensure_logging(verbosity: int) -> None:
     project with a LOGGING setting that gives ``django_cogworker`` no handler gets one there, as
     before: its other loggers are its own.
     """
-    from ...joblog import JobContextFilter
+    from ...engine.run.joblog import JobContextFilter
 
     root, ours = logging.getLogger(), logging.getLogger("django_cogworker")
     if root.handlers or ours.handlers:

@@ -1,0 +1,110 @@
+"""Reply accounting: a connection never sends a command while a reply to an earlier one is unread."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import redis
+
+
+class ReplyAccounting:
+    """A redis-py connection that counts the replies it is owed, and never sends a command while
+    one is still owed: it reconnects first.
+
+    A command that does not complete leaves its reply on the socket, and the next command sent
+    on that connection would read it as its own: a ``GET`` answered with an ``INCR``'s count. Any
+    exception between the send and the read does it, and the one that comes anywhere is a job's
+    timeout (engine/run/timeouts.py raises it asynchronously, at whatever bytecode the job's thread
+    runs). redis-py drops a connection on an exception *inside* its read, and its pool checks a
+    connection it hands out for data waiting; but between the send and the read nothing is
+    waiting yet, so a connection back in the pool, or held by a thread, looked clean until the
+    reply arrived (the stale-reply race: 9 failures in 15 runs on one machine). Counting is
+    independent of timing: replies sent for minus replies read, and a send with any owed drops
+    the connection. This covers every path through redis-py alike (commands, pipelines and
+    transactions, blocking pops, the Sentinel and Cluster clients' node connections).
+
+    A pub/sub connection is left alone (its replies are messages, read when they come): it is
+    one while a ``PubSub`` has registered its connect callback.
+    """
+
+    _owed = 0  # replies sent for and not yet read
+    _batch = 1  # commands in the next packed send (pack_commands says; a single command is 1)
+    _pubsub = False
+    _handshake = False  # connecting: AUTH, HELLO, SELECT... sent and read by redis-py itself
+
+    def connect(self, *args: Any, **kwargs: Any) -> None:
+        self._connecting(super().connect, args, kwargs)  # type: ignore[misc]
+
+    def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
+        # (redis-py 6+: what connect() calls, and what its own send calls on a closed connection)
+        self._connecting(super().connect_check_health, args, kwargs)  # type: ignore[misc]
+
+    def _connecting(self, connect: Any, args: Any, kwargs: Any) -> None:
+        if getattr(self, "_sock", None) is not None:  # (connected already: a no-op, nothing to reset)
+            connect(*args, **kwargs)
+            return
+        self._handshake = True
+        try:
+            connect(*args, **kwargs)
+        finally:
+            self._handshake = False
+        self._owed = 0  # (a new connection: the handshake read what it sent)
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        batch, self._batch = self._batch, 1
+        if self._handshake:  # (a new connection's own commands: some are sent before any is read)
+            super().send_packed_command(command, check_health)  # type: ignore[misc]
+            return
+        if self._owed and not self._pubsub:
+            self.disconnect()  # (a reply is owed: a fresh connection owes none)
+        # The handshake of a new connection and the health check's PING are sends and reads of
+        # their own, done here, before this command counts, so that they find nothing owed.
+        if getattr(self, "_sock", None) is None:
+            self.connect()
+        if check_health:
+            self.check_health()  # type: ignore[attr-defined]
+        # Counted before the send: an interrupt between the two costs a needless reconnect, the
+        # other order could lose track of a reply.
+        self._owed += batch
+        super().send_packed_command(command, False)  # type: ignore[misc]
+
+    def pack_commands(self, commands: Any) -> Any:
+        commands = list(commands)
+        packed = super().pack_commands(commands)  # type: ignore[misc]
+        self._batch = len(commands)
+        return packed
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            response = super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except redis.ResponseError:  # (an error reply: read all the same)
+            self._paid()
+            raise
+        self._paid()
+        return response
+
+    def _paid(self) -> None:
+        if self._owed:
+            self._owed -= 1
+
+    def disconnect(self, *args: Any, **kwargs: Any) -> None:
+        self._owed = 0
+        self._batch = 1
+        super().disconnect(*args, **kwargs)  # type: ignore[misc]
+
+    def register_connect_callback(self, callback: Any) -> None:
+        self._pubsub = True
+        super().register_connect_callback(callback)  # type: ignore[misc]
+
+    def deregister_connect_callback(self, callback: Any) -> None:
+        self._pubsub = False
+        super().deregister_connect_callback(callback)  # type: ignore[misc]
+
+
+@functools.cache
+def accounted(connection_class: type) -> type:
+    """``connection_class`` with :class:`ReplyAccounting` (one class per base, made once)."""
+    if issubclass(connection_class, ReplyAccounting):
+        return connection_class
+    return type(f"Accounted{connection_class.__name__}", (ReplyAccounting, connection_class), {})

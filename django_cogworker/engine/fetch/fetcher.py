@@ -1,0 +1,193 @@
+"""The fetcher thread: takes as many jobs as there are idle processors, and hands them over.
+
+It waits for an idle processor, counts how many are idle (n), and asks the
+fetch for up to n jobs: a process never holds more than it can start, and what
+it can't start now stays in Redis for the others. Jobs go to the processors,
+and idle tokens come back, through C-level queues (``queue.SimpleQueue``). The acks
+of the jobs that finished since the last round ride on the same round trip
+(see :mod:`.settling`).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+
+from ...conf import Config
+from ..loops import Watchdog
+from ..settle.settling import AckBatch, Settler
+from .contract import Fetch, Unit
+from .ledger import Ledger
+
+logger = logging.getLogger(__name__)
+
+# Batching under load (Fetcher._gather): the longest a fetch waits for more idle
+# processors, the share of a core above which the process counts as bound by
+# the GIL, and how often that share is measured.
+GATHER_WAIT = 0.002
+GIL_BUSY = 0.8
+LOAD_WINDOW = 0.1
+
+
+class Fetcher:
+    """The loop that fetches for the processors, and the hand-over between them.
+
+    Created by the Manager, with the Manager's quiet event. ``start`` runs the
+    loop on the ``cogworker-fetcher`` daemon thread, under a Watchdog; quiet
+    ends it (a job a blocking call receives after quiet is handed straight
+    back to its queue, never started). At stop the Manager calls ``join``,
+    then ``drain`` (units handed over but never taken) and ``release`` (one
+    ``None`` per processor, which returns on taking it).
+
+    Processor threads call ``next_unit`` and, once done with it,
+    ``processor_idle``; the heartbeat sets ``paused``.
+    """
+
+    def __init__(self, config: Config, fetch: Fetch, ledger: Ledger, acks: AckBatch, settler: Settler,
+                 quiet: threading.Event):
+        self.config = config
+        self.fetch = fetch
+        self.ledger = ledger
+        self.acks = acks
+        self.settler = settler
+        self.quiet = quiet
+        self.paused: frozenset[str] = frozenset()  # queues not to fetch from, read at each beat
+        # Hand-over from the fetcher to the processors, and back: C-level queues rather than a
+        # Condition and a Semaphore (Python code that takes locks twice per call), which cost
+        # several µs of GIL-held time per job in a worker bound by the GIL.
+        self._units: queue.SimpleQueue[Unit | None] = queue.SimpleQueue()
+        self._idle: queue.SimpleQueue[None] = queue.SimpleQueue()  # one token per idle processor
+        for _ in range(config.concurrency):
+            self._idle.put(None)
+        self._cpu_busy = False
+        self._load_mark = (time.monotonic(), time.process_time())
+        self.thread = threading.Thread(target=self._run, name="cogworker-fetcher", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def join(self) -> None:
+        """Wait for the loop to end (after quiet); a no-op if it never started.
+
+        Not bounded by the shutdown deadline: a blocking fetch still in flight may yet receive a
+        job, which the loop then hands back. Exiting before it has done so lost that job with
+        basic fetch. The wait is at most one blocking call.
+        """
+        if self.thread.ident is not None:
+            self.thread.join(self.fetch.block_cap + 5)
+
+    # -- the hand-over, processor side -----------------------------------------
+
+    def next_unit(self) -> Unit | None:
+        """Block until a unit is handed over; None once stopping."""
+        return self._units.get()
+
+    def processor_idle(self) -> None:
+        self._idle.put(None)
+
+    def drain(self) -> list[Unit]:
+        """Take back the units handed over that no processor has taken."""
+        units: list[Unit] = []
+        while True:
+            try:
+                unit = self._units.get_nowait()
+            except queue.Empty:
+                return units
+            if unit is not None:
+                units.append(unit)
+
+    def release(self, processors: int) -> None:
+        """Hand ``processors`` processors a None each: each returns on taking one."""
+        for _ in range(processors):
+            self._units.put(None)
+
+    # -- the loop ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        self.acks.open()
+        try:
+            self._fetch_until_quiet()
+        finally:
+            self.acks.close()  # (acks from now on go out at once: no round trip left to ride on)
+            # Held for a fetch that won't come: sent now. Left held until the stop, a long quiet
+            # (TSTP before a deploy) kept those finished jobs on the in-progress list, and a kill -9
+            # meanwhile ran them again.
+            self.settler.settle_acks(self.acks.take())
+
+    def _fetch_until_quiet(self) -> None:
+        watchdog = Watchdog("fetcher", self.quiet)
+        acks, deep = self.acks, False
+        while not self.quiet.is_set():
+            try:
+                self._idle.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            n = self._gather(deep)
+            units: list[Unit] = []
+            taken = acks.take()
+            # (self.fetch.retrieve looked up at each call: tests replace it on the instance.)
+            if not watchdog.run_step(lambda: units.extend(  # noqa: B023
+                    self.fetch.retrieve(n, self.paused, taken, acks.before_block))):  # noqa: B023
+                self.settler.pend_acks(taken, failed=True)
+            acks.unblocked()
+            deep = len(units) == n
+            for _ in range(n - len(units)):
+                self._idle.put(None)
+            if units and self.quiet.is_set():
+                # Received by a blocking call that outlived quiet (or the stop): no new job may
+                # start now, so straight back to the head of its queue, for any process.
+                self._hand_back(units)
+                units = []
+            if units:
+                self.ledger.hand(units)
+                for unit in units:
+                    self._units.put(unit)
+            elif watchdog.failures == 0 and not self.fetch.queue_order(self.paused):
+                self.quiet.wait(self.config.fetch_idle_max_interval)  # every queue paused: don't spin
+
+    def _gather(self, deep: bool) -> int:
+        """Take the idle tokens (one is held already); when worth it, wait briefly for more.
+
+        A fetch round trip costs the process about as much CPU as a small job, so
+        under a deep queue taking 5 jobs per trip instead of 2 saves a fifth of
+        the worker's CPU. Waiting for more processors to go idle is free only when
+        they couldn't run anyway: when this process is bound by the GIL (its
+        threads together keep a core busy). With I/O-bound jobs it would leave
+        processors idle, so there is no wait then. Never more than are idle:
+        what this process can't start now stays in Redis for the others.
+        """
+        n = 1 + min(self._idle.qsize(), self.config.concurrency - 1)  # (only this thread takes tokens)
+        for _ in range(n - 1):
+            self._idle.get_nowait()
+        if deep and n < self.config.concurrency and self._cpu_bound():
+            deadline = time.monotonic() + GATHER_WAIT
+            while n < self.config.concurrency:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    self._idle.get(timeout=left)
+                except queue.Empty:
+                    break
+                n += 1
+        return n
+
+    def _cpu_bound(self) -> bool:
+        """Did this process use at least GIL_BUSY of a core over the last LOAD_WINDOW or so?"""
+        now = time.monotonic()
+        since, cpu_then = self._load_mark
+        if now - since >= LOAD_WINDOW:
+            cpu = time.process_time()
+            self._cpu_busy = (cpu - cpu_then) / (now - since) >= GIL_BUSY
+            self._load_mark = (now, cpu)
+        return self._cpu_busy
+
+    def _hand_back(self, units: list[Unit]) -> None:
+        try:
+            self.fetch.hand_back(units)
+        except Exception:
+            logger.exception("could not hand back %d job(s) fetched after quiet", len(units))
+        for _ in units:
+            self._idle.put(None)

@@ -1,0 +1,103 @@
+"""The ledger: this process's in-memory record of the jobs it holds, handed over or running.
+
+Kept in memory on purpose: it is trusted over anything in Redis, which may be
+what is failing, or may have lost its last writes in a failover. The
+reconcile (what sits on our in-progress list that we don't know of?), the
+workers hash and ``busy`` of each beat, and the periodic lock renewals all
+read it.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import threading
+import time
+
+from .contract import Unit
+
+
+class Ledger:
+    """What this process's threads hold: payloads handed over, payloads running, and by which thread.
+
+    Created by the Manager. Written by the fetcher thread (``hand``), the
+    processor threads (``job_started``, ``unit_dropped``, ``job_finished``)
+    and the main thread at stop (``forget_unstarted``); read by the heartbeat
+    thread. No thread of its own, nothing to start or stop. Finished jobs not
+    yet settled are the Settler's to record, not this one's.
+
+    One lock, taken once per change: a job costs two acquisitions (start and
+    finish) on the processor's path.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # raw payload -> how many copies run now (two copies of one payload can run at once)
+        self._running: collections.Counter[bytes] = collections.Counter()
+        # raw payload -> copies handed to the processors, not yet started
+        self._handed: collections.Counter[bytes] = collections.Counter()
+        # thread ident -> (thread name, unit, payload, started at epoch), for the workers hash
+        self._by_thread: dict[int, tuple[str, Unit, dict, float]] = {}
+
+    def hand(self, units: list[Unit]) -> None:
+        """Record ``units`` as handed to the processors (before they can start)."""
+        with self._lock:
+            for unit in units:
+                self._handed[unit.raw] += 1
+
+    def job_started(self, unit: Unit, payload: dict) -> None:
+        with self._lock:
+            self._forget_handed(unit.raw)
+            self._running[unit.raw] += 1
+            # By ident, not name: a job may rename its thread, and must not leave a phantom run behind.
+            self._by_thread[threading.get_ident()] = (threading.current_thread().name, unit, payload, time.time())
+
+    def unit_dropped(self, unit: Unit) -> None:
+        """Forget a handed-over unit that never started (its payload couldn't be run; it is settled)."""
+        with self._lock:
+            self._forget_handed(unit.raw)
+
+    def forget_unstarted(self, units: list[Unit]) -> None:
+        """Forget units never taken by a processor (at stop: they are handed back)."""
+        with self._lock:
+            for unit in units:
+                self._forget_handed(unit.raw)
+
+    def _forget_handed(self, raw: bytes) -> None:
+        if self._handed[raw] > 1:
+            self._handed[raw] -= 1
+        else:
+            self._handed.pop(raw, None)
+
+    def job_finished(self, unit: Unit) -> None:
+        with self._lock:
+            self._running[unit.raw] -= 1
+            if self._running[unit.raw] <= 0:
+                del self._running[unit.raw]
+            self._by_thread.pop(threading.get_ident(), None)
+
+    def running_jobs(self) -> list[bytes]:
+        """The payloads running now (each once, however many copies run)."""
+        with self._lock:
+            return list(self._running)
+
+    @property
+    def busy(self) -> int:
+        """How many processor threads run a job now."""
+        with self._lock:
+            return len(self._by_thread)
+
+    def workers_snapshot(self) -> dict[str, str]:
+        """thread name -> JSON of what it runs, for ``workers:<identity>``."""
+        with self._lock:
+            items = list(self._by_thread.items())
+        return {name: json.dumps({"queue": unit.queue, "payload": unit.raw.decode("utf-8", "replace"),
+                                  "run_at": started})
+                for _ident, (name, unit, _payload, started) in items}
+
+    def held(self) -> collections.Counter[bytes]:
+        """Every payload handed over or running, counted by copies."""
+        with self._lock:
+            known = collections.Counter(self._handed)
+            known.update(self._running)
+        return known

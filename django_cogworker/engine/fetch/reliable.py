@@ -1,0 +1,154 @@
+"""Reliable fetch (the default): every job this process holds is also on its in-progress list.
+
+Each job moves atomically from its queue into ``in_progress:<identity>``
+(``FETCH_RELIABLE``, ``BLMOVE`` when idle) and is acknowledged by removing it
+from there. A job never exists only in this process's memory: a crash loses
+nothing, orphan recovery requeues the list of a process that stopped beating.
+The list is registered for that with each beat (``heartbeat_writes``) and left
+at a clean exit (``forget_if_empty``).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import cast
+
+import redis as redis_lib
+
+from ...broker import scripts
+from ...errors import RedisUnavailable, is_unavailable
+from ...push import payload as payloads
+from .contract import IDLE_START, BeatWrite, Fetch, Unit
+
+logger = logging.getLogger(__name__)
+
+
+class ReliableFetch(Fetch):
+    """Fetch through this process's in-progress list; see :class:`~.fetch.Fetch` for who calls what, and when."""
+
+    def retrieve(self, n: int, paused: frozenset[str] = frozenset(), acks: Sequence[bytes] = (),
+                 before_block: Callable[[], None] | None = None) -> list[Unit]:
+        order = self.queue_order(paused)
+        if not order:
+            if acks:
+                self.ack_many(acks)
+            return []
+        queue_keys = [self.keys.queue(q) for q in order]
+        try:
+            units = self._parse(scripts.FETCH_RELIABLE(self.redis, [self.in_progress, *queue_keys],
+                                                       [n, len(acks), *acks]), order)
+        except RedisUnavailable:
+            if acks:
+                return []  # the acks went through: failing would have them settled again; the next call raises
+            raise
+        if units:
+            return units
+        if before_block is not None:
+            before_block()
+        # Nothing waiting anywhere: wait on one queue so a push wakes us at once.
+        waitable = self._waitable(order)
+        if not waitable:
+            return []
+        try:
+            raw = self.redis.blmove(self.keys.queue(waitable[0]), self.in_progress,
+                                    self._block_wait(waitable), "RIGHT", "LEFT")  # type: ignore[arg-type]
+        except redis_lib.exceptions.ResponseError as exc:
+            if is_unavailable(exc):
+                raise
+            self._log_unfetchable(waitable[0], exc)
+            return []
+        if raw is None:
+            return []
+        self._idle_wait = IDLE_START
+        return [Unit(cast(bytes, raw), waitable[0])]  # (a bytes client)
+
+    def _listed(self) -> collections.Counter[bytes]:
+        """What our in-progress list holds, each entry counted."""
+        return collections.Counter(cast(list[bytes], self.redis.lrange(self.in_progress, 0, -1)))
+
+    def ack(self, raw: bytes) -> None:
+        self.redis.lrem(self.in_progress, 1, raw)  # type: ignore[arg-type]  # (redis-py takes bytes)
+
+    def ack_many(self, raws: Sequence[bytes]) -> None:
+        """Acknowledge ``raws`` in one pipeline (one round trip)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for raw in raws:
+            pipe.lrem(self.in_progress, 1, raw)  # type: ignore[arg-type]
+        pipe.execute()
+
+    def requeue(self, units: Iterable[Unit], acks: Sequence[bytes] = (), keep: Sequence[bytes] = ()) -> int:
+        """Put back everything on our in-progress list but ``keep``; drop ``acks``; one atomic step.
+
+        ``units`` tells the queue of the jobs this process knows; anything else
+        on the list (fetched, but the reply was lost) goes back to the queue its
+        payload names. An entry that can't be read stays for orphan recovery.
+        """
+        listed = self._listed()
+        listed.subtract(collections.Counter(keep))
+        acks = [raw for raw in acks if listed[raw] > 0]
+        listed.subtract(collections.Counter(acks))
+        return self._requeue_counted(+listed, {u.raw: u.queue for u in units}, acks)
+
+    def _requeue_counted(self, raws: collections.Counter[bytes], queues: dict[bytes, str],
+                         acks: Sequence[bytes] = ()) -> int:
+        """Drop ``acks`` and requeue ``raws`` (each as many times as counted) in one script."""
+        moves: list[tuple[bytes, bytes, str, str]] = []
+        for raw, count in raws.items():
+            queue = queues.get(raw) or _queue_of(raw)
+            if queue is None:
+                logger.error("unreadable entry left on %s for orphan recovery: %.200r", self.in_progress, raw)
+                continue
+            moves += [(raw, raw, self.keys.queue(queue), queue)] * count
+        keys, argv = scripts.requeue_args(self.in_progress, self.keys.queues, acks, moves)
+        moved = int(scripts.REQUEUE(self.redis, keys, argv)) if acks or moves else 0
+        listed_to_move = len(moves)
+        if moved < listed_to_move:
+            logger.error("%d job(s) could not be pushed back to their queue (a key of the wrong type?); "
+                         "left on %s for orphan recovery", listed_to_move - moved, self.in_progress)
+        return moved
+
+    def hand_back(self, units: Sequence[Unit]) -> int:
+        return self._requeue_counted(collections.Counter(u.raw for u in units), {u.raw: u.queue for u in units})
+
+    def reconcile(self, known: collections.Counter[bytes], suspects: collections.Counter[bytes]
+                  ) -> collections.Counter[bytes]:
+        """Requeue what sits on our list without our knowing of it; return the new suspects.
+
+        A fetch whose reply was lost (connection cut after Redis ran the move)
+        leaves jobs on our list that no thread will run: orphan recovery won't
+        see them while we live. This process's record is trusted over Redis:
+        an entry on the list but not in ``known`` is a suspect, and one still
+        unknown at the next reconcile (long after any reply in flight) is put
+        back on its queue.
+        """
+        listed = self._listed()
+        listed.subtract(known)
+        unknown = +listed
+        stale = unknown & suspects
+        if stale:
+            moved = self._requeue_counted(stale, {})
+            logger.warning("requeued %d job(s) found on %s that this process never received", moved,
+                           self.in_progress)
+        return unknown - stale
+
+    def forget_if_empty(self) -> bool:
+        """Drop this identity from the orphan registry once its list is empty (clean exit)."""
+        return bool(scripts.FORGET_IDENTITY(
+            self.redis, [self.in_progress, self.keys.in_progress_identities, self.keys.last_beat,
+                         self.keys.orphan_lock(self.identity)], [self.identity]))
+
+    def heartbeat_writes(self, now: float) -> list[BeatWrite]:
+        """Register the in-progress list for orphan recovery, and stamp the beat with Redis's time."""
+        k, identity = self.keys, self.identity
+        return [("in-progress registry", lambda p: p.sadd(k.in_progress_identities, identity)),
+                ("last-beat stamp", lambda p: p.hset(k.last_beat, identity, repr(now)))]
+
+
+def _queue_of(raw: bytes) -> str | None:
+    try:
+        queue = payloads.decode(raw).get("queue")
+    except payloads.PayloadError:
+        return None
+    return queue if isinstance(queue, str) and queue else None

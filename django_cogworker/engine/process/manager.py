@@ -1,0 +1,180 @@
+"""The manager: wires this process's processors, fetcher, ledger and settling, and owns their lifecycle.
+
+Each part has a module of its own: :mod:`.fetcher` (the thread that fetches
+and hands jobs over), :mod:`.processor` (the threads that run them),
+:mod:`.ledger` (the in-memory record of what runs) and :mod:`.settling`
+(acks, filings, pending settlements, the hand-off at shutdown). The manager
+builds them, starts them, quiets and stops them, and answers for them to the
+heartbeat and the launcher.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+from ...conf import Config
+from ..fetch.contract import Fetch
+from ..fetch.fetcher import Fetcher
+from ..fetch.ledger import Ledger
+from ..run.extras import JobExtras
+from ..run.processor import Processor
+from ..settle.retry import RetryPolicy
+from ..settle.settling import AckBatch, Settlement, Settler
+from ..settle.stats import Stats
+
+logger = logging.getLogger(__name__)
+
+
+class Manager:
+    """Runs ``concurrency`` processors fed by one fetcher, and keeps the record of what they hold.
+
+    Created by the Launcher with the config, the fetch, the retry policy, the
+    stats, the server middleware chain and the run hook (unique and periodic
+    locks). Runs no thread of its own: ``start`` (main thread) starts the
+    processors, then the fetcher. ``make_quiet`` (main thread, on TSTP or a
+    remote signal) stops fetching; the processors finish what they hold.
+    ``stop(timeout)`` (main thread) quiets, waits for the fetcher's last call,
+    waits up to ``timeout`` for running jobs (``hurry``, from a second stop
+    signal, ends the wait), then settles what finished and hands back the rest
+    (``requeue_unfinished``).
+
+    The record (the ledger, and the Settler's pending settlements) lives in
+    memory on purpose: it is trusted over anything in Redis, which may be what
+    is failing, or may have lost its last writes in a failover.
+    """
+
+    def __init__(self, config: Config, fetch: Fetch, retry: RetryPolicy, stats: Stats,
+                 server_chain: Callable[[Any, dict], Any], run_hook: Callable[[dict, str], Any] | None = None,
+                 extras: JobExtras | None = None,
+                 processor_context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext):
+        self.config = config
+        self.fetch = fetch
+        self.retry = retry
+        self.stats = stats
+        self.server_chain = server_chain
+        self.run_hook = run_hook
+        self.extras = extras
+        self.processor_context = processor_context
+        self._quiet = threading.Event()
+        self._stopping = False
+        self._hurry = False  # (a plain flag: set from a signal handler, read by stop's wait)
+        self.ledger = Ledger()
+        self.settler = Settler(fetch, retry, run_hook)
+        self.acks = AckBatch(fetch, self.settler)
+        self.fetcher = Fetcher(config, fetch, self.ledger, self.acks, self.settler, self._quiet)
+        self.processors = [self._new_processor(i) for i in range(config.concurrency)]
+
+    def _new_processor(self, index: int) -> Processor:
+        return Processor(index, handover=self.fetcher, ledger=self.ledger, acks=self.acks, settler=self.settler,
+                         retry=self.retry, stats=self.stats, server_chain=self.server_chain,
+                         run_hook=self.run_hook, on_death=self.processor_died, extras=self.extras,
+                         thread_context=self.processor_context)
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def start(self) -> None:
+        for p in self.processors:
+            p.start()
+        self.fetcher.start()
+
+    @property
+    def quiet(self) -> bool:
+        return self._quiet.is_set()
+
+    def make_quiet(self) -> None:
+        if not self._quiet.is_set():
+            logger.info("quiet: no new jobs will be fetched")
+        self._quiet.set()
+
+    def stop(self, timeout: float) -> int:
+        """Quiet, wait up to ``timeout`` s for running jobs, hand back the rest; return how many."""
+        deadline = time.monotonic() + timeout
+        self.make_quiet()
+        self.fetcher.join()  # (not bounded by the deadline: see Fetcher.join)
+        self._stopping = True
+        self.acks.close()  # a fetcher that outlived its join takes no more acks to hold
+        unstarted = self.fetcher.drain()
+        self.fetcher.release(len(self.processors))
+        for p in self.processors:
+            if p.thread.ident is not None:
+                self._join(p.thread, deadline)
+        if self._hurry:
+            logger.warning("stop signal repeated: handing running jobs back now")
+        unstarted += self.fetcher.drain()  # (handed over by a fetcher that outlived its join)
+        self.ledger.forget_unstarted(unstarted)
+        # In the order they were fetched: the running ones first (basic fetch requeues in this order).
+        unfinished = [p.current for p in self.processors if p.thread.is_alive() and p.current] + unstarted
+        if unfinished:
+            logger.warning("%d job(s) still running or unstarted at the shutdown deadline", len(unfinished))
+        self.settler.pend_acks(self.acks.take())  # held for a fetch that won't come
+        return self.settler.requeue_unfinished(unfinished)
+
+    def hurry(self) -> None:
+        """Cut ``stop``'s wait for running jobs short: they are handed back at once (a second TERM/INT).
+
+        Safe to call from a signal handler: it only sets a flag, which ``stop`` reads at least
+        every 0.1 s.
+        """
+        self._hurry = True
+
+    def _join(self, thread: threading.Thread, deadline: float) -> None:
+        while thread.is_alive() and not self._hurry:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            thread.join(min(left, 0.1))
+
+    def processor_died(self, processor: Processor) -> None:
+        """Replace a processor that died of a bug (on its own thread), unless stopping."""
+        if self._stopping:
+            return
+        replacement = self._new_processor(processor.index)
+        self.processors[self.processors.index(processor)] = replacement
+        replacement.start()
+
+    # -- for the heartbeat and the launcher ------------------------------------
+
+    @property
+    def paused(self) -> frozenset[str]:
+        """The queues not to fetch from (set by the heartbeat from ``paused_queues``)."""
+        return self.fetcher.paused
+
+    @paused.setter
+    def paused(self, queues: frozenset[str]) -> None:
+        self.fetcher.paused = queues
+
+    @property
+    def busy(self) -> int:
+        return self.ledger.busy
+
+    def running_jobs(self) -> list[bytes]:
+        return self.ledger.running_jobs()
+
+    def workers_snapshot(self) -> dict[str, str]:
+        return self.ledger.workers_snapshot()
+
+    def known_raws(self) -> collections.Counter[bytes]:
+        """Every payload this process holds: handed over, running, or finished and unsettled.
+
+        Read in the order a job moves through them (the ledger, then pending, then held acks): a
+        job that finishes meanwhile is added to the later ones before it leaves the earlier. (An
+        ack riding on a fetch in flight is in none of them: the reconcile requeues only what is
+        unknown at two of its rounds in a row.)
+        """
+        known = self.ledger.held()
+        known.update(self.settler.pending_settlements().keys())  # (its values are settlements, not counts)
+        known.update(self.acks.held())
+        return known
+
+    def pending_settlements(self) -> dict[bytes, Settlement]:
+        return self.settler.pending_settlements()
+
+    def retry_pending_settlements(self) -> int:
+        return self.settler.retry_pending_settlements()

@@ -1,0 +1,301 @@
+"""Job classes, their options, and the registry the worker resolves names through.
+
+Subclassing :class:`Job` registers the class under a stable name (its module
+and qualified name, or ``name = "..."``). A payload carries that name and the
+worker looks it up here only: nothing read from Redis is ever imported.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import inspect
+import logging
+import math
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar
+
+from asgiref.sync import async_to_sync
+
+from ..errors import CogworkerError
+from . import payload as payloads
+from .arguments import check_call, check_json_native
+
+logger = logging.getLogger(__name__)
+
+_registry: dict[str, type[Job]] = {}
+_registry_lock = threading.Lock()
+
+# Options that may be given per push with Job.set(...).
+PUSH_OPTIONS = frozenset({"queue", "retry", "dead", "backtrace", "on_commit", "unique_for", "unique_until"})
+
+
+def registered(name: str) -> type[Job] | None:
+    """Return the job class registered as ``name``, or None."""
+    return _registry.get(name)
+
+
+def registry() -> dict[str, type[Job]]:
+    return dict(_registry)
+
+
+def call_perform(job: Job, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """Run ``job.perform``. An ``async def perform`` is run to completion here, on an event loop of
+    its own, through asgiref's ``async_to_sync`` as Django runs async code from sync code: the
+    ORM's thread-sensitive calls stay on this thread (and its connection handling). Without
+    this, a coroutine was created, never awaited, and the job counted as done."""
+    result = job.perform(*args, **kwargs)
+    if inspect.isawaitable(result):
+        result = async_to_sync(_await)(result)
+    return result
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+class Job:
+    """Base class of every job. Subclass it in an app's ``jobs.py``::
+
+        class SendReceipt(Job):
+            queue = "mail"
+            retry = 5
+            def perform(self, order_id): ...
+
+    Options (class attributes, or per push with ``set(...)``):
+    ``queue`` (``"default"``), ``retry`` (True: MAX_RETRIES; False or 0: none;
+    an int), ``dead`` (False: a job out of retries is discarded, not kept),
+    ``backtrace`` (True or a number of lines to keep with the error),
+    ``result_ttl`` (keep a result record this many seconds: :func:`~django_cogworker.push.results.get_result`),
+    ``timeout`` (seconds a run may take; past it the run fails with JobTimeout).
+    Override ``retry_in(count, exc)`` to choose the delay before retry
+    ``count`` (return seconds, or None for the default backoff).
+    """
+
+    name: ClassVar[str]
+    queue: ClassVar[str] = "default"
+    retry: ClassVar[bool | int] = True
+    dead: ClassVar[bool] = True
+    backtrace: ClassVar[bool | int] = False
+    unique_for: ClassVar[float | None] = None
+    unique_until: ClassVar[str] = "success"
+    # Seconds to keep a result record (status, return value, errors; engine/run/results.py) after
+    # its last change; None: no record, and nothing paid for one.
+    result_ttl: ClassVar[float | None] = None
+    # Seconds a run may take before JobTimeout is raised in it (engine/run/timeouts.py); None: no limit.
+    timeout: ClassVar[float | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        _check_unique(cls.unique_for, cls.unique_until, f"{cls.__module__}.{cls.__qualname__}")
+        for option in ("result_ttl", "timeout"):
+            _check_seconds(getattr(cls, option), f"{cls.__module__}.{cls.__qualname__}.{option}")
+        if not isinstance(cls.queue, str) or not cls.queue:
+            raise CogworkerError(f"{cls.__module__}.{cls.__qualname__}.queue must be a non-empty string, "
+                                 f"got {cls.queue!r}")
+        if "name" not in cls.__dict__:
+            cls.name = f"{cls.__module__}.{cls.__qualname__}"
+        with _registry_lock:
+            existing = _registry.get(cls.name)
+            if existing is not None and (existing.__module__, existing.__qualname__) != (
+                    cls.__module__, cls.__qualname__):
+                raise CogworkerError(
+                    f"job name {cls.name!r} is taken by {existing.__module__}.{existing.__qualname__}; "
+                    f"give {cls.__module__}.{cls.__qualname__} a distinct `name`")
+            _registry[cls.name] = cls
+
+    def __init__(self, payload: dict[str, Any] | None = None):
+        self.payload = payload or {}
+        self.jid: str | None = self.payload.get("jid")
+
+    def perform(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}.perform is not defined")
+
+    def retry_in(self, count: int, exc: BaseException) -> float | None:
+        """Return seconds to wait before retry ``count`` (0-based), or None for the default."""
+        return None
+
+    # -- pushing -------------------------------------------------------------
+
+    @classmethod
+    def set(cls, **options: Any) -> JobSetter:
+        """Return a pusher with per-push options: ``queue``, ``retry``, ``dead``, ``backtrace``, ``on_commit``."""
+        return JobSetter(cls, options)
+
+    @classmethod
+    def perform_async(cls, *args: Any, **kwargs: Any) -> str | None:
+        setter = _plain_setters.get(cls)
+        if setter is None:
+            setter = _plain_setters[cls] = JobSetter(cls, {})
+        return setter._push_now(args, kwargs)
+
+    @classmethod
+    def perform_in(cls, delay: float | dt.timedelta, *args: Any, **kwargs: Any) -> str | None:
+        return JobSetter(cls, {}).perform_in(delay, *args, **kwargs)
+
+    @classmethod
+    def perform_at(cls, when: float | dt.datetime, *args: Any, **kwargs: Any) -> str | None:
+        return JobSetter(cls, {}).perform_at(when, *args, **kwargs)
+
+    @classmethod
+    def perform_bulk(cls, items: Iterable[Sequence[Any]]) -> list[str]:
+        return JobSetter(cls, {}).perform_bulk(items)
+
+
+class JobSetter:
+    """A job class plus per-push options; what ``Job.set(...)`` returns."""
+
+    def __init__(self, job_class: type[Job], options: dict[str, Any]):
+        if options:  # (Job.perform_* make one with none on every push: nothing to check)
+            unknown = set(options) - PUSH_OPTIONS
+            if unknown:
+                raise TypeError(f"unknown push option(s) {sorted(unknown)}; allowed: {sorted(PUSH_OPTIONS)}")
+            if "queue" in options and (not isinstance(options["queue"], str) or not options["queue"]):
+                raise TypeError(f"queue must be a non-empty string, got {options['queue']!r}")
+        self.job_class = job_class
+        self.options = options
+
+    def build(self, args: Sequence[Any], kwargs: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+        """Return a new payload for these arguments, checking they are JSON-native."""
+        args = list(args)
+        check_json_native(args, "args")
+        if kwargs or type(kwargs) is not dict:  # (most pushes have none: nothing to walk)
+            check_json_native(kwargs, "kwargs")
+        return self._payload(args, kwargs, time.time() if now is None else now)
+
+    def _payload(self, args: list[Any], kwargs: Any, created_at: float) -> dict[str, Any]:
+        """The payload for arguments already checked."""
+        cls, opts = self.job_class, self.options
+        payload: dict[str, Any] = {
+            "jid": payloads.new_jid(),
+            "class": cls.name,
+            "args": args,
+            "kwargs": kwargs,
+            "queue": opts.get("queue", cls.queue),
+            "retry": opts.get("retry", cls.retry),
+            "created_at": created_at,
+        }
+        dead = opts.get("dead", cls.dead)
+        if dead is not True:
+            payload["dead"] = bool(dead)
+        trace = opts.get("backtrace", cls.backtrace)
+        if trace:
+            payload["backtrace"] = trace
+        unique_for = opts.get("unique_for", cls.unique_for)
+        if unique_for is not None:  # (0 is refused, not taken for "not unique": None is that)
+            unique_until = opts.get("unique_until", cls.unique_until)
+            _check_unique(unique_for, unique_until, cls.name)
+            payload["unique_for"] = unique_for
+            payload["unique_until"] = unique_until
+            payload["unique_digest"] = _digest(payload)
+        return payload
+
+    def _client(self) -> Any:
+        global _runtime
+        if _runtime is None:
+            # Imported on first push, not with this module: the engine imports the job
+            # registry and stays free of Django (runtime is the Django edge).
+            from . import runtime as _runtime
+        return _runtime.get_client()
+
+    def perform_async(self, *args: Any, **kwargs: Any) -> str | None:
+        return self._push_now(args, kwargs)
+
+    def _push_now(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
+        # (One frame for Job.perform_async and this class's: every call is paid on every push.)
+        client = self._client() if _runtime is None else _runtime.get_client()
+        payload = self.build(args, kwargs)
+        check_call(self.job_class, payload["args"], kwargs)  # (after build: the JSON check names a bad value first)
+        return client.push(payload, on_commit=self.options.get("on_commit"))
+
+    def perform_in(self, delay: float | dt.timedelta, *args: Any, **kwargs: Any) -> str | None:
+        if isinstance(delay, dt.timedelta):
+            delay = delay.total_seconds()
+        if not isinstance(delay, (int, float)) or isinstance(delay, bool):
+            raise TypeError(f"perform_in takes seconds or a timedelta, got {delay!r}")
+        return self.perform_at(time.time() + delay, *args, **kwargs)
+
+    def perform_at(self, when: float | dt.datetime, *args: Any, **kwargs: Any) -> str | None:
+        at = _epoch(when)
+        payload = self.build(args, kwargs)
+        check_call(self.job_class, payload["args"], kwargs)
+        return self._client().push(payload, at=at, on_commit=self.options.get("on_commit"))
+
+    def perform_bulk(self, items: Iterable[Sequence[Any]]) -> list[str]:
+        """Push one job per argument sequence in ``items``, in one round trip.
+
+        Every job of the call has the same ``created_at`` (as in Sidekiq's push_bulk): the
+        options are read once, for the first job, and the others' payloads are copies of its
+        with their own jid, args and unique digest.
+        """
+        built = []
+        first: dict[str, Any] | None = None
+        for i, args in enumerate(items):
+            kind = type(args)
+            if kind is not tuple and kind is not list and (
+                    isinstance(args, (str, bytes, dict)) or not isinstance(args, Sequence)):
+                raise TypeError(f"perform_bulk items must be argument lists or tuples; item {i} is {args!r}")
+            args = list(args)
+            try:
+                check_json_native(args, "args")
+            except TypeError as exc:
+                raise TypeError(f"perform_bulk item {i}: {exc}") from None
+            check_call(self.job_class, args, {}, f"perform_bulk item {i}: ")
+            if first is None:
+                payload = first = self._payload(args, {}, time.time())
+                unique = "unique_digest" in first
+            else:
+                payload = first.copy()
+                payload["args"] = args
+                payload["kwargs"] = {}
+                if unique:
+                    payload["unique_digest"] = _digest(payload)
+            built.append(payload)
+        for payload, jid in zip(built, payloads.new_jids(len(built)), strict=True):
+            payload["jid"] = jid
+        return self._client().push_bulk(built, on_commit=self.options.get("on_commit"))
+
+
+def _digest(payload: dict[str, Any]) -> str:
+    from .unique import digest
+
+    return digest(payload)
+
+
+_runtime: Any = None  # django_cogworker.push.runtime, once a push has imported it
+
+# Job.perform_async's setter per class: it has no options, and reads the class's when it
+# builds a payload, so one serves every push (instead of one made per push).
+_plain_setters: dict[type[Job], JobSetter] = {}
+
+
+def _epoch(when: float | dt.datetime) -> float:
+    if isinstance(when, dt.datetime):
+        if when.tzinfo is None or when.utcoffset() is None:
+            # A naive datetime is ambiguous (UTC? the server's zone? TIME_ZONE?);
+            # guessing wrong runs a job hours early or late.
+            raise ValueError(f"perform_at needs an aware datetime (e.g. django.utils.timezone.now()), got {when!r}")
+        return when.timestamp()
+    if isinstance(when, (int, float)) and not isinstance(when, bool):
+        if not math.isfinite(when):
+            # NaN compares false with every time: the job would run at once; inf, never.
+            raise ValueError(f"the time to run a job must be finite, got {when!r}")
+        return float(when)
+    raise TypeError(f"perform_at takes an aware datetime or epoch seconds, got {when!r}")
+
+
+def _check_seconds(value: Any, where: str) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not math.isfinite(value) or value <= 0):
+        raise CogworkerError(f"{where} must be a positive number of seconds or None, got {value!r}")
+
+
+def _check_unique(unique_for: Any, unique_until: Any, where: str) -> None:
+    if unique_for is not None and unique_for is not True and (
+            isinstance(unique_for, bool) or not isinstance(unique_for, (int, float)) or unique_for <= 0):
+        raise CogworkerError(f"{where}: unique_for must be a positive number of seconds, or True for "
+                             f"UNIQUE_LOCK_TTL (a lock needs a TTL so a crash can't hold it forever), "
+                             f"got {unique_for!r}")
+    if unique_until not in ("success", "start"):
+        raise CogworkerError(f'{where}: unique_until must be "success" or "start", got {unique_until!r}')

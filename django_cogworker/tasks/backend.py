@@ -1,0 +1,297 @@
+"""A ``django.tasks`` backend: ``@task`` functions pushed and run as cogworker jobs.
+
+::
+
+    TASKS = {"default": {"BACKEND": "django_cogworker.tasks.CogworkerBackend",
+                         "QUEUES": ["default", "mail"],
+                         "OPTIONS": {"RESULT_TTL": 86400, "RETRY": 5, "TIMEOUT": 300}}}
+
+Each task function is a job: at its decoration a Job class is registered under the task's
+module path (``myapp.tasks.send_mail``), with the task's and the backend's options, so a task
+gets everything a Job gets (the client middleware, on-commit pushes, the JSON check, reliable
+fetch, orphan recovery, retries, the dead set, unique and periodic use, the admin). A worker
+knows only the tasks of the modules it imported at startup (each installed app's ``tasks.py``
+and ``OPTIONS["MODULES"]``): a payload naming any other path is dead on arrival, nothing imported.
+
+Every task keeps a result record (:mod:`django_cogworker.push.results`), read by ``get_result``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+from ..broker.keys import Keys
+from ..push import results
+from ..push.job import Job, JobSetter, registered
+from .api import (
+    BaseTaskBackend,
+    InvalidTask,
+    Task,
+    TaskContext,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_enqueued,
+    task_finished,
+    task_started,
+)
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_RESULT_TTL = 86400.0  # a day, renewed on each change of the record
+OPTIONS = frozenset({"RESULT_TTL", "RETRY", "TIMEOUT", "ENQUEUE_ON_COMMIT", "MODULES"})
+BACKEND_PATH = "django_cogworker.tasks.CogworkerBackend"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CogworkerTask(Task):
+    """A task with cogworker's options (``@task(retry=3, timeout=60)``, Django 6.1 and the backport).
+
+    ``retry``: as a Job's (True: MAX_RETRIES, False or 0: none, an int); default the backend's
+    ``OPTIONS["RETRY"]``. ``timeout``: seconds, default ``OPTIONS["TIMEOUT"]``. ``unique_for`` and
+    ``unique_until``: as a Job's. ``dead``: False discards a task out of retries.
+    """
+
+    retry: bool | int | None = None
+    timeout: float | None = None
+    unique_for: float | None = None
+    unique_until: str = "success"
+    dead: bool = True
+
+    def __post_init__(self) -> None:
+        Task.__post_init__(self)  # (validate_task; zero-argument super() fails in a slots dataclass)
+        job_class_for(self)
+
+
+def job_class_for(task: Any) -> type[Job]:
+    """The Job class that runs ``task`` (registered under its module path at its first sight)."""
+    name = task.module_path
+    existing = registered(name)
+    known = getattr(existing, "task", None)
+    if existing is not None and known is not None and known.func is task.func:
+        return existing
+    backend = task.get_backend()
+    attrs = {
+        "__module__": task.func.__module__, "__qualname__": task.func.__qualname__, "__doc__": task.func.__doc__,
+        "name": name, "task": task, "queue": task.queue_name,
+        "retry": backend.retry if getattr(task, "retry", None) is None else task.retry,
+        "timeout": backend.timeout if getattr(task, "timeout", None) is None else task.timeout,
+        "result_ttl": backend.result_ttl,
+        "unique_for": getattr(task, "unique_for", None), "unique_until": getattr(task, "unique_until", "success"),
+        "dead": getattr(task, "dead", True),
+    }
+    return type(task.func.__name__, (TaskRunner, Job), attrs)
+
+
+class TaskRunner:
+    """What the Job classes :func:`job_class_for` makes run: the task's function.
+
+    A mixin, not a Job: a Job subclass would be registered itself, a name a payload could give.
+    """
+
+    task: Any
+    payload: dict[str, Any]
+    jid: str | None
+    _cogworker_result: results.JobResult | None = None  # the record at this attempt's start (engine/run/extras.py)
+
+    def perform(self, *args: Any, **kwargs: Any) -> Any:
+        task = type(self).task
+        running = self.task_result(TaskResultStatus.RUNNING)
+        _signal(task_started, running)
+        try:
+            if task.takes_context:
+                value = task.call(TaskContext(task_result=running), *args, **kwargs)
+            else:
+                value = task.call(*args, **kwargs)
+        except BaseException:
+            _signal(task_finished, self.task_result(TaskResultStatus.FAILED))
+            raise
+        finished = self.task_result(TaskResultStatus.SUCCESSFUL)
+        object.__setattr__(finished, "_return_value", value)
+        _signal(task_finished, finished)
+        return value
+
+    def task_result(self, status: Any) -> Any:
+        """This attempt as a TaskResult (from its record; from the payload if Redis didn't answer)."""
+        payload, record = self.payload, self._cogworker_result
+        if record is None:
+            count = payload.get("retry_count")
+            attempts = count + 2 if type(count) is int and count >= 0 else 1
+            record = results.JobResult(
+                jid=str(self.jid), name=type(self).task.module_path, status=status, args=payload.get("args", []),
+                kwargs=payload.get("kwargs") or {}, queue=payload.get("queue", ""), enqueued_at=None,
+                started_at=None, finished_at=None, last_attempted_at=None, errors=[], worker_ids=["?"] * attempts,
+                task=payload.get("task") or {})
+        task = type(self).task
+        return to_task_result(_on_queue(task, record.queue), record,
+                              str((payload.get("task") or {}).get("backend", task.backend)), status)
+
+
+def to_task_result(task: Any, record: results.JobResult, backend: str, status: Any = None) -> Any:
+    """A django.tasks TaskResult from a result record."""
+    result = TaskResult(
+        task=task, id=record.jid, status=TaskResultStatus(status or record.status),
+        enqueued_at=record.enqueued_at, started_at=record.started_at, finished_at=record.finished_at,
+        last_attempted_at=record.last_attempted_at, args=record.args, kwargs=record.kwargs, backend=backend,
+        errors=[TaskError(exception_class_path=e.get("exception_class_path", ""), traceback=e.get("traceback", ""))
+                for e in record.errors if isinstance(e, dict)],
+        worker_ids=list(record.worker_ids))
+    if record.status == results.SUCCESSFUL:
+        object.__setattr__(result, "_return_value", record._return_value)
+    return result
+
+
+class CogworkerBackend(BaseTaskBackend):
+    """The ``TASKS`` backend; see the module's docstring and docs/tasks.md."""
+
+    task_class = CogworkerTask
+    supports_defer = True  # run_after: the schedule set
+    supports_async_task = True  # awaited on the worker (async_to_sync)
+    supports_get_result = True  # the result record
+    # Queues are lists served in a weighted order: nothing orders the work by priority, so
+    # a priority other than 0 is refused (InvalidTask) rather than ignored.
+    supports_priority = False
+
+    def __init__(self, alias: str, params: Mapping[str, Any]):
+        super().__init__(alias, params)
+        options = self.options
+        where = f'TASKS["{alias}"]["OPTIONS"]'
+        if not isinstance(options, Mapping):
+            raise ImproperlyConfigured(f"{where} must be a dict, got {options!r}")
+        unknown = set(options) - OPTIONS
+        if unknown:
+            raise ImproperlyConfigured(f"{where}: unknown option(s) {sorted(unknown)}; allowed: {sorted(OPTIONS)}")
+        self.result_ttl: float = _seconds(options.get("RESULT_TTL", DEFAULT_RESULT_TTL), f'{where}["RESULT_TTL"]',
+                                          False) or DEFAULT_RESULT_TTL
+        self.timeout = _seconds(options.get("TIMEOUT"), f'{where}["TIMEOUT"]', True)
+        self.retry = options.get("RETRY", True)
+        if not isinstance(self.retry, (bool, int)) or (not isinstance(self.retry, bool) and self.retry < 0):
+            raise ImproperlyConfigured(f'{where}["RETRY"] must be True, False or a count >= 0, got {self.retry!r}')
+        self.enqueue_on_commit = options.get("ENQUEUE_ON_COMMIT")
+        if self.enqueue_on_commit not in (None, True, False):
+            raise ImproperlyConfigured(f'{where}["ENQUEUE_ON_COMMIT"] must be True or False, '
+                                       f'got {self.enqueue_on_commit!r}')
+        modules = options.get("MODULES", ())
+        if isinstance(modules, str) or not all(isinstance(m, str) for m in modules):
+            raise ImproperlyConfigured(f'{where}["MODULES"] must be a list of module paths, got {modules!r}')
+        self.modules = tuple(modules)
+
+    def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        """Push ``task`` as a job (on commit inside a transaction); return its READY TaskResult."""
+        from ..push import runtime
+
+        self.validate_task(task)
+        job_class = job_class_for(task)
+        payload = JobSetter(job_class, {"queue": task.queue_name}).build(list(args), dict(kwargs))
+        at = task.run_after.timestamp() if task.run_after is not None else None
+        payload["task"] = {"backend": self.alias, "priority": task.priority, "run_after": at}
+        now = time.time()
+        client = runtime.get_client()
+        redis = getattr(client, "redis", None)  # (None: a testing stand-in, which keeps no record)
+        keys = Keys(runtime.get_config().key_prefix)
+        # A deferred task's record outlives its wait: it is read while it waits.
+        ttl = self.result_ttl + (max(0.0, at - now) if at is not None else 0.0)
+
+        def send() -> None:
+            # The READY record first: written after the push, it could land after a fast
+            # worker's RUNNING and hide it.
+            if redis is not None:
+                results.write_ready(redis, keys, payload, ttl, now)
+            try:
+                pushed = client.push(payload, at=at, on_commit=False)
+            except BaseException:
+                _forget(redis, keys, payload["jid"])
+                raise
+            if pushed is None:  # stopped by a middleware, or a duplicate of a unique task
+                _forget(redis, keys, payload["jid"])
+
+        on_commit = runtime.get_config().enqueue_on_commit if self.enqueue_on_commit is None else self.enqueue_on_commit
+        defer = getattr(client, "defer", None)
+        if not (on_commit and defer is not None and defer(send)):
+            send()
+        result = TaskResult(task=task, id=payload["jid"], status=TaskResultStatus.READY,
+                            enqueued_at=dt.datetime.fromtimestamp(now, tz=dt.UTC), started_at=None,
+                            finished_at=None, last_attempted_at=None, args=list(args), kwargs=dict(kwargs),
+                            backend=self.alias, errors=[], worker_ids=[])
+        _signal(task_enqueued, result)
+        return result
+
+    def get_result(self, result_id: str) -> Any:
+        """The TaskResult of ``result_id``; TaskResultDoesNotExist if it has no record (or it expired)."""
+        from ..push import runtime
+
+        record = results.read(runtime.get_redis(), Keys(runtime.get_config().key_prefix), str(result_id))
+        if record is None:
+            raise TaskResultDoesNotExist(result_id)
+        job_class = registered(record.name)
+        task = getattr(job_class, "task", None)
+        if task is None:
+            raise TaskResultDoesNotExist(f"{result_id}: its task {record.name!r} is not known to this process "
+                                         f"(not in an app's tasks.py nor in OPTIONS['MODULES'])")
+        return to_task_result(_on_queue(task, record.queue), record, str(record.task.get("backend", self.alias)))
+
+    def check(self, **kwargs: Any) -> list[Any]:
+        """Warn of a queue tasks may name that no worker of COGWORKER["QUEUES"] serves: its tasks would wait forever."""
+        from django.core import checks
+
+        from ..push import runtime
+
+        try:
+            served = set(runtime.get_config().queue_names)
+        except Exception:  # (a bad COGWORKER is cogworker.E001's to report)
+            return []
+        return [checks.Warning(f'TASKS["{self.alias}"]["QUEUES"] names {queue!r}, which COGWORKER["QUEUES"] '
+                               f"doesn't list: runcogworker won't run its tasks unless started with -q {queue}",
+                               id="cogworker.W101") for queue in sorted(self.queues - served)]
+
+    def validate_task(self, task: Any) -> None:
+        super().validate_task(task)
+        if not isinstance(task, CogworkerTask):
+            raise InvalidTask(f"{task.module_path} was not made by this backend's @task")
+
+
+def _signal(signal: Any, task_result: Any) -> None:
+    """Send a django.tasks signal; a receiver that raises is logged. Its error must not fail a task
+    that ran (it would run again) nor a push that went through (the caller would push again)."""
+    for receiver, response in signal.send_robust(CogworkerBackend, task_result=task_result):
+        if isinstance(response, Exception):
+            logger.error("task signal receiver %r failed for task %s", receiver, task_result.id, exc_info=response)
+
+
+def _on_queue(task: Any, queue: str) -> Any:
+    """``task`` on the queue it was pushed to; as declared if that queue isn't valid here (this
+    process's TASKS may list other queues than the pusher's: reading a result must not fail)."""
+    if not queue or queue == task.queue_name:
+        return task
+    try:
+        return task.using(queue_name=queue)
+    except InvalidTask:
+        return task
+
+
+def _forget(redis: Any, keys: Keys, jid: str) -> None:
+    """Drop the READY record of a task that wasn't pushed (best-effort: it expires anyway)."""
+    if redis is None:
+        return
+    try:
+        redis.delete(keys.result(jid))
+    except Exception:
+        logger.warning("the result record of task %s, not pushed, could not be deleted; it expires", jid)
+
+
+def _seconds(value: Any, where: str, optional: bool) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ImproperlyConfigured(f"{where} must be a positive number of seconds{' or None' if optional else ''}, "
+                                   f"got {value!r}")
+    return float(value)
