@@ -57,7 +57,6 @@ MOVED: dict[str, str] = {
     "engine.timeouts": "engine.run.timeouts",
     "engine.wakeups": "engine.schedule.wakeups",
     "job": "push.job",
-    "joblog": "engine.run.joblog",
     "keys": "broker.keys",
     "locks": "broker.locks",
     "loops": "engine.loops",

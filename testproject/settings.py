@@ -87,7 +87,7 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     # The running job's class and jid on every line logged while it runs (docs/jobs.md).
-    "filters": {"job": {"()": "django_cogworker.engine.run.joblog.JobContextFilter"}},
+    "filters": {"job": {"()": "django_cogworker.joblog.JobContextFilter"}},
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s pid=%(process)d %(threadName)s%(job_context)s %(name)s: "
                             "%(message)s"},

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import threading
 
-from django_cogworker.engine.run import joblog
+from django_cogworker import joblog
 
 
 def filtered(message: str = "m", **extra) -> logging.LogRecord:

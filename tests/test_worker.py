@@ -295,7 +295,8 @@ def test_with_no_logging_configured_a_job_s_own_records_show_with_time_level_cla
     assert re.search(rf"^{stamp} INFO {context} testproject\.demo\.jobs: info: hello from the job$", log, re.M)
     assert re.search(rf"^{stamp} WARNING {context} testproject\.demo\.jobs: warning: hello from the job$", log, re.M)
     # The worker's own lines show as before; outside a job, no context.
-    assert re.search(r"^\S+ \S+ \d+ MainThread INFO django_cogworker\.engine\.launcher: cogworker .* ready", log, re.M)
+    assert re.search(r"^\S+ \S+ \d+ MainThread INFO django_cogworker\.engine\.process\.launcher: cogworker .* ready",
+                     log, re.M)
 
 
 def test_a_project_s_logging_shows_the_job_context_through_the_filter(tmp_path, r):

@@ -6,5 +6,7 @@
     results      recording the result of the jobs that keep one
     run_locks    a job's unique and periodic locks, released as it ends, even through an outage
     db           Django database hygiene around each job, as around a request
-    joblog       the running job's jid and class on every log record
+
+(The job's log context, jid and class on every record, is the root's ``joblog``: projects name
+its filter in their LOGGING.)
 """

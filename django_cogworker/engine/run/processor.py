@@ -17,12 +17,12 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from ... import joblog
 from ...errors import PayloadError, UnknownJobError
 from ...push import payload as payloads
 from ...push.job import registered
 from ..fetch.contract import Unit
 from ..settle.retry import Filing
-from . import joblog
 
 if TYPE_CHECKING:
     from ..fetch.fetcher import Fetcher

@@ -161,7 +161,7 @@ def _ensure_logging(verbosity: int) -> None:
     project with a LOGGING setting that gives ``django_cogworker`` no handler gets one there, as
     before: its other loggers are its own.
     """
-    from ...engine.run.joblog import JobContextFilter
+    from ...joblog import JobContextFilter
 
     root, ours = logging.getLogger(), logging.getLogger("django_cogworker")
     if root.handlers or ours.handlers:
