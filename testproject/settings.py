@@ -131,9 +131,16 @@ if TASKS_API == "django_tasks":
     INSTALLED_APPS.append("django_tasks")  # (the backport's system checks and signal wiring)
 if TASKS_API:
     TASKS = {
+        # No RETRY: the backend's default (none) applies; tests/test_tasks.py relies on it.
         "default": {
             "BACKEND": "django_cogworker.tasks.CogworkerBackend",
             "QUEUES": ["default", "mail"],
+            "OPTIONS": {"RESULT_TTL": env.float("COGWORKER_TASKS_RESULT_TTL", 3600)},
+        },
+        # Retries asked for in OPTIONS (testproject/demo/tasks.py `doomed`).
+        "retrying": {
+            "BACKEND": "django_cogworker.tasks.CogworkerBackend",
+            "QUEUES": ["default"],
             "OPTIONS": {"RESULT_TTL": env.float("COGWORKER_TASKS_RESULT_TTL", 3600), "RETRY": 2},
         },
     }
