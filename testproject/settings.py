@@ -101,7 +101,12 @@ LOGGING = {
     },
 }
 if env.bool("TESTPROJECT_NO_LOGGING", False):
-    LOGGING = {}  # as a project that configures none (tests/test_worker.py: what runcogworker shows then)
+    LOGGING = {}  # as a project that configures none (tests/test_worker.py, test_joblog.py: what runcogworker shows)
+if env.bool("TESTPROJECT_LOGGING_PLAIN", False):
+    # As many projects write it (tests/test_joblog.py): no filter on the handler whose format uses
+    # the job's fields, and a logger that propagates (still no root handler).
+    del LOGGING["handlers"]["console"]["filters"]
+    del LOGGING["loggers"]["testproject"]["propagate"]
 # Optional settings, only when the environment names them (tests set them per worker), so the
 # library's own defaults apply otherwise.
 if "COGWORKER_PERIODIC" in os.environ:
