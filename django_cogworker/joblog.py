@@ -10,15 +10,19 @@ Outside a job both read ``-``. A ``ContextVar`` rather than a thread-local, so a
 ``async def perform`` (run on its own loop, whose tasks copy the context) keeps it too. A
 thread the job starts itself begins with an empty context, as Python gives every new thread.
 
-This module configures nothing: ``runcogworker`` puts the filter on the handler it adds when
-the project has configured no logging, and a project that has puts it on its own (see
-docs/jobs.md).
+This module configures nothing: ``runcogworker`` puts the filter on every handler the project's
+logging configuration has (:func:`add_context`: its format may then use the fields, whatever
+the configuration) and on the handler it adds to a root logger that has none; a web process's
+handlers get it from the project's ``LOGGING`` (see docs/jobs.md). :class:`MarkPrinted` and
+:class:`NotPrinted` keep that added handler from printing a record a second time.
 """
 
 from __future__ import annotations
 
 import contextvars
 import logging
+import sys
+from collections.abc import Iterable
 
 NONE = "-"
 
@@ -60,3 +64,56 @@ class JobContextFilter(logging.Filter):
         if not hasattr(record, "job_context"):
             record.job_context = f" class={job[1]} jid={job[0]}" if job is not None else ""
         return True
+
+
+# Set on a record by MarkPrinted: a console handler printed it.
+_PRINTED = "_cogworker_printed"
+
+
+class MarkPrinted(logging.Filter):
+    """Mark each record this handler prints, for :class:`NotPrinted` (last on a console handler).
+
+    Last, so it sees only the records the handler's own filters let through (the logger already
+    checked the handler's level): exactly those it prints.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        setattr(record, _PRINTED, True)
+        return True
+
+
+class NotPrinted(logging.Filter):
+    """Drop a record a console handler nearer its logger already printed (see :class:`MarkPrinted`).
+
+    For a handler on the root logger, which sees each record last: a project's handler on a
+    logger that propagates printed its records, then the root's printed them again.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(record, _PRINTED, False)
+
+
+def configured_handlers() -> list[logging.Handler]:
+    """Every handler on a logger now (the root's, then each named logger's), each once."""
+    loggers = [logging.getLogger(), *(logger for logger in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(logger, logging.Logger))]
+    return list({id(handler): handler for logger in loggers for handler in logger.handlers}.values())
+
+
+def add_context(handlers: Iterable[logging.Handler]) -> None:
+    """Put a JobContextFilter first on each of ``handlers`` that has none: its format, and its
+    own filters, may use ``jid``, ``job_class`` and ``job_context`` whatever the configuration.
+
+    Filters of the handlers, not a record factory: a factory sets the fields on the record before
+    ``extra=`` is applied, and logging raises KeyError for an ``extra={"jid": ...}`` then (a job
+    logging the jid of a job it pushed would fail). The filter leaves those their own.
+    """
+    for handler in handlers:
+        if not any(isinstance(f, JobContextFilter) for f in handler.filters):
+            handler.filters.insert(0, JobContextFilter())
+
+
+def is_console(handler: logging.Handler) -> bool:
+    """Whether ``handler`` prints to this process's stdout or stderr (a file handler doesn't)."""
+    return (isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)
+            and handler.stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__))

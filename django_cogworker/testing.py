@@ -37,7 +37,16 @@ def _run(payload: dict[str, Any]) -> Any:
     job_class = registered(payload["class"])
     if job_class is None:
         raise UnknownJobError(f"no job is registered as {payload['class']!r}")
-    return call_perform(job_class(payload), payload["args"], payload["kwargs"])
+    job = job_class(payload)
+    try:
+        return call_perform(job, payload["args"], payload["kwargs"])
+    except BaseException:
+        # A task's failure is final here (these modes retry nothing): django.tasks is told, as a
+        # worker tells it of a task out of retries (tasks.py).
+        failed = getattr(job, "_cogworker_failed", None)
+        if failed is not None:
+            failed(retried=False)
+        raise
 
 
 class FakeJobs:

@@ -101,7 +101,12 @@ LOGGING = {
     },
 }
 if env.bool("TESTPROJECT_NO_LOGGING", False):
-    LOGGING = {}  # as a project that configures none (tests/test_worker.py: what runcogworker shows then)
+    LOGGING = {}  # as a project that configures none (tests/test_worker.py, test_joblog.py: what runcogworker shows)
+if env.bool("TESTPROJECT_LOGGING_PLAIN", False):
+    # As many projects write it (tests/test_joblog.py): no filter on the handler whose format uses
+    # the job's fields, and a logger that propagates (still no root handler).
+    del LOGGING["handlers"]["console"]["filters"]
+    del LOGGING["loggers"]["testproject"]["propagate"]
 # Optional settings, only when the environment names them (tests set them per worker), so the
 # library's own defaults apply otherwise.
 if "COGWORKER_PERIODIC" in os.environ:
@@ -131,9 +136,16 @@ if TASKS_API == "django_tasks":
     INSTALLED_APPS.append("django_tasks")  # (the backport's system checks and signal wiring)
 if TASKS_API:
     TASKS = {
+        # No RETRY: the backend's default (none) applies; tests/test_tasks.py relies on it.
         "default": {
             "BACKEND": "django_cogworker.tasks.CogworkerBackend",
             "QUEUES": ["default", "mail"],
+            "OPTIONS": {"RESULT_TTL": env.float("COGWORKER_TASKS_RESULT_TTL", 3600)},
+        },
+        # Retries asked for in OPTIONS (testproject/demo/tasks.py `doomed`).
+        "retrying": {
+            "BACKEND": "django_cogworker.tasks.CogworkerBackend",
+            "QUEUES": ["default"],
             "OPTIONS": {"RESULT_TTL": env.float("COGWORKER_TASKS_RESULT_TTL", 3600), "RETRY": 2},
         },
     }

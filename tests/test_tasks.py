@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import re
 import time
 
 import pytest
@@ -21,7 +22,7 @@ from django_cogworker.errors import JobTimeout
 from django_cogworker.push import runtime
 from django_cogworker.tasks.api import InvalidTask, TaskResultDoesNotExist, TaskResultStatus, task_backends
 from django_cogworker.tasks.backend import CogworkerBackend
-from testproject.demo.tasks import add, async_add, fail, flaky, hold, spin
+from testproject.demo.tasks import add, async_add, doomed, explode, fail, flaky, hold, spin
 
 K = Keys()
 
@@ -36,6 +37,11 @@ def status(task, result_id):
 
 def dead_entries(r) -> list[dict]:
     return [json.loads(raw) for raw in r.zrange(K.dead, 0, -1)]
+
+
+def make_retries_due(r) -> None:
+    for member in r.zrange(K.retry, 0, -1):
+        r.zadd(K.retry, {member: 0}, xx=True)  # (skip the backoff)
 
 
 def test_the_backend_says_what_it_supports():
@@ -57,12 +63,69 @@ def test_the_backend_says_what_it_supports():
     ({"RESULT_TTL": 0}, 'TASKS["t"]["OPTIONS"]["RESULT_TTL"] must be a positive number of seconds, got 0'),
     ({"TIMEOUT": "soon"}, 'TASKS["t"]["OPTIONS"]["TIMEOUT"] must be a positive number of seconds or None'),
     ({"RETRY": -1}, 'TASKS["t"]["OPTIONS"]["RETRY"] must be True, False or a count >= 0, got -1'),
+    ({"RETRY": "3"}, 'TASKS["t"]["OPTIONS"]["RETRY"] must be True, False or a count >= 0, got \'3\''),
     ({"RESULTS": 1}, "unknown option(s) ['RESULTS']"),
 ])
 def test_a_bad_option_is_refused_naming_it(options, expected):
     with pytest.raises(ImproperlyConfigured) as caught:
         CogworkerBackend("t", {"OPTIONS": options})
     assert expected in str(caught.value)
+
+
+def never_a_task():
+    """Decorated with a bad option by a test: refused, so never a task."""
+
+
+def test_a_bad_retry_on_a_task_is_refused_naming_it():
+    from django_cogworker.tasks.api import task
+
+    for bad in (2.5, -1, "3"):
+        with pytest.raises(InvalidTask, match=rf"test_tasks.never_a_task: @task\(retry=...\) must be True, False "
+                                              rf"or a count >= 0, got {re.escape(repr(bad))}"):
+            task(retry=bad)(never_a_task)
+
+
+def test_a_task_that_raises_is_failed_after_one_attempt_by_default_and_kept_in_dead(tmp_path, r):
+    # With a Job's default (retry True) it read READY and ran 25 more times.
+    result = explode.enqueue("no retries asked for")
+    with worker(tmp_path) as w:
+        w.wait_ready()
+        wait_until(lambda: status(explode, result.id) == TaskResultStatus.FAILED and r.zcard(K.dead) == 1,
+                   timeout=15, message="failed, and filed in dead")
+        w.term()
+        assert w.wait(30) == 0
+    failed = explode.get_result(result.id)
+    assert failed.attempts == 1 and [e.exception_class for e in failed.errors] == [ValueError]
+    assert r.zcard(K.retry) == 0
+    [dead] = dead_entries(r)  # visible to operators (the admin's dead set), as any job out of retries
+    assert (dead["jid"], dead["class"], dead["retry"], dead["dead_reason"]) == (
+        result.id, "testproject.demo.tasks.explode", 0, "retries exhausted")
+
+
+def test_options_retry_runs_a_failing_task_that_many_times_more_and_it_is_logged_failed_once(tmp_path, r):
+    # `doomed` is on the "retrying" backend: OPTIONS["RETRY"] = 2 (testproject/settings.py).
+    result = doomed.enqueue("doomed-attempts")
+    with worker(tmp_path) as w:
+        w.wait_ready()
+        wait_until(lambda: status(doomed, result.id) == TaskResultStatus.READY and r.zcard(K.retry) == 1,
+                   timeout=15, message="first attempt filed for retry")
+
+        def out_of_retries():
+            make_retries_due(r)
+            return status(doomed, result.id) == TaskResultStatus.FAILED and r.zcard(K.dead) == 1
+
+        wait_until(out_of_retries, timeout=20, message="failed after its retries, and filed in dead")
+        w.term()
+        assert w.wait(30) == 0
+    assert r.lrange("doomed-attempts", 0, -1) == ["1", "2", "3"]
+    failed = doomed.get_result(result.id)
+    assert failed.attempts == 3 and len(failed.errors) == 3
+    [dead] = dead_entries(r)
+    assert (dead["jid"], dead["retry"], dead["retry_count"]) == (result.id, 2, 2)
+    # django.tasks logs task_finished: FAILED once, for the last attempt; the two retried
+    # attempts said FAILED while their result read READY.
+    lines = [line for line in w.log().splitlines() if f"Task id={result.id} " in line]
+    assert [line.rpartition(" state=")[2] for line in lines] == ["RUNNING"] * 3 + ["FAILED"], lines
 
 
 def test_enqueue_then_get_result_through_ready_running_successful(tmp_path, r):
@@ -119,8 +182,7 @@ def test_retry_with_context_then_success_and_a_failure(tmp_path, r):
     failed = fail.enqueue("no good")
 
     def retries_due_now():
-        for member in r.zrange(K.retry, 0, -1):
-            r.zadd(K.retry, {member: 0}, xx=True)  # (skip the backoff)
+        make_retries_due(r)
         return status(flaky, retried.id) == TaskResultStatus.SUCCESSFUL
 
     with worker(tmp_path) as w:
@@ -240,6 +302,24 @@ def test_a_result_reads_where_its_queue_is_not_listed(settings):
     settings.TASKS = {"default": {**settings.TASKS["default"], "QUEUES": ["default"]}}  # (another process's TASKS)
     read = add.get_result(result.id)
     assert read.status == TaskResultStatus.READY and read.task.queue_name == "default"
+
+
+def test_the_inline_mode_tells_django_tasks_a_task_failed(r):
+    from django_cogworker import testing
+    from django_cogworker.tasks.api import task_finished
+
+    seen = []
+
+    def receiver(sender, task_result, **kwargs):
+        seen.append((task_result.task.name, task_result.status))
+
+    task_finished.connect(receiver)
+    try:
+        with testing.inline(), pytest.raises(ValueError, match="inline failure"):
+            explode.enqueue("inline failure")  # (no retries in the testing modes: its failure is final)
+    finally:
+        task_finished.disconnect(receiver)
+    assert seen == [("explode", TaskResultStatus.FAILED)]
 
 
 def test_a_signal_receiver_that_raises_fails_neither_the_push_nor_the_task(r, caplog):

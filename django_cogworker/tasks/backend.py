@@ -4,7 +4,7 @@
 
     TASKS = {"default": {"BACKEND": "django_cogworker.tasks.CogworkerBackend",
                          "QUEUES": ["default", "mail"],
-                         "OPTIONS": {"RESULT_TTL": 86400, "RETRY": 5, "TIMEOUT": 300}}}
+                         "OPTIONS": {"RESULT_TTL": 86400, "RETRY": 3, "TIMEOUT": 300}}}
 
 Each task function is a job: at its decoration a Job class is registered under the task's
 module path (``myapp.tasks.send_mail``), with the task's and the backend's options, so a task
@@ -14,6 +14,10 @@ knows only the tasks of the modules it imported at startup (each installed app's
 and ``OPTIONS["MODULES"]``): a payload naming any other path is dead on arrival, nothing imported.
 
 Every task keeps a result record (:mod:`django_cogworker.push.results`), read by ``get_result``.
+
+A task that raises is FAILED, as Django's API has it: no retries unless asked for, per task
+(``@task(retry=3)``) or per backend (``OPTIONS["RETRY"]``). A task out of retries goes where a job
+does: the dead set.
 """
 
 from __future__ import annotations
@@ -50,15 +54,19 @@ logger = logging.getLogger(__name__)
 DEFAULT_RESULT_TTL = 86400.0  # a day, renewed on each change of the record
 OPTIONS = frozenset({"RESULT_TTL", "RETRY", "TIMEOUT", "ENQUEUE_ON_COMMIT", "MODULES"})
 BACKEND_PATH = "django_cogworker.tasks.CogworkerBackend"
+# No retries unless asked for: django.tasks says a task that raised is FAILED. (A Job's default,
+# True, retried every task 25 times while its result read READY.)
+DEFAULT_RETRY = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class CogworkerTask(Task):
     """A task with cogworker's options (``@task(retry=3, timeout=60)``, Django 6.1 and the backport).
 
-    ``retry``: as a Job's (True: MAX_RETRIES, False or 0: none, an int); default the backend's
-    ``OPTIONS["RETRY"]``. ``timeout``: seconds, default ``OPTIONS["TIMEOUT"]``. ``unique_for`` and
-    ``unique_until``: as a Job's. ``dead``: False discards a task out of retries.
+    ``retry``: retries after a failed attempt, as a Job's (a count; True: MAX_RETRIES; False or 0:
+    none); default the backend's ``OPTIONS["RETRY"]``, itself 0. ``timeout``: seconds, default
+    ``OPTIONS["TIMEOUT"]``. ``unique_for`` and ``unique_until``: as a Job's. ``dead``: False
+    discards a task out of retries (kept in the dead set by default).
     """
 
     retry: bool | int | None = None
@@ -69,7 +77,15 @@ class CogworkerTask(Task):
 
     def __post_init__(self) -> None:
         Task.__post_init__(self)  # (validate_task; zero-argument super() fails in a slots dataclass)
+        if self.retry is not None and not valid_retry(self.retry):
+            raise InvalidTask(f"{self.module_path}: @task(retry=...) must be True, False or a count >= 0, "
+                              f"got {self.retry!r}")
         job_class_for(self)
+
+
+def valid_retry(value: Any) -> bool:
+    """Whether ``value`` is a retry option: a count >= 0, True (COGWORKER["MAX_RETRIES"]) or False (none)."""
+    return isinstance(value, bool) or (isinstance(value, int) and value >= 0)
 
 
 def job_class_for(task: Any) -> type[Job]:
@@ -107,18 +123,29 @@ class TaskRunner:
         task = type(self).task
         running = self.task_result(TaskResultStatus.RUNNING)
         _signal(task_started, running)
-        try:
-            if task.takes_context:
-                value = task.call(TaskContext(task_result=running), *args, **kwargs)
-            else:
-                value = task.call(*args, **kwargs)
-        except BaseException:
-            _signal(task_finished, self.task_result(TaskResultStatus.FAILED))
-            raise
+        # A failure is told (task_finished) by _cogworker_failed, once the processor has filed it:
+        # only then is it known whether the task runs again.
+        if task.takes_context:
+            value = task.call(TaskContext(task_result=running), *args, **kwargs)
+        else:
+            value = task.call(*args, **kwargs)
         finished = self.task_result(TaskResultStatus.SUCCESSFUL)
         object.__setattr__(finished, "_return_value", value)
         _signal(task_finished, finished)
         return value
+
+    def _cogworker_failed(self, retried: bool) -> None:
+        """Send task_finished FAILED for an attempt that raised, unless a retry was filed.
+
+        A retried task has not finished: its result reads READY, and the FAILED that Django's
+        receiver logs (at ERROR, with the traceback) said otherwise. The processor calls this
+        (engine/run/extras.py) once the attempt is filed and recorded, inside its handler of the
+        exception, so that receiver logs the traceback (sys.exc_info()); the testing modes call
+        it with retried=False. A name of our own, as the engine looks it up on any job with a
+        result: a user's Job keeps its own attribute names.
+        """
+        if not retried:
+            _signal(task_finished, self.task_result(TaskResultStatus.FAILED))
 
     def task_result(self, status: Any) -> Any:
         """This attempt as a TaskResult (from its record; from the payload if Redis didn't answer)."""
@@ -173,8 +200,8 @@ class CogworkerBackend(BaseTaskBackend):
         self.result_ttl: float = _seconds(options.get("RESULT_TTL", DEFAULT_RESULT_TTL), f'{where}["RESULT_TTL"]',
                                           False) or DEFAULT_RESULT_TTL
         self.timeout = _seconds(options.get("TIMEOUT"), f'{where}["TIMEOUT"]', True)
-        self.retry = options.get("RETRY", True)
-        if not isinstance(self.retry, (bool, int)) or (not isinstance(self.retry, bool) and self.retry < 0):
+        self.retry = options.get("RETRY", DEFAULT_RETRY)
+        if not valid_retry(self.retry):
             raise ImproperlyConfigured(f'{where}["RETRY"] must be True, False or a count >= 0, got {self.retry!r}')
         self.enqueue_on_commit = options.get("ENQUEUE_ON_COMMIT")
         if self.enqueue_on_commit not in (None, True, False):

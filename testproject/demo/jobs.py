@@ -104,6 +104,13 @@ class LogJob(Job):
         log.warning("warning: %s", message)
 
 
+class LoggerJob(Job):
+    """Log `message` at INFO on the logger named `name` (one the project's LOGGING may route nowhere)."""
+
+    def perform(self, name, message):
+        logging.getLogger(name).info("%s", message)
+
+
 class SleepJob(Job):
     """RPUSH key "start:<jid>", sleep `seconds`, RPUSH key "end:<jid>" (shutdown/orphan tests)."""
 

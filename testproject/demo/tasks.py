@@ -63,3 +63,16 @@ def fail(message):
 def unique_add(a, b):
     """Return a + b; unique while queued (a minute)."""
     return a + b
+
+
+@task
+def explode(message):
+    """Raise ValueError(message); no retry given, so the default backend's (none)."""
+    raise ValueError(message)
+
+
+@task(backend="retrying", takes_context=True)
+def doomed(context, key):
+    """RPUSH key the attempt number, then raise: retried as often as the "retrying" backend's OPTIONS["RETRY"]."""
+    get_redis().rpush(key, context.attempt)
+    raise RuntimeError(f"attempt {context.attempt} of doomed fails")

@@ -60,8 +60,14 @@ class JobExtras:
         except Exception:
             logger.exception("jid=%s: recording its success failed", payloads.printable(payload.get("jid")))
 
-    def failed(self, job_class: Any, payload: dict, exc: BaseException, filing: Filing | None) -> None:
-        """Record a failure and where it went; never raises (the job is filed next, whatever happens here)."""
+    def failed(self, job_class: Any, payload: dict, exc: BaseException, filing: Filing | None,
+               job: Any = None) -> None:
+        """Record a failure and where it went, then tell a task (``job``, None if it could not be made);
+        never raises (the job is filed next, whatever happens here).
+
+        Called inside the processor's handler of ``exc``: what a task tells django.tasks is logged
+        there with its traceback.
+        """
         try:
             if self.timeouts is not None and job_class.timeout is not None:
                 # (Again, from the processor's frame: on CPython 3.13 a JobTimeout landing in run's
@@ -72,3 +78,10 @@ class JobExtras:
                                       target=filing.target if filing is not None else None)
         except Exception:
             logger.exception("jid=%s: recording its failure failed", payloads.printable(payload.get("jid")))
+        # A task's task_finished waits for this: whether it runs again is known only once filed (tasks.py).
+        failed = getattr(job, "_cogworker_failed", None)
+        if failed is not None:
+            try:
+                failed(retried=filing is not None and filing.target == "retry")
+            except Exception:
+                logger.exception("jid=%s: telling its task's failure failed", payloads.printable(payload.get("jid")))

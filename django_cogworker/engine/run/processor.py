@@ -146,7 +146,7 @@ class Processor:
             filing = self.filing(unit, payload, exc, job)
             outcome = "retry" if filing is not None and filing.target == "retry" else "dead"
             if extras is not None:
-                extras.failed(job_class, payload, exc, filing)
+                extras.failed(job_class, payload, exc, filing, job)
             log_safely(logger.warning, "fail jid=%s class=%s elapsed=%.3fs: %s: %s (%s)", jid, shown_class,
                        elapsed, payloads.printable(payloads.error_class(exc)),
                        payloads.printable(payloads.error_message(exc), payloads.ERROR_MESSAGE_LIMIT),

@@ -152,24 +152,48 @@ def _pid() -> int:
 
 
 def _ensure_logging(verbosity: int) -> None:
-    """Show what the worker and its jobs log, when the project configured no logging for it.
+    """Show what the worker and its jobs log, each record once, with the running job's class and jid.
 
-    No LOGGING setting and no root handler: a handler on the root logger, so the project's own
-    records (a job's ``log.info``) show too, each with its time, level and, logged while a job
-    runs, its class and jid. (A handler on ``django_cogworker`` alone printed nothing of the
-    docs' own example, and a job's warnings came out bare through Python's last resort.) A
-    project with a LOGGING setting that gives ``django_cogworker`` no handler gets one there, as
-    before: its other loggers are its own.
+    Every handler of the project's logging gets the job's context (its format may use ``jid``,
+    ``job_class``, ``job_context``). A root logger with no handler (no LOGGING, or one that
+    routes some loggers only) gets one: stderr, INFO (DEBUG with -v 2), with time, level and,
+    logged while a job runs, its class and jid. A job logging on a logger of its own printed
+    nothing then, or a bare WARNING through Python's last resort: the handler went on
+    ``django_cogworker`` alone when LOGGING was set.
+
+    That handler prints only what no console handler nearer the record's logger printed, and
+    Django's default console handler (DEFAULT_LOGGING's, on the ``django`` logger, bare
+    messages, active with DEBUG) is taken off for it: with both, each ``django.tasks`` line,
+    traceback and all, was printed twice, bare and then with the job's context.
     """
-    from ...joblog import JobContextFilter
+    from ... import joblog
 
-    root, ours = logging.getLogger(), logging.getLogger("django_cogworker")
-    if root.handlers or ours.handlers:
+    joblog.add_context(joblog.configured_handlers())
+    root = logging.getLogger()
+    if root.handlers:
         return
+    django = logging.getLogger("django")
+    for default in [h for h in django.handlers if _is_djangos_default_console(h)]:
+        django.removeHandler(default)  # (ours prints all it printed, and with DEBUG off too)
+    for console in joblog.configured_handlers():
+        if joblog.is_console(console):
+            console.addFilter(joblog.MarkPrinted())
+    level = logging.DEBUG if verbosity > 1 else logging.INFO
     handler = logging.StreamHandler()
-    handler.addFilter(JobContextFilter())
+    handler.setLevel(level)
+    handler.addFilter(joblog.JobContextFilter())
+    handler.addFilter(joblog.NotPrinted())
     handler.setFormatter(logging.Formatter(
         "%(asctime)s %(process)d %(threadName)s %(levelname)s%(job_context)s %(name)s: %(message)s"))
-    logger = ours if settings.LOGGING else root
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO)
+    root.addHandler(handler)
+    if root.level > level:  # (a lower one the project set stays: the handler's level applies)
+        root.setLevel(level)
+
+
+def _is_djangos_default_console(handler: logging.Handler) -> bool:
+    """Whether ``handler`` is Django's DEFAULT_LOGGING "console": a StreamHandler with no format,
+    printing only when DEBUG is on (a project's own "console" has a format, or other filters)."""
+    from django.utils.log import RequireDebugTrue
+
+    return (type(handler) is logging.StreamHandler and handler.get_name() == "console" and handler.formatter is None
+            and any(isinstance(f, RequireDebugTrue) for f in handler.filters))
