@@ -18,6 +18,7 @@ import threading
 import time
 
 import pytest
+import redis as redis_lib
 from cluster_fixtures import cluster_fixture, cr_fixture, on_cluster_fixture  # noqa: F401 - fixtures
 from helpers import FAST_ENV, Worker, client_for, wait_until
 
@@ -188,3 +189,21 @@ def test_a_queue_key_is_quarantined_in_its_slot_and_the_admin_moves_across_slots
     cr.sadd(K.queues, "empty")
     assert api.Queue.prune(redis=cr, keys=K) == 1
     assert {m.decode() for m in cr.smembers(K.queues)} == {a, b}
+
+
+def test_a_run_now_whose_push_fails_leaves_the_entry_where_it_was(cluster, cr, two_queues):
+    a = two_queues[0]
+    cr.set(K.queue(a), "not a list")  # its queue's push is refused (WRONGTYPE), in the queue's slot
+    at = time.time() + 600
+    for key, kind in ((K.schedule, api.ScheduledSet), (K.retry, api.RetrySet)):
+        raw = entry(f"{kind.name}-1", a)
+        cr.zadd(key, {raw: at})
+        (shown,) = kind(redis=cr, keys=K).page().items
+        with pytest.raises(redis_lib.exceptions.ResponseError, match="WRONGTYPE"):
+            shown.enqueue_now()
+        # Still due at its own time, not a lease's minute from now.
+        assert cr.zscore(key, raw) == at, kind.name
+    cr.delete(K.queue(a))
+    (shown,) = api.ScheduledSet(redis=cr, keys=K).page().items  # (its token is still good: same score)
+    assert shown.enqueue_now() and cr.zcard(K.schedule) == 0 and cr.llen(K.queue(a)) == 1
+

@@ -43,7 +43,7 @@ from .jobs import (
 )
 from .periodic import HELD_LOCK, PERIODIC_CLAIM, PERIODIC_ENABLE, PERIODIC_ROLLBACK
 from .results import RESULT_FINISHED, RESULT_STARTED
-from .slots import ADD_TRIMMED, FORGET_REGISTRY, LEASE, REQUEUE_IN_SLOT
+from .slots import ADD_TRIMMED, FORGET_REGISTRY, LEASE, REQUEUE_IN_SLOT, UNLEASE
 
 __all__ = [
     "Script",
@@ -74,6 +74,7 @@ __all__ = [
     "RESULT_FINISHED",
     "ADD_TRIMMED",
     "LEASE",
+    "UNLEASE",
     "REQUEUE_IN_SLOT",
     "FORGET_REGISTRY",
 ]
