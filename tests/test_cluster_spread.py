@@ -22,7 +22,7 @@ import redis as redis_lib
 from cluster_fixtures import cluster_fixture, cr_fixture, on_cluster_fixture  # noqa: F401 - fixtures
 from helpers import FAST_ENV, Worker, client_for, wait_until
 
-from django_cogworker import api, scripts
+from django_cogworker import api, crossings, scripts
 from django_cogworker.conf import build_config
 from django_cogworker.crossings import LEASE_SECONDS
 from django_cogworker.engine.due import DueSweep
@@ -207,3 +207,38 @@ def test_a_run_now_whose_push_fails_leaves_the_entry_where_it_was(cluster, cr, t
     (shown,) = api.ScheduledSet(redis=cr, keys=K).page().items  # (its token is still good: same score)
     assert shown.enqueue_now() and cr.zcard(K.schedule) == 0 and cr.llen(K.queue(a)) == 1
 
+
+def test_retry_all_moves_every_entry_while_others_leave_and_join_the_set(cluster, cr, two_queues, monkeypatch):
+    a, b = two_queues
+    cr.set(K.queue(b), "not a list")  # b's entries can't move: they stay where they are, behind the walk
+    at = time.time() + 600
+    # 1,800 movable entries (four batches), seven to a score (a bulk pushed for one time), and
+    # one stuck entry after every hundred.
+    movable = {entry(f"r{i}", a): at + i // 7 for i in range(1_800)}
+    stuck = {entry(f"s{j}", b): at + j * 100 / 7 + 0.5 for j in range(18)}
+    cr.zadd(K.retry, {**movable, **stuck})
+    real = crossings.zset_to_queues
+    joined = []
+
+    def with_others_at_work(redis, keys, source, moves, now):
+        """Each batch's move, then what others do meanwhile: two of the entries left behind are
+        deleted (from another admin page), one joins in front and one at the end."""
+        outcomes = real(redis, keys, source, moves, now)
+        left = [raw for (raw, _score, queue, _payload) in moves if queue == b]
+        if left:
+            cr.zrem(K.retry, *left[:2])
+        n = len(joined)
+        joined.extend([f"early{n}", f"late{n}"])
+        cr.zadd(K.retry, {entry(f"early{n}", a): time.time() - 1, entry(f"late{n}", a): at + 10_000})
+        return outcomes
+
+    monkeypatch.setattr(crossings, "zset_to_queues", with_others_at_work)
+    done = api.RetrySet(redis=cr, keys=K).retry_all()
+    pushed = [json.loads(raw)["jid"] for raw in cr.lrange(K.queue(a), 0, -1)]
+    assert len(pushed) == len(set(pushed))  # each once
+    missed = sorted({f"r{i}" for i in range(1_800)} - set(pushed))
+    assert not missed, f"{len(missed)} entries skipped, such as {missed[:5]}"
+    assert done == len(pushed) and set(pushed) - {f"r{i}" for i in range(1_800)} <= set(joined)
+    # The stuck entries nobody deleted are still there, each at its own score.
+    kept = {raw: score for raw, score in stuck.items() if cr.zscore(K.retry, raw) is not None}
+    assert kept and all(cr.zscore(K.retry, raw) == score for raw, score in kept.items())

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from ._base import Script
 from .admin import (
+    ENTRIES_AFTER,
     PREVIEW,
     PRUNE_QUEUES,
     REQUEUE_FROM_ZSET_BATCH,
@@ -65,6 +66,7 @@ __all__ = [
     "PERIODIC_ENABLE",
     "HELD_LOCK",
     "REQUEUE_FROM_ZSET_BATCH",
+    "ENTRIES_AFTER",
     "requeue_from_zset_batch_args",
     "RESTORE_QUARANTINED",
     "PREVIEW",
