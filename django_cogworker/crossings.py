@@ -30,7 +30,7 @@ LEASE_SECONDS = 60.0
 MOVED, GONE = 1, 0
 
 
-def file_from_list(redis: RedisClient, list_key: str, target: str, raw: bytes, score: Any, payload: Any,
+def file_from_list(redis: RedisClient, list_key: str | bytes, target: str, raw: bytes, score: Any, payload: Any,
                    below: Any = "", cap: Any = "") -> None:
     """File ``payload`` in ``target`` (retry or dead, trimmed as FILE_FAILURE trims), then take
     ``raw`` off ``list_key`` (an in-progress list, in its queue's slot)."""
@@ -44,15 +44,17 @@ def park_from_list(redis: RedisClient, list_key: str, unsettled: str, raw: bytes
     redis.lrem(list_key, 1, raw)  # type: ignore[arg-type]
 
 
-def requeue_in_slot(redis: RedisClient, keys: Keys, list_key: str, queue: str, acks: Sequence[bytes],
-                    moves: Sequence[tuple[bytes, Any]]) -> int:
+def requeue_in_slot(redis: RedisClient, keys: Keys, list_key: str | bytes, queue: str | bytes,
+                    acks: Sequence[bytes], moves: Sequence[tuple[bytes, Any]]) -> int:
     """Drop ``acks`` from ``list_key`` and push each ``(raw on it, payload to push)`` back to the
-    head of ``queue`` (the list's own queue: one slot, one script); then list the queue (best-effort,
-    a name pruned while its job ran). Return how many went back."""
+    head of ``queue`` (the list's own queue: one slot, one script; bytes: its name as stored in
+    ``queues``, which may not be UTF-8); then list the queue (best-effort, a name pruned while
+    its job ran). Return how many went back."""
     args: list[Any] = [len(acks), *acks]
     for raw, payload in moves:
         args += [raw, payload]
-    moved = int(scripts.REQUEUE_IN_SLOT(redis, [list_key, keys.queue(queue)], args))
+    queue_key = keys.queue_member_key(queue) if isinstance(queue, bytes) else keys.queue(queue)
+    moved = int(scripts.REQUEUE_IN_SLOT(redis, [list_key, queue_key], args))
     if moved:
         try:
             redis.sadd(keys.queues, queue)

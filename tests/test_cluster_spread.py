@@ -27,6 +27,7 @@ from django_cogworker.conf import build_config
 from django_cogworker.crossings import LEASE_SECONDS
 from django_cogworker.engine.due import DueSweep
 from django_cogworker.engine.key_guard import KeyGuard
+from django_cogworker.engine.orphans import OrphanRecovery
 from django_cogworker.engine.retry import RetryPolicy
 from django_cogworker.keys import Keys, for_config
 from testproject.demo.jobs import FailJob, FlakyJob, RecordJob, SleepJob
@@ -75,7 +76,7 @@ def test_the_key_names_on_a_cluster_and_off_it():
     assert plain.in_progress("h:1", "mail") == "cogworker:in_progress:h:1"
     assert K.queue("mail") == "{cogworker:q:mail}:queue" and K.queue_name(K.queue("a}b")) == "a}b"
     assert K.in_progress("h:1", "mail") == "{cogworker:q:mail}:in_progress:h:1"
-    assert K.in_progress_parts(K.in_progress("h:1", "mail")) == ("h:1", "mail")
+    assert K.in_progress_parts(K.in_progress("h:1", "mail").encode()) == ("h:1", b"mail")
     assert K.schedule == "{cogworker}:schedule"  # (the home slot)
     user = Keys("app:{jobs}:", spread=True)  # a tag of the user's own: the queue goes inside it
     assert user.queue("mail") == "app:{jobs:q:mail}:queue"
@@ -242,3 +243,20 @@ def test_retry_all_moves_every_entry_while_others_leave_and_join_the_set(cluster
     # The stuck entries nobody deleted are still there, each at its own score.
     kept = {raw: score for raw, score in stuck.items() if cr.zscore(K.retry, raw) is not None}
     assert kept and all(cr.zscore(K.retry, raw) == score for raw, score in kept.items())
+
+
+@pytest.mark.parametrize("name", [b"\xff\xfe-not-utf-8", b"x}:in_progress:y"], ids=["not-utf-8", "holding-the-marker"])
+def test_a_dead_process_list_found_by_its_key_goes_back_to_its_own_queue_whatever_its_name(cluster, cr, name):
+    # The layout keys.py documents, written by hand: {cogworker:q:<queue>}:in_progress:<identity>.
+    dead = "host:1:abc"
+    list_key = b"{cogworker:q:" + name + b"}:in_progress:" + dead.encode()
+    queue_key = b"{cogworker:q:" + name + b"}:queue"
+    cr.rpush(list_key, entry("orphan", "default"))
+    cr.hset(K.last_beat, dead, repr(time.time() - 3_600))  # silent for an hour; listed nowhere else
+    config = build_config({"REDIS_URL": cluster.url})
+    recovery = OrphanRecovery(config, cr, for_config(config), "rescuer:2:def", RetryPolicy(config))
+    assert recovery.check() == 1  # (discovery's SCAN found the list, and the process it belongs to)
+    (requeued,) = cr.lrange(queue_key, 0, -1)
+    assert json.loads(requeued)["jid"] == "orphan" and json.loads(requeued)["orphaned_from"] == dead
+    assert not cr.exists(list_key) and cr.sismember(K.queues, name)
+    assert cr.smembers(K.in_progress_identities) == set()  # forgotten once its list was empty; no other made up
