@@ -451,3 +451,23 @@ def test_objects_say_what_they_are_in_a_shell(rb):
     assert shown[6] == f"<QuarantinedKey '{name}' from '{KEYS.queue('q')}' (hash)>"
     assert shown[7].startswith("<Stats processed=0 failed=0 enqueued=")
     assert not any(" object at 0x" in s for s in shown)
+
+
+def test_the_walk_of_retry_all_goes_on_after_an_entry_gone_among_others_of_its_score(rb):
+    # Byte order, as the set keeps it, whatever the server's locale (é sorts after z, \x80 after \x7f),
+    # and members that differ only past a long common prefix.
+    members = [b"a", b"e", b"\xc3\xa9", b"z", b"\x7f", b"\x80", b"p" * 200 + b"1", b"p" * 200 + b"2", b"p" * 200]
+    rb.zadd(KEYS.retry, {m: 5.0 for m in members})
+    rb.zadd(KEYS.retry, {b"before": 4.0, b"after": 6.0})
+    expected = [b"before", *sorted(members), b"after"]
+    walked, last = [], None
+    while True:
+        where = ["rank", 0, ""] if last is None else ["after", repr(last[1]), last[0]]
+        reply = scripts.ENTRIES_AFTER(rb, [KEYS.retry], [*where, 1, 1_000_000])
+        if len(reply) == 2:
+            break
+        last = (reply[2], float(reply[3]))
+        walked.append(last[0])
+        if len(walked) % 2:
+            rb.zrem(KEYS.retry, last[0])  # moved: the next call finds its place without it
+    assert walked == expected and rb.zcard(KEYS.retry) == len(expected) // 2  # (the others stayed: stuck)

@@ -22,7 +22,7 @@ from django.test import Client
 from helpers import FAST_ENV, Cluster, Worker, client_for, wait_until
 
 from django_cogworker import api
-from django_cogworker.broker.cluster import scan_page, stacked_commands, tagged_prefix
+from django_cogworker.broker.cluster import parse_cluster_url, scan_page, stacked_commands, tagged_prefix
 from django_cogworker.broker.keys import Keys
 from django_cogworker.conf import build_config
 from django_cogworker.engine.loops import redis_time
@@ -70,6 +70,10 @@ def test_a_cluster_url_tags_the_prefix_and_refuses_other_databases():
                          "REDIS_OPTIONS": {"require_full_coverage": False, "socket_timeout": 5}})
     with pytest.raises(ConfigError, match=r'COGWORKER\["REDIS_URL"\].*host:port'):
         build_config({"REDIS_URL": "redis+cluster://h1,h2:7001"})
+    # IPv6 seeds, in brackets or not (the port is required: the last colon starts it)
+    assert parse_cluster_url("redis+cluster://u:p@ss/w%3Ard@[::1]:7000,fe80::2:7001/0") == {
+        "seeds": [("::1", 7000), ("fe80::2", 7001)], "username": "u", "password": "p@ss/w:rd", "ssl": False, "db": 0}
+    assert build_config({"REDIS_URL": "redis+cluster://[::1]:7000"}).redis_url == "redis+cluster://[::1]:7000"
     with pytest.raises(ConfigError, match=r'COGWORKER\["REDIS_URL"\].*REDIS_OPTIONS'):
         build_config({"REDIS_URL": "redis+cluster://h1:7000?ssl_cert_reqs=none"})
     with pytest.raises(ConfigError, match=r'COGWORKER\["KEY_PREFIX"\]'):

@@ -18,15 +18,17 @@ import threading
 import time
 
 import pytest
+import redis as redis_lib
 from cluster_fixtures import cluster_fixture, cr_fixture, on_cluster_fixture  # noqa: F401 - fixtures
 from helpers import FAST_ENV, Worker, client_for, wait_until
 
 from django_cogworker import api
-from django_cogworker.broker import scripts
+from django_cogworker.broker import crossings, scripts
 from django_cogworker.broker.crossings import LEASE_SECONDS
 from django_cogworker.broker.keys import Keys, for_config
 from django_cogworker.conf import build_config
 from django_cogworker.engine.recovery.key_guard import KeyGuard
+from django_cogworker.engine.recovery.orphans import OrphanRecovery
 from django_cogworker.engine.schedule.due import DueSweep
 from django_cogworker.engine.settle.retry import RetryPolicy
 from testproject.demo.jobs import FailJob, FlakyJob, RecordJob, SleepJob
@@ -75,7 +77,7 @@ def test_the_key_names_on_a_cluster_and_off_it():
     assert plain.in_progress("h:1", "mail") == "cogworker:in_progress:h:1"
     assert K.queue("mail") == "{cogworker:q:mail}:queue" and K.queue_name(K.queue("a}b")) == "a}b"
     assert K.in_progress("h:1", "mail") == "{cogworker:q:mail}:in_progress:h:1"
-    assert K.in_progress_parts(K.in_progress("h:1", "mail")) == ("h:1", "mail")
+    assert K.in_progress_parts(K.in_progress("h:1", "mail").encode()) == ("h:1", b"mail")
     assert K.schedule == "{cogworker}:schedule"  # (the home slot)
     user = Keys("app:{jobs}:", spread=True)  # a tag of the user's own: the queue goes inside it
     assert user.queue("mail") == "app:{jobs:q:mail}:queue"
@@ -189,3 +191,73 @@ def test_a_queue_key_is_quarantined_in_its_slot_and_the_admin_moves_across_slots
     cr.sadd(K.queues, "empty")
     assert api.Queue.prune(redis=cr, keys=K) == 1
     assert {m.decode() for m in cr.smembers(K.queues)} == {a, b}
+
+
+def test_a_run_now_whose_push_fails_leaves_the_entry_where_it_was(cluster, cr, two_queues):
+    a = two_queues[0]
+    cr.set(K.queue(a), "not a list")  # its queue's push is refused (WRONGTYPE), in the queue's slot
+    at = time.time() + 600
+    for key, kind in ((K.schedule, api.ScheduledSet), (K.retry, api.RetrySet)):
+        raw = entry(f"{kind.name}-1", a)
+        cr.zadd(key, {raw: at})
+        (shown,) = kind(redis=cr, keys=K).page().items
+        with pytest.raises(redis_lib.exceptions.ResponseError, match="WRONGTYPE"):
+            shown.enqueue_now()
+        # Still due at its own time, not a lease's minute from now.
+        assert cr.zscore(key, raw) == at, kind.name
+    cr.delete(K.queue(a))
+    (shown,) = api.ScheduledSet(redis=cr, keys=K).page().items  # (its token is still good: same score)
+    assert shown.enqueue_now() and cr.zcard(K.schedule) == 0 and cr.llen(K.queue(a)) == 1
+
+
+def test_retry_all_moves_every_entry_while_others_leave_and_join_the_set(cluster, cr, two_queues, monkeypatch):
+    a, b = two_queues
+    cr.set(K.queue(b), "not a list")  # b's entries can't move: they stay where they are, behind the walk
+    at = time.time() + 600
+    # 1,800 movable entries (four batches), seven to a score (a bulk pushed for one time), and
+    # one stuck entry after every hundred.
+    movable = {entry(f"r{i}", a): at + i // 7 for i in range(1_800)}
+    stuck = {entry(f"s{j}", b): at + j * 100 / 7 + 0.5 for j in range(18)}
+    cr.zadd(K.retry, {**movable, **stuck})
+    real = crossings.zset_to_queues
+    joined = []
+
+    def with_others_at_work(redis, keys, source, moves, now):
+        """Each batch's move, then what others do meanwhile: two of the entries left behind are
+        deleted (from another admin page), one joins in front and one at the end."""
+        outcomes = real(redis, keys, source, moves, now)
+        left = [raw for (raw, _score, queue, _payload) in moves if queue == b]
+        if left:
+            cr.zrem(K.retry, *left[:2])
+        n = len(joined)
+        joined.extend([f"early{n}", f"late{n}"])
+        cr.zadd(K.retry, {entry(f"early{n}", a): time.time() - 1, entry(f"late{n}", a): at + 10_000})
+        return outcomes
+
+    monkeypatch.setattr(crossings, "zset_to_queues", with_others_at_work)
+    done = api.RetrySet(redis=cr, keys=K).retry_all()
+    pushed = [json.loads(raw)["jid"] for raw in cr.lrange(K.queue(a), 0, -1)]
+    assert len(pushed) == len(set(pushed))  # each once
+    missed = sorted({f"r{i}" for i in range(1_800)} - set(pushed))
+    assert not missed, f"{len(missed)} entries skipped, such as {missed[:5]}"
+    assert done == len(pushed) and set(pushed) - {f"r{i}" for i in range(1_800)} <= set(joined)
+    # The stuck entries nobody deleted are still there, each at its own score.
+    kept = {raw: score for raw, score in stuck.items() if cr.zscore(K.retry, raw) is not None}
+    assert kept and all(cr.zscore(K.retry, raw) == score for raw, score in kept.items())
+
+
+@pytest.mark.parametrize("name", [b"\xff\xfe-not-utf-8", b"x}:in_progress:y"], ids=["not-utf-8", "holding-the-marker"])
+def test_a_dead_process_list_found_by_its_key_goes_back_to_its_own_queue_whatever_its_name(cluster, cr, name):
+    # The layout keys.py documents, written by hand: {cogworker:q:<queue>}:in_progress:<identity>.
+    dead = "host:1:abc"
+    list_key = b"{cogworker:q:" + name + b"}:in_progress:" + dead.encode()
+    queue_key = b"{cogworker:q:" + name + b"}:queue"
+    cr.rpush(list_key, entry("orphan", "default"))
+    cr.hset(K.last_beat, dead, repr(time.time() - 3_600))  # silent for an hour; listed nowhere else
+    config = build_config({"REDIS_URL": cluster.url})
+    recovery = OrphanRecovery(config, cr, for_config(config), "rescuer:2:def", RetryPolicy(config))
+    assert recovery.check() == 1  # (discovery's SCAN found the list, and the process it belongs to)
+    (requeued,) = cr.lrange(queue_key, 0, -1)
+    assert json.loads(requeued)["jid"] == "orphan" and json.loads(requeued)["orphaned_from"] == dead
+    assert not cr.exists(list_key) and cr.sismember(K.queues, name)
+    assert cr.smembers(K.in_progress_identities) == set()  # forgotten once its list was empty; no other made up

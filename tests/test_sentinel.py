@@ -66,6 +66,8 @@ def test_the_client_is_built_for_the_primary_with_the_sentinels_credentials_apar
     ("redis+sentinel://s1:port/mymaster/0", "a numeric port for each sentinel (not 's1:port')"),
     ("redis+sentinel://s1:26379", "a URL naming the service after the hosts"),
     ("redis+sentinel://s1,,s2/mymaster", "a list of sentinels"),
+    ("redis+sentinel://[::1/mymaster", "a list of sentinels, host:port separated by commas (not '[::1')"),
+    ("redis+sentinel://s1:26379#x/mymaster", "a URL without a #fragment"),
     ("redis+sentinel://s1/mymaster/zero", "a database number after the service (not 'zero')"),
     ("redis+sentinel://s1/mymaster/0?db=1", "a URL whose query has only sentinel_password or sentinel_username"),
     ("sentinel://s1/mymaster", "a redis://, rediss://, unix://, redis+sentinel://, rediss+sentinel://, "

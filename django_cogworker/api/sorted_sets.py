@@ -278,25 +278,31 @@ class SortedSet:
     def retry_some(self, *, start: int = 0, limit: int | None = None, budget: float | None = None,
                    now: float | None = None) -> Moved:
         """``retry_all`` from rank ``start`` (the stuck entries a previous call left in front), over at
-        most ``limit`` entries (RETRY_SOME_LIMIT), starting no batch after ``budget`` seconds."""
+        most ``limit`` entries (RETRY_SOME_LIMIT), starting no batch after ``budget`` seconds.
+
+        Each batch goes on after the last entry the one before looked at, found anew by its score
+        and bytes (``scripts.ENTRIES_AFTER``), not by rank: entries that leave the set or join it
+        meanwhile make no entry that was there from the start be skipped.
+        """
         limit = RETRY_SOME_LIMIT if limit is None else limit
         deadline = time.monotonic() + (RETRY_SOME_BUDGET if budget is None else budget)
         done, examined, rank = Moved(), 0, max(int(start), 0)
+        last: SortedEntry | None = None  # the last entry looked at
         while examined < limit and time.monotonic() < deadline:
-            _, rows = self._read("rank", rank, min(BATCH, limit - examined), DETAIL_BYTES)
+            _, rank, rows = self._after(last, rank, min(BATCH, limit - examined))
             if not rows:
                 break
             examined += len(rows)
+            last = rows[-1]
             stamp = time.time() if now is None else now
             moves: list[tuple[Any, str, str, str]] = []  # (raw, queue key, queue, payload to push)
             scores: list[float] = []
             stuck = 0
-            for i, entry in enumerate(rows):
-                whole = entry if entry.complete else self._whole_at(rank + i, entry)
-                if whole is None or whole.parse_error or whole.queue is None:
-                    stuck += whole is not None
+            for entry in rows:
+                if entry.parse_error or entry.queue is None:
+                    stuck += 1
                     continue
-                payload = dict(whole.payload, enqueued_at=stamp)
+                payload = dict(entry.payload, enqueued_at=stamp)
                 payload.pop("at", None)
                 try:
                     text = reencode(payload)
@@ -304,11 +310,11 @@ class SortedSet:
                     if self.name == "dead":
                         stuck += 1  # stays, shown as poison on its row
                     else:
-                        whole.bury(exc.reason, stamp)
+                        entry.bury(exc.reason, stamp)
                         done.buried += 1
                     continue
-                moves.append((whole.raw, self.keys.queue(whole.queue), whole.queue, text))
-                scores.append(whole.score)
+                moves.append((entry.raw, self.keys.queue(entry.queue), entry.queue, text))
+                scores.append(entry.score)
             if moves and self.keys.spread:  # (a cluster: each queue in its slot; leased, pushed, removed)
                 outcomes = crossings.zset_to_queues(self.redis, self.keys, self.key,
                                                     [(raw, score, queue, text) for (raw, _key, queue, text), score
@@ -321,15 +327,17 @@ class SortedSet:
                 done.moved += int(moved)
                 stuck += int(failed)
             done.stuck += stuck
-            rank += stuck
-        done.resume = rank
-        done.left = max(self.size() - rank, 0)
+        size, done.resume, _ = self._after(last, rank, 0)  # (the stuck entries are in front of it)
+        done.left = max(size - done.resume, 0)
         return done
 
-    def _whole_at(self, rank: int, seen: SortedEntry) -> SortedEntry | None:
-        """The entry at ``rank`` read whole, if it is still ``seen``."""
-        _, rows = self._read("rank", rank, 1, 0)
-        return rows[0] if rows and rows[0].ident == seen.ident and rows[0].size == seen.size else None
+    def _after(self, last: SortedEntry | None, rank: int, count: int) -> tuple[int, int, list[SortedEntry]]:
+        """(the set's size, the rank of the first entry after ``last`` (with None: ``rank``), up to
+        ``count`` entries from there, whole: CALL_BYTES of them a call, past one)."""
+        where = ["rank", rank, ""] if last is None else ["after", repr(last.score), last.raw]
+        reply = scripts.ENTRIES_AFTER(self.redis, [self.key], [*where, count, records.CALL_BYTES])
+        rows = reply[2:]
+        return int(reply[0]), int(reply[1]), [self._entry(rows[i], rows[i + 1]) for i in range(0, len(rows), 2)]
 
     def dead_limits(self, now: float) -> tuple[Any, Any]:
         """(drop dead entries scored below this, keep at most this many), as the engine trims."""

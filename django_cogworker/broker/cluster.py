@@ -19,7 +19,8 @@ data); a SCAN visits every primary, so a key found mid-migration on another node
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import unquote
+
+from . import host_lists
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 
@@ -31,33 +32,25 @@ def is_cluster_url(url: Any) -> bool:
 def parse_cluster_url(url: str) -> dict[str, Any]:
     """``url`` -> {"seeds": [(host, port)], "username", "password", "ssl", "db"}; ValueError saying what is wrong.
 
-    Written by hand: urllib takes one host per URL, and a password may hold any character
-    (percent-encode ``@``, ``:``, ``/`` and ``,`` in it, as in a redis:// URL).
+    Split by host_lists.py, as a sentinel URL is; a password may hold any character but ``?``
+    (percent-encode it, as in a redis:// URL).
     """
-    scheme, _, rest = url.partition("://")
-    rest, query, _ = rest.partition("?")
-    if query:
+    parts = host_lists.split(url)
+    if parts.query:
         raise ValueError("options go in REDIS_OPTIONS, not in the query of a cluster URL")
-    at = rest.rfind("@")
-    username = password = None
-    if at >= 0:
-        userinfo, rest = rest[:at], rest[at + 1:]
-        user, has_password, secret = userinfo.partition(":")
-        username = unquote(user) or None
-        password = unquote(secret) if has_password else None
-    hosts, _, path = rest.partition("/")
-    db = path.strip("/")
+    if parts.fragment:
+        raise ValueError(f"a cluster URL has no #fragment, got #{parts.fragment}")
+    db = parts.path.strip("/")
     if db not in ("", "0"):
         raise ValueError(f"a cluster has one database: the path must be /0 or absent, got /{db}")
     seeds = []
-    for seed in hosts.split(","):
-        host, sep, port = seed.strip().rpartition(":")
-        host = host.strip("[]")  # (an IPv6 host in brackets)
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"each seed node must be host:port, got {seed.strip()!r}")
-        seeds.append((host, int(port)))
-    return {"seeds": seeds, "username": username, "password": password,
-            "ssl": scheme == "rediss+cluster", "db": 0}
+    for seed in parts.hosts:
+        try:
+            seeds.append(host_lists.host_port(seed))  # (each with its port)
+        except host_lists.BadHost:
+            raise ValueError(f"each seed node must be host:port, got {seed!r}") from None
+    return {"seeds": seeds, "username": parts.username, "password": parts.password,
+            "ssl": parts.scheme == "rediss+cluster", "db": 0}
 
 
 def tagged_prefix(prefix: str) -> str:

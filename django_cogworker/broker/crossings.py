@@ -30,7 +30,7 @@ LEASE_SECONDS = 60.0
 MOVED, GONE = 1, 0
 
 
-def file_from_list(redis: RedisClient, list_key: str, target: str, raw: bytes, score: Any, payload: Any,
+def file_from_list(redis: RedisClient, list_key: str | bytes, target: str, raw: bytes, score: Any, payload: Any,
                    below: Any = "", cap: Any = "") -> None:
     """File ``payload`` in ``target`` (retry or dead, trimmed as FILE_FAILURE trims), then take
     ``raw`` off ``list_key`` (an in-progress list, in its queue's slot)."""
@@ -44,15 +44,17 @@ def park_from_list(redis: RedisClient, list_key: str, unsettled: str, raw: bytes
     redis.lrem(list_key, 1, raw)  # type: ignore[arg-type]
 
 
-def requeue_in_slot(redis: RedisClient, keys: Keys, list_key: str, queue: str, acks: Sequence[bytes],
-                    moves: Sequence[tuple[bytes, Any]]) -> int:
+def requeue_in_slot(redis: RedisClient, keys: Keys, list_key: str | bytes, queue: str | bytes,
+                    acks: Sequence[bytes], moves: Sequence[tuple[bytes, Any]]) -> int:
     """Drop ``acks`` from ``list_key`` and push each ``(raw on it, payload to push)`` back to the
-    head of ``queue`` (the list's own queue: one slot, one script); then list the queue (best-effort,
-    a name pruned while its job ran). Return how many went back."""
+    head of ``queue`` (the list's own queue: one slot, one script; bytes: its name as stored in
+    ``queues``, which may not be UTF-8); then list the queue (best-effort, a name pruned while
+    its job ran). Return how many went back."""
     args: list[Any] = [len(acks), *acks]
     for raw, payload in moves:
         args += [raw, payload]
-    moved = int(scripts.REQUEUE_IN_SLOT(redis, [list_key, keys.queue(queue)], args))
+    queue_key = keys.queue_member_key(queue) if isinstance(queue, bytes) else keys.queue(queue)
+    moved = int(scripts.REQUEUE_IN_SLOT(redis, [list_key, queue_key], args))
     if moved:
         try:
             redis.sadd(keys.queues, queue)
@@ -67,18 +69,17 @@ def zset_to_queues(redis: RedisClient, keys: Keys, source: str,
     """Move entries of ``source`` to their queues: each ``(raw, score read, queue, payload to push)``.
 
     Lease them all (one script: each still scored as read is re-scored LEASE_SECONDS ahead),
-    push the leased ones and list their queues (one pipeline), then remove the pushed ones.
-    Two movers that read the same entry: only one leases it. Return per move MOVED, GONE (not
-    leased: moved or changed by another), or the exception its push raised (it stays, leased:
-    it comes due again at the lease). Redis away or refusing writes raises, after the removals
-    of what was pushed.
+    push the leased ones and list their queues (one pipeline), then remove the pushed ones and
+    put those whose push failed back at the score they had (UNLEASE). Two movers that read the
+    same entry: only one leases it. Return per move MOVED, GONE (not leased: moved or changed
+    by another), or the exception its push raised (it stays where it was). Redis away or
+    refusing writes raises, after the removals of what was pushed; only a mover that dies
+    between the lease and the end leaves an entry leased, to come due again at the lease.
     """
     if not moves:
         return []
-    args: list[Any] = []
-    for raw, score, _queue, _payload in moves:
-        args += [raw, repr(float(score))]
-    leased = scripts.LEASE(redis, [source], [*args, repr(now + LEASE_SECONDS)])
+    lease = repr(now + LEASE_SECONDS)
+    leased = scripts.LEASE(redis, [source], [*_as_read(moves), lease])
     taken = [move for move, ok in zip(moves, leased, strict=True) if int(ok)]
     outcomes: dict[int, Any] = {}
     if taken:
@@ -88,13 +89,30 @@ def zset_to_queues(redis: RedisClient, keys: Keys, source: str,
         listed = sorted({queue for _raw, _score, queue, _payload in taken})
         for queue in listed:
             pipe.sadd(keys.queues, queue)
-        replies = pipe.execute(raise_on_error=False)
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except Exception:
+            # (Which pushes went through is unknown: one that did is pushed again when it comes
+            # due, as it would have been at the lease.)
+            scripts.UNLEASE(redis, [source], [*_as_read(taken), lease])
+            raise
         pushed = [move[0] for move, reply in zip(taken, replies, strict=False) if not isinstance(reply, Exception)]
         if pushed:
             redis.zrem(source, *pushed)
+        failed = [move for move, reply in zip(taken, replies, strict=False) if isinstance(reply, Exception)]
+        if failed:
+            scripts.UNLEASE(redis, [source], [*_as_read(failed), lease])
         for move, reply in zip(taken, replies, strict=False):
             outcomes[id(move)] = reply if isinstance(reply, Exception) else MOVED
         refused = next((r for r in replies[:len(taken)] if isinstance(r, Exception) and is_unavailable(r)), None)
         if refused is not None:
             raise refused
     return [outcomes.get(id(move), GONE) for move in moves]
+
+
+def _as_read(moves: Sequence[tuple[bytes, float, str, Any]]) -> list[Any]:
+    """LEASE's and UNLEASE's pairs: each entry as stored, and the score it was read with."""
+    pairs: list[Any] = []
+    for raw, score, _queue, _payload in moves:
+        pairs += [raw, repr(float(score))]
+    return pairs

@@ -156,17 +156,32 @@ class Keys:
             return f"{self._head}{queue}{self._tail}in_progress:{identity}"
         return f"{self.prefix}in_progress:{identity}"
 
-    def in_progress_identity(self, key: str) -> str:
+    def in_progress_member_key(self, identity: str, member: bytes) -> bytes:
+        """:meth:`in_progress` of a queue named as stored in ``queues`` (bytes, which may not be UTF-8)."""
+        if self.spread:
+            return self._head.encode() + member + f"{self._tail}in_progress:{identity}".encode()
+        return self.in_progress(identity).encode()
+
+    def in_progress_identity(self, key: bytes | str) -> str:
         """Invert :meth:`in_progress`: the identity."""
         return self.in_progress_parts(key)[0]
 
-    def in_progress_parts(self, key: str) -> tuple[str, str | None]:
-        """Invert :meth:`in_progress`: (identity, queue; None without a cluster)."""
+    def in_progress_parts(self, key: bytes | str) -> tuple[str, bytes | None]:
+        """Invert :meth:`in_progress` (and :meth:`in_progress_member_key`): (identity, the queue's
+        name as stored in ``queues``, bytes, which may not be UTF-8; None without a cluster).
+
+        Exact for any queue name: the identity is what follows the last ``}:in_progress:``, as a
+        queue may be named with that text in it and an identity (host:pid:hex) never is. (Split
+        at the first, ``a}:in_progress:b``'s list was read as queue ``a``'s of a process
+        ``b}:in_progress:<identity>``; decoded as UTF-8 first, a name that isn't stopped discovery.)
+        The identity is decoded with ``surrogateescape``: one that isn't UTF-8 (no process of
+        ours) still reads, and can't be sent back.
+        """
+        name = key if isinstance(key, bytes) else key.encode()
         if self.spread:
-            # (A queue name holding "}:in_progress:" would be read wrong: such names aren't used.)
-            queue, _, identity = key[len(self._head):].partition(self._tail + "in_progress:")
-            return identity, queue
-        return key[len(self.prefix) + len("in_progress:"):], None
+            queue, _, identity = name[len(self._head.encode()):].rpartition(f"{self._tail}in_progress:".encode())
+            return identity.decode("utf-8", "surrogateescape"), queue
+        return name[len(self.in_progress("").encode()):].decode("utf-8", "surrogateescape"), None
 
     @property
     def in_progress_match(self) -> str:

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote
 
 import redis
 from redis.sentinel import (
@@ -33,6 +33,7 @@ from redis.sentinel import (
     SentinelManagedSSLConnection,
 )
 
+from . import host_lists
 from .replies import accounted
 
 SCHEMES = ("redis+sentinel", "rediss+sentinel")
@@ -69,23 +70,21 @@ def is_sentinel_url(url: object) -> bool:
 
 
 def parse(url: str) -> SentinelTarget:
-    """Parse a sentinel URL; raise SentinelURLError saying what is wrong."""
-    scheme, _, rest = url.partition("://")
-    if scheme not in SCHEMES:
+    """Parse a sentinel URL (split by host_lists.py, as a cluster URL is); raise SentinelURLError
+    saying what is wrong."""
+    parts = host_lists.split(url)
+    if parts.scheme not in SCHEMES:
         raise SentinelURLError("a redis+sentinel:// or rediss+sentinel:// URL")
-    # The host list has commas, which urlsplit accepts in the netloc but whose ports it can't
-    # read: split the netloc here, on the text (a password may hold what a parser trips on).
-    parts = urlsplit("x://" + rest)
     if parts.fragment:
         raise SentinelURLError("a URL without a #fragment (percent-encode # in a password as %23)")
-    userinfo, at, hosts = parts.netloc.rpartition("@")
-    username = password = None
-    if at:
-        # (as redis-py reads redis://user:password@: no colon, a user name alone)
-        user, colon, secret = userinfo.partition(":")
-        username = unquote(user) or None
-        password = unquote(secret) if colon else None
-    sentinels = tuple(_host_port(item) for item in hosts.split(","))
+    sentinels = []
+    for item in parts.hosts:
+        try:
+            sentinels.append(host_lists.host_port(item, DEFAULT_PORT))
+        except host_lists.BadHost as exc:
+            if exc.port:
+                raise SentinelURLError(f"a numeric port for each sentinel (not {item!r})") from None
+            raise SentinelURLError(f"a list of sentinels, host:port separated by commas (not {item!r})") from None
     path = [p for p in parts.path.split("/") if p]
     if not path or len(path) > 2:
         raise SentinelURLError("a URL naming the service after the hosts: /<service>[/<db>], e.g. /mymaster/0")
@@ -100,27 +99,10 @@ def parse(url: str) -> SentinelTarget:
     if unknown:
         raise SentinelURLError(f"a URL whose query has only {' or '.join(QUERY_ARGUMENTS)} (other options go in "
                                f"REDIS_OPTIONS; not {', '.join(unknown)})")
-    return SentinelTarget(sentinels, service, db, tls=scheme == "rediss+sentinel", username=username,
-                          password=password, sentinel_username=query.get("sentinel_username") or None,
+    return SentinelTarget(tuple(sentinels), service, db, tls=parts.scheme == "rediss+sentinel",
+                          username=parts.username, password=parts.password,
+                          sentinel_username=query.get("sentinel_username") or None,
                           sentinel_password=query.get("sentinel_password") or None)
-
-
-def _host_port(item: str) -> tuple[str, int]:
-    item = item.strip()
-    if item.startswith("["):  # [IPv6]:port
-        host, bracket, after = item[1:].partition("]")
-        if not bracket or (after and not after.startswith(":")):
-            raise SentinelURLError(f"a list of sentinels, host:port separated by commas (not {item!r})")
-        port_text = after[1:]
-    else:
-        host, _, port_text = item.partition(":")
-    if not host:
-        raise SentinelURLError(f"a list of sentinels, host:port separated by commas (not {item!r})")
-    if not port_text:
-        return host, DEFAULT_PORT
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise SentinelURLError(f"a numeric port for each sentinel (not {item!r})")
-    return host, int(port_text)
 
 
 class FollowingPool(SentinelConnectionPool):

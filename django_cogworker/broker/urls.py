@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from . import host_lists
 from .cluster import OWN_OPTIONS, is_cluster_url, parse_cluster_url
 from .sentinel import SentinelURLError, is_sentinel_url, make_sentinel_redis, parse
 
@@ -83,8 +84,7 @@ def options_problem(url: str, options: Mapping[str, Any]) -> str | None:
             # answer, behind its primary, would have it requeue or skip the wrong jobs.
             return "reads from replicas are not supported: every command must go to the primary"
         options = {k: v for k, v in options.items() if k not in OWN_OPTIONS}
-        host, port = parse_cluster_url(url)["seeds"][0]
-        url = f"redis://{host}:{port}/0"
+        url = f"redis://{host_lists.netloc(*parse_cluster_url(url)['seeds'][0])}/0"  # (an IPv6 seed in brackets)
     try:
         if is_sentinel_url(url):
             # (the sentinels' clients are built too: a bad sentinel_kwargs option fails here)

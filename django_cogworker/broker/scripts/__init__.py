@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from ._base import Script
 from .admin import (
+    ENTRIES_AFTER,
     PREVIEW,
     PRUNE_QUEUES,
     REQUEUE_FROM_ZSET_BATCH,
@@ -43,7 +44,7 @@ from .jobs import (
 )
 from .periodic import HELD_LOCK, PERIODIC_CLAIM, PERIODIC_ENABLE, PERIODIC_ROLLBACK
 from .results import RESULT_FINISHED, RESULT_STARTED
-from .slots import ADD_TRIMMED, FORGET_REGISTRY, LEASE, REQUEUE_IN_SLOT
+from .slots import ADD_TRIMMED, FORGET_REGISTRY, LEASE, REQUEUE_IN_SLOT, UNLEASE
 
 __all__ = [
     "Script",
@@ -65,6 +66,7 @@ __all__ = [
     "PERIODIC_ENABLE",
     "HELD_LOCK",
     "REQUEUE_FROM_ZSET_BATCH",
+    "ENTRIES_AFTER",
     "requeue_from_zset_batch_args",
     "RESTORE_QUARANTINED",
     "PREVIEW",
@@ -74,6 +76,7 @@ __all__ = [
     "RESULT_FINISHED",
     "ADD_TRIMMED",
     "LEASE",
+    "UNLEASE",
     "REQUEUE_IN_SLOT",
     "FORGET_REGISTRY",
 ]

@@ -45,6 +45,71 @@ def requeue_from_zset_batch_args(source: str, queues: str, moves: Iterable[tuple
         args.extend((raw, _queue_index(keys, index, queue_key), queue, payload))
     return keys, args
 
+# KEYS[1] = a sorted set (schedule, retry or dead).
+# ARGV[1] = where to start: "rank" (at the rank ARGV[2]) or "after" (after the
+# entry scored ARGV[2] whose member is ARGV[3], which may have left the set
+# since), ARGV[4] = how many entries at most, ARGV[5] = stop after an entry that
+# takes the bytes read past this (a call reads at least one entry).
+# retry_all's walk through a set that changes under it: each call finds anew
+# the place after the last entry looked at, in the set's own order (score, then
+# member bytes). Walked by rank, each entry that left the set in front of that
+# rank (a stuck entry deleted meanwhile, one the poller took) shifted the rest
+# down by one, and the entry that slid into the rank went on from was skipped.
+# Lua compares strings by the server's locale (strcoll), so the bytes are
+# compared here one by one, as the set orders them (memcmp).
+# Returns {the set's size, the rank of the first entry after (or at) the
+# start, then per entry read: the member, whole, and its score}.
+ENTRIES_AFTER = Script("""
+local function follows(a, b)
+  local n, i = math.min(#a, #b), 1
+  while i + 63 <= n and string.sub(a, i, i + 63) == string.sub(b, i, i + 63) do
+    i = i + 64
+  end
+  while i <= n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x > y
+    end
+    i = i + 1
+  end
+  return #a > #b
+end
+local size, first = redis.call("ZCARD", KEYS[1]), 0
+if ARGV[1] == "rank" then
+  first = tonumber(ARGV[2])
+else
+  local score, member = ARGV[2], ARGV[3]
+  local now = redis.call("ZSCORE", KEYS[1], member)
+  if now and tonumber(now) == tonumber(score) then
+    first = redis.call("ZRANK", KEYS[1], member) + 1
+  else
+    -- Gone (or re-scored): past the entries scored below it, and past those of
+    -- its score whose member sorts before it (a binary search among them).
+    first = redis.call("ZCOUNT", KEYS[1], "-inf", "(" .. score)
+    local last = redis.call("ZCOUNT", KEYS[1], "-inf", score)
+    while first < last do
+      local mid = math.floor((first + last) / 2)
+      if follows(redis.call("ZRANGE", KEYS[1], mid, mid)[1], member) then
+        last = mid
+      else
+        first = mid + 1
+      end
+    end
+  end
+end
+local out, copied = {size, first}, 0
+for i = first, math.min(first + tonumber(ARGV[4]), size) - 1 do
+  if copied >= tonumber(ARGV[5]) then
+    break
+  end
+  local row = redis.call("ZRANGE", KEYS[1], i, i, "WITHSCORES")
+  local n = #out
+  out[n + 1], out[n + 2] = row[1], row[2]
+  copied = copied + #row[1]
+end
+return out
+""")
+
 # KEYS[1] = a quarantined key, KEYS[2] = the key it was moved from.
 # Puts a quarantined key back, without the quarantine's expiry, only while
 # the original name is free: never overwrites the fresh key work has carried

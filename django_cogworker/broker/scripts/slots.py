@@ -49,6 +49,28 @@ end
 return out
 """)
 
+# KEYS[1] = source zset (schedule, retry or dead; the home slot).
+# ARGV = pairs: the raw entry as stored, the score it had before LEASE; then
+# ARGV[#ARGV] = the lease LEASE gave it.
+# Undoes LEASE for entries whose push failed: each still at that lease (no one
+# has moved or re-scored it since) goes back to the score it had. Left leased, a
+# refused push (a queue key of the wrong type, a queue's node away) moved the
+# entry a minute on: a scheduled job's time, a retry's, a dead entry's place
+# changed, where a lone Redis's one-script move leaves it as it was. Returns
+# how many were put back.
+UNLEASE = Script("""
+local lease = ARGV[#ARGV]
+local restored = 0
+for i = 1, #ARGV - 1, 2 do
+  local score = redis.call("ZSCORE", KEYS[1], ARGV[i])
+  if score and tonumber(score) == tonumber(lease) then
+    redis.call("ZADD", KEYS[1], "XX", ARGV[i + 1], ARGV[i])
+    restored = restored + 1
+  end
+end
+return restored
+""")
+
 # KEYS[1] = in-progress list, KEYS[2] = the queue list of the same queue (one slot).
 # ARGV[1] = n, the number of acks that follow; ARGV[2..n+1] = raw payloads to
 # drop; then pairs: raw payload on the list, payload to push.

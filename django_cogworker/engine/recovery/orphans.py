@@ -86,8 +86,9 @@ class OrphanRecovery:
         # while the process lives, stalled a minute; judged at once, its running jobs ran twice.
         self._beatless_since: dict[str, float] = {}
         self._scan_cursor: Any = 0  # (a dict of node -> cursor on a cluster)
-        # identity -> queues whose in-progress list of it discovery found (a cluster: one list per queue)
-        self._found_queues: dict[str, set[str]] = {}
+        # identity -> queues whose in-progress list of it discovery found (a cluster: one list per
+        # queue), each named as in ``queues``: bytes, which may not be UTF-8
+        self._found_queues: dict[str, set[bytes]] = {}
         self._next_discovery = 0.0  # (monotonic) the first check looks at once
 
     def check(self) -> int:
@@ -176,7 +177,13 @@ class OrphanRecovery:
             self._scan_cursor, names = scan_page(self.redis, self._scan_cursor, self.keys.in_progress_match,
                                                  SCAN_COUNT)
             for name in names:
-                identity, queue = self.keys.in_progress_parts(name.decode() if isinstance(name, bytes) else name)
+                identity, queue = self.keys.in_progress_parts(name)  # (any queue name: bytes, exact)
+                try:
+                    identity.encode()
+                except UnicodeEncodeError:  # (it couldn't be registered, nor its beat read)
+                    logger.warning("in-progress list %r names a process that isn't UTF-8: not one of ours, "
+                                   "left alone", name)
+                    continue
                 found.add(identity)
                 if queue is not None:
                     self._found_queues.setdefault(identity, set()).add(queue)
@@ -221,28 +228,30 @@ class OrphanRecovery:
             logger.warning("recovered %d job(s) from dead process %s (%s)", handled, identity, since)
         return handled
 
-    def _lists_of(self, identity: str) -> list[tuple[str, str | None]]:
+    def _lists_of(self, identity: str) -> list[tuple[str | bytes, bytes | None]]:
         """The in-progress lists of ``identity``, with their queue (None without a cluster).
 
         On a cluster, one per queue it may have fetched from: every queue listed (``queues``,
         ``paused_queues``), this process's, and those discovery found a list of it for (a
-        queue whose name the listing lost).
+        queue whose name the listing lost). Queues are named by their bytes as stored: read as
+        text, a name that isn't UTF-8 became another (U+FFFD), whose list is always empty, and
+        the identity was forgotten with its real list still full.
         """
         k = self.keys
         if not k.spread:
             return [(k.in_progress(identity), None)]
-        queues = set(self.config.queue_names) | self._found_queues.get(identity, set())
+        queues = {q.encode() for q in self.config.queue_names} | self._found_queues.get(identity, set())
         for listing in (k.queues, k.paused_queues):
-            queues |= {_text(m) for m in self.redis.smembers(listing)}
-        return [(k.in_progress(identity, q), q) for q in sorted(queues)]
+            queues |= set(cast(set[bytes], self.redis.smembers(listing)))  # (a bytes client)
+        return [(k.in_progress_member_key(identity, q), q) for q in sorted(queues)]
 
-    def _lengths(self, sources: list[str]) -> list[int]:
+    def _lengths(self, sources: list[str | bytes]) -> list[int]:
         pipe = self.redis.pipeline(transaction=False)
         for source in sources:
             pipe.llen(source)
         return [int(n) for n in pipe.execute()]
 
-    def _recover_list(self, identity: str, source: str, queue: str | None) -> int:
+    def _recover_list(self, identity: str, source: str | bytes, queue: bytes | None) -> int:
         """Recover one list, BATCH at a time; return how many jobs were handled."""
         r = self.redis
         handled = 0
@@ -261,8 +270,9 @@ class OrphanRecovery:
                          "retried next round", left, source)
         return handled
 
-    def _recover_batch(self, identity: str, source: str, batch: list[bytes], home: str | None = None) -> int:
-        """``home``: on a cluster, the list's queue, where its jobs go back (the one slot)."""
+    def _recover_batch(self, identity: str, source: str | bytes, batch: list[bytes], home: bytes | None = None) -> int:
+        """``home``: on a cluster, the list's queue (as stored in ``queues``), where its jobs go back
+        (the one slot), whatever queue their payloads name."""
         k = self.keys
         drops: list[bytes] = []  # discarded (dead=False): just dropped from the list
         moves: list[tuple[bytes, str, str, str]] = []  # (raw, payload to push, queue key, queue)
@@ -297,8 +307,9 @@ class OrphanRecovery:
                     discarded.append(payload)
                 continue
             named = payload.get("queue")
-            queue = home if home is not None else named if isinstance(named, str) else "default"
-            new_raw = _writable(payload, queue)
+            queue = named if isinstance(named, str) else "default"
+            # (with a home, that list's own queue is where it goes: the payload's isn't sent)
+            new_raw = _writable(payload, queue if home is None else "")
             if new_raw is None:
                 # Read, but can't be written back (1e309 reads as inf; a queue name Redis can't be
                 # sent): requeued with the others, it failed the whole batch's script, every
@@ -313,7 +324,9 @@ class OrphanRecovery:
             handled += crossings.requeue_in_slot(self.redis, k, source, home, drops,
                                                  [(raw, new_raw) for raw, new_raw, _key, _queue in moves])
         elif drops or moves:
-            handled += int(scripts.REQUEUE(self.redis, *scripts.requeue_args(source, k.queues, drops, moves)))
+            # (no cluster: the one list of the identity, named by text)
+            args = scripts.requeue_args(cast(str, source), k.queues, drops, moves)
+            handled += int(scripts.REQUEUE(self.redis, *args))
             for _raw, new_raw, _key, _queue in moves:
                 locks.retake_running(self.redis, self.keys, payloads.decode(new_raw))
             for payload in discarded:
@@ -333,7 +346,7 @@ class OrphanRecovery:
             logger.error("could not release the locks of jid=%s: %s (they expire)",
                          payloads.printable(payload.get("jid")), exc)
 
-    def _to_dead(self, source: str, raw: bytes, payload: dict, below: float, cap: int,
+    def _to_dead(self, source: str | bytes, raw: bytes, payload: dict, below: float, cap: int,
                  stored: str | bytes | None = None) -> int:
         """Move ``raw`` to dead as ``payload`` (or as ``stored``, its text already made), recorded
         in ``repeat_orphans``."""
@@ -388,6 +401,3 @@ def _parse_beats(raw: dict[bytes, bytes]) -> dict[str, float]:
             logger.error("unreadable last-beat stamp %.50r for %.100r: skipped", value, field)
     return beats
 
-
-def _text(member: bytes | str) -> str:
-    return member.decode(errors="replace") if isinstance(member, bytes) else member
