@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # Python 3.11+ with Django 5.2 and the django-tasks backport, with the rest of the suite).
 TASKS_TESTS := tests/test_tasks.py tests/test_results.py tests/test_timeouts.py
 
-.PHONY: venv venv313 demo test screenshots lint clean distclean
+.PHONY: venv venv313 demo test check screenshots lint clean distclean
 
 venv:
 	@PYTHON='$(PYTHON)' bash scripts/venv.sh
@@ -34,9 +34,13 @@ demo: venv
 test: venv venv313
 	@bash scripts/ensure_redis_server.sh
 	@bash scripts/ensure_chromium.sh
+	$(PY) -m ruff check .
 	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
 	$(PY313) -m pytest $(TASKS_TESTS)
+
+# What CI runs (.ci/run is `make test`): the same, by the name other projects give it.
+check: test
 
 # Refresh the admin screenshots in docs/screenshots/ (the browser tests write them there).
 screenshots: venv
