@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -503,11 +504,15 @@ def pid_alive(pid: int) -> bool:
 
 
 def refuse(client: redis.Redis, how: str) -> None:
-    """Make Redis refuse writes server-wide ("oom": out of memory; "readonly": a replica of a master
-    that isn't there; "masterdown": such a replica that refuses reads too). ``serve_again`` undoes it."""
+    """Make Redis refuse writes server-wide ("oom": out of memory; "noreplicas": a primary set with
+    ``min-replicas-to-write`` whose replica has gone, as after a failover; "readonly": a replica of
+    a master that isn't there; "masterdown": such a replica that refuses reads too). ``serve_again``
+    undoes it."""
     if how == "oom":
         client.config_set("maxmemory-policy", "noeviction")
         client.config_set("maxmemory", 1)
+    elif how == "noreplicas":
+        client.config_set("min-replicas-to-write", 1)
     else:
         client.replicaof("127.0.0.1", free_port())
         if how == "masterdown":
@@ -516,8 +521,98 @@ def refuse(client: redis.Redis, how: str) -> None:
 
 def serve_again(client: redis.Redis) -> None:
     client.config_set("maxmemory", 0)
+    client.config_set("min-replicas-to-write", 0)
     client.config_set("replica-serve-stale-data", "yes")
     client.replicaof("NO", "ONE")
+
+
+class ReplyProxy:
+    """A TCP proxy in front of a redis-server that acts on the reply to one command.
+
+    proxy = ReplyProxy(srv.port).start()         # redis://127.0.0.1:<proxy.port>/0 reaches srv
+    proxy.on_next_reply("drop")                  # the next command is applied, and its connection
+                                                 # closed before the reply: redis-py sends it again
+    proxy.on_next_reply(lambda: refuse(c, how))  # run first, then the reply goes through
+    proxy.close()
+
+    Armed by the next command any connection sends (a connection already open: its handshake is done).
+    """
+
+    def __init__(self, upstream_port: int):
+        self.upstream_port = upstream_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._armed: Any = None
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self.dropped = 0
+
+    def start(self) -> ReplyProxy:
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def on_next_reply(self, action: Any) -> None:
+        with self._lock:
+            self._armed = action
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                downstream, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            with self._lock:
+                self._sockets += [downstream, upstream]
+            pending: list[Any] = []
+            threading.Thread(target=self._commands, args=(downstream, upstream, pending), daemon=True).start()
+            threading.Thread(target=self._replies, args=(upstream, downstream, pending), daemon=True).start()
+
+    def _commands(self, downstream: socket.socket, upstream: socket.socket, pending: list[Any]) -> None:
+        while data := _recv(downstream):
+            with self._lock:
+                if self._armed is not None:  # (marked before it is sent: its reply can't come first)
+                    pending.append(self._armed)
+                    self._armed = None
+            upstream.sendall(data)
+        _close(upstream, downstream)
+
+    def _replies(self, upstream: socket.socket, downstream: socket.socket, pending: list[Any]) -> None:
+        while data := _recv(upstream):
+            if pending:
+                action = pending.pop()
+                if action == "drop":
+                    self.dropped += 1
+                    _close(upstream, downstream)
+                    return
+                action()
+            try:
+                downstream.sendall(data)
+            except OSError:
+                break
+        _close(upstream, downstream)
+
+    def close(self) -> None:
+        self.listener.close()
+        with self._lock:
+            _close(*self._sockets)
+
+
+def _recv(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(65536)
+    except OSError:
+        return b""
+
+
+def _close(*sockets: socket.socket) -> None:
+    for sock in sockets:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        sock.close()
 
 
 class Sentinels:

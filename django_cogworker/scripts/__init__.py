@@ -38,7 +38,9 @@ from .jobs import (
     PARK_UNSETTLED,
     PUSH,
     QUARANTINE,
+    RECEIPT_TTL,
     REQUEUE,
+    push_args,
     requeue_args,
 )
 from .periodic import HELD_LOCK, PERIODIC_CLAIM, PERIODIC_ENABLE, PERIODIC_ROLLBACK
@@ -48,6 +50,8 @@ from .slots import ADD_TRIMMED, FORGET_REGISTRY, LEASE, REQUEUE_IN_SLOT
 __all__ = [
     "Script",
     "PUSH",
+    "push_args",
+    "RECEIPT_TTL",
     "CLAIM_AND_REQUEUE",
     "MOVE_BETWEEN_ZSETS",
     "FILE_FAILURE",
