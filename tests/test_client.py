@@ -12,7 +12,7 @@ import pytest
 import redis
 from django.db import transaction
 from django.test import override_settings
-from helpers import ReplyProxy
+from helpers import Proxy
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -296,8 +296,8 @@ def test_a_push_whose_reply_is_lost_is_written_once_though_redis_py_sends_it_aga
     """redis-py sends a command again when its connection drops before the reply (its retry: the
     cluster client's by default, another's when REDIS_OPTIONS sets one): a push Redis had applied
     was written twice, and a unique one refused as a duplicate of itself (None returned)."""
-    proxy = ReplyProxy(int(redis_url.rpartition(":")[2].partition("/")[0])).start()
-    config = build_config({"REDIS_OPTIONS": {"retry": Retry(NoBackoff(), 3)}}, {"COGWORKER_REDIS_URL": proxy.url})
+    proxy = Proxy(int(redis_url.rpartition(":")[2].partition("/")[0]))
+    config = build_config({"REDIS_OPTIONS": {"retry": Retry(NoBackoff(), 3)}}, {"COGWORKER_REDIS_URL": proxy.url()})
     conn = make_redis(config)
     try:
         client = Client(config, conn)

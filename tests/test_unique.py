@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 import redis
-from helpers import RedisServer, ReplyProxy, refuse, serve_again, wait_until
+from helpers import Proxy, RedisServer, refuse, serve_again, wait_until
 
 from django_cogworker import Job, unique
 from django_cogworker import payload as payloads
@@ -378,10 +378,10 @@ def test_writes_refused_as_a_push_reaches_redis_never_leave_a_lock_without_its_j
     the job were two commands: the lock stayed with no job, its release refused as well, and every
     push of the job was refused as its duplicate for unique_for."""
     srv, r = lone
-    proxy = ReplyProxy(srv.port).start()
-    conn = make_redis(build_config({}, {"COGWORKER_REDIS_URL": proxy.url}))
+    proxy = Proxy(srv.port)
+    conn = make_redis(build_config({}, {"COGWORKER_REDIS_URL": proxy.url()}))
     try:
-        client = Client(build_config({}, {"COGWORKER_REDIS_URL": proxy.url}), conn)
+        client = Client(build_config({}, {"COGWORKER_REDIS_URL": proxy.url()}), conn)
         # (Its connection made, and the scripts loaded: the push's first write arms the proxy.)
         client.push(JobSetter(Plain, {"queue": "warm-up"}).build([token], {}), on_commit=False)
         proxy.on_next_reply(lambda: refuse(r, "noreplicas"))
