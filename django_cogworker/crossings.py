@@ -49,10 +49,9 @@ def requeue_in_slot(redis: RedisClient, keys: Keys, list_key: str, queue: str, a
     """Drop ``acks`` from ``list_key`` and push each ``(raw on it, payload to push)`` back to the
     head of ``queue`` (the list's own queue: one slot, one script); then list the queue (best-effort,
     a name pruned while its job ran). Return how many went back."""
-    args: list[Any] = [len(acks), *acks]
-    for raw, payload in moves:
-        args += [raw, payload]
-    moved = int(scripts.REQUEUE_IN_SLOT(redis, [list_key, keys.queue(queue)], args))
+    queue_key = keys.queue(queue)
+    moved = int(scripts.REQUEUE(redis, *scripts.requeue_args(
+        list_key, None, acks, [(raw, payload, queue_key, queue) for raw, payload in moves])))
     if moved:
         try:
             redis.sadd(keys.queues, queue)

@@ -45,7 +45,7 @@ from .jobs import (
 )
 from .periodic import HELD_LOCK, PERIODIC_CLAIM, PERIODIC_ENABLE, PERIODIC_ROLLBACK
 from .results import RESULT_FINISHED, RESULT_STARTED
-from .slots import ADD_TRIMMED, FORGET_REGISTRY, LEASE, REQUEUE_IN_SLOT
+from .slots import ADD_TRIMMED, LEASE
 
 __all__ = [
     "Script",
@@ -78,6 +78,4 @@ __all__ = [
     "RESULT_FINISHED",
     "ADD_TRIMMED",
     "LEASE",
-    "REQUEUE_IN_SLOT",
-    "FORGET_REGISTRY",
 ]

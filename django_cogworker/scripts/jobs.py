@@ -289,11 +289,13 @@ return out
 """)
 
 # KEYS[1] = in-progress list, KEYS[2] = queues set, KEYS[3..] = destination
-# queue lists.
+# queue lists; on a cluster, where the queues set is in another slot, KEYS[2..]
+# are the queue lists (one: the list's own queue's) and the caller lists them.
 # ARGV[1] = n, the number of acks that follow; ARGV[2..n+1] = raw payloads
-# finished and only waiting for their ack; then triples: raw payload on the
+# finished and only waiting for their ack; then quadruples: raw payload on the
 # in-progress list, payload to push (may differ: the orphan count), index of
-# its queue key in KEYS (3-based), and the queue's name for the queues set.
+# its queue key in KEYS, and the queue's name for the queues set ("": not
+# listed here, the cluster's case).
 # Drops the acks and puts every other listed job back at the end its queue is
 # popped from (so it runs next), in one atomic step: a separate ack pass that
 # failed used to leave finished jobs to be requeued and run again. A job no
@@ -302,6 +304,8 @@ return out
 # recovery once the key guard has moved that key aside: it used to abort the
 # script and cost every job after it its requeue (and fail the whole orphan
 # check). Returns how many were requeued.
+# (One script for both: the cluster's copy of it, pairs and no listing, was
+# the same loop written again.)
 REQUEUE = Script("""
 local n = tonumber(ARGV[1])
 for i = 2, n + 1 do
@@ -313,7 +317,9 @@ for i = n + 2, #ARGV, 4 do
     local pushed = redis.pcall("RPUSH", KEYS[tonumber(ARGV[i + 2])], ARGV[i + 1])
     if type(pushed) == "number" then
       redis.call("LREM", KEYS[1], 1, ARGV[i])
-      redis.pcall("SADD", KEYS[2], ARGV[i + 3])
+      if ARGV[i + 3] ~= "" then
+        redis.pcall("SADD", KEYS[2], ARGV[i + 3])
+      end
       moved = moved + 1
     end
   end
@@ -322,15 +328,16 @@ return moved
 """)
 
 
-def requeue_args(in_progress: str, queues: str, acks: Sequence[Any],
+def requeue_args(in_progress: str, queues: str | None, acks: Sequence[Any],
                  moves: Iterable[tuple[Any, Any, str, str]]) -> tuple[list[str], list[Any]]:
     """KEYS and ARGV of REQUEUE: drop ``acks`` from ``in_progress``, and push back each of ``moves``,
-    ``(raw on the list, payload to push, queue key, queue name)`` (``queues``: the queues set)."""
-    keys = [in_progress, queues]
+    ``(raw on the list, payload to push, queue key, queue name)`` (``queues``: the queues set, or
+    None where the caller lists the queues: a cluster's)."""
+    keys = [in_progress] if queues is None else [in_progress, queues]
     index: dict[str, int] = {}
     args: list[Any] = [len(acks), *acks]
     for raw, payload, queue_key, queue in moves:
-        args.extend((raw, payload, _queue_index(keys, index, queue_key), queue))
+        args.extend((raw, payload, _queue_index(keys, index, queue_key), "" if queues is None else queue))
     return keys, args
 
 
@@ -368,16 +375,20 @@ end
 """ + _add_remove_trim("LREM", below=4, cap=5) + """return 1
 """)
 
-# KEYS[1] = the orphaned in-progress list, KEYS[2] = in_progress_identities,
-# KEYS[3] = last_beat hash, KEYS[4] = orphan lock of that identity.
-# ARGV[1] = identity. Forgets an orphaned identity once its list is empty.
+# KEYS[1..n-3] = the identity's in-progress lists, KEYS[n-2] = in_progress_identities,
+# KEYS[n-1] = last_beat hash, KEYS[n] = orphan lock of that identity.
+# ARGV[1] = identity. Forgets an identity (orphaned, or leaving) once its lists
+# are empty. On a cluster its lists are in their queues' slots: the caller has
+# seen them empty and names none, and the registry (home slot) forgets.
 FORGET_IDENTITY = Script("""
-if redis.call("LLEN", KEYS[1]) > 0 then
-  return 0
+for i = 1, #KEYS - 3 do
+  if redis.call("LLEN", KEYS[i]) > 0 then
+    return 0
+  end
 end
-redis.call("SREM", KEYS[2], ARGV[1])
-redis.call("HDEL", KEYS[3], ARGV[1])
-redis.call("DEL", KEYS[4])
+redis.call("SREM", KEYS[#KEYS - 2], ARGV[1])
+redis.call("HDEL", KEYS[#KEYS - 1], ARGV[1])
+redis.call("DEL", KEYS[#KEYS])
 return 1
 """)
 
