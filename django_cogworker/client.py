@@ -95,13 +95,14 @@ class Client:
 
     def push_bulk(self, items: Sequence[dict[str, Any]], *, at: float | None = None,
                   on_commit: bool | None = None) -> list[str]:
-        """Push many payloads in one pipelined round trip; return their jids.
+        """Push many payloads in one round trip; return their jids.
 
         Each payload goes through the client middleware, as in Sidekiq's
         push_bulk: a middleware that stamps a tenant or drops a duplicate must
         not be bypassed by the bulk path. What it lets through is written in
-        one pipeline; the jids returned are those pushed. Inside a transaction
-        the push waits for commit as push does, and every jid is returned.
+        one PUSH call (a cluster: one per slot, pipelined); the jids returned
+        are those pushed. Inside a transaction the push waits for commit as
+        push does, and every jid is returned.
         """
         if on_commit is None:
             on_commit = self.config.enqueue_on_commit
