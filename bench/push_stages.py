@@ -8,10 +8,10 @@ no client middleware, sqlite), and times in one thread, each ``--reps`` times ov
 * each stage of a push alone, on the real objects: building the payload (jid, dict, JSON check),
   the ``perform`` arity check, the on-commit check (outside a transaction, with the default
   database connection opened, as in a view), the JSON encoding, the Redis command (the PUSH
-  script; LPUSH alone, the push onto a backlog; LPUSH + SADD pipelined, for comparison). The
-  client middleware chain costs nothing here: with none configured the chain is the write itself;
-* the whole ``perform_async``, onto a backlog and as to a queue that workers keep short (the
-  PUSH script every time), and the bare loop the bench compares it with (``bench/run.py``'s
+  script, every push's; LPUSH alone and LPUSH + SADD pipelined, for comparison). The client
+  middleware chain costs nothing here: with none configured the chain is the write itself;
+* the whole ``perform_async`` (the PUSH script, onto a backlog or not), and the bare loop the
+  bench compares it with (``bench/run.py``'s
   ``bare_lpush``: a payload of the same size built with ``json.dumps`` and pushed with
   ``r.lpush`` on a client with the bench's connection settings);
 * the server's own time per command (``INFO commandstats``).
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import itertools
 import os
 import pstats
 import sys
@@ -102,23 +103,26 @@ def run(server: RedisServer, args: argparse.Namespace) -> None:
         pipe.sadd(listing, "default")
         pipe.execute()
 
-    def short() -> None:  # (as bench/run.py's row: the PUSH script every time)
-        if client._pushed:
-            client._pushed.clear()
-        NoopIncr.perform_async(time.time())
+    # One job to the default queue as the client sends it; each call with a token of its own
+    # (the pusher's receipt answers a token it holds without writing: a retry).
+    push_keys, push_args = scripts.push_args(client.keys.push_receipt("bench"), "", listing, "",
+                                             [(key, "default", [(raw, None, None, "", 0)])])
+    tokens = itertools.count()
+
+    def push_script() -> None:
+        scripts.PUSH(r, push_keys, [str(next(tokens)), *push_args[1:]])
 
     stages: list[tuple[str, Callable[[], object]]] = [
         ("build payload (jid, dict, JSON check)", lambda: setter.build([time.time()], {})),
         ("argument check (perform arity)", lambda: check_call(NoopIncr, [now], {})),
         ("on-commit check (no transaction)", lambda: client.defer(_never) if client.defer else None),
         ("encode (JSON)", lambda: payloads.encode(sample)),
-        ("Redis: PUSH script (EVALSHA)", lambda: scripts.PUSH(r, [listing, key], ["default", raw])),
-        ("Redis: LPUSH alone (onto a backlog)", lambda: r.lpush(key, raw)),
+        ("Redis: PUSH script (EVALSHA)", push_script),
+        ("Redis: LPUSH alone", lambda: r.lpush(key, raw)),
         ("Redis: LPUSH + SADD pipelined", pipelined),
         ("bare loop's payload (json.dumps)", lambda: floor_payload(time.time())),
         ("bare loop's LPUSH (bench client)", lambda: bare.lpush("bare:queue", raw)),
         ("perform_async", lambda: NoopIncr.perform_async(time.time())),
-        ("perform_async, as to a queue kept short", short),
         ("bare LPUSH loop (bench/run.py)", lambda: bare.lpush("bare:queue", floor_payload(time.time()))),
     ]
     n = args.n
@@ -143,7 +147,7 @@ def run(server: RedisServer, args: argparse.Namespace) -> None:
 
     r.config_resetstat()
     for _ in range(n):
-        scripts.PUSH(r, [listing, key], ["default", raw])
+        push_script()
         r.lpush(key, raw)
         r.sadd(listing, "default")
     stats = r.info("commandstats")

@@ -219,9 +219,10 @@ def render(res: dict[str, Any], png: bool) -> str:
             "median kept (the range shows how much one-round-trip-at-a-time rates wander on this VM). "
             "One at a time: one call per job, each a round trip "
             "(outside a transaction: inside `atomic()` cogworker waits for the commit). In bulk: 1,000 jobs "
-            "per call. The bare loops push a payload of the same size with plain redis-py. With no worker "
-            "the queue grows: onto that backlog a cogworker push is an LPUSH alone; to a queue that workers "
-            "keep short it is the PUSH script (LPUSH and the queues listing in one Lua call), the second row.")
+            "per call. The bare loops push a payload of the same size with plain redis-py. A cogworker push "
+            "is the PUSH script (the job, its unique lock, the queues listing and the pusher's receipt in "
+            "one Lua call), onto a backlog (no worker runs: the queue grows) or to a queue kept short, the "
+            "second row (the same path since the receipt; runs before it sent LPUSH alone onto a backlog).")
         add("")
         bare = enq.get("bare_lpush", {}).get("jobs_per_s")
         rows = [[d["label"], d["jobs"], d["jobs_per_s"],

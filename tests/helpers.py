@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -503,11 +504,15 @@ def pid_alive(pid: int) -> bool:
 
 
 def refuse(client: redis.Redis, how: str) -> None:
-    """Make Redis refuse writes server-wide ("oom": out of memory; "readonly": a replica of a master
-    that isn't there; "masterdown": such a replica that refuses reads too). ``serve_again`` undoes it."""
+    """Make Redis refuse writes server-wide ("oom": out of memory; "noreplicas": a primary set with
+    ``min-replicas-to-write`` whose replica has gone, as after a failover; "readonly": a replica of
+    a master that isn't there; "masterdown": such a replica that refuses reads too). ``serve_again``
+    undoes it."""
     if how == "oom":
         client.config_set("maxmemory-policy", "noeviction")
         client.config_set("maxmemory", 1)
+    elif how == "noreplicas":
+        client.config_set("min-replicas-to-write", 1)
     else:
         client.replicaof("127.0.0.1", free_port())
         if how == "masterdown":
@@ -516,8 +521,105 @@ def refuse(client: redis.Redis, how: str) -> None:
 
 def serve_again(client: redis.Redis) -> None:
     client.config_set("maxmemory", 0)
+    client.config_set("min-replicas-to-write", 0)
     client.config_set("replica-serve-stale-data", "yes")
     client.replicaof("NO", "ONE")
+
+
+class Proxy:
+    """A TCP proxy in front of a redis-server, for the faults a network makes. Each connection
+    through it is a connection to the server; until told otherwise, bytes flow both ways.
+
+    proxy = Proxy(srv.port)                      # proxy.url() reaches srv
+    proxy.freeze()                               # the subscriptions through it go silent both ways,
+                                                 # their sockets open (a partition, a dropped flow)
+    proxy.on_next_reply("drop")                  # the next command is applied, and its connection
+                                                 # closed before the reply: redis-py sends it again
+    proxy.on_next_reply(lambda: refuse(c, how))  # run first, then the reply goes through
+    proxy.close()
+
+    ``on_next_reply`` is armed by the next command any connection sends (a connection already open:
+    its handshake is done). Connections opened after ``freeze()`` flow normally.
+    """
+
+    def __init__(self, upstream_port: int):
+        self.upstream_port = upstream_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.subscribers: list[socket.socket] = []
+        self.frozen: list[socket.socket] = []
+        self.dropped = 0  # replies dropped by on_next_reply("drop")
+        self._armed: Any = None
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def freeze(self) -> None:
+        self.frozen.extend(self.subscribers)
+
+    def on_next_reply(self, action: Any) -> None:
+        with self._lock:
+            self._armed = action
+
+    def close(self) -> None:
+        self.listener.close()
+        with self._lock:
+            _close(*self._sockets)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            with self._lock:
+                self._sockets += [client, upstream]
+            pending: list[Any] = []  # what to do with the next replies on this connection
+            threading.Thread(target=self._pump, args=(client, upstream, client, pending), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, client, pending), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, client: socket.socket, pending: list[Any]) -> None:
+        while data := _recv(src):
+            if src is client:
+                if b"SUBSCRIBE" in data and client not in self.subscribers:
+                    self.subscribers.append(client)
+                with self._lock:
+                    if self._armed is not None:  # (marked before it is sent: its reply can't come first)
+                        pending.append(self._armed)
+                        self._armed = None
+            elif pending:
+                action = pending.pop()
+                if action == "drop":
+                    self.dropped += 1
+                    break
+                action()
+            if client in self.frozen:
+                continue  # dropped
+            try:
+                dst.sendall(data)
+            except OSError:
+                break
+        _close(src, dst)
+
+
+def _recv(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(65536)
+    except OSError:
+        return b""
+
+
+def _close(*sockets: socket.socket) -> None:
+    for sock in sockets:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        sock.close()
 
 
 class Sentinels:

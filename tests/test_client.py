@@ -12,11 +12,15 @@ import pytest
 import redis
 from django.db import transaction
 from django.test import override_settings
+from helpers import Proxy
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from django_cogworker import CogworkerError, Job, WrongTypeError, api
+from django_cogworker.broker.connection import make_redis
+from django_cogworker.broker.scripts import RECEIPT_TTL
 from django_cogworker.conf import build_config
-from django_cogworker.push import runtime
-from django_cogworker.push.client import BACKLOG, RELIST_EVERY, Client
+from django_cogworker.push.client import Client
 
 MIDDLEWARE = "middleware_fixtures."
 
@@ -97,7 +101,10 @@ def test_key_prefix_setting_namespaces_every_key(r):
     with override_settings(COGWORKER={"KEY_PREFIX": "shop:"}):
         Push.perform_async(1)
         Push.perform_in(60, 2)
-    assert sorted(r.keys("*")) == ["shop:queue:default", "shop:queues", "shop:schedule"]
+    keys = set(r.keys("*"))
+    receipts = {key for key in keys if key.startswith("shop:push_receipt:")}  # (this thread's, for a retry)
+    assert sorted(keys - receipts) == ["shop:queue:default", "shop:queues", "shop:schedule"]
+    assert len(receipts) == 1 and 0 < r.ttl(receipts.pop()) <= RECEIPT_TTL
 
 
 def test_due_time_boundary_with_an_injected_clock(redis_url, r):
@@ -239,7 +246,6 @@ def test_bad_arguments_fail_at_the_call_not_at_commit(r):
 
 
 def test_a_push_is_one_command_that_also_lists_the_queue(r):
-    runtime.reset()  # (a client that pushed a backlog to the queue in an earlier test sends LPUSH alone)
     r.config_resetstat()
     Push.perform_async(1)
     calls = command_calls(r)
@@ -257,23 +263,15 @@ def test_a_push_after_redis_forgot_the_script_still_goes_through(r):
     assert r.smembers("cogworker:queues") == {"default"}
 
 
-def _backlog(n=BACKLOG, *, fresh=True):
-    """Push ``n`` jobs (``fresh``: from a new client): the client's next push to the queue finds a backlog."""
-    if fresh:
-        runtime.reset()
-    for i in range(n):
+def test_a_push_onto_a_backlog_lists_a_queue_pruned_since(r):
+    for i in range(20):
         Push.perform_async(i)
-
-
-def test_a_push_onto_a_backlog_is_one_lpush_and_a_queue_pruned_since_is_listed_again(r):
-    _backlog()
     r.config_resetstat()
     jid = Push.perform_async("onto the backlog")
-    calls = command_calls(r)
-    assert calls.get("lpush") == 1 and not {"evalsha", "eval", "sadd"} & set(calls)
+    assert command_calls(r).get("evalsha") == 1
     assert queued(r)[-1]["jid"] == jid
     # Drained by the workers, then the admin's prune takes the empty queue off the list:
-    # the next push, which still expects a backlog, lists it again.
+    # the next push lists it again.
     r.delete("cogworker:queue:default")
     assert api.Queue.prune() == 1 and not r.smembers("cogworker:queues")
     jid = Push.perform_async("after the prune")
@@ -281,42 +279,60 @@ def test_a_push_onto_a_backlog_is_one_lpush_and_a_queue_pruned_since_is_listed_a
     assert [p["jid"] for p in queued(r)] == [jid]
 
 
-def test_a_listing_refused_after_an_lpush_leaves_the_push_done_and_is_tried_again(r, caplog):
-    _backlog()
-    r.delete("cogworker:queue:default")
+def test_a_refused_listing_leaves_the_push_done_and_the_next_push_lists_the_queue(r, caplog):
     r.set("cogworker:queues", "not a set")  # (until the key guard moves it aside)
-    r.config_resetstat()
     with caplog.at_level(logging.ERROR, logger="django_cogworker.push.client"):
         jid = Push.perform_async("x")  # no error: the job is queued, only the listing failed
-    assert [p["jid"] for p in queued(r)] == [jid]
-    assert "cogworker:queues not updated" in caplog.text and "WRONGTYPE" in caplog.text
-    calls = command_calls(r)  # (a script's own commands count too: LPUSH and no script)
-    assert calls.get("lpush") == 1 and "evalsha" not in calls
+        bulk = Push.perform_bulk([("y",)])
+    assert [p["jid"] for p in queued(r)] == [jid, *bulk]
+    assert caplog.text.count("cogworker:queues not updated") == 2 and "WRONGTYPE" in caplog.text
     r.delete("cogworker:queues")  # moved aside: the next push lists the queue
-    _backlog(1, fresh=False)
+    Push.perform_async("z")
     assert r.smembers("cogworker:queues") == {"default"}
 
 
-def test_a_listing_lost_under_a_backlog_is_restored_within_relist_every(redis_url, r):
-    conn = redis.Redis.from_url(redis_url)
-    now = [0.0]
+@pytest.mark.parametrize("kind", ["now", "scheduled", "bulk", "unique"])
+def test_a_push_whose_reply_is_lost_is_written_once_though_redis_py_sends_it_again(redis_url, r, kind):
+    """redis-py sends a command again when its connection drops before the reply (its retry: the
+    cluster client's by default, another's when REDIS_OPTIONS sets one): a push Redis had applied
+    was written twice, and a unique one refused as a duplicate of itself (None returned)."""
+    proxy = Proxy(int(redis_url.rpartition(":")[2].partition("/")[0]))
+    config = build_config({"REDIS_OPTIONS": {"retry": Retry(NoBackoff(), 3)}}, {"COGWORKER_REDIS_URL": proxy.url()})
+    conn = make_redis(config)
     try:
-        client = Client(build_config({}, {}), conn, monotonic=lambda: now[0])
-        for i in range(BACKLOG + 1):
-            client.push({"jid": f"j{i}", "class": Push.name, "args": [], "kwargs": {}, "queue": "default",
-                         "retry": True})
-        r.delete("cogworker:queues")  # a killed pusher's SADD, a quarantined listing...
-        r.config_resetstat()
-        now[0] = RELIST_EVERY - 1
-        client.push({"jid": "soon", "class": Push.name, "args": [], "kwargs": {}, "queue": "default", "retry": True})
-        calls = command_calls(r)
-        assert calls.get("lpush") == 1 and "evalsha" not in calls  # (onto the backlog: LPUSH alone)
-        now[0] = RELIST_EVERY
-        client.push({"jid": "late", "class": Push.name, "args": [], "kwargs": {}, "queue": "default", "retry": True})
+        client = Client(config, conn)
+        # (Its connection made, and the scripts loaded: the push's own write arms the proxy.)
+        client.push(Push.set(queue="warm-up").build([0], {}), on_commit=False)
+        client.push(Push.set(queue="warm-up").build([0], {}), at=time.time() + 60, on_commit=False)
+        r.delete("cogworker:schedule")
+        proxy.on_next_reply("drop")
+        setter = Push.set(unique_for=60) if kind == "unique" else Push.set()
+        if kind == "bulk":
+            jids = client.push_bulk([setter.build([i], {}) for i in range(3)], on_commit=False)
+        else:
+            jids = [client.push(setter.build([1], {}), at=time.time() + 60 if kind == "scheduled" else None,
+                                on_commit=False)]
+        assert proxy.dropped == 1  # (the reply was lost, and the push sent again)
     finally:
         conn.close()
-    assert r.smembers("cogworker:queues") == {"default"}
-    assert len(queued(r)) == BACKLOG + 3
+        proxy.close()
+    assert None not in jids and len(jids) == (3 if kind == "bulk" else 1)
+    stored = [json.loads(raw)["jid"] for raw in [*r.lrange("cogworker:queue:default", 0, -1),
+                                                   *r.zrange("cogworker:schedule", 0, -1)]]
+    assert sorted(stored) == sorted(jids)  # each once
+
+
+def test_a_pushing_threads_next_push_is_written_after_its_receipt(redis_url, r):
+    conn = redis.Redis.from_url(redis_url)
+    try:
+        client = Client(build_config({}, {}), conn)
+        first = Push.set().build([1], {})
+        assert client.push(first, on_commit=False) == first["jid"]
+        assert client.push(Push.set().build([2], {}), on_commit=False)
+        assert client.push_bulk([Push.set().build([3], {}), Push.set().build([4], {})], on_commit=False)
+    finally:
+        conn.close()
+    assert [p["args"] for p in queued(r)] == [[1], [2], [3], [4]]
 
 
 def test_perform_bulk_jobs_share_created_at_and_are_stored_as_encode_writes_them(r):

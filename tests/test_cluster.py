@@ -16,6 +16,7 @@ import threading
 import time
 
 import pytest
+import redis
 from cluster_fixtures import cluster_fixture, cr_fixture, on_cluster_fixture  # noqa: F401 - fixtures
 from django.contrib.auth.models import User
 from django.test import Client
@@ -270,6 +271,37 @@ def test_scripts_transactions_the_key_guard_and_quarantine_work_in_their_slots(c
     assert moved.original == K.dead and moved.type == "string"
     assert cluster.node_of(moved.key) is cluster.node_of(K.queues)
     assert moved.restore() and cr.get(K.dead) == b"not a zset"
+
+
+def test_a_unique_push_writes_its_lock_and_its_job_together_in_the_home_slot(cluster, cr, on_cluster):
+    """The lock (home slot) and the queue (its own slot) can't share a script: a unique job for now
+    is scheduled due now, beside its lock, in one call, and the pollers move it to its queue. Writes
+    the home node refuses leave no lock, and the job goes through once they are taken."""
+    home = cluster.node_of(K.queues)
+    node = home.client()
+    try:
+        node.config_set("min-replicas-to-write", 1)  # (no replica: every write refused)
+        with pytest.raises(redis.ResponseError, match="NOREPLICAS"):
+            RecordJob.set(unique_for=60).perform_async("cl:unique", "u")
+        node.config_set("min-replicas-to-write", 0)
+        assert not node.keys("*")  # no lock, no job, no receipt
+        for n in cluster.nodes:  # (the scripts forgotten: every call of the next pipeline reloads its own)
+            c = n.client()
+            c.script_flush()
+            c.close()
+        jids = RecordJob.perform_bulk([["cl:bulk", 1], ["cl:bulk", 2]])
+        mail = RecordJob.set(queue="mail").perform_async("cl:bulk", 3)
+        unique = RecordJob.set(unique_for=60).perform_async("cl:unique", "u")
+        assert unique is not None and RecordJob.set(unique_for=60).perform_async("cl:unique", "u") is None
+    finally:
+        node.close()
+    (lock,) = texts(cr.scan_iter(match=K.unique("*"), target_nodes=cr.PRIMARIES))
+    assert cr.get(lock) == unique.encode()
+    ((raw, score),) = cr.zrange(K.schedule, 0, -1, withscores=True)
+    assert json.loads(raw)["jid"] == unique and score <= time.time()
+    assert sorted(json.loads(raw)["jid"] for raw in cr.lrange(K.queue("default"), 0, -1)) == sorted(jids)
+    assert [json.loads(raw)["jid"] for raw in cr.lrange(K.queue("mail"), 0, -1)] == [mail]
+    assert set(texts(cr.smembers(K.queues))) == {"default", "mail"}
 
 
 def test_a_failover_of_the_slots_primary_under_load(tmp_path, settings):

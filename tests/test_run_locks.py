@@ -12,7 +12,6 @@ from redis.retry import Retry
 from django_cogworker.broker import locks
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.run.run_locks import RunLocks
-from django_cogworker.push import unique
 
 K = Keys()
 
@@ -29,7 +28,7 @@ def test_a_release_refused_while_redis_is_away_is_made_with_a_later_beat(tmp_pat
         run_locks = RunLocks(client, K)
         jobs = [payload("a", periodic_pjid="p1"), payload("b")]
         for job in jobs:
-            assert unique.claim(client, K, job, now=0)
+            assert locks.take(client, K, K.unique(job["unique_digest"]), job["jid"], 3600)[0]
         assert locks.take(client, K, K.periodic_running("p1"), "a", 3600)[0]
         srv.kill()
         with caplog.at_level(logging.WARNING):
@@ -53,7 +52,7 @@ def test_a_late_release_never_frees_a_lock_another_run_took_since(tmp_path):
     try:
         run_locks = RunLocks(client, K)
         first = payload("a")
-        assert unique.claim(client, K, first, now=0)
+        assert locks.take(client, K, K.unique(first["unique_digest"]), first["jid"], 3600)[0]
         srv.kill()
         run_locks(first, "success")
         srv.start()

@@ -34,3 +34,24 @@ def test_orphan_to_dead_trims_by_its_own_arguments(rb):
     assert scripts.ORPHAN_TO_DEAD(rb, ["ip", "dead", "repeat"], ["job", 100.0, "job-dead", "record", 10.0, 2]) == 1
     assert rb.zrange("dead", 0, -1) == [b"kept", b"job-dead"]
     assert rb.lrange("ip", 0, -1) == [] and rb.lrange("repeat", 0, -1) == [b"record"]
+
+
+def test_requeue_without_the_queues_set_requeues_in_one_slot_and_lists_nothing(rb):
+    """A cluster's requeue: the list and its queue in one slot, the queues set in another."""
+    keys, args = scripts.requeue_args("ip", None, [b"ack"], [(b"r1", b"p1", "queue:a", "a")])
+    assert (keys, args) == (["ip", "queue:a"], [1, b"ack", b"r1", b"p1", 2, ""])
+    rb.rpush("ip", "ack", "r1")
+    assert scripts.REQUEUE(rb, keys, args) == 1
+    assert rb.lrange("queue:a", 0, -1) == [b"p1"] and rb.llen("ip") == 0
+    assert rb.keys("*") == [b"queue:a"]  # (nothing listed: the caller lists the queue)
+
+
+def test_forget_identity_checks_the_lists_it_names_and_none_on_a_cluster(rb):
+    rb.sadd("ids", "me")
+    rb.hset("beats", "me", 1)
+    rb.set("lock", "x")
+    rb.rpush("ip", "job")
+    assert scripts.FORGET_IDENTITY(rb, ["ip", "ids", "beats", "lock"], ["me"]) == 0  # a list not empty
+    assert rb.sismember("ids", "me")
+    assert scripts.FORGET_IDENTITY(rb, ["ids", "beats", "lock"], ["me"]) == 1  # (the caller saw them empty)
+    assert rb.exists("ids", "beats", "lock") == 0

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import logging
 import threading
+import time
 import uuid
 
 import pytest
 import redis
-from helpers import wait_until
+from helpers import Proxy, RedisServer, refuse, serve_again, wait_until
 
 from django_cogworker import Job
 from django_cogworker.broker.connection import make_redis
@@ -327,34 +329,73 @@ def test_a_lock_held_by_another_jid_is_not_released(redis_url, r, token):
     assert r.get(key) == "someone-else"
 
 
-def test_a_push_that_fails_with_redis_away_has_its_lock_released_before_the_next_push(tmp_path, token, monkeypatch):
-    """The lock was taken, then Redis went away (a failover) before the job was pushed, so the release
-    failed too: the application's retry of the push must not be refused as a duplicate for unique_for."""
-    from helpers import RedisServer
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
+@pytest.fixture
+def lone(tmp_path):
+    """A redis-server of this test's own (its writes refused, then served again) and a bytes client on it."""
+    srv = RedisServer(tmp_path / "redis").start()
+    client = srv.client()
+    yield srv, client
+    client.close()
+    srv.cleanup()
 
-    from django_cogworker.broker import scripts
 
-    srv = RedisServer(tmp_path / "redis", appendonly=True).start()
-    client = redis.Redis.from_url(srv.url, retry=Retry(NoBackoff(), 0), socket_connect_timeout=0.5)
-    real_push = scripts.PUSH
+def unique_push(client: Client, kind: str, token: str) -> list[str]:
+    """Push UniqueNote(token) "now", "scheduled" or in "bulk" (beside a second job); return the jids written."""
+    def build(*args):
+        return JobSetter(UniqueNote, {}).build([token, *args], {})
 
-    def redis_dies_before_the_push(*args, **kwargs):
-        srv.kill()
-        return real_push(*args, **kwargs)
+    if kind == "bulk":
+        return client.push_bulk([build(), build("second")], on_commit=False)
+    jid = client.push(build(), at=time.time() + 300 if kind == "scheduled" else None, on_commit=False)
+    return [jid] if jid else []
 
+
+def written(client) -> list[str]:
+    """The jids of the jobs in QUEUE and in the schedule."""
+    raws = [*client.lrange(K.queue(QUEUE), 0, -1), *client.zrange(K.schedule, 0, -1)]
+    return sorted(json.loads(raw)["jid"] for raw in raws)
+
+
+@pytest.mark.parametrize("how", ["noreplicas", "oom", "readonly"])
+@pytest.mark.parametrize("kind", ["now", "scheduled", "bulk"])
+def test_a_push_redis_refuses_leaves_no_lock_and_goes_through_once_writes_are_taken(lone, token, how, kind):
+    srv, r = lone
+    client = Client(build_config({}, {"COGWORKER_REDIS_URL": srv.url}), r)
+    refuse(r, how)
+    with pytest.raises(redis.ResponseError):
+        unique_push(client, kind, token)
+    serve_again(r)
+    assert r.keys("*") == []  # no lock, no job, no receipt: nothing at all was written
+    jids = unique_push(client, kind, token)  # not a "duplicate" of the push refused
+    assert len(jids) == (2 if kind == "bulk" else 1)
+    assert r.get(lock_key(UniqueNote, token)) == jids[0].encode()
+    assert written(r) == sorted(jids)
+
+
+@pytest.mark.parametrize("kind", ["now", "scheduled", "bulk"])
+def test_writes_refused_as_a_push_reaches_redis_never_leave_a_lock_without_its_job(lone, token, kind):
+    """The Sentinel failover test's failure on one server: the replica leaves (min-replicas-to-write
+    refuses every write from then on) right after the push's first command is applied. The lock and
+    the job were two commands: the lock stayed with no job, its release refused as well, and every
+    push of the job was refused as its duplicate for unique_for."""
+    srv, r = lone
+    proxy = Proxy(srv.port)
+    conn = make_redis(build_config({}, {"COGWORKER_REDIS_URL": proxy.url()}))
     try:
-        push = Client(build_config({}, {"COGWORKER_REDIS_URL": srv.url}), client).push
-        monkeypatch.setattr(scripts, "PUSH", redis_dies_before_the_push)
-        with pytest.raises(redis.ConnectionError):
-            push(JobSetter(UniqueNote, {}).build([token], {}))
-        monkeypatch.setattr(scripts, "PUSH", real_push)
-        srv.start()
-        assert client.get(lock_key(UniqueNote, token)) is not None  # (the lock survived: AOF)
-        retried = push(JobSetter(UniqueNote, {}).build([token], {}))
-        assert retried is not None
-        assert client.get(lock_key(UniqueNote, token)) == retried.encode()
+        client = Client(build_config({}, {"COGWORKER_REDIS_URL": proxy.url()}), conn)
+        # (Its connection made, and the scripts loaded: the push's first write arms the proxy.)
+        client.push(JobSetter(Plain, {"queue": "warm-up"}).build([token], {}), on_commit=False)
+        proxy.on_next_reply(lambda: refuse(r, "noreplicas"))
+        try:
+            jids = unique_push(client, kind, token)
+        except redis.ResponseError:
+            jids = []
+        serve_again(r)
     finally:
-        client.close()
-        srv.cleanup()
+        conn.close()
+        proxy.close()
+    holder = r.get(lock_key(UniqueNote, token))
+    assert written(r) == sorted(jids)
+    assert holder is None if not jids else holder.decode() in jids  # a lock only with its job
+    if not jids:
+        assert unique_push(Client(build_config({}, {"COGWORKER_REDIS_URL": srv.url}), r), kind, token)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import socket
-import threading
 import time
 
 from engine_fixtures import (
@@ -12,7 +10,7 @@ from engine_fixtures import (
     make_config,
     new_token,
 )
-from helpers import RedisServer, wait_until
+from helpers import Proxy, RedisServer, wait_until
 from poller_fixtures import (
     LONG,
     Extremes,
@@ -112,62 +110,8 @@ def test_without_the_channel_the_poller_falls_back_to_its_timed_rounds(live_poll
         r.acl_deluser("nochannels")
 
 
-class FreezingProxy:
-    """A TCP proxy to Redis that can freeze the subscriptions passing through it: their bytes stop
-    flowing both ways, the sockets stay open (a flow a firewall dropped, a partition: nothing says so).
-    Connections opened after ``freeze()`` flow normally."""
-
-    def __init__(self, upstream_port):
-        self.upstream_port = upstream_port
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.subscribers = []
-        self.frozen = []
-        self.sockets = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def url(self):
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def freeze(self):
-        self.frozen.extend(self.subscribers)
-
-    def close(self):
-        for s in [self.listener, *self.sockets]:
-            s.close()
-
-    def _accept(self):
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
-            self.sockets += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream, client), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, client), daemon=True).start()
-
-    def _pump(self, src, dst, conn):
-        while True:
-            try:
-                data = src.recv(65536)
-            except OSError:
-                return
-            if not data:
-                dst.close()
-                return
-            if src is conn and b"SUBSCRIBE" in data and conn not in self.subscribers:
-                self.subscribers.append(conn)
-            if conn in self.frozen:
-                continue  # dropped
-            try:
-                dst.sendall(data)
-            except OSError:
-                return
-
-
 def test_a_subscription_that_stops_answering_is_replaced(live_poller, redis_url, r, caplog):
-    proxy = FreezingProxy(int(redis_url.rsplit(":", 1)[1].split("/")[0]))
+    proxy = Proxy(int(redis_url.rsplit(":", 1)[1].split("/")[0]))
     try:
         with caplog.at_level(logging.WARNING, logger="django_cogworker.engine.schedule.wakeups"):
             # Rounds every second: each checks the subscription with a PING.

@@ -50,11 +50,9 @@ def requeue_in_slot(redis: RedisClient, keys: Keys, list_key: str | bytes, queue
     head of ``queue`` (the list's own queue: one slot, one script; bytes: its name as stored in
     ``queues``, which may not be UTF-8); then list the queue (best-effort, a name pruned while
     its job ran). Return how many went back."""
-    args: list[Any] = [len(acks), *acks]
-    for raw, payload in moves:
-        args += [raw, payload]
     queue_key = keys.queue_member_key(queue) if isinstance(queue, bytes) else keys.queue(queue)
-    moved = int(scripts.REQUEUE_IN_SLOT(redis, [list_key, queue_key], args))
+    moved = int(scripts.REQUEUE(redis, *scripts.requeue_args(
+        list_key, None, acks, [(raw, payload, queue_key, queue) for raw, payload in moves])))
     if moved:
         try:
             redis.sadd(keys.queues, queue)

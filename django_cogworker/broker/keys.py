@@ -47,6 +47,9 @@ quarantine:<key>:<t>:<rand>   any     a key found holding the wrong type, moved 
 periodic:*                    -       see the periodic package (schedule, disabled,           -
                                       enabled_at, locks)
 unique:<digest>               string  unique-job lock                                         set
+push_receipt:<pusher>         string  a pushing thread's last push: its token and the reply   10 min
+                                      (PUSH), so that a retry of it writes nothing again;
+                                      cluster: one per slot pushed to (home, or the queue's)
 result:<jid>                  hash    a job's result (opt-in: tasks, ``result_ttl``):          result
                                       status, times, return value, errors, worker ids         _ttl
 ============================  ======  ======================================================  =========
@@ -247,6 +250,10 @@ class Keys:
 
     def unique(self, digest: str) -> str:
         return f"{self.prefix}unique:{digest}"
+
+    def push_receipt(self, pusher: str, queue: str | None = None) -> str:
+        """The receipt of ``pusher``'s pushes: in the home slot, or (a cluster) in ``queue``'s."""
+        return f"{self.prefix if queue is None else self.queue_prefix(queue)}push_receipt:{pusher}"
 
     def result(self, jid: str) -> str:
         return f"{self.prefix}result:{jid}"

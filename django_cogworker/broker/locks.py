@@ -3,8 +3,9 @@
 ============================  ==============  ===================================================
 key                           holder          taken / kept / released by
 ============================  ==============  ===================================================
-``unique:<digest>``           the job's jid   the push (:mod:`unique`); released when the job
-                                              starts, succeeds or dies as its rule says; its TTL
+``unique:<digest>``           the job's jid   the push, in the script that writes the job (PUSH);
+                                              released when the job starts, succeeds or dies as
+                                              its rule says (:mod:`unique`); its TTL
                                               is ``unique_for`` (plus a scheduled push's delay)
 ``periodic:running:<pjid>``   the run's jid   the slot claim (``PERIODIC_CLAIM``, CLAIM_TTL);
                                               :func:`hold_queued` once pushed; every heartbeat
@@ -61,9 +62,9 @@ ACTIVE_TTL = 180  # the least a running lock is renewed to
 def take(redis: RedisClient, keys: Keys, key: str, holder: str, ttl: int) -> tuple[bool, Any]:
     """SET ``key`` ``holder`` NX EX ``ttl``: (True, None) when taken, else (False, the holder's value).
 
-    A lock key that can't be a lock no longer holds for ever (every push of a unique job refused,
-    a dead process's list never recovered): one of the wrong type is quarantined and the lock
-    taken; one without an expiry (a manual write) is given ``ttl``.
+    A lock key that can't be a lock no longer holds for ever (a dead process's list never
+    recovered): one of the wrong type is quarantined and the lock taken; one without an expiry (a
+    manual write) is given ``ttl``. (A unique job's lock is taken by PUSH, which does the same.)
     """
     held_by = None
     for _attempt in range(2):

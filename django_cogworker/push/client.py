@@ -3,26 +3,32 @@
 A Client is built once per process from the config (``runtime.get_client()``)
 and is thread-safe (redis-py's pool). ``defer`` is injected by the Django edge:
 it returns True when it has taken the push to run at transaction commit.
+
+Every write is the PUSH script (broker/scripts/jobs.py), one round trip however many jobs: the jobs,
+their unique locks, the queues listing and a scheduled job's wake-up message, in one step, and
+answered from the pushing thread's receipt when redis-py sends it again. On a cluster, one call
+per slot written to, pipelined: the home slot's and each queue's (``_calls``).
 """
 
 from __future__ import annotations
 
-import collections
+import hashlib
 import logging
+import os
+import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any, NamedTuple
 
 import redis as redis_lib
-from redis.cluster import RedisCluster
 
 from ..broker import scripts
-from ..broker.cluster import stacked_commands
 from ..broker.keys import for_config
+from ..broker.quarantine import quarantine_key
 from ..broker.types import RedisClient
 from ..conf import Config
-from ..errors import WrongTypeError, error_code
+from ..errors import WrongTypeError
 from . import payload as payloads
 from . import unique
 from .middleware import build_chain
@@ -30,39 +36,34 @@ from .middleware import build_chain
 logger = logging.getLogger(__name__)
 
 Defer = Callable[[Callable[[], Any]], bool]
-# Unique locks of failed pushes kept for release at most (beyond, the oldest wait for their TTL).
-UNRELEASED_MAX = 1000
 
-# The plain-Redis push (Client._push_one). PUSH lists the queue in the same command as its LPUSH,
-# but the Lua call is most of what the push costs Redis (about 9 us against LPUSH's 2) and its
-# seven arguments cost redis-py twice LPUSH's packing: a tenth of a perform_async. A queue that
-# holds jobs was listed by the push that made its list (LPUSH answered 1), and the listing is
-# pruned only of empty queues (PRUNE_QUEUES, atomically), so a push onto a backlog needs no
-# SADD: once this client's last push to a queue found BACKLOG jobs or more, it sends LPUSH alone,
-# and SADD after it should the LPUSH answer 1 after all (drained, maybe pruned, since). The
-# script, one round trip, stays the push of a short queue: where workers keep up, LPUSH would
-# answer 1 every time and its SADD cost a second round trip. Every RELIST_EVERY seconds a push
-# of each queue runs the script anyway, so a listing lost otherwise (a `queues` key moved to
-# quarantine, a process killed between an LPUSH and its SADD) is restored within that time.
-BACKLOG = 10
-RELIST_EVERY = 60.0
-# Queues whose last push a client remembers; past that it forgets them all (one queue per tenant).
-PUSHED_MAX = 1000
+# A job as PUSH takes it: (payload, score or None, lock key or None, jid, lock TTL).
+Job = tuple[str, str | None, str | None, str, int]
+
+
+class _Group(NamedTuple):
+    """The jobs of a push with one destination: a queue's list, or the schedule (queue "")."""
+
+    destination: str
+    queue: str
+    items: list[dict[str, Any]]
+    jobs: list[Job]
+
+
+class _Call(NamedTuple):
+    """One PUSH call (one slot): its KEYS and ARGV, and its groups in the order ARGV has them."""
+
+    keys: list[str]
+    args: list[Any]
+    groups: list[_Group]
 
 
 class Client:
     def __init__(self, config: Config, redis: RedisClient, *, middleware: Sequence[Callable] = (),
-                 defer: Defer | None = None, clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic):
+                 defer: Defer | None = None, clock: Callable[[], float] = time.time):
         self.config = config
         self.redis = redis
         self.keys = for_config(config)
-        self.monotonic = monotonic
-        # Per queue: (the length this client's last push found it at, when it last saw it listed).
-        # (None on a cluster: the queue and the listing are in different slots there, and every
-        # push is LPUSH and SADD, pipelined.)
-        self._pushed: dict[str, tuple[int, float]] | None = (
-            None if self.keys.spread or isinstance(redis, RedisCluster) else {})
         self.defer = defer
         self.clock = clock
         # Bulk pushes collect what the chain lets through here (per thread: the client is shared).
@@ -71,11 +72,12 @@ class Client:
         # _terminal tells apart, doesn't run the chain then (it would let every item through).
         self._chain_is_terminal = not middleware
         self._chain = build_chain(middleware, self._write if self._chain_is_terminal else self._terminal)
-        # Unique locks of failed pushes that Redis couldn't release then (see _release_unique).
-        self._unreleased: collections.deque[dict[str, Any]] = collections.deque(maxlen=UNRELEASED_MAX)
+        # This client's part of its pushers' receipt keys (see _pusher).
+        self._name = secrets.token_hex(6)
 
     def push(self, payload: dict[str, Any], *, at: float | None = None, on_commit: bool | None = None) -> str | None:
-        """Push one payload (already checked); return its jid, or None if a middleware stopped it.
+        """Push one payload (already checked); return its jid, or None if a middleware stopped it
+        or it is a unique job's duplicate.
 
         ``at``: epoch seconds to run at (scheduled) or None for now. Inside a
         transaction the push waits for commit (``on_commit``, default from
@@ -90,118 +92,18 @@ class Client:
         return self._chain(payload)
 
     def _write(self, payload: dict[str, Any]) -> str | None:
-        _check_outgoing(payload)
-        now = self.clock()
-        if payload.get("unique_digest"):
-            if self._unreleased:
-                self._release_kept()
-            if not unique.claim(self.redis, self.keys, payload, now, self.config.unique_lock_ttl):
-                return None
-        at = payload.pop("at", None)
-        if at is None or at <= now:
-            return self._enqueue(payload, now)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.zadd(self.keys.schedule, {payloads.encode(payload): at})
-        # Wakes the pollers for it (best-effort). (As a raw command: redis-py's cluster pipeline
-        # refuses its publish method, though a PUBLISH reaches every node of a cluster.)
-        pipe.execute_command("PUBLISH", self.keys.schedule_wake, repr(float(at)))
-        try:
-            _execute_push(pipe, self.keys.queues)
-        except Exception as exc:
-            self._release_unique(payload)
-            if isinstance(exc, PushFailed):
-                exc.reraise()
-            raise
-        return payload["jid"]
-
-    def _enqueue(self, payload: dict[str, Any], now: float) -> str:
-        """LPUSH one payload on its queue and see the queue listed (``_push_one``; on a cluster, where
-        the two are in different slots, LPUSH and SADD pipelined)."""
-        payload["enqueued_at"] = now
-        queue = payload["queue"]
-        key = self.keys.queue(queue)
-        try:
-            raw = payloads.encode(payload)
-            if self._pushed is not None:
-                self._push_one(self._pushed, queue, key, raw)
-            elif self.keys.spread:
-                self._listed(queue, _push_across_slots(self.redis, self.keys.queues, key, queue, raw))
-            else:  # (a cluster client on an unspread prefix: every key in one slot, the script works)
-                self._listed(queue, scripts.PUSH(self.redis, [self.keys.queues, key], [queue, raw]))
-        except Exception as exc:
-            self._release_unique(payload)
-            if isinstance(exc, redis_lib.exceptions.ResponseError) and error_code(exc) == "WRONGTYPE":
-                raise WrongTypeError(key, "list") from exc
-            raise
-        return payload["jid"]
-
-    def _push_one(self, pushed: dict[str, tuple[int, float]], queue: str, key: str, raw: str) -> None:
-        """LPUSH ``raw`` on a plain Redis and see ``queue`` listed: LPUSH alone onto a backlog,
-        else the PUSH script (see BACKLOG). Raise only what refused the LPUSH."""
-        now = self.monotonic()
-        last = pushed.get(queue)
-        if last is not None and last[0] >= BACKLOG and now - last[1] < RELIST_EVERY:
-            length = self.redis.execute_command("LPUSH", key, raw)
-            pushed[queue] = (length, last[1])
-            if length == 1:  # emptied since, maybe pruned: listed as PUSH would have
-                try:
-                    self.redis.execute_command("SADD", self.keys.queues, queue)
-                except redis_lib.RedisError as exc:  # (the job is queued: this push must not look failed)
-                    self._listed(queue, str(exc))
-            return
-        length = scripts.PUSH(self.redis, [self.keys.queues, key], [queue, raw])
-        if self._listed(queue, length):
-            if len(pushed) >= PUSHED_MAX:
-                pushed.clear()
-            pushed[queue] = (length, now)
-
-    def _listed(self, queue: str, pushed: Any) -> bool:
-        """True if the push's answer says ``queue`` is listed; else log the listing's error (the
-        job is queued all the same) and have the next push run the script again."""
-        if isinstance(pushed, int):
-            return True
-        logger.error("pushed, but %s not updated: %s", self.keys.queues,
-                     pushed.decode(errors="replace") if isinstance(pushed, bytes) else pushed)
-        if self._pushed is not None:
-            self._pushed.pop(queue, None)
-        return False
-
-    def _release_unique(self, payload: dict[str, Any]) -> None:
-        """A write that failed after taking the unique lock: drop it (best-effort), or every
-        retry of the push would be refused as a duplicate of a job that isn't there."""
-        if payload.get("unique_digest"):
-            try:
-                unique.release(self.redis, self.keys, payload)
-            except Exception as exc:
-                # (Redis away: a failover, say) Kept, and released before this client's next unique
-                # push: the application's retry of this push would be refused otherwise, for the
-                # whole unique_for, as a duplicate of a job that was never pushed.
-                logger.debug("unique lock of jid=%s not released: %s; kept to release later", payload.get("jid"), exc)
-                self._unreleased.append(payload)
-
-    def _release_kept(self) -> None:
-        """Release the unique locks kept by failed pushes (each only if its jid still holds it)."""
-        while self._unreleased:
-            try:
-                payload = self._unreleased.popleft()
-            except IndexError:  # (another thread took the last one)
-                return
-            try:
-                unique.release(self.redis, self.keys, payload)
-            except Exception as exc:
-                logger.debug("unique lock of jid=%s still not released: %s", payload.get("jid"), exc)
-                self._unreleased.appendleft(payload)
-                return
+        return payload["jid"] if self._write_bulk([payload]) else None
 
     def push_bulk(self, items: Sequence[dict[str, Any]], *, at: float | None = None,
                   on_commit: bool | None = None) -> list[str]:
-        """Push many payloads in one pipelined round trip; return their jids.
+        """Push many payloads in one round trip; return their jids.
 
         Each payload goes through the client middleware, as in Sidekiq's
         push_bulk: a middleware that stamps a tenant or drops a duplicate must
         not be bypassed by the bulk path. What it lets through is written in
-        one pipeline; the jids returned are those pushed. Inside a transaction
-        the push waits for commit as push does, and every jid is returned.
+        one PUSH call (a cluster: one per slot, pipelined); the jids returned
+        are those pushed. Inside a transaction the push waits for commit as
+        push does, and every jid is returned.
         """
         if on_commit is None:
             on_commit = self.config.enqueue_on_commit
@@ -234,81 +136,151 @@ class Client:
         return [item["jid"] for item in self._write_bulk(batch)]
 
     def _write_bulk(self, items: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
-        """Write ``items`` in one pipeline (unique ones first claim their locks); return those written."""
+        """Write ``items``, each now or at its ``at``, in one round trip; return those written (not
+        the duplicates of unique jobs). Raise what Redis refused, after the rest is written."""
         if not items:
             return items
         for item in items:
             _check_outgoing(item)
         now = self.clock()
-        if any(item.get("unique_digest") for item in items):
-            if self._unreleased:
-                self._release_kept()
-            items = [item for item in items
-                     if not item.get("unique_digest")
-                     or unique.claim(self.redis, self.keys, item, now, self.config.unique_lock_ttl)]
-        pipe = self.redis.pipeline(transaction=False)
-        by_queue: dict[str, list[str]] = {}
-        scheduled: dict[str, float] = {}
-        scheduled_items: list[dict[str, Any]] = []
-        by_queue_items: dict[str, list[dict[str, Any]]] = {}
+        scheduled: list[tuple[dict[str, Any], float, int]] = []
+        by_queue: dict[str, list[tuple[dict[str, Any], int]]] = {}
         for item in items:
+            unique_ttl = unique.lock_ttl(item, now, self.config.unique_lock_ttl) if item.get("unique_digest") else 0
             at = item.pop("at", None)
             if at is not None and at > now:
-                scheduled[payloads.encode(item)] = at
-                scheduled_items.append(item)
+                scheduled.append((item, at, unique_ttl))
+            elif unique_ttl and self.keys.spread:
+                # On a cluster the lock (home slot) and the queue (its own slot) can't share a
+                # script: a unique job for now is scheduled due now, with its lock in one step,
+                # and a poller (woken by the message PUSH sends) moves it to its queue a moment
+                # later. A lock taken in one call and the job pushed in another could be left
+                # with no job behind it again, whatever the order or TTL of the two.
+                scheduled.append((item, now, unique_ttl))
             else:
                 item["enqueued_at"] = now
-                queued = by_queue_items.get(item["queue"])
-                if queued is None:
-                    queued = by_queue_items[item["queue"]] = []
-                queued.append(item)
-        # (Queue by queue: the jobs of one perform_bulk are copies of one payload, which
-        # encode_many encodes once.)
-        for queue, queued in by_queue_items.items():
-            by_queue[queue] = payloads.encode_many(queued)
-        # The items each command writes, so that a failed write releases its items' unique locks.
-        written_by: list[Sequence[dict[str, Any]]] = []
+                by_queue.setdefault(item["queue"], []).append((item, unique_ttl))
+        groups: list[_Group] = []
         if scheduled:
-            pipe.zadd(self.keys.schedule, scheduled)
-            pipe.execute_command("PUBLISH", self.keys.schedule_wake, repr(float(min(scheduled.values()))))
-            written_by += [scheduled_items, ()]
-        for queue, raws in by_queue.items():
-            pipe.sadd(self.keys.queues, queue)
-            written_by.append(())
-            queued = by_queue_items[queue]
-            for start in range(0, len(raws), 1000):
-                pipe.lpush(self.keys.queue(queue), *raws[start:start + 1000])
-                written_by.append(queued[start:start + 1000])
-        try:
-            _execute_push(pipe, self.keys.queues)
-        except PushFailed as exc:
-            for index in exc.failed:
-                for item in written_by[index]:
-                    self._release_unique(item)
-            exc.reraise()
-        except Exception:
-            for item in items:  # (no answer: as for one push, free the locks so the caller can retry)
-                self._release_unique(item)
-            raise
-        return items
+            raws = payloads.encode_many([item for item, _at, _ttl in scheduled])
+            groups.append(self._group(self.keys.schedule, "", [item for item, _at, _ttl in scheduled], [
+                (raw, repr(float(at)), ttl) for (_item, at, ttl), raw in zip(scheduled, raws, strict=True)]))
+        for queue, queued in by_queue.items():
+            # (Queue by queue: the jobs of one perform_bulk are copies of one payload, which
+            # encode_many encodes once.)
+            queued_items = [item for item, _ttl in queued]
+            raws = payloads.encode_many(queued_items)
+            groups.append(self._group(self.keys.queue(queue), queue, queued_items, [
+                (raw, None, ttl) for (_item, ttl), raw in zip(queued, raws, strict=True)]))
+        unwritten = self._push(groups)
+        return [item for item in items if id(item) not in unwritten] if unwritten else items
 
+    def _group(self, destination: str, queue: str, items: list[dict[str, Any]],
+               encoded: list[tuple[str, str | None, int]]) -> _Group:
+        """The group of ``items`` (encoded: their payload, score and lock TTL) to ``destination``."""
+        unique_key = self.keys.unique
+        return _Group(destination, queue, items, [
+            (raw, score, unique_key(item["unique_digest"]) if ttl else None, item["jid"], ttl)
+            for item, (raw, score, ttl) in zip(items, encoded, strict=True)])
 
-class PushFailed(Exception):
-    """Commands of a push pipeline were refused: ``failed`` their indexes, ``error`` the first error,
-    ``command`` the command it answered (name, key, ...)."""
+    def _push(self, groups: list[_Group], *, repaired: bool = False) -> set[int]:
+        """Write ``groups``; return the ids of the items not written (duplicates). A lock key of the
+        wrong type is quarantined and its jobs pushed again (``repaired``: they were)."""
+        calls, listed = self._calls(groups)
+        if len(calls) == 1 and not listed:
+            replies = [scripts.PUSH(self.redis, calls[0].keys, calls[0].args)]
+        else:
+            replies = self._pipelined(calls, listed)
+        unwritten: set[int] = set()
+        again: dict[str, _Group] = {}
+        failed: list[tuple[str, Any]] = []
+        for call, reply in zip(calls, replies, strict=True):
+            if isinstance(reply, Exception):
+                failed.append(("", reply))
+                unwritten.update(id(item) for group in call.groups for item in group.items)
+                continue
+            if reply == 1:  # (all written)
+                continue
+            listing_error, wake_error, *refused = reply
+            if listing_error:
+                logger.error("pushed, but %s not updated: %s", self.keys.queues, _text(listing_error))
+            if wake_error:
+                _wake_not_published(self.keys.schedule_wake, _text(wake_error))
+            numbered = [(group, item, job) for group in call.groups
+                        for item, job in zip(group.items, group.jobs, strict=True)]
+            for number, code, detail in zip(refused[::3], refused[1::3], refused[2::3], strict=True):
+                group, item, job = numbered[number - 1]
+                lock = job[2] or ""
+                unwritten.add(id(item))
+                if code == -2 and not repaired:
+                    quarantine_key(self.redis, self.keys, lock, "string", "is no lock (the wrong type)")
+                    retried = again.setdefault(group.destination, _Group(group.destination, group.queue, [], []))
+                    retried.items.append(item)
+                    retried.jobs.append(job)
+                elif code < 0:
+                    failed.append((lock if code == -2 else group.destination, _text(detail)))
+                else:
+                    if code == 2:
+                        logger.error("%s held no expiry (a lock can't hold for ever): given %ds", lock, job[4])
+                    logger.info("duplicate of unique job %s not pushed: jid=%s holds the lock", item["class"],
+                                _text(detail))
+        if again:
+            retried_ids = {id(item) for group in again.values() for item in group.items}
+            unwritten -= retried_ids - self._push(list(again.values()), repaired=True)
+        if failed:
+            self._raise(*failed[0])
+        return unwritten
 
-    def __init__(self, failed: list[int], error: Exception, command: tuple[Any, ...]):
-        super().__init__(str(error))
-        self.failed = failed
-        self.error = error
-        self.command = command
+    def _calls(self, groups: list[_Group]) -> tuple[list[_Call], list[str]]:
+        """The PUSH calls that write ``groups``, and the queues the caller lists: one call, or on a
+        cluster one per slot (the home slot's for the schedule, each queue's for its list), the
+        queues listed beside them (the listing is in the home slot)."""
+        pusher = self._pusher()
+        if not self.keys.spread:
+            return [self._call(self.keys.push_receipt(pusher), self.keys.queues, groups)], []
+        return ([self._call(self.keys.push_receipt(pusher, group.queue or None), None, [group]) for group in groups],
+                [group.queue for group in groups if group.queue])
 
-    def reraise(self) -> NoReturn:
-        """Raise the error for the caller: a WrongTypeError naming the key, else Redis's own."""
-        name, key = self.command[0], self.command[1]
-        if error_code(self.error) == "WRONGTYPE":
-            raise WrongTypeError(key, "sorted set" if name == "ZADD" else "list") from self.error
-        raise self.error from None
+    def _call(self, receipt: str, queues: str | None, groups: list[_Group]) -> _Call:
+        jids = [job[3] for group in groups for job in group.jobs]
+        # (What tells this push from the pusher's last one: a retry of it sends the same.)
+        token = jids[0] if len(jids) == 1 else hashlib.sha1("\n".join(jids).encode()).hexdigest()
+        wake = self.keys.schedule_wake if any(not group.queue for group in groups) else ""
+        keys, args = scripts.push_args(receipt, token, queues, wake,
+                                       [(group.destination, group.queue, group.jobs) for group in groups])
+        return _Call(keys, args, groups)
+
+    def _pusher(self) -> str:
+        """Who pushes, for the receipt: this client, in this process and thread. A thread pushes one
+        thing at a time, so its receipt holds its last push: what a retry of it would find (a
+        process forked from one that pushed keeps the client's name, not the pid)."""
+        return f"{self._name}:{os.getpid()}:{threading.get_ident()}"
+
+    def _pipelined(self, calls: Sequence[_Call], listed: Sequence[str]) -> list[Any]:
+        """Run ``calls`` in one pipeline (a cluster: a round trip per node), with the listing of
+        ``listed`` beside them (best-effort, in another slot); return their replies or errors."""
+        pipe = self.redis.pipeline(transaction=False)
+        for call in calls:
+            pipe.execute_command("EVALSHA", scripts.PUSH.sha, len(call.keys), *call.keys, *call.args)
+        if listed:
+            pipe.execute_command("SADD", self.keys.queues, *listed)
+        replies = pipe.execute(raise_on_error=False)
+        if listed and isinstance(replies[-1], Exception):
+            logger.error("pushed, but %s not updated: %s", self.keys.queues, replies[-1])
+        return [scripts.PUSH(self.redis, call.keys, call.args)  # (not run: sent again with its source)
+                if isinstance(reply, redis_lib.exceptions.NoScriptError) else reply
+                for call, reply in zip(calls, replies, strict=False)]
+
+    def _raise(self, key: str, error: Any) -> None:
+        """Raise what refused a write: a WrongTypeError naming ``key``, else Redis's own error."""
+        if isinstance(error, Exception):
+            raise error
+        cause = redis_lib.exceptions.ResponseError(error)
+        if error.startswith("WRONGTYPE"):
+            kind = "sorted set" if key == self.keys.schedule else "string" if key.startswith(
+                self.keys.unique("")) else "list"
+            raise WrongTypeError(key, kind) from cause
+        raise cause
 
 
 def _check_outgoing(payload: dict[str, Any]) -> None:
@@ -324,50 +296,14 @@ def _check_outgoing(payload: dict[str, Any]) -> None:
                             f"(set by a client middleware?)")
 
 
-def _push_across_slots(redis: Any, listing: str, key: str, queue: str, raw: str) -> Any:
-    """PUSH on a cluster, where the queue (its own slot) and the listing (the home slot) can't
-    share a script: LPUSH then SADD in one pipeline, one round trip per node. The job is
-    queued once the LPUSH is; the listing is best-effort, as in PUSH (its error returned)."""
-    pipe = redis.pipeline(transaction=False)
-    pipe.lpush(key, raw)
-    pipe.sadd(listing, queue)
-    pushed, listed = pipe.execute(raise_on_error=False)
-    if isinstance(pushed, Exception):
-        raise pushed
-    return str(listed) if isinstance(listed, Exception) else pushed
-
-
-def _execute_push(pipe: Any, listing: str) -> None:
-    """Run a push pipeline; raise PushFailed if a write was refused (not merely ``listing``'s update).
-
-    The queues listing is best-effort: a ``queues`` key of the wrong type (until the key guard
-    moves it aside) used to make a push that had gone through look failed, so the caller
-    retried it and the job ran twice.
-    """
-    commands = stacked_commands(pipe)
-    failed: list[int] = []
-    first: Exception | None = None
-    first_command: tuple[Any, ...] = ()
-    for index, (args, result) in enumerate(zip(commands, pipe.execute(raise_on_error=False), strict=True)):
-        if not isinstance(result, Exception):
-            continue
-        if args[0] == "SADD" and args[1] == listing:
-            logger.error("pushed, but %s not updated: %s", listing, result)
-            continue
-        if args[0] == "PUBLISH":
-            _wake_not_published(args[1], result)
-            continue
-        failed.append(index)
-        if first is None:
-            first, first_command = result, tuple(args)
-    if first is not None:
-        raise PushFailed(failed, first, first_command)
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 _wake_warned = False
 
 
-def _wake_not_published(channel: str, error: Exception) -> None:
+def _wake_not_published(channel: str, error: object) -> None:
     """A scheduled push's wake-up message was refused (an ACL without the channel, say): the job is
     scheduled all the same and the pollers' timed rounds find it, later. Said once per process."""
     global _wake_warned

@@ -4,9 +4,10 @@
         unique_for = 600            # seconds (True: UNIQUE_LOCK_TTL); a crash can't hold a lock forever
         unique_until = "success"    # or "start"
 
-A push takes ``unique:<digest>`` (SET NX, holding the jid, TTL ``unique_for``
-plus the delay of a scheduled push); a duplicate push returns None and logs
-which jid holds the lock. The lock goes when the job succeeds ("success", the
+A push takes ``unique:<digest>`` (holding the jid, TTL ``unique_for`` plus the
+delay of a scheduled push) in the same script that writes the job (PUSH: a lock
+is never there without its job); a duplicate push returns None and logs which
+jid holds the lock. The lock goes when the job succeeds ("success", the
 default: a job waiting in retry keeps it), when it starts ("start"), or when it
 dies; otherwise at its TTL.
 """
@@ -15,14 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 from typing import Any
 
 from ..broker import locks
 from ..broker.keys import Keys
 from ..broker.types import RedisClient
-
-logger = logging.getLogger(__name__)
 
 UNTIL = ("success", "start")
 
@@ -39,18 +37,6 @@ def lock_ttl(payload: dict[str, Any], now: float, default: float) -> int:
     delay = max(float(payload.get("at") or now) - now, 0.0)
     ttl = default if payload["unique_for"] is True else payload["unique_for"]
     return max(int(ttl + delay + 0.999), 1)
-
-
-def claim(redis: RedisClient, keys: Keys, payload: dict[str, Any], now: float, default_ttl: float = 3600.0) -> bool:
-    """Take the lock for this payload; False (logged) if another jid holds it (a key that can't be
-    a lock is repaired by ``locks.take`` rather than refusing every push of the job for good)."""
-    taken, holder = locks.take(redis, keys, keys.unique(payload["unique_digest"]), payload["jid"],
-                              lock_ttl(payload, now, default_ttl))
-    if taken:
-        return True
-    logger.info("duplicate of unique job %s not pushed: jid=%s holds the lock", payload["class"],
-                holder.decode() if isinstance(holder, bytes) else holder)
-    return False
 
 
 def release(redis: RedisClient, keys: Keys, payload: dict[str, Any]) -> None:

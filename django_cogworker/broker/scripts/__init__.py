@@ -39,16 +39,20 @@ from .jobs import (
     PARK_UNSETTLED,
     PUSH,
     QUARANTINE,
+    RECEIPT_TTL,
     REQUEUE,
+    push_args,
     requeue_args,
 )
 from .periodic import HELD_LOCK, PERIODIC_CLAIM, PERIODIC_ENABLE, PERIODIC_ROLLBACK
 from .results import RESULT_FINISHED, RESULT_STARTED
-from .slots import ADD_TRIMMED, FORGET_REGISTRY, LEASE, REQUEUE_IN_SLOT, UNLEASE
+from .slots import ADD_TRIMMED, LEASE, UNLEASE
 
 __all__ = [
     "Script",
     "PUSH",
+    "push_args",
+    "RECEIPT_TTL",
     "CLAIM_AND_REQUEUE",
     "MOVE_BETWEEN_ZSETS",
     "FILE_FAILURE",
@@ -77,6 +81,4 @@ __all__ = [
     "ADD_TRIMMED",
     "LEASE",
     "UNLEASE",
-    "REQUEUE_IN_SLOT",
-    "FORGET_REGISTRY",
 ]

@@ -37,23 +37,28 @@ def _add_remove_trim(remove: str, below: int, cap: int) -> str:
 
     Adds ARGV[3] to the sorted set KEYS[2] at score ARGV[2]; removes ARGV[1]
     from KEYS[1] (``remove``: "ZREM" from a sorted set, "LREM" from a list);
-    then trims KEYS[2] of the entries scored below ARGV[``below``] and of all
-    but the ARGV[``cap``] highest scored ("" in either skips that trim). Add
-    first, remove second: the rule in the package's docstring.
+    then trims KEYS[2] as :func:`_trim` says. Add first, remove second: the
+    rule in the package's docstring.
     """
     drop = {"ZREM": 'redis.call("ZREM", KEYS[1], ARGV[1])', "LREM": 'redis.call("LREM", KEYS[1], 1, ARGV[1])'}
     return f"""redis.call("ZADD", KEYS[2], ARGV[2], ARGV[3])
 {drop[remove]}
-if ARGV[{below}] ~= "" then
-  redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[{below}])
+""" + _trim("KEYS[2]", below, cap)
+
+
+def _trim(key: str, below: int, cap: int) -> str:
+    """Lua: trims the sorted set ``key`` of the entries scored below ARGV[``below``] and of all but
+    the ARGV[``cap``] highest scored ("" in either skips that trim): dead's age and size caps."""
+    return f"""if ARGV[{below}] ~= "" then
+  redis.call("ZREMRANGEBYSCORE", {key}, "-inf", "(" .. ARGV[{below}])
 end
 if ARGV[{cap}] ~= "" then
-  redis.call("ZREMRANGEBYRANK", KEYS[2], 0, -tonumber(ARGV[{cap}]) - 1)
+  redis.call("ZREMRANGEBYRANK", {key}, 0, -tonumber(ARGV[{cap}]) - 1)
 end
 """
 
 
-def _queue_index(keys: list[str], index: dict[str, int], queue_key: str) -> int:
+def _queue_index(keys: list[Any], index: dict[Any, int], queue_key: str | bytes) -> int:
     """The position of ``queue_key`` in KEYS as Lua counts (from 1), appended on first sight."""
     if queue_key not in index:
         keys.append(queue_key)

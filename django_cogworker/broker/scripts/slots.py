@@ -3,12 +3,13 @@
 On a cluster a queue's list and in-progress lists live in the queue's slot, the sorted sets
 and registries in the home slot, and no script may touch both. A move between them is two
 steps (crossings.py), destination first, source second; these are the steps that need more
-than one command to be safe.
+than one command to be safe and have no script of their own in :mod:`.jobs` (REQUEUE and
+FORGET_IDENTITY serve a cluster too, given one slot's keys).
 """
 
 from __future__ import annotations
 
-from ._base import Script
+from ._base import Script, _trim
 
 # KEYS[1] = target zset (retry or dead; the home slot).
 # ARGV[1] = score, ARGV[2] = payload, ARGV[3] = trim below score or "",
@@ -17,13 +18,7 @@ from ._base import Script
 # as FILE_FAILURE does; the caller then removes it from its in-progress list.
 ADD_TRIMMED = Script("""
 redis.call("ZADD", KEYS[1], ARGV[1], ARGV[2])
-if ARGV[3] ~= "" then
-  redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", "(" .. ARGV[3])
-end
-if ARGV[4] ~= "" then
-  redis.call("ZREMRANGEBYRANK", KEYS[1], 0, -tonumber(ARGV[4]) - 1)
-end
-return 1
+""" + _trim("KEYS[1]", below=3, cap=4) + """return 1
 """)
 
 # KEYS[1] = source zset (schedule, retry or dead; the home slot).
@@ -69,41 +64,4 @@ for i = 1, #ARGV - 1, 2 do
   end
 end
 return restored
-""")
-
-# KEYS[1] = in-progress list, KEYS[2] = the queue list of the same queue (one slot).
-# ARGV[1] = n, the number of acks that follow; ARGV[2..n+1] = raw payloads to
-# drop; then pairs: raw payload on the list, payload to push.
-# REQUEUE for one queue's in-progress list (a cluster: the queues listing is in
-# another slot; the caller lists the queue after). Push first, then remove; a job
-# no longer on the list is skipped; a queue of the wrong type leaves its jobs on
-# the list (for orphan recovery). Returns how many were requeued.
-REQUEUE_IN_SLOT = Script("""
-local n = tonumber(ARGV[1])
-for i = 2, n + 1 do
-  redis.call("LREM", KEYS[1], 1, ARGV[i])
-end
-local moved = 0
-for i = n + 2, #ARGV, 2 do
-  if redis.call("LPOS", KEYS[1], ARGV[i]) then
-    local pushed = redis.pcall("RPUSH", KEYS[2], ARGV[i + 1])
-    if type(pushed) == "number" then
-      redis.call("LREM", KEYS[1], 1, ARGV[i])
-      moved = moved + 1
-    end
-  end
-end
-return moved
-""")
-
-# KEYS[1] = in_progress_identities, KEYS[2] = last_beat hash, KEYS[3] = the
-# identity's orphan lock (all in the home slot). ARGV[1] = identity.
-# FORGET_IDENTITY's registry half: the caller has seen every in-progress list
-# of the identity empty (they are in other slots). A list filled again later
-# (it can't be: its process is gone or leaving) would be found by discovery.
-FORGET_REGISTRY = Script("""
-redis.call("SREM", KEYS[1], ARGV[1])
-redis.call("HDEL", KEYS[2], ARGV[1])
-redis.call("DEL", KEYS[3])
-return 1
 """)

@@ -240,7 +240,7 @@ class ShardedReliableFetch(ReliableFetch):
         if any(int(length) for length in pipe.execute()):
             return False
         k = self.keys
-        return bool(scripts.FORGET_REGISTRY(self.redis, [k.in_progress_identities, k.last_beat,
+        return bool(scripts.FORGET_IDENTITY(self.redis, [k.in_progress_identities, k.last_beat,
                                                          k.orphan_lock(self.identity)], [self.identity]))
 
 

@@ -218,7 +218,7 @@ class OrphanRecovery:
                 scripts.FORGET_IDENTITY(r, [sources[0][0], k.in_progress_identities, k.last_beat, lock], [identity])
             elif not any(self._lengths([source for source, _queue in sources])):
                 # (the lists are in their queues' slots: seen empty, then the registry forgets)
-                scripts.FORGET_REGISTRY(r, [k.in_progress_identities, k.last_beat, lock], [identity])
+                scripts.FORGET_IDENTITY(r, [k.in_progress_identities, k.last_beat, lock], [identity])
                 self._found_queues.pop(identity, None)
         finally:
             # Only while it is ours: had it expired mid-recovery, it may be another's now.
