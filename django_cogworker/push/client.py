@@ -92,7 +92,32 @@ class Client:
         return self._chain(payload)
 
     def _write(self, payload: dict[str, Any]) -> str | None:
+        jid, queue = payload.get("jid"), payload.get("queue")
+        if (not self.keys.spread and "at" not in payload and not payload.get("unique_digest")
+                and isinstance(queue, str) and queue and isinstance(jid, str) and jid):
+            # The common push, one job for now to a lone Redis, without the general path's grouping
+            # (a third of a perform_async): the PUSH call of its queue is made once per thread. Any
+            # reply but "written" goes through the general path, which sends the same push again:
+            # the receipt answers it with this reply, and nothing is written twice.
+            payload["enqueued_at"] = self.clock()
+            keys, layout = self._single_call(queue)
+            if scripts.PUSH(self.redis, keys, [jid, layout, payloads.encode(payload)]) == 1:
+                return jid
         return payload["jid"] if self._write_bulk([payload]) else None
+
+    def _single_call(self, queue: str) -> tuple[list[str], str]:
+        """KEYS and the layout of PUSH for one job for now to ``queue`` from this thread (cached)."""
+        local = self._bulk
+        calls = getattr(local, "calls", None)
+        if calls is None or local.pid != os.getpid():  # (a forked child pushes under its own name)
+            calls = local.calls = {}
+            local.pid = os.getpid()
+        call = calls.get(queue)
+        if call is None:
+            keys, args = scripts.push_args(self.keys.push_receipt(self._pusher()), "", self.keys.queues, "",
+                                           [(self.keys.queue(queue), queue, [("", None, None, "", 0)])])
+            call = calls[queue] = (keys, args[1])
+        return call
 
     def push_bulk(self, items: Sequence[dict[str, Any]], *, at: float | None = None,
                   on_commit: bool | None = None) -> list[str]:
