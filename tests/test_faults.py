@@ -43,7 +43,8 @@ def marks(path: Path) -> tuple[list[str], list[str]]:
     """(jids started, jids ended) in the order written, from a FileMarkJob file."""
     starts, ends = [], []
     if path.exists():
-        for line in path.read_text().splitlines():
+        # (The last line may be a write still under way, read in part: only whole lines count.)
+        for line in path.read_text().split("\n")[:-1]:
             kind, jid, _pid = line.split()
             (starts if kind == "start" else ends).append(jid)
     return starts, ends

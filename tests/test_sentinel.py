@@ -118,7 +118,8 @@ def read_marks(path: Path) -> list[tuple[str, str, float, str, str]]:
     if not path.exists():
         return []
     rows = []
-    for line in path.read_text().splitlines():
+    # (The last line may be a write still under way, read in part: only whole lines count.)
+    for line in path.read_text().split("\n")[:-1]:
         kind, jid, at, tag, slot = line.split()
         rows.append((kind, jid, float(at), tag, slot))
     return rows
