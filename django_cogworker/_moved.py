@@ -1,4 +1,5 @@
-"""The modules moved in the 0.2 layout, still importable from their old paths for one release.
+"""The modules moved when the package was laid out by who uses it: their old paths import for one
+release.
 
 ``import django_cogworker.runtime`` (or ``from django_cogworker import keys``) gets the module from
 its new place, with a DeprecationWarning naming it; the module is the same object, so patching
