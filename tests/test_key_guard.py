@@ -220,3 +220,19 @@ def test_wrong_types_under_a_running_worker_are_quarantined_and_work_continues(r
     print(f"\nFIGURES key guard e2e: {len(targets)} keys quarantined, plant->quarantine "
           f"max {max(timings):.2f}s mean {sum(timings) / len(timings):.2f}s")
     assert not r.exists(K.process(identity))  # left the registry at exit
+
+
+def test_a_registry_member_that_is_not_utf8_is_skipped_said_once_and_the_rest_still_checked(rb, r, caplog):
+    # No name the worker writes; one there (a bad client, a corrupted restore) failed every round
+    # with UnicodeDecodeError, and then no key of the wrong type was moved aside anywhere.
+    rb.sadd(K.queues, b"\xff\xfe-not-utf8", b"listed")
+    rb.sadd(K.in_progress_identities, b"\xc3\x28")
+    r.set(K.queue("listed"), "not a list")
+    guard = KeyGuard(rb, K, ["default"])
+    with caplog.at_level(logging.ERROR, logger="django_cogworker.engine.recovery.key_guard"):
+        assert guard.check() == [K.queue("listed")]
+        r.set(K.queue("listed"), "not a list, again")
+        assert guard.check() == [K.queue("listed")]
+    said = [rec.getMessage() for rec in caplog.records if "not UTF-8" in rec.getMessage()]
+    assert len(said) == 2  # each bad member once, over both rounds
+    assert any(K.queues in line for line in said) and any(K.in_progress_identities in line for line in said)

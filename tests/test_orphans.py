@@ -441,3 +441,14 @@ def test_an_entry_that_cant_be_written_back_past_max_orphanings_still_goes_to_de
     assert "orphaned 4 times" in dead["dead_reason"] and dead["error_class"] == "Orphaned"
     assert [p["jid"] for p in queued(r)] == ["jid00001"]
     assert forgotten(r, DEAD)
+
+
+def test_an_identity_that_is_not_utf8_is_skipped_and_the_dead_processes_jobs_still_recovered(config, rb, r, caplog):
+    # One unreadable member of the registry failed every check: no dead process's jobs came back.
+    rb.sadd(K.in_progress_identities, b"\xff\xfe")
+    in_flight(r, DEAD, [payload(1)], beat_age=THRESHOLD + 2)
+    with caplog.at_level(logging.ERROR, logger="django_cogworker.engine.recovery.orphans"):
+        assert recoverer(config, rb).check() == 1
+    assert [p["jid"] for p in queued(r)] == ["jid00001"]
+    assert forgotten(r, DEAD)
+    assert any("not UTF-8" in rec.getMessage() for rec in caplog.records)

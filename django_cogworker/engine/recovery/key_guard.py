@@ -11,6 +11,7 @@ process's poller thread at boot and every KEY_GUARD_INTERVAL.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
 import redis as redis_lib
@@ -18,6 +19,8 @@ import redis as redis_lib
 from ...broker.keys import Keys
 from ...broker.quarantine import quarantine_key
 from ...broker.types import RedisClient
+
+logger = logging.getLogger(__name__)
 
 
 class KeyGuard:
@@ -34,6 +37,7 @@ class KeyGuard:
         self.keys = keys
         self.queues = list(queues)
         self.periodic = list(periodic)  # the names (pjids) of this process's periodic entries
+        self._unreadable: set[bytes] = set()  # members not UTF-8, logged once each
 
     def check(self) -> list[str]:
         """Quarantine every wrong-typed key found now; return their names."""
@@ -74,13 +78,26 @@ class KeyGuard:
 
     def _members(self, key: str) -> list[str]:
         try:
-            return [_text(m) for m in self.redis.smembers(key)]
+            members = self.redis.smembers(key)
         except redis_lib.exceptions.ResponseError:
             return []  # itself of the wrong type: quarantined this round, listed again next
+        # A member that is not UTF-8 (no name the package writes) names no key this guard can
+        # build: skipped, and said once. It failed every round (UnicodeDecodeError), so no key of
+        # the wrong type was moved aside any more, anywhere.
+        return [name for name in (readable(m, key, self._unreadable) for m in members) if name is not None]
 
     def quarantine(self, key: str, expected: str, actual: str) -> bool:
         return quarantine_key(self.redis, self.keys, key, expected, f"held a {actual}, not a {expected}")
 
 
-def _text(member: bytes | str) -> str:
-    return member.decode() if isinstance(member, bytes) else member
+def readable(member: bytes | str, key: str, seen: set[bytes]) -> str | None:
+    """``member`` of the set ``key`` as text, or None (logged the first time) when it is not UTF-8."""
+    if not isinstance(member, bytes):
+        return member
+    try:
+        return member.decode()
+    except UnicodeDecodeError:
+        if member not in seen:
+            seen.add(member)
+            logger.error("%s holds %.100r, which is not UTF-8: skipped (no name the worker writes)", key, member)
+        return None

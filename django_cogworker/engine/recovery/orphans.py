@@ -38,6 +38,7 @@ from ...push import payload as payloads
 from ...push import unique
 from ..loops import redis_time
 from ..settle.retry import RetryPolicy
+from .key_guard import readable
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +91,7 @@ class OrphanRecovery:
         # queue), each named as in ``queues``: bytes, which may not be UTF-8
         self._found_queues: dict[str, set[bytes]] = {}
         self._next_discovery = 0.0  # (monotonic) the first check looks at once
+        self._unreadable: set[bytes] = set()  # identities not UTF-8, logged once each
 
     def check(self) -> int:
         """Recover every orphaned list found now; return how many jobs were handled.
@@ -104,7 +106,10 @@ class OrphanRecovery:
         r, k = self.redis, self.keys
         now = redis_time(r)
         try:
-            identities = {m.decode() if isinstance(m, bytes) else m for m in r.smembers(k.in_progress_identities)}
+            # (an identity not UTF-8 is none a process took: skipped, said once; it failed every
+            # check, and no dead process's jobs were recovered any more, anywhere)
+            identities = {name for name in (readable(m, k.in_progress_identities, self._unreadable)
+                                            for m in r.smembers(k.in_progress_identities)) if name is not None}
             identities |= self._discover(identities)
             beats = _parse_beats(cast(dict[bytes, bytes], r.hgetall(k.last_beat)))  # (a bytes client)
         except redis_lib.exceptions.ResponseError as exc:
