@@ -47,6 +47,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def in_thread(fn):
+    """Run ``fn`` on a new thread; return what it returned (or raise what it raised)."""
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            out["error"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(30)
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float = 10, interval: float = 0.05, message: str = ""):
     """Poll `predicate` until it returns something truthy, and return that; AssertionError on timeout."""
     deadline = time.monotonic() + timeout

@@ -229,7 +229,7 @@ def test_a_registry_member_that_is_not_utf8_is_skipped_said_once_and_the_rest_st
     rb.sadd(K.in_progress_identities, b"\xc3\x28")
     r.set(K.queue("listed"), "not a list")
     guard = KeyGuard(rb, K, ["default"])
-    with caplog.at_level(logging.ERROR, logger="django_cogworker.engine.recovery.key_guard"):
+    with caplog.at_level(logging.ERROR, logger="django_cogworker.engine.recovery.registry"):
         assert guard.check() == [K.queue("listed")]
         r.set(K.queue("listed"), "not a list, again")
         assert guard.check() == [K.queue("listed")]

@@ -447,7 +447,7 @@ def test_an_identity_that_is_not_utf8_is_skipped_and_the_dead_processes_jobs_sti
     # One unreadable member of the registry failed every check: no dead process's jobs came back.
     rb.sadd(K.in_progress_identities, b"\xff\xfe")
     in_flight(r, DEAD, [payload(1)], beat_age=THRESHOLD + 2)
-    with caplog.at_level(logging.ERROR, logger="django_cogworker.engine.recovery.orphans"):
+    with caplog.at_level(logging.ERROR, logger="django_cogworker.engine.recovery.registry"):
         assert recoverer(config, rb).check() == 1
     assert [p["jid"] for p in queued(r)] == ["jid00001"]
     assert forgotten(r, DEAD)

@@ -17,7 +17,7 @@ import pytest
 import redis
 import redis.connection
 from cluster_fixtures import cluster_fixture, cr_fixture, on_cluster_fixture  # noqa: F401 - fixtures
-from helpers import Sentinels
+from helpers import Sentinels, in_thread
 
 from django_cogworker.broker.replies import ReplyAccounting, accounted
 from django_cogworker.push import runtime
@@ -64,21 +64,6 @@ def interrupted_incr(client, monkeypatch) -> None:
         client.incr("counter")
 
 
-def in_thread(fn):
-    out: dict = {}
-
-    def run():
-        try:
-            out["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            out["error"] = exc
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join(30)
-    if "error" in out:
-        raise out["error"]
-    return out["value"]
 
 
 def test_a_thread_s_held_connection_reads_its_own_reply_after_an_interrupt_while_the_reply_is_on_its_way(

@@ -7,29 +7,9 @@ and a thread outside the worker's processors keeps the shared client.
 
 from __future__ import annotations
 
-import threading
-
-from helpers import RedisServer, Sentinels
+from helpers import RedisServer, Sentinels, in_thread
 
 from django_cogworker.push import runtime
-
-
-def in_thread(fn):
-    """Run ``fn`` on a new thread; return what it returned (or raise what it raised)."""
-    out: dict = {}
-
-    def run():
-        try:
-            out["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            out["error"] = exc
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join(30)
-    if "error" in out:
-        raise out["error"]
-    return out["value"]
 
 
 def test_within_own_connection_every_command_of_a_thread_goes_over_one_connection_given_back_at_the_end(rb):

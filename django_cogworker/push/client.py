@@ -4,7 +4,7 @@ A Client is built once per process from the config (``runtime.get_client()``)
 and is thread-safe (redis-py's pool). ``defer`` is injected by the Django edge:
 it returns True when it has taken the push to run at transaction commit.
 
-Every write is the PUSH script (broker/scripts/jobs.py), one round trip however many jobs: the jobs,
+Every write is the PUSH script (broker/scripts/push.py), one round trip however many jobs: the jobs,
 their unique locks, the queues listing and a scheduled job's wake-up message, in one step, and
 answered from the pushing thread's receipt when redis-py sends it again. On a cluster, one call
 per slot written to, pipelined: the home slot's and each queue's (``_calls``).

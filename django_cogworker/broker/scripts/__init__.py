@@ -9,7 +9,7 @@ destination first, remove the source second. A script stopped by an error keeps
 the writes made before it, so a remove followed by a failing push (the
 destination holding the wrong type) lost the job.
 
-One module per area: :mod:`.jobs` (a job's life), :mod:`.periodic` (periodic
+One module per area: :mod:`.push` (a push), :mod:`.jobs` (a job's life after it), :mod:`.periodic` (periodic
 entries and locks), :mod:`.admin` (the api's scripts), :mod:`.slots` (the steps of a
 cluster's crossings between slots); :mod:`._base` runs them.
 Every name is re-exported here: callers write ``scripts.PUSH``.
@@ -37,14 +37,12 @@ from .jobs import (
     MOVE_BETWEEN_ZSETS,
     ORPHAN_TO_DEAD,
     PARK_UNSETTLED,
-    PUSH,
     QUARANTINE,
-    RECEIPT_TTL,
     REQUEUE,
-    push_args,
     requeue_args,
 )
 from .periodic import HELD_LOCK, PERIODIC_CLAIM, PERIODIC_ENABLE, PERIODIC_ROLLBACK
+from .push import PUSH, RECEIPT_TTL, push_args
 from .results import RESULT_FINISHED, RESULT_STARTED
 from .slots import ADD_TRIMMED, LEASE, UNLEASE
 

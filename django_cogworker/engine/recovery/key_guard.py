@@ -11,7 +11,6 @@ process's poller thread at boot and every KEY_GUARD_INTERVAL.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 
 import redis as redis_lib
@@ -19,8 +18,7 @@ import redis as redis_lib
 from ...broker.keys import Keys
 from ...broker.quarantine import quarantine_key
 from ...broker.types import RedisClient
-
-logger = logging.getLogger(__name__)
+from .registry import readable
 
 
 class KeyGuard:
@@ -88,16 +86,3 @@ class KeyGuard:
 
     def quarantine(self, key: str, expected: str, actual: str) -> bool:
         return quarantine_key(self.redis, self.keys, key, expected, f"held a {actual}, not a {expected}")
-
-
-def readable(member: bytes | str, key: str, seen: set[bytes]) -> str | None:
-    """``member`` of the set ``key`` as text, or None (logged the first time) when it is not UTF-8."""
-    if not isinstance(member, bytes):
-        return member
-    try:
-        return member.decode()
-    except UnicodeDecodeError:
-        if member not in seen:
-            seen.add(member)
-            logger.error("%s holds %.100r, which is not UTF-8: skipped (no name the worker writes)", key, member)
-        return None

@@ -38,7 +38,7 @@ from ...push import payload as payloads
 from ...push import unique
 from ..loops import redis_time
 from ..settle.retry import RetryPolicy
-from .key_guard import readable
+from .registry import parse_beats, readable
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class OrphanRecovery:
             identities = {name for name in (readable(m, k.in_progress_identities, self._unreadable)
                                             for m in r.smembers(k.in_progress_identities)) if name is not None}
             identities |= self._discover(identities)
-            beats = _parse_beats(cast(dict[bytes, bytes], r.hgetall(k.last_beat)))  # (a bytes client)
+            beats = parse_beats(cast(dict[bytes, bytes], r.hgetall(k.last_beat)))  # (a bytes client)
         except redis_lib.exceptions.ResponseError as exc:
             if is_unavailable(exc):
                 raise
@@ -394,15 +394,3 @@ def _as_stored(raw: bytes, payload: dict, reason: str) -> bytes:
         "error_class": "Orphaned" if payload.get("error_class") == "Orphaned" else "PayloadError",
         "error_message": reason, "dead_reason": reason, "failed_at": time.time(),
         "orphan_count": payload.get("orphan_count"), "orphaned_from": payload.get("orphaned_from")})
-
-
-def _parse_beats(raw: dict[bytes, bytes]) -> dict[str, float]:
-    """identity -> stamp; an unreadable stamp is logged and treated as missing (alive while its process hash is)."""
-    beats = {}
-    for field, value in raw.items():
-        try:
-            beats[field.decode()] = float(value)
-        except (ValueError, UnicodeDecodeError):
-            logger.error("unreadable last-beat stamp %.50r for %.100r: skipped", value, field)
-    return beats
-

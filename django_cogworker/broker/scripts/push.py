@@ -1,0 +1,190 @@
+"""The script of a push: every job of one ``perform_*`` call, its unique lock and the pusher's receipt, in one step."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ._base import Script, _queue_index
+
+# How long a pushing thread's receipt answers a retry of its last push (PUSH). Enough for
+# redis-py's retrying of one command (the cluster client's by default, a lone Redis's or
+# Sentinel's when REDIS_OPTIONS sets ``retry``): 10 retries at redis-py's defaults, backing off
+# up to 1 s, each attempt up to DEFAULT_OPTIONS' connect and read timeouts (5 s + 10 s), so
+# about 3 minutes at the most. One key per pushing thread (per slot on a cluster), whatever the
+# push rate: the TTL costs no memory.
+RECEIPT_TTL = 600
+
+# KEYS[1] = the pusher's receipt (keys.push_receipt); KEYS[2..] = the keys the layout names by
+# their index in KEYS: queue lists, the schedule, the queues set, unique locks; all in one slot
+# (on a cluster the client makes one call per slot).
+# ARGV[1] = the push's token (its jid; a bulk's: a digest of its jids), ARGV[2] = its layout, in
+# JSON (push_args): [index of the queues set (0: the caller lists the queues), the channel that
+# wakes the pollers ("": none), then per destination: [its index, its queue name ("" for the
+# schedule, a sorted set), then per job: 0 (a job for now), its score (a scheduled job's, as
+# text) or, for a unique job, [index of its lock, its jid, the lock's TTL, its score if
+# scheduled]]]; ARGV[3..] = the payloads, in the layout's order. (One JSON argument, not a few
+# per job: redis-py packs each argument at about a microsecond, the cost of a whole LPUSH's
+# packing for three of them, and decoding the layout costs Redis less than that.)
+# Writes every job of one push, now (LPUSH, 1,000 at a time) or scheduled (ZADD), with its unique
+# lock, in one step. The lock and the job were two round trips, a claim then a push: a push
+# refused in between (a failover under min-replicas-to-write, a connection lost) left the lock
+# with no job behind it, and every push of that job refused as its duplicate for unique_for.
+# Here the lock is written only after its job (destination first), and a write Redis refuses
+# (OOM, NOREPLICAS, READONLY: refused at a script's first write, and then for all of it) is this
+# script's error reply, nothing written. A lock held by another jid makes its job a duplicate,
+# not written (one without an expiry, a manual SET, is given the lock's TTL: code 2); one held by
+# the job's own jid says it was pushed before (a retry), and it is not written again.
+# The receipt makes a push idempotent: redis-py sends a command again when the connection dropped
+# before the reply (the cluster client's retry, on by default; any client's with a `retry`), which
+# pushed the jobs twice when the first had been applied. Each pushing thread has a receipt key of
+# its own (per slot), holding its last push's token and reply: a push whose token is there is
+# answered with that reply, nothing written. One small key per thread, overwritten by its next
+# push: no marker per job, no memory growing with the push rate.
+# Returns 1 when every job was written (and listed, and announced), else {the listing's error or
+# "", the wake-up's error or "", then for each job NOT written: its number (from 1, in ARGV order),
+# a code, a detail}: 0 a duplicate (the jid holding the lock), 2 the same for a lock that had no
+# expiry, -1 its destination refused it (the error: WRONGTYPE), -2 its lock key holds the wrong
+# type (the error; the caller quarantines the key and pushes again).
+PUSH = Script(f"""
+local stored = redis.pcall("GET", KEYS[1])
+if stored == ARGV[1] then
+  return 1
+elseif type(stored) == "string" then
+  local ok, receipt = pcall(cmsgpack.unpack, stored)
+  if ok and type(receipt) == "table" and receipt[1] == ARGV[1] then
+    return receipt[2]
+  end
+end
+local layout = cjson.decode(ARGV[2])
+local listing, wake = layout[1], layout[2]
+local out = {{"", ""}}
+local function refuse(entry, code, detail)
+  out[#out + 1] = entry
+  out[#out + 1] = code
+  out[#out + 1] = detail
+end
+local written = false
+local holders = {{}}
+local due, due_text
+local entry = 0
+for g = 3, #layout do
+  local group = layout[g]
+  local dest, queue = group[1], group[2]
+  local zset = queue == ""
+  local batch = {{}}
+  for k = 3, #group do
+    entry = entry + 1
+    local job, e = group[k], {{entry = entry, payload = ARGV[entry + 2]}}
+    local free = true
+    if type(job) == "table" then
+      e.lock, e.jid, e.ttl, e.score = job[1], job[2], job[3], job[4]
+      local holder, code = holders[e.lock], 0
+      if holder == nil then
+        holder = redis.pcall("GET", KEYS[e.lock])
+        if type(holder) == "table" then
+          refuse(entry, -2, holder.err)
+          free, holder = false, nil
+        elseif holder and redis.call("TTL", KEYS[e.lock]) == -1 then
+          redis.pcall("EXPIRE", KEYS[e.lock], e.ttl)
+          code = 2
+        end
+      end
+      if holder then
+        free = false
+        holders[e.lock] = holder
+        if holder ~= e.jid then
+          refuse(entry, code, holder)
+        end
+      elseif free then
+        holders[e.lock] = e.jid
+      end
+    elseif zset then
+      e.score = job
+    end
+    if free then
+      batch[#batch + 1] = e
+    end
+  end
+  for first = 1, #batch, 1000 do
+    local last = math.min(first + 999, #batch)
+    local values = {{}}
+    for k = first, last do
+      if zset then
+        values[#values + 1] = batch[k].score
+      end
+      values[#values + 1] = batch[k].payload
+    end
+    local pushed = redis.pcall(zset and "ZADD" or "LPUSH", KEYS[dest], unpack(values))
+    if type(pushed) == "table" then
+      if not written and string.sub(pushed.err, 1, 9) ~= "WRONGTYPE" then
+        return redis.error_reply(pushed.err)
+      end
+      for k = first, #batch do
+        refuse(batch[k].entry, -1, pushed.err)
+        if batch[k].lock and holders[batch[k].lock] == batch[k].jid then
+          holders[batch[k].lock] = nil
+        end
+      end
+      break
+    end
+    written = true
+    for k = first, last do
+      local e = batch[k]
+      if e.lock then
+        redis.call("SET", KEYS[e.lock], e.jid, "EX", e.ttl)
+      end
+      if zset and (not due or tonumber(e.score) < due) then
+        due, due_text = tonumber(e.score), e.score
+      end
+    end
+    if listing > 0 and not zset and first == 1 then
+      local listed = redis.pcall("SADD", KEYS[listing], queue)
+      if type(listed) == "table" then
+        out[1] = listed.err
+      end
+    end
+  end
+end
+if not written then
+  return out
+end
+if wake ~= "" and due_text then
+  local woken = redis.pcall("PUBLISH", wake, due_text)
+  if type(woken) == "table" then
+    out[2] = woken.err
+  end
+end
+if #out == 2 and out[1] == "" and out[2] == "" then
+  redis.call("SET", KEYS[1], ARGV[1], "EX", {RECEIPT_TTL})
+  return 1
+end
+redis.call("SET", KEYS[1], cmsgpack.pack({{ARGV[1], out}}), "EX", {RECEIPT_TTL})
+return out
+""")
+
+
+_layout = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def push_args(receipt: str, token: str, queues: str | None, wake: str,
+              groups: Iterable[tuple[str, str, Sequence[tuple[Any, Any, str | None, str, int]]]],
+              ) -> tuple[list[str], list[Any]]:
+    """KEYS and ARGV of PUSH. ``queues``: the queues set, or None where the caller lists the queues;
+    ``wake``: the pollers' channel, or ""; ``groups``: ``(destination key, queue name or "" for the
+    schedule, jobs)``, each job ``(payload, score or None, lock key or None, jid, lock TTL)``."""
+    keys = [receipt]
+    index: dict[str, int] = {}
+    layout: list[Any] = [_queue_index(keys, index, queues) if queues else 0, wake]
+    payloads: list[Any] = []
+    for destination, queue, jobs in groups:
+        group: list[Any] = [_queue_index(keys, index, destination), queue]
+        for payload, score, lock, jid, ttl in jobs:
+            payloads.append(payload)
+            if lock:
+                group.append([_queue_index(keys, index, lock), jid, ttl, *([score] if score is not None else [])])
+            else:
+                group.append(0 if score is None else score)
+        layout.append(group)
+    return keys, [token, _layout(layout), *payloads]
