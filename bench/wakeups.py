@@ -40,6 +40,9 @@ from harness import RedisServer  # noqa: E402 - after the path above
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 COUNTER = "bench:done"
+# Counted by ``perf stat`` over the drain: threads woken on another CPU, and futex calls (a thread
+# waiting for, or waking, another: the GIL, a queue.SimpleQueue, a lock).
+PERF_EVENTS = ("cpu-migrations", "syscalls:sys_enter_futex")
 
 
 def machine() -> str:
@@ -50,10 +53,11 @@ def machine() -> str:
     return f"{os.cpu_count()} CPUs, {model}, cpuidle driver: {idle}"
 
 
-def threads_snapshot(pid: int) -> tuple[float, int, int]:
-    """(CPU seconds of the process, voluntary, involuntary context switches over its threads)."""
+def threads_snapshot(pid: int) -> tuple[float, float, int, int]:
+    """(CPU seconds of the process, of which in the kernel, voluntary, involuntary context switches over
+    its threads)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
+    cpu, system = (int(fields[11]) + int(fields[12])) / CLK_TCK, int(fields[12]) / CLK_TCK
     voluntary = involuntary = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
@@ -64,7 +68,7 @@ def threads_snapshot(pid: int) -> tuple[float, int, int]:
                     involuntary += int(line.split()[1])
         except FileNotFoundError:  # (a thread that ended meanwhile)
             continue
-    return cpu, voluntary, involuntary
+    return cpu, system, voluntary, involuntary
 
 
 def drain(url: str, n: int, concurrency: int, pinned: bool) -> dict[str, float]:
@@ -94,29 +98,30 @@ def drain(url: str, n: int, concurrency: int, pinned: bool) -> dict[str, float]:
             time.sleep(0.002)
         perf = None
         if shutil.which("perf"):
-            perf = subprocess.Popen(["perf", "stat", "-x,", "-e", "cpu-migrations,context-switches",
+            perf = subprocess.Popen(["perf", "stat", "-x,", "-e", ",".join(PERF_EVENTS),
                                      "-p", str(worker.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                     text=True)
         start_done, start = int(r.get(COUNTER) or 0), time.monotonic()
-        cpu0, vol0, invol0 = threads_snapshot(worker.pid)
+        cpu0, sys0, vol0, invol0 = threads_snapshot(worker.pid)
         while int(r.get(COUNTER) or 0) < n:
             if worker.poll() is not None:
                 raise RuntimeError("the worker exited")
             time.sleep(0.005)
         elapsed = time.monotonic() - start
-        cpu1, vol1, invol1 = threads_snapshot(worker.pid)
-        migrations = float("nan")
+        cpu1, sys1, vol1, invol1 = threads_snapshot(worker.pid)
+        counts = dict.fromkeys(PERF_EVENTS, float("nan"))
         if perf is not None:
             perf.send_signal(signal.SIGINT)
             _, err = perf.communicate(timeout=10)
             for line in err.splitlines():
                 parts = line.split(",")
-                if len(parts) > 2 and parts[2] == "cpu-migrations" and parts[0].strip().isdigit():
-                    migrations = int(parts[0])
+                if len(parts) > 2 and parts[2] in counts and parts[0].strip().isdigit():
+                    counts[parts[2]] = int(parts[0])
         jobs = n - start_done
         return {"jobs_per_s": jobs / elapsed, "cpu_us": (cpu1 - cpu0) / jobs * 1e6,
+                "sys_share": (sys1 - sys0) / max(cpu1 - cpu0, 1e-9),
                 "voluntary": (vol1 - vol0) / jobs, "involuntary": (invol1 - invol0) / jobs,
-                "migrations": migrations / jobs}
+                "migrations": counts["cpu-migrations"] / jobs, "futex": counts["syscalls:sys_enter_futex"] / jobs}
     finally:
         worker.send_signal(signal.SIGTERM)
         try:
@@ -135,7 +140,7 @@ def main() -> None:
     print(machine())
     print(f"N = {args.n:,} NoopIncr jobs per drain; one runcogworker; median of {args.runs}")
     print(f"{'row':<22} {'jobs/s':>8} {'CPU µs/job':>11} {'vol. cs/job':>12} {'invol. cs/job':>14} "
-          f"{'migrations/job':>15}")
+          f"{'migrations/job':>15} {'futex/job':>10} {'kernel %':>9}")
     server = RedisServer(Path(os.environ.get("TMPDIR", "/tmp")) / f"cogworker-wakeups-{os.getpid()}").start()
     try:
         url = f"redis://127.0.0.1:{server.port}/0"
@@ -146,7 +151,8 @@ def main() -> None:
                 row = runs[len(runs) // 2]
                 label = f"-c {concurrency}" + (" pinned (CPU 1)" if pinned else " unpinned")
                 print(f"{label:<22} {row['jobs_per_s']:>8,.0f} {row['cpu_us']:>11.0f} {row['voluntary']:>12.2f} "
-                      f"{row['involuntary']:>14.2f} {row['migrations']:>15.2f}", flush=True)
+                      f"{row['involuntary']:>14.2f} {row['migrations']:>15.2f} {row['futex']:>10.2f} "
+                      f"{row['sys_share'] * 100:>8.0f}%", flush=True)
     finally:
         server.stop()
 

@@ -1,4 +1,5 @@
-"""replies.py: a command that does not complete never leaves its reply for the next command.
+"""replies.py: a command that does not complete never leaves its reply for the next command; a
+socket timeout holds with one system call per send and per read.
 
 What users rely on: after a job's timeout (or any exception) interrupts a Redis command between
 its send and its read, every later command on that thread, on the shared pool, in a pipeline,
@@ -17,8 +18,11 @@ import pytest
 import redis
 import redis.connection
 from cluster_fixtures import cluster_fixture, cr_fixture, on_cluster_fixture  # noqa: F401 - fixtures
-from helpers import Sentinels, in_thread
+from helpers import RedisServer, Sentinels, in_thread
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
+from django_cogworker.broker.connection import make_redis
 from django_cogworker.broker.replies import ReplyAccounting, accounted
 from django_cogworker.push import runtime
 
@@ -194,3 +198,57 @@ def test_on_sentinel_an_interrupted_command_leaves_no_reply_behind(tmp_path, mon
     finally:
         runtime.reset()
         sentinels.cleanup()
+
+
+class Target:
+    """What make_redis reads of the config."""
+
+    def __init__(self, url: str, **options):
+        self.redis_url, self.redis_options, self.key_prefix = url, options, ""
+
+
+@pytest.mark.parametrize("transport", ["tcp", "unix"])
+def test_a_socket_timeout_still_holds_when_the_kernel_keeps_it(tmp_path, transport):
+    # The timeout moved from Python to the kernel (one system call per send and per read, not a
+    # poll first): a server that doesn't answer still fails the command after socket_timeout, as
+    # redis-py's TimeoutError, and the client works again once it answers.
+    socket_path = tmp_path / "redis.sock"
+    server = RedisServer(tmp_path / "server", extra_args=["--unixsocket", str(socket_path),
+                                                          "--unixsocketperm", "700"]).start()
+    try:
+        url = server.url if transport == "tcp" else f"unix://{socket_path}?db=0"
+        client = make_redis(Target(url, socket_timeout=0.3, retry=Retry(NoBackoff(), 0)))
+        assert client.ping()
+        conn = client.connection_pool.get_connection()
+        try:
+            assert conn._sock.gettimeout() is None  # (Python sees a blocking socket: no poll per call)
+        finally:
+            client.connection_pool.release(conn)
+        server.client().execute_command("CLIENT", "PAUSE", 1500, "ALL")
+        started = time.monotonic()
+        with pytest.raises(redis.TimeoutError, match="Timeout reading from"):
+            client.get("k")
+        assert 0.25 <= time.monotonic() - started < 1.2
+        time.sleep(1.3)  # (the pause over)
+        assert client.set("k", "v") and client.get("k") == b"v"
+        client.close()
+    finally:
+        server.cleanup()
+
+
+def test_a_pubsub_wait_shorter_than_the_socket_timeout_still_returns_on_time(tmp_path):
+    server = RedisServer(tmp_path).start()
+    try:
+        client = make_redis(Target(server.url, socket_timeout=5))
+        pubsub = client.pubsub()
+        pubsub.subscribe("channel")
+        assert pubsub.get_message(timeout=1)["type"] == "subscribe"
+        started = time.monotonic()
+        assert pubsub.get_message(timeout=0.2) is None
+        assert time.monotonic() - started < 1
+        client.publish("channel", "hello")
+        assert pubsub.get_message(timeout=1)["data"] == b"hello"
+        pubsub.close()
+        client.close()
+    finally:
+        server.cleanup()

@@ -1,8 +1,15 @@
-"""Reply accounting: a connection never sends a command while a reply to an earlier one is unread."""
+"""The connection class of every client the package builds: redis-py's, plus two rules.
+
+* Reply accounting: a connection never sends a command while a reply to an earlier one is unread.
+* Kernel timeouts: ``socket_timeout`` is enforced by the kernel (``SO_RCVTIMEO``/``SO_SNDTIMEO``)
+  on a socket Python sees as blocking, so that each send and each read is one system call.
+"""
 
 from __future__ import annotations
 
 import functools
+import socket
+import struct
 from typing import Any
 
 import redis
@@ -50,6 +57,7 @@ class ReplyAccounting:
         finally:
             self._handshake = False
         self._owed = 0  # (a new connection: the handshake read what it sent)
+        kernel_timeouts(self)
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         batch, self._batch = self._batch, 1
@@ -67,7 +75,11 @@ class ReplyAccounting:
         # Counted before the send: an interrupt between the two costs a needless reconnect, the
         # other order could lose track of a reply.
         self._owed += batch
-        super().send_packed_command(command, False)  # type: ignore[misc]
+        try:
+            super().send_packed_command(command, False)  # type: ignore[misc]
+        except redis.ConnectionError as exc:
+            _raise_timeout_if_kernel(exc, "Timeout writing to socket")  # (redis-py's words)
+            raise
 
     def pack_commands(self, commands: Any) -> Any:
         commands = list(commands)
@@ -80,6 +92,9 @@ class ReplyAccounting:
             response = super().read_response(*args, **kwargs)  # type: ignore[misc]
         except redis.ResponseError:  # (an error reply: read all the same)
             self._paid()
+            raise
+        except redis.ConnectionError as exc:
+            _raise_timeout_if_kernel(exc, f"Timeout reading from {self._host_error()}")  # type: ignore[attr-defined]
             raise
         self._paid()
         return response
@@ -108,3 +123,44 @@ def accounted(connection_class: type) -> type:
     if issubclass(connection_class, ReplyAccounting):
         return connection_class
     return type(f"Accounted{connection_class.__name__}", (ReplyAccounting, connection_class), {})
+
+
+def kernel_timeouts(connection: Any) -> None:
+    """Have the kernel enforce a new connection's socket timeout, and Python see a blocking socket.
+
+    A Python socket with a timeout polls before every send and every read: two system calls,
+    each releasing and taking back the GIL. In a worker whose threads all want the GIL, each
+    release hands it to another thread, on another CPU when the process isn't pinned: about a
+    quarter of a small job's CPU went to those hand-overs (bench/wakeups.py, futex calls per job).
+    With ``SO_RCVTIMEO``/``SO_SNDTIMEO`` the send or the read itself times out: one call, and the
+    same timeout. redis-py then sees the timeout as an error of the socket (EAGAIN), which
+    :func:`_raise_timeout_if_kernel` turns back into the ``TimeoutError`` it raises for its own.
+
+    Plain TCP and unix sockets only: a TLS socket (``rediss://``) keeps Python's timeout (its
+    reads may need writes). A per-call timeout redis-py sets (a pub/sub ``get_message``, the
+    pool's check of a connection it hands out) still works: it restores the parser's saved
+    timeout afterwards, set to None here, so the socket is blocking again, under the kernel's.
+    """
+    sock = getattr(connection, "_sock", None)
+    if type(sock) is not socket.socket:
+        return
+    timeout = sock.gettimeout()
+    if not timeout:  # (None: no timeout asked for; 0 can't be: redis-py connects blocking)
+        return
+    seconds = int(timeout)
+    value = struct.pack("ll", seconds, int((timeout - seconds) * 1_000_000))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+    sock.settimeout(None)
+    # What redis-py's parsers restore after a per-call timeout (the Python and hiredis parsers).
+    parser = getattr(connection, "_parser", None)
+    if getattr(parser, "_buffer", None) is not None:
+        parser._buffer.socket_timeout = None  # type: ignore[union-attr]
+    if hasattr(parser, "_socket_timeout"):
+        parser._socket_timeout = None  # type: ignore[union-attr]
+
+
+def _raise_timeout_if_kernel(exc: redis.ConnectionError, message: str) -> None:
+    """Raise the kernel's timeout (EAGAIN on a blocking socket) as redis-py's TimeoutError."""
+    if isinstance(exc.__context__, BlockingIOError):
+        raise redis.TimeoutError(message) from exc

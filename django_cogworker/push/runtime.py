@@ -107,6 +107,7 @@ def _own_client(shared: Any) -> Any:
 
 
 _HeldClient: Any = None
+QUIET_CHECK = 0.05  # seconds: a held connection quiet this long is checked before its next command
 
 
 def _held_client_class() -> Any:
@@ -116,22 +117,34 @@ def _held_client_class() -> Any:
         import redis
 
         class HeldClient(redis.Redis):
-            """A client on one held connection, checked before each command as the pool checks
-            a connection it hands out: one the server closed (after a Redis restart: the
-            connection carries no retry, where a pooled one goes through) is reconnected before
-            the command is sent. A reply left unread by an interrupted command (a job's timeout)
-            is the connection's own business: it reconnects before its next send
-            (replies.ReplyAccounting), whether or not that reply has arrived yet.
+            """A client on one held connection, checked before a command as the pool checks a
+            connection it hands out, when it has been quiet for QUIET_CHECK or longer: one the
+            server closed (after a Redis restart: the connection carries no retry, where a pooled
+            one goes through) is reconnected before the command is sent. A reply left unread by an
+            interrupted command (a job's timeout) is the connection's own business: it reconnects
+            before its next send (replies.ReplyAccounting), whether or not that reply has arrived.
+
+            Not before every command: the check is a system call that hands the GIL to another
+            thread (on another CPU, unpinned) in a worker whose threads all want it, a sixth of
+            a small job's wake-ups. A connection used again within QUIET_CHECK was answered
+            moments ago; a server that closed it since and is back already (a restart in under
+            QUIET_CHECK) fails that one command, as a command already in flight at the restart does.
             """
+
+            _used = 0.0  # (time.monotonic() when the last command ended)
 
             def _execute_command(self, *args: Any, **options: Any) -> Any:
                 conn = self.connection
-                sock = getattr(conn, "_sock", None)
-                # (select on the socket: one system call, where redis-py's can_read changes the
-                # socket's timeout and back around a read, for a saving that was mostly gone then)
-                if sock is not None and select.select((sock,), (), (), 0)[0]:
-                    conn.disconnect()  # type: ignore[union-attr]  # (the server's close, or data it sent: reconnects to send)
-                return super()._execute_command(*args, **options)
+                if time.monotonic() - self._used >= QUIET_CHECK:
+                    sock = getattr(conn, "_sock", None)
+                    # (select on the socket: one system call, where redis-py's can_read changes the
+                    # socket's timeout and back around a read, three calls)
+                    if sock is not None and select.select((sock,), (), (), 0)[0]:
+                        conn.disconnect()  # type: ignore[union-attr]  # (the server's close, or data it sent: reconnects to send)
+                try:
+                    return super()._execute_command(*args, **options)
+                finally:
+                    self._used = time.monotonic()
 
         _HeldClient = HeldClient
     return _HeldClient

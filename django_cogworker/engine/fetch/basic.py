@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 class BasicFetch(Fetch):
     """Fetch by popping; see :class:`~.fetch.Fetch` for who calls what, and when."""
 
+    keeps_held = False  # (what it took lives only in its memory: nothing is taken ahead)
+
     def retrieve(self, n: int, paused: frozenset[str] = frozenset(), acks: Sequence[bytes] = (),
                  before_block: Callable[[], None] | None = None) -> list[Unit]:
         """Pop up to ``n`` jobs (``acks`` need nothing: a popped job has left Redis already)."""

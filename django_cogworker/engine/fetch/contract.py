@@ -67,7 +67,11 @@ class Fetch(abc.ABC):
     ``in_progress`` is the key of this process's in-progress list (with basic
     fetch a key never written: removing from it is a no-op, so settling needs
     no branch); ``block_cap`` the longest a blocking call in ``retrieve`` waits.
+    ``keeps_held`` says whether every job this process holds is also in Redis (recovered by
+    orphan recovery if the process dies): only then does the fetcher take jobs ahead.
     """
+
+    keeps_held = True
 
     def __init__(self, config: Config, redis: RedisClient, keys: Keys, identity: str, rng: random.Random | None = None):
         self.config = config

@@ -1,11 +1,23 @@
 """The fetcher thread: takes as many jobs as there are idle processors, and hands them over.
 
 It waits for an idle processor, counts how many are idle (n), and asks the
-fetch for up to n jobs: a process never holds more than it can start, and what
-it can't start now stays in Redis for the others. Jobs go to the processors,
-and idle tokens come back, through C-level queues (``queue.SimpleQueue``). The acks
-of the jobs that finished since the last round ride on the same round trip
-(see :mod:`.settling`).
+fetch for up to n jobs: what it can't start now stays in Redis for the others.
+Jobs go to the processors, and idle tokens come back, through C-level queues
+(``queue.SimpleQueue``). The acks of the jobs that finished since the last
+round ride on the same round trip (see :mod:`.settling`).
+
+While its jobs run short (under SHORT_RUN on average), a process with a fetch
+that keeps what it holds in Redis (reliable) also takes up to PREFETCH jobs per
+processor ahead, so that a processor done with a job starts the next at once
+instead of waiting for a round trip, and the fetcher is woken once per few jobs
+(when what is waiting runs low) instead of once per job: each wake-up hands the
+GIL to another thread, on another CPU when the process isn't pinned. A job
+taken ahead is on the in-progress list like a running one: orphan recovery puts
+it back if the process dies, counted in ``max_orphanings`` the same way, and at
+quiet the fetcher puts back at the head of their queues those no processor
+started. It waits at most a few short jobs: with longer jobs (a job that takes
+a second would keep one waiting a second while another process sat idle) none
+are taken ahead, as before.
 """
 
 from __future__ import annotations
@@ -29,6 +41,11 @@ logger = logging.getLogger(__name__)
 GATHER_WAIT = 0.002
 GIL_BUSY = 0.8
 LOAD_WINDOW = 0.1
+# Taking ahead: jobs per processor taken ahead at most, the mean run (s) under which they are,
+# and the weight of each finished job in that mean.
+PREFETCH = 1
+SHORT_RUN = 0.005
+RUN_WEIGHT = 0.05
 
 
 class Fetcher:
@@ -58,9 +75,18 @@ class Fetcher:
         # Condition and a Semaphore (Python code that takes locks twice per call), which cost
         # several µs of GIL-held time per job in a worker bound by the GIL.
         self._units: queue.SimpleQueue[Unit | None] = queue.SimpleQueue()
-        self._idle: queue.SimpleQueue[None] = queue.SimpleQueue()  # one token per idle processor
+        # One token per job this process may take: an idle processor's, or a place ahead.
+        self._idle: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._ahead = config.concurrency * PREFETCH if fetch.keeps_held else 0
+        # Tokens of places ahead the fetcher holds back, out of the queue (all, until jobs prove short).
+        self._reserved = self._ahead
+        self._run_mean = SHORT_RUN * 2  # a finished job's mean run, seconds (as if long, at first)
         for _ in range(config.concurrency):
             self._idle.put(None)
+        # The fetcher waits on this, not on the tokens: a processor wakes it when it finds nothing
+        # to take, or when what waits for the processors is down to low water, not for every job.
+        self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._low_water = self._ahead // 2
         self._cpu_busy = False
         self._load_mark = (time.monotonic(), time.process_time())
         self.thread = threading.Thread(target=self._run, name="cogworker-fetcher", daemon=True)
@@ -81,11 +107,20 @@ class Fetcher:
     # -- the hand-over, processor side -----------------------------------------
 
     def next_unit(self) -> Unit | None:
-        """Block until a unit is handed over; None once stopping."""
-        return self._units.get()
+        """The next unit handed over, waking the fetcher first if there is none yet; None once stopping."""
+        try:
+            return self._units.get_nowait()
+        except queue.Empty:
+            self._wake.put(None)
+            return self._units.get()
 
-    def processor_idle(self) -> None:
+    def processor_idle(self, ran: float = SHORT_RUN * 2) -> None:
+        """A processor is done with a unit it took ``ran`` seconds to run and settle."""
+        # (updated without a lock by each processor: a lost update moves the mean a little less)
+        self._run_mean += (ran - self._run_mean) * RUN_WEIGHT
         self._idle.put(None)
+        if self._ahead and self._units.qsize() <= self._low_water:
+            self._wake.put(None)  # (to take more ahead before the processors run out)
 
     def drain(self) -> list[Unit]:
         """Take back the units handed over that no processor has taken."""
@@ -109,6 +144,12 @@ class Fetcher:
         self.acks.open()
         try:
             self._fetch_until_quiet()
+            # Taken ahead, not started: back to the head of their queues for any process (at the
+            # stop, the Manager drains whatever a processor took meanwhile or a late fetch added).
+            ahead = self.drain()
+            if ahead:
+                self.ledger.forget_unstarted(ahead)
+                self._hand_back(ahead)
         finally:
             self.acks.close()  # (acks from now on go out at once: no round trip left to ride on)
             # Held for a fetch that won't come: sent now. Left held until the stop, a long quiet
@@ -120,11 +161,11 @@ class Fetcher:
         watchdog = Watchdog("fetcher", self.quiet)
         acks, deep = self.acks, False
         while not self.quiet.is_set():
-            try:
-                self._idle.get(timeout=0.5)
-            except queue.Empty:
+            if not self._awake():
                 continue
             n = self._gather(deep)
+            if n == 0:
+                continue
             units: list[Unit] = []
             taken = acks.take()
             # (self.fetch.retrieve looked up at each call: tests replace it on the instance.)
@@ -147,6 +188,35 @@ class Fetcher:
             elif watchdog.failures == 0 and not self.fetch.queue_order(self.paused):
                 self.quiet.wait(self.config.fetch_idle_max_interval)  # every queue paused: don't spin
 
+    def _awake(self) -> bool:
+        """Wait until a processor is idle, or what waits for the processors runs low; hold one token.
+
+        False after 0.5 s without (to look at quiet). Spare wakes are drained here: each
+        processor may have asked for one.
+        """
+        try:
+            self._idle.get_nowait()
+        except queue.Empty:
+            pass
+        else:
+            if self._units.qsize() <= self._low_water:
+                return True
+            self._idle.put(None)  # (enough waiting still: wait for a wake)
+        try:
+            self._wake.get(timeout=0.5)
+        except queue.Empty:
+            return False
+        while True:
+            try:
+                self._wake.get_nowait()
+            except queue.Empty:
+                break
+        try:
+            self._idle.get_nowait()
+        except queue.Empty:
+            return False
+        return True
+
     def _gather(self, deep: bool) -> int:
         """Take the idle tokens (one is held already); when worth it, wait briefly for more.
 
@@ -155,15 +225,19 @@ class Fetcher:
         the worker's CPU. Waiting for more processors to go idle is free only when
         they couldn't run anyway: when this process is bound by the GIL (its
         threads together keep a core busy). With I/O-bound jobs it would leave
-        processors idle, so there is no wait then. Never more than are idle:
-        what this process can't start now stays in Redis for the others.
+        processors idle, so there is no wait then. Never more than are idle (plus
+        the places ahead, while jobs run short): what this process can't start
+        soon stays in Redis for the others.
         """
-        n = 1 + min(self._idle.qsize(), self.config.concurrency - 1)  # (only this thread takes tokens)
+        n = 1 + self._idle.qsize()  # (only this thread takes tokens: all of these are there)
         for _ in range(n - 1):
             self._idle.get_nowait()
-        if deep and n < self.config.concurrency and self._cpu_bound():
+        if self._ahead:
+            n = self._hold_back(n)
+        capacity = self.config.concurrency + self._ahead - self._reserved
+        if deep and 0 < n < capacity and self._cpu_bound():
             deadline = time.monotonic() + GATHER_WAIT
-            while n < self.config.concurrency:
+            while n < capacity:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -172,6 +246,16 @@ class Fetcher:
                 except queue.Empty:
                     break
                 n += 1
+        return n
+
+    def _hold_back(self, n: int) -> int:
+        """Of ``n`` tokens taken, keep back those of places ahead while jobs run long (none while
+        they run short, the ones held given back); return the number left to fetch for."""
+        if self._run_mean < SHORT_RUN:
+            n, self._reserved = n + self._reserved, 0
+        else:
+            keep = min(self._ahead - self._reserved, n)
+            n, self._reserved = n - keep, self._reserved + keep
         return n
 
     def _cpu_bound(self) -> bool:

@@ -94,13 +94,14 @@ class Processor:
             if unit is None:
                 return
             self.current = unit
+            taken = time.monotonic()
             try:
                 self.process(unit)
             finally:
                 self.current = None
                 if self.thread.name != self.name:
                     self.thread.name = self.name  # (a job renamed it: logs and the workers hash use it)
-                handover.processor_idle()
+                handover.processor_idle(time.monotonic() - taken)
 
     def process(self, unit: Unit) -> None:
         """Run one unit: decode, record, run through the chain, settle, count, release its locks."""
