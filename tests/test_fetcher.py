@@ -12,6 +12,7 @@ from engine_fixtures import (
     GATES,
     RUNS,
     Hold,
+    Note,
     launcher_factory_fixture,  # noqa: F401 - the launcher_factory fixture
     new_token,
     runs,
@@ -94,3 +95,61 @@ def test_acks_held_when_the_fetcher_ends_at_quiet_go_out_then_not_at_the_stop(la
                message="the held ack sent when the fetcher ended")
     assert running.manager.acks.held() == [] and running.manager.pending_settlements() == {}
     GATES[token].set()
+
+
+def _short_then_held(running, token: str, holds: int) -> list[str]:
+    """Run 100 short jobs (the fetcher learns they run short), then push ``holds`` Hold jobs in
+    order; return their jids once the first two have started."""
+    for i in range(100):
+        running.push(Note, token, i)
+    wait_until(lambda: len(runs(token)) == 100, message="the short jobs ran")
+    jids = [running.push(Hold, token)["jid"] for _ in range(holds)]
+    wait_until(lambda: [e for e in runs(token) if e[0] == "start"] == [("start", jid) for jid in jids[:2]],
+               message="two held jobs started")
+    return jids
+
+
+def _jids(raws) -> list[str]:
+    return [payloads.decode(raw)["jid"] for raw in raws]
+
+
+def test_while_jobs_run_short_a_reliable_process_takes_one_per_processor_ahead_and_no_more(launcher_factory, r):
+    token = new_token()
+    running = launcher_factory(CONCURRENCY=2)
+    jids = _short_then_held(running, token, holds=6)
+    # Two running, two taken ahead (on the in-progress list, like the running ones), two left.
+    wait_until(lambda: r.llen(running.in_progress) == 4, message="two jobs taken ahead")
+    time.sleep(0.3)
+    assert r.llen(running.in_progress) == 4
+    assert _jids(r.lrange(K.queue("default"), 0, -1)) == [jids[5], jids[4]]
+    GATES[token].set()
+    wait_until(lambda: len([e for e in runs(token) if e[0] == "end"]) == 6, message="all six ran")
+
+
+def test_at_quiet_jobs_taken_ahead_go_back_to_the_head_of_their_queue_unstarted(launcher_factory, r):
+    token = new_token()
+    running = launcher_factory(CONCURRENCY=2)
+    jids = _short_then_held(running, token, holds=6)
+    wait_until(lambda: r.llen(running.in_progress) == 4, message="two jobs taken ahead")
+
+    running.manager.make_quiet()
+
+    # The two taken ahead are back where they were, first to be fetched (the queue's head is its
+    # right end); the two running stay on the in-progress list until they end.
+    wait_until(lambda: r.llen(K.queue("default")) == 4, message="the two taken ahead handed back")
+    assert _jids(r.lrange(K.queue("default"), 0, -1)) == [jids[5], jids[4], jids[3], jids[2]]
+    assert sorted(_jids(r.lrange(running.in_progress, 0, -1))) == sorted(jids[:2])
+    GATES[token].set()
+    wait_until(lambda: len([e for e in runs(token) if e[0] == "end"]) == 2, message="the two running ended")
+    time.sleep(0.3)
+    assert sorted(e[1] for e in runs(token) if e[0] == "start") == sorted(jids[:2])
+
+
+def test_basic_fetch_never_takes_ahead_even_while_jobs_run_short(launcher_factory, r):
+    # What basic fetch took lives only in the process's memory: taken ahead, it would be lost too at
+    # a kill -9.
+    token = new_token()
+    running = launcher_factory(CONCURRENCY=2, FETCH="basic")
+    _short_then_held(running, token, holds=6)
+    time.sleep(0.3)
+    assert r.llen(K.queue("default")) == 4

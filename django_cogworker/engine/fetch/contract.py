@@ -129,7 +129,8 @@ class Fetch(abc.ABC):
 
     @abc.abstractmethod
     def hand_back(self, units: Sequence[Unit]) -> int:
-        """Put back just ``units`` (fetched after quiet, never started) at the head of their queues.
+        """Put back just ``units`` (fetched after quiet, or taken ahead and never started) at the
+        head of their queues, the first fetched first again.
 
         Fetcher thread. Return how many went back.
         """

@@ -110,7 +110,9 @@ class ReliableFetch(Fetch):
         return moved
 
     def hand_back(self, units: Sequence[Unit]) -> int:
-        return self._requeue_counted(collections.Counter(u.raw for u in units), {u.raw: u.queue for u in units})
+        # (pushed last first: the first fetched comes out first again)
+        return self._requeue_counted(collections.Counter(u.raw for u in reversed(units)),
+                                     {u.raw: u.queue for u in units})
 
     def reconcile(self, known: collections.Counter[bytes], suspects: collections.Counter[bytes]
                   ) -> collections.Counter[bytes]:

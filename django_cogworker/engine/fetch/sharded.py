@@ -209,7 +209,8 @@ class ShardedReliableFetch(ReliableFetch):
     def hand_back(self, units: Sequence[Unit]) -> int:
         moved = 0
         for queue in dict.fromkeys(u.queue for u in units):
-            moved += self._requeue_in(queue, collections.Counter(u.raw for u in units if u.queue == queue))
+            # (pushed last first: the first fetched comes out first again)
+            moved += self._requeue_in(queue, collections.Counter(u.raw for u in reversed(units) if u.queue == queue))
         self._forget(u.raw for u in units)
         return moved
 
