@@ -25,7 +25,8 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("the job's own code (one INCR through redis-py)", ("call_perform (job.py",)),
     ("hand-over between threads (wait for a job, give back a slot)", (
         "Fetcher.next_unit (fetcher.py", "Fetcher.processor_idle (fetcher.py", "Fetcher.release (fetcher.py",
-        "Processor.await_unit (processor.py", "Handover.", "Fetcher._gather (fetcher.py")),
+        "Processor.await_unit (processor.py", "Handover.", "Fetcher._gather (fetcher.py", "Fetcher._awake (fetcher.py",
+        "Fetcher._hold_back (fetcher.py")),
     ("fetch (round trip with the acks riding on it, parse)", ("Fetcher._fetch_until_quiet (fetcher.py",
                                                                "Fetcher.fetch_round (fetcher.py",
                                                                "ReliableFetch.retrieve", "BasicFetch.retrieve")),

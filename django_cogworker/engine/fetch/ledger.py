@@ -26,14 +26,14 @@ class Ledger:
     thread. No thread of its own, nothing to start or stop. Finished jobs not
     yet settled are the Settler's to record, not this one's.
 
-    One lock, taken once per change: a job costs two acquisitions (start and
-    finish) on the processor's path.
+    One lock, for the units handed over: a job costs one acquisition on the
+    processor's path (at its start). What runs is one dict entry per thread,
+    set and removed by that thread alone (each a single operation under the
+    GIL) and copied whole by readers: a job's end takes no lock.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        # raw payload -> how many copies run now (two copies of one payload can run at once)
-        self._running: collections.Counter[bytes] = collections.Counter()
         # raw payload -> copies handed to the processors, not yet started
         self._handed: collections.Counter[bytes] = collections.Counter()
         # thread ident -> (thread name, unit, payload, started at epoch), for the workers hash
@@ -48,9 +48,10 @@ class Ledger:
     def job_started(self, unit: Unit, payload: dict) -> None:
         with self._lock:
             self._forget_handed(unit.raw)
-            self._running[unit.raw] += 1
-            # By ident, not name: a job may rename its thread, and must not leave a phantom run behind.
-            self._by_thread[threading.get_ident()] = (threading.current_thread().name, unit, payload, time.time())
+        # By ident, not name: a job may rename its thread, and must not leave a phantom run behind.
+        # (A reader may count it in both or in neither for an instant: harmless, the reconcile puts
+        # back only what it found unknown twice, RECONCILE_INTERVAL apart.)
+        self._by_thread[threading.get_ident()] = (threading.current_thread().name, unit, payload, time.time())
 
     def unit_dropped(self, unit: Unit) -> None:
         """Forget a handed-over unit that never started (its payload couldn't be run; it is settled)."""
@@ -70,27 +71,23 @@ class Ledger:
             self._handed.pop(raw, None)
 
     def job_finished(self, unit: Unit) -> None:
-        with self._lock:
-            self._running[unit.raw] -= 1
-            if self._running[unit.raw] <= 0:
-                del self._running[unit.raw]
-            self._by_thread.pop(threading.get_ident(), None)
+        self._by_thread.pop(threading.get_ident(), None)
+
+    def _runs(self) -> list[tuple[str, Unit, dict, float]]:
+        return list(self._by_thread.values())  # (one C call under the GIL: a consistent copy)
 
     def running_jobs(self) -> list[bytes]:
         """The payloads running now (each once, however many copies run)."""
-        with self._lock:
-            return list(self._running)
+        return list(dict.fromkeys(unit.raw for _name, unit, _payload, _started in self._runs()))
 
     @property
     def busy(self) -> int:
         """How many processor threads run a job now."""
-        with self._lock:
-            return len(self._by_thread)
+        return len(self._by_thread)
 
     def workers_snapshot(self) -> dict[str, str]:
         """thread name -> JSON of what it runs, for ``workers:<identity>``."""
-        with self._lock:
-            items = list(self._by_thread.items())
+        items = list(self._by_thread.items())
         return {name: json.dumps({"queue": unit.queue, "payload": unit.raw.decode("utf-8", "replace"),
                                   "run_at": started})
                 for _ident, (name, unit, _payload, started) in items}
@@ -99,5 +96,5 @@ class Ledger:
         """Every payload handed over or running, counted by copies."""
         with self._lock:
             known = collections.Counter(self._handed)
-            known.update(self._running)
+        known.update(unit.raw for _name, unit, _payload, _started in self._runs())
         return known
