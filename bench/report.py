@@ -71,6 +71,57 @@ def stage_table(add: Any, prof: dict[str, Any]) -> None:
 
 
 
+def other_load(drains: dict[str, Any], name: Any) -> str | None:
+    """What the drains say of the machine's other load (``name``: a drain's name in the sentence)."""
+    other = {name(d): d["other_cpu_cores"] for d in drains.values() if d.get("other_cpu_cores", 0) >= 0.15}
+    if other:
+        return ("Other load on the machine during some drains (CPU cores busy outside the worker, Redis and the "
+                "bench; those figures are less trustworthy): " + ", ".join(f"{k} {fmt(x)}" for k, x in other.items())
+                + ".")
+    if any("other_cpu_cores" in d for d in drains.values()):
+        return ("The machine was otherwise quiet during every drain (under 0.15 core busy outside the worker, "
+                "Redis and the bench, within the accounting noise of about ±0.1 core).")
+    return None
+
+
+def real_jobs_section(add: Any, real: dict[str, Any]) -> None:
+    """cogworker against Sidekiq with jobs that wait (IoWait) or compute (CpuBurn)."""
+    drains = real["drain"]
+    burn = real["cpu_burn"]
+    calibrations = "; ".join(f"{lang.capitalize()}: {c['loops']:,} turns, {fmt(c['us'])} µs"
+                             for lang, c in burn.items())
+    add("## Real jobs: 1 ms of I/O, 200 µs of CPU")
+    add("")
+    add("The drain above measures the job system alone; these jobs do some work, the same on both sides "
+        "(`bench/benchproject/jobs.py`, `bench/sidekiq/bench_jobs.rb`), pushed in bulk and drained by one "
+        "process, measured as above (from the first job done to the last). "
+        f"*IoWait*: `GET bench:io`, sleep {real['io_sleep_ms']:g} ms, `INCR bench:done`: a job that mostly "
+        f"waits, so C threads could run up to C × {fmt(1000 / real['io_sleep_ms'])} a second (*vs ideal*). "
+        f"*CpuBurn*: a loop of interpreter code calibrated to about {real['cpu_burn_target_us']} µs of CPU "
+        f"({calibrations}: timed by the bench before the drains, and every worker ran that many turns), "
+        "then `INCR bench:done`: a job that mostly computes, so one process runs at most about "
+        f"{fmt(1e6 / real['cpu_burn_target_us'])} a second whatever its concurrency (one GIL; Ruby's GVL "
+        "likewise). *vs Sidekiq*: jobs/s against Sidekiq's at the same concurrency, same job.")
+    add("")
+
+    def sidekiq(d: dict[str, Any]) -> dict[str, Any] | None:
+        return next((x for k, x in drains.items() if k.startswith("sidekiq")
+                     and x["job"] == d["job"] and x["concurrency"] == d["concurrency"]), None)
+
+    rows = []
+    for key, d in drains.items():
+        peer = None if key.startswith("sidekiq") else sidekiq(d)
+        rows.append([d["label"], d["job"], d["n"], d["jobs_per_s"],
+                     f"{d['vs_ideal']:.2f}× of {fmt(d['ideal_jobs_per_s'])}" if "vs_ideal" in d else "–",
+                     f"{d['jobs_per_s'] / peer['jobs_per_s']:.2f}×" if peer else "–", d["worker_cpu_us_per_job"]])
+    add(table(["system", "job", "N", "jobs/s", "vs ideal", "vs Sidekiq", "worker CPU µs/job"], rows, "llrrrrr"))
+    add("")
+    note = other_load(drains, lambda d: f"{d['label']} {d['job']}")
+    if note:
+        add(note)
+        add("")
+
+
 def chart(res: dict[str, Any], path: Path) -> bool:
     try:
         import matplotlib
@@ -165,15 +216,9 @@ def render(res: dict[str, Any], png: bool) -> str:
         add("⚠ N reduced for slow systems, so the run stays within its time: "
             + ", ".join(f"{d['label']} {d['n']:,}" for d in drains.values() if d.get("n") != meta["n"]) + ".")
         add("")
-    other = {d["label"]: d["other_cpu_cores"] for d in drains.values() if d.get("other_cpu_cores", 0) >= 0.15}
-    if other:
-        add("Other load on the machine during some drains (CPU cores busy outside the worker, Redis and the "
-            "bench; those figures are less trustworthy): "
-            + ", ".join(f"{k} {fmt(x)}" for k, x in other.items()) + ".")
-        add("")
-    elif any("other_cpu_cores" in d for d in drains.values()):
-        add("The machine was otherwise quiet during every drain (under 0.15 core busy outside the worker, "
-            "Redis and the bench, within the accounting noise of about ±0.1 core).")
+    note = other_load(drains, lambda d: d["label"])
+    if note:
+        add(note)
         add("")
     if png:
         add("![drain: jobs/s, worker CPU per job, Redis round trips per job](benchmarks.png)")
@@ -191,6 +236,9 @@ def render(res: dict[str, Any], png: bool) -> str:
             cmds = ", ".join(f"{k} {fmt(x)}" for k, x in d["commands_per_job"].items())
             add(f"- {d['label']}: {cmds}")
     add("")
+
+    if res.get("real_jobs", {}).get("drain"):
+        real_jobs_section(add, res["real_jobs"])
 
     lat = res.get("latency", {})
     if lat:
