@@ -122,6 +122,31 @@ def real_jobs_section(add: Any, real: dict[str, Any]) -> None:
         add("")
 
 
+def wakeups_section(add: Any, res: dict[str, Any]) -> None:
+    """bench/wakeups.py's table: where an unpinned process's CPU goes."""
+    add("## Where an unpinned process's CPU goes: wake-ups per job")
+    add("")
+    wake = res.get("wakeups") or {}
+    if not wake.get("rows"):
+        why = res.get("skipped", {}).get("wakeups") or res.get("errors", {}).get("wakeups", "no row measured")
+        add(f"Not measured in this run: {why}.")
+        add("")
+        return
+    add(f"`bench/wakeups.py`'s table, in this run, against the same `redis-server` ({wake['machine']}): "
+        f"{wake['n']:,} no-op jobs pushed in bulk, then one `runcogworker -c C` drains them, free to run on "
+        "either CPU (unpinned) or under `taskset -c 1` (pinned). From the first job done to the last: jobs/s; "
+        "the worker's CPU per job (user + sys); context switches per job over its threads, voluntary (a "
+        "thread blocked: on the GIL, a queue, a socket) and involuntary (preempted); CPU migrations (a thread "
+        "woken on another CPU than it last ran on) and futex calls (a thread waiting for, or waking, another) "
+        "per job, counted by `perf stat`; and the kernel's share of the worker's CPU.")
+    add("")
+    rows = [[r["label"], r["jobs_per_s"], r["cpu_us"], r["voluntary"], r["involuntary"], r["migrations"],
+             r["futex"], f"{r['sys_share'] * 100:.0f}%"] for r in wake["rows"]]
+    add(table(["row", "jobs/s", "CPU µs/job", "vol. cs/job", "invol. cs/job", "migrations/job", "futex/job",
+               "kernel %"], rows))
+    add("")
+
+
 def chart(res: dict[str, Any], path: Path) -> bool:
     try:
         import matplotlib
@@ -167,7 +192,9 @@ def render(res: dict[str, Any], png: bool) -> str:
     meta, m, v = res["meta"], res["machine"], res["versions"]
     drains = res.get("drain", {})
     ref = drains.get(REFERENCE, {}).get("jobs_per_s")
-    machine = (f"{m['nproc']} CPUs ({m['cpu_model']}), {m['ram_gb']} GB RAM, {m['os']}, "
+    # (Results before the cpuidle driver was recorded lack the key: nothing is said of it then.)
+    idle = (f", cpuidle driver {m['cpuidle_driver'] or 'none'}" if "cpuidle_driver" in m else "")
+    machine = (f"{m['nproc']} CPUs ({m['cpu_model']}{idle}), {m['ram_gb']} GB RAM, {m['os']}, "
                f"kernel {m['kernel']}")
     L: list[str] = []
     add = L.append
@@ -239,6 +266,8 @@ def render(res: dict[str, Any], png: bool) -> str:
 
     if res.get("real_jobs", {}).get("drain"):
         real_jobs_section(add, res["real_jobs"])
+    if "wakeups" in res or "wakeups" in res.get("skipped", {}):
+        wakeups_section(add, res)
 
     lat = res.get("latency", {})
     if lat:

@@ -15,7 +15,7 @@ loop only, writes only --out, and takes well under a minute.
 Every run starts its own redis-server on a free port (no persistence). Sections: drain (with worker
 CPU, Redis commands, round trips and CPU per job), latency, enqueue, scheduled, idle, memory, scale,
 profile (py-spy, when installed); and outside --quick, real jobs (1 ms of I/O, 200 µs of CPU: cogworker
-against Sidekiq). Method and caveats: docs/benchmarks.md.
+against Sidekiq) and wake-ups per job (bench/wakeups.py). Method and caveats: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -46,9 +46,10 @@ RESULTS = BENCH / "results"
 
 # Slow peers drain fewer jobs, so the run stays within its time; the N used is in the results.
 N_CAPS = {"rq-fork": 2_000, "rq-simple": 20_000}
-# Jobs per drain of the real-jobs section at the default N (100,000), scaled with --n:
+# Jobs per drain of the real-jobs and wake-ups sections at the default N (100,000), scaled with --n:
 # a real-jobs drain lasts seconds, the section one to two minutes on a 2-CPU VM.
 REAL_JOBS_N = {"IoWait": 5_000, "CpuBurn": 20_000}
+WAKEUPS_N = 20_000
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -59,7 +60,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--n", type=int, help="jobs per drain (default 100,000; quick: 300)")
     p.add_argument("--out", type=Path, help="write the JSON here (quick mode: only here)")
     p.add_argument("--only", help="comma-separated system keys to drain (e.g. cogworker-reliable-c10,floor); the "
-                                  "real-jobs section keeps the listed ones of its systems")
+                                  "real-jobs section keeps the listed ones of its systems, wake-ups run anyway")
     p.add_argument("--no-venv", action="store_true", help="run with this interpreter, not bench/.venv")
     p.add_argument("--no-sidekiq", action="store_true", help="don't try to install or run Sidekiq")
     p.add_argument("--no-profile", action="store_true", help="skip the py-spy profile of a cogworker drain")
@@ -124,6 +125,8 @@ def ensure_sidekiq() -> str | None:
 # -- the machine and the versions --------------------------------------------------------------
 
 def machine() -> dict[str, Any]:
+    import harness
+
     model = ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -139,7 +142,10 @@ def machine() -> dict[str, Any]:
                 ram = int(line.split()[1]) * 1024
     except OSError:
         pass
-    return {"nproc": os.cpu_count(), "cpu_model": model or platform.processor(), "ram_gb": round(ram / 2**30, 1),
+    # (The cpuidle driver decides how deep an idle CPU sleeps, so what a wake-up costs: haltpoll, on a
+    # KVM guest, polls a while before halting.)
+    return {"nproc": os.cpu_count(), "cpu_model": model or platform.processor(),
+            "cpuidle_driver": harness.cpuidle_driver(), "ram_gb": round(ram / 2**30, 1),
             "kernel": platform.release(), "os": _os_name()}
 
 
@@ -459,6 +465,32 @@ class Bench:
             for name in burn_env:
                 self.ctx.env.pop(name)
         self.results["real_jobs"] = out
+
+    # -- wake-ups per job (bench/wakeups.py) --------------------------------------------------
+
+    def wakeups(self) -> None:
+        """bench/wakeups.py's table, against this bench's redis-server: a no-op drain's CPU, context
+        switches, CPU migrations and futex calls per job, at -c 2/10/25, unpinned and pinned to one CPU."""
+        missing = [tool for tool in ("perf", "taskset") if not shutil.which(tool)]
+        if missing:
+            self.results["skipped"]["wakeups"] = f"{' and '.join(missing)} not on PATH"
+            return
+        import wakeups
+
+        rnd = self.h.rnd
+        n = max(5_000, round(WAKEUPS_N * self.n / 100_000))
+        out: dict[str, Any] = {"machine": wakeups.machine(), "n": n, "rows": []}
+        self.results["wakeups"] = out
+        try:
+            for row in wakeups.rows(self.server.url, n):
+                # NaN: perf ran but could not count (a kernel without the futex tracepoint, say).
+                out["rows"].append({k: None if isinstance(v, float) and not math.isfinite(v) else
+                                    rnd(v) if isinstance(v, float) else v for k, v in row.items()})
+                log(f"wake-ups {row['label']}: {row['jobs_per_s']:,.0f} jobs/s, {row['cpu_us']:.0f} µs CPU/job, "
+                    f"{row['migrations']:.2f} migrations/job")
+        except Exception as exc:
+            self.results["errors"]["wakeups"] = f"{type(exc).__name__}: {exc}"
+            log(f"wake-ups FAILED: {exc}\n{traceback.format_exc()}")
 
     # -- enqueue ---------------------------------------------------------------------------
 
@@ -852,6 +884,7 @@ def main(argv: list[str]) -> int:
         bench.run_drains(systems)
         if not args.quick:
             bench.real_jobs()
+            bench.wakeups()
         bench.idle_cogworker()
         bench.scheduled()
         bench.scale()
