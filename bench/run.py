@@ -414,10 +414,10 @@ class Bench:
         from systems import Cogworker, Sidekiq
 
         rnd = self.h.rnd
-        systems = [Cogworker("reliable", 10), Cogworker("reliable", 25)]
-        if not self.args.no_sidekiq:
-            systems[1:1] = [Sidekiq()]
-            systems.append(Sidekiq(concurrency=25))
+        # Each side in turn at each concurrency: a drift in the machine's load falls on both.
+        systems = [Cogworker("reliable", 10), Sidekiq(), Cogworker("reliable", 25), Sidekiq(concurrency=25)]
+        if self.args.no_sidekiq:
+            systems = [s for s in systems if not isinstance(s, Sidekiq)]
         ready = []
         for system in systems:
             why = system.available()
@@ -426,9 +426,9 @@ class Bench:
             elif not self.only or system.key in self.only:
                 ready.append(system)
         systems = ready
-        out: dict[str, Any] = {"io_sleep_ms": jobs.IO_SLEEP_S * 1000, "cpu_burn_target_us": jobs.CPU_BURN_TARGET_US,
-                               "cpu_burn": {"python": {"loops": jobs.CPU_BURN_LOOPS, "us": rnd(jobs.CPU_BURN_US)}},
-                               "drain": {}}
+        self.results["real_jobs"] = out = {
+            "io_sleep_ms": jobs.IO_SLEEP_S * 1000, "cpu_burn_target_us": jobs.CPU_BURN_TARGET_US,
+            "cpu_burn": {"python": {"loops": jobs.CPU_BURN_LOOPS, "us": rnd(jobs.CPU_BURN_US)}}, "drain": {}}
         # Every drain burns the loops stated here: the bench's calibration, passed to the workers
         # (each would calibrate on its own otherwise, and differ by the noise of the moment).
         burn_env = {"BENCH_CPU_BURN_LOOPS_PYTHON": str(jobs.CPU_BURN_LOOPS)}
@@ -464,7 +464,6 @@ class Bench:
         finally:
             for name in burn_env:
                 self.ctx.env.pop(name)
-        self.results["real_jobs"] = out
 
     # -- wake-ups per job (bench/wakeups.py) --------------------------------------------------
 
