@@ -244,6 +244,14 @@ def machine_busy() -> float:
     return (sum(fields[:8]) - idle) / CLK_TCK
 
 
+def cpuidle_driver() -> str | None:
+    """The kernel's cpuidle driver (how an idle CPU sleeps, so what waking it costs), None without cpuidle."""
+    try:
+        return Path("/sys/devices/system/cpu/cpuidle/current_driver").read_text().strip() or None
+    except OSError:
+        return None
+
+
 def own_cpu() -> float:
     """CPU seconds of this (the bench) process."""
     t = os.times()

@@ -71,6 +71,82 @@ def stage_table(add: Any, prof: dict[str, Any]) -> None:
 
 
 
+def other_load(drains: dict[str, Any], name: Any) -> str | None:
+    """What the drains say of the machine's other load (``name``: a drain's name in the sentence)."""
+    other = {name(d): d["other_cpu_cores"] for d in drains.values() if d.get("other_cpu_cores", 0) >= 0.15}
+    if other:
+        return ("Other load on the machine during some drains (CPU cores busy outside the worker, Redis and the "
+                "bench; those figures are less trustworthy): " + ", ".join(f"{k} {fmt(x)}" for k, x in other.items())
+                + ".")
+    if any("other_cpu_cores" in d for d in drains.values()):
+        return ("The machine was otherwise quiet during every drain (under 0.15 core busy outside the worker, "
+                "Redis and the bench, within the accounting noise of about ±0.1 core).")
+    return None
+
+
+def real_jobs_section(add: Any, real: dict[str, Any]) -> None:
+    """cogworker against Sidekiq with jobs that wait (IoWait) or compute (CpuBurn)."""
+    drains = real["drain"]
+    burn = real["cpu_burn"]
+    calibrations = "; ".join(f"{lang.capitalize()}: {c['loops']:,} turns, {fmt(c['us'])} µs"
+                             for lang, c in burn.items())
+    add("## Real jobs: 1 ms of I/O, 200 µs of CPU")
+    add("")
+    add("The drain above measures the job system alone; these jobs do some work, the same on both sides "
+        "(`bench/benchproject/jobs.py`, `bench/sidekiq/bench_jobs.rb`), pushed in bulk and drained by one "
+        "process, measured as above (from the first job done to the last). "
+        f"*IoWait*: `GET bench:io`, sleep {real['io_sleep_ms']:g} ms, `INCR bench:done`: a job that mostly "
+        f"waits, so C threads could run up to C × {fmt(1000 / real['io_sleep_ms'])} a second (*vs ideal*). "
+        f"*CpuBurn*: a loop of interpreter code calibrated to about {real['cpu_burn_target_us']} µs of CPU "
+        f"({calibrations}: timed by the bench before the drains, and every worker ran that many turns), "
+        "then `INCR bench:done`: a job that mostly computes, so one process runs at most about "
+        f"{fmt(1e6 / real['cpu_burn_target_us'])} a second whatever its concurrency (one GIL; Ruby's GVL "
+        "likewise). *vs Sidekiq*: jobs/s against Sidekiq's at the same concurrency, same job.")
+    add("")
+
+    def sidekiq(d: dict[str, Any]) -> dict[str, Any] | None:
+        return next((x for k, x in drains.items() if k.startswith("sidekiq")
+                     and x["job"] == d["job"] and x["concurrency"] == d["concurrency"]), None)
+
+    rows = []
+    for key, d in drains.items():
+        peer = None if key.startswith("sidekiq") else sidekiq(d)
+        rows.append([d["label"], d["job"], d["n"], d["jobs_per_s"],
+                     f"{d['vs_ideal']:.2f}× of {fmt(d['ideal_jobs_per_s'])}" if "vs_ideal" in d else "–",
+                     f"{d['jobs_per_s'] / peer['jobs_per_s']:.2f}×" if peer else "–", d["worker_cpu_us_per_job"]])
+    add(table(["system", "job", "N", "jobs/s", "vs ideal", "vs Sidekiq", "worker CPU µs/job"], rows, "llrrrrr"))
+    add("")
+    note = other_load(drains, lambda d: f"{d['label']} {d['job']}")
+    if note:
+        add(note)
+        add("")
+
+
+def wakeups_section(add: Any, res: dict[str, Any]) -> None:
+    """bench/wakeups.py's table: where an unpinned process's CPU goes."""
+    add("## Where an unpinned process's CPU goes: wake-ups per job")
+    add("")
+    wake = res.get("wakeups") or {}
+    if not wake.get("rows"):
+        why = res.get("skipped", {}).get("wakeups") or res.get("errors", {}).get("wakeups", "no row measured")
+        add(f"Not measured in this run: {why}.")
+        add("")
+        return
+    add(f"`bench/wakeups.py`'s table, in this run, against the same `redis-server` ({wake['machine']}): "
+        f"{wake['n']:,} no-op jobs pushed in bulk, then one `runcogworker -c C` drains them, free to run on "
+        "either CPU (unpinned) or under `taskset -c 1` (pinned). From the first job done to the last: jobs/s; "
+        "the worker's CPU per job (user + sys); context switches per job over its threads, voluntary (a "
+        "thread blocked: on the GIL, a queue, a socket) and involuntary (preempted); CPU migrations (a thread "
+        "woken on another CPU than it last ran on) and futex calls (a thread waiting for, or waking, another) "
+        "per job, counted by `perf stat`; and the kernel's share of the worker's CPU.")
+    add("")
+    rows = [[r["label"], r["jobs_per_s"], r["cpu_us"], r["voluntary"], r["involuntary"], r["migrations"],
+             r["futex"], f"{r['sys_share'] * 100:.0f}%"] for r in wake["rows"]]
+    add(table(["row", "jobs/s", "CPU µs/job", "vol. cs/job", "invol. cs/job", "migrations/job", "futex/job",
+               "kernel %"], rows))
+    add("")
+
+
 def chart(res: dict[str, Any], path: Path) -> bool:
     try:
         import matplotlib
@@ -116,7 +192,9 @@ def render(res: dict[str, Any], png: bool) -> str:
     meta, m, v = res["meta"], res["machine"], res["versions"]
     drains = res.get("drain", {})
     ref = drains.get(REFERENCE, {}).get("jobs_per_s")
-    machine = (f"{m['nproc']} CPUs ({m['cpu_model']}), {m['ram_gb']} GB RAM, {m['os']}, "
+    # (Results before the cpuidle driver was recorded lack the key: nothing is said of it then.)
+    idle = (f", cpuidle driver {m['cpuidle_driver'] or 'none'}" if "cpuidle_driver" in m else "")
+    machine = (f"{m['nproc']} CPUs ({m['cpu_model']}{idle}), {m['ram_gb']} GB RAM, {m['os']}, "
                f"kernel {m['kernel']}")
     L: list[str] = []
     add = L.append
@@ -165,15 +243,9 @@ def render(res: dict[str, Any], png: bool) -> str:
         add("⚠ N reduced for slow systems, so the run stays within its time: "
             + ", ".join(f"{d['label']} {d['n']:,}" for d in drains.values() if d.get("n") != meta["n"]) + ".")
         add("")
-    other = {d["label"]: d["other_cpu_cores"] for d in drains.values() if d.get("other_cpu_cores", 0) >= 0.15}
-    if other:
-        add("Other load on the machine during some drains (CPU cores busy outside the worker, Redis and the "
-            "bench; those figures are less trustworthy): "
-            + ", ".join(f"{k} {fmt(x)}" for k, x in other.items()) + ".")
-        add("")
-    elif any("other_cpu_cores" in d for d in drains.values()):
-        add("The machine was otherwise quiet during every drain (under 0.15 core busy outside the worker, "
-            "Redis and the bench, within the accounting noise of about ±0.1 core).")
+    note = other_load(drains, lambda d: d["label"])
+    if note:
+        add(note)
         add("")
     if png:
         add("![drain: jobs/s, worker CPU per job, Redis round trips per job](benchmarks.png)")
@@ -191,6 +263,11 @@ def render(res: dict[str, Any], png: bool) -> str:
             cmds = ", ".join(f"{k} {fmt(x)}" for k, x in d["commands_per_job"].items())
             add(f"- {d['label']}: {cmds}")
     add("")
+
+    if res.get("real_jobs", {}).get("drain"):
+        real_jobs_section(add, res["real_jobs"])
+    if "wakeups" in res or "wakeups" in res.get("skipped", {}):
+        wakeups_section(add, res)
 
     lat = res.get("latency", {})
     if lat:

@@ -14,7 +14,8 @@ loop only, writes only --out, and takes well under a minute.
 
 Every run starts its own redis-server on a free port (no persistence). Sections: drain (with worker
 CPU, Redis commands, round trips and CPU per job), latency, enqueue, scheduled, idle, memory, scale,
-profile (py-spy, when installed). Method and caveats: docs/benchmarks.md.
+profile (py-spy, when installed); and outside --quick, real jobs (1 ms of I/O, 200 µs of CPU: cogworker
+against Sidekiq) and wake-ups per job (bench/wakeups.py). Method and caveats: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ RESULTS = BENCH / "results"
 
 # Slow peers drain fewer jobs, so the run stays within its time; the N used is in the results.
 N_CAPS = {"rq-fork": 2_000, "rq-simple": 20_000}
+# Jobs per drain of the real-jobs and wake-ups sections at the default N (100,000), scaled with --n:
+# a real-jobs drain lasts seconds, the section one to two minutes on a 2-CPU VM.
+REAL_JOBS_N = {"IoWait": 5_000, "CpuBurn": 20_000}
+WAKEUPS_N = 20_000
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -54,7 +59,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     mode.add_argument("--full", action="store_true", help="also the 1,000,000-job memory run")
     p.add_argument("--n", type=int, help="jobs per drain (default 100,000; quick: 300)")
     p.add_argument("--out", type=Path, help="write the JSON here (quick mode: only here)")
-    p.add_argument("--only", help="comma-separated system keys to drain (e.g. cogworker-reliable-c10,floor)")
+    p.add_argument("--only", help="comma-separated system keys to drain (e.g. cogworker-reliable-c10,floor); the "
+                                  "real-jobs section keeps the listed ones of its systems, wake-ups run anyway")
     p.add_argument("--no-venv", action="store_true", help="run with this interpreter, not bench/.venv")
     p.add_argument("--no-sidekiq", action="store_true", help="don't try to install or run Sidekiq")
     p.add_argument("--no-profile", action="store_true", help="skip the py-spy profile of a cogworker drain")
@@ -119,6 +125,8 @@ def ensure_sidekiq() -> str | None:
 # -- the machine and the versions --------------------------------------------------------------
 
 def machine() -> dict[str, Any]:
+    import harness
+
     model = ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -134,7 +142,10 @@ def machine() -> dict[str, Any]:
                 ram = int(line.split()[1]) * 1024
     except OSError:
         pass
-    return {"nproc": os.cpu_count(), "cpu_model": model or platform.processor(), "ram_gb": round(ram / 2**30, 1),
+    # (The cpuidle driver decides how deep an idle CPU sleeps, so what a wake-up costs: haltpoll, on a
+    # KVM guest, polls a while before halting.)
+    return {"nproc": os.cpu_count(), "cpu_model": model or platform.processor(),
+            "cpuidle_driver": harness.cpuidle_driver(), "ram_gb": round(ram / 2**30, 1),
             "kernel": platform.release(), "os": _os_name()}
 
 
@@ -199,6 +210,7 @@ class Bench:
 
         self.ctx = Ctx(url=self.server.url, r=self.r, logdir=workdir / "logs", state_dir=workdir)
         self.n = args.n or (300 if self.quick else 100_000)
+        self.only = set(args.only.split(",")) if args.only else None
         q = self.quick
         # Sizes: (quick, default)
         self.p = {
@@ -293,12 +305,14 @@ class Bench:
 
     # -- drain -----------------------------------------------------------------------------
 
-    def drain(self, system: Any, n: int, *, latency: bool = True, idle: bool = True) -> dict[str, Any]:
+    def drain(self, system: Any, n: int, *, kind: str | None = None, latency: bool = True,
+              idle: bool = True) -> dict[str, Any]:
+        """Drain ``n`` jobs, no-ops or (cogworker and Sidekiq) ``kind`` (IoWait, CpuBurn)."""
         h, rnd = self.h, self.h.rnd
         self.reset_redis()
-        log(f"{system.label}: pushing {n:,} jobs")
+        log(f"{system.label}: pushing {n:,} {kind or 'no-op'} jobs")
         t = time.perf_counter()
-        system.push_bulk(self.ctx, n)
+        system.push_bulk(self.ctx, n, **({"kind": kind} if kind else {}))
         push_s = time.perf_counter() - t
         self.r.config_resetstat()
         log(f"{system.label}: pushed in {push_s:.1f}s; starting the worker")
@@ -368,9 +382,8 @@ class Bench:
         self.results["drain"] = drains = {}
         self.results["latency"] = lat = {}
         self.results["idle"] = idle = self.results.get("idle", {})
-        only = set(self.args.only.split(",")) if self.args.only else None
         for system in systems:
-            if only and system.key not in only:
+            if self.only and system.key not in self.only:
                 continue
             why = system.available()
             if why:
@@ -390,6 +403,93 @@ class Bench:
                 idle[system.key] = {"label": system.label, "processes": res["processes"], **res.pop("idle")}
             drains[system.key] = res
             self._save_partial()
+
+    # -- real jobs: 1 ms of I/O, 200 µs of CPU ------------------------------------------------
+
+    def real_jobs(self) -> None:
+        """Drain jobs that do some work, through cogworker reliable and Sidekiq at c10 and c25: IoWait
+        (GET, sleep 1 ms, INCR), where concurrency should pay up to C × 1,000 jobs/s, and CpuBurn (about
+        200 µs of interpreter CPU, then INCR), where one process's GIL (Ruby: GVL) is the limit."""
+        from benchproject import jobs
+        from systems import Cogworker, Sidekiq
+
+        rnd = self.h.rnd
+        # Each side in turn at each concurrency: a drift in the machine's load falls on both.
+        systems = [Cogworker("reliable", 10), Sidekiq(), Cogworker("reliable", 25), Sidekiq(concurrency=25)]
+        if self.args.no_sidekiq:
+            systems = [s for s in systems if not isinstance(s, Sidekiq)]
+        ready = []
+        for system in systems:
+            why = system.available()
+            if why:
+                self.results["skipped"][f"real-{system.key}"] = why
+            elif not self.only or system.key in self.only:
+                ready.append(system)
+        systems = ready
+        self.results["real_jobs"] = out = {
+            "io_sleep_ms": jobs.IO_SLEEP_S * 1000, "cpu_burn_target_us": jobs.CPU_BURN_TARGET_US,
+            "cpu_burn": {"python": {"loops": jobs.CPU_BURN_LOOPS, "us": rnd(jobs.CPU_BURN_US)}}, "drain": {}}
+        # Every drain burns the loops stated here: the bench's calibration, passed to the workers
+        # (each would calibrate on its own otherwise, and differ by the noise of the moment).
+        burn_env = {"BENCH_CPU_BURN_LOOPS_PYTHON": str(jobs.CPU_BURN_LOOPS)}
+        if any(isinstance(s, Sidekiq) for s in systems):
+            try:
+                ruby = json.loads(subprocess.run(["ruby", str(BENCH / "sidekiq" / "bench_jobs.rb")], check=True,
+                                                 capture_output=True, text=True, timeout=60).stdout)
+                out["cpu_burn"]["ruby"] = ruby
+                burn_env["BENCH_CPU_BURN_LOOPS_RUBY"] = str(ruby["loops"])
+            except (subprocess.SubprocessError, OSError, ValueError) as exc:
+                self.results["errors"]["real-ruby-calibration"] = f"{type(exc).__name__}: {exc}"
+                systems = [s for s in systems if not isinstance(s, Sidekiq)]
+        log(f"real jobs: CpuBurn calibrated to {out['cpu_burn']}")
+        self.ctx.env.update(burn_env)
+        try:
+            for kind, default_n in REAL_JOBS_N.items():
+                n = max(1_000, round(default_n * self.n / 100_000))
+                for system in systems:
+                    key = f"{system.key}/{kind}"
+                    try:
+                        res = self.drain(system, n, kind=kind, latency=False, idle=False)
+                    except Exception as exc:
+                        self.results["errors"][f"real-{key}"] = f"{type(exc).__name__}: {exc}"
+                        log(f"{system.label} {kind} FAILED: {exc}\n{traceback.format_exc()}")
+                        continue
+                    res.update(job=kind, concurrency=system.concurrency)
+                    if kind == "IoWait":
+                        # Each job holds a slot for the sleep at least: C slots, C / sleep jobs/s at most.
+                        res["ideal_jobs_per_s"] = system.concurrency / jobs.IO_SLEEP_S
+                        res["vs_ideal"] = rnd(res["jobs_per_s"] / res["ideal_jobs_per_s"])
+                    out["drain"][key] = res
+                    self._save_partial()
+        finally:
+            for name in burn_env:
+                self.ctx.env.pop(name)
+
+    # -- wake-ups per job (bench/wakeups.py) --------------------------------------------------
+
+    def wakeups(self) -> None:
+        """bench/wakeups.py's table, against this bench's redis-server: a no-op drain's CPU, context
+        switches, CPU migrations and futex calls per job, at -c 2/10/25, unpinned and pinned to one CPU."""
+        missing = [tool for tool in ("perf", "taskset") if not shutil.which(tool)]
+        if missing:
+            self.results["skipped"]["wakeups"] = f"{' and '.join(missing)} not on PATH"
+            return
+        import wakeups
+
+        rnd = self.h.rnd
+        n = max(5_000, round(WAKEUPS_N * self.n / 100_000))
+        out: dict[str, Any] = {"machine": wakeups.machine(), "n": n, "rows": []}
+        self.results["wakeups"] = out
+        try:
+            for row in wakeups.rows(self.server.url, n):
+                # NaN: perf ran but could not count (a kernel without the futex tracepoint, say).
+                out["rows"].append({k: None if isinstance(v, float) and not math.isfinite(v) else
+                                    rnd(v) if isinstance(v, float) else v for k, v in row.items()})
+                log(f"wake-ups {row['label']}: {row['jobs_per_s']:,.0f} jobs/s, {row['cpu_us']:.0f} µs CPU/job, "
+                    f"{row['migrations']:.2f} migrations/job")
+        except Exception as exc:
+            self.results["errors"]["wakeups"] = f"{type(exc).__name__}: {exc}"
+            log(f"wake-ups FAILED: {exc}\n{traceback.format_exc()}")
 
     # -- enqueue ---------------------------------------------------------------------------
 
@@ -781,6 +881,9 @@ def main(argv: list[str]) -> int:
             systems = [s for s in systems if s.key != "sidekiq"]
             res["skipped"]["sidekiq"] = "--no-sidekiq"
         bench.run_drains(systems)
+        if not args.quick:
+            bench.real_jobs()
+            bench.wakeups()
         bench.idle_cogworker()
         bench.scheduled()
         bench.scale()

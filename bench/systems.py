@@ -1,7 +1,8 @@
 """The systems measured: how each pushes jobs (in bulk, one at a time, scheduled) and how its standard
 worker is started. Every system runs the same job (benchproject/jobs.py, peers/, sidekiq/): one INCR
 of ``bench:done`` for the drain, and ``Stamp(t)`` (RPUSH now - t to ``bench:lat`` + INCR) for the
-latencies, so completion and latency are seen the same way for everyone.
+latencies, so completion and latency are seen the same way for everyone. cogworker and Sidekiq also
+have the real jobs, ``IoWait`` and ``CpuBurn`` (``push_bulk``'s ``kind``), for the real-jobs section.
 
 Pushing in bulk uses each library's own bulk path where it has one (cogworker perform_bulk, rq
 enqueue_many, kombu's producer batch, Sidekiq's LPUSH of many payloads), and otherwise its one-job
@@ -68,6 +69,7 @@ class System:
         return None
 
     def push_bulk(self, ctx: Ctx, n: int) -> None:
+        """Push ``n`` no-op jobs; cogworker and Sidekiq take a ``kind`` too (a job class of both sides)."""
         raise NotImplementedError
 
     def push_one(self, ctx: Ctx, t: float) -> None:
@@ -123,12 +125,13 @@ class Cogworker(System):
     def ready(self, ctx: Ctx) -> bool:
         return ctx.r.scard("cogworker:processes") >= self.processes
 
-    def push_bulk(self, ctx: Ctx, n: int) -> None:
-        from benchproject.jobs import NoopIncr
+    def push_bulk(self, ctx: Ctx, n: int, kind: str = "NoopIncr") -> None:
+        from benchproject import jobs
 
+        job = getattr(jobs, kind)
         for start in range(0, n, CHUNK):
             now = time.time()
-            NoopIncr.perform_bulk([(now,)] * min(CHUNK, n - start))
+            job.perform_bulk([(now,)] * min(CHUNK, n - start))
 
     def push_one(self, ctx: Ctx, t: float) -> None:
         from benchproject.jobs import Stamp
@@ -335,30 +338,33 @@ def _sidekiq_payload(cls: str, t: float, enqueued: bool = True) -> str:
 
 
 class Sidekiq(System):
-    def __init__(self, processes: int = 1):
+    def __init__(self, processes: int = 1, concurrency: int = 10):
         self.processes = processes
-        self.key = "sidekiq" + (f"-x{processes}" if processes > 1 else "")
-        self.label = "Sidekiq c10 (Ruby)" + (f" ×{processes} processes" if processes > 1 else "")
+        self.concurrency = concurrency
+        # (c10 keeps the key "sidekiq" it had before the concurrency could be chosen: older results compare.)
+        self.key = "sidekiq" + (f"-c{concurrency}" if concurrency != 10 else "") + (
+            f"-x{processes}" if processes > 1 else "")
+        self.label = f"Sidekiq c{concurrency} (Ruby)" + (f" ×{processes} processes" if processes > 1 else "")
         self.worker_desc = (f"{processes} × " if processes > 1 else "") + (
-            "`sidekiq -r bench/sidekiq/bench_jobs.rb -c 10` (Debian ruby-sidekiq)")
+            f"`sidekiq -r bench/sidekiq/bench_jobs.rb -c {concurrency}` (Debian ruby-sidekiq)")
 
     def available(self) -> str | None:
         return None if shutil.which("sidekiq") else "sidekiq is not installed (apt-get install ruby-sidekiq)"
 
     def start(self, ctx: Ctx, tag: str = "") -> list[Worker]:
-        return [spawn(f"{self.key}{tag}-{i}", ["sidekiq", "-r", str(BENCH / "sidekiq" / "bench_jobs.rb"), "-c", "10",
-                                               "-q", "default"], env=ctx.worker_env(REDIS_URL=ctx.url), cwd=BENCH,
+        argv = ["sidekiq", "-r", str(BENCH / "sidekiq" / "bench_jobs.rb"), "-c", str(self.concurrency), "-q", "default"]
+        return [spawn(f"{self.key}{tag}-{i}", argv, env=ctx.worker_env(REDIS_URL=ctx.url), cwd=BENCH,
                       logdir=ctx.logdir) for i in range(self.processes)]
 
     def ready(self, ctx: Ctx) -> bool:
         return ctx.r.scard("processes") >= self.processes
 
-    def push_bulk(self, ctx: Ctx, n: int) -> None:
+    def push_bulk(self, ctx: Ctx, n: int, kind: str = "NoopIncr") -> None:
         for start in range(0, n, CHUNK):
             now = time.time()
             pipe = ctx.r.pipeline(transaction=False)
             pipe.sadd("queues", "default")
-            pipe.lpush("queue:default", *(_sidekiq_payload("NoopIncr", now) for _ in range(min(CHUNK, n - start))))
+            pipe.lpush("queue:default", *(_sidekiq_payload(kind, now) for _ in range(min(CHUNK, n - start))))
             pipe.execute()
 
     def push_one(self, ctx: Ctx, t: float) -> None:

@@ -17,6 +17,8 @@ driver, both printed first).
 
     .venv/bin/python bench/wakeups.py                      # N = 20,000, c2/c10/c25, unpinned and pinned
     .venv/bin/python bench/wakeups.py --n 5000 --c 10      # one concurrency
+
+``make bench`` runs the same table (``rows()``, against the bench's redis-server) into its page.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -36,7 +40,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path[:0] = [str(BENCH), str(ROOT)]
 
-from harness import RedisServer  # noqa: E402 - after the path above
+from harness import RedisServer, cpuidle_driver  # noqa: E402 - after the path above
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 COUNTER = "bench:done"
@@ -48,9 +52,7 @@ PERF_EVENTS = ("cpu-migrations", "syscalls:sys_enter_futex")
 def machine() -> str:
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), "?")
-    driver = Path("/sys/devices/system/cpu/cpuidle/current_driver")
-    idle = driver.read_text().strip() if driver.exists() else "(no cpuidle)"
-    return f"{os.cpu_count()} CPUs, {model}, cpuidle driver: {idle}"
+    return f"{os.cpu_count()} CPUs, {model}, cpuidle driver: {cpuidle_driver() or '(no cpuidle)'}"
 
 
 def threads_snapshot(pid: int) -> tuple[float, float, int, int]:
@@ -131,6 +133,16 @@ def drain(url: str, n: int, concurrency: int, pinned: bool) -> dict[str, float]:
         r.close()
 
 
+def rows(url: str, n: int, concurrencies: Sequence[int] = (2, 10, 25), runs: int = 1) -> Iterator[dict[str, Any]]:
+    """The table, one row at a time: each concurrency unpinned then pinned, the median of ``runs`` drains
+    (by jobs/s). ``url``: a redis-server of the caller's, flushed before each drain."""
+    for concurrency in concurrencies:
+        for pinned in (False, True):
+            done = sorted((drain(url, n, concurrency, pinned) for _ in range(runs)), key=lambda row: row["jobs_per_s"])
+            yield {"label": f"-c {concurrency}" + (" pinned (CPU 1)" if pinned else " unpinned"),
+                   "concurrency": concurrency, "pinned": pinned, **done[len(done) // 2]}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=20000, help="jobs per drain (default 20,000)")
@@ -143,16 +155,10 @@ def main() -> None:
           f"{'migrations/job':>15} {'futex/job':>10} {'kernel %':>9}")
     server = RedisServer(Path(os.environ.get("TMPDIR", "/tmp")) / f"cogworker-wakeups-{os.getpid()}").start()
     try:
-        url = f"redis://127.0.0.1:{server.port}/0"
-        for concurrency in args.c or [2, 10, 25]:
-            for pinned in (False, True):
-                runs = sorted((drain(url, args.n, concurrency, pinned) for _ in range(args.runs)),
-                              key=lambda row: row["jobs_per_s"])
-                row = runs[len(runs) // 2]
-                label = f"-c {concurrency}" + (" pinned (CPU 1)" if pinned else " unpinned")
-                print(f"{label:<22} {row['jobs_per_s']:>8,.0f} {row['cpu_us']:>11.0f} {row['voluntary']:>12.2f} "
-                      f"{row['involuntary']:>14.2f} {row['migrations']:>15.2f} {row['futex']:>10.2f} "
-                      f"{row['sys_share'] * 100:>8.0f}%", flush=True)
+        for row in rows(server.url, args.n, args.c or (2, 10, 25), args.runs):
+            print(f"{row['label']:<22} {row['jobs_per_s']:>8,.0f} {row['cpu_us']:>11.0f} {row['voluntary']:>12.2f} "
+                  f"{row['involuntary']:>14.2f} {row['migrations']:>15.2f} {row['futex']:>10.2f} "
+                  f"{row['sys_share'] * 100:>8.0f}%", flush=True)
     finally:
         server.stop()
 

@@ -2,9 +2,17 @@
 
 * ``NoopIncr(t)``: one INCR of the completion counter (the drain job);
 * ``Stamp(t)``: records ``now - t`` (t: push time, or due time for a scheduled job) on the latency
-  list and INCRs the counter, in one pipelined round trip.
+  list and INCRs the counter, in one pipelined round trip;
+* ``IoWait(t)``: a job that mostly waits: GET ``bench:io``, sleep 1 ms, INCR the counter;
+* ``CpuBurn(t)``: a job that mostly computes: ``CPU_BURN_LOOPS`` turns of a pure-Python loop (about
+  200 µs of CPU here), then INCR the counter.
+
+``CPU_BURN_LOOPS`` is calibrated at import, unless ``BENCH_CPU_BURN_LOOPS_PYTHON`` gives it: the
+bench passes its own calibration to the workers, so that every drain burns the same loops and the
+figure stated beside them (``CPU_BURN_US``, measured here) is theirs.
 """
 
+import os
 import time
 
 from django_cogworker import Job
@@ -12,6 +20,38 @@ from django_cogworker.push.runtime import get_redis
 
 COUNTER = "bench:done"
 LATENCIES = "bench:lat"
+IO_KEY = "bench:io"
+IO_SLEEP_S = 0.001
+CPU_BURN_TARGET_US = 200
+
+
+def burn(loops):
+    x = 0
+    for i in range(loops):
+        x += i
+    return x
+
+
+def _cpu_us(loops):
+    # This thread's CPU time: a preemption by another process does not count.
+    t = time.thread_time_ns()
+    burn(loops)
+    return (time.thread_time_ns() - t) / 1000
+
+
+def calibrate(target_us=CPU_BURN_TARGET_US):
+    """(loops of ``burn`` that take ``target_us`` of CPU here, µs they took): the fastest of a few
+    timings, the others being the ones a timer tick or a cache miss got into."""
+    probe = 20_000
+    per_loop_us = min(_cpu_us(probe) for _ in range(5)) / probe
+    loops = max(1, round(target_us / per_loop_us))
+    return loops, min(_cpu_us(loops) for _ in range(20))
+
+
+if os.environ.get("BENCH_CPU_BURN_LOOPS_PYTHON"):
+    CPU_BURN_LOOPS, CPU_BURN_US = int(os.environ["BENCH_CPU_BURN_LOOPS_PYTHON"]), None
+else:
+    CPU_BURN_LOOPS, CPU_BURN_US = calibrate()
 
 
 class NoopIncr(Job):
@@ -30,3 +70,21 @@ class Stamp(Job):
         pipe.rpush(LATENCIES, late)
         pipe.incr(COUNTER)
         pipe.execute()
+
+
+class IoWait(Job):
+    name = "bench.IoWait"
+
+    def perform(self, t=0.0):
+        redis = get_redis()
+        redis.get(IO_KEY)
+        time.sleep(IO_SLEEP_S)
+        redis.incr(COUNTER)
+
+
+class CpuBurn(Job):
+    name = "bench.CpuBurn"
+
+    def perform(self, t=0.0):
+        burn(CPU_BURN_LOOPS)
+        get_redis().incr(COUNTER)
