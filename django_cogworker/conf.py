@@ -80,6 +80,9 @@ class Config:
     # Longest pause between two fetch polls of an idle process (multi-queue
     # reliable fetch polls; a single queue blocks and wakes at once).
     fetch_idle_max_interval: float = 1.0
+    # Jobs per processor a process may take ahead while its jobs run short (engine/fetch/fetcher.py);
+    # 0: never more than its idle processors. Reliable fetch only.
+    prefetch: int = 1
     heartbeat_interval: float = 5.0
     key_guard_interval: float = 60.0
     # Seconds a job may run on after its timeout's JobTimeout was raised before it counts as
@@ -158,6 +161,7 @@ SETTINGS = {
     "DEATH_HANDLERS": "death_handlers",
     "ENQUEUE_ON_COMMIT": "enqueue_on_commit",
     "FETCH_IDLE_MAX_INTERVAL": "fetch_idle_max_interval",
+    "PREFETCH": "prefetch",
     "HEARTBEAT_INTERVAL": "heartbeat_interval",
     "KEY_GUARD_INTERVAL": "key_guard_interval",
     "TIMEOUT_GRACE": "timeout_grace",
@@ -316,8 +320,10 @@ def validate(cfg: Config) -> Config:
     if cfg.cpu_affinity not in ("auto", "none") and not (
             isinstance(cfg.cpu_affinity, tuple) and cfg.cpu_affinity and all(_cpu_number(c) for c in cfg.cpu_affinity)):
         bad("cpu_affinity", '"auto", "none" or a non-empty list of CPU numbers')
-    if not (isinstance(cfg.max_retries, int) and not isinstance(cfg.max_retries, bool) and cfg.max_retries >= 0):
-        bad("max_retries", "an integer >= 0")
+    for field in ("max_retries", "prefetch"):
+        value = getattr(cfg, field)
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+            bad(field, "an integer >= 0")
     if cfg.fetch not in FETCH_MODES:
         bad("fetch", 'one of "reliable", "basic"')
     for field in ("shutdown_timeout", "dead_timeout", "poll_interval_average", "orphan_threshold",

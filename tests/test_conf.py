@@ -107,6 +107,8 @@ def test_queues_names_or_weighted_pairs_keep_their_order(value, expected):
     ("PROCESSES", True, 'COGWORKER["PROCESSES"] must be a positive integer or "auto", got True'),
     ("DEAD_MAX_JOBS", -1, 'COGWORKER["DEAD_MAX_JOBS"] must be a positive integer, got -1'),
     ("MAX_RETRIES", -1, 'COGWORKER["MAX_RETRIES"] must be an integer >= 0, got -1'),
+    ("PREFETCH", -1, 'COGWORKER["PREFETCH"] must be an integer >= 0, got -1'),
+    ("PREFETCH", True, 'COGWORKER["PREFETCH"] must be an integer >= 0, got True'),
     ("FETCH", "fast", "COGWORKER[\"FETCH\"] must be one of \"reliable\", \"basic\", got 'fast'"),
     ("SHUTDOWN_TIMEOUT", 0, 'COGWORKER["SHUTDOWN_TIMEOUT"] must be a positive number of seconds, got 0'),
     ("DEAD_TIMEOUT", float("inf"), 'COGWORKER["DEAD_TIMEOUT"] must be a positive number of seconds, got inf'),

@@ -23,7 +23,7 @@ from redis.retry import Retry
 from django_cogworker.broker.keys import Keys
 from django_cogworker.conf import build_config
 from django_cogworker.push.client import Client
-from testproject.demo.jobs import FileMarkJob, GatedJob, KillSelfJob, RecordThenSleepJob
+from testproject.demo.jobs import FileMarkJob, GatedJob, KillSelfJob, RecordJob, RecordThenSleepJob
 
 K = Keys()
 THRESHOLD = float(FAST_ENV["COGWORKER_ORPHAN_THRESHOLD"])
@@ -88,6 +88,40 @@ def test_kill9_with_50_jobs_in_flight_all_run_again_on_a_live_worker(tmp_path, r
     print(f"\nFIGURES kill -9 with 50 in flight: jobs 50, lost 0, completed twice 0, re-run after the kill 50; "
           f"requeued {recovered_after:.2f}s after the kill (threshold {THRESHOLD:.0f}s, last beat "
           f"{beat_age:.2f}s old at the kill, poll avg 0.2s); all done {done_after:.2f}s after the kill")
+
+
+def test_kill9_with_jobs_taken_ahead_they_come_back_through_orphan_recovery_like_the_running_ones(tmp_path, r):
+    # A job taken ahead (PREFETCH, while jobs run short) sits on the in-progress list like a
+    # running one: orphan recovery gives it back with the dead process's list (its orphan count
+    # raised, under MAX_ORPHANINGS, as for every entry of that list), and it runs once.
+    env = {"COGWORKER_CONCURRENCY": "2"}
+    with worker(tmp_path, name="victim", env=env) as victim:
+        victim_id = victim.wait_ready()
+        RecordJob.perform_bulk([["quick"]] * 100)  # (so that the victim knows its jobs run short)
+        wait_until(lambda: r.llen("quick") == 100, timeout=20, message="the short jobs ran")
+        jids = GatedJob.perform_bulk([["gate", "marks"]] * 6)
+        wait_until(lambda: r.llen("marks") == 2 and r.llen(K.in_progress(victim_id)) == 4, timeout=20,
+                   message="two jobs running and two taken ahead")
+        listed = [json.loads(raw)["jid"] for raw in r.lrange(K.in_progress(victim_id), 0, -1)]
+        started = [m[6:] for m in r.lrange("marks", 0, -1)]
+        ahead = sorted(set(listed) - set(started))
+        assert len(ahead) == 2
+        victim.kill9()
+        assert victim.wait(10) == -9
+        with worker(tmp_path, name="survivor", env=env) as survivor:
+            survivor.wait_ready()
+            r.set("gate", "open")
+            wait_until(lambda: len([m for m in r.lrange("marks", 0, -1) if m.startswith("end:")]) == 6,
+                       timeout=THRESHOLD + 30, message="all six ran to their end")
+            assert f"recovered 4 job(s) from dead process {victim_id}" in survivor.log()
+            survivor.term()
+            assert survivor.wait(30) == 0
+    all_marks = r.lrange("marks", 0, -1)
+    starts = sorted(m[6:] for m in all_marks if m.startswith("start:"))
+    ends = sorted(m[4:] for m in all_marks if m.startswith("end:"))
+    assert ends == sorted(jids)  # each ran to its end once: none lost
+    assert starts == sorted(jids + started)  # the two cut short by the kill ran again; the rest once
+    assert not r.exists(K.queue("default")) and r.zcard(K.dead) == 0
 
 
 def test_a_dead_process_list_holding_poison_is_recovered_around_it(tmp_path, r):

@@ -145,6 +145,15 @@ def test_at_quiet_jobs_taken_ahead_go_back_to_the_head_of_their_queue_unstarted(
     assert sorted(e[1] for e in runs(token) if e[0] == "start") == sorted(jids[:2])
 
 
+def test_with_prefetch_0_a_process_takes_no_more_than_its_idle_processors_even_while_jobs_run_short(
+        launcher_factory, r):
+    token = new_token()
+    running = launcher_factory(CONCURRENCY=2, PREFETCH=0)
+    _short_then_held(running, token, holds=6)
+    time.sleep(0.3)
+    assert r.llen(running.in_progress) == 2 and r.llen(K.queue("default")) == 4
+
+
 def test_basic_fetch_never_takes_ahead_even_while_jobs_run_short(launcher_factory, r):
     # What basic fetch took lives only in the process's memory: taken ahead, it would be lost too at
     # a kill -9.

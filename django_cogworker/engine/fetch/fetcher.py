@@ -7,11 +7,12 @@ Jobs go to the processors, and idle tokens come back, through C-level queues
 round ride on the same round trip (see :mod:`.settling`).
 
 While its jobs run short (under SHORT_RUN on average), a process with a fetch
-that keeps what it holds in Redis (reliable) also takes up to PREFETCH jobs per
-processor ahead, so that a processor done with a job starts the next at once
-instead of waiting for a round trip, and the fetcher is woken once per few jobs
-(when what is waiting runs low) instead of once per job: each wake-up hands the
-GIL to another thread, on another CPU when the process isn't pinned. A job
+that keeps what it holds in Redis (reliable) also takes up to ``PREFETCH`` jobs
+per processor ahead (a setting: 1 by default, 0 for none), so that a processor
+done with a job starts the next at once instead of waiting for a round trip,
+and the fetcher is woken once per few jobs (when what is waiting runs low)
+instead of once per job: each wake-up hands the GIL to another thread, on
+another CPU when the process isn't pinned. A job
 taken ahead is on the in-progress list like a running one: orphan recovery puts
 it back if the process dies, counted in ``max_orphanings`` the same way, and at
 quiet the fetcher puts back at the head of their queues those no processor
@@ -41,9 +42,7 @@ logger = logging.getLogger(__name__)
 GATHER_WAIT = 0.002
 GIL_BUSY = 0.8
 LOAD_WINDOW = 0.1
-# Taking ahead: jobs per processor taken ahead at most, the mean run (s) under which they are,
-# and the weight of each finished job in that mean.
-PREFETCH = 1
+# Taking ahead: the mean run (s) under which jobs are, and the weight of each finished job in that mean.
 SHORT_RUN = 0.005
 RUN_WEIGHT = 0.05
 
@@ -77,7 +76,7 @@ class Fetcher:
         self._units: queue.SimpleQueue[Unit | None] = queue.SimpleQueue()
         # One token per job this process may take: an idle processor's, or a place ahead.
         self._idle: queue.SimpleQueue[None] = queue.SimpleQueue()
-        self._ahead = config.concurrency * PREFETCH if fetch.keeps_held else 0
+        self._ahead = config.concurrency * config.prefetch if fetch.keeps_held else 0
         # Tokens of places ahead the fetcher holds back, out of the queue (all, until jobs prove short).
         self._reserved = self._ahead
         self._run_mean = SHORT_RUN * 2  # a finished job's mean run, seconds (as if long, at first)

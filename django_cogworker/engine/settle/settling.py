@@ -13,7 +13,9 @@ instead of one more per job. While the fetcher blocks (idle), acks go out at
 once instead. The window this widens: a process killed with acks still in
 memory has those finished jobs recovered as orphans and run again; at most
 one per processor, for at most one fetch round trip (plus the fetcher's
-GATHER_WAIT when it gathers idle processors).
+GATHER_WAIT when it gathers idle processors); while jobs are taken ahead
+(fetcher.py), the fetcher waits for what is ahead to run low, so acks may wait
+for about half as many more short jobs (under SHORT_RUN each) to finish.
 
 At shutdown (``Settler.requeue_unfinished``) a filing that still fails is
 parked in ``unsettled`` for any live process to file
