@@ -65,6 +65,8 @@ STATIC_URL = "static/"
 COGWORKER = {"QUEUES": ["default"]}
 if os.environ.get("BENCH_POLL_INTERVAL_AVERAGE"):
     COGWORKER["POLL_INTERVAL_AVERAGE"] = float(os.environ["BENCH_POLL_INTERVAL_AVERAGE"])
+if os.environ.get("BENCH_PREFETCH"):
+    COGWORKER["PREFETCH"] = int(os.environ["BENCH_PREFETCH"])
 if os.environ.get("BENCH_CPU_AFFINITY"):
     _affinity = os.environ["BENCH_CPU_AFFINITY"]
     COGWORKER["CPU_AFFINITY"] = _affinity if _affinity in ("auto", "none") else [int(c) for c in _affinity.split(",")]

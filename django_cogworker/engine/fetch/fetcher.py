@@ -8,7 +8,8 @@ round ride on the same round trip (see :mod:`.settling`).
 
 While its jobs run short (under SHORT_RUN on average), a process with a fetch
 that keeps what it holds in Redis (reliable) also takes up to ``PREFETCH`` jobs
-per processor ahead (a setting: 1 by default, 0 for none), so that a processor
+per processor ahead (a setting: 1 by default, 0 for none; counted for at least
+AHEAD_MIN processors), so that a processor
 done with a job starts the next at once instead of waiting for a round trip,
 and the fetcher is woken once per few jobs (when what is waiting runs low)
 instead of once per job: each wake-up hands the GIL to another thread, on
@@ -42,8 +43,11 @@ logger = logging.getLogger(__name__)
 GATHER_WAIT = 0.002
 GIL_BUSY = 0.8
 LOAD_WINDOW = 0.1
-# Taking ahead: the mean run (s) under which jobs are, and the weight of each finished job in that mean.
+# Taking ahead: the mean run (s) under which jobs are, the weight of each finished job in that mean,
+# and the fewest processors PREFETCH counts (with 2, a place ahead each left a fetch every other
+# job: -c 2 took 2,870 jobs/s with 2 ahead, 3,449 with 8; bench/wakeups.py).
 SHORT_RUN = 0.005
+AHEAD_MIN = 8
 RUN_WEIGHT = 0.05
 
 
@@ -76,7 +80,7 @@ class Fetcher:
         self._units: queue.SimpleQueue[Unit | None] = queue.SimpleQueue()
         # One token per job this process may take: an idle processor's, or a place ahead.
         self._idle: queue.SimpleQueue[None] = queue.SimpleQueue()
-        self._ahead = config.concurrency * config.prefetch if fetch.keeps_held else 0
+        self._ahead = max(config.concurrency, AHEAD_MIN) * config.prefetch if fetch.keeps_held else 0
         # Tokens of places ahead the fetcher holds back, out of the queue (all, until jobs prove short).
         self._reserved = self._ahead
         self._run_mean = SHORT_RUN * 2  # a finished job's mean run, seconds (as if long, at first)
