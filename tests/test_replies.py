@@ -19,6 +19,7 @@ import redis
 import redis.connection
 from cluster_fixtures import cluster_fixture, cr_fixture, on_cluster_fixture  # noqa: F401 - fixtures
 from helpers import RedisServer, Sentinels, in_thread
+from redis._parsers import _HiredisParser, _RESP2Parser
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -207,8 +208,9 @@ class Target:
         self.redis_url, self.redis_options, self.key_prefix = url, options, ""
 
 
+@pytest.mark.parametrize("parser", ["redis-py", "hiredis"])
 @pytest.mark.parametrize("transport", ["tcp", "unix"])
-def test_a_socket_timeout_still_holds_when_the_kernel_keeps_it(tmp_path, transport):
+def test_a_socket_timeout_still_holds_when_the_kernel_keeps_it(tmp_path, transport, parser):
     # The timeout moved from Python to the kernel (one system call per send and per read, not a
     # poll first): a server that doesn't answer still fails the command after socket_timeout, as
     # redis-py's TimeoutError, and the client works again once it answers.
@@ -217,10 +219,12 @@ def test_a_socket_timeout_still_holds_when_the_kernel_keeps_it(tmp_path, transpo
                                                           "--unixsocketperm", "700"]).start()
     try:
         url = server.url if transport == "tcp" else f"unix://{socket_path}?db=0"
-        client = make_redis(Target(url, socket_timeout=0.3, retry=Retry(NoBackoff(), 0)))
+        parser_class = _HiredisParser if parser == "hiredis" else _RESP2Parser
+        client = make_redis(Target(url, socket_timeout=0.3, retry=Retry(NoBackoff(), 0), parser_class=parser_class))
         assert client.ping()
         conn = client.connection_pool.get_connection()
         try:
+            assert isinstance(conn._parser, _HiredisParser) == (parser == "hiredis")
             assert conn._sock.gettimeout() is None  # (Python sees a blocking socket: no poll per call)
         finally:
             client.connection_pool.release(conn)

@@ -154,10 +154,10 @@ def kernel_timeouts(connection: Any) -> None:
     sock.settimeout(None)
     # What redis-py's parsers restore after a per-call timeout (the Python and hiredis parsers).
     parser = getattr(connection, "_parser", None)
-    if getattr(parser, "_buffer", None) is not None:
-        parser._buffer.socket_timeout = None  # type: ignore[union-attr]
-    if hasattr(parser, "_socket_timeout"):
+    if hasattr(parser, "_socket_timeout"):  # (the hiredis parser; its _buffer is a bytearray)
         parser._socket_timeout = None  # type: ignore[union-attr]
+    elif hasattr(getattr(parser, "_buffer", None), "socket_timeout"):  # (redis-py's own: a SocketBuffer)
+        parser._buffer.socket_timeout = None  # type: ignore[union-attr]
 
 
 def _raise_timeout_if_kernel(exc: redis.ConnectionError, message: str) -> None:
