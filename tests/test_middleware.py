@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
 from engine_fixtures import (
@@ -14,7 +13,7 @@ from engine_fixtures import (
     new_token,
     runs,
 )
-from helpers import wait_until
+from helpers import in_thread, wait_until
 
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.run import db
@@ -149,24 +148,6 @@ def test_what_a_middleware_does_decides_the_outcome(launcher_factory, r):
     assert r.zcard(K.dead) == 0
 
 
-def _in_thread(fn):
-    """Run ``fn`` in a new thread (as a processor does: its own DB connections) and return its result."""
-    out = {}
-
-    def target():
-        try:
-            out["result"] = fn()
-        except BaseException as exc:  # noqa: BLE001
-            out["error"] = exc
-
-    t = threading.Thread(target=target)
-    t.start()
-    t.join(30)
-    if "error" in out:
-        raise out["error"]
-    return out.get("result")
-
-
 def test_close_old_connections_runs_before_and_after_every_job_even_a_failing_one(monkeypatch):
     calls = []
     monkeypatch.setattr(db, "close_old_connections", lambda: calls.append("close"))
@@ -185,7 +166,7 @@ def test_close_old_connections_runs_before_and_after_every_job_even_a_failing_on
         with pytest.raises(RuntimeError):
             chain(None, {"fail": True})
 
-    _in_thread(two_jobs)
+    in_thread(two_jobs)
     assert calls == ["close", "job", "close", "close", "job", "close"]
 
 
@@ -194,7 +175,7 @@ def test_a_thread_that_never_connected_to_the_database_skips_the_connection_swee
     monkeypatch.setattr(db, "close_old_connections", lambda: calls.append("close"))
     chain = build_chain([db.CloseOldConnections], lambda job, payload: calls.append("job"))
 
-    _in_thread(lambda: chain(None, {}))
+    in_thread(lambda: chain(None, {}))
     assert calls == ["job"]
 
 
@@ -220,5 +201,5 @@ def test_once_a_thread_has_connected_to_the_database_every_job_after_is_swept(mo
         chain(None, {})
         connection.close()
 
-    _in_thread(three_jobs)
+    in_thread(three_jobs)
     assert calls == ["job", "job", "close", "close", "job", "close"]
