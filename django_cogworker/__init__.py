@@ -6,7 +6,17 @@ object model the admin and the CLI read, and the root holds the Django app itsel
 """
 
 from . import _moved
-from .errors import CogworkerError, ConfigError, JobTimeout, PayloadError, UnknownJobError, WrongTypeError
+from .batches import Batch, chain, chord, group
+from .errors import (
+    BatchError,
+    BatchNotFound,
+    CogworkerError,
+    ConfigError,
+    JobTimeout,
+    PayloadError,
+    UnknownJobError,
+    WrongTypeError,
+)
 from .push.job import Job, JobSetter
 from .push.periodic import periodic
 from .push.results import get_result
@@ -15,6 +25,9 @@ from .push.runtime import get_redis
 __version__ = "0.1.0"
 
 __all__ = [
+    "Batch",
+    "BatchError",
+    "BatchNotFound",
     "CogworkerError",
     "ConfigError",
     "Job",
@@ -24,8 +37,11 @@ __all__ = [
     "UnknownJobError",
     "WrongTypeError",
     "__version__",
+    "chain",
+    "chord",
     "get_redis",
     "get_result",
+    "group",
     "periodic",
 ]
 

@@ -73,6 +73,8 @@ class Config:
     # ticker instead of time.time (tests drive cron slots with it); "" = time.time.
     clock: str = ""
     unique_lock_ttl: float = 3600.0
+    # Seconds a batch's data lives after its last step (success included): batches/.
+    batch_ttl: float = 30.0 * DAY
     client_middleware: tuple[str, ...] = ()
     server_middleware: tuple[str, ...] = ()
     death_handlers: tuple[str, ...] = ()
@@ -156,6 +158,7 @@ SETTINGS = {
     "PERIODIC_TICK_INTERVAL": "periodic_tick_interval",
     "CLOCK": "clock",
     "UNIQUE_LOCK_TTL": "unique_lock_ttl",
+    "BATCH_TTL": "batch_ttl",
     "CLIENT_MIDDLEWARE": "client_middleware",
     "SERVER_MIDDLEWARE": "server_middleware",
     "DEATH_HANDLERS": "death_handlers",
@@ -327,7 +330,7 @@ def validate(cfg: Config) -> Config:
     if cfg.fetch not in FETCH_MODES:
         bad("fetch", 'one of "reliable", "basic"')
     for field in ("shutdown_timeout", "dead_timeout", "poll_interval_average", "orphan_threshold",
-                  "unique_lock_ttl", "fetch_idle_max_interval", "heartbeat_interval", "key_guard_interval",
+                  "unique_lock_ttl", "batch_ttl", "fetch_idle_max_interval", "heartbeat_interval", "key_guard_interval",
                   "periodic_tick_interval", "timeout_grace"):
         if not _positive_number(getattr(cfg, field)):
             bad(field, "a positive number of seconds")

@@ -15,6 +15,18 @@ class CogworkerError(Exception):
     """Base of every error this package raises on purpose."""
 
 
+class BatchError(CogworkerError):
+    """A batch used in a way it can't be: jobs added to a finished batch, a callback that is no job."""
+
+
+class BatchNotFound(BatchError, LookupError):
+    """No batch of that bid: it was never created, or its data expired (BATCH_TTL)."""
+
+    def __init__(self, bid: str):
+        super().__init__(f"no batch {bid!r}: never created, or its data expired (BATCH_TTL)")
+        self.bid = bid
+
+
 class ConfigError(CogworkerError):
     """Invalid configuration: the message names the setting and the value given."""
 

@@ -52,6 +52,13 @@ push_receipt:<pusher>         string  a pushing thread's last push: its token an
                                       cluster: one per slot pushed to (home, or the queue's)
 result:<jid>                  hash    a job's result (opt-in: tasks, ``result_ttl``):          result
                                       status, times, return value, errors, worker ids         _ttl
+batches                       zset    bid -> created_at of every batch (for listing; pruned   -
+                                      of expired ones as it is read)
+batch:<bid>:*                 -       one batch (batches/): meta (hash), jobs, pending, open  BATCH_TTL
+                                      (sets), failed (hash), dead (set), outbox (list);       refreshed
+                                      cluster: ``{cogworker:b:<bid>}:batch:*`` (its own slot)  each step
+batch_delivered:<jid>         string  a batch callback delivered to its queue (once only);    BATCH_TTL
+                                      cluster: in that queue's slot
 ============================  ======  ======================================================  =========
 
 "presence": :func:`presence_ttl` of the process's HEARTBEAT_INTERVAL (60 s with the default 5 s).
@@ -65,7 +72,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 from .cluster import has_hash_tag, is_cluster_url
 
@@ -129,6 +136,7 @@ class Keys:
         self.periodic_disabled = p + "periodic:disabled"
         self.periodic_enabled_at = p + "periodic:enabled_at"
         self.quarantine_prefix = p + "quarantine:"
+        self.batches = p + "batches"
 
     def queue_prefix(self, name: str) -> str:
         """The prefix of queue ``name``'s keys: its own slot on a cluster, else the prefix."""
@@ -258,6 +266,18 @@ class Keys:
     def result(self, jid: str) -> str:
         return f"{self.prefix}result:{jid}"
 
+    def batch(self, bid: str) -> BatchKeys:
+        """The keys of batch ``bid``: all in one slot, the batch's own on a cluster."""
+        if self.spread:
+            base = f"{self._head[:-len(':q:')]}:b:{bid}{self._tail}batch:"
+        else:
+            base = f"{self.prefix}batch:{bid}:"
+        return BatchKeys(*(base + name for name in BatchKeys._fields))
+
+    def batch_delivered(self, queue: str, jid: str) -> str:
+        """The mark of batch callback ``jid`` delivered to ``queue`` (in that queue's slot)."""
+        return f"{self.queue_prefix(queue)}batch_delivered:{jid}"
+
     def fixed_types(self) -> dict[str, str]:
         """The fixed keys and the Redis type each must hold (for the key guard)."""
         return {
@@ -268,4 +288,17 @@ class Keys:
             self.periodic_schedule: "hash", self.periodic_disabled: "set", self.periodic_enabled_at: "hash",
             self.stat_processed: "string", self.stat_failed: "string",
             self.stat_class_processed: "hash", self.stat_class_failed: "hash", self.stat_class_seconds: "hash",
+            self.batches: "zset",
         }
+
+
+class BatchKeys(NamedTuple):
+    """One batch's keys, in the order the batch scripts take them as KEYS."""
+
+    meta: str  # hash: description, created_at, ttl, callbacks (cb:<event>), done_<event> stamps, committed
+    jobs: str  # set: every jid (and "b:<bid>" of each child batch) ever added
+    pending: str  # set: those not yet succeeded
+    failed: str  # hash: those of pending whose last run failed -> JSON {class, error, message, at}
+    dead: str  # set: those of pending that went to dead
+    open: str  # set: the jobs() blocks open on it (owner tokens): no event fires while one is
+    outbox: str  # list: callbacks fired, to be delivered to their queues

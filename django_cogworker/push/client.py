@@ -30,6 +30,7 @@ from ..broker.types import RedisClient
 from ..conf import Config
 from ..errors import WrongTypeError
 from . import payload as payloads
+from . import scope as _scope
 from . import unique
 from .middleware import build_chain
 
@@ -85,11 +86,42 @@ class Client:
         """
         if at is not None:
             payload["at"] = float(at)
+        scope = _scope.batch.get()
+        if scope is not None:
+            return self._push_in_batch(scope, [payload], lambda: [self._chain(payload)])[0]
         if on_commit is None:
             on_commit = self.config.enqueue_on_commit
         if on_commit and self.defer is not None and self.defer(lambda: self._chain(payload)):
             return payload["jid"]
         return self._chain(payload)
+
+    def _push_in_batch(self, scope: _scope.BatchScope, items: Sequence[dict[str, Any]],
+                       push: Callable[[], list[Any]]) -> list[Any]:
+        """Push ``items`` as jobs of the batch whose ``jobs()`` block is open: counted by the batch
+        before they are written, and no longer once a push fails or writes fewer.
+
+        Never deferred to a transaction's commit: the block's end commits the batch, and a job
+        pushed after that could come after its callbacks (push the whole batch in ``on_commit``).
+        """
+        jids = scope.next_jids(len(items))
+        for item, jid in zip(items, jids, strict=True):
+            item["jid"] = jid
+            item["bid"] = scope.bid
+        scope.add(jids)
+        try:
+            pushed = push()
+        except BaseException:
+            try:
+                scope.remove(jids)
+            except Exception as exc:
+                logger.error("batch %s: jobs whose push failed could not be uncounted (%s: %s); the batch "
+                             "waits for them until it expires", scope.bid, type(exc).__name__, exc)
+            raise
+        written = set(pushed)
+        unwritten = [jid for jid in jids if jid not in written]
+        if unwritten:
+            scope.remove(unwritten)
+        return pushed
 
     def _write(self, payload: dict[str, Any]) -> str | None:
         jid, queue = payload.get("jid"), payload.get("queue")
@@ -130,6 +162,9 @@ class Client:
         are those pushed. Inside a transaction the push waits for commit as
         push does, and every jid is returned.
         """
+        scope = _scope.batch.get()
+        if scope is not None:
+            return self._push_in_batch(scope, items, lambda: self._push_bulk_now(items, at))
         if on_commit is None:
             on_commit = self.config.enqueue_on_commit
         if on_commit and self.defer is not None and self.defer(lambda: self._push_bulk_now(items, at)):

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from asgiref.sync import async_to_sync
 
-from ..errors import CogworkerError
+from ..errors import BatchError, CogworkerError
 from . import payload as payloads
 from .arguments import check_call, check_json_native
 
@@ -109,6 +109,16 @@ class Job:
         self.payload = payload or {}
         self.jid: str | None = self.payload.get("jid")
 
+    @property
+    def batch(self) -> Any:
+        """The batch this job belongs to (a ``Batch`` to add jobs to, ``with self.batch.jobs():``), or None."""
+        bid = self.payload.get("bid")
+        if not isinstance(bid, str):
+            return None
+        from .scope import open_batch  # (batches/ imports push/, not the other way: it sets this)
+
+        return open_batch(bid)
+
     def perform(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__}.perform is not defined")
 
@@ -117,6 +127,11 @@ class Job:
         return None
 
     # -- pushing -------------------------------------------------------------
+
+    @classmethod
+    def s(cls, *args: Any, **kwargs: Any) -> Any:
+        """A workflow step of this job with these arguments (batches/workflows.py: chain, group, chord)."""
+        return Signature(cls, args, kwargs)
 
     @classmethod
     def set(cls, **options: Any) -> JobSetter:
@@ -255,6 +270,47 @@ class JobSetter:
         for payload, jid in zip(built, payloads.new_jids(len(built)), strict=True):
             payload["jid"] = jid
         return self._client().push_bulk(built, on_commit=self.options.get("on_commit"))
+
+
+class Signature:
+    """One job with its arguments: ``MyJob.s(1, 2)``."""
+
+    def __init__(self, job_class: type[Job], args: Sequence[Any], kwargs: dict[str, Any],
+                 options: dict[str, Any] | None = None, takes_previous: bool = False):
+        if not (isinstance(job_class, type) and issubclass(job_class, Job)):
+            raise BatchError(f"a workflow step must be a Job class, got {job_class!r}")
+        self.job_class = job_class
+        self.args = list(args)
+        self.kwargs = dict(kwargs)
+        self.options = dict(options or {})
+        self.takes_previous = takes_previous
+        check_json_native(self.args, "args")
+        check_json_native(self.kwargs, "kwargs")
+        JobSetter(job_class, self.options)  # (checks the options)
+        check_call(job_class, [None, *self.args] if takes_previous else self.args, self.kwargs,
+                   f"{job_class.name}.s(...): ")
+
+    def set(self, **options: Any) -> Signature:
+        """The same step with push options (queue, retry, ...)."""
+        return Signature(self.job_class, self.args, self.kwargs, {**self.options, **options}, self.takes_previous)
+
+    def with_previous(self) -> Signature:
+        """The same step, given the previous step's return value as its first argument."""
+        return Signature(self.job_class, self.args, self.kwargs, self.options, True)
+
+    def describe(self) -> str:
+        return self.job_class.name.rsplit(".", 1)[-1]
+
+    def launch(self, previous: Any, keep: bool) -> str | None:
+        setter = JobSetter(self.job_class, self.options)
+        payload = setter.build([previous, *self.args] if self.takes_previous else self.args, self.kwargs)
+        if keep:
+            payload["keep_result"] = True
+        return setter._client().push(payload)
+
+    def dump(self) -> dict[str, Any]:
+        return {"t": "sig", "c": self.job_class.name, "a": self.args, "k": self.kwargs, "o": self.options,
+                "p": self.takes_previous}
 
 
 def _digest(payload: dict[str, Any]) -> str:

@@ -294,3 +294,60 @@ if os.environ.get("TESTPROJECT_NEW_CODE"):
 
         def perform(self, key):
             _record(key, self.jid)
+
+
+# --- batches and workflows (tests/test_batches.py, tests/test_workflows.py, tests/test_batch_chaos.py)
+
+
+class BatchMemberJob(Job):
+    """A job of a batch: INCRs `key`:runs:<jid>; fails its first `fails` attempts (counted in Redis
+    per jid, so a kill -9 mid-run doesn't reset it; fails < 0: always), sleeping `seconds` first."""
+
+    retry = 2
+
+    def retry_in(self, count, exc):
+        return 0.2
+
+    def perform(self, key, fails=0, seconds=0.0):
+        redis = get_redis()
+        if seconds:
+            time.sleep(seconds)
+        attempt = redis.hincrby(f"{key}:attempts", self.jid, 1)
+        if fails < 0 or attempt <= fails:
+            raise RuntimeError(f"BatchMemberJob {self.jid}: failing on purpose (attempt {attempt})")
+        redis.hincrby(f"{key}:done", self.jid, 1)
+
+
+class BatchCallbackJob(Job):
+    """A batch callback: RPUSHes {event, bid, options, status} as JSON onto `key`."""
+
+    def perform(self, status, key, **options):
+        _record(key, json.dumps({"event": status["event"], "bid": status["bid"], "options": options,
+                                 "status": status}))
+
+
+class AddToOwnBatchJob(Job):
+    """A job of a batch that adds `count` BatchMemberJobs (on `key`) to its own batch."""
+
+    def perform(self, key, count):
+        with self.batch.jobs():
+            for _ in range(count):
+                BatchMemberJob.perform_async(key)
+
+
+class ValueJob(Job):
+    """Returns `value` (a workflow step); records `value` onto `key` first when given."""
+
+    def perform(self, value, key=None):
+        if key:
+            _record(key, json.dumps(value))
+        return value
+
+
+class AddJob(Job):
+    """A workflow step taking the previous value: records and returns previous + n (a list: its sum)."""
+
+    def perform(self, previous, n, key):
+        total = (sum(previous) if isinstance(previous, list) else previous) + n
+        _record(key, json.dumps(total))
+        return total

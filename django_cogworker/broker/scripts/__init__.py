@@ -10,7 +10,7 @@ the writes made before it, so a remove followed by a failing push (the
 destination holding the wrong type) lost the job.
 
 One module per area: :mod:`.push` (a push), :mod:`.jobs` (a job's life after it), :mod:`.periodic` (periodic
-entries and locks), :mod:`.admin` (the api's scripts), :mod:`.slots` (the steps of a
+entries and locks), :mod:`.admin` (the api's scripts), :mod:`.batches` (batches), :mod:`.slots` (the steps of a
 cluster's crossings between slots); :mod:`._base` runs them.
 Every name is re-exported here: callers write ``scripts.PUSH``.
 """
@@ -27,6 +27,7 @@ from .admin import (
     SCAN_PREVIEW,
     requeue_from_zset_batch_args,
 )
+from .batches import BATCH_ADD, BATCH_CLOSE, BATCH_DELIVER, BATCH_OPEN, BATCH_SETTLE
 from .jobs import (
     CLAIM_AND_REQUEUE,
     FETCH_BASIC,
@@ -79,4 +80,9 @@ __all__ = [
     "ADD_TRIMMED",
     "LEASE",
     "UNLEASE",
+    "BATCH_OPEN",
+    "BATCH_CLOSE",
+    "BATCH_ADD",
+    "BATCH_SETTLE",
+    "BATCH_DELIVER",
 ]

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
+from ...batches.steps import BatchSteps
 from ...conf import Config
 from ..fetch.contract import Fetch
 from ..fetch.fetcher import Fetcher
@@ -66,7 +67,7 @@ class Manager:
         self._stopping = False
         self._hurry = False  # (a plain flag: set from a signal handler, read by stop's wait)
         self.ledger = Ledger()
-        self.settler = Settler(fetch, retry, run_hook)
+        self.settler = Settler(fetch, retry, run_hook, batches=BatchSteps(fetch.redis, fetch.keys, config.batch_ttl))
         self.acks = AckBatch(fetch, self.settler)
         self.fetcher = Fetcher(config, fetch, self.ledger, self.acks, self.settler, self._quiet)
         self.processors = [self._new_processor(i) for i in range(config.concurrency)]

@@ -18,11 +18,14 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from ... import joblog
+from ...batches.steps import step_for
 from ...errors import PayloadError, UnknownJobError
 from ...push import payload as payloads
+from ...push import scope as _scope
 from ...push.job import registered
 from ..fetch.contract import Unit
 from ..settle.retry import Filing
+from .results import encode_return
 
 if TYPE_CHECKING:
     from ..fetch.fetcher import Fetcher
@@ -135,12 +138,17 @@ class Processor:
         extras = self.extras if known is not None and (known.result_ttl is not None or known.timeout is not None) \
             else None
         value = None
+        bid = payload.get("bid")  # (a job of a batch: its batch step settles first, batches/steps.py)
+        running = _scope.running.set(_scope.Running(payload))
         try:
             job = job_class(payload)
             if extras is None:
-                self.server_chain(job, payload)
+                value = self.server_chain(job, payload)
             else:
                 value = extras.run(job, payload, self.server_chain)
+            if bid is not None and payload.get("keep_result"):
+                # (Read by the next step of a chain; a value JSON can't hold fails the job.)
+                value = value if known is not None and known.result_ttl is not None else encode_return(value)
         except BaseException as exc:  # noqa: BLE001 - a job's SystemExit is its failure, not ours
             outcome = "retry"  # (until filed: a failure never releases locks as a success would)
             elapsed = time.monotonic() - started
@@ -152,7 +160,11 @@ class Processor:
                        elapsed, payloads.printable(payloads.error_class(exc)),
                        payloads.printable(payloads.error_message(exc), payloads.ERROR_MESSAGE_LIMIT),
                        payloads.printable(_fate(filing), payloads.ERROR_MESSAGE_LIMIT), exc_info=exc)
-            if filing is not None:
+            if bid is not None:
+                died = filing is not None and filing.target == "dead"
+                self.settler.settle(unit.raw, step_for(payload, "dead" if died else "failure",
+                                                       filing if filing is not None else "ack", exc=exc))
+            elif filing is not None:
                 self.settler.settle(unit.raw, filing)
             else:
                 self.acks.add(unit.raw)  # discarded (dead=False)
@@ -162,9 +174,14 @@ class Processor:
             logger.info("done jid=%s class=%s elapsed=%.3fs", jid, shown_class, elapsed)
             if extras is not None:
                 extras.succeeded(job_class, payload, value)
-            self.acks.add(unit.raw)
+            if bid is not None:
+                self.settler.settle(unit.raw, step_for(payload, "success", "ack",
+                                                       result=value if payload.get("keep_result") else None))
+            else:
+                self.acks.add(unit.raw)
             self.stats.job_done(False, counted, elapsed)
         finally:
+            _scope.running.reset(running)
             ledger.job_finished(unit)
             self._hook(payload, outcome)
             joblog.leave(context)

@@ -30,6 +30,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ...batches.steps import BatchStep, BatchSteps
 from ...broker import scripts
 from ...broker.keys import Keys
 from ...broker.types import RedisClient
@@ -40,7 +41,7 @@ from .retry import Filing, RetryPolicy
 
 logger = logging.getLogger(__name__)
 
-Settlement = Any  # "ack", or a Filing (failed job to file in retry/dead)
+Settlement = Any  # "ack", a Filing (failed job to file in retry/dead), or a BatchStep wrapping either
 UNSETTLED_BATCH = 100  # unsettled records filed per housekeeping round at most
 
 
@@ -55,9 +56,12 @@ class Settler:
     job that settles at the first try never touches.
     """
 
-    def __init__(self, fetch: Fetch, retry: RetryPolicy, run_hook: Callable[[dict, str], Any] | None = None):
+    def __init__(self, fetch: Fetch, retry: RetryPolicy, run_hook: Callable[[dict, str], Any] | None = None,
+                 batches: BatchSteps | None = None):
         self.fetch = fetch
         self.retry = retry
+        # Runs the batch step of a job of a batch (a BatchStep settlement) before its ack or filing.
+        self.batches = batches
         # Told "requeued" for each job handed back at shutdown (an until_executed run keeps its periodic lock).
         self.run_hook = run_hook
         self._lock = threading.Lock()
@@ -79,7 +83,18 @@ class Settler:
         A filing that can't be written as built (:func:`is_unsendable`) is no outage: waiting changes
         nothing. It is filed once more at once, as the payload was fetched with the failure's fields
         appended (:meth:`Filing.as_stored`), so the job still ends in retry or dead with its error.
+
+        A BatchStep runs its batch step first; once that went through, what is left to keep trying
+        is its ack or filing alone.
         """
+        if isinstance(how, BatchStep):
+            try:
+                if self.batches is None:
+                    raise RuntimeError("a job of a batch, settled without batch steps")
+                self.batches.run(how)
+            except Exception as exc:
+                return how, exc
+            how = how.then
         try:
             self._apply(raw, how)
             return how, None
@@ -163,7 +178,11 @@ class Settler:
         try:
             self.retry_pending_settlements()
             pending = self.pending_settlements()
-            keep = self._park_unsettled({raw: how for raw, how in pending.items() if how != "ack"})
+            # (A job whose batch step still fails stays for orphan recovery: acked or filed without
+            # it, its batch would wait for it for ever.)
+            keep = [raw for raw, how in pending.items() if isinstance(how, BatchStep)]
+            keep += self._park_unsettled({raw: how for raw, how in pending.items()
+                                          if how != "ack" and not isinstance(how, BatchStep)})
             acks = [raw for raw, how in pending.items() if how == "ack"]
             moved = self.fetch.requeue(unfinished, acks=acks, keep=keep)
             self._tell_requeued(unfinished)
@@ -270,6 +289,8 @@ class AckBatch:
 
 def _jid(how: Settlement, raw: bytes) -> str:
     """The job's jid, for a log line."""
+    if isinstance(how, BatchStep):
+        return payloads.printable(how.jid)
     if isinstance(how, Filing):
         return payloads.printable(how.payload.get("jid"))
     try:

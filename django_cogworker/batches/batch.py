@@ -1,0 +1,255 @@
+"""A batch: jobs pushed together, with callbacks when they have all run (complete), all succeeded
+(success), or the first of them died (death).
+
+The batch's counters live in Redis (broker/keys.py ``batch:<bid>:*``) and move only in the scripts
+of broker/scripts/batches.py: when a block of pushes opens and closes (here), when a job is added
+before its push (push/client.py through :class:`_Scope`), and when a job of the batch settles
+(steps.py, in the worker). docs/batches.md gives the API and why each callback is pushed once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ..broker import scripts
+from ..broker.keys import BatchKeys, Keys
+from ..errors import BatchError, BatchNotFound
+from ..push import payload as payloads
+from ..push import scope as _scope
+from ..push.arguments import check_call, check_json_native
+from ..push.job import Job, JobSetter
+from . import delivery
+
+logger = logging.getLogger(__name__)
+
+EVENTS = ("complete", "success", "death")
+# The callback's first argument in its stored payload, replaced by the batch's status when it fires
+# (the Lua of broker/scripts/batches.py finds it by its JSON form).
+STATUS_PLACEHOLDER = "\x00cogworker-batch-status\x00"
+
+
+def _context() -> tuple[Any, Keys, float]:
+    """The shared Redis client, the keys and the batch TTL of this process's config."""
+    from ..broker.keys import for_config
+    from ..push import runtime
+
+    config = runtime.get_config()
+    return runtime.get_redis(), for_config(config), config.batch_ttl
+
+
+class Batch:
+    """Jobs pushed inside ``with batch.jobs():`` belong to the batch; see docs/batches.md.
+
+    ``description``: shown in the admin. ``bid``: open an existing batch (to add jobs to it);
+    without it a new one is made at the first ``jobs()``. ``ttl``: seconds its data lives after its
+    last step (BATCH_TTL by default).
+    """
+
+    def __init__(self, description: str = "", *, bid: str | None = None, ttl: float | None = None):
+        if not isinstance(description, str):
+            raise TypeError(f"a batch's description must be a string, got {description!r}")
+        if bid is not None and (not isinstance(bid, str) or not bid):
+            raise TypeError(f"bid must be a non-empty string, got {bid!r}")
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0):
+            raise TypeError(f"a batch's ttl must be a positive number of seconds, got {ttl!r}")
+        self.bid: str | None = bid
+        self.description = description
+        self.ttl = ttl
+        self._existing = bid is not None  # (opened by bid: never created here)
+        self._opened = False
+        self._callbacks: dict[str, list[list[str]]] = {}
+        # Events that tell a parent batch (set when made inside the parent's jobs() block).
+        self.propagate: tuple[str, ...] = EVENTS
+
+    # -- callbacks -----------------------------------------------------------
+
+    def on(self, event: str, job_class: type[Job], **options: Any) -> Batch:
+        """Push ``job_class`` with ``perform(status, **options)`` once, when ``event`` happens:
+        "complete" (every job ran at least once), "success" (every job succeeded), "death" (the
+        first job went to dead). Set before the first ``jobs()``."""
+        if event not in EVENTS:
+            raise BatchError(f"unknown batch event {event!r}: one of {', '.join(EVENTS)}")
+        if not (isinstance(job_class, type) and issubclass(job_class, Job)):
+            raise BatchError(f"a batch callback must be a Job class, got {job_class!r}")
+        if self._opened or self._existing:
+            raise BatchError(f"batch {self.bid}: callbacks are set before its first jobs() block")
+        try:
+            check_json_native(options, "options")
+        except TypeError as exc:
+            raise TypeError(f"batch callback {job_class.name} on {event!r}: {exc}") from None
+        check_call(job_class, [{}], options, f"batch callback {job_class.name} on {event!r}: ")
+        self._add_callback(event, JobSetter(job_class, {}).build([STATUS_PLACEHOLDER], options))
+        return self
+
+    def _add_callback(self, event: str, payload: dict[str, Any]) -> None:
+        self._callbacks.setdefault(event, []).append([payload["queue"], payload["jid"], payloads.encode(payload)])
+
+    # -- adding jobs ---------------------------------------------------------
+
+    @contextmanager
+    def jobs(self) -> Iterator[Batch]:
+        """Every job pushed inside the block (``perform_async``, ``perform_in``, ``perform_at``,
+        ``perform_bulk``) belongs to the batch; a batch made inside is its child. The batch's
+        events can fire once the block ends (an empty batch completes then)."""
+        redis, keys, default_ttl = _context()
+        ttl = self.ttl or default_ttl
+        outer = _scope.batch.get()
+        running = _scope.running.get()
+        deterministic = isinstance(outer, _Scope) and outer.deterministic
+        if self.bid is None:
+            # (Made inside a job: a run again of that job makes the same child, not another one.)
+            self.bid = outer.next_jids(1)[0] if deterministic else payloads.new_jid()  # type: ignore[union-attr]
+        bid = self.bid
+        inside = running is not None and running.payload.get("bid") == bid
+        if running is not None:
+            # (Inside a job: the block's token, its jids and its children's bids are the same in a
+            # run again of the job, which adds the same jobs, not others that would never be pushed.)
+            owner, deterministic = f"{running.payload.get('jid')}:{bid}:{running.next_block(bid)}", True
+        elif deterministic:
+            owner = outer.next_jids(1)[0]  # type: ignore[union-attr]
+        else:
+            owner = payloads.new_jid()
+        bk = keys.batch(bid)
+        fields: list[Any] = []
+        creating = not self._existing and not self._opened
+        if creating:
+            parent = outer.bid if outer is not None else ""
+            if parent:
+                self._link(parent)
+            fields = ["description", self.description, "created_at", repr(time.time()), "ttl", repr(ttl),
+                      "parent", parent]
+            for event, callbacks in self._callbacks.items():
+                fields += [f"cb:{event}", payloads.encode(callbacks)]
+            if parent:
+                outer.add([f"b:{bid}"])  # type: ignore[union-attr]
+        opened = scripts.BATCH_OPEN(redis, bk, [bid, repr(time.time()), _ttl(ttl), owner,
+                                                "1" if inside or (creating and deterministic) else "0",
+                                                "1" if creating else "0", *fields])
+        if opened == -1:
+            raise BatchNotFound(bid)
+        if opened == -2:
+            raise BatchError(f"batch {bid} has finished (every job of it ran): jobs can be added to it now only "
+                             f"by its own jobs")
+        self._opened = True
+        if opened == 2:
+            try:
+                redis.zadd(keys.batches, {bid: time.time()})
+            except Exception as exc:  # (the listing only: the batch works without it)
+                logger.warning("batch %s not listed in %s: %s", bid, keys.batches, exc)
+        scope = _Scope(bid, bk, redis, ttl, owner, deterministic)
+        token = _scope.batch.set(scope)
+        try:
+            yield self
+        finally:
+            _scope.batch.reset(token)
+            waiting = scripts.BATCH_CLOSE(redis, bk, [bid, repr(time.time()), _ttl(ttl), owner])
+            if waiting and int(waiting) > 0:
+                delivery.deliver(redis, keys, bid, ttl)
+
+    def _link(self, parent: str) -> None:
+        """Make this batch a child of ``parent``: its events tell the parent (steps.BatchChildDone)."""
+        from .steps import BatchChildDone
+
+        for event in self.propagate:
+            self._add_callback(event, JobSetter(BatchChildDone, {}).build([STATUS_PLACEHOLDER], {"parent": parent}))
+
+    # -- reading -------------------------------------------------------------
+
+    @staticmethod
+    def status(bid: str) -> BatchStatus:
+        """The batch's counts now; BatchNotFound when it never existed or its data expired."""
+        redis, keys, _ttl_ = _context()
+        return read_status(redis, keys.batch(bid), bid)
+
+
+class BatchStatus(dict):
+    """A batch's status, as a dict (what a callback receives) with attribute access:
+    ``bid``, ``description``, ``created_at``, ``total``, ``pending``, ``failures``, ``dead``,
+    ``complete``, ``success``, ``failed`` (jid -> {class, error, message, at})."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def read_status(redis: Any, bk: BatchKeys, bid: str) -> BatchStatus:
+    pipe = redis.pipeline(transaction=False)
+    pipe.hgetall(bk.meta)
+    pipe.scard(bk.jobs)
+    pipe.scard(bk.pending)
+    pipe.hgetall(bk.failed)
+    pipe.scard(bk.dead)
+    meta, total, pending, failed, dead = pipe.execute()
+    if not meta:
+        raise BatchNotFound(bid)
+    text = {k.decode(): v.decode("utf-8", "replace") for k, v in meta.items()}
+    failures = {}
+    for jid, record in failed.items():
+        try:
+            failures[jid.decode()] = payloads.decode(record)
+        except Exception:
+            failures[jid.decode()] = {"error": record.decode("utf-8", "replace")}
+    return BatchStatus(
+        bid=bid, description=text.get("description", ""), created_at=float(text.get("created_at", 0)),
+        parent=text.get("parent") or None, total=total, pending=pending, failures=len(failed), dead=dead,
+        complete="done_complete" in text, success="done_success" in text, death="done_death" in text,
+        committed=text.get("committed") == "1", failed=failures,
+        callbacks={k[3:]: [cb[1] for cb in json.loads(v)] for k, v in text.items() if k.startswith("cb:")},
+        completed_at=_float(text.get("done_complete")), succeeded_at=_float(text.get("done_success")),
+    )
+
+
+def _float(value: str | None) -> float | None:
+    return float(value) if value else None
+
+
+def _ttl(ttl: float) -> str:
+    return str(max(1, int(ttl)))
+
+
+class _Scope:
+    """An open jobs() block as the client sees it (push/scope.py): the jobs pushed in it are added to
+    the batch before their push, and removed when it failed.
+
+    ``deterministic``: the block runs inside a job (of this batch, or making a child of one), and
+    its jids (and child bids) are derived from the block's owner, so a run again of that job adds
+    the same ones instead of new ones that would never be pushed if it died between.
+    """
+
+    def __init__(self, bid: str, bk: BatchKeys, redis: Any, ttl: float, owner: str, deterministic: bool):
+        self.bid = bid
+        self.bk = bk
+        self.redis = redis
+        self.ttl = ttl
+        self.owner = owner
+        self.deterministic = deterministic
+        self._made = 0
+
+    def next_jids(self, n: int) -> list[str]:
+        if not self.deterministic:
+            return payloads.new_jids(n)
+        first, self._made = self._made, self._made + n
+        return [hashlib.sha1(f"{self.owner}:{i}".encode()).hexdigest()[:24] for i in range(first, first + n)]
+
+    def add(self, jids: list[str]) -> None:
+        self._step("add", jids)
+
+    def remove(self, jids: list[str]) -> None:
+        self._step("remove", jids)
+
+    def _step(self, how: str, jids: list[str]) -> None:
+        for start in range(0, len(jids), 1000):
+            if scripts.BATCH_ADD(self.redis, self.bk, [self.bid, repr(time.time()), _ttl(self.ttl), how,
+                                                       *jids[start:start + 1000]]) == -1:
+                raise BatchNotFound(self.bid)
+
+
+_scope._batch_factory = lambda bid: Batch(bid=bid)

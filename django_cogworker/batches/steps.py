@@ -1,0 +1,102 @@
+"""The worker's side of batches: a job of a batch settles its batch step before its ack or filing.
+
+The processor wraps the settlement of a job whose payload carries a ``bid`` in a
+:class:`BatchStep`; the Settler (engine/settle/settling.py) runs :meth:`BatchSteps.run` first,
+then the ack or the filing, and keeps the whole as a pending settlement while Redis refuses it.
+A process killed between the step and the ack has the job recovered and run again: its step
+moves no counter twice (the scripts are idempotent by jid), and delivers what the first left on
+the outbox. At shutdown a job whose step still fails stays on the in-progress list for orphan
+recovery: acked without its step, its batch would wait for it forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, NamedTuple
+
+from ..broker import scripts
+from ..broker.keys import Keys
+from ..push import payload as payloads
+from ..push.job import Job
+from . import delivery
+
+logger = logging.getLogger(__name__)
+
+
+class BatchStep(NamedTuple):
+    """A settlement: the batch step of a job (``outcome``: "success", "failure" or "dead"), then
+    ``then`` ("ack" or a Filing)."""
+
+    bid: str
+    jid: str
+    outcome: str
+    record: str  # the failure's record (JSON), or the kept result ("" for none)
+    then: Any
+
+
+class BatchSteps:
+    """Runs batch steps for one worker process (created by the Launcher; stateless, thread-safe)."""
+
+    def __init__(self, redis: Any, keys: Keys, ttl: float):
+        self.redis = redis
+        self.keys = keys
+        self.ttl = ttl
+
+    def run(self, step: BatchStep) -> None:
+        """Move the batch's counters for this job, then deliver what fired. Raises when Redis refuses."""
+        settle(self.redis, self.keys, step.bid, step.jid, step.outcome, step.record, self.ttl)
+
+
+def step_for(payload: dict[str, Any], outcome: str, then: Any, exc: BaseException | None = None,
+             result: str | None = None) -> BatchStep:
+    """The BatchStep of a settled job of a batch (``exc``: its failure)."""
+    if exc is not None:
+        record = payloads.encode({"class": payloads.safe_string(str(payload.get("class")), 200),
+                                  "error": payloads.error_class(exc),
+                                  "message": payloads.safe_string(payloads.error_message(exc), 1000),
+                                  "at": time.time()})
+    else:
+        record = result or ""
+    return BatchStep(str(payload["bid"]), str(payload.get("jid")), outcome, record, then)
+
+
+def settle(redis: Any, keys: Keys, bid: str, jid: str, outcome: str, record: str, ttl: float) -> None:
+    """One job's (or child batch's, ``b:<bid>``) step in batch ``bid``; deliver what it fired."""
+    bk = keys.batch(bid)
+    if outcome == "success" and record:
+        redis.hset(bk.meta, f"result:{jid}", record)  # (before the step: read by the next chain step)
+    waiting = int(scripts.BATCH_SETTLE(redis, bk, [bid, repr(time.time()), str(max(1, int(ttl))), jid, outcome,
+                                                   "" if outcome == "success" else record]))
+    if waiting == -1:
+        logger.warning("jid=%s: its batch %s is gone (expired: BATCH_TTL); settled without it",
+                       payloads.printable(jid), payloads.printable(bid))
+    elif waiting > 0:
+        delivery.deliver(redis, keys, bid, ttl)
+
+
+class BatchChildDone(Job):
+    """Tells a parent batch that a child batch completed, succeeded or had a job die: the child's
+    ``b:<bid>`` member of the parent settles as a job would (pushed by the child's step, once)."""
+
+    name = "django_cogworker.batch_child_done"
+
+    def perform(self, status: dict[str, Any], parent: str) -> None:
+        from ..broker.keys import for_config
+        from ..push import runtime
+
+        config = runtime.get_config()
+        event = status["event"]
+        if event == "success":
+            outcome = "success"
+        elif event == "death":
+            outcome = "dead"
+        elif status.get("failures"):
+            outcome = "failure"
+        else:
+            return  # (complete without failures: its success follows)
+        record = payloads.encode({"class": "batch", "error": f"batch {event}",
+                                  "message": f"{status.get('failures', 0)} failing job(s) in child batch",
+                                  "at": time.time()})
+        settle(runtime.get_redis(), for_config(config), parent, f"b:{status['bid']}", outcome, record,
+               config.batch_ttl)

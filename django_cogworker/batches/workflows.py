@@ -1,0 +1,212 @@
+"""Workflows: chain, group and chord, as thin helpers over batches (docs/batches.md).
+
+Every workflow runs as a batch, and every part of it that is not a single job as a child batch:
+
+- ``group(a, b, ...)``: a batch holding each member.
+- ``chain(a, b, ...)``: a batch holding one step at a time, each step a child batch of it. A
+  step's success callback (:class:`ChainNext`, pushed once by the step's batch) opens the chain's
+  batch, adds the next step to it, then settles the finished step in it: the chain's batch can't
+  complete between two steps. A step whose job dies tells the chain's batch (its death), and the
+  chain stops there: its success never fires, so no next step is pushed.
+- ``chord(group, callback)``: a chain of the group and the callback.
+
+A step asks for the previous step's return value with ``.with_previous()``: the value (a list of
+values, in the order of its members, for a group) is its first argument. Only the jobs of a step
+followed by such a step keep their return value (in their step's batch, for its TTL).
+
+The workflows' callbacks (``.on(event, Job, **options)``) are the outer batch's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import BatchError
+from ..push.job import Job, Signature, registered
+from .batch import Batch, _context
+
+
+class Node:
+    """A part of a workflow."""
+
+    takes_previous = False
+    _callbacks: list[tuple[str, type[Job], dict[str, Any]]]
+
+    def on(self, event: str, job_class: type[Job], **options: Any) -> Node:
+        """A callback of the workflow's batch (see :meth:`Batch.on`)."""
+        Batch().on(event, job_class, **options)  # (checks it now, at the call)
+        self._callbacks = [*getattr(self, "_callbacks", []), (event, job_class, options)]
+        return self
+
+    def perform_async(self, description: str = "") -> Batch:
+        """Start the workflow; return its batch (``.bid`` to follow it with ``Batch.status``)."""
+        batch = Batch(description or self.describe())
+        for event, job_class, options in getattr(self, "_callbacks", []):
+            batch.on(event, job_class, **options)
+        with batch.jobs():
+            self.launch(None, keep=False)
+        return batch
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def launch(self, previous: Any, keep: bool) -> str | None:
+        """Push this part inside the open jobs() block (``keep``: its jobs keep their return value);
+        return the jid of a single job (None for a part made of several)."""
+        raise NotImplementedError
+
+    def dump(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+Part = Node | Signature  # (a workflow's part: a single job, or a group, chain or chord of parts)
+
+
+class Group(Node):
+    """Members run at once, in one batch: ``group(A.s(1), A.s(2))``."""
+
+    def __init__(self, members: Sequence[Part]):
+        self.members = [_node(m) for m in members]
+        self.takes_previous = any(m.takes_previous for m in self.members)
+
+    def describe(self) -> str:
+        return f"group of {len(self.members)}"
+
+    def launch(self, previous: Any, keep: bool) -> str | None:
+        batch = Batch(self.describe())
+        with batch.jobs():
+            _launch_members(self.members, previous, keep)
+        return None
+
+    def dump(self) -> dict[str, Any]:
+        return {"t": "group", "m": [m.dump() for m in self.members]}
+
+
+class Chain(Node):
+    """Steps one after the other, each once the previous succeeded: ``chain(A.s(1), B.s(), C.s())``."""
+
+    def __init__(self, steps: Sequence[Part]):
+        if not steps:
+            raise BatchError("a chain needs at least one step")
+        self.steps = [_node(s) for s in steps]
+        self.takes_previous = self.steps[0].takes_previous
+
+    def describe(self) -> str:
+        return "chain of " + " -> ".join(s.describe() for s in self.steps)
+
+    def launch(self, previous: Any, keep: bool) -> str | None:
+        chain = Batch(self.describe())
+        with chain.jobs():
+            _start_step(chain.bid, [s.dump() for s in self.steps], 0, previous, keep)  # type: ignore[arg-type]
+        return None
+
+    def dump(self) -> dict[str, Any]:
+        return {"t": "chain", "s": [s.dump() for s in self.steps]}
+
+
+class Chord(Chain):
+    """A group, then a callback once every member succeeded: ``chord(group(...), Done.s())``."""
+
+    def __init__(self, header: Group | Sequence[Part], body: Part):
+        super().__init__([header if isinstance(header, Group) else Group(header), body])
+
+
+def chain(*steps: Part) -> Chain:
+    return Chain(steps)
+
+
+def group(*members: Part) -> Group:
+    return Group(members)
+
+
+def chord(header: Group | Sequence[Part], body: Part) -> Chord:
+    return Chord(header, body)
+
+
+def _node(node: Any) -> Part:
+    if not isinstance(node, (Node, Signature)):
+        raise BatchError(f"a workflow part must be a signature (MyJob.s(...)), a group, a chain or a chord, "
+                         f"got {node!r}")
+    return node
+
+
+def _launch_members(members: Sequence[Part], previous: Any, keep: bool) -> list[str | None]:
+    """Push each member in the open block (a member that isn't one job is a child batch); return
+    their jids (None for such a child)."""
+    return [member.launch(previous if member.takes_previous else None, keep) for member in members]
+
+
+def _start_step(chain_bid: str, steps: list[dict[str, Any]], index: int, previous: Any, keep_last: bool) -> None:
+    """Add step ``index`` of a chain, as a child batch of the chain's (whose jobs() block is open).
+
+    A group step's members are the step batch's own jobs; when the next step takes the previous
+    value, the step's batch keeps their order (``order``) and they keep their return values.
+    """
+    node = load(steps[index])
+    last = index == len(steps) - 1
+    keep = keep_last if last else load(steps[index + 1]).takes_previous
+    step = Batch(f"step {index + 1} of {len(steps)}: {node.describe()}")
+    step.propagate = ("death",)  # (its success is told by ChainNext, once the next step is added)
+    step.on("success", ChainNext, chain=chain_bid, steps=steps, index=index + 1, keep=keep_last)
+    with step.jobs():
+        members = node.members if isinstance(node, Group) else [node]
+        jids = _launch_members(members, previous, keep)
+        if keep:
+            redis, keys, _ttl = _context()
+            redis.hset(keys.batch(step.bid).meta, "order",  # type: ignore[arg-type]
+                       json.dumps({"group": isinstance(node, Group), "jids": jids}))
+
+
+def previous_value(step_bid: str) -> Any:
+    """The return value of a finished step: its job's, or a list of its members' for a group
+    (None for a member that was no single job)."""
+    redis, keys, _ttl = _context()
+    meta = keys.batch(step_bid).meta
+    order = json.loads(redis.hget(meta, "order") or b'{"group": false, "jids": []}')
+    values = [None if jid is None else _value(redis.hget(meta, f"result:{jid}")) for jid in order["jids"]]
+    return values if order["group"] else (values[0] if values else None)
+
+
+def _value(raw: bytes | None) -> Any:
+    return None if raw is None else json.loads(raw)
+
+
+def load(data: dict[str, Any]) -> Part:
+    """A node from :meth:`Node.dump` (a chain's steps travel in its callbacks' arguments)."""
+    kind = data["t"]
+    if kind == "sig":
+        job_class = registered(data["c"])
+        if job_class is None:
+            raise BatchError(f"workflow step {data['c']!r} is no job class registered in this worker")
+        return Signature(job_class, data["a"], data["k"], data["o"], data["p"])
+    if kind == "group":
+        return Group([load(m) for m in data["m"]])
+    if kind == "chain":
+        return Chain([load(s) for s in data["s"]])
+    raise BatchError(f"unknown workflow part {kind!r}")
+
+
+class ChainNext(Job):
+    """A chain step's success callback: adds the next step to the chain's batch, then settles the
+    finished step in it (in that order: the chain's batch can't complete in between)."""
+
+    name = "django_cogworker.chain_next"
+
+    def perform(self, status: dict[str, Any], chain: str, steps: list[dict[str, Any]], index: int,
+                keep: bool = False) -> None:
+        from ..push import runtime
+        from .steps import settle
+
+        redis, keys, ttl = _context()
+        finished = f"b:{status['bid']}"
+        if not redis.sismember(keys.batch(chain).pending, finished):
+            return  # (a run again after the step was settled: the next step was added then)
+        if index < len(steps):
+            node = load(steps[index])
+            previous = previous_value(status["bid"]) if node.takes_previous else None
+            with Batch(bid=chain).jobs():
+                _start_step(chain, steps, index, previous, keep)
+        settle(redis, keys, chain, finished, "success", "", runtime.get_config().batch_ttl)
+

@@ -1,0 +1,169 @@
+"""The scripts of batches (django_cogworker/batches/): every step that moves a batch's counters.
+
+Every script takes the batch's seven keys as KEYS[1..7], in :class:`~..keys.BatchKeys` order
+(meta, jobs, pending, failed, dead, open, outbox), all in the batch's one slot. A step that
+makes an event due (complete, success, death) writes its callbacks to the batch's outbox in the
+same script, once: the event's ``done_<event>`` stamp is set with HSETNX in that step, so no
+later step can fire it again. The outbox is then delivered to the callbacks' queues by
+BATCH_DELIVER, once per callback whatever the retries (batches/delivery.py).
+
+A job's step is idempotent by its jid: a success removes it from ``pending`` (a second one finds
+it gone and moves nothing), a failure records it in ``failed`` only while it is pending. So a job
+run again after its process died between the step and its ack moves no counter twice.
+"""
+
+from __future__ import annotations
+
+from ._base import Script
+
+# The status a callback receives, and what fires an event. ARGV[1] = bid, ARGV[2] = now (epoch
+# seconds), ARGV[3] = TTL of the batch's keys (seconds), in every script below.
+_COMMON = r"""
+local bid, now, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local PLACEHOLDER = '"\\u0000cogworker-batch-status\\u0000"'
+
+local function status(event)
+  local m = redis.call("HMGET", KEYS[1], "description", "created_at")
+  return cjson.encode({bid = bid, event = event, total = redis.call("SCARD", KEYS[2]),
+    pending = redis.call("SCARD", KEYS[3]), failures = redis.call("HLEN", KEYS[4]),
+    dead = redis.call("SCARD", KEYS[5]), created_at = tonumber(m[2]), description = m[1] or ""})
+end
+
+-- Writes the callbacks of `event` to the outbox (each stored at on(): [queue, jid, payload
+-- template], the template's first argument a placeholder for the status).
+local function fire(event)
+  local stored = redis.call("HGET", KEYS[1], "cb:" .. event)
+  if not stored then return end
+  local st = status(event)
+  for _, cb in ipairs(cjson.decode(stored)) do
+    local s, e = string.find(cb[3], PLACEHOLDER, 1, true)
+    local payload = string.sub(cb[3], 1, s - 1) .. st .. string.sub(cb[3], e + 1)
+    redis.call("RPUSH", KEYS[7], cjson.encode({cb[1], cb[2], payload}))
+  end
+end
+
+-- Fires complete (every job ran: each pending one is failing) and success (none pending), once
+-- each, when the batch is committed and no jobs() block is open on it.
+local function check()
+  local m = redis.call("HMGET", KEYS[1], "committed", "done_complete", "done_success")
+  if m[1] ~= "1" or redis.call("SCARD", KEYS[6]) > 0 then return end
+  local pending = redis.call("SCARD", KEYS[3])
+  if not m[2] and pending == redis.call("HLEN", KEYS[4]) then
+    redis.call("HSET", KEYS[1], "done_complete", now)
+    fire("complete")
+  end
+  if not m[3] and pending == 0 then
+    redis.call("HSET", KEYS[1], "done_success", now)
+    fire("success")
+  end
+end
+
+local function touch()
+  for i = 1, 7 do
+    redis.call("EXPIRE", KEYS[i], ttl)
+  end
+end
+"""
+
+# KEYS[1..7] = the batch's keys. ARGV[1..3] = bid, now, TTL; ARGV[4] = owner token of the
+# jobs() block; ARGV[5] = "1" when the block runs inside a job of this very batch, else "0";
+# ARGV[6] = "1" to create the batch when it doesn't exist; then field, value pairs to create it
+# with (description, created_at, parent, cb:<event> ...).
+# Opens a jobs() block: no event fires while a block is open. Refuses (-2) to open, from outside
+# the batch, a batch whose every job has run (complete): jobs added then would run after its
+# callbacks. Returns 1 opened (2: created), -1 no such batch (never created, or expired).
+BATCH_OPEN = Script(_COMMON + """
+if redis.call("EXISTS", KEYS[1]) == 0 then
+  if ARGV[6] ~= "1" then return -1 end
+  redis.call("HSET", KEYS[1], unpack(ARGV, 7))
+  redis.call("SADD", KEYS[6], ARGV[4])
+  touch()
+  return 2
+end
+if ARGV[5] ~= "1" and redis.call("HEXISTS", KEYS[1], "done_complete") == 1 then
+  return -2
+end
+redis.call("SADD", KEYS[6], ARGV[4])
+touch()
+return 1
+""")
+
+# KEYS[1..7] = the batch's keys. ARGV[1..3] = bid, now, TTL; ARGV[4] = owner token.
+# Closes a jobs() block: the batch is committed (its events may fire from now on) and fires
+# what is due: an empty batch completes and succeeds here. Returns the outbox's length.
+BATCH_CLOSE = Script(_COMMON + """
+if redis.call("EXISTS", KEYS[1]) == 0 then return -1 end
+redis.call("SREM", KEYS[6], ARGV[4])
+redis.call("HSET", KEYS[1], "committed", "1")
+check()
+touch()
+return redis.call("LLEN", KEYS[7])
+""")
+
+# KEYS[1..7] = the batch's keys. ARGV[1..3] = bid, now, TTL; ARGV[4] = "add" or "remove";
+# ARGV[5..] = jids (or "b:<bid>" of child batches).
+# Adds jobs to the batch before they are pushed, or removes those whose push failed or was
+# stopped (a middleware, a unique job's duplicate): the batch never counts a job never pushed.
+# A jid added again (a job that pushed it ran again) is pending again, and its new copy clears it.
+# Returns 1, or -1 when the batch doesn't exist.
+BATCH_ADD = Script(_COMMON + """
+if redis.call("EXISTS", KEYS[1]) == 0 then return -1 end
+for i = 5, #ARGV do
+  if ARGV[4] == "add" then
+    redis.call("SADD", KEYS[2], ARGV[i])
+    redis.call("SADD", KEYS[3], ARGV[i])
+    redis.call("HDEL", KEYS[4], ARGV[i])
+  else
+    redis.call("SREM", KEYS[2], ARGV[i])
+    redis.call("SREM", KEYS[3], ARGV[i])
+    redis.call("HDEL", KEYS[4], ARGV[i])
+    redis.call("SREM", KEYS[5], ARGV[i])
+  end
+end
+if ARGV[4] ~= "add" then check() end
+touch()
+return 1
+""")
+
+# KEYS[1..7] = the batch's keys. ARGV[1..3] = bid, now, TTL; ARGV[4] = the job's jid (or
+# "b:<bid>" of a child batch); ARGV[5] = its outcome: "success", "failure" (filed in retry, or
+# discarded) or "dead"; ARGV[6] = the failure's record (JSON) or "".
+# A job of the batch settled: moves the counters and fires what is due, in one step (the module's
+# header). Run before the job's ack or filing, and again with it until it goes through.
+# Returns the outbox's length (the caller delivers it), or -1 when the batch doesn't exist.
+BATCH_SETTLE = Script(_COMMON + """
+if redis.call("EXISTS", KEYS[1]) == 0 then return -1 end
+local jid, outcome = ARGV[4], ARGV[5]
+if outcome == "success" then
+  if redis.call("SREM", KEYS[3], jid) == 1 then
+    redis.call("HDEL", KEYS[4], jid)
+    redis.call("SREM", KEYS[5], jid)
+  end
+elseif redis.call("SISMEMBER", KEYS[3], jid) == 1 then
+  redis.call("HSET", KEYS[4], jid, ARGV[6])
+  if outcome == "dead" and redis.call("SADD", KEYS[5], jid) == 1
+      and redis.call("HSETNX", KEYS[1], "done_death", now) == 1 then
+    fire("death")
+  end
+end
+check()
+touch()
+return redis.call("LLEN", KEYS[7])
+""")
+
+# KEYS[1] = the callback's delivery mark (keys.batch_delivered, in its queue's slot), KEYS[2] =
+# its queue list, KEYS[3] = the queues set (absent on a cluster: the caller lists the queue).
+# ARGV[1] = the callback's payload, ARGV[2] = the mark's TTL (seconds), ARGV[3] = the queue name.
+# Pushes a fired callback to its queue unless its mark says it was delivered before: the caller
+# then takes it off the outbox (another slot on a cluster), and one that dies in between leaves it
+# there for the next delivery, which finds the mark and only takes it off. Returns 1 pushed, 0 not.
+BATCH_DELIVER = Script("""
+if not redis.call("SET", KEYS[1], "1", "NX", "EX", ARGV[2]) then
+  return 0
+end
+redis.call("LPUSH", KEYS[2], ARGV[1])
+if KEYS[3] then
+  redis.pcall("SADD", KEYS[3], ARGV[3])
+end
+return 1
+""")

@@ -1,0 +1,64 @@
+"""What a push needs to know of where it is made: inside a batch's ``jobs()`` block, inside a job.
+
+Two context variables, set by their owners and read by the client on each push:
+
+- ``batch``: the innermost open ``Batch.jobs()`` block (batches/batch.py), or None. A push made
+  in one carries the batch's bid, and the batch counts the job before it is written (and stops
+  counting it if it wasn't).
+- ``running``: the job this thread (or task) runs (:class:`Running`), set by the processor around
+  its run. A batch opened inside a job knows it from this (batches/batch.py).
+
+Context variables, not thread locals: an ``async def perform`` run through ``async_to_sync``
+sees the values of the thread that runs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any, Protocol
+
+
+class BatchScope(Protocol):
+    """An open ``jobs()`` block, as the client sees it."""
+
+    bid: str
+
+    def next_jids(self, n: int) -> list[str]: ...
+
+    def add(self, jids: list[str]) -> None: ...
+
+    def remove(self, jids: list[str]) -> None: ...
+
+
+class Running:
+    """The job a processor runs: its payload, and how many jobs() blocks it opened on each batch
+    (a block's owner token is made of the job's jid, the bid and that number: the same in a run
+    again of the job, so it adds the same jobs instead of others)."""
+
+    __slots__ = ("payload", "blocks")
+
+    def __init__(self, payload: dict[str, Any]):
+        self.payload = payload
+        self.blocks: dict[str, int] | None = None
+
+    def next_block(self, bid: str) -> int:
+        blocks = self.blocks
+        if blocks is None:
+            blocks = self.blocks = {}
+        n = blocks[bid] = blocks.get(bid, -1) + 1
+        return n
+
+
+batch: ContextVar[BatchScope | None] = ContextVar("cogworker_batch", default=None)
+running: ContextVar[Running | None] = ContextVar("cogworker_running_job", default=None)
+
+
+def open_batch(bid: str) -> Any:
+    """``Batch(bid=bid)``: what ``Job.batch`` returns (set by batches/batch.py, which imports this)."""
+    if _batch_factory is None:  # (the package's __init__ imports batches/: never, in practice)
+        raise RuntimeError("django_cogworker.batches is not imported")
+    return _batch_factory(bid)
+
+
+_batch_factory: Callable[[str], Any] | None = None
