@@ -46,15 +46,22 @@ class Node:
         for event, job_class, options in getattr(self, "_callbacks", []):
             batch.on(event, job_class, **options)
         with batch.jobs():
-            self.launch(None, keep=False)
+            self.fill(batch, None, keep=False)
         return batch
 
     def describe(self) -> str:
         raise NotImplementedError
 
     def launch(self, previous: Any, keep: bool) -> str | None:
-        """Push this part inside the open jobs() block (``keep``: its jobs keep their return value);
-        return the jid of a single job (None for a part made of several)."""
+        """Push this part inside the open jobs() block, as a child batch of it (``keep``: its jobs
+        keep their return value). Return None: a job's jid for a single job (Signature.launch)."""
+        batch = Batch(self.describe())
+        with batch.jobs():
+            self.fill(batch, previous, keep)
+        return None
+
+    def fill(self, batch: Batch, previous: Any, keep: bool) -> None:
+        """Push this part's contents into ``batch``, whose jobs() block is open."""
         raise NotImplementedError
 
     def dump(self) -> dict[str, Any]:
@@ -74,11 +81,8 @@ class Group(Node):
     def describe(self) -> str:
         return f"group of {len(self.members)}"
 
-    def launch(self, previous: Any, keep: bool) -> str | None:
-        batch = Batch(self.describe())
-        with batch.jobs():
-            _launch_members(self.members, previous, keep)
-        return None
+    def fill(self, batch: Batch, previous: Any, keep: bool) -> None:
+        _launch_members(self.members, previous, keep)
 
     def dump(self) -> dict[str, Any]:
         return {"t": "group", "m": [m.dump() for m in self.members]}
@@ -96,11 +100,8 @@ class Chain(Node):
     def describe(self) -> str:
         return "chain of " + " -> ".join(s.describe() for s in self.steps)
 
-    def launch(self, previous: Any, keep: bool) -> str | None:
-        chain = Batch(self.describe())
-        with chain.jobs():
-            _start_step(chain.bid, [s.dump() for s in self.steps], 0, previous, keep)  # type: ignore[arg-type]
-        return None
+    def fill(self, batch: Batch, previous: Any, keep: bool) -> None:
+        _start_step(batch.bid, [s.dump() for s in self.steps], 0, previous, keep)  # type: ignore[arg-type]
 
     def dump(self) -> dict[str, Any]:
         return {"t": "chain", "s": [s.dump() for s in self.steps]}
@@ -129,7 +130,7 @@ def _node(node: Any) -> Part:
     if not isinstance(node, (Node, Signature)):
         raise BatchError(f"a workflow part must be a signature (MyJob.s(...)), a group, a chain or a chord, "
                          f"got {node!r}")
-    return node
+    return node.check() if isinstance(node, Signature) else node
 
 
 def _launch_members(members: Sequence[Part], previous: Any, keep: bool) -> list[str | None]:

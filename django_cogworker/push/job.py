@@ -287,8 +287,13 @@ class Signature:
         check_json_native(self.args, "args")
         check_json_native(self.kwargs, "kwargs")
         JobSetter(job_class, self.options)  # (checks the options)
-        check_call(job_class, [None, *self.args] if takes_previous else self.args, self.kwargs,
-                   f"{job_class.name}.s(...): ")
+
+    def check(self) -> Signature:
+        """Raise TypeError if ``perform`` can't take these arguments (and the previous value, when
+        asked for): called by the workflow taking this step, as ``with_previous`` may come after."""
+        check_call(self.job_class, [None, *self.args] if self.takes_previous else self.args, self.kwargs,
+                   f"{self.job_class.name}.s(...): ")
+        return self
 
     def set(self, **options: Any) -> Signature:
         """The same step with push options (queue, retry, ...)."""

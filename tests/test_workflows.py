@@ -1,0 +1,102 @@
+"""Workflows (django_cogworker/batches/workflows.py): chain, group and chord over batches, with real
+workers: each step after the previous succeeded, the previous value for a step that asks for it,
+a dying step stopping its chain, nested parts, and bad parts refused at the call."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import FAST_ENV, Worker, wait_until
+
+from django_cogworker import Batch, BatchError, chain, chord, group
+from django_cogworker.broker.keys import Keys
+from testproject.demo.jobs import AddJob, BatchCallbackJob, BatchMemberJob, RecordJob, ValueJob
+
+K = Keys()
+
+
+def recorded(r, key: str) -> list:
+    return [json.loads(x) for x in r.lrange(key, 0, -1)]
+
+
+def callbacks(r, key="cb") -> list[str]:
+    return sorted(json.loads(x)["event"] for x in r.lrange(key, 0, -1))
+
+
+def run_until(tmp_path, predicate, timeout=30, message=""):
+    with Worker("-c", "4", env=FAST_ENV, log_path=tmp_path / "worker.log") as w:
+        w.wait_ready()
+        wait_until(predicate, timeout=timeout, message=message)
+        w.term()
+        w.wait(30)
+    return w
+
+
+def test_a_chain_runs_its_steps_in_order_each_taking_the_previous_value(tmp_path, r):
+    flow = chain(ValueJob.s(1, key="seen"), AddJob.s(2, "seen").with_previous(), AddJob.s(3, "seen").with_previous())
+    batch = flow.on("success", BatchCallbackJob, key="cb").perform_async()
+    assert r.llen(K.queue("default")) == 1  # only the first step is pushed
+    run_until(tmp_path, lambda: callbacks(r) == ["success"], message="the chain's success")
+    assert recorded(r, "seen") == [1, 3, 6]
+    status = Batch.status(batch.bid)
+    assert status.success and status.pending == 0 and status.total == 3  # the chain batch: one child per step
+
+
+def test_a_chord_runs_its_callback_once_with_every_member_s_value(tmp_path, r):
+    flow = chord(group(*[ValueJob.s(i) for i in range(1, 6)]), AddJob.s(100, "sum").with_previous())
+    flow.on("complete", BatchCallbackJob, key="cb").on("success", BatchCallbackJob, key="cb").perform_async()
+    run_until(tmp_path, lambda: callbacks(r) == ["complete", "success"], message="the chord's callbacks")
+    assert recorded(r, "sum") == [115]
+
+
+def test_a_step_that_dies_stops_the_chain_and_fires_its_death(tmp_path, r):
+    flow = chain(BatchMemberJob.s("m", fails=-1), RecordJob.s("never"))
+    flow.on("death", BatchCallbackJob, key="cb").on("success", BatchCallbackJob, key="cb")
+    flow.on("complete", BatchCallbackJob, key="cb")
+    batch = flow.perform_async()
+    run_until(tmp_path, lambda: callbacks(r) == ["complete", "death"], message="death and complete")
+    assert r.llen("never") == 0 and r.zcard(K.dead) == 1
+    status = Batch.status(batch.bid)
+    assert status.dead == 1 and not status.success
+
+
+def test_nested_and_mixed_parts_run_in_order(tmp_path, r):
+    # a chain whose middle step is a group holding a chain; each records when it runs
+    flow = chain(
+        ValueJob.s("first", key="order"),
+        group(chain(ValueJob.s("inner-1", key="order"), ValueJob.s("inner-2", key="order")),
+              ValueJob.s("beside", key="order")),
+        ValueJob.s("last", key="order"),
+    )
+    flow.on("success", BatchCallbackJob, key="cb").perform_async()
+    run_until(tmp_path, lambda: callbacks(r) == ["success"], message="the workflow's success")
+    order = recorded(r, "order")
+    assert order[0] == "first" and order[-1] == "last"
+    assert sorted(order[1:4]) == ["beside", "inner-1", "inner-2"]
+    assert order.index("inner-1") < order.index("inner-2")
+
+
+def test_a_group_step_gives_the_next_step_its_members_values_in_order(tmp_path, r):
+    flow = chain(group(ValueJob.s(1), ValueJob.s(2), ValueJob.s(3)), ValueJob.s(key="values").with_previous())
+    flow.perform_async()
+    run_until(tmp_path, lambda: r.llen("values") == 1, message="the last step")
+    assert recorded(r, "values") == [[1, 2, 3]]
+
+
+def test_bad_parts_are_refused_at_the_call(r):
+    with pytest.raises(BatchError, match="at least one step"):
+        chain()
+    with pytest.raises(BatchError, match="must be a signature"):
+        chain(ValueJob.s(1), 5)
+    with pytest.raises(BatchError, match="must be a signature"):
+        group(ValueJob)
+    with pytest.raises(TypeError, match="args"):
+        ValueJob.s(object())
+    with pytest.raises(TypeError, match="can't take"):
+        chain(RecordJob.s("key", "value", "one too many"))
+    with pytest.raises(TypeError, match="can't take"):
+        group(RecordJob.s("key", "value").with_previous())  # (no room for the previous value)
+    with pytest.raises(BatchError, match="unknown batch event"):
+        chain(ValueJob.s(1)).on("finished", BatchCallbackJob)
+    assert r.dbsize() == 0  # nothing pushed, no batch made
