@@ -100,3 +100,20 @@ def test_bad_parts_are_refused_at_the_call(r):
     with pytest.raises(BatchError, match="unknown batch event"):
         chain(ValueJob.s(1)).on("finished", BatchCallbackJob)
     assert r.dbsize() == 0  # nothing pushed, no batch made
+
+
+def test_callback_queue_takes_every_callback_and_hand_over_of_a_workflow(tmp_path, r):
+    flow = chain(group(ValueJob.s(1), ValueJob.s(2)), ValueJob.s(key="values").with_previous())
+    flow.on("success", BatchCallbackJob, key="cb").perform_async(callback_queue="hand-overs")
+    with Worker("-q", "default", env=FAST_ENV, log_path=tmp_path / "worker.log") as w:
+        w.wait_ready()
+        wait_until(lambda: r.llen(K.queue("hand-overs")) == 1, timeout=20, message="the step's hand-over queued")
+        assert r.llen("values") == 0  # (nobody serves that queue here: the chain waits for it)
+        w.term()
+        w.wait(30)
+    with Worker("-q", "default", "-q", "hand-overs", env=FAST_ENV, log_path=tmp_path / "worker2.log") as w:
+        w.wait_ready()
+        wait_until(lambda: callbacks(r) == ["success"], timeout=30, message="the chain's success")
+        w.term()
+        w.wait(30)
+    assert recorded(r, "values") == [[1, 2]]

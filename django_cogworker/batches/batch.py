@@ -48,18 +48,23 @@ class Batch:
 
     ``description``: shown in the admin. ``bid``: open an existing batch (to add jobs to it);
     without it a new one is made at the first ``jobs()``. ``ttl``: seconds its data lives after its
-    last step (BATCH_TTL by default).
+    last step (BATCH_TTL by default). ``callback_queue``: the queue of its callbacks (by default
+    each callback class's own) and of what tells a parent batch (by default "default").
     """
 
-    def __init__(self, description: str = "", *, bid: str | None = None, ttl: float | None = None):
+    def __init__(self, description: str = "", *, bid: str | None = None, ttl: float | None = None,
+                 callback_queue: str | None = None):
         if not isinstance(description, str):
             raise TypeError(f"a batch's description must be a string, got {description!r}")
         if bid is not None and (not isinstance(bid, str) or not bid):
             raise TypeError(f"bid must be a non-empty string, got {bid!r}")
         if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0):
             raise TypeError(f"a batch's ttl must be a positive number of seconds, got {ttl!r}")
+        if callback_queue is not None and (not isinstance(callback_queue, str) or not callback_queue):
+            raise TypeError(f"callback_queue must be a non-empty string, got {callback_queue!r}")
         self.bid: str | None = bid
         self.description = description
+        self.callback_queue = callback_queue
         self.ttl = ttl
         self._existing = bid is not None  # (opened by bid: never created here)
         self._opened = False
@@ -84,8 +89,11 @@ class Batch:
         except TypeError as exc:
             raise TypeError(f"batch callback {job_class.name} on {event!r}: {exc}") from None
         check_call(job_class, [{}], options, f"batch callback {job_class.name} on {event!r}: ")
-        self._add_callback(event, JobSetter(job_class, {}).build([STATUS_PLACEHOLDER], options))
+        self._add_callback(event, self._setter(job_class).build([STATUS_PLACEHOLDER], options))
         return self
+
+    def _setter(self, job_class: type[Job]) -> JobSetter:
+        return JobSetter(job_class, {"queue": self.callback_queue} if self.callback_queue else {})
 
     def _add_callback(self, event: str, payload: dict[str, Any]) -> None:
         self._callbacks.setdefault(event, []).append([payload["queue"], payload["jid"], payloads.encode(payload)])
@@ -142,7 +150,7 @@ class Batch:
                 redis.zadd(keys.batches, {bid: time.time()})
             except Exception as exc:  # (the listing only: the batch works without it)
                 logger.warning("batch %s not listed in %s: %s", bid, keys.batches, exc)
-        scope = _Scope(bid, bk, redis, ttl, owner, deterministic)
+        scope = _Scope(bid, bk, redis, ttl, owner, deterministic, self.callback_queue)
         token = _scope.batch.set(scope)
         try:
             yield self
@@ -157,7 +165,7 @@ class Batch:
         from .steps import BatchChildDone
 
         for event in self.propagate:
-            self._add_callback(event, JobSetter(BatchChildDone, {}).build([STATUS_PLACEHOLDER], {"parent": parent}))
+            self._add_callback(event, self._setter(BatchChildDone).build([STATUS_PLACEHOLDER], {"parent": parent}))
 
     # -- reading -------------------------------------------------------------
 
@@ -224,8 +232,10 @@ class _Scope:
     the same ones instead of new ones that would never be pushed if it died between.
     """
 
-    def __init__(self, bid: str, bk: BatchKeys, redis: Any, ttl: float, owner: str, deterministic: bool):
+    def __init__(self, bid: str, bk: BatchKeys, redis: Any, ttl: float, owner: str, deterministic: bool,
+                 callback_queue: str | None = None):
         self.bid = bid
+        self.callback_queue = callback_queue  # (a workflow's nested parts take it: workflows.py)
         self.bk = bk
         self.redis = redis
         self.ttl = ttl

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import BatchError
+from ..push import scope as _scope
 from ..push.job import Job, Signature, registered
 from .batch import Batch, _context
 
@@ -40,9 +41,10 @@ class Node:
         self._callbacks = [*getattr(self, "_callbacks", []), (event, job_class, options)]
         return self
 
-    def perform_async(self, description: str = "") -> Batch:
-        """Start the workflow; return its batch (``.bid`` to follow it with ``Batch.status``)."""
-        batch = Batch(description or self.describe())
+    def perform_async(self, description: str = "", callback_queue: str | None = None) -> Batch:
+        """Start the workflow; return its batch (``.bid`` to follow it with ``Batch.status``).
+        ``callback_queue``: the queue of its callbacks and of the steps' hand-overs (Batch)."""
+        batch = Batch(description or self.describe(), callback_queue=callback_queue)
         for event, job_class, options in getattr(self, "_callbacks", []):
             batch.on(event, job_class, **options)
         with batch.jobs():
@@ -55,7 +57,8 @@ class Node:
     def launch(self, previous: Any, keep: bool) -> str | None:
         """Push this part inside the open jobs() block, as a child batch of it (``keep``: its jobs
         keep their return value). Return None: a job's jid for a single job (Signature.launch)."""
-        batch = Batch(self.describe())
+        outer = _scope.batch.get()
+        batch = Batch(self.describe(), callback_queue=getattr(outer, "callback_queue", None))
         with batch.jobs():
             self.fill(batch, previous, keep)
         return None
@@ -101,7 +104,8 @@ class Chain(Node):
         return "chain of " + " -> ".join(s.describe() for s in self.steps)
 
     def fill(self, batch: Batch, previous: Any, keep: bool) -> None:
-        _start_step(batch.bid, [s.dump() for s in self.steps], 0, previous, keep)  # type: ignore[arg-type]
+        _start_step(batch.bid, [s.dump() for s in self.steps], 0, previous, keep,  # type: ignore[arg-type]
+                    batch.callback_queue)
 
     def dump(self) -> dict[str, Any]:
         return {"t": "chain", "s": [s.dump() for s in self.steps]}
@@ -139,7 +143,8 @@ def _launch_members(members: Sequence[Part], previous: Any, keep: bool) -> list[
     return [member.launch(previous if member.takes_previous else None, keep) for member in members]
 
 
-def _start_step(chain_bid: str, steps: list[dict[str, Any]], index: int, previous: Any, keep_last: bool) -> None:
+def _start_step(chain_bid: str, steps: list[dict[str, Any]], index: int, previous: Any, keep_last: bool,
+                callback_queue: str | None) -> None:
     """Add step ``index`` of a chain, as a child batch of the chain's (whose jobs() block is open).
 
     A group step's members are the step batch's own jobs; when the next step takes the previous
@@ -148,9 +153,10 @@ def _start_step(chain_bid: str, steps: list[dict[str, Any]], index: int, previou
     node = load(steps[index])
     last = index == len(steps) - 1
     keep = keep_last if last else load(steps[index + 1]).takes_previous
-    step = Batch(f"step {index + 1} of {len(steps)}: {node.describe()}")
+    step = Batch(f"step {index + 1} of {len(steps)}: {node.describe()}", callback_queue=callback_queue)
     step.propagate = ("death",)  # (its success is told by ChainNext, once the next step is added)
-    step.on("success", ChainNext, chain=chain_bid, steps=steps, index=index + 1, keep=keep_last)
+    step.on("success", ChainNext, chain=chain_bid, steps=steps, index=index + 1, keep=keep_last,
+            callback_queue=callback_queue)
     with step.jobs():
         members = node.members if isinstance(node, Group) else [node]
         jids = _launch_members(members, previous, keep)
@@ -196,7 +202,7 @@ class ChainNext(Job):
     name = "django_cogworker.chain_next"
 
     def perform(self, status: dict[str, Any], chain: str, steps: list[dict[str, Any]], index: int,
-                keep: bool = False) -> None:
+                keep: bool = False, callback_queue: str | None = None) -> None:
         from ..push import runtime
         from .steps import settle
 
@@ -207,7 +213,7 @@ class ChainNext(Job):
         if index < len(steps):
             node = load(steps[index])
             previous = previous_value(status["bid"]) if node.takes_previous else None
-            with Batch(bid=chain).jobs():
-                _start_step(chain, steps, index, previous, keep)
+            with Batch(bid=chain, callback_queue=callback_queue).jobs():
+                _start_step(chain, steps, index, previous, keep, callback_queue)
         settle(redis, keys, chain, finished, "success", "", runtime.get_config().batch_ttl)
 
