@@ -471,3 +471,20 @@ def test_the_walk_of_retry_all_goes_on_after_an_entry_gone_among_others_of_its_s
         if len(walked) % 2:
             rb.zrem(KEYS.retry, last[0])  # moved: the next call finds its place without it
     assert walked == expected and rb.zcard(KEYS.retry) == len(expected) // 2  # (the others stayed: stuck)
+
+
+def test_killing_a_retrying_job_of_a_batch_tells_its_batch_which_fires_its_death_once(rb, r):
+    from django_cogworker import Batch
+    from django_cogworker.batches import steps
+    from testproject.demo.jobs import BatchCallbackJob, RecordJob
+
+    batch = Batch().on("death", BatchCallbackJob, key="cb")
+    with batch.jobs():
+        jid = RecordJob.perform_async("k")
+    raw = rb.rpop(KEYS.queue("default"))  # (as a worker takes it, and its run failed:)
+    steps.settle(rb, KEYS, batch.bid, jid, "failure", '{"error": "boom"}', 60)
+    token = zadd(rb, KEYS.retry, json.loads(raw), time.time() + 60)
+    assert api.RetrySet().find(token).kill() is True
+    status = Batch.status(batch.bid)
+    assert (status.dead, status.death, status.pending) == (1, True, 1)
+    assert [json.loads(p)["class"] for p in r.lrange(KEYS.queue("default"), 0, -1)] == [BatchCallbackJob.name]

@@ -13,9 +13,11 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from ..batches import steps as batch_steps
 from ..broker import crossings, scripts
 from ..broker.keys import Keys
 from ..broker.types import RedisClient
+from ..conf import Config
 from ..push import payload as payloads
 from ..push import unique
 from . import _base, records
@@ -146,6 +148,12 @@ class SortedEntry(JobRecord):
         except Poison as exc:
             text = reencode(poison_letter(entry, f"{KILLED_REASON}; it {exc.reason}", now))
         below, cap = p.dead_limits(now)
+        bid = None if entry.parse_error else entry.payload.get("bid")
+        if isinstance(bid, str):
+            # (Its batch first, as when a worker sends a job to dead: its death fires, once.)
+            batch_steps.settle(p.redis, p.keys, bid, str(entry.payload.get("jid")), "dead", payloads.encode(
+                {"class": payloads.safe_string(str(entry.payload.get("class")), 200), "error": "Killed",
+                 "message": KILLED_REASON, "at": now}), p.batch_ttl())
         return bool(scripts.MOVE_BETWEEN_ZSETS(p.redis, [p.key, p.keys.dead], [entry.raw, now, text, below, cap]))
 
 
@@ -341,15 +349,25 @@ class SortedSet:
 
     def dead_limits(self, now: float) -> tuple[Any, Any]:
         """(drop dead entries scored below this, keep at most this many), as the engine trims."""
-        config = self._config
-        if config is None:
-            try:
-                from ..push import runtime
-
-                config = runtime.get_config()
-            except Exception:  # no Django settings (a bare shell): no trim, rather than refusing
-                return "", ""
+        config = self._settings()
+        if config is None:  # no Django settings (a bare shell): no trim, rather than refusing
+            return "", ""
         return now - config.dead_timeout, config.dead_max_jobs
+
+    def batch_ttl(self) -> float:
+        """BATCH_TTL (its default without Django settings)."""
+        config = self._settings()
+        return config.batch_ttl if config is not None else Config.batch_ttl
+
+    def _settings(self) -> Any:
+        if self._config is not None:
+            return self._config
+        try:
+            from ..push import runtime
+
+            return runtime.get_config()
+        except Exception:
+            return None
 
 
 class ScheduledSet(SortedSet):
