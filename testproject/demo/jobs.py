@@ -66,6 +66,23 @@ class ScheduledHello(Job):
         log.info("ScheduledHello %s: hello, %s!", self.jid, name)
 
 
+class ReceiptsSent(Job):
+    """A batch's success callback: logs the batch's status."""
+
+    def perform(self, status, orders):
+        log.info("ReceiptsSent: batch %s succeeded: %d receipts sent (orders %s)", status["bid"], status["total"],
+                 orders)
+
+
+class Tally(Job):
+    """A chain step: adds `n` to the previous step's value (when given one) and logs it."""
+
+    def perform(self, *values):
+        total = sum(values)
+        log.info("Tally %s: %s = %d", self.jid, " + ".join(map(str, values)), total)
+        return total
+
+
 # --- used by tests/ ----------------------------------------------------------------------
 
 

@@ -1,10 +1,12 @@
 from django.core.management.base import BaseCommand
 
-from testproject.demo.jobs import FlakyJob, ScheduledHello, SendReceipt
+from django_cogworker import Batch, chain
+from testproject.demo.jobs import FlakyJob, ReceiptsSent, ScheduledHello, SendReceipt, Tally
 
 
 class Command(BaseCommand):
-    help = "Enqueue the demo jobs: a SendReceipt, a FlakyJob (succeeds on retry), a ScheduledHello in 5 s."
+    help = ("Enqueue the demo jobs: a SendReceipt, a FlakyJob (succeeds on retry), a ScheduledHello in 5 s, "
+            "a batch of three SendReceipts with a success callback, and a chain of two steps.")
 
     def handle(self, *args, **options):
         jids = {
@@ -14,3 +16,10 @@ class Command(BaseCommand):
         }
         for name, jid in jids.items():
             self.stdout.write(f"enqueued {name}: {jid}")
+        batch = Batch(description="demo: three receipts").on("success", ReceiptsSent, orders=[2, 3, 4])
+        with batch.jobs():
+            for order_id in (2, 3, 4):
+                SendReceipt.perform_async(order_id)
+        self.stdout.write(f"enqueued a batch of 3 SendReceipts with a success callback: bid {batch.bid}")
+        flow = chain(Tally.s(2), Tally.s(3).with_previous()).perform_async(description="demo: a chain")
+        self.stdout.write(f"enqueued a chain Tally(2) -> Tally(3, previous): bid {flow.bid}")
