@@ -160,3 +160,23 @@ def test_callback_options_must_fit_the_callback(r):
 
     with pytest.raises(TypeError):
         Batch().on("success", NoOptions, extra=1)
+
+
+def test_a_child_s_dead_job_fires_the_parent_s_death_at_once_and_its_complete_only_once_the_child_completed(
+        tmp_path, r):
+    parent = Batch("parent").on("death", BatchCallbackJob, key="cb").on("complete", BatchCallbackJob, key="cb")
+    with parent.jobs():
+        child = Batch("child")
+        with child.jobs():
+            BatchMemberJob.perform_async("m", fails=-1)
+            slow = BatchMemberJob.perform_async("m", seconds=3)
+    with worker(tmp_path) as w:
+        w.wait_ready()
+        wait_until(lambda: [c["event"] for c in callbacks(r)] == ["death"], timeout=20, message="the parent's death")
+        assert not Batch.status(parent.bid).complete and not r.hexists("m:done", slow)  # (the slow job runs)
+        wait_until(lambda: len(callbacks(r)) == 2, timeout=20, message="the parent's complete")
+        w.term()
+        w.wait(30)
+    assert r.hexists("m:done", slow)
+    status = Batch.status(parent.bid)
+    assert (status.pending, status.failures, status.dead, status.complete, status.success) == (1, 1, 1, True, False)

@@ -69,8 +69,8 @@ class Batch:
         self._existing = bid is not None  # (opened by bid: never created here)
         self._opened = False
         self._callbacks: dict[str, list[list[str]]] = {}
-        # Events that tell a parent batch (set when made inside the parent's jobs() block).
-        self.propagate: tuple[str, ...] = EVENTS
+        # A chain's step (workflows.py): its success is told to the chain by ChainNext, not here.
+        self.chain_step = False
 
     # -- callbacks -----------------------------------------------------------
 
@@ -136,9 +136,14 @@ class Batch:
                 fields += [f"cb:{event}", payloads.encode(callbacks)]
             if parent:
                 outer.add([f"b:{bid}"])  # type: ignore[union-attr]
-        opened = scripts.BATCH_OPEN(redis, bk, [bid, repr(time.time()), _ttl(ttl), owner,
-                                                "1" if inside or (creating and deterministic) else "0",
-                                                "1" if creating else "0", *fields])
+        try:
+            opened = scripts.BATCH_OPEN(redis, bk, [bid, repr(time.time()), _ttl(ttl), owner,
+                                                    "1" if inside or (creating and deterministic) else "0",
+                                                    "1" if creating else "0", *fields])
+        except BaseException:
+            if creating and outer is not None:
+                outer.remove([f"b:{bid}"])  # (a parent must not wait for a child never made)
+            raise
         if opened == -1:
             raise BatchNotFound(bid)
         if opened == -2:
@@ -164,8 +169,9 @@ class Batch:
         """Make this batch a child of ``parent``: its events tell the parent (steps.BatchChildDone)."""
         from .steps import BatchChildDone
 
-        for event in self.propagate:
-            self._add_callback(event, self._setter(BatchChildDone).build([STATUS_PLACEHOLDER], {"parent": parent}))
+        options: dict[str, Any] = {"parent": parent, "step": True} if self.chain_step else {"parent": parent}
+        for event in ("complete", "death") if self.chain_step else EVENTS:
+            self._add_callback(event, self._setter(BatchChildDone).build([STATUS_PLACEHOLDER], options))
 
     # -- reading -------------------------------------------------------------
 

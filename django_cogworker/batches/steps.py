@@ -81,7 +81,7 @@ class BatchChildDone(Job):
 
     name = "django_cogworker.batch_child_done"
 
-    def perform(self, status: dict[str, Any], parent: str) -> None:
+    def perform(self, status: dict[str, Any], parent: str, step: bool = False) -> None:
         from ..broker.keys import for_config
         from ..push import runtime
 
@@ -90,8 +90,12 @@ class BatchChildDone(Job):
         if event == "success":
             outcome = "success"
         elif event == "death":
-            outcome = "dead"
-        elif status.get("failures"):
+            # (The child fails its parent once it completes, as its other jobs may still run; a
+            # chain's step that completed before this death was not failing its chain: it is now.)
+            outcome = "dead" if step and status.get("pending") == status.get("failures") else "death"
+        elif status.get("failures") and (not step or status.get("dead")):
+            # (A chain's step fails its chain only with a dead job: a failing one may yet succeed,
+            # and the chain's later steps have not run.)
             outcome = "failure"
         else:
             return  # (complete without failures: its success follows)

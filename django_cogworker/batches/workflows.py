@@ -154,7 +154,7 @@ def _start_step(chain_bid: str, steps: list[dict[str, Any]], index: int, previou
     last = index == len(steps) - 1
     keep = keep_last if last else load(steps[index + 1]).takes_previous
     step = Batch(f"step {index + 1} of {len(steps)}: {node.describe()}", callback_queue=callback_queue)
-    step.propagate = ("death",)  # (its success is told by ChainNext, once the next step is added)
+    step.chain_step = True  # (its success is told by ChainNext, once the next step is added)
     step.on("success", ChainNext, chain=chain_bid, steps=steps, index=index + 1, keep=keep_last,
             callback_queue=callback_queue)
     with step.jobs():

@@ -127,7 +127,8 @@ return 1
 
 # KEYS[1..7] = the batch's keys. ARGV[1..3] = bid, now, TTL; ARGV[4] = the job's jid (or
 # "b:<bid>" of a child batch); ARGV[5] = its outcome: "success", "failure" (filed in retry, or
-# discarded) or "dead"; ARGV[6] = the failure's record (JSON) or "".
+# discarded), "dead", or "death" (a child batch's job died; it fails when it completes);
+# ARGV[6] = the failure's record (JSON) or "".
 # A job of the batch settled: moves the counters and fires what is due, in one step (the module's
 # header). Run before the job's ack or filing, and again with it until it goes through.
 # Returns the outbox's length (the caller delivers it), or -1 when the batch doesn't exist.
@@ -138,6 +139,13 @@ if outcome == "success" then
   if redis.call("SREM", KEYS[3], jid) == 1 then
     redis.call("HDEL", KEYS[4], jid)
     redis.call("SREM", KEYS[5], jid)
+  end
+elseif outcome == "death" then
+  -- (a child batch had a job die: the parent's death fires, but the child is not failing until
+  -- it completes: its other jobs may still run)
+  if redis.call("SISMEMBER", KEYS[3], jid) == 1 and redis.call("SADD", KEYS[5], jid) == 1
+      and redis.call("HSETNX", KEYS[1], "done_death", now) == 1 then
+    fire("death")
   end
 elseif redis.call("SISMEMBER", KEYS[3], jid) == 1 then
   redis.call("HSET", KEYS[4], jid, ARGV[6])
