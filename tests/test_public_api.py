@@ -7,6 +7,9 @@ import importlib.metadata
 import django_cogworker
 
 EXPECTED = [
+    "Batch",
+    "BatchError",
+    "BatchNotFound",
     "CogworkerError",
     "ConfigError",
     "Job",
@@ -16,8 +19,11 @@ EXPECTED = [
     "UnknownJobError",
     "WrongTypeError",
     "__version__",
+    "chain",
+    "chord",
     "get_redis",
     "get_result",
+    "group",
     "periodic",
 ]
 
