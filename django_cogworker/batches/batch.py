@@ -161,9 +161,13 @@ class Batch:
             yield self
         finally:
             _scope.batch.reset(token)
+            # (Entered first: a closer that dies between the close and its delivery leaves it to
+            # the workers' sweep, delivery.py.)
+            score = delivery.closing(redis, keys, bid, time.time())
             waiting = scripts.BATCH_CLOSE(redis, bk, [bid, repr(time.time()), _ttl(ttl), owner])
             if waiting and int(waiting) > 0:
                 delivery.deliver(redis, keys, bid, ttl)
+            delivery.closed(redis, keys, bid, score)
 
     def _link(self, parent: str) -> None:
         """Make this batch a child of ``parent``: its events tell the parent (steps.BatchChildDone)."""

@@ -7,6 +7,11 @@ outbox. On a cluster the mark and the queue are in the queue's slot and the outb
 batch's, so these are two steps; one that dies between them leaves the callback on the outbox
 with its mark set, and the next delivery (the job's step run again: its ack waits for this)
 only takes it off. Pushed once either way.
+
+The one deliverer that no job stands behind is the pusher whose jobs() block fires the events as
+it closes (an empty batch; a batch whose jobs all ran while its block was open). It enters the
+batch in ``batch_closing`` before the close, and takes it off once it delivered: a closer that died
+in between leaves it there, and :func:`sweep_closing` (the workers' housekeeping) delivers it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,10 @@ from typing import Any
 
 from ..broker import scripts
 from ..broker.keys import Keys
+
+# A closing older than this is taken for its closer's death: its own delivery takes milliseconds.
+CLOSING_GRACE = 30.0
+SWEEP_BATCH = 100  # closings looked at per sweep at most
 
 logger = logging.getLogger(__name__)
 
@@ -36,4 +45,38 @@ def deliver(redis: Any, keys: Keys, bid: str, ttl: float) -> int:
             if keys.spread:
                 redis.sadd(keys.queues, queue)
         redis.lrem(bk.outbox, 1, entry)
+    return pushed
+
+
+def closing(redis: Any, keys: Keys, bid: str, now: float) -> float:
+    """Enter ``bid`` in ``batch_closing`` before its block's close; return its score, for :func:`closed`."""
+    redis.zadd(keys.batch_closing, {bid: now})
+    return now
+
+
+def closed(redis: Any, keys: Keys, bid: str, score: float) -> None:
+    """Its callbacks are delivered: forget the closing (unless another began since)."""
+    scripts.BATCH_CLOSED(redis, [keys.batch_closing], [bid, repr(score)])
+
+
+def sweep_closing(redis: Any, keys: Keys, ttl: float, now: float) -> int:
+    """Deliver the callbacks of closings older than CLOSING_GRACE (their closer died between the
+    close and its delivery); return how many were pushed. A closing whose block never closed
+    (its closer died inside it) waits while the batch lives: it may still close; once the batch
+    expired, it goes."""
+    pushed = 0
+    for raw, score in redis.zrangebyscore(keys.batch_closing, "-inf", now - CLOSING_GRACE, start=0,
+                                          num=SWEEP_BATCH, withscores=True):
+        bid = raw.decode() if isinstance(raw, bytes) else raw
+        bk = keys.batch(bid)
+        if not redis.exists(bk.meta):
+            closed(redis, keys, bid, score)
+            continue
+        pushed += deliver(redis, keys, bid, ttl)
+        if redis.scard(bk.open) == 0 and redis.llen(bk.outbox) == 0:
+            closed(redis, keys, bid, score)
+        else:
+            redis.zadd(keys.batch_closing, {bid: now}, xx=True)  # (looked at again a grace later)
+    if pushed:
+        logger.warning("delivered %d batch callback(s) whose pusher died as it closed their batch", pushed)
     return pushed

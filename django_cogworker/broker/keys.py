@@ -54,6 +54,9 @@ result:<jid>                  hash    a job's result (opt-in: tasks, ``result_tt
                                       status, times, return value, errors, worker ids         _ttl
 batches                       zset    bid -> created_at of every batch (for listing; pruned   -
                                       of expired ones as it is read)
+batch_closing                 zset    bid -> when a jobs() block began closing it; taken off  -
+                                      once its callbacks are delivered (a sweep delivers
+                                      those of a closer that died: batches/delivery.py)
 batch:<bid>:*                 -       one batch (batches/): meta (hash), jobs, pending, open  BATCH_TTL
                                       (sets), failed (hash), dead (set), outbox (list);       refreshed
                                       cluster: ``{cogworker:b:<bid>}:batch:*`` (its own slot)  each step
@@ -137,6 +140,7 @@ class Keys:
         self.periodic_enabled_at = p + "periodic:enabled_at"
         self.quarantine_prefix = p + "quarantine:"
         self.batches = p + "batches"
+        self.batch_closing = p + "batch_closing"
 
     def queue_prefix(self, name: str) -> str:
         """The prefix of queue ``name``'s keys: its own slot on a cluster, else the prefix."""
@@ -288,7 +292,7 @@ class Keys:
             self.periodic_schedule: "hash", self.periodic_disabled: "set", self.periodic_enabled_at: "hash",
             self.stat_processed: "string", self.stat_failed: "string",
             self.stat_class_processed: "hash", self.stat_class_failed: "hash", self.stat_class_seconds: "hash",
-            self.batches: "zset",
+            self.batches: "zset", self.batch_closing: "zset",
         }
 
 

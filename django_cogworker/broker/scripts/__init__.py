@@ -27,7 +27,7 @@ from .admin import (
     SCAN_PREVIEW,
     requeue_from_zset_batch_args,
 )
-from .batches import BATCH_ADD, BATCH_CLOSE, BATCH_DELIVER, BATCH_OPEN, BATCH_SETTLE
+from .batches import BATCH_ADD, BATCH_CLOSE, BATCH_CLOSED, BATCH_DELIVER, BATCH_OPEN, BATCH_SETTLE
 from .jobs import (
     CLAIM_AND_REQUEUE,
     FETCH_BASIC,
@@ -82,6 +82,7 @@ __all__ = [
     "UNLEASE",
     "BATCH_OPEN",
     "BATCH_CLOSE",
+    "BATCH_CLOSED",
     "BATCH_ADD",
     "BATCH_SETTLE",
     "BATCH_DELIVER",

@@ -175,3 +175,14 @@ if KEYS[3] then
 end
 return 1
 """)
+
+# KEYS[1] = batch_closing (the home slot). ARGV[1] = bid, ARGV[2] = its score as read.
+# Forgets a closing once its callbacks are delivered, unless another block began closing the
+# batch since (a new score): that one's callbacks may still have to be delivered.
+BATCH_CLOSED = Script("""
+local score = redis.call("ZSCORE", KEYS[1], ARGV[1])
+if score and tonumber(score) == tonumber(ARGV[2]) then
+  return redis.call("ZREM", KEYS[1], ARGV[1])
+end
+return 0
+""")

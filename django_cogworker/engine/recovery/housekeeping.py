@@ -10,7 +10,9 @@ on its own (only a lost connection fails the round):
    recovered by another process: the periodic ticker waits for it, so an
    interrupted ``until_executed`` run is requeued before its next slot can fire;
 3. unsettled jobs: records that some process handed over at its shutdown
-   (jobs that ran but whose retry/dead filing failed) filed where they belong.
+   (jobs that ran but whose retry/dead filing failed) filed where they belong;
+4. batch closings: callbacks fired by a jobs() block's close whose pusher died before it
+   delivered them (batches/delivery.py).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import threading
 import time
 from collections.abc import Callable
 
+from ...batches import delivery
 from ...broker.keys import Keys
 from ...broker.types import RedisClient
+from ...conf import Config
 from ..loops import Step
 from ..settle.retry import RetryPolicy
 from ..settle.settling import file_unsettled
@@ -41,7 +45,7 @@ class Housekeeping:
     """
 
     def __init__(self, redis: RedisClient, keys: Keys, retry: RetryPolicy, key_guard: KeyGuard, orphans: OrphanRecovery,
-                 key_guard_interval: float,
+                 key_guard_interval: float, batch_ttl: float = Config.batch_ttl,
                  monotonic: Callable[[], float] = time.monotonic):
         self.redis = redis
         self.keys = keys
@@ -49,6 +53,7 @@ class Housekeeping:
         self.key_guard = key_guard
         self.orphans = orphans
         self.key_guard_interval = key_guard_interval
+        self.batch_ttl = batch_ttl
         self.monotonic = monotonic
         self.first_orphan_check_done = threading.Event()
         self._next_guard = 0.0  # (monotonic) the first round checks at once
@@ -56,7 +61,7 @@ class Housekeeping:
     def steps(self) -> tuple[Step, ...]:
         """The round's housekeeping steps, in order, named for the log."""
         return (("key guard", self.guard), ("orphan check", self.orphan_check),
-                ("unsettled filing", self.file_unsettled))
+                ("unsettled filing", self.file_unsettled), ("batch closings", self.sweep_batch_closings))
 
     def guard(self) -> None:
         """Run the key guard if KEY_GUARD_INTERVAL has passed since it last ran."""
@@ -77,3 +82,6 @@ class Housekeeping:
 
     def file_unsettled(self) -> int:
         return file_unsettled(self.redis, self.keys, self.retry)
+
+    def sweep_batch_closings(self) -> int:
+        return delivery.sweep_closing(self.redis, self.keys, self.batch_ttl, time.time())

@@ -74,7 +74,8 @@ class Poller(LoopThread):
         self.rng = rng or random.Random()
         self.clock = clock
         self._init_thread("cogworker-poller")
-        self.housekeeping = Housekeeping(redis, keys, retry, key_guard, orphans, config.key_guard_interval)
+        self.housekeeping = Housekeeping(redis, keys, retry, key_guard, orphans, config.key_guard_interval,
+                                         config.batch_ttl)
         self.due = DueSweep(redis, keys, retry, self.rng, clock, self.stop_event)
         self.wakeups = Wakeups(redis, keys, self.due.expect, clock, self.stop_event,
                                timed_every=lambda: config.poll_interval_average * max(self.process_count(), 1))

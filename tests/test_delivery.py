@@ -1,0 +1,74 @@
+"""Delivering batch callbacks (django_cogworker/batches/delivery.py): once each, and, when the pusher
+whose jobs() block fired them died before it delivered them, by the workers' housekeeping."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from helpers import FAST_ENV, Worker, wait_until
+
+from django_cogworker import Batch
+from django_cogworker.batches import delivery
+from django_cogworker.broker.keys import Keys
+from testproject.demo.jobs import BatchCallbackJob
+
+K = Keys()
+
+
+def queued(r, queue):
+    return [json.loads(p)["class"] for p in r.lrange(K.queue(queue), 0, -1)]
+
+
+def closer_dies_before_delivering(monkeypatch) -> Batch:
+    """An empty batch whose close fires complete and success, its pusher 'dying' before delivery."""
+    def die(*args, **kwargs):
+        raise SystemExit("killed")
+
+    batch = Batch(callback_queue="callbacks")
+    batch.on("complete", BatchCallbackJob, key="cb").on("success", BatchCallbackJob, key="cb")
+    with monkeypatch.context() as m:
+        m.setattr(delivery, "deliver", die)
+        with pytest.raises(SystemExit):
+            with batch.jobs():
+                pass
+    return batch
+
+
+def test_a_closer_that_died_before_delivering_has_its_callbacks_delivered_once_by_the_sweep(monkeypatch, r, rb):
+    batch = closer_dies_before_delivering(monkeypatch)
+    assert Batch.status(batch.bid).success and queued(r, "callbacks") == []
+    assert r.llen(K.batch(batch.bid).outbox) == 2 and r.zscore(K.batch_closing, batch.bid)
+    now = time.time()
+    assert delivery.sweep_closing(rb, K, 60, now) == 0  # (within the grace: its closer may be delivering)
+    assert delivery.sweep_closing(rb, K, 60, now + delivery.CLOSING_GRACE + 1) == 2
+    assert delivery.sweep_closing(rb, K, 60, now + delivery.CLOSING_GRACE + 1) == 0
+    assert queued(r, "callbacks") == [BatchCallbackJob.name] * 2
+    assert r.llen(K.batch(batch.bid).outbox) == 0 and r.zcard(K.batch_closing) == 0
+
+
+def test_a_closing_is_kept_while_its_block_is_open_and_forgotten_once_its_batch_expired(r, rb):
+    batch = Batch()
+    later = time.time() + delivery.CLOSING_GRACE + 1
+    with batch.jobs():
+        delivery.closing(rb, K, batch.bid, time.time())  # (as another block of it, begun closing)
+        assert delivery.sweep_closing(rb, K, 60, later) == 0
+        assert r.zscore(K.batch_closing, batch.bid)  # (this block is open: kept)
+    assert r.zcard(K.batch_closing) == 0  # (our close delivered and forgot it: the score is its own)
+    delivery.closing(rb, K, "gone", time.time())
+    delivery.sweep_closing(rb, K, 60, later)
+    assert r.zcard(K.batch_closing) == 0
+
+
+def test_a_worker_s_housekeeping_delivers_a_dead_closer_s_callbacks(monkeypatch, tmp_path, r):
+    batch = closer_dies_before_delivering(monkeypatch)
+    r.zadd(K.batch_closing, {batch.bid: time.time() - delivery.CLOSING_GRACE - 1})  # (its closer died a while ago)
+    with Worker(env=FAST_ENV, log_path=tmp_path / "worker.log") as w:  # (serving default, not "callbacks")
+        w.wait_ready()
+        wait_until(lambda: len(queued(r, "callbacks")) == 2, timeout=20, message="the callbacks delivered")
+        wait_until(lambda: r.zcard(K.batch_closing) == 0, timeout=5)
+        w.term()
+        w.wait(30)
+    assert queued(r, "callbacks") == [BatchCallbackJob.name] * 2
+    assert "delivered 2 batch callback(s) whose pusher died" in w.log()
