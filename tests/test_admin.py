@@ -743,7 +743,7 @@ def test_a_batch_page_shows_its_jobs_where_they_are_its_children_and_callbacks(v
     assert f'href="{BASE}dead/?q={jids[0]}">find in Dead' in jobs
     assert f'href="{BASE}retry/?q={jids[1]}">find in Retries' in jobs
     assert "timeout talking to the bank" in jobs
-    assert "1 dead · 1 failing · 2 pending · 0 succeeded" in re.sub(r"<[^>]+>", "", jobs)
+    assert "1 dead · 1 failing · 2 waiting · 0 succeeded" in re.sub(r"<[^>]+>", "", jobs)
     assert f'batch <a href="{BASE}batches/{child.bid}/">' in jobs
     children = page[page.index("<h2>Child batches</h2>"):page.index('class="module cw-jobs"')]
     assert "its child" in children and "in progress" in children
@@ -768,8 +768,8 @@ def test_a_batch_page_lists_a_bounded_number_of_jobs_and_counts_the_rest(viewer,
         RecordJob.perform_bulk([["seen", n] for n in range(10)])
     page = viewer.get(f"{BASE}batches/{big.bid}/").content.decode()
     jobs = page[page.index('class="module cw-jobs"'):]
-    assert jobs.count('<span class="cw-flag">pending</span>') == 3
-    assert "10 pending (3 listed)" in re.sub(r"<[^>]+>", "", jobs)
+    assert jobs.count('<span class="cw-flag">waiting</span>') == 3
+    assert "10 waiting (3 listed)" in re.sub(r"<[^>]+>", "", jobs)
 
 
 def test_a_batch_page_for_an_unknown_or_expired_bid_is_404(viewer):

@@ -113,12 +113,12 @@ def test_a_detail_lists_each_job_where_it_is_the_dead_and_failing_first_with_the
     assert detail is not None and detail.complete
     assert [(job.jid, job.state) for job in detail.jobs[:2]] == [(jids[3], "dead"), (jids[2], "failing")]
     assert sorted(job.jid for job in detail.jobs[2:4]) == sorted(jids[4:]) and {
-        job.state for job in detail.jobs[2:4]} == {"pending"}
+        job.state for job in detail.jobs[2:4]} == {"waiting"}
     assert sorted(job.jid for job in detail.jobs[4:]) == sorted(jids[:2]) and {
         job.state for job in detail.jobs[4:]} == {"succeeded"}
     dead = detail.jobs[0].failure
     assert (dead["class"], dead["error"], dead["message"]) == (RECORD_JOB, "ValueError", "no such customer")
-    assert detail.tally() == [("dead", 1, 1), ("failing", 1, 1), ("pending", 2, 2), ("succeeded", 2, 2)]
+    assert detail.tally() == [("dead", 1, 1), ("failing", 1, 1), ("waiting", 2, 2), ("succeeded", 2, 2)]
     callbacks = {cb.event: cb for cb in detail.callbacks}
     assert (callbacks["complete"].state, callbacks["success"].state) == ("not fired", "not fired")
     death = callbacks["death"]
@@ -142,14 +142,14 @@ def test_a_detail_is_bounded_and_says_how_many_it_does_not_list(rb, monkeypatch)
         step(batch.bid, jid, "success")
     detail = api.BatchSet().get(batch.bid)
     assert [job.state for job in detail.jobs] == ["dead"] * 3 + ["failing"] * 2
-    assert detail.tally() == [("dead", 3, 3), ("failing", 7, 2), ("pending", 280, 0), ("succeeded", 10, 0)]
+    assert detail.tally() == [("dead", 3, 3), ("failing", 7, 2), ("waiting", 280, 0), ("succeeded", 10, 0)]
     # A walk of the batch's members stops at MEMBER_SCAN_LIMIT, and says so; the counts stay exact.
     monkeypatch.setattr(api_batches, "JOB_LIMIT", 500)
     monkeypatch.setattr(_base, "SCAN_COUNT", 10)
     monkeypatch.setattr(api_batches, "MEMBER_SCAN_LIMIT", 20)
     detail = api.BatchSet().get(batch.bid)
     assert not detail.complete and len(detail.jobs) < 300
-    assert detail.tally()[2][:2] == ("pending", 280) and detail.summary.total == 300
+    assert detail.tally()[2][:2] == ("waiting", 280) and detail.summary.total == 300
 
 
 def test_child_batches_are_listed_with_their_progress_and_their_parent(rb):

@@ -21,7 +21,7 @@ JOB_STATES = {
     "dead": "in the dead set: it won't run again unless retried from there",
     "failing": "its last run failed: it waits in Retries for its next attempt (or was discarded, "
                "pushed with dead=False)",
-    "pending": "waiting in its queue, scheduled, or running",
+    "waiting": "waiting in its queue, scheduled, or running",
     "succeeded": "ran and succeeded",
 }
 

@@ -41,7 +41,7 @@ PRUNE_CHUNK = 100  # bids ``prune`` looks at per round trip, from the oldest
 PRUNE_LIMIT = 1_000  # bids one ``prune`` looks at at most
 STATE_SAMPLE = 1_000  # the newest batches ``BatchSet.states`` counts (the metrics' sample)
 STATES = ("incomplete", "complete_with_failures", "succeeded")
-JOB_STATES = ("dead", "failing", "pending", "succeeded")
+JOB_STATES = ("dead", "failing", "waiting", "succeeded")
 _FIELDS = ("description", "created_at", "parent", "committed", "done_complete", "done_success", "done_death")
 
 
@@ -168,7 +168,7 @@ class BatchCallback:
 
 @dataclasses.dataclass
 class BatchDetail:
-    """One batch, bounded (the module's header): ``jobs`` the dead, failing, pending, then succeeded
+    """One batch, bounded (the module's header): ``jobs`` the dead, failing, waiting, then succeeded
     ones, at most JOB_LIMIT; ``children`` (bid, summary, None when expired); ``callbacks``."""
 
     summary: BatchSummary
@@ -180,7 +180,7 @@ class BatchDetail:
     def tally(self) -> list[tuple[str, int, int]]:
         """(state, how many jobs are in it, how many of those are listed) for each of JOB_STATES."""
         s = self.summary
-        counts = {"dead": s.dead, "failing": s.failing, "pending": s.waiting, "succeeded": s.succeeded}
+        counts = {"dead": s.dead, "failing": s.failing, "waiting": s.waiting, "succeeded": s.succeeded}
         return [(state, counts[state], sum(job.state == state for job in self.jobs)) for state in JOB_STATES]
 
     @classmethod
@@ -307,7 +307,7 @@ def _walk(redis: RedisClient, key: str, budget: _Budget, *, hash_: bool = False,
 
 def _jobs(redis: RedisClient, bk: BatchKeys, summary: BatchSummary, budget: _Budget) -> list[BatchJob]:
     """Up to JOB_LIMIT jobs: the dead, then the failing (the latest failure first of each), then
-    the pending, then the succeeded."""
+    the waiting (or running), then the succeeded."""
     rows: list[BatchJob] = []
     _fill(rows, redis, bk.dead, budget, "dead", lambda jids: jids)
     failing: dict[str, Any] = {}
@@ -324,7 +324,7 @@ def _jobs(redis: RedisClient, bk: BatchKeys, summary: BatchSummary, budget: _Bud
     del rows[JOB_LIMIT:]
     if summary.waiting:
         every_failing_read = len(failing) >= summary.failing  # (else a pending one may be failing, unread)
-        _fill(rows, redis, bk.pending, budget, "pending",
+        _fill(rows, redis, bk.pending, budget, "waiting",
               lambda jids: jids if every_failing_read else _absent(redis, bk.failed, jids, hash_=True))
     if summary.succeeded:
         _fill(rows, redis, bk.jobs, budget, "succeeded", lambda jids: _absent(redis, bk.pending, jids))
