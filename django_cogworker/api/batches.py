@@ -224,10 +224,10 @@ class BatchSet:
     def get(self, bid: str) -> BatchDetail | None:
         return BatchDetail.read(bid, redis=self.redis, keys=self.keys)
 
-    def prune(self, limit: int = PRUNE_LIMIT) -> int:
+    def prune(self, limit: int | None = None) -> int:
         """Take expired batches off the listing, from the oldest, PRUNE_CHUNK a round trip, until a chunk
-        has none (expiry follows age, mostly) or ``limit`` were looked at; return how many."""
-        removed, rank, seen = 0, 0, 0
+        has none (expiry follows age, mostly) or ``limit`` (PRUNE_LIMIT) were looked at; return how many."""
+        removed, rank, seen, limit = 0, 0, 0, PRUNE_LIMIT if limit is None else limit
         while seen < limit:
             listed = self._range(rank, rank + min(PRUNE_CHUNK, limit - seen) - 1, newest=False)
             if not listed:
@@ -241,10 +241,10 @@ class BatchSet:
             rank += len(listed) - forgotten
         return removed
 
-    def states(self, limit: int = STATE_SAMPLE) -> dict[str, int]:
-        """How many of the ``limit`` newest batches are in each of STATES, in one round trip after
-        the listing's (the expired ones met are taken off, and not counted)."""
-        listed = self._range(0, limit - 1)
+    def states(self, limit: int | None = None) -> dict[str, int]:
+        """How many of the ``limit`` (STATE_SAMPLE) newest batches are in each of STATES, in one round trip
+        after the listing's (the expired ones met are taken off, and not counted)."""
+        listed = self._range(0, (STATE_SAMPLE if limit is None else limit) - 1)
         counts = dict.fromkeys(STATES, 0)
         pipe = self.redis.pipeline(transaction=False)
         for member, _ in listed:
