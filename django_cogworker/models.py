@@ -61,6 +61,15 @@ class Dead(_Page):
         verbose_name = verbose_name_plural = "dead"
 
 
+class Batches(_Page):
+    """Batches and their jobs (read only): named "job batches", as the admin index sorts by name and
+    would list "Batches" before the Dashboard; the class is not ``Batch``, which is the batch API's
+    (``django_cogworker.Batch``). Its URL is ``batches/``."""
+
+    class Meta(_Page.Meta):
+        verbose_name, verbose_name_plural = "job batch", "job batches"
+
+
 class Periodic(_Page):
     class Meta(_Page.Meta):
         verbose_name = verbose_name_plural = "periodic"
@@ -72,6 +81,7 @@ class Quarantine(_Page):
 
 
 # In the order of the pages' tab bar.
-PAGES: tuple[type[models.Model], ...] = (Dashboard, Queue, Busy, Scheduled, Retry, Dead, Periodic, Quarantine)
+PAGES: tuple[type[models.Model], ...] = (Dashboard, Queue, Busy, Scheduled, Retry, Dead, Batches, Periodic,
+                                         Quarantine)
 # Pages without an action: listed with a "View" link, whatever the user may change.
-READ_ONLY_PAGES: tuple[type[models.Model], ...] = (Dashboard,)
+READ_ONLY_PAGES: tuple[type[models.Model], ...] = (Dashboard, Batches)

@@ -13,12 +13,16 @@ from typing import Any
 
 import redis as redis_lib
 
+from django_cogworker import Batch
+from django_cogworker.batches.steps import BatchSteps, step_for
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.recovery.key_guard import KeyGuard
 from django_cogworker.engine.schedule.periodic_ticker import Ticker
 from django_cogworker.engine.settle.stats import day_of
 from django_cogworker.push import payload as payloads
+from django_cogworker.push import runtime
 from django_cogworker.push.periodic import Entry
+from testproject.demo.jobs import RecordJob
 
 XSS = "<script>alert('cogworker')</script>"
 XSS_ESCAPED = "&lt;script&gt;alert(&#x27;cogworker&#x27;)&lt;/script&gt;"
@@ -120,7 +124,20 @@ def seed(r: redis_lib.Redis) -> dict[str, Any]:
         r.set(KEYS.stat("failed", day), 20 + 5 * (back % 4))
     r.set(KEYS.stat_processed, 123456)
     r.set(KEYS.stat_failed, 789)
+    batch = Batch(description=f"import {XSS}")  # (no jobs, no callbacks: nothing pushed, the counts above stay)
+    with batch.jobs():
+        pass
+    seeded["batch"] = batch.bid
     return seeded
+
+
+def batch_step(bid: str, jid: str, outcome: str, message: str = "", klass: str = RECORD_JOB) -> None:
+    """The batch step of job ``jid`` settling with ``outcome`` ("success", "failure", "dead"), as a
+    worker's settlement runs it (``BatchSteps.run`` of the processor's ``step_for``), without the job."""
+    config = runtime.get_config()
+    steps = BatchSteps(runtime.get_redis(), Keys(config.key_prefix), config.batch_ttl)
+    steps.run(step_for({"bid": bid, "jid": jid, "class": klass}, outcome, "ack",
+                       exc=None if outcome == "success" else ValueError(message)))
 
 
 # -- realistic data, for the screenshots in docs/ -----------------------------------------------
@@ -187,4 +204,29 @@ def demo(r: redis_lib.Redis) -> dict[str, Any]:
         r.set(KEYS.stat("failed", day), 40 + 9 * (back % 5) + (120 if back == 12 else 0))
     r.set(KEYS.stat_processed, 1_284_903)
     r.set(KEYS.stat_failed, 2_417)
+    shown["batch"] = demo_batch(r)
     return shown
+
+
+def demo_batch(r: redis_lib.Redis) -> str:
+    """A supplier feed's import, most of it run: the batch page of the screenshots. Its jobs' steps
+    are run here as a worker's would be; their pushes are then taken off the queue (a worker took them)."""
+    prices = Batch("Reprice acme's catalogue")
+    with prices.jobs():
+        reprice = RecordJob.set(queue="imports").perform_bulk([[{"sku": n}] for n in range(40)])
+    for jid in reprice:
+        batch_step(prices.bid, jid, "success", klass="catalog.jobs.Reprice")
+    feed = Batch("Import supplier feed acme 2026-12-03").on("success", RecordJob)
+    with feed.jobs():
+        jids = RecordJob.set(queue="imports").perform_bulk([[{"rows": f"{n}-{n + 99}"}]
+                                                            for n in range(0, 12_000, 100)])
+    for jid in jids[:-9]:
+        batch_step(feed.bid, jid, "success", klass="catalog.jobs.ImportRows")
+    for n, jid in enumerate(jids[-9:-7]):
+        batch_step(feed.bid, jid, "failure", f"row {1824 + n * 377}: price 'N/A' is not a number",
+                   klass="catalog.jobs.ImportRows")
+    batch_step(feed.bid, jids[-7], "dead", "supplier feed returned HTTP 404 for page 113",
+               klass="catalog.jobs.ImportRows")
+    r.delete(KEYS.queue("imports"))
+    r.srem(KEYS.queues, "imports")
+    return feed.bid

@@ -20,7 +20,7 @@ from django_cogworker.push import payload as payloads
 pytestmark = pytest.mark.django_db
 
 BASE = "/admin/django_cogworker/"
-PAGES = ["dashboard/", "queue/", "busy/", "scheduled/", "retry/", "dead/", "periodic/", "quarantine/"]
+PAGES = ["dashboard/", "queue/", "busy/", "scheduled/", "retry/", "dead/", "batches/", "periodic/", "quarantine/"]
 
 
 @pytest.fixture
@@ -60,7 +60,8 @@ def changer():
 def all_urls(seeded) -> list[str]:
     token_urls = [f"{BASE}{page}/job/{quote(seeded[page])}/" for page in ("scheduled", "retry", "dead")]
     return ([BASE + p for p in PAGES] + [BASE, f"{BASE}queue/default/", f"{BASE}queue/{quote(XSS_QUEUE)}/",
-                                         f"{BASE}dashboard/?refresh=5", f"{BASE}dead/?job={RECORD_JOB}&q=seed"]
+                                         f"{BASE}dashboard/?refresh=5", f"{BASE}dead/?job={RECORD_JOB}&q=seed",
+                                         f"{BASE}batches/{seeded['batch']}/"]
             + token_urls)
 
 
@@ -139,8 +140,8 @@ def test_the_admin_index_lists_the_dashboard_first_with_a_view_link(admin_client
         page = client.get("/admin/").content.decode()
         links = re.findall(rf'<a href="{BASE}([a-z]+)/" class="(viewlink|changelink)"', page)
         assert links[0] == ("dashboard", "viewlink"), links
-        assert [name for name, _ in links] == ["dashboard", "dead", "periodic", "busy", "quarantine", "queue",
-                                                "retry", "scheduled"]
+        assert [name for name, _ in links] == ["dashboard", "dead", "batches", "periodic", "busy", "quarantine",
+                                                "queue", "retry", "scheduled"]
     links = dict(re.findall(rf'<a href="{BASE}([a-z]+)/" class="(viewlink|changelink)"',
                             admin_client.get("/admin/").content.decode()))
     assert {name for name, kind in links.items() if kind == "changelink"} == {
@@ -149,6 +150,7 @@ def test_the_admin_index_lists_the_dashboard_first_with_a_view_link(admin_client
                             viewer.get("/admin/").content.decode()))
     assert set(links.values()) == {"viewlink"}
     assert ">Processes<" in admin_client.get(BASE + "busy/").content.decode()
+    assert ">Job batches<" in admin_client.get(BASE + "batches/").content.decode()
 
 
 def test_queue_jobs_are_paginated(admin_client, rb):
@@ -355,7 +357,8 @@ def test_posts_need_the_csrf_token(seeded):
 
 
 def test_pages_without_actions_refuse_posts(admin_client, seeded):
-    for url in (BASE + "dashboard/", f"{BASE}queue/default/", f"{BASE}dead/job/{quote(seeded['dead'])}/"):
+    for url in (BASE + "dashboard/", f"{BASE}queue/default/", f"{BASE}dead/job/{quote(seeded['dead'])}/",
+                BASE + "batches/", f"{BASE}batches/{seeded['batch']}/"):
         assert admin_client.post(url, {"action": "clear"}).status_code == 405, url
 
 
@@ -682,3 +685,120 @@ def test_busy_groups_the_workers_of_a_supervisor_in_slot_order(admin_client, rb)
     assert "host:4242:abc123" in content and "#</span> host:4242" not in content
     assert [p.index for p in api.ProcessSet()] == [0, 1, None]
     assert {p.supervisor for p in api.ProcessSet()} == {supervisor, ""}
+
+
+# -- batches (read only: made with the real API; their jobs' steps run here, as a worker's settlement runs them)
+
+
+def _batches_with_every_state():
+    """A finished batch, one whose jobs have failed and died (with a child batch and callbacks), and
+    one in progress, oldest first; with the jids of the second."""
+    from admin_fixtures import batch_step
+
+    from django_cogworker import Batch
+    from testproject.demo.jobs import BatchCallbackJob, RecordJob
+
+    done = Batch("all done")
+    with done.jobs():
+        (done_jid,) = [RecordJob.perform_async("seen")]
+    batch_step(done.bid, done_jid, "success")
+    broken = Batch(f"import {XSS}").on("death", BatchCallbackJob, key="cb").on("success", BatchCallbackJob, key="cb")
+    with broken.jobs():
+        jids = [RecordJob.perform_async("seen", n) for n in range(3)]
+        child = Batch("its child")
+        with child.jobs():
+            RecordJob.perform_async("seen")
+    batch_step(broken.bid, jids[0], "dead", f"no such customer {XSS}")
+    batch_step(broken.bid, jids[1], "failure", "timeout talking to the bank")
+    running = Batch("running")
+    with running.jobs():
+        RecordJob.perform_async("seen")
+    return done, broken, child, running, jids
+
+
+def test_the_batches_page_lists_them_newest_first_with_progress_and_state(viewer):
+    done, broken, child, running, _ = _batches_with_every_state()
+    page = viewer.get(BASE + "batches/").content.decode()
+    rows = re.findall(rf'<td class="cw-key"><a href="{BASE}batches/([0-9a-f]+)/">', page)
+    assert rows == [running.bid, child.bid, broken.bid, done.bid]
+    row = lambda bid: page[page.index(f'<td class="cw-key"><a href="{BASE}batches/{bid}/">'):].split("</tr>")[0]  # noqa: E731
+    assert "1 / 1" in row(done.bid) and "cw-ok\">succeeded<" in row(done.bid)
+    broken_row = row(broken.bid)
+    assert "0 / 4" in broken_row and "a job died" in broken_row and "in progress" in broken_row
+    assert re.findall(r"<td>(\d+)</td>", broken_row) == ["4", "2", "1"]  # pending, failures, dead
+    assert 'class="cw-bar-failing" style="width: 25.0%"' in broken_row
+    assert 'class="cw-bar-dead" style="width: 25.0%"' in broken_row
+    assert f"child of <a href=\"{BASE}batches/{broken.bid}/\">" in row(child.bid)
+    assert XSS not in page and XSS_ESCAPED in page
+    assert 'name="action"' not in page
+
+
+def test_a_batch_page_shows_its_jobs_where_they_are_its_children_and_callbacks(viewer):
+    _, broken, child, _, jids = _batches_with_every_state()
+    page = viewer.get(f"{BASE}batches/{broken.bid}/").content.decode()
+    jobs = page[page.index('class="module cw-jobs"'):]
+    # The dead first, then the failing, each with its error and a link to find it where it is.
+    assert jobs.index(jids[0]) < jobs.index(jids[1]) < jobs.index(jids[2])
+    assert f"no such customer {XSS_ESCAPED}" in jobs and XSS not in page
+    assert f'href="{BASE}dead/?q={jids[0]}">find in Dead' in jobs
+    assert f'href="{BASE}retry/?q={jids[1]}">find in Retries' in jobs
+    assert "timeout talking to the bank" in jobs
+    assert "1 dead · 1 failing · 2 waiting · 0 succeeded" in re.sub(r"<[^>]+>", "", jobs)
+    assert f'batch <a href="{BASE}batches/{child.bid}/">' in jobs
+    children = page[page.index("<h2>Child batches</h2>"):page.index('class="module cw-jobs"')]
+    assert "its child" in children and "in progress" in children
+    callbacks = page[page.index('class="module cw-callbacks"'):page.index("<h2>Child batches</h2>")]
+    death = callbacks[callbacks.index("<td>death</td>"):].split("</tr>")[0]
+    assert "pushed" in death and "not in Retries or Dead" in death
+    success = callbacks[callbacks.index("<td>success</td>"):].split("</tr>")[0]
+    assert "not fired" in success
+    # The child's page names its parent.
+    assert f'<dt>Parent</dt><dd><a href="{BASE}batches/{broken.bid}/">' in viewer.get(
+        f"{BASE}batches/{child.bid}/").content.decode()
+
+
+def test_a_batch_page_lists_a_bounded_number_of_jobs_and_counts_the_rest(viewer, monkeypatch):
+    from django_cogworker import Batch
+    from django_cogworker.api import batches as api_batches
+    from testproject.demo.jobs import RecordJob
+
+    monkeypatch.setattr(api_batches, "JOB_LIMIT", 3)
+    big = Batch("big")
+    with big.jobs():
+        RecordJob.perform_bulk([["seen", n] for n in range(10)])
+    page = viewer.get(f"{BASE}batches/{big.bid}/").content.decode()
+    jobs = page[page.index('class="module cw-jobs"'):]
+    assert jobs.count('<span class="cw-flag">waiting</span>') == 3
+    assert "10 waiting (3 listed)" in re.sub(r"<[^>]+>", "", jobs)
+
+
+def test_a_batch_page_for_an_unknown_or_expired_bid_is_404(viewer):
+    from helpers import wait_until
+
+    from django_cogworker import Batch
+
+    assert viewer.get(f"{BASE}batches/no-such-bid/").status_code == 404
+    short = Batch("short", ttl=1)
+    with short.jobs():
+        pass
+    assert viewer.get(f"{BASE}batches/{short.bid}/").status_code == 200
+    wait_until(lambda: viewer.get(f"{BASE}batches/{short.bid}/").status_code == 404, timeout=5,
+               message="its data expired")
+    assert short.bid not in viewer.get(BASE + "batches/").content.decode()
+
+
+def test_the_progress_bar_keeps_its_widths_in_a_locale_with_a_decimal_comma(viewer, settings):
+    # Floats are localized in templates: under "de", a width of 33.3% was written "33,3%", no width at all.
+    from admin_fixtures import batch_step
+
+    from django_cogworker import Batch
+    from testproject.demo.jobs import RecordJob
+
+    settings.LANGUAGE_CODE = "de"
+    third = Batch("a third done")
+    with third.jobs():
+        jids = [RecordJob.perform_async("seen", n) for n in range(3)]
+    batch_step(third.bid, jids[0], "success")
+    page = viewer.get(BASE + "batches/", HTTP_ACCEPT_LANGUAGE="de").content.decode()
+    assert 'lang="de"' in page
+    assert 'class="cw-bar-succeeded" style="width: 33.3%"' in page

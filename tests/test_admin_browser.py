@@ -118,6 +118,7 @@ PAGES = [("/admin/", "Site administration", "admin_index"),
          (BASE + "scheduled/", "Scheduled", "scheduled"),
          (BASE + "retry/", "Retries", "retries"),
          (BASE + "dead/", "Dead", "dead"),
+         (BASE + "batches/", "Job batches", "batches"),
          (BASE + "periodic/", "Periodic", "periodic"),
          (BASE + "quarantine/", "Quarantine", "quarantine")]
 
@@ -147,12 +148,14 @@ def test_every_page_in_a_browser_runs_no_script_of_the_data(logged_in, live_serv
 
 def test_screenshots_of_every_page_with_realistic_data(logged_in, live_server, rb):
     # The docs' screenshots showed the escaping test's queue `evil<script>alert('cogworker')</script>`.
-    demo(rb)
+    shown = demo(rb)
     b = logged_in
     for path, heading, name in PAGES:
         open_page(b, live_server, path, heading)
         assert "<script>" not in b.find_element(By.TAG_NAME, "main").text
         screenshot(b, name)
+    open_page(b, live_server, f"{BASE}batches/{shown['batch']}/", "Batch Import supplier feed acme 2026-12-03")
+    screenshot(b, "batch_detail")
     open_page(b, live_server, BASE + "queue/", "Queues")
     assert "no process reads it" in b.find_element(By.XPATH, "//tr[td[contains(., 'reports')]]").text
     open_page(b, live_server, BASE + "retry/", "Retries")
@@ -177,6 +180,35 @@ def test_retry_a_dead_job_and_see_it_run(logged_in, live_server, rb):
         ran = wait_until(lambda: rb.lrange("browser:ran", 0, -1), timeout=15, message="the retried job ran")
         assert ran == [dead["jid"].encode()]
     assert rb.zcard(KEYS.dead) == 0
+
+
+def test_a_batch_whose_callback_raises_shows_it_failing_and_links_to_its_retry(logged_in, live_server, rb):
+    # A real worker runs the batch's jobs, then its success callback, which raises and is retried
+    # like any job: the batch's page says where it waits, with its error, and opens its entry.
+    from django_cogworker import Batch
+    from testproject.demo.jobs import FailJob, RecordJob
+
+    batch = Batch("nightly export").on("success", FailJob)
+    with batch.jobs():
+        for n in range(3):
+            RecordJob.perform_async("browser:batch", n)
+    with Worker("-c", "2", env=FAST_ENV) as worker:
+        worker.wait_ready()
+        wait_until(lambda: rb.zcard(KEYS.retry) == 1, timeout=20, message="the callback failed into retry")
+        worker.term()
+        worker.wait(30)
+    b = logged_in
+    open_page(b, live_server, BASE + "batches/", "Job batches")
+    row = b.find_element(By.XPATH, "//tr[td[contains(., 'nightly export')]]")
+    assert "succeeded" in row.text and "3 / 3" in row.text
+    click(b, "//a[text()='nightly export']")
+    assert_page(b, "Batch nightly export")
+    callback = b.find_element(By.XPATH, "//tr[td[text()='success']]")
+    assert "testproject.demo.jobs.FailJob" in callback.text and "failing: in Retries" in callback.text
+    assert "RuntimeError" in callback.text
+    click(b, "//a[span[text()='failing: in Retries']]")
+    assert_page(b, "Retries: testproject.demo.jobs.FailJob")
+    assert "RuntimeError" in b.find_element(By.TAG_NAME, "main").text
 
 
 def test_disable_a_periodic_entry_a_worker_published(logged_in, live_server, rb):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -194,6 +195,113 @@ def test_periodic_lists_entries_with_last_and_next_run(rb):
     assert item["name"] == "nightly" and item["last_run"] == 1_700_000_000 and item["next_run"] > time.time()
 
 
+def columns(line: str) -> list[str]:
+    """A table row's cells (two spaces or more apart)."""
+    return re.split(r"\s{2,}", line.strip())
+
+
+def _batches():
+    """A batch with a dead, a failing, a waiting and a succeeded job, a child batch and two callbacks
+    (its jobs' steps run here, as a worker's settlement runs them: batch_step), and an older one."""
+    from admin_fixtures import batch_step
+
+    from django_cogworker import Batch
+    from testproject.demo.jobs import BatchCallbackJob
+
+    older = Batch("older")
+    with older.jobs():
+        (jid,) = [RecordJob.perform_async("seen", 0)]
+    batch_step(older.bid, jid, "success")
+    batch = Batch("import\x1b[2J 42").on("death", BatchCallbackJob, key="cb").on("success", BatchCallbackJob, key="cb")
+    with batch.jobs():
+        jids = [RecordJob.perform_async("seen", n) for n in range(4)]
+        child = Batch("child")
+        with child.jobs():
+            RecordJob.perform_async("seen", 9)
+    batch_step(batch.bid, jids[0], "dead", "no such customer")
+    batch_step(batch.bid, jids[1], "failure", "timeout")
+    batch_step(batch.bid, jids[2], "success")
+    return older, batch, child, jids
+
+
+def test_batches_lists_the_newest_first_with_progress_and_state(rb):
+    older, batch, child, _ = _batches()
+    out, err = cli("batches")
+    lines = out.splitlines()
+    assert lines[0].split() == ["BID", "DESCRIPTION", "CREATED", "DONE", "PENDING", "FAILURES", "DEAD", "STATE"]
+    assert [line.split()[0] for line in lines[1:]] == [child.bid, batch.bid, older.bid] and err == ""
+    assert "\x1b" not in out and "import\\x1b[2J 42" in lines[2]  # (escaped: it can't clear the terminal)
+    assert columns(lines[2])[3:] == ["1/5", "4", "2", "1", "in progress, a job died"]
+    assert columns(lines[3])[3:] == ["1/1", "0", "0", "0", "succeeded"]
+    document = cli_json("batches", "--limit", "2")
+    assert document["total"] == 3 and [i["bid"] for i in document["items"]] == [child.bid, batch.bid]
+    item = document["items"][1]
+    assert (item["description"], item["total"], item["succeeded"], item["pending"], item["failures"], item["dead"],
+            item["state"], item["death"]) == ("import\x1b[2J 42", 5, 1, 4, 2, 1, "incomplete", True)
+    assert document["items"][0]["parent"] == batch.bid
+    _, err = cli("batches", "--limit", "2")
+    assert err == "(1-2 of 3, page 1 of 2; --page 2 for more)\n"
+
+
+def test_a_batch_shows_its_counts_callbacks_children_and_jobs_where_they_are(rb):
+    _, batch, child, jids = _batches()
+    out, err = cli("batches", batch.bid)
+    fields, callbacks, children, jobs = out.split("\n\n")
+    table = dict(columns(line) for line in fields.splitlines()[1:])
+    assert (table["bid"], table["total"], table["dead"], table["failing"], table["waiting"], table["succeeded"]) == (
+        batch.bid, "5", "1", "1", "2", "1")
+    assert table["state"] == "in progress, a job died"
+    assert callbacks.splitlines()[0].split() == ["EVENT", "CALLBACK", "CLASS", "QUEUE", "STATE", "WHERE"]
+    death = next(line for line in callbacks.splitlines() if line.startswith("death"))
+    assert "pushed" in death and death.endswith("not in retry or dead")
+    assert "not fired" in next(line for line in callbacks.splitlines() if line.startswith("success"))
+    assert children.splitlines()[1].split()[:3] == [child.bid, "child", "0/1"]
+    rows = [line.split(None, 2) for line in jobs.splitlines()[1:]]
+    assert [(r[0], r[1]) for r in rows[:2]] == [(jids[0], "dead"), (jids[1], "failing")]
+    assert "ValueError: no such customer" in jobs.splitlines()[1] and err == ""
+    assert ("batch", child.bid) in [(r[0], r[1].split()[0]) for r in rows]
+    document = cli_json("batches", batch.bid)
+    assert document["batch"]["bid"] == batch.bid and document["jobs"]["counts"] == {
+        "dead": 1, "failing": 1, "waiting": 2, "succeeded": 1}
+    assert document["jobs"]["items"][0] == {"jid": jids[0], "child": None, "state": "dead", "failure": {
+        "class": "testproject.demo.jobs.RecordJob", "error": "ValueError", "message": "no such customer",
+        "at": document["jobs"]["items"][0]["failure"]["at"]}}
+    assert [c["bid"] for c in document["children"]] == [child.bid]
+    assert {c["event"]: c["state"] for c in document["callbacks"]} == {"success": "not fired", "death": "pushed"}
+
+
+def test_a_batch_listing_cut_at_its_bound_says_so(rb, monkeypatch):
+    from django_cogworker import Batch
+    from django_cogworker.api import batches as api_batches
+
+    monkeypatch.setattr(api_batches, "JOB_LIMIT", 3)
+    big = Batch("big")
+    with big.jobs():
+        RecordJob.perform_bulk([["seen", n] for n in range(10)])
+    out, err = cli("batches", big.bid)
+    assert len(out.split("\n\n")[-1].splitlines()) == 4  # the header and 3 jobs
+    assert ["waiting", "10 (3 listed)"] in [columns(line) for line in out.splitlines()]
+    assert err == "(3 of 10 jobs listed, the dead and failing first; the counts above cover them all)\n"
+
+
+def test_an_unknown_or_expired_batch_is_named_in_a_clear_error(rb):
+    from helpers import wait_until
+
+    from django_cogworker import Batch
+
+    with pytest.raises(CommandError, match=r"no batch 'nope': never created, or its data expired") as caught:
+        cli("batches", "nope")
+    assert caught.value.returncode == 1
+    short = Batch("short", ttl=1)
+    with short.jobs():
+        pass
+    assert cli_json("batches", short.bid)["batch"]["success"] is True
+    wait_until(lambda: not rb.exists(K.batch(short.bid).meta), timeout=5, message="its data expired")
+    with pytest.raises(CommandError, match=f"no batch '{short.bid}'"):
+        cli("batches", short.bid)
+    assert cli_json("batches")["items"] == []
+
+
 def test_the_exit_codes_seen_from_a_shell(redis_url):
     env = {**os.environ, "COGWORKER_REDIS_URL": redis_url, "DJANGO_SETTINGS_MODULE": "testproject.settings"}
 
@@ -206,6 +314,8 @@ def test_the_exit_codes_seen_from_a_shell(redis_url):
     assert unknown.returncode == 1 and "no such queue 'nope'" in unknown.stderr
     assert run("clear", "default").returncode == 2
     assert run("bogus").returncode == 2
+    gone = run("batches", "no-such-bid")
+    assert gone.returncode == 1 and "no batch 'no-such-bid'" in gone.stderr and gone.stdout == ""
 
 
 def test_quiet_and_stop_reach_a_running_worker(r):

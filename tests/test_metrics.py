@@ -58,6 +58,20 @@ def user(name: str, *perms: str, staff: bool = True) -> Client:
     return client
 
 
+def _round_trips(monkeypatch) -> dict:
+    """Count the client's round trips (a command, a pipeline) from now on: {"n": ...}."""
+    trips = {"n": 0}
+    for cls, name in ((redis.Redis, "execute_command"), (redis.client.Pipeline, "execute")):
+        real = getattr(cls, name)
+
+        def counted(self, *args, _real=real, **kwargs):
+            trips["n"] += 1
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, name, counted)
+    return trips
+
+
 def test_a_scrape_shows_counters_queues_sets_processes_and_periodic_runs(rb, token):
     now = time.time()
     rb.set(KEYS.stat_processed, 1200)
@@ -144,15 +158,7 @@ def test_many_queues_are_read_in_a_few_round_trips_and_only_the_largest_get_seri
     for n in range(5):
         push(rb, job(queue=f"tenant-{n * 100:05d}"))
     monkeypatch.setattr(collect_module, "QUEUE_LIMIT", 100)
-    trips = {"n": 0}
-    for cls, name in ((redis.Redis, "execute_command"), (redis.client.Pipeline, "execute")):
-        real = getattr(cls, name)
-
-        def counted(self, *args, _real=real, **kwargs):
-            trips["n"] += 1
-            return _real(self, *args, **kwargs)
-
-        monkeypatch.setattr(cls, name, counted)
+    trips = _round_trips(monkeypatch)
     got = samples(scrape())
     assert trips["n"] <= 20  # not one per queue
     series = [labels for (name, labels) in got if name == "cogworker_queue_size"]
@@ -216,3 +222,51 @@ def test_a_real_worker_counts_runs_failures_and_seconds_by_class(r, token):
         assert got["cogworker_processes", ()] == 1 and got["cogworker_processed_total", ()] == 4
         worker.term()
         assert worker.wait(30) == 0
+
+
+def test_a_scrape_counts_batches_and_the_states_of_the_newest(rb, token, monkeypatch):
+    # Made with the real API; their jobs' steps run here, as a worker's settlement runs them.
+    from admin_fixtures import batch_step
+
+    from django_cogworker import Batch
+    from django_cogworker.api import batches as api_batches
+
+    expired = Batch("short", ttl=1)
+    with expired.jobs():
+        pass
+    outcomes = {"succeeded": "success", "complete_with_failures": "failure", "incomplete": None}
+    for outcome in outcomes.values():
+        batch = Batch(f"ends in {outcome}")
+        with batch.jobs():
+            jid = RecordJob.perform_async("seen")
+        if outcome:
+            batch_step(batch.bid, jid, outcome, "boom")
+    wait_until(lambda: not rb.exists(KEYS.batch(expired.bid).meta), timeout=5, message="its data expired")
+    assert rb.zcard(KEYS.batches) == 4
+    got = samples(scrape())
+    assert got["cogworker_batches", ()] == 3  # (the expired one taken off the listing, not counted)
+    assert {state: got["cogworker_recent_batches", (("state", state),)] for state in outcomes} == {
+        "succeeded": 1, "complete_with_failures": 1, "incomplete": 1}
+    monkeypatch.setattr(api_batches, "STATE_SAMPLE", 2)  # the two newest: complete with failures, incomplete
+    got = samples(scrape())
+    assert {state: got["cogworker_recent_batches", (("state", state),)] for state in outcomes} == {
+        "succeeded": 0, "complete_with_failures": 1, "incomplete": 1}
+    assert got["cogworker_batches", ()] == 3
+
+
+def test_a_scrape_reads_batches_in_a_few_round_trips_however_many_and_states_only_the_newest(rb, token,
+                                                                                            monkeypatch):
+    from django_cogworker import Batch
+
+    trips = _round_trips(monkeypatch)
+    samples(scrape())
+    without = trips["n"]
+    for n in range(1_200):
+        with Batch(f"b{n}").jobs():
+            pass
+    trips["n"] = 0
+    got = samples(scrape())
+    assert trips["n"] <= without + 2  # (a pipeline each for the oldest's expiry and the newest's states)
+    assert got["cogworker_batches", ()] == 1_200
+    assert sum(v for (name, _), v in got.items() if name == "cogworker_recent_batches") == 1_000
+    assert got["cogworker_recent_batches", (("state", "succeeded"),)] == 1_000  # (empty batches succeed at once)

@@ -1,4 +1,5 @@
-"""The Cogworker admin pages: dashboard, queues, busy, periodic, quarantine (the sets are in ``set_views``).
+"""The Cogworker admin pages: dashboard, queues, busy, periodic, quarantine (the sets are in ``set_views``,
+the batches in ``batch_views``).
 
 Every page reads and acts through ``api``, never Redis itself. GET shows;
 every action is a POST (CSRF-checked by ``admin_view``) that needs the change

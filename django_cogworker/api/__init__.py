@@ -15,6 +15,10 @@
     for process in api.ProcessSet(): process.quiet()   # or stop(), dump()
     api.Workers(), api.PeriodicEntry.all(), api.QuarantinedKey.all(), api.Stats(), api.JobClassStats.all()
 
+    batches = api.BatchSet()
+    batches.page(1, 25).items[0].state           # BatchSummary: its counts; "succeeded", "incomplete"...
+    detail = batches.get(bid)                    # BatchDetail: summary, jobs (where each is), children, callbacks
+
 Objects take an optional ``redis`` client (bytes responses, as the runtime's)
 and ``keys``; by default the project's (``runtime``).
 
@@ -50,6 +54,8 @@ The names are defined in one module per part and re-exported here, so
     quarantine   Bounded, QuarantinedKey; KEYSPACE_SCAN_LIMIT, QUARANTINE_LIMIT, SAMPLE_ITEMS, SAMPLE_CHARS
     stats        Day, Stats, JobClassStats
     results      job_result (a job's result record, when it keeps one)
+    batches      BatchSet, BatchSummary, BatchDetail, BatchJob, BatchCallback; JOB_LIMIT, CHILD_LIMIT,
+                 MEMBER_SCAN_LIMIT, CALLBACK_LOOKUPS, STATE_SAMPLE, STATES, JOB_STATES
 
 The code reads each limit in the module that defines it: to change one (a
 test's monkeypatch), set it there, e.g. ``api.sorted_sets.SCAN_LIMIT``;
@@ -57,6 +63,20 @@ setting ``api.SCAN_LIMIT`` changes only this re-exported name.
 """
 
 from ._base import MAX_PER_PAGE, SCAN_COUNT, ActionRefused, Poison, reencode
+from .batches import (
+    CALLBACK_LOOKUPS,
+    CHILD_LIMIT,
+    JOB_LIMIT,
+    JOB_STATES,
+    MEMBER_SCAN_LIMIT,
+    STATE_SAMPLE,
+    STATES,
+    BatchCallback,
+    BatchDetail,
+    BatchJob,
+    BatchSet,
+    BatchSummary,
+)
 from .periodic import PeriodicEntry
 from .processes import Process, ProcessSet, Work, Workers
 from .quarantine import KEYSPACE_SCAN_LIMIT, QUARANTINE_LIMIT, SAMPLE_CHARS, SAMPLE_ITEMS, Bounded, QuarantinedKey
@@ -95,6 +115,13 @@ __all__ = [
     "SAMPLE_ITEMS",
     "SAMPLE_CHARS",
     "KILLED_REASON",
+    "JOB_LIMIT",
+    "CHILD_LIMIT",
+    "MEMBER_SCAN_LIMIT",
+    "CALLBACK_LOOKUPS",
+    "STATE_SAMPLE",
+    "STATES",
+    "JOB_STATES",
     # errors, pages and records
     "ActionRefused",
     "Poison",
@@ -123,6 +150,12 @@ __all__ = [
     "QuarantinedKey",
     # results
     "job_result",
+    # batches
+    "BatchSet",
+    "BatchSummary",
+    "BatchDetail",
+    "BatchJob",
+    "BatchCallback",
     # stats
     "Day",
     "JobClassStats",

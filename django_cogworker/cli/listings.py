@@ -12,6 +12,7 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from .. import api
+from ..errors import BatchNotFound
 from .output import FAILED, listing, more_note, seconds, when
 
 SETS: dict[str, type[api.SortedSet]] = {"scheduled": api.ScheduledSet, "retries": api.RetrySet,
@@ -24,6 +25,8 @@ class Listing:
     rows: list[list[Any]]
     document: dict[str, Any]
     note: str | None = None  # a line for stderr: the listing was cut, or a filter stopped early
+    # More tables, each (headers, rows), printed after the first (a batch's jobs, callbacks, children).
+    sections: list[tuple[list[str], list[list[Any]]]] = dataclasses.field(default_factory=list)
 
 
 def stats() -> Listing:
@@ -114,3 +117,92 @@ def periodic() -> Listing:
     rows = [[i["name"], i["cron"], i["tz"], i["job"], i["queue"], i["enabled"], when(i["last_run"]),
              when(i["next_run"])] for i in items]
     return Listing(["NAME", "CRON", "TZ", "JOB", "QUEUE", "ENABLED", "LAST RUN", "NEXT RUN"], rows, listing(items))
+
+
+STATE_TEXT = {"succeeded": "succeeded", "complete_with_failures": "complete, failing", "incomplete": "in progress"}
+
+
+def batch_item(s: api.BatchSummary) -> dict[str, Any]:
+    return {"bid": s.bid, "description": s.description, "created_at": s.created_at, "parent": s.parent,
+            "total": s.total, "succeeded": s.succeeded, "pending": s.pending, "failures": s.failures, "dead": s.dead,
+            "state": s.state, "complete": s.complete, "success": s.success, "death": s.death,
+            "committed": s.committed, "completed_at": s.completed_at, "succeeded_at": s.succeeded_at,
+            "died_at": s.died_at}
+
+
+def _state(s: api.BatchSummary) -> str:
+    return STATE_TEXT[s.state] + (", a job died" if s.death else "") + ("" if s.committed else ", open")
+
+
+def batches(page: int, limit: int) -> Listing:
+    """A page of batches, the newest first (expired ones are taken off the listing as they are met)."""
+    result = api.BatchSet().page(page, limit)
+    rows = [[s.bid, s.description, when(s.created_at), f"{s.succeeded}/{s.total}", s.pending, s.failures, s.dead,
+             _state(s)] for s in result.items]
+    return Listing(["BID", "DESCRIPTION", "CREATED", "DONE", "PENDING", "FAILURES", "DEAD", "STATE"], rows,
+                   listing([batch_item(s) for s in result.items], page=result.number, per_page=result.per_page,
+                           total=result.total),
+                   more_note(result.number, result.per_page, result.total, len(rows)))
+
+
+def batch(bid: str) -> Listing:
+    """One batch: its fields, then its callbacks, its child batches and its jobs where they are
+    (at most ``api.JOB_LIMIT``, the dead and failing first; the counts cover them all)."""
+    detail = api.BatchSet().get(bid)
+    if detail is None:
+        raise CommandError(str(BatchNotFound(bid)), returncode=FAILED)
+    s = detail.summary
+    item = batch_item(s)
+    fields: list[list[Any]] = [["bid", s.bid], ["description", s.description], ["created", when(s.created_at)],
+                               ["parent", s.parent], ["state", _state(s)], ["total", s.total]]
+    fields += [[state, f"{count}" + (f" ({shown} listed)" if shown < count else "")]
+               for state, count, shown in detail.tally()]
+    fields += [["completed at", when(s.completed_at)], ["succeeded at", when(s.succeeded_at)],
+               ["first death at", when(s.died_at)]]
+    callbacks = [{"event": c.event, "jid": c.jid, "class": c.job_class, "queue": c.queue, "options": c.options,
+                  "state": c.state, "fired_at": c.fired_at, "where": c.where,
+                  "error_class": c.entry.error_class if c.entry else None,
+                  "error_message": c.entry.error_message if c.entry else None, "token": c.entry.token if c.entry
+                  else None, "result": c.result.status if c.result else None, "looked": c.looked}
+                 for c in detail.callbacks]
+    jobs = [{"jid": j.jid, "child": j.child, "state": j.state, **({"failure": j.failure} if j.failure else {})}
+            for j in detail.jobs]
+    children = [{"bid": bid, **(batch_item(child) if child else {"expired": True})} for bid, child in detail.children]
+    document = {"batch": item, "callbacks": callbacks, "children": children,
+                "jobs": {"counts": {state: count for state, count, _ in detail.tally()}, "listed": len(jobs),
+                         "complete": detail.complete, "items": jobs}}
+    sections: list[tuple[list[str], list[list[Any]]]] = []
+    if callbacks:
+        sections.append((["EVENT", "CALLBACK", "CLASS", "QUEUE", "STATE", "WHERE"],
+                         [[c["event"], c["jid"], c["class"], c["queue"], c["state"], _where(c)] for c in callbacks]))
+    if detail.children:
+        sections.append((["CHILD BATCH", "DESCRIPTION", "DONE", "STATE"],
+                         [[bid, child.description, f"{child.succeeded}/{child.total}", _state(child)] if child
+                          else [bid, None, None, "expired"] for bid, child in detail.children]))
+    sections.append((["JID", "STATE", "ERROR", "FAILED"],
+                     [[f"batch {j.child}" if j.child else j.jid, j.state, _error(j.failure), when(_at(j.failure))]
+                      for j in detail.jobs]))
+    listed = len(detail.jobs)
+    note = (f"({listed} of {s.total} jobs listed, the dead and failing first; the counts above cover them all)"
+            if listed < s.total else None)
+    return Listing(["FIELD", "VALUE"], fields, document, note, sections)
+
+
+def _where(callback: dict[str, Any]) -> str | None:
+    if callback["where"]:
+        error = f"{callback['error_class']}: {callback['error_message']}" if callback["error_class"] else ""
+        return f"{callback['where']}{': ' + error if error else ''}"
+    if callback["result"]:
+        return f"result {callback['result']}"
+    return "not in retry or dead" if callback["looked"] else None
+
+
+def _error(failure: dict[str, Any] | None) -> str | None:
+    if not failure:
+        return None
+    return f"{failure['error']}: {failure.get('message', '')}" if failure.get("error") else failure.get("message")
+
+
+def _at(failure: dict[str, Any] | None) -> float | None:
+    at = (failure or {}).get("at")
+    return float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else None

@@ -4,7 +4,8 @@ Bounded with many queues: every queue's size is read (one pipeline per 10,000 na
 dashboard does), but per-queue series are kept for the QUEUE_LIMIT largest only: 100,000
 tenant queues would be 200,000 series a scrape, more than a Prometheus server should be asked
 to keep; ``cogworker_queues`` and ``cogworker_enqueued`` still count them all. Job classes
-likewise (``api.stats.CLASS_LIMIT``).
+likewise (``api.stats.CLASS_LIMIT``). Batches: their number, and the states of the newest
+``api.batches.STATE_SAMPLE`` (1,000) only: a field of each read, one pipeline, not a batch's sets.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import time
 
 from .. import api
+from ..api import batches as api_batches
 from ..broker.keys import Keys
 from ..broker.types import RedisClient
 from .exposition import Family
@@ -48,6 +50,7 @@ def collect(*, redis: RedisClient | None = None, keys: Keys | None = None, now: 
     ]
     families += _queues(stats, redis, keys, now, queue_limit)
     families += _periodic(redis, keys)
+    families += _batches(redis, keys)
     families += classes
     return families
 
@@ -77,6 +80,22 @@ def _periodic(redis: RedisClient, keys: Keys) -> list[Family]:
             last.add(entry.last_slot, entry=entry.pjid)
         enabled.add(int(entry.enabled), entry=entry.pjid)
     return [last, enabled]
+
+
+def _batches(redis: RedisClient, keys: Keys) -> list[Family]:
+    batches = api.BatchSet(redis=redis, keys=keys)
+    # Expired batches off the listing first, the oldest (a bid stays listed after its data expires,
+    # until a read meets it): else the count would grow with every batch ever made.
+    batches.prune()
+    sample = api_batches.STATE_SAMPLE  # (read now: a test patches it)
+    by_state = Family("cogworker_recent_batches", "gauge",
+                      f"Of the newest {sample} batches, how many are incomplete, complete with failures (every job "
+                      f"ran, some are failing or dead), or succeeded.")
+    for state, count in batches.states(sample).items():
+        by_state.add(count, state=state)
+    listed = Family("cogworker_batches", "gauge", "Batches listed (those whose data expired are taken off as the "
+                                                  "listing is read, the oldest first).")
+    return [listed.add(batches.size()), by_state]
 
 
 def _classes(redis: RedisClient | None, keys: Keys | None) -> list[Family]:

@@ -1,4 +1,4 @@
-"""``manage.py cogworker ACTION``: look at and act on queues, sets, processes and periodic entries.
+"""``manage.py cogworker ACTION``: look at and act on queues, sets, processes, periodic entries and batches.
 
 The edge only: arguments in, ``cli.listings`` / ``cli.actions`` (through ``api``), text out.
 Exit codes: 0 done; 1 something named isn't there or was refused (the rest was done); 2 a
@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 from ...cli import actions, listings
 from ...cli.output import FAILED, USAGE, as_json, table
 
-LISTINGS = ("stats", "queues", "processes", "scheduled", "retries", "dead", "periodic")
+LISTINGS = ("stats", "queues", "processes", "scheduled", "retries", "dead", "periodic", "batches")
 
 
 def _limit(text: str) -> int:
@@ -35,7 +35,7 @@ def _page(text: str) -> int:
 
 
 class Command(BaseCommand):
-    help = ("Look at and act on cogworker: stats, queues, processes, scheduled, retries, dead, periodic; "
+    help = ("Look at and act on cogworker: stats, queues, processes, scheduled, retries, dead, periodic, batches; "
             "pause/unpause and clear queues; retry/delete jobs; quiet/stop processes.")
 
     def add_arguments(self, parser):
@@ -56,6 +56,9 @@ class Command(BaseCommand):
             p.add_argument("--class", dest="job", metavar="JOB", help="only jobs of this class (dotted name)")
             p.add_argument("--grep", metavar="TEXT", help="only entries whose stored JSON contains TEXT")
         sub.add_parser("periodic", parents=[listing], help="periodic entries: last and next run")
+        p = sub.add_parser("batches", parents=[listing, paged], help="batches, the newest first; with a BID, that "
+                                                                      "batch: its jobs, callbacks and child batches")
+        p.add_argument("bid", nargs="?", metavar="BID", help="one batch")
 
         for verb, what in (("pause", "no process fetches from these queues"), ("unpause", "fetch from them again")):
             p = sub.add_parser(verb, help=f"{verb} queues: {what} (from each process's next heartbeat)")
@@ -98,12 +101,18 @@ class Command(BaseCommand):
             shown = listings.processes()
         elif action == "periodic":
             shown = listings.periodic()
+        elif action == "batches":
+            shown = listings.batch(options["bid"]) if options["bid"] else listings.batches(options["page"],
+                                                                                           options["limit"])
         else:
             shown = listings.sorted_set(action, options["page"], options["limit"], options["job"], options["grep"])
         if options["json"]:
             self.stdout.write(as_json(shown.document))
             return
         self.stdout.write(table(shown.headers, shown.rows))
+        for headers, rows in shown.sections:
+            self.stdout.write("")
+            self.stdout.write(table(headers, rows))
         if shown.note:
             self.stderr.write(shown.note)
 
