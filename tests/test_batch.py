@@ -180,3 +180,16 @@ def test_a_child_s_dead_job_fires_the_parent_s_death_at_once_and_its_complete_on
     assert r.hexists("m:done", slow)
     status = Batch.status(parent.bid)
     assert (status.pending, status.failures, status.dead, status.complete, status.success) == (1, 1, 1, True, False)
+
+
+def test_a_status_names_at_most_a_hundred_failing_jobs_and_counts_them_all(r, rb):
+    from django_cogworker.batches import steps
+
+    batch = Batch()
+    with batch.jobs():
+        jids = RecordJob.perform_bulk([["k"]] * 150)
+    for jid in jids:  # (each job's step as a worker runs it when the job failed)
+        steps.settle(rb, K, batch.bid, jid, "failure", json.dumps({"error": "RuntimeError"}), 60)
+    status = Batch.status(batch.bid)
+    assert (status.failures, status.pending, status.complete) == (150, 150, True)
+    assert len(status.failed) == 100 and set(status.failed) <= set(jids)

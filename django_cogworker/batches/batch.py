@@ -29,6 +29,7 @@ from . import delivery
 logger = logging.getLogger(__name__)
 
 EVENTS = ("complete", "success", "death")
+FAILED_SHOWN = 100  # failing jobs a status names at most (a batch of 100,000 failing would be 30 MB)
 # The callback's first argument in its stored payload, replaced by the batch's status when it fires
 # (the Lua of broker/scripts/batches.py finds it by its JSON form).
 STATUS_PLACEHOLDER = "\x00cogworker-batch-status\x00"
@@ -189,7 +190,8 @@ class Batch:
 class BatchStatus(dict):
     """A batch's status, as a dict (what a callback receives) with attribute access:
     ``bid``, ``description``, ``created_at``, ``total``, ``pending``, ``failures``, ``dead``,
-    ``complete``, ``success``, ``failed`` (jid -> {class, error, message, at})."""
+    ``complete``, ``success``, ``failed`` (jid -> {class, error, message, at}: FAILED_SHOWN of them
+    at most, ``failures`` counts them all; the admin's batch page lists more))."""
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -203,23 +205,27 @@ def read_status(redis: Any, bk: BatchKeys, bid: str) -> BatchStatus:
     pipe.hgetall(bk.meta)
     pipe.scard(bk.jobs)
     pipe.scard(bk.pending)
-    pipe.hgetall(bk.failed)
+    pipe.hlen(bk.failed)
+    pipe.hscan(bk.failed, 0, count=FAILED_SHOWN)
     pipe.scard(bk.dead)
-    meta, total, pending, failed, dead = pipe.execute()
-    if not meta:
+    meta, total, pending, failures, (cursor, failed), dead = pipe.execute()
+    if not meta or b"created_at" not in meta:
         raise BatchNotFound(bid)
+    while cursor and len(failed) < FAILED_SHOWN:  # (COUNT is a hint: a scan may come back short)
+        cursor, more = redis.hscan(bk.failed, cursor, count=FAILED_SHOWN)
+        failed.update(more)
     text = {k.decode(): v.decode("utf-8", "replace") for k, v in meta.items()}
-    failures = {}
-    for jid, record in failed.items():
+    shown = {}
+    for jid, record in list(failed.items())[:FAILED_SHOWN]:
         try:
-            failures[jid.decode()] = payloads.decode(record)
+            shown[jid.decode()] = json.loads(record)
         except Exception:
-            failures[jid.decode()] = {"error": record.decode("utf-8", "replace")}
+            shown[jid.decode()] = {"error": record.decode("utf-8", "replace")}
     return BatchStatus(
         bid=bid, description=text.get("description", ""), created_at=float(text.get("created_at", 0)),
-        parent=text.get("parent") or None, total=total, pending=pending, failures=len(failed), dead=dead,
+        parent=text.get("parent") or None, total=total, pending=pending, failures=failures, dead=dead,
         complete="done_complete" in text, success="done_success" in text, death="done_death" in text,
-        committed=text.get("committed") == "1", failed=failures,
+        committed=text.get("committed") == "1", failed=shown,
         callbacks={k[3:]: [cb[1] for cb in json.loads(v)] for k, v in text.items() if k.startswith("cb:")},
         completed_at=_float(text.get("done_complete")), succeeded_at=_float(text.get("done_success")),
     )

@@ -64,10 +64,9 @@ def step_for(payload: dict[str, Any], outcome: str, then: Any, exc: BaseExceptio
 def settle(redis: Any, keys: Keys, bid: str, jid: str, outcome: str, record: str, ttl: float) -> None:
     """One job's (or child batch's, ``b:<bid>``) step in batch ``bid``; deliver what it fired."""
     bk = keys.batch(bid)
-    if outcome == "success" and record:
-        redis.hset(bk.meta, f"result:{jid}", record)  # (before the step: read by the next chain step)
+    success = outcome == "success"
     waiting = int(scripts.BATCH_SETTLE(redis, bk, [bid, repr(time.time()), str(max(1, int(ttl))), jid, outcome,
-                                                   "" if outcome == "success" else record]))
+                                                   "" if success else record, record if success else ""]))
     if waiting == -1:
         logger.warning("jid=%s: its batch %s is gone (expired: BATCH_TTL); settled without it",
                        payloads.printable(jid), payloads.printable(bid))

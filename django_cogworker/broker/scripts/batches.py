@@ -128,7 +128,8 @@ return 1
 # KEYS[1..7] = the batch's keys. ARGV[1..3] = bid, now, TTL; ARGV[4] = the job's jid (or
 # "b:<bid>" of a child batch); ARGV[5] = its outcome: "success", "failure" (filed in retry, or
 # discarded), "dead", or "death" (a child batch's job died; it fails when it completes);
-# ARGV[6] = the failure's record (JSON) or "".
+# ARGV[6] = the failure's record (JSON) or "", ARGV[7] = a success's kept return value (JSON, for
+# the next step of a chain: workflows.py) or "".
 # A job of the batch settled: moves the counters and fires what is due, in one step (the module's
 # header). Run before the job's ack or filing, and again with it until it goes through.
 # Returns the outbox's length (the caller delivers it), or -1 when the batch doesn't exist.
@@ -136,6 +137,9 @@ BATCH_SETTLE = Script(_COMMON + """
 if redis.call("EXISTS", KEYS[1]) == 0 then return -1 end
 local jid, outcome = ARGV[4], ARGV[5]
 if outcome == "success" then
+  if ARGV[7] ~= "" then
+    redis.call("HSET", KEYS[1], "result:" .. jid, ARGV[7])
+  end
   if redis.call("SREM", KEYS[3], jid) == 1 then
     redis.call("HDEL", KEYS[4], jid)
     redis.call("SREM", KEYS[5], jid)
