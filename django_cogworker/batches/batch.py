@@ -110,20 +110,8 @@ class Batch:
         ttl = self.ttl or default_ttl
         outer = _scope.batch.get()
         running = _scope.running.get()
-        deterministic = isinstance(outer, _Scope) and outer.deterministic
-        if self.bid is None:
-            # (Made inside a job: a run again of that job makes the same child, not another one.)
-            self.bid = outer.next_jids(1)[0] if deterministic else payloads.new_jid()  # type: ignore[union-attr]
-        bid = self.bid
+        bid, owner, deterministic = self._owner(outer, running)
         inside = running is not None and running.payload.get("bid") == bid
-        if running is not None:
-            # (Inside a job: the block's token, its jids and its children's bids are the same in a
-            # run again of the job, which adds the same jobs, not others that would never be pushed.)
-            owner, deterministic = f"{running.payload.get('jid')}:{bid}:{running.next_block(bid)}", True
-        elif deterministic:
-            owner = outer.next_jids(1)[0]  # type: ignore[union-attr]
-        else:
-            owner = payloads.new_jid()
         bk = keys.batch(bid)
         fields: list[Any] = []
         creating = not self._existing and not self._opened
@@ -169,6 +157,20 @@ class Batch:
             if waiting and int(waiting) > 0:
                 delivery.deliver(redis, keys, bid, ttl)
             delivery.closed(redis, keys, bid, score)
+
+    def _owner(self, outer: Any, running: _scope.Running | None) -> tuple[str, str, bool]:
+        """(bid, the block's owner token, whether its jids are derived from that token).
+
+        Inside a job, the block's token, its jids and its children's bids are the same in a run
+        again of the job, which so adds the same jobs, not others that would never be pushed if it
+        died between adding and pushing them.
+        """
+        deterministic = isinstance(outer, _Scope) and outer.deterministic
+        if self.bid is None:
+            self.bid = outer.next_jids(1)[0] if deterministic else payloads.new_jid()
+        if running is not None:
+            return self.bid, f"{running.payload.get('jid')}:{self.bid}:{running.next_block(self.bid)}", True
+        return self.bid, outer.next_jids(1)[0] if deterministic else payloads.new_jid(), deterministic
 
     def _link(self, parent: str) -> None:
         """Make this batch a child of ``parent``: its events tell the parent (steps.BatchChildDone)."""
