@@ -32,6 +32,10 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
                                                                "ReliableFetch.retrieve", "BasicFetch.retrieve")),
     ("payload decode (JSON)", ("decode (payload.py",)),
     ("ledger (what runs, for the heartbeat)", ("Ledger.",)),
+    # (Before the settle stage, whose frames are in their stacks too: a job of a batch.)
+    ("batch step (BATCH_SETTLE, delivery of callbacks)", ("BatchSteps.", "settle (steps.py", "step_for (steps.py",
+                                                           "deliver (delivery.py")),
+    ("ack or filing sent alone (a batch job's ack; a failure)", ("Settler._apply (settling.py",)),
     ("settle: ack batch, stats", ("AckBatch.", "Settler.", "Stats.")),
     ("hooks (unique and periodic locks)", ("Processor._hook (processor.py", "run_hook", "Launcher.run_hook")),
     ("DB connection sweep and server middleware", ("CloseOldConnections.__call__ (db.py", "run_job (launcher.py")),
