@@ -789,26 +789,33 @@ class Bench:
             out["baseline"] = self._profile_baseline(spy, system, n)
         self.results["profile"] = out
 
+    def baseline_env(self) -> tuple[str, dict[str, str]]:
+        """(short sha, worker environment) to run the worker of ``--baseline REV``: its django_cogworker,
+        unpacked once per run, with this bench's project, jobs and settings. Raises when git can't."""
+        rev = self.args.baseline
+        tree = self.workdir / "baseline"
+        sha = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, check=True,
+                             capture_output=True, text=True).stdout.strip()
+        if not tree.exists():
+            tree.mkdir()
+            archive = subprocess.run(["git", "archive", rev, "django_cogworker"], cwd=ROOT, check=True,
+                                     capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        # (Its package first on the path, which manage.py sees to: the bench project stays this tree's.)
+        return sha, {"PYTHONPATH": os.pathsep.join([str(BENCH), str(tree)]), "BENCH_COGWORKER_TREE": str(tree)}
+
     def _profile_baseline(self, spy: str, system: Any, n: int) -> dict[str, Any]:
         """The same raw profile of the worker as of ``--baseline REV`` (its django_cogworker, this
         bench's job and settings): the per-stage costs before a change, measured in this run."""
         rev = self.args.baseline
-        tree = self.workdir / "baseline"
         try:
-            sha = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, check=True,
-                                 capture_output=True, text=True).stdout.strip()
-            tree.mkdir(exist_ok=True)
-            archive = subprocess.run(["git", "archive", rev, "django_cogworker"], cwd=ROOT, check=True,
-                                     capture_output=True).stdout
-            subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+            sha, env = self.baseline_env()
         except (subprocess.CalledProcessError, OSError) as exc:
             self.results["errors"]["profile-baseline"] = f"{rev}: {exc}"
             return {"rev": rev}
         path = self.workdir / "profile-baseline.txt"
         self.reset_redis()
         system.push_bulk(self.ctx, n)
-        # (Its package first on the path: the bench project and settings stay this tree's.)
-        env = {"PYTHONPATH": os.pathsep.join([str(BENCH), str(tree)])}
         workers = system.start(self.ctx, tag="-profile-baseline", extra_env=env, wrap=[
             spy, "record", "--gil", "--function", "--rate", "200", "--format", "raw", "-o", str(path), "--"])
         try:
