@@ -17,10 +17,13 @@ this one machine. The callback also counts its runs: more than one is an error i
 Each way runs ``reps`` times, in turn (plain, batch, chord, plain, ...: a drift in the machine's
 load falls on all three); each figure is the median of its runs, and the overheads are those of
 the medians: time per job (plain's jobs/s ÷ the variant's − 1), worker CPU per job, Redis
-commands and round trips per job.
+commands and round trips per job. With ``--baseline REV`` each drain is run again at once by the
+worker of REV (its django_cogworker; the push is this tree's), so a change is measured before and
+after in the same run.
 
     python bench/run.py --sections batches --no-venv    # this section alone (about 2 minutes)
     python bench/run.py --sections batches --no-venv --batches-n 2000 --batches-reps 1
+    python bench/run.py --sections batches --no-venv --baseline HEAD~1   # before and after
 """
 
 from __future__ import annotations
@@ -68,12 +71,17 @@ class Variant(Cogworker):
     """The bench's cogworker system (reliable, -c 10, --processes 2), pushing one of VARIANTS; its
     push measures itself (Bench.drain resets Redis's counters after the push)."""
 
-    def __init__(self, how: str):
+    def __init__(self, how: str, env: dict[str, str] | None = None, rev: str = ""):
         super().__init__("reliable", 10, processes=2)
         self.how = how
+        self.env = env or {}  # (the worker's: a --baseline revision's package)
         self.key = f"batches-{how}"
-        self.label = f"{how}: {self.label}"
+        self.label = f"{how}{f' (worker of {rev})' if rev else ''}: {self.label}"
         self.pushed: dict[str, Any] = {}
+
+    def start(self, ctx: Ctx, tag: str = "", extra_env: dict[str, str] | None = None,
+              wrap: Any = ()) -> list:
+        return super().start(ctx, tag, {**self.env, **(extra_env or {})}, wrap)
 
     def push_bulk(self, ctx: Ctx, n: int, kind: str = "") -> None:
         a, cpu, t = harness.snap(ctx.r), time.process_time(), time.perf_counter()
@@ -111,22 +119,36 @@ def callback_delay(r: Any, workers: list, how: str, timeout: float, linger: floa
 
 
 def run(bench: Any, n: int, reps: int, log: Any) -> dict[str, Any]:
-    """The section: each of VARIANTS drained ``reps`` times, in turn; medians and overheads."""
-    runs: dict[str, list[dict[str, Any]]] = {how: [] for how in VARIANTS}
+    """The section: each of VARIANTS drained ``reps`` times, in turn (and by the --baseline
+    revision's worker after each, when given); medians and overheads."""
+    workers: list[tuple[str, dict[str, str]]] = [("", {})]
+    if bench.args.baseline:
+        workers.append(bench.baseline_env())
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {(rev, how): [] for rev, _env in workers for how in VARIANTS}
     linger = 0.3 if bench.quick else 1.0
     for rep in range(reps):
         for how in VARIANTS:
-            system = Variant(how)
-            res = bench.drain(system, n, latency=False, idle=False,
-                              then=lambda workers, how=how: callback_delay(bench.r, workers, how, 30.0, linger))
-            res.update(system.pushed)
-            runs[how].append(res)
-            log(f"batches {how} (run {rep + 1} of {reps}): {res['jobs_per_s']:,} jobs/s, "
-                f"{res['worker_cpu_us_per_job']} µs CPU/job, {res['redis_commands_per_job']} Redis commands/job, "
-                f"push {res['push_jobs_per_s']:,} jobs/s"
-                + (f", callback {res['callback_delay_ms']} ms after the last job" if how != "plain" else ""))
-    system = Variant("plain")
-    out: dict[str, Any] = {"n": n, "reps": reps, "worker": system.worker_desc, "variants": {}}
+            for rev, env in workers:
+                system = Variant(how, env, rev)
+                res = bench.drain(system, n, latency=False, idle=False,
+                                  then=lambda ws, how=how: callback_delay(bench.r, ws, how, 30.0, linger))
+                res.update(system.pushed)
+                runs[rev, how].append(res)
+                log(f"batches {how}{f' (worker of {rev})' if rev else ''} (run {rep + 1} of {reps}): "
+                    f"{res['jobs_per_s']:,} jobs/s, {res['worker_cpu_us_per_job']} µs CPU/job, "
+                    f"{res['redis_commands_per_job']} Redis commands/job, push {res['push_jobs_per_s']:,} jobs/s"
+                    + (f", callback {res['callback_delay_ms']} ms after the last job" if how != "plain" else ""))
+    out = summarise({how: runs["", how] for how in VARIANTS})
+    out.update(n=n, reps=reps, worker=Variant("plain").worker_desc)
+    if len(workers) > 1:
+        rev = workers[1][0]
+        out["baseline"] = {"rev": rev, **summarise({how: runs[rev, how] for how in VARIANTS})}
+    return out
+
+
+def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """{"variants": medians of each way's runs (and the runs), "overhead_pct": against plain's}."""
+    out: dict[str, Any] = {"variants": {}}
     for how, done in runs.items():
         row: dict[str, Any] = {k: harness.rnd(statistics.median(r[k] for r in done)) for k in MEDIANS
                                if all(k in r for r in done)}

@@ -190,6 +190,26 @@ def batches_section(add: Any, res: dict[str, Any]) -> None:
     add(table(["way", "jobs/s", "+%", "worker CPU µs/job", "+%", "Redis cmds/job", "+%", "round trips/job",
                "Redis CPU µs/job", "callback delay ms (max)"], table_rows))
     add("")
+    base = bat.get("baseline")
+    if base:
+        add(f"Before and after: each drain was run again at once by the worker of `{base['rev']}` (its "
+            "django_cogworker; the same push), in the same run; medians, *+%* over that worker's plain drain:")
+        add("")
+
+        def pair(field: str, how: str, pct: bool = False) -> str:
+            cells = []
+            for res in (base, bat):
+                d, o = res["variants"][how], res["overhead_pct"].get(how, {})
+                if field not in d:
+                    return "–"
+                cells.append(fmt(d[field]) + (f" (+{o[field]:.0f}%)" if pct and field in o else ""))
+            return " → ".join(cells)
+
+        add(table(["way", "jobs/s", "worker CPU µs/job", "Redis cmds/job", "round trips/job", "callback delay ms"],
+                  [[how, pair("jobs_per_s", how, True), pair("worker_cpu_us_per_job", how, True),
+                    pair("redis_commands_per_job", how, True), pair("redis_round_trips_per_job", how),
+                    pair("callback_delay_ms", how)] for how in rows]))
+        add("")
     add("The push, in the bench's process (one thread), before the worker starts:")
     add("")
     add(table(["way", "push jobs/s", "pusher CPU µs/job", "Redis cmds/job", "round trips/job"],
