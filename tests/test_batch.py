@@ -8,12 +8,13 @@ import json
 import pytest
 from helpers import FAST_ENV, Worker, wait_until
 
-from django_cogworker import Batch, BatchError, BatchNotFound, Job
+from django_cogworker import Batch, BatchError, BatchNotFound, Job, chain, chord, group
 from django_cogworker.batches.steps import BatchStep, BatchSteps, settle
 from django_cogworker.broker.keys import Keys
 from django_cogworker.push import runtime
 from django_cogworker.push.client import Client
-from testproject.demo.jobs import AddToOwnBatchJob, BatchCallbackJob, BatchMemberJob, RecordJob
+from django_cogworker.push.job import Signature
+from testproject.demo.jobs import AddJob, AddToOwnBatchJob, BatchCallbackJob, BatchMemberJob, RecordJob, ValueJob
 
 K = Keys()
 
@@ -226,3 +227,51 @@ def test_a_success_that_fires_nothing_refreshes_the_batch_s_ttl_only_once_it_ran
     steps.run_many([BatchStep(batch.bid, jids[2], "success", "", "ack")])  # fires success: writes, so refreshes
     assert all(r.ttl(key) > 3590 for key in (keys.meta, keys.jobs))
     assert Batch.status(batch.bid).success and _callbacks_queued(r) == 1
+
+
+# -- workflows (batches/workflows.py) ---------------------------------------------------------------
+
+
+def _with_previous(job_class, *args, **kwargs):
+    # (Not ``job_class.s(*args).with_previous()``: ``s`` checks the call without the previous value.)
+    return Signature(job_class, args, kwargs, takes_previous=True)
+
+
+def test_a_chord_pushes_its_group_in_bulk_and_runs_its_callback_once_with_every_value(tmp_path, r, monkeypatch):
+    calls = {"push": 0, "push_bulk": 0}
+    for name in calls:
+        original = getattr(Client, name)
+
+        def counted(self, *args, _name=name, _original=original, **kwargs):
+            calls[_name] += 1
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(Client, name, counted)
+    chord(group(*[ValueJob.s(i) for i in range(1500)]), _with_previous(AddJob, 0, "sum")).perform_async()
+    assert calls == {"push": 0, "push_bulk": 2}  # (1,000 members a push)
+    with worker(tmp_path) as w:
+        w.wait_ready()
+        wait_until(lambda: r.llen("sum") == 1, timeout=60, message="the chord's callback")
+        w.term()
+        w.wait(30)
+    assert json.loads(r.lindex("sum", 0)) == sum(range(1500))
+
+
+def test_a_chain_step_s_callback_carries_the_steps_to_come_not_those_done(r):
+    chain(group(*[ValueJob.s(i) for i in range(50)]), ValueJob.s(0)).perform_async()
+    stored = [r.hget(K.batch(bid).meta, "cb:success") for bid in r.zrange(K.batches, 0, -1)]
+    [callbacks] = [json.loads(cb) for cb in stored if cb and "chain_next" in cb]
+    payload = json.loads(callbacks[0][2])
+    steps = payload["kwargs"]["steps"]
+    assert steps[0] == {"t": "done"} and steps[1]["t"] == "sig" and payload["kwargs"]["index"] == 1
+
+
+def test_a_group_of_jobs_and_child_groups_gives_the_next_step_its_values_in_order(tmp_path, r):
+    chain(group(ValueJob.s(1), ValueJob.s(2), group(ValueJob.s(3)), ValueJob.s(4)),
+          _with_previous(ValueJob, key="got")).perform_async()
+    with worker(tmp_path) as w:
+        w.wait_ready()
+        wait_until(lambda: r.llen("got") == 1, timeout=30, message="the last step")
+        w.term()
+        w.wait(30)
+    assert json.loads(r.lindex("got", 0)) == [1, 2, None, 4]  # (a child group is no single job: None)
