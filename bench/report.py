@@ -162,7 +162,7 @@ def batches_section(add: Any, res: dict[str, Any]) -> None:
     source = bat.get("from_run")
     if source:
         add(f"Measured in another run than the sections above: {source['timestamp']}, against django-cogworker "
-            f"{source['git']}, on {source['machine']} (`python bench/run.py --sections batches`).")
+            f"{source['git']}, on {source['machine']}: `python bench/run.py {' '.join(source['argv'])}`.")
     else:
         m = res["machine"]
         idle = f", cpuidle driver {m['cpuidle_driver'] or 'none'}" if "cpuidle_driver" in m else ""
@@ -171,24 +171,33 @@ def batches_section(add: Any, res: dict[str, Any]) -> None:
     add(f"{bat['n']:,} no-op jobs (one `INCR bench:done`, `bench.BatchMember`) pushed, then drained by "
         f"{bat['worker']}, three ways: *plain* (`perform_bulk`, 1,000 per call), *batch* (the same calls inside "
         "one `Batch(...).jobs()` block, with a success callback) and *chord* (`chord(group(*[BatchMember.s(n) "
-        "...]), BatchCallback.s())`: a group pushes its members one at a time). Each way ran "
-        f"{bat['reps']} time(s), in turn; the figures are medians. Drain figures as in the drain table (from the "
-        "first job done to the last, start-up left out); *+%* is the cost per job over plain's (for jobs/s: "
-        "plain's ÷ this − 1). *Callback delay*: from the end of the last member job (the one whose INCR "
-        "brought the counter to N stamps its time) to the start of the callback (its first act), median "
-        "and max of the runs; the callback ran exactly once in every run (checked).")
+        "...]), BatchCallback.s())`: the group's jobs pushed 1,000 per call too). Each way ran "
+        f"{bat['reps']} time(s), in turn; the figures are medians, with the range of jobs/s (a drain this short, "
+        "under a second, moves by a fifth from one run to the next even on a quiet machine). Drain figures as "
+        "in the drain table (from the first job done to the last, start-up left out); *+%* is the cost per job "
+        "over plain's (for jobs/s: plain's ÷ this − 1). *Callback delay*: from the end of the last member job "
+        "(the one whose INCR brought the counter to N stamps its time) to the start of the callback (its first "
+        "act), median and max of the runs; the callback ran exactly once in every run (checked).")
     add("")
     table_rows = []
     for how, d in rows.items():
         o = over.get(how, {})
         pct = lambda field, o=o: f"+{o[field]:.0f}%" if field in o else "–"  # noqa: E731
-        table_rows.append([how, d["jobs_per_s"], pct("jobs_per_s"), d["worker_cpu_us_per_job"],
+        spread = [r["jobs_per_s"] for r in d["runs"]]
+        table_rows.append([how, f"{fmt(d['jobs_per_s'])} ({fmt(min(spread))}–{fmt(max(spread))})", pct("jobs_per_s"),
+                           d["worker_cpu_us_per_job"],
                            pct("worker_cpu_us_per_job"), d["redis_commands_per_job"], pct("redis_commands_per_job"),
                            d["redis_round_trips_per_job"], d["redis_cpu_us_per_job"],
                            f"{fmt(d['callback_delay_ms'])} ({fmt(d['callback_delay_ms_max'])})"
                            if "callback_delay_ms" in d else "–"])
-    add(table(["way", "jobs/s", "+%", "worker CPU µs/job", "+%", "Redis cmds/job", "+%", "round trips/job",
+    add(table(["way", "jobs/s (range)", "+%", "worker CPU µs/job", "+%", "Redis cmds/job", "+%", "round trips/job",
                "Redis CPU µs/job", "callback delay ms (max)"], table_rows))
+    add("")
+    add("Where a job of a batch costs more: its batch step waits in memory with its ack, and before each "
+        "fetch the worker's fetcher runs the steps held, one `BATCH_SUCCEED` script per batch (five Redis "
+        "commands while nothing of the batch fails; about ten jobs per call here), in one round trip more "
+        "per fetch; the acks then ride on the fetch as a plain job's do (engine/settle/settling.py). The push "
+        "adds one `BATCH_ADD` per 1,000 jobs.")
     add("")
     base = bat.get("baseline")
     if base:
@@ -524,7 +533,7 @@ def merge(res: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
     m, machine = other["meta"], other["machine"]
     idle = f", cpuidle driver {machine['cpuidle_driver'] or 'none'}" if "cpuidle_driver" in machine else ""
     source = {"timestamp": m["timestamp"], "git": other["versions"].get("git", "?"),
-              "machine": f"{machine['nproc']} CPUs ({machine['cpu_model']}{idle})"}
+              "machine": f"{machine['nproc']} CPUs ({machine['cpu_model']}{idle})", "argv": m.get("argv", [])}
     out = {**res, "merged": dict(res.get("merged", {})), "skipped": dict(res.get("skipped", {})),
            "errors": dict(res.get("errors", {}))}
     for section, value in other.items():
