@@ -63,7 +63,8 @@ distclean: clean
 
 # Benchmark cogworker against rq, dramatiq, huey, celery, Sidekiq and a bare redis-py loop (about
 # 20 minutes): bench/run.py makes bench/.venv and its own redis-server, and writes bench/results/
-# and docs/benchmarks.md. BENCH_ARGS="--full" adds the 1,000,000-job run; "--n 20000" is smaller.
+# and docs/benchmarks.md. BENCH_ARGS="--full" adds the 1,000,000-job run; "--n 20000" is smaller; "--sections
+# batches" runs one section alone (bench/report.py merges its JSON into the page).
 .PHONY: bench
 BENCH_ARGS ?=
 bench:

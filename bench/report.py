@@ -2,8 +2,13 @@
 
     python bench/run.py ...                       # writes them at the end of a default or full run
     bench/.venv/bin/python bench/report.py [bench/results/latest.json]   # again, from a saved run
+    python bench/report.py bench/results/latest.json bench/results/<run>.json   # with <run>'s sections
 
-The chart needs matplotlib, which only the bench venv has; without it the page is written without it.
+A run of some sections only (``run.py --sections``) writes no page: given after the first file, its
+sections replace that file's, and the page says which run each came from.
+
+The chart needs matplotlib, which only the bench venv has; without it the page is written without it
+(but when sections are merged in, the chart of the first file's drains on disk is kept).
 """
 
 from __future__ import annotations
@@ -147,6 +152,94 @@ def wakeups_section(add: Any, res: dict[str, Any]) -> None:
     add("")
 
 
+def batches_section(add: Any, res: dict[str, Any]) -> None:
+    """bench/batches.py: the same jobs plain, in one batch, in a chord; and the callback's delay."""
+    bat = res["batches"]
+    rows = bat["variants"]
+    over = bat["overhead_pct"]
+    add("## Batches: what a batch adds per job")
+    add("")
+    source = bat.get("from_run")
+    if source:
+        add(f"Measured in another run than the sections above: {source['timestamp']}, against django-cogworker "
+            f"{source['git']}, on {source['machine']}: `python bench/run.py {' '.join(source['argv'])}`.")
+    else:
+        m = res["machine"]
+        idle = f", cpuidle driver {m['cpuidle_driver'] or 'none'}" if "cpuidle_driver" in m else ""
+        add(f"On {m['nproc']} CPUs ({m['cpu_model']}{idle}); alone: `python bench/run.py --sections batches`.")
+    add("")
+    add(f"{bat['n']:,} no-op jobs (one `INCR bench:done`, `bench.BatchMember`) pushed, then drained by "
+        f"{bat['worker']}, three ways: *plain* (`perform_bulk`, 1,000 per call), *batch* (the same calls inside "
+        "one `Batch(...).jobs()` block, with a success callback) and *chord* (`chord(group(*[BatchMember.s(n) "
+        "...]), BatchCallback.s())`: the group's jobs pushed 1,000 per call too). Each way ran "
+        f"{bat['reps']} time(s), in turn; the figures are medians, with the range of jobs/s (a drain this short, "
+        "under a second, moves by a fifth from one run to the next even on a quiet machine). Drain figures as "
+        "in the drain table (from the first job done to the last, start-up left out); *+%* is the cost per job "
+        "over plain's (for jobs/s: plain's ÷ this − 1). *Callback delay*: from the end of the last member job "
+        "(the one whose INCR brought the counter to N stamps its time) to the start of the callback (its first "
+        "act), median and max of the runs; the callback ran exactly once in every run (checked).")
+    add("")
+    table_rows = []
+    for how, d in rows.items():
+        o = over.get(how, {})
+        pct = lambda field, o=o: f"+{o[field]:.0f}%" if field in o else "–"  # noqa: E731
+        spread = [r["jobs_per_s"] for r in d["runs"]]
+        table_rows.append([how, f"{fmt(d['jobs_per_s'])} ({fmt(min(spread))}–{fmt(max(spread))})", pct("jobs_per_s"),
+                           d["worker_cpu_us_per_job"],
+                           pct("worker_cpu_us_per_job"), d["redis_commands_per_job"], pct("redis_commands_per_job"),
+                           d["redis_round_trips_per_job"], d["redis_cpu_us_per_job"],
+                           f"{fmt(d['callback_delay_ms'])} ({fmt(d['callback_delay_ms_max'])})"
+                           if "callback_delay_ms" in d else "–"])
+    add(table(["way", "jobs/s (range)", "+%", "worker CPU µs/job", "+%", "Redis cmds/job", "+%", "round trips/job",
+               "Redis CPU µs/job", "callback delay ms (max)"], table_rows))
+    add("")
+    add("Where a job of a batch costs more: its batch step waits in memory with its ack, and before each "
+        "fetch the worker's fetcher runs the steps held, one `BATCH_SUCCEED` script per batch (five Redis "
+        "commands while nothing of the batch fails; about ten jobs per call here), in one round trip more "
+        "per fetch; the acks then ride on the fetch as a plain job's do (engine/settle/settling.py). The push "
+        "adds one `BATCH_ADD` per 1,000 jobs.")
+    add("")
+    base = bat.get("baseline")
+    if base:
+        add(f"Before and after: each drain was run again at once by the worker of `{base['rev']}` (its "
+            "django_cogworker; the same push), in the same run; medians, *+%* over that worker's plain drain:")
+        add("")
+
+        def pair(field: str, how: str, pct: bool = False) -> str:
+            cells = []
+            for res in (base, bat):
+                d, o = res["variants"][how], res["overhead_pct"].get(how, {})
+                if field not in d:
+                    return "–"
+                cells.append(fmt(d[field]) + (f" (+{o[field]:.0f}%)" if pct and field in o else ""))
+            return " → ".join(cells)
+
+        add(table(["way", "jobs/s", "worker CPU µs/job", "Redis cmds/job", "round trips/job", "callback delay ms"],
+                  [[how, pair("jobs_per_s", how, True), pair("worker_cpu_us_per_job", how, True),
+                    pair("redis_commands_per_job", how, True), pair("redis_round_trips_per_job", how),
+                    pair("callback_delay_ms", how)] for how in rows]))
+        add("")
+    add("The push, in the bench's process (one thread), before the worker starts:")
+    add("")
+    add(table(["way", "push jobs/s", "pusher CPU µs/job", "Redis cmds/job", "round trips/job"],
+              [[how, d["push_jobs_per_s"], d["push_cpu_us_per_job"], d["push_redis_commands_per_job"],
+                d["push_round_trips_per_job"]] for how, d in rows.items()]))
+    add("")
+    add("Commands per job, by command (≥ 0.001 per job), in the drain and in the push (Lua scripts' own "
+        "commands counted):")
+    add("")
+    for how, d in rows.items():
+        add(f"- {how}, drain: " + ", ".join(f"{k} {fmt(x)}" for k, x in d["commands_per_job"].items()))
+        add(f"- {how}, push: " + ", ".join(f"{k} {fmt(x)}" for k, x in d["push_commands_per_job"].items()))
+    add("")
+    runs = {f"{how} run {i + 1}": r for how, d in rows.items() for i, r in enumerate(d["runs"])}
+    names = {id(r): name for name, r in runs.items()}
+    note = other_load(runs, lambda r: names[id(r)])
+    if note:
+        add(note)
+        add("")
+
+
 def chart(res: dict[str, Any], path: Path) -> bool:
     try:
         import matplotlib
@@ -200,8 +293,10 @@ def render(res: dict[str, Any], png: bool) -> str:
     add = L.append
     add("# Benchmarks")
     add("")
-    add(f"<!-- Generated by bench/report.py from bench/results/{meta['timestamp']}.json; "
-        "run `make bench` to redo it, don't edit by hand. -->")
+    merged = sorted({m["timestamp"] for m in res.get("merged", {}).values()})
+    add(f"<!-- Generated by bench/report.py from bench/results/{meta['timestamp']}.json"
+        + "".join(f" and {t}.json" for t in merged)
+        + "; run `make bench` to redo it, don't edit by hand. -->")
     add("")
     add(f"One run of `bench/run.py` ({meta['mode']} mode, {meta.get('duration_s', 0) / 60:.0f} min), "
         f"{meta['timestamp']}, on **{machine}**, against django-cogworker {v.get('git', '')}. "
@@ -212,7 +307,8 @@ def render(res: dict[str, Any], png: bool) -> str:
     add("")
     add("Run it: `make bench` (default: N = 100,000, about 20 minutes), `make bench BENCH_ARGS=--full` "
         "(adds the 1,000,000-job memory run), `python3 bench/run.py --n 20000` (smaller), "
-        "`python3 bench/run.py --quick --out /tmp/b.json` (seconds; what the test-suite runs). "
+        "`python3 bench/run.py --quick --out /tmp/b.json` (seconds; what the test-suite runs), "
+        "`python3 bench/run.py --sections batches` (some sections only: `bench/report.py` merges them in). "
         "The runner makes `bench/.venv` with the peers, starts its own `redis-server` on a free port "
         "(`--save \"\" --appendonly no`), and writes `bench/results/<timestamp>.json`, "
         "`bench/results/latest.json`, this page and `docs/benchmarks.png`.")
@@ -268,6 +364,8 @@ def render(res: dict[str, Any], png: bool) -> str:
         real_jobs_section(add, res["real_jobs"])
     if "wakeups" in res or "wakeups" in res.get("skipped", {}):
         wakeups_section(add, res)
+    if res.get("batches", {}).get("variants"):
+        batches_section(add, res)
 
     lat = res.get("latency", {})
     if lat:
@@ -428,13 +526,39 @@ def render(res: dict[str, Any], png: bool) -> str:
     return "\n".join(L)
 
 
+def merge(res: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
+    """``res`` with the sections of ``other`` (a run of some sections only) in place of its own; each
+    remembers the run it came from (``merged``, and a section's ``from_run``)."""
+    own = {"meta", "machine", "versions", "skipped", "errors", "merged"}
+    m, machine = other["meta"], other["machine"]
+    idle = f", cpuidle driver {machine['cpuidle_driver'] or 'none'}" if "cpuidle_driver" in machine else ""
+    source = {"timestamp": m["timestamp"], "git": other["versions"].get("git", "?"),
+              "machine": f"{machine['nproc']} CPUs ({machine['cpu_model']}{idle})", "argv": m.get("argv", [])}
+    out = {**res, "merged": dict(res.get("merged", {})), "skipped": dict(res.get("skipped", {})),
+           "errors": dict(res.get("errors", {}))}
+    for section, value in other.items():
+        if section in own:
+            continue
+        out[section] = {**value, "from_run": source} if isinstance(value, dict) else value
+        out["merged"][section] = source
+    out["skipped"].update(other.get("skipped", {}))
+    out["errors"].update(other.get("errors", {}))
+    return out
+
+
 def write(res: dict[str, Any], doc: Path = DOC, png: Path = PNG) -> None:
     has_png = chart(res, png)
+    if not has_png and res.get("merged") and png.exists():
+        has_png = True  # (the drains, which it shows, are the first file's: the chart on disk is theirs)
+        print(f"kept {png}: matplotlib is not installed here to redraw it", file=sys.stderr)
     doc.write_text(render(res, has_png))
     print(f"wrote {doc}" + (f" and {png}" if has_png else " (no chart: matplotlib is not installed here)"),
           file=sys.stderr)
 
 
 if __name__ == "__main__":
-    source = Path(sys.argv[1]) if len(sys.argv) > 1 else BENCH / "results" / "latest.json"
-    write(json.loads(source.read_text()))
+    sources = [Path(a) for a in sys.argv[1:]] or [BENCH / "results" / "latest.json"]
+    results = json.loads(sources[0].read_text())
+    for extra in sources[1:]:
+        results = merge(results, json.loads(extra.read_text()))
+    write(results)

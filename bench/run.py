@@ -5,6 +5,7 @@
     python3 bench/run.py --full         # adds the 1,000,000-job memory run
     python3 bench/run.py --n 20000      # a smaller N
     python3 bench/run.py --quick --out /tmp/b.json   # tiny, cogworker + floor only (the test-suite)
+    python3 bench/run.py --sections batches          # some sections only (see --help)
 
 The default and full modes create bench/.venv (the peers: rq, dramatiq, huey, celery; psutil,
 matplotlib, py-spy), re-run themselves in it, try `apt-get install ruby-sidekiq` for Sidekiq, and
@@ -14,8 +15,13 @@ loop only, writes only --out, and takes well under a minute.
 
 Every run starts its own redis-server on a free port (no persistence). Sections: drain (with worker
 CPU, Redis commands, round trips and CPU per job), latency, enqueue, scheduled, idle, memory, scale,
-profile (py-spy, when installed); and outside --quick, real jobs (1 ms of I/O, 200 µs of CPU: cogworker
-against Sidekiq) and wake-ups per job (bench/wakeups.py). Method and caveats: docs/benchmarks.md.
+profile (py-spy, when installed), batches (bench/batches.py: plain, batch and chord drains, the
+callback's delay); and outside --quick, real jobs (1 ms of I/O, 200 µs of CPU: cogworker against
+Sidekiq) and wake-ups per job (bench/wakeups.py). Method and caveats: docs/benchmarks.md.
+
+A run limited by --sections writes bench/results/<timestamp>.json (and --out) but neither latest.json
+nor the page: `python bench/report.py bench/results/latest.json bench/results/<timestamp>.json` puts
+its sections into the page, beside those of the last full run.
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ N_CAPS = {"rq-fork": 2_000, "rq-simple": 20_000}
 # a real-jobs drain lasts seconds, the section one to two minutes on a 2-CPU VM.
 REAL_JOBS_N = {"IoWait": 5_000, "CpuBurn": 20_000}
 WAKEUPS_N = 20_000
+# In the order they run; --sections picks some (meta, machine and versions are always there).
+SECTIONS = ("enqueue", "drain", "real_jobs", "wakeups", "batches", "idle", "scheduled", "scale", "memory", "profile")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -61,6 +69,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out", type=Path, help="write the JSON here (quick mode: only here)")
     p.add_argument("--only", help="comma-separated system keys to drain (e.g. cogworker-reliable-c10,floor); the "
                                   "real-jobs section keeps the listed ones of its systems, wake-ups run anyway")
+    p.add_argument("--sections", help=f"comma-separated sections to run, of: {', '.join(SECTIONS)} (default: all; "
+                                      "then neither latest.json nor the page is written)")
+    p.add_argument("--batches-n", type=int, help="jobs per drain of the batches section (default 10,000; quick: 300)")
+    p.add_argument("--batches-reps", type=int, help="drains of each way in the batches section (default 3; quick: 1)")
     p.add_argument("--no-venv", action="store_true", help="run with this interpreter, not bench/.venv")
     p.add_argument("--no-sidekiq", action="store_true", help="don't try to install or run Sidekiq")
     p.add_argument("--no-profile", action="store_true", help="skip the py-spy profile of a cogworker drain")
@@ -68,7 +80,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="also profile the worker of git revision REV (same job, same run): per-stage costs "
                         "before and after")
     p.add_argument("--no-docs", action="store_true", help="don't write docs/benchmarks.md and .png")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    unknown = set(args.sections.split(",")) - set(SECTIONS) if args.sections else set()
+    if unknown:
+        p.error(f"unknown section(s) {', '.join(sorted(unknown))}: of {', '.join(SECTIONS)}")
+    return args
 
 
 # -- the bench venv ----------------------------------------------------------------------------
@@ -224,6 +240,7 @@ class Bench:
             "scheduled_poll_interval_average": 0.5 if q else None,
             "scale_total": 5_000 if q else 1_000_000, "scale_small_total": 100 if q else 1_000,
             "scale_due": 100 if q else 1_000,
+            "batches_n": args.batches_n or (300 if q else 10_000), "batches_reps": args.batches_reps or (1 if q else 3),
         }
         self.results: dict[str, Any] = {"skipped": {}, "errors": {}}
         self._setup_django()
@@ -306,8 +323,11 @@ class Bench:
     # -- drain -----------------------------------------------------------------------------
 
     def drain(self, system: Any, n: int, *, kind: str | None = None, latency: bool = True,
-              idle: bool = True) -> dict[str, Any]:
-        """Drain ``n`` jobs, no-ops or (cogworker and Sidekiq) ``kind`` (IoWait, CpuBurn)."""
+              idle: bool = True, then: Any = None) -> dict[str, Any]:
+        """Drain ``n`` jobs, no-ops or (cogworker and Sidekiq) ``kind`` (IoWait, CpuBurn).
+
+        ``then(workers)``: called once the drain is measured, before the workers stop (the batches
+        section waits there for its callback); the dict it returns joins the results."""
         h, rnd = self.h, self.h.rnd
         self.reset_redis()
         log(f"{system.label}: pushing {n:,} {kind or 'no-op'} jobs")
@@ -357,6 +377,8 @@ class Bench:
             })
             log(f"{system.label}: {out['jobs_per_s']:,} jobs/s, {out['worker_cpu_us_per_job']} µs CPU/job, "
                 f"{out['redis_round_trips_per_job']} round trips/job")
+            if then is not None:
+                out.update(then(workers))
             if latency:
                 # Idle: a tenth of the drain rate at most (idle means idle, even for a slow system).
                 idle_rate = min(self.p["latency_idle_rate"], out["jobs_per_s"] / 10)
@@ -490,6 +512,19 @@ class Bench:
         except Exception as exc:
             self.results["errors"]["wakeups"] = f"{type(exc).__name__}: {exc}"
             log(f"wake-ups FAILED: {exc}\n{traceback.format_exc()}")
+
+    # -- batches: plain jobs, in a batch, in a chord (bench/batches.py) -------------------------
+
+    def batches(self) -> None:
+        """The same no-op jobs plain, in one batch and as a chord's group, drained by two processes:
+        what a batch adds per job (jobs/s, CPU, Redis commands), and the callback's delay."""
+        import batches
+
+        try:
+            self.results["batches"] = batches.run(self, self.p["batches_n"], self.p["batches_reps"], log)
+        except Exception as exc:
+            self.results["errors"]["batches"] = f"{type(exc).__name__}: {exc}"
+            log(f"batches FAILED: {exc}\n{traceback.format_exc()}")
 
     # -- enqueue ---------------------------------------------------------------------------
 
@@ -754,26 +789,33 @@ class Bench:
             out["baseline"] = self._profile_baseline(spy, system, n)
         self.results["profile"] = out
 
+    def baseline_env(self) -> tuple[str, dict[str, str]]:
+        """(short sha, worker environment) to run the worker of ``--baseline REV``: its django_cogworker,
+        unpacked once per run, with this bench's project, jobs and settings. Raises when git can't."""
+        rev = self.args.baseline
+        tree = self.workdir / "baseline"
+        sha = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, check=True,
+                             capture_output=True, text=True).stdout.strip()
+        if not tree.exists():
+            tree.mkdir()
+            archive = subprocess.run(["git", "archive", rev, "django_cogworker"], cwd=ROOT, check=True,
+                                     capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        # (Its package first on the path, which manage.py sees to: the bench project stays this tree's.)
+        return sha, {"PYTHONPATH": os.pathsep.join([str(BENCH), str(tree)]), "BENCH_COGWORKER_TREE": str(tree)}
+
     def _profile_baseline(self, spy: str, system: Any, n: int) -> dict[str, Any]:
         """The same raw profile of the worker as of ``--baseline REV`` (its django_cogworker, this
         bench's job and settings): the per-stage costs before a change, measured in this run."""
         rev = self.args.baseline
-        tree = self.workdir / "baseline"
         try:
-            sha = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, check=True,
-                                 capture_output=True, text=True).stdout.strip()
-            tree.mkdir(exist_ok=True)
-            archive = subprocess.run(["git", "archive", rev, "django_cogworker"], cwd=ROOT, check=True,
-                                     capture_output=True).stdout
-            subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+            sha, env = self.baseline_env()
         except (subprocess.CalledProcessError, OSError) as exc:
             self.results["errors"]["profile-baseline"] = f"{rev}: {exc}"
             return {"rev": rev}
         path = self.workdir / "profile-baseline.txt"
         self.reset_redis()
         system.push_bulk(self.ctx, n)
-        # (Its package first on the path: the bench project and settings stay this tree's.)
-        env = {"PYTHONPATH": os.pathsep.join([str(BENCH), str(tree)])}
         workers = system.start(self.ctx, tag="-profile-baseline", extra_env=env, wrap=[
             spy, "record", "--gil", "--function", "--rate", "200", "--format", "raw", "-o", str(path), "--"])
         try:
@@ -847,8 +889,10 @@ def main(argv: list[str]) -> int:
     if not args.quick and not args.no_venv and not in_bench_venv():
         python = ensure_venv()
         os.execv(str(python), [str(python), str(Path(__file__).resolve()), *argv])
+    sections = args.sections.split(",") if args.sections else list(SECTIONS)
+    partial = set(sections) != set(SECTIONS)
     sidekiq_note = None
-    if not args.quick and not args.no_sidekiq:
+    if not args.quick and not args.no_sidekiq and {"enqueue", "drain", "real_jobs", "scheduled"} & set(sections):
         sidekiq_note = ensure_sidekiq()
     started = time.time()
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -869,26 +913,31 @@ def main(argv: list[str]) -> int:
 
         res = bench.results
         res["meta"] = {"timestamp": stamp, "mode": mode, "n": bench.n, "argv": argv, "params": bench.p,
+                       **({"sections": sections} if partial else {}),
                        "n_caps": {} if args.quick else N_CAPS, "loadavg_start": round(os.getloadavg()[0], 2)}
         res["machine"] = machine()
         res["versions"] = versions(bench.server.version())
         if sidekiq_note:
             res["skipped"]["sidekiq"] = sidekiq_note
-        log(f"{mode} run, N = {bench.n:,}, redis {bench.server.url}, work dir {workdir}")
-        bench.enqueue()
-        systems = quick_systems() if args.quick else all_systems(N_CAPS)
-        if args.no_sidekiq:
-            systems = [s for s in systems if s.key != "sidekiq"]
-            res["skipped"]["sidekiq"] = "--no-sidekiq"
-        bench.run_drains(systems)
-        if not args.quick:
+        log(f"{mode} run, N = {bench.n:,}, redis {bench.server.url}, work dir {workdir}"
+            + (f", sections {', '.join(sections)}" if partial else ""))
+        if "enqueue" in sections:
+            bench.enqueue()
+        if "drain" in sections:
+            systems = quick_systems() if args.quick else all_systems(N_CAPS)
+            if args.no_sidekiq:
+                systems = [s for s in systems if s.key != "sidekiq"]
+                res["skipped"]["sidekiq"] = "--no-sidekiq"
+            bench.run_drains(systems)
+        if not args.quick and "real_jobs" in sections:
             bench.real_jobs()
+        if not args.quick and "wakeups" in sections:
             bench.wakeups()
-        bench.idle_cogworker()
-        bench.scheduled()
-        bench.scale()
-        bench.memory()
-        bench.profile()
+        for name, section in (("batches", bench.batches), ("idle", bench.idle_cogworker),
+                              ("scheduled", bench.scheduled), ("scale", bench.scale), ("memory", bench.memory),
+                              ("profile", bench.profile)):
+            if name in sections:
+                section()
         res["meta"]["duration_s"] = round(time.time() - started, 1)
         res["meta"]["loadavg_end"] = round(os.getloadavg()[0], 2)
         ok = True
@@ -902,15 +951,19 @@ def main(argv: list[str]) -> int:
     text = json.dumps(bench.results, indent=1, default=str) + "\n"
     outputs = [args.out] if args.out else []
     if not args.quick:
-        outputs += [RESULTS / f"{stamp}.json", RESULTS / "latest.json"]
+        # (latest.json and the page are a full run's: a partial run is merged in by report.py.)
+        outputs += [RESULTS / f"{stamp}.json", *([] if partial else [RESULTS / "latest.json"])]
     for path in outputs:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         log(f"wrote {path}")
-    if not args.quick and not args.no_docs:
+    if not args.quick and not args.no_docs and not partial:
         import report
 
         report.write(bench.results)
+    elif not args.quick and partial:
+        log(f"to put these sections into the page: python bench/report.py bench/results/latest.json "
+            f"bench/results/{stamp}.json")
     if bench.results["errors"]:
         log(f"errors: {json.dumps(bench.results['errors'], indent=1)}")
         log(f"worker logs kept in {workdir}")

@@ -23,6 +23,12 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("start-up (imports, Django setup; not per job)", ("<module> (manage.py", "Command.handle (runcogworker.py",
                                                        "launch (launcher.py", "Launcher.start (launcher.py")),
     ("the job's own code (one INCR through redis-py)", ("call_perform (job.py",)),
+    # (A job of a batch. Before the fetch and settle stages, whose frames are in their stacks too:
+    # the fetcher runs the steps held before each fetch; a step alone runs inside Settler.settle.)
+    ("batch step (BATCH_SUCCEED or BATCH_SETTLE, delivery of callbacks)", (
+        "BatchSteps.", "Settler.settle_steps (settling.py", "settle (steps.py", "step_for (steps.py",
+        "deliver (delivery.py")),
+    ("ack or filing sent alone (a batch job's ack; a failure)", ("Settler._apply (settling.py",)),
     ("hand-over between threads (wait for a job, give back a slot)", (
         "Fetcher.next_unit (fetcher.py", "Fetcher.processor_idle (fetcher.py", "Fetcher.release (fetcher.py",
         "Processor.await_unit (processor.py", "Handover.", "Fetcher._gather (fetcher.py", "Fetcher._awake (fetcher.py",

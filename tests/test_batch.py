@@ -9,6 +9,7 @@ import pytest
 from helpers import FAST_ENV, Worker, wait_until
 
 from django_cogworker import Batch, BatchError, BatchNotFound, Job
+from django_cogworker.batches.steps import BatchStep, BatchSteps, settle
 from django_cogworker.broker.keys import Keys
 from django_cogworker.push import runtime
 from django_cogworker.push.client import Client
@@ -193,3 +194,68 @@ def test_a_status_names_at_most_a_hundred_failing_jobs_and_counts_them_all(r, rb
     status = Batch.status(batch.bid)
     assert (status.failures, status.pending, status.complete) == (150, 150, True)
     assert len(status.failed) == 100 and set(status.failed) <= set(jids)
+
+
+# -- the worker's steps run together (batches/steps.py: BatchSteps.run_many) ---------------------
+
+
+def _callbacks_queued(r) -> int:
+    return sum(json.loads(raw)["class"] == BatchCallbackJob.name for raw in r.lrange(K.queue("default"), 0, -1))
+
+
+def test_steps_run_together_move_each_job_once_and_fire_once_whatever_the_reruns(r):
+    batch = Batch().on("success", BatchCallbackJob, key="cb")
+    with batch.jobs():
+        jids = [RecordJob.perform_async("x") for _ in range(3)]
+    redis = runtime.get_redis()
+    # One of them failed first: the steps taken together clear its failure as one alone would.
+    settle(redis, K, batch.bid, jids[0], "failure", json.dumps({"error": "RuntimeError"}), 3600.0)
+    assert Batch.status(batch.bid).failures == 1
+    steps = BatchSteps(redis, K, 3600.0)
+    succeeded = [BatchStep(batch.bid, jid, "success", "", "ack") for jid in jids]
+    steps.run_many(succeeded[:2])
+    status = Batch.status(batch.bid)
+    assert (status.pending, status.failures, status.success) == (1, 0, False)
+    # Again with the last one (the first two ran again after a crash: they move nothing twice).
+    steps.run_many(succeeded)
+    status = Batch.status(batch.bid)
+    assert (status.total, status.pending, status.failures, status.success) == (3, 0, 0, True)
+    assert _callbacks_queued(r) == 1
+    steps.run_many(succeeded)  # and once more: nothing fires again
+    assert _callbacks_queued(r) == 1
+    assert 3500 < r.ttl(K.batch(batch.bid).meta) <= 3600
+
+
+def test_steps_of_several_batches_go_in_one_round_trip_each_batch_its_own_step(r):
+    first, second = Batch().on("success", BatchCallbackJob, key="cb"), Batch()
+    with first.jobs():
+        one = RecordJob.perform_async("x")
+    with second.jobs():
+        two = [RecordJob.perform_async("x") for _ in range(2)]
+    BatchSteps(runtime.get_redis(), K, 3600.0).run_many(
+        [BatchStep(first.bid, one, "success", "", "ack"), BatchStep(second.bid, two[0], "success", "", "ack")])
+    assert Batch.status(first.bid).success and _callbacks_queued(r) == 1
+    assert (Batch.status(second.bid).pending, Batch.status(second.bid).success) == (1, False)
+
+
+def test_a_success_that_fires_nothing_refreshes_the_batch_s_ttl_only_once_it_ran_down(r):
+    batch = Batch(ttl=3600).on("success", BatchCallbackJob, key="cb")
+    with batch.jobs():
+        jids = [RecordJob.perform_async("x") for _ in range(3)]
+    keys = K.batch(batch.bid)
+    steps = BatchSteps(runtime.get_redis(), K, 3600.0)
+
+    def ran_down_to(seconds):
+        for key in (keys.meta, keys.jobs, keys.pending):
+            r.expire(key, seconds)
+
+    ran_down_to(3590)  # (within the slack: a hundredth of a 1-hour TTL, 36 s)
+    steps.run_many([BatchStep(batch.bid, jids[0], "success", "", "ack")])
+    assert r.ttl(keys.meta) <= 3590
+    ran_down_to(3500)
+    steps.run_many([BatchStep(batch.bid, jids[1], "success", "", "ack")])
+    assert all(r.ttl(key) > 3590 for key in (keys.meta, keys.jobs, keys.pending))
+    ran_down_to(3590)
+    steps.run_many([BatchStep(batch.bid, jids[2], "success", "", "ack")])  # fires success: writes, so refreshes
+    assert all(r.ttl(key) > 3590 for key in (keys.meta, keys.jobs))
+    assert Batch.status(batch.bid).success and _callbacks_queued(r) == 1

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SECTIONS = ("meta", "machine", "versions", "enqueue", "drain", "latency", "idle", "scheduled", "memory", "scale")
+SECTIONS = ("meta", "machine", "versions", "enqueue", "drain", "latency", "idle", "scheduled", "memory", "scale",
+            "batches")
 
 
 def _numbers(obj, where=""):
@@ -54,11 +55,12 @@ def test_every_section_is_there_and_nothing_failed(results):
 
 
 def test_every_number_is_finite_and_not_negative(results):
-    # Allowed below zero: the scheduled minimum (a job run early would show there) and the machine's
-    # other load (a difference of two CPU accountings, a little negative on a quiet machine).
+    # Allowed below zero: the scheduled minimum (a job run early would show there), the machine's
+    # other load (a difference of two CPU accountings, a little negative on a quiet machine) and the
+    # batches' overheads (a few hundred jobs: within the noise of zero, either side).
     for where, value in _numbers(results):
         assert math.isfinite(value), f"{where} = {value!r}"
-        if not where.endswith(("min_ms", "other_cpu_cores")):
+        if not where.endswith(("min_ms", "other_cpu_cores")) and ".overhead_pct." not in where:
             assert value >= 0, f"{where} = {value!r}"
 
 
@@ -105,6 +107,25 @@ def test_memory_and_scale(results):
         assert d["due"] > 0 and d["scheduled_entries"] >= d["due"]
         for field in ("us_per_due_job", "redis_commands_per_due_job", "redis_round_trips_per_due_job"):
             _positive(d[field], f"scale.{key}.{field}")
+
+
+def test_batches_plain_batch_and_chord(results):
+    bat = results["batches"]
+    assert set(bat["variants"]) == {"plain", "batch", "chord"}
+    for how, d in bat["variants"].items():
+        for field in ("jobs_per_s", "worker_cpu_us_per_job", "redis_commands_per_job", "redis_round_trips_per_job",
+                      "push_jobs_per_s", "push_redis_commands_per_job"):
+            _positive(d[field], f"batches.{how}.{field}")
+        assert len(d["runs"]) == bat["reps"] >= 1
+        # Every member INCRs the counter once, in a batch or not.
+        assert d["commands_per_job"].get("incrby", 0) + d["commands_per_job"].get("incr", 0) >= 0.9, d
+    for how in ("batch", "chord"):
+        # The callback ran (once: more is an error of the section) after the last member ended.
+        _positive(bat["variants"][how]["callback_delay_ms"], f"batches.{how}.callback_delay_ms")
+        assert set(bat["overhead_pct"][how]) == {"jobs_per_s", "worker_cpu_us_per_job", "redis_commands_per_job",
+                                                 "redis_round_trips_per_job"}
+    # A job of a batch settles its batch step in a script of its own: more commands than a plain job.
+    assert bat["variants"]["batch"]["redis_commands_per_job"] > bat["variants"]["plain"]["redis_commands_per_job"]
 
 
 def test_per_stage_costs_count_the_job_s_own_redis_calls_as_the_job_and_leave_start_up_out():

@@ -26,6 +26,8 @@ from helpers import RedisServer, wait_until
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from django_cogworker import Batch
+from django_cogworker.batches.steps import BatchStep, BatchSteps
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.fetch.contract import Unit
 from django_cogworker.engine.fetch.reliable import ReliableFetch
@@ -255,6 +257,63 @@ def test_held_acks_that_fail_before_a_block_are_kept_pending(batch, rb, monkeypa
         acks.before_block()  # (the fetcher's watchdog logs it and backs off)
     assert settler.pending_settlements() == {job(0): "ack"}
     assert rb.llen(fetch.in_progress) == 3
+
+
+def _batch_of(count):
+    """A committed batch of ``count`` jobs (pushed, never run): (bid, their success steps)."""
+    from testproject.demo.jobs import RecordJob
+
+    batch = Batch()
+    with batch.jobs():
+        jids = [RecordJob.perform_async("x") for _ in range(count)]
+    return batch.bid, [BatchStep(batch.bid, jid, "success", "", "ack") for jid in jids]
+
+
+def test_a_batch_job_s_step_waits_with_its_ack_and_goes_through_before_the_fetch_that_acks_it(batch, rb):
+    acks, fetch, settler = batch
+    settler.batches = BatchSteps(fetch.redis, K, 3600.0)
+    bid, steps = _batch_of(2)
+    acks.open()
+    acks.add(job(0), steps[0])
+    acks.add(job(1))
+    acks.add(job(2), steps[1])
+    assert Batch.status(bid).pending == 2 and rb.llen(fetch.in_progress) == 3  # no round trip of its own
+    assert sorted(acks.held()) == [job(0), job(1), job(2)]
+    assert sorted(acks.take()) == [job(0), job(1), job(2)]  # (their steps ran: the acks may ride now)
+    assert Batch.status(bid).success and rb.llen(fetch.in_progress) == 3
+    assert acks.take() == [] and acks.held() == []
+
+
+def test_held_steps_go_through_before_a_blocking_fetch_and_later_ones_at_once_with_their_ack(batch, rb):
+    acks, fetch, settler = batch
+    settler.batches = BatchSteps(fetch.redis, K, 3600.0)
+    bid, steps = _batch_of(2)
+    acks.open()
+    acks.add(job(0), steps[0])
+    acks.before_block()
+    assert Batch.status(bid).pending == 1 and rb.lrange(fetch.in_progress, 0, -1) == [job(2), job(1)]
+    acks.add(job(1), steps[1])  # while the fetcher blocks
+    assert Batch.status(bid).success and rb.lrange(fetch.in_progress, 0, -1) == [job(2)]
+
+
+def test_held_steps_redis_refuses_stay_pending_with_their_acks_behind_them(batch, rb, monkeypatch):
+    acks, fetch, settler = batch
+    settler.batches = BatchSteps(fetch.redis, K, 3600.0)
+    bid, steps = _batch_of(1)
+
+    def refused(self, steps):
+        raise redis.ConnectionError("Redis is away")
+
+    monkeypatch.setattr(BatchSteps, "run_many", refused)
+    acks.open()
+    acks.add(job(0), steps[0])
+    acks.add(job(1))
+    assert acks.take() == [job(1)]  # (a plain ack rides on as ever; the other waits for its step)
+    assert settler.pending_settlements() == {job(0): steps[0]}
+    assert Batch.status(bid).pending == 1 and rb.llen(fetch.in_progress) == 3
+    monkeypatch.undo()
+    assert settler.retry_pending_settlements() == 0  # the step, then the ack
+    assert Batch.status(bid).success and rb.lrange(fetch.in_progress, 0, -1) == [job(2), job(1)]
 
 
 def test_jobs_handed_back_at_shutdown_are_named_in_the_log_at_most_20(launcher_factory, r, caplog):

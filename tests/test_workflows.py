@@ -11,6 +11,7 @@ from helpers import FAST_ENV, Worker, wait_until
 
 from django_cogworker import Batch, BatchError, chain, chord, group
 from django_cogworker.broker.keys import Keys
+from django_cogworker.push.client import Client
 from testproject.demo.jobs import AddJob, BatchCallbackJob, BatchMemberJob, RecordJob, ValueJob
 
 K = Keys()
@@ -118,3 +119,42 @@ def test_callback_queue_takes_every_callback_and_hand_over_of_a_workflow(tmp_pat
         w.term()
         w.wait(30)
     assert recorded(r, "values") == [[1, 2]]
+
+def test_a_chord_pushes_its_group_in_bulk_and_runs_its_callback_once_with_every_value(tmp_path, r, monkeypatch):
+    calls = {"push": 0, "push_bulk": 0}
+    for name in calls:
+        original = getattr(Client, name)
+
+        def counted(self, *args, _name=name, _original=original, **kwargs):
+            calls[_name] += 1
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(Client, name, counted)
+    chord(group(*[ValueJob.s(i) for i in range(1500)]), AddJob.s(0, "sum").with_previous()).perform_async()
+    assert calls == {"push": 0, "push_bulk": 2}  # (1,000 members a push)
+    with Worker(env=FAST_ENV, log_path=tmp_path / "worker.log") as w:
+        w.wait_ready()
+        wait_until(lambda: r.llen("sum") == 1, timeout=60, message="the chord's callback")
+        w.term()
+        w.wait(30)
+    assert json.loads(r.lindex("sum", 0)) == sum(range(1500))
+
+
+def test_a_chain_step_s_callback_carries_the_steps_to_come_not_those_done(r):
+    chain(group(*[ValueJob.s(i) for i in range(50)]), ValueJob.s(0)).perform_async()
+    stored = [r.hget(K.batch(bid).meta, "cb:success") for bid in r.zrange(K.batches, 0, -1)]
+    [callbacks] = [json.loads(cb) for cb in stored if cb and "chain_next" in cb]
+    payload = json.loads(callbacks[0][2])
+    steps = payload["kwargs"]["steps"]
+    assert steps[0] == {"t": "done"} and steps[1]["t"] == "sig" and payload["kwargs"]["index"] == 1
+
+
+def test_a_group_of_jobs_and_child_groups_gives_the_next_step_its_values_in_order(tmp_path, r):
+    chain(group(ValueJob.s(1), ValueJob.s(2), group(ValueJob.s(3)), ValueJob.s(4)),
+          ValueJob.s(key="got").with_previous()).perform_async()
+    with Worker(env=FAST_ENV, log_path=tmp_path / "worker.log") as w:
+        w.wait_ready()
+        wait_until(lambda: r.llen("got") == 1, timeout=30, message="the last step")
+        w.term()
+        w.wait(30)
+    assert json.loads(r.lindex("got", 0)) == [1, 2, None, 4]  # (a child group is no single job: None)

@@ -5,7 +5,10 @@
   list and INCRs the counter, in one pipelined round trip;
 * ``IoWait(t)``: a job that mostly waits: GET ``bench:io``, sleep 1 ms, INCR the counter;
 * ``CpuBurn(t)``: a job that mostly computes: ``CPU_BURN_LOOPS`` turns of a pure-Python loop (about
-  200 µs of CPU here), then INCR the counter.
+  200 µs of CPU here), then INCR the counter;
+* ``BatchMember(n)``, ``BatchCallback``: the batches section's (bench/batches.py): a member INCRs the
+  counter like ``NoopIncr``, and the one that brings it to ``n`` stamps its end; the callback stamps
+  its start and counts its runs.
 
 ``CPU_BURN_LOOPS`` is calibrated at import, unless ``BENCH_CPU_BURN_LOOPS_PYTHON`` gives it: the
 bench passes its own calibration to the workers, so that every drain burns the same loops and the
@@ -21,6 +24,9 @@ from django_cogworker.push.runtime import get_redis
 COUNTER = "bench:done"
 LATENCIES = "bench:lat"
 IO_KEY = "bench:io"
+LAST_END = "bench:batch:last_end"
+CALLBACK_START = "bench:batch:callback_start"
+CALLBACK_RUNS = "bench:batch:callback_runs"
 IO_SLEEP_S = 0.001
 CPU_BURN_TARGET_US = 200
 
@@ -88,3 +94,25 @@ class CpuBurn(Job):
     def perform(self, t=0.0):
         burn(CPU_BURN_LOOPS)
         get_redis().incr(COUNTER)
+
+
+class BatchMember(Job):
+    name = "bench.BatchMember"
+
+    def perform(self, n=0):
+        # The job that brings the counter to n is the last to end (its INCR is its last act): it alone
+        # pays one more command, the same in a batch or not.
+        if get_redis().incr(COUNTER) >= n:
+            get_redis().set(LAST_END, repr(time.time()))
+
+
+class BatchCallback(Job):
+    name = "bench.BatchCallback"
+
+    def perform(self, status=None, **options):
+        # (A batch callback gets the batch's status; a chord's body, its own arguments: none here.)
+        started = time.time()
+        pipe = get_redis().pipeline(transaction=False)
+        pipe.set(CALLBACK_START, repr(started), nx=True)
+        pipe.incr(CALLBACK_RUNS)
+        pipe.execute()

@@ -59,7 +59,9 @@ batch_closing                 zset    bid -> when a jobs() block began closing i
                                       those of a closer that died: batches/delivery.py)
 batch:<bid>:*                 -       one batch (batches/): meta (hash), jobs, pending, open  BATCH_TTL
                                       (sets), failed (hash), dead (set), outbox (list);       refreshed
-                                      cluster: ``{cogworker:b:<bid>}:batch:*`` (its own slot)  each step
+                                      cluster: ``{cogworker:b:<bid>}:batch:*`` (its own       each step
+                                      slot); all seven refreshed together (by the steps of
+                                      successes that fire nothing, once it ran down 1 min)
 batch_delivered:<jid>         string  a batch callback delivered to its queue (once only);    BATCH_TTL
                                       cluster: in that queue's slot
 ============================  ======  ======================================================  =========

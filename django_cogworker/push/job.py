@@ -308,10 +308,27 @@ class Signature:
 
     def launch(self, previous: Any, keep: bool) -> str | None:
         setter = JobSetter(self.job_class, self.options)
+        return setter._client().push(self._build(setter, previous, keep))
+
+    @staticmethod
+    def launch_many(signatures: Sequence[Signature], previous: Any, keep: bool) -> list[str | None]:
+        """Push these steps as ``launch`` would each, in one ``push_bulk`` (one round trip, and the
+        batch counts them in one step: a group of 10,000 pushed one at a time took two round trips
+        a job); return their jids, in order (None for one a middleware stopped)."""
+        if not signatures:
+            return []
+        built = []
+        for signature in signatures:
+            setter = JobSetter(signature.job_class, signature.options)
+            built.append(signature._build(setter, previous, keep))
+        pushed = set(setter._client().push_bulk(built))
+        return [payload["jid"] if payload["jid"] in pushed else None for payload in built]
+
+    def _build(self, setter: JobSetter, previous: Any, keep: bool) -> dict[str, Any]:
         payload = setter.build([previous, *self.args] if self.takes_previous else self.args, self.kwargs)
         if keep:
             payload["keep_result"] = True
-        return setter._client().push(payload)
+        return payload
 
     def dump(self) -> dict[str, Any]:
         return {"t": "sig", "c": self.job_class.name, "a": self.args, "k": self.kwargs, "o": self.options,

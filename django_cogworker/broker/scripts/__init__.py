@@ -27,7 +27,15 @@ from .admin import (
     SCAN_PREVIEW,
     requeue_from_zset_batch_args,
 )
-from .batches import BATCH_ADD, BATCH_CLOSE, BATCH_CLOSED, BATCH_DELIVER, BATCH_OPEN, BATCH_SETTLE
+from .batches import (
+    BATCH_ADD,
+    BATCH_CLOSE,
+    BATCH_CLOSED,
+    BATCH_DELIVER,
+    BATCH_OPEN,
+    BATCH_SETTLE,
+    BATCH_SUCCEED,
+)
 from .jobs import (
     CLAIM_AND_REQUEUE,
     FETCH_BASIC,
@@ -85,5 +93,6 @@ __all__ = [
     "BATCH_CLOSED",
     "BATCH_ADD",
     "BATCH_SETTLE",
+    "BATCH_SUCCEED",
     "BATCH_DELIVER",
 ]

@@ -175,8 +175,11 @@ class Processor:
             if extras is not None:
                 extras.succeeded(job_class, payload, value)
             if bid is not None:
-                self.settler.settle(unit.raw, step_for(payload, "success", "ack",
-                                                       result=value if payload.get("keep_result") else None))
+                step = step_for(payload, "success", "ack", result=value if payload.get("keep_result") else None)
+                if step.record:
+                    self.settler.settle(unit.raw, step)  # (its result is written before its step, alone)
+                else:
+                    self.acks.add(unit.raw, step)  # (its step runs with the others held, before its ack)
             else:
                 self.acks.add(unit.raw)
             self.stats.job_done(False, counted, elapsed)

@@ -17,6 +17,13 @@ GATHER_WAIT when it gathers idle processors); while jobs are taken ahead
 (fetcher.py), the fetcher waits for what is ahead to run low, so acks may wait
 for about half as many more short jobs (under SHORT_RUN each) to finish.
 
+A job of a batch that succeeded waits the same way with its batch step: the
+fetcher runs the steps held, grouped by batch, in one round trip just before
+the fetch that carries their acks, so each step still goes through before its
+job's ack (batches/steps.py). Steps Redis refuses become pending settlements
+(the step, then the ack); a process killed first has those jobs run again,
+and their steps, idempotent by jid, move nothing twice.
+
 At shutdown (``Settler.requeue_unfinished``) a filing that still fails is
 parked in ``unsettled`` for any live process to file
 (:func:`file_unsettled`, from the poller's housekeeping round): never requeued, the job already ran.
@@ -121,6 +128,23 @@ class Settler:
             self.fetch.ack(raw)
         else:
             self.fetch.file(raw, how, self.retry.dead_trim() if how.target == "dead" else None)
+
+    def settle_steps(self, steps: list[tuple[bytes, BatchStep]]) -> list[bytes]:
+        """Run the batch steps of finished jobs (successes: see AckBatch.add) in one round trip; return
+        the raw payloads whose steps went through, whose acks may go now. If Redis refuses, every one
+        is kept as a pending settlement instead: its step, then its ack."""
+        try:
+            if self.batches is None:
+                raise RuntimeError("a job of a batch, settled without batch steps")
+            self.batches.run_many([step for _raw, step in steps])
+        except Exception as exc:
+            logger.error("the batch steps of %d job(s) failed (%s: %s); kept in memory and retried", len(steps),
+                         type(exc).__name__, payloads.printable(exc, payloads.ERROR_MESSAGE_LIMIT))
+            with self._lock:
+                for raw, step in steps:
+                    self._pending[raw] = step
+            return []
+        return [raw for raw, _step in steps]
 
     def settle_acks(self, acks: list[bytes]) -> None:
         """Send ``acks`` in one round trip; if that fails, keep them as pending settlements."""
@@ -233,6 +257,10 @@ class AckBatch:
     about to block and ``unblocked`` once the call returns. The Manager's ``stop`` closes it too
     (a fetcher outliving its join must not hold acks) and pends what is still
     held. Closed, or while the fetcher blocks, an ack goes out at once.
+
+    A job of a batch is held with its batch step (``add(raw, step)``): ``take``
+    and ``before_block`` run the steps held first (Settler.settle_steps, one
+    round trip), and only the acks of those that went through go with the rest.
     """
 
     def __init__(self, fetch: Fetch, settler: Settler):
@@ -240,16 +268,24 @@ class AckBatch:
         self.settler = settler
         self._lock = threading.Lock()
         self._held: list[bytes] = []  # finished, to be acked with the next fetch
+        self._steps: list[tuple[bytes, BatchStep]] = []  # finished jobs of batches: step, then ack
         self._open = False
         self._blocking = False
 
-    def add(self, raw: bytes) -> None:
-        """Acknowledge a finished job: with the next fetch if the fetcher runs and isn't blocking, else now."""
+    def add(self, raw: bytes, step: BatchStep | None = None) -> None:
+        """Acknowledge a finished job: with the next fetch if the fetcher runs and isn't blocking, else now.
+
+        ``step``: the job's batch step (a success without a result to keep), which goes through
+        before the ack: just before that fetch, with the others held, or now, with the ack.
+        """
         with self._lock:
             if self._open and not self._blocking:
-                self._held.append(raw)
+                if step is None:
+                    self._held.append(raw)
+                else:
+                    self._steps.append((raw, step))
                 return
-        self.settler.settle(raw, "ack")
+        self.settler.settle(raw, "ack" if step is None else step)
 
     def open(self) -> None:
         with self._lock:
@@ -260,16 +296,24 @@ class AckBatch:
             self._open = False
 
     def take(self) -> list[bytes]:
-        """Take the held acks, for the fetch about to be made (or, at stop, to pend them)."""
+        """Take the held acks, for the fetch about to be made (or, at stop, to pend them); the held
+        batch steps are run first, and the acks of those Redis refused stay pending behind them."""
         with self._lock:
             acks, self._held = self._held, []
+            steps, self._steps = self._steps, []
+        if steps:
+            acks += self.settler.settle_steps(steps)
         return acks
 
     def before_block(self) -> None:
-        """The fetcher is about to block: acks from now on go out at once, and so do any held."""
+        """The fetcher is about to block: acks from now on go out at once, and so do any held (the
+        held batch steps first)."""
         with self._lock:
             self._blocking = True
             acks, self._held = self._held, []
+            steps, self._steps = self._steps, []
+        if steps:
+            acks += self.settler.settle_steps(steps)
         if acks:
             try:
                 self.fetch.ack_many(acks)
@@ -284,7 +328,7 @@ class AckBatch:
 
     def held(self) -> list[bytes]:
         with self._lock:
-            return list(self._held)
+            return [*self._held, *(raw for raw, _step in self._steps)]
 
 
 def _jid(how: Settlement, raw: bytes) -> str:
