@@ -11,8 +11,8 @@ on its own (only a lost connection fails the round):
    interrupted ``until_executed`` run is requeued before its next slot can fire;
 3. unsettled jobs: records that some process handed over at its shutdown
    (jobs that ran but whose retry/dead filing failed) filed where they belong;
-4. batch closings: callbacks fired by a jobs() block's close whose pusher died before it
-   delivered them (batches/delivery.py).
+4. batch closings, every 15 s: callbacks fired by a jobs() block's close whose pusher died
+   before it delivered them (batches/delivery.py).
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ class Housekeeping:
         self.monotonic = monotonic
         self.first_orphan_check_done = threading.Event()
         self._next_guard = 0.0  # (monotonic) the first round checks at once
+        self._next_closings = 0.0  # (monotonic) likewise
 
     def steps(self) -> tuple[Step, ...]:
         """The round's housekeeping steps, in order, named for the log."""
@@ -84,4 +85,8 @@ class Housekeeping:
         return file_unsettled(self.redis, self.keys, self.retry)
 
     def sweep_batch_closings(self) -> int:
+        """Every CLOSING_GRACE / 2 at most: a closing is looked at only once it is that old."""
+        if self.monotonic() < self._next_closings:
+            return 0
+        self._next_closings = self.monotonic() + delivery.CLOSING_GRACE / 2
         return delivery.sweep_closing(self.redis, self.keys, self.batch_ttl, time.time())
