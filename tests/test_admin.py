@@ -126,6 +126,18 @@ def test_dashboard_shows_live_counts_latency_and_redis(admin_client, seeded):
     assert page.count("<rect") == 60  # 30 days x (processed, failed)
 
 
+def test_the_dashboard_chart_keeps_its_coordinates_in_a_locale_with_a_decimal_comma(viewer, seeded, settings):
+    # Floats are localized in templates: under "de", a bar's x of 58.8 was written "58,8", no number.
+    import re
+
+    settings.LANGUAGE_CODE = "de"
+    page = viewer.get(BASE + "dashboard/", HTTP_ACCEPT_LANGUAGE="de").content.decode()
+    assert 'lang="de"' in page
+    coordinates = re.findall(r'<rect class="\w+" x="([^"]*)" y="([^"]*)" width="([^"]*)" height="([^"]*)"', page)
+    assert len(coordinates) == 60
+    assert all(float(value) >= 0 for rect in coordinates for value in rect)
+
+
 def test_admin_index_and_app_index_list_the_pages(admin_client, seeded):
     for url in ("/admin/", "/admin/django_cogworker/"):
         page = admin_client.get(url).content.decode()
