@@ -259,3 +259,19 @@ def test_a_success_that_fires_nothing_refreshes_the_batch_s_ttl_only_once_it_ran
     steps.run_many([BatchStep(batch.bid, jids[2], "success", "", "ack")])  # fires success: writes, so refreshes
     assert all(r.ttl(key) > 3590 for key in (keys.meta, keys.jobs))
     assert Batch.status(batch.bid).success and _callbacks_queued(r) == 1
+
+
+def test_a_job_sent_to_dead_by_no_run_of_its_own_tells_its_batch_once(r, rb):
+    # (What orphan recovery and the admin's kill call: batches/steps.py died.)
+    from django_cogworker.batches import steps
+
+    batch = Batch().on("death", BatchCallbackJob, key="cb")
+    with batch.jobs():
+        jid = RecordJob.perform_async("k")
+    payload = json.loads(rb.lindex(K.queue("default"), 0))
+    for _ in range(2):  # (a move to dead interrupted, and judged again)
+        steps.died(rb, K, payload, "Orphaned", "orphaned too many times", 60)
+    steps.died(rb, K, {"jid": "x", "class": "c"}, "Orphaned", "no batch", 60)  # (nothing to tell)
+    status = Batch.status(batch.bid)
+    assert (status.dead, status.death, status.failed[jid]["error"]) == (1, True, "Orphaned")
+    assert [json.loads(p)["class"] for p in r.lrange(K.queue("default"), 0, -1)].count(BatchCallbackJob.name) == 1

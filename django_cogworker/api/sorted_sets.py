@@ -148,12 +148,8 @@ class SortedEntry(JobRecord):
         except Poison as exc:
             text = reencode(poison_letter(entry, f"{KILLED_REASON}; it {exc.reason}", now))
         below, cap = p.dead_limits(now)
-        bid = None if entry.parse_error else entry.payload.get("bid")
-        if isinstance(bid, str):
-            # (Its batch first, as when a worker sends a job to dead: its death fires, once.)
-            batch_steps.settle(p.redis, p.keys, bid, str(entry.payload.get("jid")), "dead", payloads.encode(
-                {"class": payloads.safe_string(str(entry.payload.get("class")), 200), "error": "Killed",
-                 "message": KILLED_REASON, "at": now}), p.batch_ttl())
+        if not entry.parse_error:  # (its batch first, as when a worker sends a job to dead)
+            batch_steps.died(p.redis, p.keys, entry.payload, "Killed", KILLED_REASON, p.batch_ttl())
         return bool(scripts.MOVE_BETWEEN_ZSETS(p.redis, [p.key, p.keys.dead], [entry.raw, now, text, below, cap]))
 
 

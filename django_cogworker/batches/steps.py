@@ -104,6 +104,17 @@ def settle(redis: Any, keys: Keys, bid: str, jid: str, outcome: str, record: str
         delivery.deliver(redis, keys, bid, ttl)
 
 
+def died(redis: Any, keys: Keys, payload: dict[str, Any], error: str, message: str, ttl: float) -> None:
+    """Tell a job's batch it went to dead other than by its run (orphaned too often, killed from the
+    admin): its death fires, once. Nothing for a job of no batch. Run before the move to dead (an
+    interrupted move has it stepped again, moving nothing twice)."""
+    bid = payload.get("bid")
+    if isinstance(bid, str):
+        record = payloads.encode({"class": payloads.safe_string(str(payload.get("class")), 200), "error": error,
+                                  "message": message, "at": time.time()})
+        settle(redis, keys, bid, str(payload.get("jid")), "dead", record, ttl)
+
+
 class BatchChildDone(Job):
     """Tells a parent batch that a child batch completed, succeeded or had a job die: the child's
     ``b:<bid>`` member of the parent settles as a job would (pushed by the child's step, once)."""

@@ -364,13 +364,7 @@ class OrphanRecovery:
                      payloads.printable(payload.get("class")),
                      payloads.printable(payload.get("dead_reason") or payload.get("error_message")))
         dead = payloads.encode(payload) if stored is None else stored
-        if isinstance(payload.get("bid"), str):
-            # (Its batch first, as a job that died running: idempotent, so a crash before the move
-            # below has it judged again and stepped again, moving nothing twice.)
-            batch_steps.settle(self.redis, self.keys, payload["bid"], str(payload.get("jid")), "dead",
-                               payloads.encode({"class": payloads.safe_string(payload.get("class"), 200),
-                                                "error": "Orphaned", "message": "orphaned too many times",
-                                                "at": time.time()}), self.config.batch_ttl)
+        batch_steps.died(self.redis, self.keys, payload, "Orphaned", "orphaned too many times", self.config.batch_ttl)
         if self.keys.spread:
             # Dead (home slot) first, then off the list (its queue's slot): under the orphan lock,
             # a crash between the two leaves it on the list, to be judged again. The record is best-effort.
