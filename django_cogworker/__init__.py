@@ -10,13 +10,19 @@ from .batches import Batch, chain, chord, group
 from .errors import (
     BatchError,
     BatchNotFound,
+    Cancelled,
     CogworkerError,
     ConfigError,
+    JobExpired,
+    JobNotFound,
     JobTimeout,
+    LimitKeyError,
+    OverLimit,
     PayloadError,
     UnknownJobError,
     WrongTypeError,
 )
+from .flow import Limiter, cancel
 from .push.job import Job, JobSetter
 from .push.periodic import periodic
 from .push.results import get_result
@@ -28,15 +34,22 @@ __all__ = [
     "Batch",
     "BatchError",
     "BatchNotFound",
+    "Cancelled",
     "CogworkerError",
     "ConfigError",
     "Job",
+    "JobExpired",
+    "JobNotFound",
     "JobSetter",
     "JobTimeout",
+    "LimitKeyError",
+    "Limiter",
+    "OverLimit",
     "PayloadError",
     "UnknownJobError",
     "WrongTypeError",
     "__version__",
+    "cancel",
     "chain",
     "chord",
     "get_redis",

@@ -58,6 +58,10 @@ def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
     if config is not None:
         errors.extend(_unread_queues(config.queue_names, entries))
     errors.extend(_entry_arguments(entries))
+    if config is not None:
+        from .flow.upkeep import problems
+
+        errors.extend(checks.Error(message, id="cogworker.E004") for message in problems(config.heartbeat_interval))
     clock = setting("CLOCK", "clock", "")
     if isinstance(clock, str) and "." in clock:
         try:

@@ -64,6 +64,9 @@ class Config:
     # running in a crashed process is counted, not only the culprit: keep it
     # above the number of crashes an innocent job might sit through.
     max_orphanings: int = 3
+    # How many times a job refused by one of its limits goes back to the schedule before its next
+    # refusal counts as a failure (retry, then dead): flow/, engine/run/gate.py.
+    over_limit_max: int = 20
     periodic: tuple[Mapping[str, Any], ...] = ()
     periodic_catch_up: bool = False
     # Most missed slots of one entry enqueued on return, with catch-up on.
@@ -152,6 +155,7 @@ SETTINGS = {
     "POLL_INTERVAL_AVERAGE": "poll_interval_average",
     "ORPHAN_THRESHOLD": "orphan_threshold",
     "MAX_ORPHANINGS": "max_orphanings",
+    "OVER_LIMIT_MAX": "over_limit_max",
     "PERIODIC": "periodic",
     "PERIODIC_CATCH_UP": "periodic_catch_up",
     "PERIODIC_CATCH_UP_MAX": "periodic_catch_up_max",
@@ -323,7 +327,7 @@ def validate(cfg: Config) -> Config:
     if cfg.cpu_affinity not in ("auto", "none") and not (
             isinstance(cfg.cpu_affinity, tuple) and cfg.cpu_affinity and all(_cpu_number(c) for c in cfg.cpu_affinity)):
         bad("cpu_affinity", '"auto", "none" or a non-empty list of CPU numbers')
-    for field in ("max_retries", "prefetch"):
+    for field in ("max_retries", "prefetch", "over_limit_max"):
         value = getattr(cfg, field)
         if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
             bad(field, "an integer >= 0")

@@ -8,6 +8,8 @@ the wrong type: back off, quarantine).
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis.exceptions
 
 
@@ -89,6 +91,48 @@ def timeout_error(seconds: float) -> type[JobTimeout]:
         cls = _timeout_errors[seconds] = type("JobTimeout", (JobTimeout,), {
             "seconds": seconds, "__module__": __name__, "__qualname__": "JobTimeout"})
     return cls
+
+
+class OverLimit(CogworkerError):
+    """A limiter refused: at fetch for a job's ``limits``, or ``Limiter.within`` after its ``wait``.
+
+    Raised out of a job's ``perform`` it is no failure: the job goes back to the schedule with a
+    backoff and keeps its retry count, until OVER_LIMIT_MAX reschedules (engine/run/gate.py).
+    ``retry_after``: seconds until the limiter may admit one more, when it can tell (None: a
+    concurrency limit, which frees when a holder ends).
+    """
+
+    def __init__(self, key: str, kind: str, retry_after: float | None = None):
+        self.key, self.kind, self.retry_after = key, kind, retry_after
+        after = f"; a place may free in {retry_after:.3g}s" if retry_after is not None else ""
+        super().__init__(f"over the limit of {kind} limiter {key!r}{after}")
+
+    def __reduce__(self) -> Any:
+        return type(self), (self.key, self.kind, self.retry_after)
+
+
+class LimitKeyError(CogworkerError):
+    """A limiter's key function raised, or returned something other than a non-empty string."""
+
+
+class JobExpired(CogworkerError):
+    """A job still waiting when its ``expires_in`` ran out: dropped at fetch, never run."""
+
+
+class JobNotFound(CogworkerError, LookupError):
+    """``cancel(jid)`` of a jid that is nowhere: not waiting, scheduled, retrying or running."""
+
+
+class Cancelled(BaseException):
+    """Raised in a running job's thread by ``cancel(jid, interrupt=True)`` (as JobTimeout is).
+
+    A BaseException, so a job's ``except Exception`` doesn't swallow it. A cancelled job is
+    acknowledged, never retried: counted in ``stat:cancelled``, and a task's result reads FAILED
+    with this error.
+    """
+
+    def __str__(self) -> str:
+        return super().__str__() or "the job was cancelled"
 
 
 class RedisUnavailable(CogworkerError):

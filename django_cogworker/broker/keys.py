@@ -64,6 +64,14 @@ batch:<bid>:*                 -       one batch (batches/): meta (hash), jobs, p
                                       successes that fire nothing, once it ran down 1 min)
 batch_delivered:<jid>         string  a batch callback delivered to its queue (once only);    BATCH_TTL
                                       cluster: in that queue's slot
+limits                        zset    limiter key -> when last used (heartbeats write it)     -
+limit_specs                   hash    limiter key -> JSON kind, size, per, lease, family      -
+limit:<key>:*                 -       one limiter key (flow/): holders, starts, state,      state,
+                                      stats; cluster: ``{cogworker:l:<key>}:limit:*``          starts:
+                                      (its own slot)                                          ~per
+cancels                       hash    jid -> JSON {at, interrupt}: cancel requests, read by   a day
+                                      every heartbeat (running jobs asked to stop)
+stat:cancelled, stat:expired  string  jobs cancelled; jobs dropped at fetch, expired          -
 ============================  ======  ======================================================  =========
 
 "presence": :func:`presence_ttl` of the process's HEARTBEAT_INTERVAL (60 s with the default 5 s).
@@ -143,6 +151,15 @@ class Keys:
         self.quarantine_prefix = p + "quarantine:"
         self.batches = p + "batches"
         self.batch_closing = p + "batch_closing"
+        self.limits = p + "limits"
+        self.limit_specs = p + "limit_specs"
+        self.cancels = p + "cancels"
+        self.stat_cancelled = p + "stat:cancelled"
+        self.stat_expired = p + "stat:expired"
+
+    def filed_in(self, target: str) -> str:
+        """The sorted set a job is filed in: "retry", "dead" or "schedule" (a job over a limit)."""
+        return {"retry": self.retry, "dead": self.dead, "schedule": self.schedule}[target]
 
     def queue_prefix(self, name: str) -> str:
         """The prefix of queue ``name``'s keys: its own slot on a cluster, else the prefix."""
@@ -284,6 +301,14 @@ class Keys:
         """The mark of batch callback ``jid`` delivered to ``queue`` (in that queue's slot)."""
         return f"{self.queue_prefix(queue)}batch_delivered:{jid}"
 
+    def limit(self, key: str) -> LimitKeys:
+        """The keys of limiter key ``key``: all in one slot, the key's own on a cluster."""
+        if self.spread:
+            base = f"{self._head[:-len(':q:')]}:l:{key}{self._tail}limit:"
+        else:
+            base = f"{self.prefix}limit:{key}:"
+        return LimitKeys(base + "holders", base + "starts", base + "state", base + "stats")
+
     def fixed_types(self) -> dict[str, str]:
         """The fixed keys and the Redis type each must hold (for the key guard)."""
         return {
@@ -295,6 +320,7 @@ class Keys:
             self.stat_processed: "string", self.stat_failed: "string",
             self.stat_class_processed: "hash", self.stat_class_failed: "hash", self.stat_class_seconds: "hash",
             self.batches: "zset", self.batch_closing: "zset",
+            self.limits: "zset", self.limit_specs: "hash", self.cancels: "hash",
         }
 
 
@@ -308,3 +334,12 @@ class BatchKeys(NamedTuple):
     dead: str  # set: those of pending that went to dead
     open: str  # set: the jobs() blocks open on it (owner tokens): no event fires while one is
     outbox: str  # list: callbacks fired, to be delivered to their queues
+
+
+class LimitKeys(NamedTuple):
+    """One limiter key's keys (flow/), in the order the limiter scripts take them as KEYS."""
+
+    holders: str  # zset (concurrent): holder token (JSON: jid, process, since, run) -> lease end
+    starts: str  # zset (window): start token -> when it started
+    state: str  # hash: bn, bc (bucket: which bucket, its starts); tat (leaky)
+    stats: str  # hash: granted, over, rescheduled, failed, expired; the last hour's ring (scripts/limits.py)

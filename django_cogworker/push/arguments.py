@@ -3,14 +3,18 @@
 A payload is JSON; an argument that doesn't survive the round trip (a tuple, a
 date, a Decimal, a dict with int keys, infinity) would reach the job as
 something else, or not be written at all. Checked where it is pushed (and where
-a periodic entry is declared), naming the offending path.
+a periodic entry is declared), naming the offending path. The options of a job class and of a
+push are checked here too (``check_seconds``, ``check_unique``, ``check_limits``, ``epoch``).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import inspect
 import math
 from typing import Any
+
+from ..errors import CogworkerError
 
 
 def check_json_native(value: Any, where: str) -> None:
@@ -156,3 +160,47 @@ def _arity_of(job_class: type) -> _Arity | None:
     if any(p.kind is p.VAR_POSITIONAL for p in params) and any(p.kind is p.VAR_KEYWORD for p in params):
         return None  # (*args, **kwargs): anything binds
     return _Arity(signature)
+
+
+def epoch(when: float | dt.datetime) -> float:
+    if isinstance(when, dt.datetime):
+        if when.tzinfo is None or when.utcoffset() is None:
+            # A naive datetime is ambiguous (UTC? the server's zone? TIME_ZONE?);
+            # guessing wrong runs a job hours early or late.
+            raise ValueError(f"perform_at needs an aware datetime (e.g. django.utils.timezone.now()), got {when!r}")
+        return when.timestamp()
+    if isinstance(when, (int, float)) and not isinstance(when, bool):
+        if not math.isfinite(when):
+            # NaN compares false with every time: the job would run at once; inf, never.
+            raise ValueError(f"the time to run a job must be finite, got {when!r}")
+        return float(when)
+    raise TypeError(f"perform_at takes an aware datetime or epoch seconds, got {when!r}")
+
+
+def check_seconds(value: Any, where: str) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not math.isfinite(value) or value <= 0):
+        raise CogworkerError(f"{where} must be a positive number of seconds or None, got {value!r}")
+
+
+def check_unique(unique_for: Any, unique_until: Any, where: str) -> None:
+    if unique_for is not None and unique_for is not True and (
+            isinstance(unique_for, bool) or not isinstance(unique_for, (int, float)) or unique_for <= 0):
+        raise CogworkerError(f"{where}: unique_for must be a positive number of seconds, or True for "
+                             f"UNIQUE_LOCK_TTL (a lock needs a TTL so a crash can't hold it forever), "
+                             f"got {unique_for!r}")
+    if unique_until not in ("success", "start"):
+        raise CogworkerError(f'{where}: unique_until must be "success" or "start", got {unique_until!r}')
+
+
+def check_limits(limits: Any, where: str) -> tuple[Any, ...]:
+    """``limits`` as a tuple of Limiters; CogworkerError naming ``where`` and the entry otherwise."""
+    from ..flow.limiter import Limiter
+
+    if isinstance(limits, (str, bytes)) or not isinstance(limits, (list, tuple)):
+        raise CogworkerError(f"{where} must be a list of limiters (Limiter.concurrent(...), ...), got {limits!r}")
+    for i, entry in enumerate(limits):
+        if not isinstance(entry, Limiter):
+            raise CogworkerError(f"{where}[{i}] must be a Limiter (Limiter.concurrent, bucket, window or leaky), "
+                                 f"got {entry!r}")
+    return tuple(limits)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import inspect
 import logging
-import math
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -20,7 +19,8 @@ from asgiref.sync import async_to_sync
 
 from ..errors import BatchError, CogworkerError
 from . import payload as payloads
-from .arguments import check_call, check_json_native
+from . import scope as _scope
+from .arguments import check_call, check_json_native, check_limits, check_seconds, check_unique, epoch
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,8 @@ _registry: dict[str, type[Job]] = {}
 _registry_lock = threading.Lock()
 
 # Options that may be given per push with Job.set(...).
-PUSH_OPTIONS = frozenset({"queue", "retry", "dead", "backtrace", "on_commit", "unique_for", "unique_until"})
+PUSH_OPTIONS = frozenset({"queue", "retry", "dead", "backtrace", "on_commit", "unique_for", "unique_until",
+                          "expires_in"})
 
 
 def registered(name: str) -> type[Job] | None:
@@ -68,7 +69,10 @@ class Job:
     an int), ``dead`` (False: a job out of retries is discarded, not kept),
     ``backtrace`` (True or a number of lines to keep with the error),
     ``result_ttl`` (keep a result record this many seconds: :func:`~django_cogworker.push.results.get_result`),
-    ``timeout`` (seconds a run may take; past it the run fails with JobTimeout).
+    ``timeout`` (seconds a run may take; past it the run fails with JobTimeout),
+    ``expires_in`` (seconds after it is due that a job still waiting is dropped, never run),
+    ``limits`` (a list of :class:`~django_cogworker.Limiter`: places taken before each run;
+    class only). A running job reads ``self.cancelled`` to stop when asked (``Job.cancel``).
     Override ``retry_in(count, exc)`` to choose the delay before retry
     ``count`` (return seconds, or None for the default backoff).
     """
@@ -85,12 +89,18 @@ class Job:
     result_ttl: ClassVar[float | None] = None
     # Seconds a run may take before JobTimeout is raised in it (engine/run/timeouts.py); None: no limit.
     timeout: ClassVar[float | None] = None
+    # Seconds after it is due (pushed, or its perform_at time) that a job still waiting is
+    # dropped at fetch, never run (engine/run/gate.py); None: never.
+    expires_in: ClassVar[float | None] = None
+    # Limiters each run takes a place in first (flow/): over one, the job is rescheduled.
+    limits: ClassVar[Sequence[Any]] = ()
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
-        _check_unique(cls.unique_for, cls.unique_until, f"{cls.__module__}.{cls.__qualname__}")
-        for option in ("result_ttl", "timeout"):
-            _check_seconds(getattr(cls, option), f"{cls.__module__}.{cls.__qualname__}.{option}")
+        check_unique(cls.unique_for, cls.unique_until, f"{cls.__module__}.{cls.__qualname__}")
+        for option in ("result_ttl", "timeout", "expires_in"):
+            check_seconds(getattr(cls, option), f"{cls.__module__}.{cls.__qualname__}.{option}")
+        cls.limits = check_limits(cls.limits, f"{cls.__module__}.{cls.__qualname__}.limits")
         if not isinstance(cls.queue, str) or not cls.queue:
             raise CogworkerError(f"{cls.__module__}.{cls.__qualname__}.queue must be a non-empty string, "
                                  f"got {cls.queue!r}")
@@ -115,9 +125,19 @@ class Job:
         bid = self.payload.get("bid")
         if not isinstance(bid, str):
             return None
-        from .scope import open_batch  # (batches/ imports push/, not the other way: it sets this)
+        return _scope.open_batch(bid)  # (batches/ imports push/, not the other way: it sets this)
 
-        return open_batch(bid)
+    @property
+    def cancelled(self) -> bool:
+        """Whether this run was asked to stop (``Job.cancel``): a job that can stop between its
+        steps reads it there. Asks Redis at most once a second; the heartbeat tells it too."""
+        return bool(_scope.cancel_hook("asked")(self.payload))
+
+    @classmethod
+    def cancel(cls, jid: str, interrupt: bool = False) -> str:
+        """Cancel job ``jid`` (of any class): "removed" if it waited, "signalled" if it runs (it
+        stops when it reads ``cancelled``, or at once with ``interrupt``); JobNotFound otherwise."""
+        return str(_scope.cancel_hook("cancel")(jid, interrupt=interrupt))
 
     def perform(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__}.perform is not defined")
@@ -194,13 +214,17 @@ class JobSetter:
         dead = opts.get("dead", cls.dead)
         if dead is not True:
             payload["dead"] = bool(dead)
+        expires_in = opts.get("expires_in", cls.expires_in)
+        if expires_in is not None:  # (perform_at moves it on to its own due time)
+            check_seconds(expires_in, f"{cls.name}: expires_in")
+            payload["expires_at"] = created_at + expires_in
         trace = opts.get("backtrace", cls.backtrace)
         if trace:
             payload["backtrace"] = trace
         unique_for = opts.get("unique_for", cls.unique_for)
         if unique_for is not None:  # (0 is refused, not taken for "not unique": None is that)
             unique_until = opts.get("unique_until", cls.unique_until)
-            _check_unique(unique_for, unique_until, cls.name)
+            check_unique(unique_for, unique_until, cls.name)
             payload["unique_for"] = unique_for
             payload["unique_until"] = unique_until
             payload["unique_digest"] = _digest(payload)
@@ -232,8 +256,10 @@ class JobSetter:
         return self.perform_at(time.time() + delay, *args, **kwargs)
 
     def perform_at(self, when: float | dt.datetime, *args: Any, **kwargs: Any) -> str | None:
-        at = _epoch(when)
+        at = epoch(when)
         payload = self.build(args, kwargs)
+        if "expires_at" in payload:
+            payload["expires_at"] += max(at - payload["created_at"], 0.0)
         check_call(self.job_class, payload["args"], kwargs)
         return self._client().push(payload, at=at, on_commit=self.options.get("on_commit"))
 
@@ -346,34 +372,3 @@ _runtime: Any = None  # django_cogworker.push.runtime, once a push has imported 
 # Job.perform_async's setter per class: it has no options, and reads the class's when it
 # builds a payload, so one serves every push (instead of one made per push).
 _plain_setters: dict[type[Job], JobSetter] = {}
-
-
-def _epoch(when: float | dt.datetime) -> float:
-    if isinstance(when, dt.datetime):
-        if when.tzinfo is None or when.utcoffset() is None:
-            # A naive datetime is ambiguous (UTC? the server's zone? TIME_ZONE?);
-            # guessing wrong runs a job hours early or late.
-            raise ValueError(f"perform_at needs an aware datetime (e.g. django.utils.timezone.now()), got {when!r}")
-        return when.timestamp()
-    if isinstance(when, (int, float)) and not isinstance(when, bool):
-        if not math.isfinite(when):
-            # NaN compares false with every time: the job would run at once; inf, never.
-            raise ValueError(f"the time to run a job must be finite, got {when!r}")
-        return float(when)
-    raise TypeError(f"perform_at takes an aware datetime or epoch seconds, got {when!r}")
-
-
-def _check_seconds(value: Any, where: str) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                              or not math.isfinite(value) or value <= 0):
-        raise CogworkerError(f"{where} must be a positive number of seconds or None, got {value!r}")
-
-
-def _check_unique(unique_for: Any, unique_until: Any, where: str) -> None:
-    if unique_for is not None and unique_for is not True and (
-            isinstance(unique_for, bool) or not isinstance(unique_for, (int, float)) or unique_for <= 0):
-        raise CogworkerError(f"{where}: unique_for must be a positive number of seconds, or True for "
-                             f"UNIQUE_LOCK_TTL (a lock needs a TTL so a crash can't hold it forever), "
-                             f"got {unique_for!r}")
-    if unique_until not in ("success", "start"):
-        raise CogworkerError(f'{where}: unique_until must be "success" or "start", got {unique_until!r}')

@@ -6,7 +6,8 @@ Two context variables, set by their owners and read by the client on each push:
   in one carries the batch's bid, and the batch counts the job before it is written (and stops
   counting it if it wasn't).
 - ``running``: the job this thread (or task) runs (:class:`Running`), set by the processor around
-  its run. A batch opened inside a job knows it from this (batches/batch.py).
+  its run. A batch opened inside a job knows it from this (batches/batch.py); a limiter's holder
+  token names its jid, and ``Job.cancelled`` reads whether it was asked to stop.
 
 Context variables, not thread locals: an ``async def perform`` run through ``async_to_sync``
 sees the values of the thread that runs it.
@@ -36,11 +37,14 @@ class Running:
     (a block's owner token is made of the job's jid, the bid and that number: the same in a run
     again of the job, so it adds the same jobs instead of others)."""
 
-    __slots__ = ("payload", "blocks")
+    __slots__ = ("payload", "blocks", "cancelled", "checked")
 
     def __init__(self, payload: dict[str, Any]):
         self.payload = payload
         self.blocks: dict[str, int] | None = None
+        # Asked to stop (engine/run/cancels.py, or Job.cancelled reading Redis, at most every second).
+        self.cancelled = False
+        self.checked = 0.0  # (monotonic) when Job.cancelled last asked Redis
 
     def next_block(self, bid: str) -> int:
         blocks = self.blocks
@@ -54,6 +58,10 @@ batch: ContextVar[BatchScope | None] = ContextVar("cogworker_batch", default=Non
 running: ContextVar[Running | None] = ContextVar("cogworker_running_job", default=None)
 
 
+# The worker process's identity, once runcogworker started (flow/ names lease holders by it).
+identity: str | None = None
+
+
 def open_batch(bid: str) -> Any:
     """``Batch(bid=bid)``: what ``Job.batch`` returns (set by batches/batch.py, which imports this)."""
     if _batch_factory is None:  # (the package's __init__ imports batches/: never, in practice)
@@ -62,3 +70,15 @@ def open_batch(bid: str) -> Any:
 
 
 _batch_factory: Callable[[str], Any] | None = None
+
+
+# What Job.cancel and Job.cancelled call (flow/cancel.py sets them when imported: it reaches
+# batches/, which imports push/, so push/ can't import it).
+cancel_hooks: dict[str, Callable[..., Any]] = {}
+
+
+def cancel_hook(name: str) -> Callable[..., Any]:
+    hook = cancel_hooks.get(name)
+    if hook is None:  # (the package's __init__ imports flow/: never, in practice)
+        raise RuntimeError("django_cogworker.flow is not imported")
+    return hook

@@ -33,7 +33,9 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from ..broker.keys import Keys
+from ..errors import CogworkerError
 from ..push import results
+from ..push.arguments import check_limits, check_seconds
 from ..push.job import Job, JobSetter, registered
 from .api import (
     BaseTaskBackend,
@@ -66,7 +68,9 @@ class CogworkerTask(Task):
     ``retry``: retries after a failed attempt, as a Job's (a count; True: MAX_RETRIES; False or 0:
     none); default the backend's ``OPTIONS["RETRY"]``, itself 0. ``timeout``: seconds, default
     ``OPTIONS["TIMEOUT"]``. ``unique_for`` and ``unique_until``: as a Job's. ``dead``: False
-    discards a task out of retries (kept in the dead set by default).
+    discards a task out of retries (kept in the dead set by default). ``limits``: limiters each run
+    takes a place in first (``Limiter``, docs/flow-control.md); ``expires_in``: seconds after it is
+    due that a task still waiting is dropped unrun (its result then reads FAILED, JobExpired).
     """
 
     retry: bool | int | None = None
@@ -74,12 +78,19 @@ class CogworkerTask(Task):
     unique_for: float | None = None
     unique_until: str = "success"
     dead: bool = True
+    limits: tuple[Any, ...] = ()
+    expires_in: float | None = None
 
     def __post_init__(self) -> None:
         Task.__post_init__(self)  # (validate_task; zero-argument super() fails in a slots dataclass)
         if self.retry is not None and not valid_retry(self.retry):
             raise InvalidTask(f"{self.module_path}: @task(retry=...) must be True, False or a count >= 0, "
                               f"got {self.retry!r}")
+        try:
+            object.__setattr__(self, "limits", check_limits(self.limits, f"{self.module_path}: @task(limits=...)"))
+            check_seconds(self.expires_in, f"{self.module_path}: @task(expires_in=...)")
+        except CogworkerError as exc:
+            raise InvalidTask(str(exc)) from None
         job_class_for(self)
 
 
@@ -104,6 +115,7 @@ def job_class_for(task: Any) -> type[Job]:
         "result_ttl": backend.result_ttl,
         "unique_for": getattr(task, "unique_for", None), "unique_until": getattr(task, "unique_until", "success"),
         "dead": getattr(task, "dead", True),
+        "limits": getattr(task, "limits", ()), "expires_in": getattr(task, "expires_in", None),
     }
     return type(task.func.__name__, (TaskRunner, Job), attrs)
 

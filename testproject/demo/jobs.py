@@ -368,3 +368,8 @@ class AddJob(Job):
         total = (sum(previous) if isinstance(previous, list) else previous) + n
         _record(key, json.dumps(total))
         return total
+
+
+# Flow control's demo jobs live in their own module; imported here so that autodiscovery of
+# jobs.py registers them.
+from .flow_jobs import CancellableJob, CustomerJob, ExpiringJob, MailJob, PartnerCallJob, SoloJob  # noqa: E402,F401

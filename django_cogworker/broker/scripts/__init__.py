@@ -10,8 +10,8 @@ the writes made before it, so a remove followed by a failing push (the
 destination holding the wrong type) lost the job.
 
 One module per area: :mod:`.push` (a push), :mod:`.jobs` (a job's life after it), :mod:`.periodic` (periodic
-entries and locks), :mod:`.admin` (the api's scripts), :mod:`.batches` (batches), :mod:`.slots` (the steps of a
-cluster's crossings between slots); :mod:`._base` runs them.
+entries and locks), :mod:`.admin` (the api's scripts), :mod:`.batches` (batches), :mod:`.limits`
+(limiters), :mod:`.slots` (the steps of a cluster's crossings between slots); :mod:`._base` runs them.
 Every name is re-exported here: callers write ``scripts.PUSH``.
 """
 
@@ -50,6 +50,7 @@ from .jobs import (
     REQUEUE,
     requeue_args,
 )
+from .limits import LIMIT_RELEASE, LIMIT_RENEW, LIMIT_TAKE
 from .periodic import HELD_LOCK, PERIODIC_CLAIM, PERIODIC_ENABLE, PERIODIC_ROLLBACK
 from .push import PUSH, RECEIPT_TTL, push_args
 from .results import RESULT_FINISHED, RESULT_STARTED
@@ -95,4 +96,7 @@ __all__ = [
     "BATCH_SETTLE",
     "BATCH_SUCCEED",
     "BATCH_DELIVER",
+    "LIMIT_TAKE",
+    "LIMIT_RELEASE",
+    "LIMIT_RENEW",
 ]

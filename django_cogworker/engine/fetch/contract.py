@@ -118,7 +118,7 @@ class Fetch(abc.ABC):
 
         Processor threads, the heartbeat thread (pending settlements), the main thread (at shutdown).
         """
-        target = self.keys.retry if filing.target == "retry" else self.keys.dead
+        target = self.keys.filed_in(filing.target)
         below, cap = trim if trim else ("", "")
         scripts.FILE_FAILURE(self.redis, [self.in_progress, target], [raw, filing.score, filing.raw(), below, cap])
 

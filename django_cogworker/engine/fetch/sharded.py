@@ -147,7 +147,7 @@ class ShardedReliableFetch(ReliableFetch):
     def file(self, raw: bytes, filing: Filing, trim: tuple[float, int] | None) -> None:
         """File in retry or dead (home slot), then take it off its list: a crash between the two
         runs it once more (orphan recovery requeues it), never loses it."""
-        target = self.keys.retry if filing.target == "retry" else self.keys.dead
+        target = self.keys.filed_in(filing.target)
         below, cap = trim if trim else ("", "")
         queue = self._queue_for(raw)
         crossings.file_from_list(self.redis, self.list_of(queue) if queue else self.in_progress, target, raw,

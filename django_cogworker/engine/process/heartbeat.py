@@ -30,6 +30,7 @@ from ...conf import Config
 from ...errors import is_unavailable
 from ..fetch.contract import Fetch
 from ..loops import BACKOFF_MAX, LoopThread, Watchdog, redis_time, run_each
+from ..run.cancels import Cancels
 from ..settle.stats import Stats
 from .manager import Manager
 
@@ -66,7 +67,8 @@ class Heartbeat(LoopThread):
 
     def __init__(self, config: Config, redis: RedisClient, keys: Keys, identity: str, manager: Manager, fetch: Fetch,
                  stats: Stats, on_signal: Callable[[str], None], version: str, started_at: float | None = None,
-                 extra_chores: tuple[Callable[[Any], None], ...] = (), extra_info: Mapping[str, Any] | None = None):
+                 extra_chores: tuple[Callable[[Any], None], ...] = (), extra_info: Mapping[str, Any] | None = None,
+                 cancels: Cancels | None = None):
         self.config = config
         self.redis = redis
         self.keys = keys
@@ -76,6 +78,7 @@ class Heartbeat(LoopThread):
         self.stats = stats
         self.on_signal = on_signal
         self.extra_chores = extra_chores
+        self.cancels = cancels  # (told the cancel requests each beat reads: engine/run/cancels.py)
         self._init_thread("cogworker-heartbeat")
         self.process_count = 1
         self.beats = 0
@@ -138,6 +141,7 @@ class Heartbeat(LoopThread):
                      # LPUSHed by the sender: RPOP, so they are acted on in the order sent.
                      ("remote signals", lambda p: p.rpop(k.signals(self.identity), 10)),
                      ("paused queues", lambda p: p.smembers(k.paused_queues)),
+                     *((("cancel requests", lambda p: p.hgetall(k.cancels)),) if self.cancels is not None else ()),
                      # Reliable fetch: the in-progress registry and the last-beat stamp, for orphan recovery.
                      *self.fetch.heartbeat_writes(now)]
         for _what, add in secondary:
@@ -162,6 +166,10 @@ class Heartbeat(LoopThread):
                     self._signal(sig.decode() if isinstance(sig, bytes) else str(sig))
             elif what == "paused queues":
                 manager.paused = frozenset(m.decode() if isinstance(m, bytes) else m for m in result)
+            elif what == "cancel requests":
+                stale = self.cancels.update(result)  # type: ignore[union-attr]
+                if stale:
+                    self.redis.hdel(k.cancels, *stale)
         self.beats += 1
         gap = None if self.last_beat is None else now - self.last_beat
         if gap is not None and gap > self.config.orphan_threshold:

@@ -37,6 +37,8 @@ from ...broker.keys import for_config
 from ...broker.locks import active_ttl, touch_running
 from ...broker.types import RedisClient
 from ...conf import Config
+from ...flow import upkeep
+from ...push import scope
 from ...push.client import Client
 from ...push.job import call_perform
 from ...push.middleware import build_chain
@@ -44,6 +46,7 @@ from ..fetch.registry import make_fetch
 from ..loops import run_each
 from ..recovery.key_guard import KeyGuard
 from ..recovery.orphans import OrphanRecovery
+from ..run.cancels import Cancels
 from ..run.extras import JobExtras
 from ..run.results import ResultWriter
 from ..run.run_locks import RunLocks
@@ -99,6 +102,10 @@ class Launcher:
         self.redis = redis
         self.keys = for_config(config)
         self.identity = identity or new_identity()
+        scope.identity = self.identity  # (a limiter's holder tokens name the process by it)
+        # (runcogworker's system checks refuse to start with these: cogworker.E004, checks.py)
+        for problem in upkeep.problems(config.heartbeat_interval):
+            logger.error("%s", problem)
         self.stats = Stats(self.keys)
         self.retry = RetryPolicy(config, death_handlers)
         self.fetch = make_fetch(config, redis, self.keys, self.identity)
@@ -110,12 +117,12 @@ class Launcher:
         self.manager = Manager(config, self.fetch, self.retry, self.stats,
                                build_chain(server_middleware, run_job), run_hook=self.run_locks,
                                extras=JobExtras(ResultWriter(redis, self.keys, self.identity), self.timeouts),
-                               processor_context=processor_context)
+                               cancels=Cancels(), processor_context=processor_context)
         self.heartbeat = Heartbeat(config, redis, self.keys, self.identity, self.manager, self.fetch, self.stats,
                                    on_signal=self._signals_put, version=version,
                                    extra_chores=(self._touch_periodic_locks, self._reconcile,
-                                                 self.run_locks.retry_pending),
-                                   extra_info=extra_info)
+                                                 self.run_locks.retry_pending, self._limits),
+                                   extra_info=extra_info, cancels=self.manager.cancels)
         self._suspects: collections.Counter[bytes] = collections.Counter()
         self._next_reconcile = time.monotonic() + RECONCILE_INTERVAL
         self.poller = Poller(config, redis, self.keys, self.retry,
@@ -135,6 +142,10 @@ class Launcher:
                                  tick_interval=config.periodic_tick_interval, clock=clock)
         self._signals: queue.SimpleQueue[str] = queue.SimpleQueue()
         self.stopped = threading.Event()
+
+    def _limits(self, redis: RedisClient) -> None:
+        """Renew the leases of the limiter places held here; index the limiter keys used (flow/upkeep.py)."""
+        upkeep.beat(redis, self.keys)
 
     def _touch_periodic_locks(self, redis: RedisClient) -> None:
         touch_running(redis, self.keys, self.manager.running_jobs(), active_ttl(self.config.orphan_threshold))

@@ -24,7 +24,9 @@ from ...conf import Config
 from ..fetch.contract import Fetch
 from ..fetch.fetcher import Fetcher
 from ..fetch.ledger import Ledger
+from ..run.cancels import Cancels
 from ..run.extras import JobExtras
+from ..run.gate import Gate
 from ..run.processor import Processor
 from ..settle.retry import RetryPolicy
 from ..settle.settling import AckBatch, Settlement, Settler
@@ -53,7 +55,7 @@ class Manager:
 
     def __init__(self, config: Config, fetch: Fetch, retry: RetryPolicy, stats: Stats,
                  server_chain: Callable[[Any, dict], Any], run_hook: Callable[[dict, str], Any] | None = None,
-                 extras: JobExtras | None = None,
+                 extras: JobExtras | None = None, cancels: Cancels | None = None,
                  processor_context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext):
         self.config = config
         self.fetch = fetch
@@ -70,12 +72,15 @@ class Manager:
         self.settler = Settler(fetch, retry, run_hook, batches=BatchSteps(fetch.redis, fetch.keys, config.batch_ttl))
         self.acks = AckBatch(fetch, self.settler)
         self.fetcher = Fetcher(config, fetch, self.ledger, self.acks, self.settler, self._quiet)
+        self.cancels = cancels if cancels is not None else Cancels()
+        self.gate = Gate(fetch.redis, fetch.keys, over_limit_max=config.over_limit_max, retry=retry,
+                         settler=self.settler, acks=self.acks, cancels=self.cancels, extras=extras)
         self.processors = [self._new_processor(i) for i in range(config.concurrency)]
 
     def _new_processor(self, index: int) -> Processor:
         return Processor(index, handover=self.fetcher, ledger=self.ledger, acks=self.acks, settler=self.settler,
                          retry=self.retry, stats=self.stats, server_chain=self.server_chain,
-                         run_hook=self.run_hook, on_death=self.processor_died, extras=self.extras,
+                         run_hook=self.run_hook, on_death=self.processor_died, extras=self.extras, gate=self.gate,
                          thread_context=self.processor_context)
 
     # -- lifecycle -----------------------------------------------------------

@@ -82,6 +82,6 @@ class JobExtras:
         failed = getattr(job, "_cogworker_failed", None)
         if failed is not None:
             try:
-                failed(retried=filing is not None and filing.target == "retry")
+                failed(retried=filing is not None and filing.target in ("retry", "schedule"))
             except Exception:
                 logger.exception("jid=%s: telling its task's failure failed", payloads.printable(payload.get("jid")))

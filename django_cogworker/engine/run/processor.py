@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from ... import joblog
 from ...batches.steps import step_for
-from ...errors import PayloadError, UnknownJobError
+from ...errors import Cancelled, LimitKeyError, OverLimit, PayloadError, UnknownJobError
 from ...push import payload as payloads
 from ...push import scope as _scope
 from ...push.job import registered
 from ..fetch.contract import Unit
 from ..settle.retry import Filing
+from .gate import DROPPED, FREE
 from .results import encode_return
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from ..settle.settling import AckBatch, Settler
     from ..settle.stats import Stats
     from .extras import JobExtras
+    from .gate import Gate
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +58,7 @@ class Processor:
     def __init__(self, index: int, *, handover: Fetcher, ledger: Ledger, acks: AckBatch, settler: Settler,
                  retry: RetryPolicy, stats: Stats, server_chain: Callable[[Any, dict], Any],
                  run_hook: Callable[[dict, str], Any] | None, on_death: Callable[[Processor], None],
-                 extras: JobExtras | None = None,
+                 extras: JobExtras | None = None, gate: Gate | None = None,
                  thread_context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext):
         self.index = index
         self.handover = handover
@@ -72,6 +74,8 @@ class Processor:
         self.on_death = on_death
         # Result records and timeouts, for the job classes that want them (engine/run/extras.py).
         self.extras = extras
+        # Expiry, cancellation and limits, before a job runs (engine/run/gate.py).
+        self.gate = gate
         # What the thread runs in, from its first job to its end (the worker's: runtime.own_connection).
         self.thread_context = thread_context
         self.name = f"cogworker-processor-{index}"
@@ -125,6 +129,19 @@ class Processor:
         # Per-class counts only for classes this worker runs: an unknown name is anyone's to push,
         # and each would be a hash field (and a metrics series) of its own.
         counted = payload["class"] if known is not None else None
+        gate = self.gate
+        ticket: Any = FREE
+        if gate is not None:
+            try:
+                entered = gate.enter(unit.raw, payload, known)
+            except (LimitKeyError, OverLimit) as exc:
+                entered = self.fail_unrun(unit, payload, exc, counted)
+            if isinstance(entered, str):  # (dropped, rescheduled or failed: it doesn't run)
+                ledger.unit_dropped(unit)
+                if entered == DROPPED:
+                    self._hook(payload, "dead")
+                return
+            ticket = entered
         ledger.job_started(unit, payload)
         started = time.monotonic()
         # (Escaped once for the log lines: a jid holding a newline wrote lines of its own making.)
@@ -139,7 +156,10 @@ class Processor:
             else None
         value = None
         bid = payload.get("bid")  # (a job of a batch: its batch step settles first, batches/steps.py)
-        running = _scope.running.set(_scope.Running(payload))
+        run = _scope.Running(payload)
+        running = _scope.running.set(run)
+        if gate is not None:
+            gate.cancels.started(jid, run)
         try:
             job = job_class(payload)
             if extras is None:
@@ -152,6 +172,18 @@ class Processor:
         except BaseException as exc:  # noqa: BLE001 - a job's SystemExit is its failure, not ours
             outcome = "retry"  # (until filed: a failure never releases locks as a success would)
             elapsed = time.monotonic() - started
+            if gate is not None:
+                gate.cancels.finished(jid)  # (first: an interrupt sent late must not land below)
+                if run.cancelled or isinstance(exc, Cancelled):
+                    outcome = "dead"
+                    gate.cancelled_run(unit.raw, payload, known, job, exc, elapsed)
+                    self.stats.job_done(False, counted, elapsed)
+                    return
+                if isinstance(exc, OverLimit) and gate.reschedule(unit.raw, payload, exc):
+                    outcome = "retry"  # (its locks stay, as for a retry)
+                    if extras is not None:
+                        extras.failed(job_class, payload, exc, Filing("schedule", 0.0, payload), job)
+                    return
             filing = self.filing(unit, payload, exc, job)
             outcome = "retry" if filing is not None and filing.target == "retry" else "dead"
             if extras is not None:
@@ -171,6 +203,13 @@ class Processor:
             self.stats.job_done(True, counted, elapsed)
         else:
             elapsed = time.monotonic() - started
+            if gate is not None:
+                gate.cancels.finished(jid)
+                if run.cancelled:  # (it stopped when asked, or ran on: either way not a success)
+                    outcome = "dead"
+                    gate.cancelled_run(unit.raw, payload, known, job, Cancelled("cancelled while it ran"), elapsed)
+                    self.stats.job_done(False, counted, elapsed)
+                    return
             logger.info("done jid=%s class=%s elapsed=%.3fs", jid, shown_class, elapsed)
             if extras is not None:
                 extras.succeeded(job_class, payload, value)
@@ -184,10 +223,31 @@ class Processor:
                 self.acks.add(unit.raw)
             self.stats.job_done(False, counted, elapsed)
         finally:
+            ticket.release()
             _scope.running.reset(running)
             ledger.job_finished(unit)
             self._hook(payload, outcome)
             joblog.leave(context)
+
+    def fail_unrun(self, unit: Unit, payload: dict, exc: BaseException, counted: str | None) -> str:
+        """File a job that can't be let run (its limiter's key function failed, or it was over a
+        limit once more than OVER_LIMIT_MAX allows) as a failure; return where it went."""
+        filing = self.filing(unit, payload, exc, None)
+        fate = "retry" if filing is not None and filing.target == "retry" else "dead"
+        log_safely(logger.warning, "fail jid=%s class=%s before its run: %s: %s (%s)",
+                   payloads.printable(payload.get("jid")), payloads.printable(payload["class"]),
+                   payloads.error_class(exc), payloads.printable(payloads.error_message(exc)),
+                   payloads.printable(_fate(filing)))
+        if isinstance(payload.get("bid"), str):
+            self.settler.settle(unit.raw, step_for(payload, "dead" if fate == "dead" else "failure",
+                                                   filing if filing is not None else "ack", exc=exc))
+        elif filing is not None:
+            self.settler.settle(unit.raw, filing)
+        else:
+            self.acks.add(unit.raw)
+        self.stats.job_done(True, counted, 0.0)
+        self._hook(payload, fate)
+        return fate
 
     def filing(self, unit: Unit, payload: dict, exc: BaseException, job: Any) -> Filing | None:
         """Where a failed job goes (None: discarded); never raises.

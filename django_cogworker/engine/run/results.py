@@ -59,12 +59,13 @@ class ResultWriter:
     def finished(self, payload: dict[str, Any], ttl: float, *, value: str | None = None,
                  error: BaseException | None = None, target: str | None = None) -> None:
         """Record how an attempt ended: ``value`` (JSON text) for a success, else ``error`` and where
-        the job went (``target``: "retry" leaves it READY, anything else is FAILED)."""
+        the job went (``target``: "retry", or "schedule" for a job over a limit, leaves it READY;
+        anything else is FAILED)."""
         now = self.clock()
         if error is None:
             status, finished_at, encoded_error = results.SUCCESSFUL, repr(now), ""
         else:
-            status = results.READY if target == "retry" else results.FAILED
+            status = results.READY if target in ("retry", "schedule") else results.FAILED
             finished_at = "" if status == results.READY else repr(now)
             encoded_error = payloads.encode({"exception_class_path": _class_path(error),
                                              "traceback": _traceback(error)})

@@ -361,7 +361,7 @@ def file_unsettled(redis: RedisClient, keys: Keys, retry: RetryPolicy) -> int:
     for record in redis.lrange(keys.unsettled, 0, UNSETTLED_BATCH - 1):
         try:
             entry = json.loads(record)
-            target = keys.dead if entry["target"] == "dead" else keys.retry
+            target = keys.filed_in(entry["target"]) if entry["target"] in ("dead", "schedule") else keys.retry
             trim = (below, cap) if target == keys.dead else ("", "")
             filed += int(scripts.FILE_UNSETTLED(redis, [keys.unsettled, target],
                                                 [record, entry["score"], entry["payload"], *trim]))

@@ -1,0 +1,194 @@
+"""The scripts of limiters (django_cogworker/flow/): take a place, give it back, keep a lease.
+
+Each limiter key has four keys (:class:`~..keys.LimitKeys`: holders, starts, state, stats), all
+in one slot (the key's own on a cluster). A script takes them as KEYS, four per limiter, in the
+order of the ARGV specs. "now" is Redis's clock (TIME), the one clock every host shares: a
+limit is fleet-wide only if every process measures it with the same clock.
+
+What each kind keeps:
+
+* concurrent: ``holders``, a sorted set of holder tokens scored by their lease's end. A holder
+  killed -9 stops renewing its lease (the heartbeat renews it, LIMIT_RENEW), and the next take
+  after that end removes it (counted as ``expired``).
+* bucket: ``state`` fields ``bn`` (the bucket: floor(now / per), clock-aligned) and ``bc`` (its
+  starts so far).
+* window: ``starts``, a sorted set of start tokens scored by when: a sliding window.
+* leaky: ``state`` field ``tat``, the theoretical arrival time of GCRA: each start moves it on by
+  per / size; a start is refused while that would put it more than ``per`` ahead of now.
+
+Counts per key in ``stats``: granted, over (refusals), rescheduled and failed (what the refused
+job was sent to: ARGV[2]), expired (lapsed leases), and a ring of the last 60 minutes' over and
+rescheduled counts (fields ``o<m % 60>``, ``r<m % 60>`` and ``m<m % 60>``, the minute each slot
+counts), read by the admin as its recent figures: no key per minute to build or expire.
+"""
+
+from __future__ import annotations
+
+from ._base import Script
+
+KEYS_PER_LIMIT = 4
+
+_COMMON = r"""
+local t = redis.call("TIME")
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local minute = math.floor(now / 60)
+
+local function count_recent(stats, field)
+  local slot = minute % 60
+  if redis.call("HGET", stats, "m" .. slot) ~= tostring(minute) then
+    redis.call("HSET", stats, "m" .. slot, minute, "o" .. slot, 0, "r" .. slot, 0)
+  end
+  redis.call("HINCRBY", stats, field .. slot, 1)
+end
+"""
+
+# Take a place in every limiter of the spec list, or in none.
+#
+# KEYS: four per limiter (holders, starts, state, stats), in spec order.
+# ARGV[1] = holder token (unique per run: JSON of jid, process, since, run)
+# ARGV[2] = what a refusal means for the counts: "reschedule", "fail" or "" (a within() that waits)
+# ARGV[3..] = four per limiter: kind, size, per (seconds; "" for concurrent), lease (seconds; "")
+# Returns {1, expired} when every limiter granted (expired: lapsed leases removed on the way), or
+# {0, i, retry_after} when limiter i (from 1) refused: retry_after in seconds as a string. A
+# concurrency limit frees when a holder ends, which nobody can tell in advance: its retry_after is
+# how long a place has been held lately (``hold`` in stats, kept by LIMIT_RELEASE), "" before any.
+LIMIT_TAKE = Script(_COMMON + r"""
+local token, refusal = ARGV[1], ARGV[2]
+local n = (#ARGV - 2) / 4
+local expired = 0
+local plans = {}
+for i = 1, n do
+  local k = (i - 1) * 4
+  local kind, size, per = ARGV[k + 3], tonumber(ARGV[k + 4]), tonumber(ARGV[k + 5])
+  local holders, starts, state, stats = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
+  local refused, after = false, ""
+  if kind == "concurrent" then
+    local gone = redis.call("ZREMRANGEBYSCORE", holders, "-inf", now)
+    if gone > 0 then
+      expired = expired + gone
+      redis.call("HINCRBY", stats, "expired", gone)
+    end
+    refused = redis.call("ZSCORE", holders, token) == false and redis.call("ZCARD", holders) >= size
+    if refused then after = tonumber(redis.call("HGET", stats, "hold") or "") or "" end
+  elseif kind == "bucket" then
+    local bn = math.floor(now / per)
+    local m = redis.call("HMGET", state, "bn", "bc")
+    local used = (tonumber(m[1]) == bn) and tonumber(m[2]) or 0
+    refused = used >= size
+    after = (bn + 1) * per - now
+    plans[i] = {bn, used}
+  elseif kind == "window" then
+    redis.call("ZREMRANGEBYSCORE", starts, "-inf", now - per)
+    if redis.call("ZCARD", starts) >= size then
+      refused = true
+      local oldest = redis.call("ZRANGE", starts, 0, 0, "WITHSCORES")
+      after = tonumber(oldest[2]) + per - now
+    end
+  elseif kind == "leaky" then
+    local tat = tonumber(redis.call("HGET", state, "tat") or "0")
+    if tat < now then tat = now end
+    local next_tat = tat + per / size
+    refused = next_tat - now > per + 1e-9
+    after = next_tat - per - now
+    plans[i] = next_tat
+  else
+    return redis.error_reply("unknown limiter kind " .. tostring(kind))
+  end
+  if refused then
+    redis.call("HINCRBY", stats, "over", 1)
+    count_recent(stats, "o")
+    if refusal == "reschedule" then
+      redis.call("HINCRBY", stats, "rescheduled", 1)
+      count_recent(stats, "r")
+    elseif refusal == "fail" then
+      redis.call("HINCRBY", stats, "failed", 1)
+    end
+    if after ~= "" then after = string.format("%.6f", math.max(after, 0)) end
+    return {0, i, after}
+  end
+end
+for i = 1, n do
+  local k = (i - 1) * 4
+  local kind, per, lease = ARGV[k + 3], tonumber(ARGV[k + 5]), tonumber(ARGV[k + 6])
+  local holders, starts, state, stats = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
+  if kind == "concurrent" then
+    redis.call("ZADD", holders, now + lease, token)
+  elseif kind == "bucket" then
+    redis.call("HSET", state, "bn", plans[i][1], "bc", plans[i][2] + 1)
+    redis.call("PEXPIRE", state, math.ceil(per * 2000) + 1000)
+  elseif kind == "window" then
+    redis.call("ZADD", starts, now, token .. ":" .. i)
+    redis.call("PEXPIRE", starts, math.ceil(per * 1000) + 1000)
+  else
+    redis.call("HSET", state, "tat", string.format("%.6f", plans[i]))
+    redis.call("PEXPIRE", state, math.ceil(per * 1000) + 1000)
+  end
+  redis.call("HINCRBY", stats, "granted", 1)
+end
+return {1, expired}
+""")
+
+# Give back what LIMIT_TAKE took for ``token``: a concurrent place always (the run ended: how long
+# it was held goes into the ``hold`` average), and,
+# with ARGV[2] = "undo", a rate limiter's start too (on a cluster a job's limiters are taken one
+# slot at a time: a later one refusing undoes the earlier ones' takes).
+#
+# KEYS: four per limiter (holders, starts, state, stats), in spec order.
+# ARGV[1] = holder token; ARGV[2] = "undo" or "release"; ARGV[3..] = four per limiter (as LIMIT_TAKE)
+# Returns how many places were given back.
+LIMIT_RELEASE = Script(r"""
+local t = redis.call("TIME")
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local token, undo = ARGV[1], ARGV[2] == "undo"
+local n = (#ARGV - 2) / 4
+local given = 0
+for i = 1, n do
+  local k = (i - 1) * 4
+  local kind, size, per = ARGV[k + 3], tonumber(ARGV[k + 4]), tonumber(ARGV[k + 5])
+  if kind == "concurrent" then
+    local gone = redis.call("ZREM", KEYS[k + 1], token)
+    given = given + gone
+    if gone == 1 and not undo then
+      -- How long places are held, lately (a moving average): what a refused job waits, about.
+      local ok, holder = pcall(cjson.decode, token)
+      local since = ok and type(holder) == "table" and tonumber(holder.since) or now
+      local held = math.min(math.max(now - since, 0), 3600)
+      local old = tonumber(redis.call("HGET", KEYS[k + 4], "hold") or "")
+      redis.call("HSET", KEYS[k + 4], "hold", string.format("%.6f", old and old * 0.8 + held * 0.2 or held))
+    end
+  elseif undo and kind == "window" then
+    given = given + redis.call("ZREM", KEYS[k + 2], token .. ":" .. i)
+  elseif undo and kind == "bucket" then
+    if tonumber(redis.call("HGET", KEYS[k + 3], "bc") or "0") > 0 then
+      redis.call("HINCRBY", KEYS[k + 3], "bc", -1)
+      given = given + 1
+    end
+  elseif undo and kind == "leaky" then
+    local tat = redis.call("HGET", KEYS[k + 3], "tat")
+    if tat then
+      redis.call("HSET", KEYS[k + 3], "tat", string.format("%.6f", tonumber(tat) - per / size))
+      given = given + 1
+    end
+  end
+  if undo then redis.call("HINCRBY", KEYS[k + 4], "granted", -1) end
+end
+return given
+""")
+
+# Renew the leases of the concurrent places a process holds (its heartbeat, every beat): a lease
+# that ended meanwhile is not brought back (XX): its place may be someone else's by now.
+#
+# KEYS[1] = holders; ARGV[1] = lease (seconds); ARGV[2..] = the holder tokens
+# Returns how many leases were renewed.
+LIMIT_RENEW = Script(r"""
+local t = redis.call("TIME")
+local until_ = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[1])
+local renewed = 0
+for i = 2, #ARGV do
+  if redis.call("ZSCORE", KEYS[1], ARGV[i]) then
+    redis.call("ZADD", KEYS[1], "XX", until_, ARGV[i])
+    renewed = renewed + 1
+  end
+end
+return renewed
+""")

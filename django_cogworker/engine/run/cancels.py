@@ -1,0 +1,103 @@
+"""Cancel requests as a worker process sees them: the jobs it must not start, and those it runs that
+were asked to stop.
+
+``cancel(jid)`` (push/cancel.py) removes a job still waiting; for one already fetched it writes a
+request to the ``cancels`` hash, which every heartbeat reads (one HGETALL in the beat's pipeline,
+an empty reply while nobody cancels). From then on this process:
+
+* never starts that jid (the gate drops it at fetch, counted as cancelled);
+* tells the run of that jid it was cancelled (``Job.cancelled`` turns true; a job that polls it
+  between its steps stops itself), and, for a request with ``interrupt``, raises
+  :class:`~django_cogworker.errors.Cancelled` in its thread as a timeout is raised
+  (engine/run/timeouts.py says what that can't stop).
+
+So a cancel reaches a running job within one HEARTBEAT_INTERVAL (or sooner when the job reads
+``self.cancelled``, which asks Redis itself at most once a second). Requests older than
+REQUEST_TTL are dropped by the first process that reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+from ...errors import Cancelled
+from ...push import payload as payloads
+from ...push.scope import Running
+from .timeouts import raise_in_thread
+
+logger = logging.getLogger(__name__)
+
+REQUEST_TTL = 24 * 3600.0  # seconds a request is kept: longer than any fetch is in flight
+
+
+class Cancels:
+    """This process's copy of the cancel requests, and the runs it tells of them.
+
+    Created by the Launcher; the heartbeat thread calls ``update`` each beat, the processor threads
+    ``requested`` (at fetch), ``started`` and ``finished`` around each run. One lock, taken only by
+    runs of jobs with a request, and by each beat.
+    """
+
+    def __init__(self, clock: Any = time.time):
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._requests: dict[str, bool] = {}  # jid -> interrupt
+        self._running: dict[str, tuple[Running, int]] = {}  # jid -> (its run, the thread running it)
+        self._interrupted: set[str] = set()
+
+    def requested(self, jid: Any) -> bool:
+        """Whether ``jid`` has a cancel request (a dict lookup: every job pays it at fetch)."""
+        return bool(self._requests) and jid in self._requests
+
+    def started(self, jid: str, running: Running) -> None:
+        with self._lock:
+            self._running[jid] = (running, threading.get_ident())
+            if jid in self._requests:
+                running.cancelled = True
+
+    def finished(self, jid: str) -> None:
+        """The run ended: an interrupt sent but not yet raised is withdrawn (raised later, it would
+        hit the processor's own code, not the job's)."""
+        with self._lock:
+            entry = self._running.pop(jid, None)
+            if jid in self._interrupted:
+                self._interrupted.discard(jid)
+                if entry is not None:
+                    raise_in_thread(entry[1], None)
+
+    def update(self, stored: dict[Any, Any]) -> list[str]:
+        """Take the ``cancels`` hash as read by a beat; tell the runs concerned; return the jids of
+        requests older than REQUEST_TTL, for the caller to delete."""
+        requests: dict[str, bool] = {}
+        stale = []
+        now = self.clock()
+        for jid, raw in stored.items():
+            jid = jid.decode() if isinstance(jid, bytes) else str(jid)
+            try:
+                request = json.loads(raw)
+                at, interrupt = float(request.get("at", now)), bool(request.get("interrupt"))
+            except (ValueError, TypeError, AttributeError):
+                at, interrupt = now, False  # (unreadable: still a request to cancel)
+            if now - at > REQUEST_TTL:
+                stale.append(jid)
+                continue
+            requests[jid] = interrupt
+        with self._lock:
+            self._requests = requests
+            for jid, interrupt in requests.items():
+                entry = self._running.get(jid)
+                if entry is None:
+                    continue
+                running, thread = entry
+                if not running.cancelled:
+                    running.cancelled = True
+                    logger.warning("jid=%s: cancel requested while it runs; asking it to stop%s",
+                                   payloads.printable(jid), ", interrupting it" if interrupt else "")
+                if interrupt and jid not in self._interrupted:
+                    self._interrupted.add(jid)
+                    raise_in_thread(thread, Cancelled)
+        return stale

@@ -1,0 +1,251 @@
+"""What a processor checks before a job runs: expiry, cancellation, limits; and gives back after.
+
+:meth:`Gate.enter` is called for every fetched job, before it starts:
+
+* a job past its ``expires_at`` (``expires_in`` at its push) is dropped: acknowledged, counted in
+  ``stat:expired``, logged with its jid and class, never run;
+* a job with a cancel request (engine/run/cancels.py) is dropped the same way, counted in
+  ``stat:cancelled``;
+* a job whose class has ``limits`` takes a place in each, all or none, in one LIMIT_TAKE round
+  trip (on a cluster, one per limiter key: each key has a slot of its own, and a later refusal
+  gives back what the earlier ones took). Refused, the job goes back to the schedule
+  (:meth:`Gate.reschedule`) atomically with its ack, its retry count untouched; after
+  OVER_LIMIT_MAX reschedules the next refusal fails it like an error (retry, then dead).
+
+A dropped job of a batch counts as dead for its batch (it will never succeed), and a task's
+result reads FAILED. The concurrency places a run took are given back when it ends
+(:meth:`Ticket.release`); if its process dies first, their leases lapse (flow/upkeep.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from typing import TYPE_CHECKING, Any
+
+from ...batches.steps import step_for
+from ...broker import scripts
+from ...broker.keys import Keys
+from ...broker.types import RedisClient
+from ...errors import Cancelled, JobExpired, OverLimit
+from ...flow.limiter import HELD, SEEN, Limiter, holder_token
+from ...push import payload as payloads
+from ..settle.retry import Filing
+
+if TYPE_CHECKING:
+    from ..settle.retry import RetryPolicy
+    from ..settle.settling import AckBatch, Settler
+    from .cancels import Cancels
+    from .extras import JobExtras
+
+logger = logging.getLogger(__name__)
+
+DROPPED, RESCHEDULED = "dropped", "rescheduled"  # what enter() did instead of letting a job run
+BACKOFF_MAX = 60.0  # seconds: the longest a concurrency limit's refusal waits before the next try
+UNREACHABLE_DELAY = 2.0  # seconds: a job whose limits Redis didn't answer for is tried again after
+
+
+class Ticket:
+    """The concurrency places a run holds: given back by ``release`` when it ends."""
+
+    __slots__ = ("gate", "token", "taken", "holds")
+
+    def __init__(self, gate: Gate, token: str, taken: list[tuple[Limiter, str]], holds: list[int]):
+        self.gate, self.token, self.taken, self.holds = gate, token, taken, holds
+
+    def release(self) -> None:
+        """Give the places back; never raises (a place not given back lapses with its lease)."""
+        for hold in self.holds:
+            HELD.remove(hold)
+        try:
+            self.gate.give_back(self.taken, self.token, "release")
+        except Exception as exc:
+            logger.error("limits %s: places not given back (%s: %s); they free when their lease lapses",
+                         ", ".join(key for _l, key in self.taken), type(exc).__name__, payloads.printable(exc))
+
+
+class _Free:
+    """The ticket of a run that holds no place."""
+
+    __slots__ = ()
+
+    def release(self) -> None:
+        pass
+
+
+FREE = _Free()
+
+
+class Gate:
+    """Created by the Manager, shared by its processor threads (no state of its own but the rng)."""
+
+    def __init__(self, redis: RedisClient, keys: Keys, *, over_limit_max: int, retry: RetryPolicy,
+                 settler: Settler, acks: AckBatch, cancels: Cancels, extras: JobExtras | None = None,
+                 clock: Any = time.time, rng: random.Random | None = None):
+        self.redis = redis
+        self.keys = keys
+        self.over_limit_max = over_limit_max
+        self.retry = retry
+        self.settler = settler
+        self.acks = acks
+        self.cancels = cancels
+        self.extras = extras
+        self.clock = clock
+        self.rng = rng or random.Random()
+
+    def enter(self, raw: bytes, payload: dict, job_class: Any) -> Ticket | _Free | str:
+        """Let the job run (its ticket), or say what was done instead: DROPPED or RESCHEDULED.
+
+        Raises LimitKeyError (a key function failed) or OverLimit (refused once more than
+        OVER_LIMIT_MAX allows): the processor files either as the job's failure.
+        """
+        expires_at = payload.get("expires_at")
+        if expires_at is not None and _number(expires_at) and self.clock() >= expires_at:
+            late = self.clock() - expires_at
+            self.drop(raw, payload, job_class, "expired", JobExpired(f"expired {late:.1f}s before it could run"))
+            return DROPPED
+        if self.cancels.requested(payload.get("jid")):
+            self.drop(raw, payload, job_class, "cancelled", Cancelled("cancelled before it ran"))
+            return DROPPED
+        limits = getattr(job_class, "limits", None) if job_class is not None else None
+        if not limits:
+            return FREE
+        return self._take(raw, payload, limits)
+
+    def _take(self, raw: bytes, payload: dict, limits: Any) -> Ticket | _Free | str:
+        args, kwargs = payload.get("args"), payload.get("kwargs")
+        keyed = [(limiter, limiter.key_for(args, kwargs)) for limiter in limits]
+        over = _count(payload.get("over_limit"))
+        refusal = "fail" if over >= self.over_limit_max else "reschedule"
+        token = holder_token(payload.get("jid"))
+        taken: list[tuple[Limiter, str]] = []
+        try:
+            for group in ([keyed] if not self.keys.spread else [[pair] for pair in keyed]):
+                reply = scripts.LIMIT_TAKE(self.redis, *self._script_args(group, token, refusal))
+                if int(reply[0]) != 1:
+                    if taken:
+                        self.give_back(taken, token, "undo")
+                    limiter, key = group[int(reply[1]) - 1]
+                    after = reply[2].decode() if isinstance(reply[2], bytes) else str(reply[2])
+                    refused = OverLimit(key, limiter.kind, float(after) if after else None)
+                    if not self.reschedule(raw, payload, refused):
+                        raise refused
+                    return RESCHEDULED
+                taken += group
+        except OverLimit:
+            raise
+        except Exception as exc:
+            # Redis away or refusing: the job hasn't run; it goes back to the schedule (kept in
+            # memory by the settler until Redis takes it), without counting as over its limit.
+            logger.error("jid=%s: its limits could not be taken (%s: %s); tried again in %.0fs",
+                         payloads.printable(payload.get("jid")), type(exc).__name__, payloads.printable(exc),
+                         UNREACHABLE_DELAY)
+            self._schedule(raw, payload, UNREACHABLE_DELAY)
+            return RESCHEDULED
+        for limiter, key in keyed:
+            SEEN.add(key, limiter)
+        held = [(limiter, key) for limiter, key in keyed if limiter.kind == "concurrent"]
+        if not held:
+            return FREE
+        return Ticket(self, token, held, [HELD.add(key, limiter.lease or 0.0, token) for limiter, key in held])
+
+    def _script_args(self, group: list[tuple[Limiter, str]], token: str, mode: str) -> tuple[list, list]:
+        keys: list[str] = []
+        argv: list[Any] = [token, mode]
+        for limiter, key in group:
+            keys += self.keys.limit(key)
+            argv += limiter.argv()
+        return keys, argv
+
+    def give_back(self, taken: list[tuple[Limiter, str]], token: str, mode: str) -> None:
+        """LIMIT_RELEASE of ``taken`` (one call per key on a cluster)."""
+        for group in ([taken] if not self.keys.spread else [[pair] for pair in taken]):
+            scripts.LIMIT_RELEASE(self.redis, *self._script_args(group, token, mode))
+
+    def reschedule(self, raw: bytes, payload: dict, refused: OverLimit) -> bool:
+        """Send a job refused by a limit back to the schedule, with a backoff; False when it has
+        been OVER_LIMIT_MAX times already (then it fails with ``refused``, and counts afresh)."""
+        over = _count(payload.get("over_limit"))
+        if over >= self.over_limit_max:
+            payload.pop("over_limit", None)
+            return False
+        payload["over_limit"] = over + 1
+        delay = self.backoff(refused.retry_after, over + 1, refused.kind)
+        logger.info("over limit jid=%s class=%s limiter=%s: rescheduled in %.2fs (%d of OVER_LIMIT_MAX %d)",
+                    payloads.printable(payload.get("jid")), payloads.printable(payload.get("class")),
+                    payloads.printable(refused.key), delay, over + 1, self.over_limit_max)
+        self._schedule(raw, payload, delay)
+        return True
+
+    def backoff(self, retry_after: float | None, count: int, kind: str) -> float:
+        """Seconds before a refused job is tried again (its ``count``-th refusal), with jitter.
+
+        A rate limiter says when a place frees: then, spread over a little more each time the job
+        lost the race for it. A concurrency limit can only say how long places are held lately:
+        that, doubled with each refusal up to BACKOFF_MAX, so a crowd of waiting jobs doesn't try
+        it all at once.
+        """
+        rng = self.rng
+        if kind != "concurrent" and retry_after is not None:
+            return retry_after + rng.uniform(0, 0.05 + 0.05 * min(count, 20) * min(retry_after + 0.1, 1.0))
+        base = max(retry_after or 0.0, 0.1)
+        return min(base * 2 ** min(count - 1, 10), BACKOFF_MAX) * rng.uniform(0.5, 1.5)
+
+    def _schedule(self, raw: bytes, payload: dict, delay: float) -> None:
+        filing = Filing("schedule", self.clock() + delay, payload)
+        self.settler.settle(raw, filing)
+        if self.retry.on_retry is not None:
+            try:
+                self.retry.on_retry(filing.score)
+            except Exception:  # noqa: BLE001 - a wake-up hint never fails a filing
+                logger.exception("on_retry hook failed")
+
+    def drop(self, raw: bytes, payload: dict, job_class: Any, why: str, error: BaseException) -> None:
+        """Acknowledge a job that won't run (``why``: "expired" or "cancelled"), count and log it,
+        and record it where it is awaited: its batch (dead), its result (FAILED)."""
+        logger.warning("%s jid=%s class=%s: dropped, never run (%s)", why, payloads.printable(payload.get("jid")),
+                       payloads.printable(payload.get("class")), payloads.printable(error))
+        count(self.redis, self.keys.stat_expired if why == "expired" else self.keys.stat_cancelled)
+        self.record(payload, job_class, error)
+        if isinstance(payload.get("bid"), str):
+            self.settler.settle(raw, step_for(payload, "dead", "ack", exc=error))
+        else:
+            self.acks.add(raw)
+
+    def cancelled_run(self, raw: bytes, payload: dict, job_class: Any, job: Any, error: BaseException,
+                      elapsed: float) -> None:
+        """End a run that was cancelled while it ran: acknowledged (never retried), counted,
+        recorded as FAILED with ``error`` (a task's too), dead for its batch."""
+        logger.warning("cancelled jid=%s class=%s after %.3fs: %s", payloads.printable(payload.get("jid")),
+                       payloads.printable(payload.get("class")), elapsed, payloads.printable(error))
+        count(self.redis, self.keys.stat_cancelled)
+        if self.extras is not None and job_class is not None:
+            self.extras.failed(job_class, payload, error, None, job)
+        if isinstance(payload.get("bid"), str):
+            self.settler.settle(raw, step_for(payload, "dead", "ack", exc=error))
+        else:
+            self.acks.add(raw)
+
+    def record(self, payload: dict, job_class: Any, error: BaseException) -> None:
+        """A task's (or result-keeping job's) result: FAILED with ``error``. Never raises."""
+        ttl = getattr(job_class, "result_ttl", None)
+        if ttl is not None and self.extras is not None:
+            self.extras.results.finished(payload, ttl, error=error, target="dead")
+
+
+def count(redis: RedisClient, key: str) -> None:
+    """One more in counter ``key`` (rare events: a command of its own); a failure is only logged."""
+    try:
+        redis.incr(key)
+    except Exception as exc:
+        logger.error("counter %s not written: %s: %s", key, type(exc).__name__, payloads.printable(exc))
+
+
+def _count(value: Any) -> int:
+    return value if type(value) is int and value >= 0 else 0
+
+
+def _number(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)

@@ -1,0 +1,307 @@
+"""Limiters: how many at once, or how many starts per period, fleet-wide.
+
+A :class:`Limiter` is a definition (kind, name, size, period, lease); its state lives in Redis
+under the limiter's key (broker/scripts/limits.py), so every process and host on the same Redis
+shares it. Two ways to use one:
+
+* ``limits = [...]`` on a job class: the processor takes a place in each before the job runs
+  (engine/run/gate.py); a job over a limit goes back to the schedule, never failed at once;
+* ``with limiter.within(wait=5):`` in any code: waits up to ``wait`` seconds for a place, then
+  raises :class:`~django_cogworker.errors.OverLimit` (in a job, that reschedules it too).
+
+A limiter's name may be a function of the job's arguments (``lambda customer_id, *_:
+f"customer:{customer_id}"``): each key it returns is a limiter of its own, of the same kind and
+size, grouped under its ``family`` in the admin and the metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ..broker import scripts
+from ..broker.keys import Keys
+from ..errors import CogworkerError, LimitKeyError, OverLimit
+
+KINDS = ("concurrent", "bucket", "window", "leaky")
+DEFAULT_LEASE = 60.0
+KEY_MAX = 200  # characters of a limiter key: it is part of four Redis key names
+WAIT_SLICE = (0.01, 0.25)  # within(): first and longest pause between tries at a concurrency limit
+
+_defined: dict[str, Limiter] = {}  # static name or family -> the first limiter defined with it
+_defined_lock = threading.Lock()
+
+
+class Limiter:
+    """One limiter definition. Build it with :meth:`concurrent`, :meth:`bucket`, :meth:`window` or
+    :meth:`leaky`; a definition is cheap and holds no connection."""
+
+    def __init__(self, kind: str, name: str | Callable[..., str], size: int, *, per: float | None = None,
+                 lease: float | None = None, family: str | None = None):
+        if kind not in KINDS:
+            raise CogworkerError(f"a limiter's kind is one of {', '.join(KINDS)}, got {kind!r}")
+        self.kind = kind
+        if callable(name):
+            self.name: str | None = None
+            self.key_fn: Callable[..., str] | None = name
+            self.family = family if family is not None else f"{name.__module__}.{name.__qualname__}"
+        else:
+            self.name = check_key(name, "a limiter's name")
+            self.key_fn = None
+            self.family = family if family is not None else self.name
+        where = f"{kind} limiter {self.family!r}"
+        if not isinstance(self.family, str) or not self.family:
+            raise CogworkerError(f"{where}: family must be a non-empty string, got {family!r}")
+        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+            raise CogworkerError(f"{where}: size must be a whole number above 0, got {size!r}")
+        self.size = size
+        if kind == "concurrent":
+            if per is not None:
+                raise CogworkerError(f"{where}: a concurrency limit has no period (per); did you mean bucket?")
+            self.per: float | None = None
+            self.lease: float | None = _seconds(DEFAULT_LEASE if lease is None else lease, f"{where}: lease")
+        else:
+            if lease is not None:
+                raise CogworkerError(f"{where}: only a concurrency limit has a lease")
+            self.per = _seconds(per, f"{where}: per")
+            self.lease = None
+        _register(self)
+
+    @classmethod
+    def concurrent(cls, name: str | Callable[..., str], size: int, lease: float = DEFAULT_LEASE, *,
+                   family: str | None = None) -> Limiter:
+        """At most ``size`` holders at once; a holder that dies frees its place ``lease`` seconds
+        after its last renewal (every heartbeat renews the leases of what runs)."""
+        return cls("concurrent", name, size, lease=lease, family=family)
+
+    @classmethod
+    def bucket(cls, name: str | Callable[..., str], size: int, per: float = 1.0, *,
+               family: str | None = None) -> Limiter:
+        """At most ``size`` starts in each period of ``per`` seconds, periods aligned to the clock."""
+        return cls("bucket", name, size, per=per, family=family)
+
+    @classmethod
+    def window(cls, name: str | Callable[..., str], size: int, per: float, *, family: str | None = None) -> Limiter:
+        """At most ``size`` starts in any ``per`` seconds (a sliding window)."""
+        return cls("window", name, size, per=per, family=family)
+
+    @classmethod
+    def leaky(cls, name: str | Callable[..., str], size: int, per: float = 1.0, *,
+              family: str | None = None) -> Limiter:
+        """A leaky bucket: ``size`` per ``per`` seconds, spaced out (one each ``per / size`` once a
+        burst of ``size`` is spent)."""
+        return cls("leaky", name, size, per=per, family=family)
+
+    def __repr__(self) -> str:
+        detail = f", per={self.per:g}" if self.per is not None else f", lease={self.lease:g}"
+        return f"Limiter.{self.kind}({self.family!r}, {self.size}{detail})"
+
+    def spec(self) -> tuple[str, int, float | None, float | None]:
+        return self.kind, self.size, self.per, self.lease
+
+    def describe(self) -> str:
+        """The spec as the ``limit_specs`` hash stores it (JSON)."""
+        return json.dumps({"kind": self.kind, "size": self.size, "per": self.per, "lease": self.lease,
+                           "family": self.family}, sort_keys=True)
+
+    def argv(self) -> list[Any]:
+        """This limiter's four ARGV entries in the limiter scripts."""
+        return [self.kind, self.size, "" if self.per is None else repr(self.per),
+                "" if self.lease is None else repr(self.lease)]
+
+    def key_for(self, args: Any = (), kwargs: Any = None) -> str:
+        """The key this limiter counts under for a job with these arguments.
+
+        Raises LimitKeyError when the key function raises or returns something other than a
+        non-empty string (the job is then filed as a failure with that error, never dropped).
+        """
+        if self.key_fn is None:
+            return self.name  # type: ignore[return-value]
+        try:
+            key = self.key_fn(*(args or ()), **(kwargs or {}))
+        except Exception as exc:
+            raise LimitKeyError(f"the key function of limiter {self.family!r} raised {type(exc).__name__}: "
+                                f"{exc}") from exc
+        try:
+            return check_key(key, f"the key function of limiter {self.family!r}")
+        except CogworkerError as exc:
+            raise LimitKeyError(str(exc)) from None
+
+    def bind(self, *args: Any, **kwargs: Any) -> Limiter:
+        """This limiter at the key its function gives for these arguments (for ``within``)."""
+        bound = object.__new__(Limiter)
+        bound.__dict__.update(self.__dict__)
+        bound.name, bound.key_fn = self.key_for(args, kwargs), None
+        return bound
+
+    @contextmanager
+    def within(self, wait: float = 0.0, *, redis: Any = None, keys: Keys | None = None) -> Iterator[None]:
+        """Hold a place for the block: wait up to ``wait`` seconds for one, else raise OverLimit.
+
+        A concurrency place is given back when the block ends; in a worker process its lease is
+        renewed by the heartbeat meanwhile, elsewhere it lasts ``lease`` seconds at most.
+        """
+        if self.key_fn is not None:
+            raise TypeError(f"limiter {self.family!r} is keyed by a function: use "
+                            f"{self.family}.bind(*args).within(...) with the arguments its key needs")
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not math.isfinite(wait) or wait < 0:
+            raise TypeError(f"within(wait=...) takes seconds, 0 or more, got {wait!r}")
+        if redis is None or keys is None:
+            from ..push import runtime  # (the Django edge; in a worker, the processor thread's connection)
+
+            redis = redis if redis is not None else runtime.get_redis()
+            keys = keys if keys is not None else _keys_of(runtime.get_config())
+        token = holder_token(_current_jid())
+        lk = keys.limit(self.name)  # type: ignore[arg-type]
+        deadline = time.monotonic() + wait
+        pause = WAIT_SLICE[0]
+        while True:
+            reply = scripts.LIMIT_TAKE(redis, list(lk), [token, "", *self.argv()])
+            if int(reply[0]) == 1:
+                break
+            after = _text(reply[2])
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise OverLimit(self.name, self.kind, float(after) if after else None)  # type: ignore[arg-type]
+            if after:
+                nap = float(after) + random.uniform(0, 0.01)
+            else:
+                nap, pause = pause * random.uniform(0.5, 1.5), min(pause * 2, WAIT_SLICE[1])
+            time.sleep(min(nap, left))
+        SEEN.add(self.name, self)  # type: ignore[arg-type]
+        if self.kind != "concurrent":
+            yield
+            return
+        hold = HELD.add(self.name, self.lease, token)  # type: ignore[arg-type]
+        try:
+            yield
+        finally:
+            HELD.remove(hold)
+            scripts.LIMIT_RELEASE(redis, list(lk), [token, "release", *self.argv()])
+
+
+def check_key(key: Any, where: str) -> str:
+    """``key`` if it can name a limiter (a string of 1 to KEY_MAX printable characters, no braces:
+    a brace would move its keys' slot on a cluster); else CogworkerError naming ``where``."""
+    if not isinstance(key, str) or not key:
+        raise CogworkerError(f"{where} must be a non-empty string, got {key!r}")
+    if len(key) > KEY_MAX or not key.isprintable() or "{" in key or "}" in key:
+        raise CogworkerError(f"{where} must be at most {KEY_MAX} printable characters without braces, "
+                             f"got {key[:KEY_MAX + 1]!r}")
+    return key
+
+
+def holder_token(jid: str | None) -> str:
+    """A holder's token: who holds the place (shown by the admin), unique per run."""
+    return json.dumps({"jid": jid, "process": _process(), "since": round(time.time(), 3),
+                       "run": secrets.token_hex(6)}, separators=(",", ":"))
+
+
+class _Held:
+    """The concurrency places this process holds, for the heartbeat to renew their leases."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[int, tuple[str, float, str]] = {}
+        self._next = 0
+
+    def add(self, key: str, lease: float, token: str) -> int:
+        with self._lock:
+            self._next += 1
+            self._held[self._next] = (key, lease, token)
+            return self._next
+
+    def remove(self, hold: int) -> None:
+        with self._lock:
+            self._held.pop(hold, None)
+
+    def by_key(self) -> dict[str, tuple[float, list[str]]]:
+        """limiter key -> (its lease, the tokens held on it)."""
+        grouped: dict[str, tuple[float, list[str]]] = {}
+        with self._lock:
+            for key, lease, token in self._held.values():
+                grouped.setdefault(key, (lease, []))[1].append(token)
+        return grouped
+
+
+HELD = _Held()
+
+
+class _Seen:
+    """The limiter keys this process used since its last beat, with their specs: the heartbeat
+    writes them to the ``limits`` index (no write of its own on a job's path)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._keys: dict[str, str] = {}
+
+    def add(self, key: str, limiter: Limiter) -> None:
+        if key not in self._keys:
+            with self._lock:
+                self._keys[key] = limiter.describe()
+
+    def put(self, key: str, spec: str) -> None:
+        with self._lock:
+            self._keys.setdefault(key, spec)
+
+    def take(self) -> dict[str, str]:
+        with self._lock:
+            taken, self._keys = self._keys, {}
+        return taken
+
+
+SEEN = _Seen()
+
+
+def defined() -> list[Limiter]:
+    """Every limiter defined so far (by name or family), for ``manage.py check``."""
+    with _defined_lock:
+        return list(_defined.values())
+
+
+def _register(limiter: Limiter) -> None:
+    """Refuse a second definition of one name (or family) with another kind, size, period or lease."""
+    with _defined_lock:
+        first = _defined.setdefault(limiter.family, limiter)
+    if first is not limiter and first.spec() != limiter.spec():
+        raise CogworkerError(f"limiter {limiter.family!r} is defined twice, differently: {first!r} and {limiter!r} "
+                             f"(a limiter is shared by name across the fleet; give one another name)")
+
+
+def _seconds(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise CogworkerError(f"{where} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _process() -> str:
+    from ..push import scope  # (the running job's process identity, when in a worker)
+
+    identity = scope.identity
+    return identity if identity else f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _current_jid() -> str | None:
+    from ..push import scope
+
+    running = scope.running.get()
+    return running.payload.get("jid") if running is not None else None
+
+
+def _keys_of(config: Any) -> Keys:
+    from ..broker.keys import for_config
+
+    return for_config(config)

@@ -1,0 +1,61 @@
+"""What a worker's heartbeat does for limiters, and what startup checks of them.
+
+Each beat (:func:`beat`), in one pipeline, and only when there is something to write:
+
+* the leases of the concurrency places this process holds are renewed (LIMIT_RENEW): a place
+  stays held while its job runs, however long, and is freed ``lease`` seconds after the last
+  renewal when the process dies;
+* the limiter keys used since the last beat go into the ``limits`` index, with their specs, for
+  the admin, the CLI and the metrics: no write on a job's path for them.
+
+:func:`problems` names what can't work with the config: a lease no longer than two heartbeat
+intervals would lapse between two renewals of a job that runs on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ..broker import scripts
+from ..broker.keys import Keys
+from ..broker.types import RedisClient
+from .limiter import HELD, SEEN, defined
+
+logger = logging.getLogger(__name__)
+
+
+def beat(redis: RedisClient, keys: Keys) -> None:
+    """Renew the leases held here, and index the keys used since the last beat."""
+    held = HELD.by_key()
+    seen = SEEN.take()
+    if not held and not seen:
+        return
+    pipe = redis.pipeline(transaction=False)
+    for key, (lease, tokens) in held.items():
+        scripts.LIMIT_RENEW.in_pipeline(pipe, [keys.limit(key).holders], [repr(lease), *tokens])
+    if seen:
+        now = time.time()
+        pipe.zadd(keys.limits, dict.fromkeys(seen, now))
+        pipe.hset(keys.limit_specs, mapping=dict(seen))  # type: ignore[arg-type]
+    replies = pipe.execute(raise_on_error=False)
+    failed = [reply for reply in replies if isinstance(reply, Exception)]
+    if failed:
+        for key, spec in seen.items():  # (written with a later beat instead)
+            SEEN.put(key, spec)
+        raise failed[0]
+    for (key, (_lease, tokens)), renewed in zip(held.items(), replies, strict=False):
+        if int(renewed) < len(tokens):
+            logger.warning("limiter %r: %d lease(s) of this process lapsed before their renewal (a beat came late); "
+                           "their jobs run on without a place", key, len(tokens) - int(renewed))
+
+
+def problems(heartbeat_interval: float) -> list[str]:
+    """What is wrong with the limiters defined so far, given the config: one sentence each."""
+    found = []
+    for limiter in defined():
+        if limiter.lease is not None and limiter.lease < 2 * heartbeat_interval:
+            found.append(f"{limiter!r}: its lease ({limiter.lease:g}s) must be at least twice "
+                         f'COGWORKER["HEARTBEAT_INTERVAL"] ({heartbeat_interval:g}s): the heartbeat renews '
+                         f"it, and a lease that lapses between two beats frees the place of a job still running")
+    return found
