@@ -230,3 +230,38 @@ def demo_batch(r: redis_lib.Redis) -> str:
     r.delete(KEYS.queue("imports"))
     r.srem(KEYS.queues, "imports")
     return feed.bid
+
+
+# -- limiters, written as the workers write them (the data model of docs/limits.md), in Redis time -----
+
+
+def redis_time(r: redis_lib.Redis) -> float:
+    seconds, micros = r.time()
+    return seconds + micros / 1_000_000
+
+
+def limiter(r: redis_lib.Redis, key: str, kind: str, size: int, per: float | None = None, *,
+            lease: float | None = None, family: str | None = None, used_ago: float = 1.0,
+            totals: dict[str, int] | None = None) -> Any:
+    """List limiter ``key`` with its spec, as a heartbeat does; return its ``LimitKeys``."""
+    r.zadd(KEYS.limits, {key: redis_time(r) - used_ago})
+    r.hset(KEYS.limit_specs, key, json.dumps({"kind": kind, "size": size, "per": per, "lease": lease,
+                                              "family": family or key}))
+    lk = KEYS.limit(key)
+    if totals:
+        r.hset(lk.stats, mapping=totals)
+    return lk
+
+
+def hold(r: redis_lib.Redis, key: str, jid: str | None, process: str, *, since_ago: float = 5.0,
+         expires_in: float = 60.0) -> None:
+    """A holder of concurrency limit ``key``: its lease lapses ``expires_in`` s from Redis's now."""
+    now = redis_time(r)
+    member = json.dumps({"jid": jid, "process": process, "since": now - since_ago})
+    r.zadd(KEYS.limit(key).holders, {member: now + expires_in})
+
+
+def recent(r: redis_lib.Redis, key: str, minutes_ago: int, over: int = 0, rescheduled: int = 0) -> None:
+    """Refusals and reschedules of ``key`` counted ``minutes_ago`` minutes before Redis's now."""
+    minute = int(redis_time(r) // 60) - minutes_ago
+    r.hset(KEYS.limit(key).recent(minute), mapping={"over": over, "rescheduled": rescheduled})

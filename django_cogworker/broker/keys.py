@@ -64,6 +64,14 @@ batch:<bid>:*                 -       one batch (batches/): meta (hash), jobs, p
                                       successes that fire nothing, once it ran down 1 min)
 batch_delivered:<jid>         string  a batch callback delivered to its queue (once only);    BATCH_TTL
                                       cluster: in that queue's slot
+limits                        zset    limiter key -> when last used (heartbeats write it)     -
+limit_specs                   hash    limiter key -> JSON kind, size, per, lease, family      -
+limit:<key>:*                 -       one limiter key (limits/): holders, starts, tat,        -
+                                      count:<n>, stats, recent:<minute>; cluster:             (count,
+                                      ``{cogworker:l:<key>}:limit:*`` (its own slot)           recent: yes)
+cancels                       hash    jid -> JSON {at, interrupt}: cancel requests, read by   a day
+                                      every heartbeat (running jobs asked to stop)
+stat:cancelled, stat:expired  string  jobs cancelled; jobs dropped at fetch, expired          -
 ============================  ======  ======================================================  =========
 
 "presence": :func:`presence_ttl` of the process's HEARTBEAT_INTERVAL (60 s with the default 5 s).
@@ -143,6 +151,11 @@ class Keys:
         self.quarantine_prefix = p + "quarantine:"
         self.batches = p + "batches"
         self.batch_closing = p + "batch_closing"
+        self.limits = p + "limits"
+        self.limit_specs = p + "limit_specs"
+        self.cancels = p + "cancels"
+        self.stat_cancelled = p + "stat:cancelled"
+        self.stat_expired = p + "stat:expired"
 
     def queue_prefix(self, name: str) -> str:
         """The prefix of queue ``name``'s keys: its own slot on a cluster, else the prefix."""
@@ -284,6 +297,14 @@ class Keys:
         """The mark of batch callback ``jid`` delivered to ``queue`` (in that queue's slot)."""
         return f"{self.queue_prefix(queue)}batch_delivered:{jid}"
 
+    def limit(self, key: str) -> LimitKeys:
+        """The keys of limiter key ``key``: all in one slot, the key's own on a cluster."""
+        if self.spread:
+            base = f"{self._head[:-len(':q:')]}:l:{key}{self._tail}limit:"
+        else:
+            base = f"{self.prefix}limit:{key}:"
+        return LimitKeys(base + "holders", base + "starts", base + "tat", base + "stats", base)
+
     def fixed_types(self) -> dict[str, str]:
         """The fixed keys and the Redis type each must hold (for the key guard)."""
         return {
@@ -295,6 +316,7 @@ class Keys:
             self.stat_processed: "string", self.stat_failed: "string",
             self.stat_class_processed: "hash", self.stat_class_failed: "hash", self.stat_class_seconds: "hash",
             self.batches: "zset", self.batch_closing: "zset",
+            self.limits: "zset", self.limit_specs: "hash", self.cancels: "hash",
         }
 
 
@@ -308,3 +330,21 @@ class BatchKeys(NamedTuple):
     dead: str  # set: those of pending that went to dead
     open: str  # set: the jobs() blocks open on it (owner tokens): no event fires while one is
     outbox: str  # list: callbacks fired, to be delivered to their queues
+
+
+class LimitKeys(NamedTuple):
+    """One limiter key's keys (limits/): ``count(n)`` and ``recent(minute)`` are built on ``base``."""
+
+    holders: str  # zset (concurrent): holder token (JSON: jid, process, since) -> lease expiry
+    starts: str  # zset (window): start token -> when it started
+    tat: str  # string (leaky): the theoretical arrival time of the next start
+    stats: str  # hash: granted, over, rescheduled, expired, failed
+    base: str
+
+    def count(self, n: int) -> str:
+        """(bucket) starts in bucket ``n`` = floor(now / per)."""
+        return f"{self.base}count:{n}"
+
+    def recent(self, minute: int) -> str:
+        """over and rescheduled in minute ``minute`` = floor(epoch / 60)."""
+        return f"{self.base}recent:{minute}"
