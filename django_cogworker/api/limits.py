@@ -4,7 +4,7 @@ it is in use now, its live holders, its totals and its recent refusals and resch
 
 "Now" is Redis's TIME, never this machine's clock: holders' leases and buckets are scored by the
 workers in Redis time, and a web host whose clock runs a minute behind showed expired leases as
-live. What "in use" means follows the kind (the data model of docs/limits.md):
+live. What "in use" means follows the kind (the data model: broker/keys.py, ``Keys.limit``):
 
 - concurrent: live holders (lease expiry > now) in ``holders``;
 - bucket: starts counted in the current bucket, ``count:<floor(now / per)>``;
@@ -42,7 +42,7 @@ FAMILY_CHUNK = 500  # keys per pipeline in ``families``
 
 def redis_now(redis: RedisClient) -> float:
     """Redis's clock (TIME), in epoch seconds."""
-    seconds, micros = cast(tuple[int, int], redis.time())
+    seconds, micros = redis.time()
     return int(seconds) + int(micros) / 1_000_000
 
 
@@ -266,9 +266,11 @@ class LimitSet:
 
     def families(self, limit: int | None = None) -> list[FamilyTotals]:
         """Every family of the ``limit`` (FAMILY_KEY_LIMIT) most recently used keys, summed, by name."""
-        listed = cast(list[tuple[bytes, float]], self.redis.zrevrange(
-            self.key, 0, (FAMILY_KEY_LIMIT if limit is None else limit) - 1, withscores=True))
-        now = redis_now(self.redis)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.time()
+        pipe.zrevrange(self.key, 0, (FAMILY_KEY_LIMIT if limit is None else limit) - 1, withscores=True)
+        (seconds, micros), listed = pipe.execute()
+        now = int(seconds) + int(micros) / 1_000_000
         found: dict[str, FamilyTotals] = {}
         for chunk in _chunks([(_text(member), score) for member, score in listed], FAMILY_CHUNK):
             for state in LimitState.read(chunk, holders=0, recent=False, redis=self.redis, keys=self.keys, now=now):

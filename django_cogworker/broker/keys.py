@@ -341,7 +341,7 @@ class LimitKeys(NamedTuple):
     stats: str  # hash: granted, over, rescheduled, expired, failed
     base: str
 
-    def count(self, n: int) -> str:
+    def count(self, n: int) -> str:  # type: ignore[override]  # (tuple.count: never used on keys)
         """(bucket) starts in bucket ``n`` = floor(now / per)."""
         return f"{self.base}count:{n}"
 
