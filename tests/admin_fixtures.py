@@ -124,6 +124,11 @@ def seed(r: redis_lib.Redis) -> dict[str, Any]:
         r.set(KEYS.stat("failed", day), 20 + 5 * (back % 4))
     r.set(KEYS.stat_processed, 123456)
     r.set(KEYS.stat_failed, 789)
+    limiter(r, "stripe", "concurrent", 3, lease=60, totals={"granted": 40, "over": 7})
+    hold(r, "stripe", "jid-holding-stripe", "host:4242:abc123")
+    limiter(r, f"customer:{XSS}", "concurrent", 1, lease=60, family=f"customer {XSS}")
+    hold(r, f"customer:{XSS}", XSS, f"host{XSS}:1:a")
+    seeded["limit"] = "stripe"
     batch = Batch(description=f"import {XSS}")  # (no jobs, no callbacks: nothing pushed, the counts above stay)
     with batch.jobs():
         pass
@@ -205,6 +210,7 @@ def demo(r: redis_lib.Redis) -> dict[str, Any]:
     r.set(KEYS.stat_processed, 1_284_903)
     r.set(KEYS.stat_failed, 2_417)
     shown["batch"] = demo_batch(r)
+    demo_limits(r)
     return shown
 
 
@@ -232,7 +238,7 @@ def demo_batch(r: redis_lib.Redis) -> str:
     return feed.bid
 
 
-# -- limiters, written as the workers write them (the data model of docs/limits.md), in Redis time -----
+# -- limiters, written as the workers write them (the data model of broker/keys.py), in Redis time -----
 
 
 def redis_time(r: redis_lib.Redis) -> float:
@@ -265,3 +271,22 @@ def recent(r: redis_lib.Redis, key: str, minutes_ago: int, over: int = 0, resche
     """Refusals and reschedules of ``key`` counted ``minutes_ago`` minutes before Redis's now."""
     minute = int(redis_time(r) // 60) - minutes_ago
     r.hset(KEYS.limit(key).recent(minute), mapping={"over": over, "rescheduled": rescheduled})
+
+
+def demo_limits(r: redis_lib.Redis) -> None:
+    """A shop's limiters on a busy afternoon: the payment gateway near its cap, mail buckets, and
+    one customer's imports held to one at a time."""
+    limiter(r, "payments-api", "concurrent", 4, lease=60, used_ago=0.5,
+            totals={"granted": 18_204, "over": 311, "rescheduled": 287, "expired": 2})
+    for n, process in enumerate(("worker-1:1200:8e02d7", "worker-2:1201:3fa9c1", "worker-1:1200:8e02d7")):
+        hold(r, "payments-api", payloads.new_jid(), process, since_ago=4 + 7 * n, expires_in=55 - 7 * n)
+    recent(r, "payments-api", 0, over=14, rescheduled=12)
+    recent(r, "payments-api", 2, over=9, rescheduled=9)
+    recent(r, "payments-api", 30, over=41, rescheduled=38)
+    limiter(r, "smtp", "bucket", 600, 60, used_ago=1, totals={"granted": 96_310, "over": 1_022, "rescheduled": 1_022})
+    r.set(KEYS.limit("smtp").count(int(redis_time(r) // 60)), 417)
+    recent(r, "smtp", 0, over=6, rescheduled=6)
+    limiter(r, "catalog-feed:acme", "concurrent", 1, lease=120, family="catalog-feed", used_ago=3,
+            totals={"granted": 212, "over": 40, "rescheduled": 40})
+    hold(r, "catalog-feed:acme", payloads.new_jid(), "worker-2:1201:3fa9c1", since_ago=95, expires_in=25)
+    limiter(r, "partner-api", "window", 100, 60, used_ago=12, totals={"granted": 4_410})
