@@ -268,9 +268,16 @@ def hold(r: redis_lib.Redis, key: str, jid: str | None, process: str, *, since_a
 
 
 def recent(r: redis_lib.Redis, key: str, minutes_ago: int, over: int = 0, rescheduled: int = 0) -> None:
-    """Refusals and reschedules of ``key`` counted ``minutes_ago`` minutes before Redis's now."""
+    """Refusals and reschedules of ``key`` counted ``minutes_ago`` minutes before Redis's now, in the
+    ring of ``stats`` the limiter scripts keep (slot = minute % 60; ``m<slot>`` its minute)."""
     minute = int(redis_time(r) // 60) - minutes_ago
-    r.hset(KEYS.limit(key).recent(minute), mapping={"over": over, "rescheduled": rescheduled})
+    slot = minute % 60
+    r.hset(KEYS.limit(key).stats, mapping={f"m{slot}": minute, f"o{slot}": over, f"r{slot}": rescheduled})
+
+
+def bucket_count(r: redis_lib.Redis, key: str, per: float, count: int, *, buckets_ago: int = 0) -> None:
+    """Starts in a bucket of ``key`` (``buckets_ago`` before the current one), as LIMIT_TAKE keeps them."""
+    r.hset(KEYS.limit(key).state, mapping={"bn": int(redis_time(r) // per) - buckets_ago, "bc": count})
 
 
 def demo_limits(r: redis_lib.Redis) -> None:
@@ -284,7 +291,7 @@ def demo_limits(r: redis_lib.Redis) -> None:
     recent(r, "payments-api", 2, over=9, rescheduled=9)
     recent(r, "payments-api", 30, over=41, rescheduled=38)
     limiter(r, "smtp", "bucket", 600, 60, used_ago=1, totals={"granted": 96_310, "over": 1_022, "rescheduled": 1_022})
-    r.set(KEYS.limit("smtp").count(int(redis_time(r) // 60)), 417)
+    bucket_count(r, "smtp", 60, 417)
     recent(r, "smtp", 0, over=6, rescheduled=6)
     limiter(r, "catalog-feed:acme", "concurrent", 1, lease=120, family="catalog-feed", used_ago=3,
             totals={"granted": 212, "over": 40, "rescheduled": 40})

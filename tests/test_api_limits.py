@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from admin_fixtures import KEYS, hold, limiter, recent, redis_time
+from admin_fixtures import KEYS, bucket_count, hold, limiter, recent, redis_time
 
 from django_cogworker import api
 from django_cogworker.api import limits as api_limits
@@ -38,7 +38,7 @@ def test_recent_figures_sum_the_last_5_and_60_minutes(rb, limits):
     recent(rb, "mail", 0, over=3, rescheduled=1)
     recent(rb, "mail", 2, over=2)
     recent(rb, "mail", 30, over=10, rescheduled=4)
-    recent(rb, "mail", 90, over=100, rescheduled=100)  # older than an hour: not counted
+    recent(rb, "mail", 61, over=100, rescheduled=100)  # an hour ago, its slot not yet written over: not counted
     assert limits.get("mail").recent == api_limits.Recent(over_5m=5, over_60m=15, rescheduled_5m=1,
                                                           rescheduled_60m=5)
 
@@ -46,16 +46,17 @@ def test_recent_figures_sum_the_last_5_and_60_minutes(rb, limits):
 def test_in_use_follows_the_kind_in_redis_time(rb, limits):
     now = redis_time(rb)
     limiter(rb, "mail", "bucket", 25, 10)
-    rb.set(KEYS.limit("mail").count(int(now // 10)), 7)
-    rb.set(KEYS.limit("mail").count(int(now // 10) - 1), 25)  # the bucket before: over
+    bucket_count(rb, "mail", 10, 7)
+    limiter(rb, "stale", "bucket", 25, 10)
+    bucket_count(rb, "stale", 10, 25, buckets_ago=1)  # the bucket before: full, but over
     limiter(rb, "partner", "window", 100, 60)
     rb.zadd(KEYS.limit("partner").starts, {"t1": now - 90, "t2": now - 30, "t3": now - 1})
     limiter(rb, "sms", "leaky", 10, 1)
-    rb.set(KEYS.limit("sms").tat, repr(now + 0.45))  # 4.5 intervals of 0.1 s ahead: 5 places taken
+    rb.hset(KEYS.limit("sms").state, "tat", repr(now + 0.45))  # 4.5 intervals of 0.1 s ahead: 5 places taken
     limiter(rb, "idle", "leaky", 10, 1)
-    rb.set(KEYS.limit("idle").tat, repr(now - 3))
+    rb.hset(KEYS.limit("idle").state, "tat", repr(now - 3))
     got = {s.key: s.in_use for s in limits.page().items}
-    assert got["mail"] == 7 and got["partner"] == 2 and got["idle"] == 0
+    assert got["mail"] == 7 and got["stale"] == 0 and got["partner"] == 2 and got["idle"] == 0
     assert got["sms"] in (4, 5)  # (a fraction of a second passes between the write and the read)
 
 

@@ -274,7 +274,7 @@ def test_a_scrape_reads_batches_in_a_few_round_trips_however_many_and_states_onl
 
 def test_a_scrape_shows_limiters_per_family_summed_over_their_keys(rb, token):
     # Written into Redis as the workers write them (admin_fixtures.limiter).
-    from admin_fixtures import hold, limiter
+    from admin_fixtures import bucket_count, hold, limiter
 
     limiter(rb, "stripe", "concurrent", 3, lease=60, totals={"granted": 40, "over": 7, "rescheduled": 5, "expired": 1})
     hold(rb, "stripe", "j1", "host:1:a")
@@ -285,7 +285,7 @@ def test_a_scrape_shows_limiters_per_family_summed_over_their_keys(rb, token):
                 totals={"granted": 10, "over": n, "rescheduled": n})
         hold(rb, f"customer:{n}", f"c{n}", "host:1:a")
     limiter(rb, "mail", "bucket", 25, 10, totals={"granted": 100})
-    rb.set(KEYS.limit("mail").count(int(time.time() // 10)), 4)  # (a bucket of 10 s: Redis time is this clock's)
+    bucket_count(rb, "mail", 10, 4)
     rb.set(KEYS.stat("cancelled"), 12)
     rb.set(KEYS.stat("expired"), 3)
     got = samples(scrape())

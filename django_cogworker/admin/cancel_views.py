@@ -1,6 +1,6 @@
 """Cancel a job from the admin: one endpoint (``busy/cancel/``) that the Cancel buttons of the
 Processes page (running jobs), a queue's jobs, the Scheduled and Retries pages and a limit's
-holders post to, by jid, through ``push.cancel.cancel``.
+holders post to, by jid, through ``django_cogworker.cancel``.
 
 A waiting job (in its queue, scheduled, retrying) is taken off and counted ("removed"); a
 running one is asked to stop ("signalled"), or, with ``interrupt``, has ``Cancelled`` raised in
@@ -23,9 +23,9 @@ from .views import back, confirm, confirmed, guard
 def cancel(request: HttpRequest, *, site: Any) -> HttpResponse:
     if request.method != "POST":  # (the guard lets a viewer GET: there is nothing here to look at)
         return HttpResponseNotAllowed(["POST"])
-    # Imported here: the core's module, which the pages need only when a button is pressed.
-    from ..errors import JobNotFound  # type: ignore[attr-defined]
-    from ..push.cancel import cancel as cancel_job  # type: ignore[import-not-found]
+    # Imported here: the core's public cancel (flow/cancel.py), needed only when a button is pressed.
+    from .. import JobNotFound  # type: ignore[attr-defined]
+    from .. import cancel as cancel_job  # type: ignore[attr-defined]
 
     default = reverse(f"{site.name}:django_cogworker_busy_changelist")
     jid = request.POST.get("jid", "").strip()

@@ -4,18 +4,23 @@ it is in use now, its live holders, its totals and its recent refusals and resch
 
 "Now" is Redis's TIME, never this machine's clock: holders' leases and buckets are scored by the
 workers in Redis time, and a web host whose clock runs a minute behind showed expired leases as
-live. What "in use" means follows the kind (the data model: broker/keys.py, ``Keys.limit``):
+live. What "in use" means follows the kind (the data model: broker/scripts/limits.py):
 
-- concurrent: live holders (lease expiry > now) in ``holders``;
-- bucket: starts counted in the current bucket, ``count:<floor(now / per)>``;
+- concurrent: live holders (lease end > now) in ``holders``;
+- bucket: ``bc``, the starts of bucket ``bn`` of ``state``, when ``bn`` is the current bucket
+  (floor(now / per)), else 0;
 - window: starts in ``starts`` within the last ``per`` seconds;
-- leaky: places the theoretical arrival time ``tat`` is ahead of now, in emission intervals
-  (``per / size``), at most ``size``.
+- leaky: places the theoretical arrival time (``tat`` of ``state``) is ahead of now, in emission
+  intervals (``per / size``), at most ``size``.
+
+The recent figures come from the ring the scripts keep in ``stats`` (``o<slot>``, ``r<slot>``,
+and ``m<slot>`` the minute each slot counts, slot = minute % 60): a slot whose minute is past
+the last RECENT_LONG counts for nothing.
 
 Bounded whatever the fleet: a page reads its keys (at most MAX_PER_PAGE) in three round trips,
-lists at most HOLDER_LIMIT holders of a key (``in_use`` still counts them all), and sums the
-``recent:<minute>`` hashes of the last RECENT_LONG minutes. ``LimitSet.families`` (the metrics)
-reads the FAMILY_KEY_LIMIT most recently used keys, a pipeline per FAMILY_CHUNK.
+and lists at most HOLDER_LIMIT holders of a key (``in_use`` still counts them all).
+``LimitSet.families`` (the metrics) reads the FAMILY_KEY_LIMIT most recently used keys, a
+pipeline per FAMILY_CHUNK.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from .records import Page
 
 HOLDER_LIMIT = 500  # holders a key's page lists at most (in_use counts them all)
 LISTED_HOLDERS = 5  # holders a listing row shows
-RECENT_SHORT, RECENT_LONG = 5, 60  # minutes summed for the "recent" figures
+RECENT_SHORT, RECENT_LONG = 5, 60  # minutes summed for the "recent" figures (the ring holds 60)
 TOTALS = ("granted", "over", "rescheduled", "expired", "failed")
 KINDS = ("concurrent", "bucket", "window", "leaky")
 FAMILY_KEY_LIMIT = 10_000  # the most recently used keys ``families`` reads
@@ -108,19 +113,16 @@ class LimitState:
         return max(self.in_use - len(self.holders), 0) if self.kind == "concurrent" else 0
 
     @classmethod
-    def read(cls, keys_used: list[tuple[str, float | None]], *, holders: int = HOLDER_LIMIT, recent: bool = True,
+    def read(cls, keys_used: list[tuple[str, float | None]], *, holders: int = HOLDER_LIMIT,
              redis: RedisClient | None = None, keys: Keys | None = None,
              now: float | None = None) -> list[LimitState]:
-        """The states of these (key, last used) in two round trips: their specs, then the rest.
-        Without ``recent`` the recent figures read 0 (the metrics: 60 reads a key is too many a scrape)."""
+        """The states of these (key, last used) in two round trips: their specs, then the rest."""
         redis, keys = _defaults(redis, keys)
         if not keys_used:
             return []
         now = redis_now(redis) if now is None else now
         names = [key for key, _ in keys_used]
         specs = [_spec(raw) for raw in cast(list[Any], redis.hmget(keys.limit_specs, names))]
-        minute = math.floor(now / 60)
-        minutes = range(minute - RECENT_LONG + 1, minute + 1) if recent else range(0)
         pipe = redis.pipeline(transaction=False)
         listing = []  # whether each key's holders are read (the replies are cut by position)
         for key, spec in zip(names, specs, strict=True):
@@ -130,33 +132,37 @@ class LimitState:
             listing.append(spec["kind"] in ("concurrent", "unknown") and holders > 0)
             if listing[-1]:
                 pipe.zrangebyscore(lk.holders, f"({now!r}", "+inf", start=0, num=holders, withscores=True)
-            for m in minutes:
-                pipe.hmget(lk.recent(m), ["over", "rescheduled"])
         replies = iter(pipe.execute(raise_on_error=False))
         states = []
         for (key, used), spec, listed in zip(keys_used, specs, listing, strict=True):
             stats, in_use = next(replies), next(replies)
-            holder_reply = next(replies) if listed else []
-            states.append(cls._from(key, used, spec, stats, in_use, holder_reply,
-                                    [next(replies) for _ in minutes], now))
+            states.append(cls._from(key, used, spec, stats, in_use, next(replies) if listed else [], now))
         return states
 
     @classmethod
     def _from(cls, key: str, used: float | None, spec: dict[str, Any], stats: Any, in_use: Any, listed: Any,
-              recent: list[Any], now: float) -> LimitState:
+              now: float) -> LimitState:
         # (not a dict: an error reply, a key of the wrong type)
         stats = {_text(field): value for field, value in stats.items()} if isinstance(stats, dict) else {}
         totals = {name: _count(stats.get(name)) for name in TOTALS}
-        shown = Recent()
-        for age, pair in enumerate(reversed(recent)):  # (age 0: the current minute)
-            over, rescheduled = pair if isinstance(pair, list) else (None, None)
-            shown.over_60m += _count(over)
-            shown.rescheduled_60m += _count(rescheduled)
-            if age < RECENT_SHORT:
-                shown.over_5m += _count(over)
-                shown.rescheduled_5m += _count(rescheduled)
         return cls(key, spec["kind"], spec["size"], spec["per"], spec["lease"], spec["family"] or key,
-                   _in_use(spec, in_use, now), _holders(listed), totals, shown, used, now)
+                   _in_use(spec, in_use, now), _holders(listed), totals, _recent(stats, now), used, now)
+
+
+def _recent(stats: dict[str, Any], now: float) -> Recent:
+    """Sum the ring's slots (``m<slot>``: the minute the slot counts) of the last minutes."""
+    minute, shown = math.floor(now / 60), Recent()
+    for slot in range(60):
+        counted = _number(stats.get(f"m{slot}"))
+        if counted is None or not 0 <= minute - counted < RECENT_LONG:
+            continue  # (never used, or a slot of an hour ago: not yet written over)
+        over, rescheduled = _count(stats.get(f"o{slot}")), _count(stats.get(f"r{slot}"))
+        shown.over_60m += over
+        shown.rescheduled_60m += rescheduled
+        if minute - counted < RECENT_SHORT:
+            shown.over_5m += over
+            shown.rescheduled_5m += rescheduled
+    return shown
 
 
 def _spec(raw: Any) -> dict[str, Any]:
@@ -176,17 +182,21 @@ def _spec(raw: Any) -> dict[str, Any]:
 def _queue_in_use(pipe: Any, lk: Any, spec: dict[str, Any], now: float) -> None:
     """Queue the one command whose reply ``_in_use`` reads, by kind."""
     kind, per = spec["kind"], spec["per"]
-    if kind == "bucket" and per:
-        pipe.get(lk.count(math.floor(now / per)))
+    if kind == "bucket":
+        pipe.hmget(lk.state, ["bn", "bc"])
     elif kind == "window" and per:
         pipe.zcount(lk.starts, f"({now - per!r}", "+inf")
     elif kind == "leaky":
-        pipe.get(lk.tat)
+        pipe.hget(lk.state, "tat")
     else:  # concurrent, or unknown: its live holders, if it has any
         pipe.zcount(lk.holders, f"({now!r}", "+inf")
 
 
 def _in_use(spec: dict[str, Any], reply: Any, now: float) -> int:
+    if spec["kind"] == "bucket":  # (bc counts bucket bn: an older bucket's count is no use now)
+        bucket, count = reply if isinstance(reply, list) else (None, None)
+        current = spec["per"] and _number(bucket) == math.floor(now / spec["per"])
+        return _count(count) if current else 0
     if spec["kind"] != "leaky":
         return _count(reply)
     tat, size, per = _number(reply), spec["size"], spec["per"]
@@ -273,7 +283,7 @@ class LimitSet:
         now = int(seconds) + int(micros) / 1_000_000
         found: dict[str, FamilyTotals] = {}
         for chunk in _chunks([(_text(member), score) for member, score in listed], FAMILY_CHUNK):
-            for state in LimitState.read(chunk, holders=0, recent=False, redis=self.redis, keys=self.keys, now=now):
+            for state in LimitState.read(chunk, holders=0, redis=self.redis, keys=self.keys, now=now):
                 family = found.setdefault(state.family, FamilyTotals(state.family))
                 family.keys += 1
                 family.in_use += state.in_use

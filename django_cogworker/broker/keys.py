@@ -66,9 +66,9 @@ batch_delivered:<jid>         string  a batch callback delivered to its queue (o
                                       cluster: in that queue's slot
 limits                        zset    limiter key -> when last used (heartbeats write it)     -
 limit_specs                   hash    limiter key -> JSON kind, size, per, lease, family      -
-limit:<key>:*                 -       one limiter key (limits/): holders, starts, tat,        -
-                                      count:<n>, stats, recent:<minute>; cluster:             (count,
-                                      ``{cogworker:l:<key>}:limit:*`` (its own slot)           recent: yes)
+limit:<key>:*                 -       one limiter key (flow/): holders, starts, state,      state,
+                                      stats; cluster: ``{cogworker:l:<key>}:limit:*``          starts:
+                                      (its own slot)                                          ~per
 cancels                       hash    jid -> JSON {at, interrupt}: cancel requests, read by   a day
                                       every heartbeat (running jobs asked to stop)
 stat:cancelled, stat:expired  string  jobs cancelled; jobs dropped at fetch, expired          -
@@ -303,7 +303,7 @@ class Keys:
             base = f"{self._head[:-len(':q:')]}:l:{key}{self._tail}limit:"
         else:
             base = f"{self.prefix}limit:{key}:"
-        return LimitKeys(base + "holders", base + "starts", base + "tat", base + "stats", base)
+        return LimitKeys(base + "holders", base + "starts", base + "state", base + "stats")
 
     def fixed_types(self) -> dict[str, str]:
         """The fixed keys and the Redis type each must hold (for the key guard)."""
@@ -333,18 +333,9 @@ class BatchKeys(NamedTuple):
 
 
 class LimitKeys(NamedTuple):
-    """One limiter key's keys (limits/): ``count(n)`` and ``recent(minute)`` are built on ``base``."""
+    """One limiter key's keys (flow/), in the order the limiter scripts take them as KEYS."""
 
-    holders: str  # zset (concurrent): holder token (JSON: jid, process, since) -> lease expiry
+    holders: str  # zset (concurrent): holder token (JSON: jid, process, since, run) -> lease end
     starts: str  # zset (window): start token -> when it started
-    tat: str  # string (leaky): the theoretical arrival time of the next start
-    stats: str  # hash: granted, over, rescheduled, expired, failed
-    base: str
-
-    def count(self, n: int) -> str:  # type: ignore[override]  # (tuple.count: never used on keys)
-        """(bucket) starts in bucket ``n`` = floor(now / per)."""
-        return f"{self.base}count:{n}"
-
-    def recent(self, minute: int) -> str:
-        """over and rescheduled in minute ``minute`` = floor(epoch / 60)."""
-        return f"{self.base}recent:{minute}"
+    state: str  # hash: bn, bc (bucket: which bucket, its starts); tat (leaky)
+    stats: str  # hash: granted, over, rescheduled, failed, expired; the last hour's ring (scripts/limits.py)

@@ -130,11 +130,11 @@ def signal(name: str, identities: list[str], *, every: bool) -> Outcome:
 
 
 def cancel(jid: str, *, interrupt: bool) -> Outcome:
-    """Cancel job ``jid`` wherever it is (``push.cancel``): taken off a queue, the schedule or the
+    """Cancel job ``jid`` wherever it is (``django_cogworker.cancel``): taken off a queue, the schedule or the
     retries, or, running, asked to stop (``interrupt``: Cancelled raised in its thread)."""
-    # Imported here: the core's module (push/cancel.py), needed only by this command.
-    from ..errors import JobNotFound  # type: ignore[attr-defined]
-    from ..push.cancel import cancel as cancel_job  # type: ignore[import-not-found]
+    # Imported here: the core's public cancel (flow/cancel.py), needed only by this command.
+    from .. import JobNotFound  # type: ignore[attr-defined]
+    from .. import cancel as cancel_job  # type: ignore[attr-defined]
 
     outcome = Outcome()
     try:
