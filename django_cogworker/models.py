@@ -70,6 +70,14 @@ class Batches(_Page):
         verbose_name, verbose_name_plural = "job batch", "job batches"
 
 
+class Limits(_Page):
+    """The limiters' keys: in use, holders, refusals (read only; a job holding one is cancelled from
+    Processes). Named "limits": listed after the Dashboard, which the admin index sorts by name."""
+
+    class Meta(_Page.Meta):
+        verbose_name, verbose_name_plural = "limit", "limits"
+
+
 class Periodic(_Page):
     class Meta(_Page.Meta):
         verbose_name = verbose_name_plural = "periodic"
@@ -81,7 +89,7 @@ class Quarantine(_Page):
 
 
 # In the order of the pages' tab bar.
-PAGES: tuple[type[models.Model], ...] = (Dashboard, Queue, Busy, Scheduled, Retry, Dead, Batches, Periodic,
-                                         Quarantine)
+PAGES: tuple[type[models.Model], ...] = (Dashboard, Queue, Busy, Scheduled, Retry, Dead, Batches, Limits,
+                                         Periodic, Quarantine)
 # Pages without an action: listed with a "View" link, whatever the user may change.
-READ_ONLY_PAGES: tuple[type[models.Model], ...] = (Dashboard, Batches)
+READ_ONLY_PAGES: tuple[type[models.Model], ...] = (Dashboard, Batches, Limits)

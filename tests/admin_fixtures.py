@@ -124,6 +124,11 @@ def seed(r: redis_lib.Redis) -> dict[str, Any]:
         r.set(KEYS.stat("failed", day), 20 + 5 * (back % 4))
     r.set(KEYS.stat_processed, 123456)
     r.set(KEYS.stat_failed, 789)
+    limiter(r, "stripe", "concurrent", 3, lease=60, totals={"granted": 40, "over": 7})
+    hold(r, "stripe", "jid-holding-stripe", "host:4242:abc123")
+    limiter(r, f"customer:{XSS}", "concurrent", 1, lease=60, family=f"customer {XSS}")
+    hold(r, f"customer:{XSS}", XSS, f"host{XSS}:1:a")
+    seeded["limit"] = "stripe"
     batch = Batch(description=f"import {XSS}")  # (no jobs, no callbacks: nothing pushed, the counts above stay)
     with batch.jobs():
         pass
@@ -205,6 +210,7 @@ def demo(r: redis_lib.Redis) -> dict[str, Any]:
     r.set(KEYS.stat_processed, 1_284_903)
     r.set(KEYS.stat_failed, 2_417)
     shown["batch"] = demo_batch(r)
+    demo_limits(r)
     return shown
 
 
@@ -230,3 +236,64 @@ def demo_batch(r: redis_lib.Redis) -> str:
     r.delete(KEYS.queue("imports"))
     r.srem(KEYS.queues, "imports")
     return feed.bid
+
+
+# -- limiters, written as the workers write them (the data model of broker/keys.py), in Redis time -----
+
+
+def redis_time(r: redis_lib.Redis) -> float:
+    seconds, micros = r.time()
+    return seconds + micros / 1_000_000
+
+
+def limiter(r: redis_lib.Redis, key: str, kind: str, size: int, per: float | None = None, *,
+            lease: float | None = None, family: str | None = None, used_ago: float = 1.0,
+            totals: dict[str, int] | None = None) -> Any:
+    """List limiter ``key`` with its spec, as a heartbeat does; return its ``LimitKeys``."""
+    r.zadd(KEYS.limits, {key: redis_time(r) - used_ago})
+    r.hset(KEYS.limit_specs, key, json.dumps({"kind": kind, "size": size, "per": per, "lease": lease,
+                                              "family": family or key}))
+    lk = KEYS.limit(key)
+    if totals:
+        r.hset(lk.stats, mapping=totals)
+    return lk
+
+
+def hold(r: redis_lib.Redis, key: str, jid: str | None, process: str, *, since_ago: float = 5.0,
+         expires_in: float = 60.0) -> None:
+    """A holder of concurrency limit ``key``: its lease lapses ``expires_in`` s from Redis's now."""
+    now = redis_time(r)
+    member = json.dumps({"jid": jid, "process": process, "since": now - since_ago})
+    r.zadd(KEYS.limit(key).holders, {member: now + expires_in})
+
+
+def recent(r: redis_lib.Redis, key: str, minutes_ago: int, over: int = 0, rescheduled: int = 0) -> None:
+    """Refusals and reschedules of ``key`` counted ``minutes_ago`` minutes before Redis's now, in the
+    ring of ``stats`` the limiter scripts keep (slot = minute % 60; ``m<slot>`` its minute)."""
+    minute = int(redis_time(r) // 60) - minutes_ago
+    slot = minute % 60
+    r.hset(KEYS.limit(key).stats, mapping={f"m{slot}": minute, f"o{slot}": over, f"r{slot}": rescheduled})
+
+
+def bucket_count(r: redis_lib.Redis, key: str, per: float, count: int, *, buckets_ago: int = 0) -> None:
+    """Starts in a bucket of ``key`` (``buckets_ago`` before the current one), as LIMIT_TAKE keeps them."""
+    r.hset(KEYS.limit(key).state, mapping={"bn": int(redis_time(r) // per) - buckets_ago, "bc": count})
+
+
+def demo_limits(r: redis_lib.Redis) -> None:
+    """A shop's limiters on a busy afternoon: the payment gateway near its cap, mail buckets, and
+    one customer's imports held to one at a time."""
+    limiter(r, "payments-api", "concurrent", 4, lease=60, used_ago=0.5,
+            totals={"granted": 18_204, "over": 311, "rescheduled": 287, "expired": 2})
+    for n, process in enumerate(("worker-1:1200:8e02d7", "worker-2:1201:3fa9c1", "worker-1:1200:8e02d7")):
+        hold(r, "payments-api", payloads.new_jid(), process, since_ago=4 + 7 * n, expires_in=55 - 7 * n)
+    recent(r, "payments-api", 0, over=14, rescheduled=12)
+    recent(r, "payments-api", 2, over=9, rescheduled=9)
+    recent(r, "payments-api", 30, over=41, rescheduled=38)
+    limiter(r, "smtp", "bucket", 600, 60, used_ago=1, totals={"granted": 96_310, "over": 1_022, "rescheduled": 1_022})
+    bucket_count(r, "smtp", 60, 417)
+    recent(r, "smtp", 0, over=6, rescheduled=6)
+    limiter(r, "catalog-feed:acme", "concurrent", 1, lease=120, family="catalog-feed", used_ago=3,
+            totals={"granted": 212, "over": 40, "rescheduled": 40})
+    hold(r, "catalog-feed:acme", payloads.new_jid(), "worker-2:1201:3fa9c1", since_ago=95, expires_in=25)
+    limiter(r, "partner-api", "window", 100, 60, used_ago=12, totals={"granted": 4_410})

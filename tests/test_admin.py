@@ -20,7 +20,8 @@ from django_cogworker.push import payload as payloads
 pytestmark = pytest.mark.django_db
 
 BASE = "/admin/django_cogworker/"
-PAGES = ["dashboard/", "queue/", "busy/", "scheduled/", "retry/", "dead/", "batches/", "periodic/", "quarantine/"]
+PAGES = ["dashboard/", "queue/", "busy/", "scheduled/", "retry/", "dead/", "batches/", "limits/", "periodic/",
+         "quarantine/"]
 
 
 @pytest.fixture
@@ -61,7 +62,8 @@ def all_urls(seeded) -> list[str]:
     token_urls = [f"{BASE}{page}/job/{quote(seeded[page])}/" for page in ("scheduled", "retry", "dead")]
     return ([BASE + p for p in PAGES] + [BASE, f"{BASE}queue/default/", f"{BASE}queue/{quote(XSS_QUEUE)}/",
                                          f"{BASE}dashboard/?refresh=5", f"{BASE}dead/?job={RECORD_JOB}&q=seed",
-                                         f"{BASE}batches/{seeded['batch']}/"]
+                                         f"{BASE}batches/{seeded['batch']}/", f"{BASE}limits/stripe/",
+                                         f"{BASE}limits/{quote('customer:' + XSS)}/"]
             + token_urls)
 
 
@@ -152,8 +154,8 @@ def test_the_admin_index_lists_the_dashboard_first_with_a_view_link(admin_client
         page = client.get("/admin/").content.decode()
         links = re.findall(rf'<a href="{BASE}([a-z]+)/" class="(viewlink|changelink)"', page)
         assert links[0] == ("dashboard", "viewlink"), links
-        assert [name for name, _ in links] == ["dashboard", "dead", "batches", "periodic", "busy", "quarantine",
-                                                "queue", "retry", "scheduled"]
+        assert [name for name, _ in links] == ["dashboard", "dead", "batches", "limits", "periodic", "busy",
+                                                "quarantine", "queue", "retry", "scheduled"]
     links = dict(re.findall(rf'<a href="{BASE}([a-z]+)/" class="(viewlink|changelink)"',
                             admin_client.get("/admin/").content.decode()))
     assert {name for name, kind in links.items() if kind == "changelink"} == {
@@ -370,7 +372,7 @@ def test_posts_need_the_csrf_token(seeded):
 
 def test_pages_without_actions_refuse_posts(admin_client, seeded):
     for url in (BASE + "dashboard/", f"{BASE}queue/default/", f"{BASE}dead/job/{quote(seeded['dead'])}/",
-                BASE + "batches/", f"{BASE}batches/{seeded['batch']}/"):
+                BASE + "batches/", f"{BASE}batches/{seeded['batch']}/", BASE + "limits/", f"{BASE}limits/stripe/"):
         assert admin_client.post(url, {"action": "clear"}).status_code == 405, url
 
 
@@ -814,3 +816,94 @@ def test_the_progress_bar_keeps_its_widths_in_a_locale_with_a_decimal_comma(view
     page = viewer.get(BASE + "batches/", HTTP_ACCEPT_LANGUAGE="de").content.decode()
     assert 'lang="de"' in page
     assert 'class="cw-bar-succeeded" style="width: 33.3%"' in page
+
+
+# -- limits (read only: written into Redis as the workers write them, admin_fixtures.limiter) ---------
+
+
+def test_the_limits_page_shows_use_holders_refusals_and_recent_figures(viewer, rb):
+    from admin_fixtures import hold, limiter, recent
+
+    limiter(rb, "stripe", "concurrent", 4, lease=60, used_ago=1,
+            totals={"granted": 1234, "over": 56, "rescheduled": 7, "expired": 2})
+    hold(rb, "stripe", "jid-one", "host:1:a")
+    hold(rb, "stripe", "jid-two", "host:2:b")
+    hold(rb, "stripe", "jid-lapsed", "host:3:c", expires_in=-1)
+    recent(rb, "stripe", 0, over=3, rescheduled=1)
+    recent(rb, "stripe", 30, over=9)
+    limiter(rb, "mail", "bucket", 25, 1, used_ago=50)
+    limiter(rb, "customer:42", "concurrent", 1, lease=30, family="customer", used_ago=20)
+    hold(rb, "customer:42", "jid-c", "host:1:a")
+    page = viewer.get(BASE + "limits/").content.decode()
+    rows = re.findall(rf'<td class="cw-key"><a href="{BASE}limits/([^/"]+)/">', page)
+    assert rows == ["stripe", "customer:42", "mail"]  # the most recently used first
+    row = lambda key: page[page.index(f'<a href="{BASE}limits/{key}/">'):].split("</tr>")[0]  # noqa: E731
+    stripe = row("stripe")
+    assert "2 / 4" in stripe and 'class="cw-bar-ok" style="width: 50.0%"' in stripe
+    assert f'href="{BASE}busy/#job-jid-one">jid-one</a>' in stripe and "jid-lapsed" not in stripe
+    assert "56<br>" in stripe and "3 in 5m<br>12 in 1h" in stripe and "1 in 5m<br>1 in 1h" in stripe
+    assert "1,234" in stripe and "2 lapsed" in stripe
+    customer = row("customer:42")
+    assert "family customer" in customer and "1 / 1" in customer and 'class="cw-bar-full"' in customer
+    assert ">full<" in customer
+    assert "25 per 1.0s" in row("mail") and "0 / 25" in row("mail")
+    assert 'name="jid"' not in page and 'name="action"' not in page
+
+
+def test_a_limit_page_lists_its_holders_with_links_and_cancel_buttons_for_those_who_may_act(viewer, changer, rb):
+    from admin_fixtures import hold, limiter
+
+    limiter(rb, "stripe", "concurrent", 3, lease=60)
+    hold(rb, "stripe", "jid-one", "host:1:a", since_ago=30)
+    hold(rb, "stripe", None, "host:2:b")  # a within() block outside a job
+    page = viewer.get(f"{BASE}limits/stripe/").content.decode()
+    holders = page[page.index('class="module cw-holders"'):]
+    assert f'<a href="{BASE}busy/#job-jid-one" title="where it runs">jid-one</a>' in holders
+    assert "host:1:a" in holders and "host:2:b" in holders and "no job" in holders
+    assert "2 / 3" in page and 'name="jid"' not in page
+    acting = changer.get(f"{BASE}limits/stripe/").content.decode()
+    assert f'action="{BASE}busy/cancel/"' in acting and 'name="jid" value="jid-one"' in acting
+    assert 'name="interrupt" value="yes"' in acting
+    assert viewer.get(f"{BASE}limits/no-such-key/").status_code == 404
+
+
+def test_the_bar_keeps_its_width_in_a_locale_with_a_decimal_comma(viewer, rb, settings):
+    from admin_fixtures import hold, limiter
+
+    settings.LANGUAGE_CODE = "de"
+    limiter(rb, "stripe", "concurrent", 3, lease=60)
+    hold(rb, "stripe", "j", "host:1:a")
+    page = viewer.get(BASE + "limits/", HTTP_ACCEPT_LANGUAGE="de").content.decode()
+    assert 'lang="de"' in page and 'class="cw-bar-ok" style="width: 33.3%"' in page
+
+
+def test_cancel_buttons_are_offered_where_a_job_would_run_and_only_to_who_may_act(viewer, changer, rb):
+    running = job(args=["running"])
+    fake_process(rb, busy_job=running)
+    waiting = job(args=["waiting"])
+    push(rb, waiting)
+    scheduled, retrying, dead = job(), failed(), failed()
+    zadd(rb, KEYS.schedule, scheduled, time.time() + 60)
+    zadd(rb, KEYS.retry, retrying, time.time() + 60)
+    zadd(rb, KEYS.dead, dead, time.time())
+    cancel_url = f"{BASE}busy/cancel/"
+    busy = changer.get(BASE + "busy/").content.decode()
+    assert f'id="job-{running["jid"]}"' in busy
+    assert f'name="jid" value="{running["jid"]}"' in busy and 'name="interrupt" value="yes"' in busy
+    queue = changer.get(f"{BASE}queue/default/").content.decode()
+    assert f'action="{cancel_url}"' in queue and f'name="jid" value="{waiting["jid"]}"' in queue
+    assert 'name="interrupt"' not in queue  # (waiting: nothing to interrupt)
+    for page, entry in (("scheduled", scheduled), ("retry", retrying)):
+        listing = changer.get(f"{BASE}{page}/").content.decode()
+        assert f'formaction="{cancel_url}" name="jid" value="{entry["jid"]}"' in listing, page
+    assert f'name="jid" value="{dead["jid"]}"' not in changer.get(f"{BASE}dead/").content.decode()
+    for url in (BASE + "busy/", f"{BASE}queue/default/", f"{BASE}scheduled/", f"{BASE}retry/"):
+        assert 'name="jid"' not in viewer.get(url).content.decode(), url
+
+
+def test_cancel_is_a_post_for_who_may_act(viewer, rb):
+    waiting = job()
+    push(rb, waiting)
+    assert viewer.post(f"{BASE}busy/cancel/", {"jid": waiting["jid"]}).status_code == 403
+    assert viewer.get(f"{BASE}busy/cancel/").status_code == 405
+    assert api.Queue("default").size() == 1

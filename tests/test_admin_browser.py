@@ -119,6 +119,7 @@ PAGES = [("/admin/", "Site administration", "admin_index"),
          (BASE + "retry/", "Retries", "retries"),
          (BASE + "dead/", "Dead", "dead"),
          (BASE + "batches/", "Job batches", "batches"),
+         (BASE + "limits/", "Limits", "limits"),
          (BASE + "periodic/", "Periodic", "periodic"),
          (BASE + "quarantine/", "Quarantine", "quarantine")]
 
@@ -156,6 +157,8 @@ def test_screenshots_of_every_page_with_realistic_data(logged_in, live_server, r
         screenshot(b, name)
     open_page(b, live_server, f"{BASE}batches/{shown['batch']}/", "Batch Import supplier feed acme 2026-12-03")
     screenshot(b, "batch_detail")
+    open_page(b, live_server, f"{BASE}limits/payments-api/", "Limit payments-api")
+    screenshot(b, "limit_detail")
     open_page(b, live_server, BASE + "queue/", "Queues")
     assert "no process reads it" in b.find_element(By.XPATH, "//tr[td[contains(., 'reports')]]").text
     open_page(b, live_server, BASE + "retry/", "Retries")
@@ -209,6 +212,29 @@ def test_a_batch_whose_callback_raises_shows_it_failing_and_links_to_its_retry(l
     click(b, "//a[span[text()='failing: in Retries']]")
     assert_page(b, "Retries: testproject.demo.jobs.FailJob")
     assert "RuntimeError" in b.find_element(By.TAG_NAME, "main").text
+
+
+def test_the_limits_page_from_the_sidebar_to_a_key_and_its_holder(logged_in, live_server, rb):
+    from admin_fixtures import hold, limiter
+
+    limiter(rb, "payments-api", "concurrent", 4, lease=60, totals={"granted": 120, "over": 9})
+    hold(rb, "payments-api", "jid-charging", "worker-1:1200:8e02d7")
+    b = logged_in
+    open_page(b, live_server, BASE + "dashboard/", "Dashboard")
+    sidebar = [a.text for a in b.find_elements(By.CSS_SELECTOR, "#nav-sidebar .app-django_cogworker th a")]
+    assert sidebar[0] == "Dashboard" and "Limits" in sidebar, sidebar
+    click(b, "//nav[@id='nav-sidebar']//a[text()='Limits']")
+    assert_page(b, "Limits")
+    row = b.find_element(By.XPATH, "//tr[td[contains(., 'payments-api')]]")
+    assert "1 / 4" in row.text and "jid-charging" in row.text
+    bar = row.find_element(By.CSS_SELECTOR, ".cw-bar-ok")
+    assert bar.size["width"] > 0  # a quarter of the bar, drawn
+    click(b, "//a[text()='payments-api']")
+    assert_page(b, "Limit payments-api")
+    holder = b.find_element(By.XPATH, "//div[contains(@class, 'cw-holders')]//tr[td[contains(., 'jid-charging')]]")
+    assert "worker-1:1200:8e02d7" in holder.text and "Interrupt" in holder.text
+    click(b, "//a[text()='jid-charging']")
+    assert_page(b, "Processes")
 
 
 def test_disable_a_periodic_entry_a_worker_published(logged_in, live_server, rb):

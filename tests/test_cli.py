@@ -341,3 +341,38 @@ def test_an_unreachable_redis_is_a_clear_error(monkeypatch):
     with pytest.raises(CommandError, match="can't reach Redis") as caught:
         cli("stats")
     assert caught.value.returncode == 1
+
+
+# -- limits (written into Redis as the workers write them: admin_fixtures.limiter) ------------------
+
+
+def test_limits_lists_each_key_with_its_use_holders_and_refusals(rb):
+    from admin_fixtures import hold, limiter, recent
+
+    limiter(rb, "stripe", "concurrent", 3, lease=60, used_ago=1,
+            totals={"granted": 40, "over": 7, "rescheduled": 5, "expired": 1})
+    hold(rb, "stripe", "jid-a", "host:1:a")
+    hold(rb, "stripe", "jid-gone", "host:2:b", expires_in=-1)  # lapsed: not a holder
+    recent(rb, "stripe", 0, over=2, rescheduled=2)
+    recent(rb, "stripe", 30, over=3)
+    limiter(rb, "mail", "bucket", 25, 1, used_ago=30)
+    out, err = cli("limits")
+    header, stripe, mail = out.splitlines()
+    assert header.split() == ["KEY", "KIND", "SIZE", "IN", "USE", "HOLDERS", "OVER", "5M/60M", "RESCHEDULED",
+                              "GRANTED", "OVER", "LAPSED"]
+    assert stripe.split() == ["stripe", "concurrent", "3", "1/3", "jid-a", "2/5", "5", "40", "7", "1"]
+    assert mail.split()[:4] == ["mail", "bucket", "25/1s", "0/25"] and err == ""
+    document = cli_json("limits", "--limit", "1")
+    assert document["total"] == 2 and document["per_page"] == 1
+    (item,) = document["items"]
+    assert item["key"] == "stripe" and item["in_use"] == 1 and item["holders"][0]["jid"] == "jid-a"
+    assert item["holders"][0]["process"] == "host:1:a" and item["totals"]["granted"] == 40
+    assert item["recent"] == {"over_5m": 2, "over_60m": 5, "rescheduled_5m": 2, "rescheduled_60m": 2}
+    _, err = cli("limits", "--limit", "1")
+    assert "1-1 of 2, page 1 of 2; --page 2 for more" in err
+
+
+def test_limits_with_none_used_is_an_empty_table(rb):
+    out, _ = cli("limits")
+    assert out.splitlines()[0].startswith("KEY") and len(out.splitlines()) == 1
+    assert cli_json("limits")["items"] == []

@@ -270,3 +270,44 @@ def test_a_scrape_reads_batches_in_a_few_round_trips_however_many_and_states_onl
     assert got["cogworker_batches", ()] == 1_200
     assert sum(v for (name, _), v in got.items() if name == "cogworker_recent_batches") == 1_000
     assert got["cogworker_recent_batches", (("state", "succeeded"),)] == 1_000  # (empty batches succeed at once)
+
+
+def test_a_scrape_shows_limiters_per_family_summed_over_their_keys(rb, token):
+    # Written into Redis as the workers write them (admin_fixtures.limiter).
+    from admin_fixtures import bucket_count, hold, limiter
+
+    limiter(rb, "stripe", "concurrent", 3, lease=60, totals={"granted": 40, "over": 7, "rescheduled": 5, "expired": 1})
+    hold(rb, "stripe", "j1", "host:1:a")
+    hold(rb, "stripe", "j2", "host:1:a")
+    hold(rb, "stripe", "lapsed", "host:2:b", expires_in=-1)
+    for n in range(3):
+        limiter(rb, f"customer:{n}", "concurrent", 1, lease=60, family="customer",
+                totals={"granted": 10, "over": n, "rescheduled": n})
+        hold(rb, f"customer:{n}", f"c{n}", "host:1:a")
+    limiter(rb, "mail", "bucket", 25, 10, totals={"granted": 100})
+    bucket_count(rb, "mail", 10, 4)
+    rb.set(KEYS.stat("cancelled"), 12)
+    rb.set(KEYS.stat("expired"), 3)
+    got = samples(scrape())
+    stripe, customer, mail = (("limiter", "stripe"),), (("limiter", "customer"),), (("limiter", "mail"),)
+    assert got["cogworker_limit_in_use", stripe] == 2 and got["cogworker_limit_size", stripe] == 3
+    assert (got["cogworker_limit_granted_total", stripe], got["cogworker_limit_over_total", stripe],
+            got["cogworker_limit_rescheduled_total", stripe], got["cogworker_limit_expired_total", stripe]) \
+        == (40, 7, 5, 1)
+    assert got["cogworker_limit_in_use", customer] == 3 and ("cogworker_limit_size", customer) not in got
+    assert got["cogworker_limit_granted_total", customer] == 30 and got["cogworker_limit_over_total", customer] == 3
+    assert not any(labels == (("limiter", "customer:0"),) for _, labels in got)  # no series per key
+    assert got["cogworker_limit_in_use", mail] in (4, 0) and got["cogworker_limit_size", mail] == 25
+    assert got["cogworker_cancelled_total", ()] == 12 and got["cogworker_expired_total", ()] == 3
+
+
+def test_limiter_series_are_capped_at_the_families_with_the_most_grants(rb, token, monkeypatch):
+    from admin_fixtures import limiter
+
+    for n in range(12):
+        limiter(rb, f"family-{n:02d}", "window", 5, 1, totals={"granted": n})
+    monkeypatch.setattr(collect_module, "FAMILY_LIMIT", 10)
+    got = samples(scrape())
+    kept = {dict(labels)["limiter"] for name, labels in got if name == "cogworker_limit_granted_total"}
+    assert kept == {f"family-{n:02d}" for n in range(2, 12)}
+    assert samples(scrape())["cogworker_cancelled_total", ()] == 0

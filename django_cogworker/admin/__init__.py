@@ -1,7 +1,7 @@
 """The Cogworker pages in the Django admin.
 
-How they hook in: ``models`` defines one unmanaged, tableless model per page
-(Dashboard, Queues, Processes, Scheduled, Retries, Dead, Job batches, Periodic, Quarantine), and
+How they hook in: ``models`` defines one unmanaged, tableless model per page (Dashboard,
+Queues, Processes, Scheduled, Retries, Dead, Job batches, Limits, Periodic, Quarantine), and
 each is registered here with :class:`PageAdmin`, a ModelAdmin whose URLs are
 the page's own views (``urls.page_urls``) instead of a changelist and forms.
 So the admin index, the app index and the sidebar list the pages under

@@ -30,6 +30,8 @@ LABELS = {"enqueue": "Enqueue now", "retry": "Retry now", "delete": "Delete", "k
 PAST = {"enqueue": "enqueued", "retry": "retried", "delete": "deleted", "kill": "killed"}
 PER_PAGE_CHOICES = (25, 50, 100)  # 500 let a view-only user ask for 500 entries of 10 MB
 TIME_LABELS = {"scheduled": "Runs at", "retry": "Retry at", "dead": "Died"}
+# Pages whose entries may be cancelled (``cancel_views``): they would run. A dead one won't: delete it.
+CANCELS = ("scheduled", "retry")
 HISTORY_FIELDS = (("Created", "created_at"), ("Enqueued", "enqueued_at"), ("First failed", "failed_at"),
                   ("Last retried", "retried_at"))
 
@@ -65,7 +67,7 @@ def sorted_set(request: HttpRequest, *, site: Any, page: str) -> HttpResponse:
                                                                                 (move_all, delete_all)],
         job_names=sorted(registry()), scan_limit=sorted_sets.SCAN_LIMIT, match_limit=sorted_sets.MATCH_LIMIT,
         scan_budget_ms=round(sorted_sets.SCAN_BUDGET * 1000),
-        time_label=TIME_LABELS[page])
+        time_label=TIME_LABELS[page], cancels=page in CANCELS)
 
 
 def _act(request: HttpRequest, site: Any, page: str, zset: api.SortedSet, title: str,
@@ -164,5 +166,6 @@ def sorted_set_job(request: HttpRequest, token: str, *, site: Any, page: str) ->
                        history_fields=HISTORY_FIELDS,
                        detail_bytes=records.DETAIL_BYTES,
                        raw_url=reverse(f"{site.name}:django_cogworker_{page}_raw", args=[entry.token]),
-                       row_actions=[(a, LABELS[a]) for a in ROW_ACTIONS[page]], time_label=TIME_LABELS[page])
+                       row_actions=[(a, LABELS[a]) for a in ROW_ACTIONS[page]], time_label=TIME_LABELS[page],
+                       cancels=page in CANCELS)
 

@@ -16,6 +16,10 @@
     api.Workers(), api.PeriodicEntry.all(), api.QuarantinedKey.all(), api.Stats(), api.JobClassStats.all()
 
     batches = api.BatchSet()
+    limits = api.LimitSet()                      # limiter keys, the most recently used first (Redis time)
+    state = limits.get("stripe")                 # LimitState: kind, size, in_use, holders, totals, recent
+    limits.families()                            # FamilyTotals per family, summed over its keys (metrics)
+
     batches.page(1, 25).items[0].state           # BatchSummary: its counts; "succeeded", "incomplete"...
     detail = batches.get(bid)                    # BatchDetail: summary, jobs (where each is), children, callbacks
 
@@ -56,6 +60,7 @@ The names are defined in one module per part and re-exported here, so
     results      job_result (a job's result record, when it keeps one)
     batches      BatchSet, BatchSummary, BatchDetail, BatchJob, BatchCallback; JOB_LIMIT, CHILD_LIMIT,
                  MEMBER_SCAN_LIMIT, CALLBACK_LOOKUPS, STATE_SAMPLE, STATES, JOB_STATES
+    limits       LimitSet, LimitState, Holder, Recent, FamilyTotals; HOLDER_LIMIT, FAMILY_KEY_LIMIT
 
 The code reads each limit in the module that defines it: to change one (a
 test's monkeypatch), set it there, e.g. ``api.sorted_sets.SCAN_LIMIT``;
@@ -77,6 +82,7 @@ from .batches import (
     BatchSet,
     BatchSummary,
 )
+from .limits import FAMILY_KEY_LIMIT, HOLDER_LIMIT, FamilyTotals, Holder, LimitSet, LimitState, Recent
 from .periodic import PeriodicEntry
 from .processes import Process, ProcessSet, Work, Workers
 from .quarantine import KEYSPACE_SCAN_LIMIT, QUARANTINE_LIMIT, SAMPLE_CHARS, SAMPLE_ITEMS, Bounded, QuarantinedKey
@@ -122,6 +128,8 @@ __all__ = [
     "STATE_SAMPLE",
     "STATES",
     "JOB_STATES",
+    "HOLDER_LIMIT",
+    "FAMILY_KEY_LIMIT",
     # errors, pages and records
     "ActionRefused",
     "Poison",
@@ -156,6 +164,12 @@ __all__ = [
     "BatchDetail",
     "BatchJob",
     "BatchCallback",
+    # limiters
+    "LimitSet",
+    "LimitState",
+    "Holder",
+    "Recent",
+    "FamilyTotals",
     # stats
     "Day",
     "JobClassStats",

@@ -79,7 +79,10 @@ class Stats:
         pipe.zcard(k.schedule)
         pipe.zcard(k.retry)
         pipe.zcard(k.dead)
-        processed, failed, per_day_processed, per_day_failed, scheduled, retries, dead = pipe.execute()
+        pipe.execute_command("MGET", k.stat("cancelled"), k.stat("expired"))
+        processed, failed, per_day_processed, per_day_failed, scheduled, retries, dead, outcomes = pipe.execute()
+        # Jobs cancelled (push/cancel.py) and dropped unrun past their expiry, since the counters began.
+        self.cancelled, self.expired = (int(_number(count) or 0) for count in outcomes)
         self.processed = int(_number(processed) or 0)
         self.failed = int(_number(failed) or 0)
         self.history = [Day(d, int(_number(p) or 0), int(_number(f) or 0))

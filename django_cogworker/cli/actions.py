@@ -127,3 +127,25 @@ def signal(name: str, identities: list[str], *, every: bool) -> Outcome:
     if every and not targets:
         outcome.done.append("no live process")
     return outcome
+
+
+def cancel(jid: str, *, interrupt: bool) -> Outcome:
+    """Cancel job ``jid`` wherever it is (``django_cogworker.cancel``): taken off a queue, the schedule or the
+    retries, or, running, asked to stop (``interrupt``: Cancelled raised in its thread)."""
+    # Imported here: the core's public cancel (flow/cancel.py), needed only by this command.
+    from ..errors import JobNotFound
+    from ..flow.cancel import cancel as cancel_job
+
+    outcome = Outcome()
+    try:
+        done = cancel_job(jid, interrupt=interrupt)
+    except JobNotFound:
+        outcome.failed.append(f"{cell(jid)}: no such job waiting, scheduled, retrying or running (it finished, "
+                              f"died, or was never pushed)")
+        return outcome
+    if done == "removed":
+        outcome.done.append(f"{cell(jid)}: cancelled (taken off where it waited; it won't run)")
+    else:
+        outcome.done.append(f"{cell(jid)}: running; " + ("interrupt" if interrupt else "stop")
+                            + " requested (its process acts at its next heartbeat)")
+    return outcome

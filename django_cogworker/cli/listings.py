@@ -34,7 +34,8 @@ def stats() -> Listing:
     values = {"processed": s.processed, "failed": s.failed, "processed_today": s.processed_today,
               "failed_today": s.failed_today, "enqueued": s.enqueued, "queues": s.queue_count, "busy": s.busy,
               "concurrency": s.concurrency, "processes": s.process_count, "scheduled": s.scheduled_size,
-              "retries": s.retry_size, "dead": s.dead_size, "redis_version": s.redis_info.get("version"),
+              "retries": s.retry_size, "dead": s.dead_size, "cancelled": s.cancelled,
+              "expired": s.expired, "redis_version": s.redis_info.get("version"),
               "redis_used_memory": s.redis_info.get("used_memory_human")}
     return Listing(["STAT", "VALUE"], [[k, v] for k, v in values.items()], values)
 
@@ -117,6 +118,32 @@ def periodic() -> Listing:
     rows = [[i["name"], i["cron"], i["tz"], i["job"], i["queue"], i["enabled"], when(i["last_run"]),
              when(i["next_run"])] for i in items]
     return Listing(["NAME", "CRON", "TZ", "JOB", "QUEUE", "ENABLED", "LAST RUN", "NEXT RUN"], rows, listing(items))
+
+
+def limit_item(s: api.LimitState) -> dict[str, Any]:
+    return {"key": s.key, "family": s.family, "kind": s.kind, "size": s.size, "per": s.per, "lease": s.lease,
+            "in_use": s.in_use, "full": s.full, "holders": [dataclasses.asdict(h) for h in s.holders],
+            "more_holders": s.more_holders, "totals": s.totals, "recent": dataclasses.asdict(s.recent),
+            "last_used": s.last_used}
+
+
+def limits(page: int, limit: int) -> Listing:
+    """A page of limiter keys, the most recently used first (in Redis time), with their holders' jids."""
+    result = api.LimitSet().page(page, limit)
+    rows = [[s.key, s.kind, _rate(s), f"{s.in_use}/{s.size if s.size is not None else '?'}",
+             ",".join(h.jid or "-" for h in s.holders) + (f" +{s.more_holders}" if s.more_holders else "") or None,
+             f"{s.recent.over_5m}/{s.recent.over_60m}", s.totals["rescheduled"], s.totals["granted"],
+             s.totals["over"], s.totals["expired"]] for s in result.items]
+    return Listing(["KEY", "KIND", "SIZE", "IN USE", "HOLDERS", "OVER 5M/60M", "RESCHEDULED", "GRANTED", "OVER",
+                    "LAPSED"], rows,
+                   listing([limit_item(s) for s in result.items], page=result.number, per_page=result.per_page,
+                           total=result.total),
+                   more_note(result.number, result.per_page, result.total, len(rows)))
+
+
+def _rate(s: api.LimitState) -> str:
+    size = "?" if s.size is None else str(s.size)
+    return f"{size}/{s.per:g}s" if s.per else size
 
 
 STATE_TEXT = {"succeeded": "succeeded", "complete_with_failures": "complete, failing", "incomplete": "in progress"}

@@ -6,6 +6,9 @@ tenant queues would be 200,000 series a scrape, more than a Prometheus server sh
 to keep; ``cogworker_queues`` and ``cogworker_enqueued`` still count them all. Job classes
 likewise (``api.stats.CLASS_LIMIT``). Batches: their number, and the states of the newest
 ``api.batches.STATE_SAMPLE`` (1,000) only: a field of each read, one pipeline, not a batch's sets.
+Limiters: per family (the label ``limiter``), summed over its keys: a limiter keyed by customer
+has a key per customer, a series each would be unbounded. The FAMILY_LIMIT families with the
+most grants keep series; the keys read are the ``api.limits.FAMILY_KEY_LIMIT`` most recently used.
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ import time
 
 from .. import api
 from ..api import batches as api_batches
+from ..api import limits as api_limits
 from ..broker.keys import Keys
 from ..broker.types import RedisClient
 from .exposition import Family
 
 QUEUE_LIMIT = 500  # queues with series of their own, the largest first
+FAMILY_LIMIT = 100  # limiter families with series of their own, those with the most grants first
 
 
 def collect(*, redis: RedisClient | None = None, keys: Keys | None = None, now: float | None = None,
@@ -47,10 +52,16 @@ def collect(*, redis: RedisClient | None = None, keys: Keys | None = None, now: 
         Family("cogworker_dead_size", "gauge", "Jobs in the dead set.").add(stats.dead_size),
         Family("cogworker_queues", "gauge", "Queues known (pushed to, or paused).").add(stats.queue_count),
         Family("cogworker_enqueued", "gauge", "Jobs waiting, over every queue.").add(stats.enqueued),
+        Family("cogworker_cancelled_total", "counter", "Jobs cancelled (taken off where they waited, or stopped "
+                                                       "while running), since the counters began.")
+        .add(stats.cancelled),
+        Family("cogworker_expired_total", "counter", "Jobs dropped unrun at fetch, past their expiry, since the "
+                                                     "counters began.").add(stats.expired),
     ]
     families += _queues(stats, redis, keys, now, queue_limit)
     families += _periodic(redis, keys)
     families += _batches(redis, keys)
+    families += _limits(redis, keys)
     families += classes
     return families
 
@@ -96,6 +107,27 @@ def _batches(redis: RedisClient, keys: Keys) -> list[Family]:
     listed = Family("cogworker_batches", "gauge", "Batches listed (those whose data expired are taken off as the "
                                                   "listing is read, the oldest first).")
     return [listed.add(batches.size()), by_state]
+
+
+def _limits(redis: RedisClient, keys: Keys) -> list[Family]:
+    found = api.LimitSet(redis=redis, keys=keys).families(api_limits.FAMILY_KEY_LIMIT)  # (read now: a test patches it)
+    kept = sorted(found, key=lambda f: (-f.totals["granted"], f.family))[:FAMILY_LIMIT]
+    in_use = Family("cogworker_limit_in_use", "gauge", "Places of the limiter taken now, over its keys: holders "
+                                                       "(concurrent), starts in the bucket or window, a leaky "
+                                                       "bucket's level.")
+    size = Family("cogworker_limit_size", "gauge", "The limiter's size (a limiter of one static name only).")
+    counters = [(name, Family(f"cogworker_limit_{name}_total", "counter", text)) for name, text in (
+        ("granted", "Places the limiter granted, over its keys."),
+        ("over", "Times the limiter refused (at fetch, or a within() block that waited in vain), over its keys."),
+        ("rescheduled", "Jobs sent back to the schedule by the limiter, over its keys."),
+        ("expired", "Concurrency leases of the limiter that lapsed (their holder died), over its keys."))]
+    for family in sorted(kept, key=lambda f: f.family):
+        in_use.add(family.in_use, limiter=family.family)
+        if family.size is not None:
+            size.add(family.size, limiter=family.family)
+        for name, counter in counters:
+            counter.add(family.totals[name], limiter=family.family)
+    return [in_use, size, *(counter for _, counter in counters)]
 
 
 def _classes(redis: RedisClient | None, keys: Keys | None) -> list[Family]:

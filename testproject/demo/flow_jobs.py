@@ -42,13 +42,14 @@ class PartnerCallJob(Job):
 
 
 class SoloJob(Job):
-    """One at a time: records its start, then sleeps (a holder to kill)."""
+    """One at a time: records its start, then sleeps ``seconds`` on its first run only (a holder to
+    kill: its run again after the kill ends at once)."""
 
     limits = [solo]
 
     def perform(self, key: str, seconds: float) -> None:
-        get_redis().rpush(f"{key}:started", self.jid or "")
-        time.sleep(seconds)
+        if get_redis().rpush(f"{key}:started", self.jid or "") == 1:
+            time.sleep(seconds)
         get_redis().rpush(f"{key}:done", self.jid or "")
 
 

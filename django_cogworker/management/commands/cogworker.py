@@ -1,4 +1,5 @@
-"""``manage.py cogworker ACTION``: look at and act on queues, sets, processes, periodic entries and batches.
+"""``manage.py cogworker ACTION``: look at and act on queues, sets, processes, periodic entries, batches,
+limiters and jobs (cancel).
 
 The edge only: arguments in, ``cli.listings`` / ``cli.actions`` (through ``api``), text out.
 Exit codes: 0 done; 1 something named isn't there or was refused (the rest was done); 2 a
@@ -15,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 from ...cli import actions, listings
 from ...cli.output import FAILED, USAGE, as_json, table
 
-LISTINGS = ("stats", "queues", "processes", "scheduled", "retries", "dead", "periodic", "batches")
+LISTINGS = ("stats", "queues", "processes", "scheduled", "retries", "dead", "periodic", "batches", "limits")
 
 
 def _limit(text: str) -> int:
@@ -35,8 +36,8 @@ def _page(text: str) -> int:
 
 
 class Command(BaseCommand):
-    help = ("Look at and act on cogworker: stats, queues, processes, scheduled, retries, dead, periodic, batches; "
-            "pause/unpause and clear queues; retry/delete jobs; quiet/stop processes.")
+    help = ("Look at and act on cogworker: stats, queues, processes, scheduled, retries, dead, periodic, batches, "
+            "limits; pause/unpause and clear queues; retry/delete and cancel jobs; quiet/stop processes.")
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -59,6 +60,8 @@ class Command(BaseCommand):
         p = sub.add_parser("batches", parents=[listing, paged], help="batches, the newest first; with a BID, that "
                                                                       "batch: its jobs, callbacks and child batches")
         p.add_argument("bid", nargs="?", metavar="BID", help="one batch")
+        sub.add_parser("limits", parents=[listing, paged], help="limiter keys, the most recently used first: in "
+                                                                 "use, holders, refusals, reschedules")
 
         for verb, what in (("pause", "no process fetches from these queues"), ("unpause", "fetch from them again")):
             p = sub.add_parser(verb, help=f"{verb} queues: {what} (from each process's next heartbeat)")
@@ -74,6 +77,11 @@ class Command(BaseCommand):
             p.add_argument("jids", nargs="*", metavar="JID", help="a jid, or an entry's token from --json")
             p.add_argument("--all", action="store_true", dest="every", help="every entry of the set")
             p.add_argument("--yes", action="store_true", help="confirm (needed by --all and by delete)")
+        p = sub.add_parser("cancel", help="cancel a job: take it off its queue, the schedule or the retries; "
+                                          "a running one is asked to stop")
+        p.add_argument("jid", metavar="JID")
+        p.add_argument("--interrupt", action="store_true", help="a running job: raise Cancelled in its thread "
+                                                                 "instead of asking it to stop")
         for verb in ("quiet", "stop"):
             p = sub.add_parser(verb, help={"quiet": "stop fetching (finish running jobs, stay up)",
                                            "stop": "shut down as on TERM"}[verb] + " at the next heartbeat")
@@ -101,6 +109,8 @@ class Command(BaseCommand):
             shown = listings.processes()
         elif action == "periodic":
             shown = listings.periodic()
+        elif action == "limits":
+            shown = listings.limits(options["page"], options["limit"])
         elif action == "batches":
             shown = listings.batch(options["bid"]) if options["bid"] else listings.batches(options["page"],
                                                                                            options["limit"])
@@ -124,6 +134,8 @@ class Command(BaseCommand):
         if action in ("retry", "delete"):
             return actions.on_entries(options["set"], options["jids"], delete=action == "delete",
                                       every=options["every"], yes=options["yes"])
+        if action == "cancel":
+            return actions.cancel(options["jid"], interrupt=options["interrupt"])
         if action in ("quiet", "stop"):
             return actions.signal(action, options["identities"], every=options["every"])
         raise CommandError(f"unknown action {action!r}", returncode=USAGE)

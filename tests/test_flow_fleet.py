@@ -1,0 +1,105 @@
+"""Limiters across a fleet (django_cogworker/flow/): real workers, four processes in two
+``runcogworker --processes 2 -c 10`` (two hosts' worth), sharing limits through Redis alone.
+
+A fault test as test_batch_chaos.py is: named for what it does to the whole. What must hold
+(docs/flow-control.md): a concurrency limit is never exceeded fleet-wide, whatever the contention;
+a holder killed -9 frees its place within its lease (and a second); a rate limit admits no more
+than its size in any of its periods; no job is lost or failed for being over a limit.
+
+The jobs record what they saw themselves (testproject/demo/flow_jobs.py): how many ran at once
+(a Redis counter, raised and lowered around each run), and when each started. Each test prints a
+FIGURES line (run with -s).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+from helpers import FAST_ENV, Worker, wait_until
+
+from django_cogworker.broker.keys import Keys
+from testproject.demo.flow_jobs import MailJob, PartnerCallJob, SoloJob, solo
+
+LEASE = 2.0  # seconds: the workers' demo leases (at least twice FAST_ENV's heartbeat of 0.5 s)
+FLEET_ENV = {**FAST_ENV, "DEMO_LIMIT_LEASE": str(LEASE), "COGWORKER_CONCURRENCY": "10"}
+KEYS = Keys()
+
+
+@pytest.fixture
+def fleet():
+    """Two supervisors of two worker processes each, ten processors a process; killed at the end."""
+    workers = [Worker("--processes", "2", env=FLEET_ENV) for _ in range(2)]
+    try:
+        yield workers
+    finally:
+        for worker in workers:
+            worker.kill9()
+            worker.wait()
+
+
+def settled(r) -> dict[str, int]:
+    """What is left anywhere a job can wait: must be nothing once all ran."""
+    return {"queue": r.llen(KEYS.queue("default")), "schedule": r.zcard(KEYS.schedule),
+            "retry": r.zcard(KEYS.retry), "dead": r.zcard(KEYS.dead)}
+
+
+def test_a_concurrency_limit_of_3_holds_across_four_processes_and_loses_nothing(r, fleet):
+    jids = set(PartnerCallJob.perform_bulk([["fleet", 0.01]] * 1000))
+    pushed = time.monotonic()
+    wait_until(lambda: r.llen("fleet:done") >= 1000, timeout=150, interval=0.2,
+               message=f"1,000 limited jobs not done; done {r.llen('fleet:done')}, left {settled(r)}")
+    drained = time.monotonic() - pushed
+    stats = r.hgetall(KEYS.limit("demo:partner").stats)
+    print(f"\nFIGURES concurrent(3), 1,000 jobs of 10 ms on 4 processes x 10: max at once {r.get('fleet:max')}, "
+          f"drain {drained:.1f}s, granted {stats.get('granted')}, refused {stats.get('over')}, "
+          f"rescheduled {stats.get('rescheduled')}, failed {stats.get('failed', 0)}")
+    assert int(r.get("fleet:max")) == 3  # never more; and the limit was reached, so it was contended
+    done = r.lrange("fleet:done", 0, -1)
+    assert set(done) == jids and len(done) == 1000  # each ran once: none lost, none run twice
+    assert settled(r) == {"queue": 0, "schedule": 0, "retry": 0, "dead": 0}
+    assert int(stats.get("failed", 0)) == 0 and int(stats["rescheduled"]) > 0
+    assert r.zcard(KEYS.limit("demo:partner").holders) == 0  # every place given back
+
+
+def test_a_holder_killed_9_frees_its_place_within_its_lease_and_its_job_runs_again(r):
+    holder = Worker(env=FLEET_ENV)
+    try:
+        jid = SoloJob.perform_async("solo", 60)
+        wait_until(lambda: r.llen("solo:started") == 1, timeout=20, message="the holder never started")
+        assert r.zcard(KEYS.limit("demo:solo").holders) == 1
+        holder.kill9()
+        holder.wait()
+        killed = time.monotonic()
+        with solo.within(wait=LEASE + 5):
+            freed = time.monotonic() - killed
+        print(f"\nFIGURES a killed holder's place (lease {LEASE:g}s) was taken again {freed:.2f}s after the kill -9")
+        assert freed <= LEASE + 1
+    finally:
+        holder.kill9()
+        holder.wait()
+    with Worker(env=FLEET_ENV) as again:  # (orphan recovery puts the killed run's job back)
+        again.wait_ready()
+        wait_until(lambda: r.lrange("solo:done", 0, -1) == [jid], timeout=30,
+                   message="the killed holder's job did not run again")
+    assert settled(r) == {"queue": 0, "schedule": 0, "retry": 0, "dead": 0}
+
+
+def test_a_bucket_of_50_a_second_admits_at_most_50_starts_in_each_second_across_the_fleet(r, fleet):
+    for worker in fleet:
+        wait_until(lambda w=worker: len(w.children(r)) == 2, timeout=30, message="the fleet did not start")
+    pushed = time.time()
+    MailJob.perform_bulk([["mail"]] * 500)
+    wait_until(lambda: r.llen("mail:starts") >= 500, timeout=60, interval=0.2,
+               message=f"500 jobs not started; started {r.llen('mail:starts')}, left {settled(r)}")
+    starts = sorted(float(t) for t in r.lrange("mail:starts", 0, -1))
+    per_second = Counter(int(t) for t in starts)
+    drain = starts[-1] - pushed
+    print(f"\nFIGURES bucket(50, per=1), 500 jobs on 4 processes x 10: starts per second "
+          f"{[per_second[s] for s in sorted(per_second)]}, drain {drain:.2f}s (push to last start)")
+    assert max(per_second.values()) <= 50
+    # 500 starts at 50 a clock second take ten seconds, the first of them a part of one: the last
+    # start comes 9 to 10 s after the push, plus what rescheduling adds; never sooner.
+    assert 9.0 <= drain <= 12.0
+    assert settled(r) == {"queue": 0, "schedule": 0, "retry": 0, "dead": 0}
