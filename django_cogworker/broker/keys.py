@@ -67,8 +67,8 @@ batch_delivered:<jid>         string  a batch callback delivered to its queue (o
 limits                        zset    limiter key -> when last used (heartbeats write it)     -
 limit_specs                   hash    limiter key -> JSON kind, size, per, lease, family      -
 limit:<key>:*                 -       one limiter key (flow/): holders, starts, state,      state,
-                                      stats; cluster: ``{cogworker:l:<key>}:limit:*``          starts:
-                                      (its own slot)                                          ~per
+                                      stats, waiting, parked; cluster:                        starts:
+                                      ``{cogworker:l:<key>}:limit:*`` (its own slot)           ~per
 cancels                       hash    jid -> JSON {at, interrupt}: cancel requests, read by   a day
                                       every heartbeat (running jobs asked to stop)
 stat:cancelled, stat:expired  string  jobs cancelled; jobs dropped at fetch, expired          -
@@ -307,7 +307,8 @@ class Keys:
             base = f"{self._head[:-len(':q:')]}:l:{key}{self._tail}limit:"
         else:
             base = f"{self.prefix}limit:{key}:"
-        return LimitKeys(base + "holders", base + "starts", base + "state", base + "stats")
+        return LimitKeys(base + "holders", base + "starts", base + "state", base + "stats", base + "waiting",
+                         base + "parked")
 
     def fixed_types(self) -> dict[str, str]:
         """The fixed keys and the Redis type each must hold (for the key guard)."""
@@ -343,3 +344,5 @@ class LimitKeys(NamedTuple):
     starts: str  # zset (window): start token -> when it started
     state: str  # hash: bn, bc (bucket: which bucket, its starts); tat (leaky)
     stats: str  # hash: granted, over, rescheduled, failed, expired; the last hour's ring (scripts/limits.py)
+    waiting: str  # zset (concurrent): jids of refused jobs -> their due time; a release wakes the first
+    parked: str  # hash (concurrent): jid -> the job as rescheduled (what a wake-up moves to its queue)

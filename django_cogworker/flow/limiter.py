@@ -17,6 +17,7 @@ size, grouped under its ``family`` in the admin and the metrics.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import random
@@ -31,6 +32,8 @@ from typing import Any
 from ..broker import scripts
 from ..broker.keys import Keys
 from ..errors import CogworkerError, LimitKeyError, OverLimit
+
+logger = logging.getLogger(__name__)
 
 KINDS = ("concurrent", "bucket", "window", "leaky")
 DEFAULT_LEASE = 60.0
@@ -165,7 +168,7 @@ class Limiter:
         deadline = time.monotonic() + wait
         pause = WAIT_SLICE[0]
         while True:
-            reply = scripts.LIMIT_TAKE(redis, list(lk), [token, "", *self.argv()])
+            reply = scripts.LIMIT_TAKE(redis, list(lk), [token, "", "", *self.argv()])
             if int(reply[0]) == 1:
                 break
             after = _text(reply[2])
@@ -186,7 +189,38 @@ class Limiter:
             yield
         finally:
             HELD.remove(hold)
-            scripts.LIMIT_RELEASE(redis, list(lk), [token, "release", *self.argv()])
+            reply = scripts.LIMIT_RELEASE(redis, list(lk), [token, "release", *self.argv()])
+            wake(redis, keys, reply[1:])
+
+
+def wake(redis: Any, keys: Keys, popped: list[Any]) -> int:
+    """Move the jobs a release popped from ``waiting`` (payload, due time, ...) from the schedule to
+    their queues now, each only if still in the schedule as parked (one that ran or was deleted
+    meanwhile isn't brought back); return how many moved. A wake-up that fails costs only time:
+    the job is still due at its backoff."""
+    from ..broker import crossings
+    from ..push import payload as payloads
+
+    moved = 0
+    now = time.time()
+    for raw, score in zip(popped[::2], popped[1::2], strict=True):
+        try:
+            payload = payloads.decode(raw)
+            queue = payload.get("queue")
+            if not isinstance(queue, str) or not queue:
+                continue
+            payload["enqueued_at"] = now
+            text = payloads.encode(payload)
+            if keys.spread:  # (the queue is in another slot: leased, pushed, then removed)
+                moved += crossings.zset_to_queues(redis, keys, keys.schedule, [(raw, float(score), queue, text)],
+                                                  now)[0] == crossings.MOVED
+            else:
+                moved += int(scripts.CLAIM_AND_REQUEUE(redis, [keys.schedule, keys.queues, keys.queue(queue)],
+                                                       [raw, queue, text]))
+        except Exception as exc:
+            logger.warning("a job waiting for limiter place was not woken (%s: %s); it runs at its backoff",
+                           type(exc).__name__, exc)
+    return moved
 
 
 def check_key(key: Any, where: str) -> str:

@@ -1,15 +1,20 @@
 """The scripts of limiters (django_cogworker/flow/): take a place, give it back, keep a lease.
 
-Each limiter key has four keys (:class:`~..keys.LimitKeys`: holders, starts, state, stats), all
-in one slot (the key's own on a cluster). A script takes them as KEYS, four per limiter, in the
-order of the ARGV specs. "now" is Redis's clock (TIME), the one clock every host shares: a
+Each limiter key has six keys (:class:`~..keys.LimitKeys`: holders, starts, state, stats,
+waiting, parked), all in one slot (the key's own on a cluster). A script takes them as KEYS, six
+per limiter, in the order of the ARGV specs. "now" is Redis's clock (TIME), the one clock every host shares: a
 limit is fleet-wide only if every process measures it with the same clock.
 
 What each kind keeps:
 
 * concurrent: ``holders``, a sorted set of holder tokens scored by their lease's end. A holder
   killed -9 stops renewing its lease (the heartbeat renews it, LIMIT_RENEW), and the next take
-  after that end removes it (counted as ``expired``).
+  after that end removes it (counted as ``expired``). ``waiting`` and ``parked``: the jobs it
+  refused, by jid, with their due time and their payload as rescheduled (LIMIT_PARK): each place
+  given back pops the first, for the releasing process to move it to its queue at once
+  (flow/limiter.py's ``wake``), so a freed place is taken in milliseconds rather than at the end
+  of a backoff. A job is unparked by jid when it is granted or refused again (its payload then
+  differs from the one parked: the poller stamps it as it moves it).
 * bucket: ``state`` fields ``bn`` (the bucket: floor(now / per), clock-aligned) and ``bc`` (its
   starts so far).
 * window: ``starts``, a sorted set of start tokens scored by when: a sliding window.
@@ -26,7 +31,7 @@ from __future__ import annotations
 
 from ._base import Script
 
-KEYS_PER_LIMIT = 4
+KEYS_PER_LIMIT = 6
 
 _COMMON = r"""
 local t = redis.call("TIME")
@@ -44,22 +49,32 @@ end
 
 # Take a place in every limiter of the spec list, or in none.
 #
-# KEYS: four per limiter (holders, starts, state, stats), in spec order.
+# KEYS: six per limiter (holders, starts, state, stats, waiting, parked), in spec order.
 # ARGV[1] = holder token (unique per run: JSON of jid, process, since, run)
 # ARGV[2] = what a refusal means for the counts: "reschedule", "fail" or "" (a within() that waits)
-# ARGV[3..] = four per limiter: kind, size, per (seconds; "" for concurrent), lease (seconds; "")
+# ARGV[3] = the jid of a job refused before, to unpark (granted now, or parked anew as refused
+#           again); or ""
+# ARGV[4..] = four per limiter: kind, size, per (seconds; "" for concurrent), lease (seconds; "")
 # Returns {1, expired} when every limiter granted (expired: lapsed leases removed on the way), or
 # {0, i, retry_after} when limiter i (from 1) refused: retry_after in seconds as a string. A
 # concurrency limit frees when a holder ends, which nobody can tell in advance: its retry_after is
 # how long a place has been held lately (``hold`` in stats, kept by LIMIT_RELEASE), "" before any.
 LIMIT_TAKE = Script(_COMMON + r"""
-local token, refusal = ARGV[1], ARGV[2]
-local n = (#ARGV - 2) / 4
+local token, refusal, parked = ARGV[1], ARGV[2], ARGV[3]
+local n = (#ARGV - 3) / 4
 local expired = 0
+if parked ~= "" then  -- (granted, or parked again as it is now: its old entry goes either way)
+  for i = 1, n do
+    if ARGV[(i - 1) * 4 + 4] == "concurrent" then
+      redis.call("ZREM", KEYS[(i - 1) * 6 + 5], parked)
+      redis.call("HDEL", KEYS[(i - 1) * 6 + 6], parked)
+    end
+  end
+end
 local plans = {}
 for i = 1, n do
-  local k = (i - 1) * 4
-  local kind, size, per = ARGV[k + 3], tonumber(ARGV[k + 4]), tonumber(ARGV[k + 5])
+  local a, k = (i - 1) * 4, (i - 1) * 6
+  local kind, size, per = ARGV[a + 4], tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
   local holders, starts, state, stats = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
   local refused, after = false, ""
   if kind == "concurrent" then
@@ -108,8 +123,8 @@ for i = 1, n do
   end
 end
 for i = 1, n do
-  local k = (i - 1) * 4
-  local kind, per, lease = ARGV[k + 3], tonumber(ARGV[k + 5]), tonumber(ARGV[k + 6])
+  local a, k = (i - 1) * 4, (i - 1) * 6
+  local kind, per, lease = ARGV[a + 4], tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
   local holders, starts, state, stats = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
   if kind == "concurrent" then
     redis.call("ZADD", holders, now + lease, token)
@@ -133,18 +148,19 @@ return {1, expired}
 # with ARGV[2] = "undo", a rate limiter's start too (on a cluster a job's limiters are taken one
 # slot at a time: a later one refusing undoes the earlier ones' takes).
 #
-# KEYS: four per limiter (holders, starts, state, stats), in spec order.
+# KEYS: six per limiter (holders, starts, state, stats, waiting, parked), in spec order.
 # ARGV[1] = holder token; ARGV[2] = "undo" or "release"; ARGV[3..] = four per limiter (as LIMIT_TAKE)
-# Returns how many places were given back.
+# Returns {places given back, then for each job popped from ``waiting`` (one per concurrent place
+# released, while any wait) its payload and its due time}.
 LIMIT_RELEASE = Script(r"""
 local t = redis.call("TIME")
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local token, undo = ARGV[1], ARGV[2] == "undo"
 local n = (#ARGV - 2) / 4
-local given = 0
+local given, woken = 0, {}
 for i = 1, n do
-  local k = (i - 1) * 4
-  local kind, size, per = ARGV[k + 3], tonumber(ARGV[k + 4]), tonumber(ARGV[k + 5])
+  local a, k = (i - 1) * 4, (i - 1) * 6
+  local kind, size, per = ARGV[a + 3], tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
   if kind == "concurrent" then
     local gone = redis.call("ZREM", KEYS[k + 1], token)
     given = given + gone
@@ -155,6 +171,15 @@ for i = 1, n do
       local held = math.min(math.max(now - since, 0), 3600)
       local old = tonumber(redis.call("HGET", KEYS[k + 4], "hold") or "")
       redis.call("HSET", KEYS[k + 4], "hold", string.format("%.6f", old and old * 0.8 + held * 0.2 or held))
+      local first = redis.call("ZPOPMIN", KEYS[k + 5])
+      if first[1] then
+        local job = redis.call("HGET", KEYS[k + 6], first[1])
+        redis.call("HDEL", KEYS[k + 6], first[1])
+        if job then
+          table.insert(woken, job)
+          table.insert(woken, first[2])
+        end
+      end
     end
   elseif undo and kind == "window" then
     given = given + redis.call("ZREM", KEYS[k + 2], token .. ":" .. i)
@@ -172,7 +197,7 @@ for i = 1, n do
   end
   if undo then redis.call("HINCRBY", KEYS[k + 4], "granted", -1) end
 end
-return given
+return {given, unpack(woken)}
 """)
 
 # Renew the leases of the concurrent places a process holds (its heartbeat, every beat): a lease
@@ -191,4 +216,22 @@ for i = 2, #ARGV do
   end
 end
 return renewed
+""")
+
+# Park a job refused by a concurrency limit, by jid, with its due time and its payload as
+# rescheduled (the first popped by the next release). Entries an hour past due are dropped: such a
+# job ran, or was deleted, long ago (each is unparked when taken again, but not when cancelled or
+# deleted), a hundred at a time.
+#
+# KEYS[1] = waiting, KEYS[2] = parked
+# ARGV[1] = jid, ARGV[2] = the job's payload as filed in the schedule, ARGV[3] = its due time
+LIMIT_PARK = Script(r"""
+redis.call("ZADD", KEYS[1], ARGV[3], ARGV[1])
+redis.call("HSET", KEYS[2], ARGV[1], ARGV[2])
+local stale = redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", tonumber(ARGV[3]) - 3600, "LIMIT", 0, 100)
+if #stale > 0 then
+  redis.call("ZREM", KEYS[1], unpack(stale))
+  redis.call("HDEL", KEYS[2], unpack(stale))
+end
+return 1
 """)

@@ -30,7 +30,7 @@ from ...broker import scripts
 from ...broker.keys import Keys
 from ...broker.types import RedisClient
 from ...errors import Cancelled, JobExpired, OverLimit
-from ...flow.limiter import HELD, SEEN, Limiter, holder_token
+from ...flow.limiter import HELD, SEEN, Limiter, holder_token, wake
 from ...push import payload as payloads
 from ..settle.retry import Filing
 
@@ -44,6 +44,7 @@ logger = logging.getLogger(__name__)
 
 DROPPED, RESCHEDULED = "dropped", "rescheduled"  # what enter() did instead of letting a job run
 BACKOFF_MAX = 60.0  # seconds: the longest a concurrency limit's refusal waits before the next try
+CONCURRENT_BACKOFF = 1.0  # seconds: the shortest (a freed place wakes a waiting job sooner: LIMIT_PARK)
 UNREACHABLE_DELAY = 2.0  # seconds: a job whose limits Redis didn't answer for is tried again after
 
 
@@ -120,10 +121,13 @@ class Gate:
         over = _count(payload.get("over_limit"))
         refusal = "fail" if over >= self.over_limit_max else "reschedule"
         token = holder_token(payload.get("jid"))
+        # (Refused before, it was parked in its concurrency limits' waiting sets: granted, or
+        # refused and parked anew, its entry there goes.)
+        parked = str(payload.get("jid")) if over else ""
         taken: list[tuple[Limiter, str]] = []
         try:
             for group in ([keyed] if not self.keys.spread else [[pair] for pair in keyed]):
-                reply = scripts.LIMIT_TAKE(self.redis, *self._script_args(group, token, refusal))
+                reply = scripts.LIMIT_TAKE(self.redis, *self._script_args(group, token, refusal, parked))
                 if int(reply[0]) != 1:
                     if taken:
                         self.give_back(taken, token, "undo")
@@ -151,18 +155,22 @@ class Gate:
             return FREE
         return Ticket(self, token, held, [HELD.add(key, limiter.lease or 0.0, token) for limiter, key in held])
 
-    def _script_args(self, group: list[tuple[Limiter, str]], token: str, mode: str) -> tuple[list, list]:
+    def _script_args(self, group: list[tuple[Limiter, str]], token: str, mode: str,
+                     parked: str | None = None) -> tuple[list, list]:
         keys: list[str] = []
-        argv: list[Any] = [token, mode]
+        argv: list[Any] = [token, mode] if parked is None else [token, mode, parked]
         for limiter, key in group:
             keys += self.keys.limit(key)
             argv += limiter.argv()
         return keys, argv
 
     def give_back(self, taken: list[tuple[Limiter, str]], token: str, mode: str) -> None:
-        """LIMIT_RELEASE of ``taken`` (one call per key on a cluster)."""
+        """LIMIT_RELEASE of ``taken`` (one call per key on a cluster); a job waiting for a place given
+        back goes to its queue at once (flow/limiter.py's ``wake``)."""
         for group in ([taken] if not self.keys.spread else [[pair] for pair in taken]):
-            scripts.LIMIT_RELEASE(self.redis, *self._script_args(group, token, mode))
+            reply = scripts.LIMIT_RELEASE(self.redis, *self._script_args(group, token, mode))
+            if len(reply) > 1:
+                wake(self.redis, self.keys, reply[1:])
 
     def reschedule(self, raw: bytes, payload: dict, refused: OverLimit) -> bool:
         """Send a job refused by a limit back to the schedule, with a backoff; False when it has
@@ -176,24 +184,35 @@ class Gate:
         logger.info("over limit jid=%s class=%s limiter=%s: rescheduled in %.2fs (%d of OVER_LIMIT_MAX %d)",
                     payloads.printable(payload.get("jid")), payloads.printable(payload.get("class")),
                     payloads.printable(refused.key), delay, over + 1, self.over_limit_max)
-        self._schedule(raw, payload, delay)
+        filing = self._schedule(raw, payload, delay)
+        if refused.kind == "concurrent":  # (woken by the next place given back: see LIMIT_PARK)
+            try:
+                lk = self.keys.limit(refused.key)
+                scripts.LIMIT_PARK(self.redis, [lk.waiting, lk.parked],
+                                   [str(payload.get("jid")), filing.raw(), repr(filing.score)])
+            except Exception as exc:  # (it comes back at its due time all the same)
+                logger.warning("jid=%s: not parked for a wake-up (%s: %s)", payloads.printable(payload.get("jid")),
+                               type(exc).__name__, payloads.printable(exc))
         return True
 
     def backoff(self, retry_after: float | None, count: int, kind: str) -> float:
         """Seconds before a refused job is tried again (its ``count``-th refusal), with jitter.
 
         A rate limiter says when a place frees: then, spread over a little more each time the job
-        lost the race for it. A concurrency limit can only say how long places are held lately:
-        that, doubled with each refusal up to BACKOFF_MAX, so a crowd of waiting jobs doesn't try
-        it all at once.
+        lost the race for it. A concurrency limit can't say: a refused job waits in the limit's
+        ``waiting`` set, and each place given back sends the first waiting one to its queue at once
+        (LIMIT_PARK, ``wake``). Its backoff is only the fallback for a place freed otherwise (a
+        holder's lease lapsing): at least CONCURRENT_BACKOFF (or how long places are held
+        lately, if longer), doubled with each refusal up to BACKOFF_MAX. Shorter, the jobs coming
+        back by their backoff took the places freed before the woken ones reached them.
         """
         rng = self.rng
         if kind != "concurrent" and retry_after is not None:
             return retry_after + rng.uniform(0, 0.05 + 0.05 * min(count, 20) * min(retry_after + 0.1, 1.0))
-        base = max(retry_after or 0.0, 0.1)
+        base = max(retry_after or 0.0, CONCURRENT_BACKOFF)
         return min(base * 2 ** min(count - 1, 10), BACKOFF_MAX) * rng.uniform(0.5, 1.5)
 
-    def _schedule(self, raw: bytes, payload: dict, delay: float) -> None:
+    def _schedule(self, raw: bytes, payload: dict, delay: float) -> Filing:
         filing = Filing("schedule", self.clock() + delay, payload)
         self.settler.settle(raw, filing)
         if self.retry.on_retry is not None:
@@ -201,6 +220,7 @@ class Gate:
                 self.retry.on_retry(filing.score)
             except Exception:  # noqa: BLE001 - a wake-up hint never fails a filing
                 logger.exception("on_retry hook failed")
+        return filing
 
     def drop(self, raw: bytes, payload: dict, job_class: Any, why: str, error: BaseException) -> None:
         """Acknowledge a job that won't run (``why``: "expired" or "cancelled"), count and log it,
