@@ -102,7 +102,9 @@ def seed(r: redis_lib.Redis) -> dict[str, Any]:
     seeded: dict[str, Any] = {}
     seeded["quarantined"] = quarantine(r, "broken")
     for i in range(3):
-        push(r, job(args=[f"queued-{i}", XSS], kwargs={"note": XSS}))
+        queued = job(args=[f"queued-{i}", XSS], kwargs={"note": XSS})
+        push(r, queued)
+    seeded["queued"] = queued["jid"]
     push(r, job(queue="mail", args=["m"]))
     push(r, job(queue=XSS_QUEUE, args=["x"]))
     seeded["scheduled"] = zadd(r, KEYS.schedule, job(args=["later", XSS], kwargs={"why": XSS}), now + 3600)
@@ -112,7 +114,9 @@ def seed(r: redis_lib.Redis) -> dict[str, Any]:
     seeded["dead"] = zadd(r, KEYS.dead, failed(klass=RECORD_JOB, message=f"dead {XSS}", args=["seed:dead"],
                                                kwargs={"why": XSS}, dead_reason="retries exhausted"), now - 10)
     seeded["dead_2"] = zadd(r, KEYS.dead, failed(message="dead two", dead_reason="retries exhausted"), now - 20)
-    seeded["process"] = fake_process(r, busy_job=job(args=["running", XSS]))
+    running = job(args=["running", XSS])
+    seeded["process"] = fake_process(r, busy_job=running)
+    seeded["running"] = running["jid"]
     publish_periodic(r, Entry(name="nightly-report", cron="0 3 * * *", job=RECORD_JOB, args=("periodic:ran", XSS),
                               tz="Europe/Paris"),
                      Entry(name="every-minute", cron="* * * * *", job=RECORD_JOB, args=("periodic:minute",),

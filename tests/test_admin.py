@@ -13,6 +13,7 @@ import redis
 from admin_fixtures import KEYS, RECORD_JOB, XSS, XSS_ESCAPED, XSS_QUEUE, failed, fake_process, job, push, seed, zadd
 from django.contrib.auth.models import Permission, User
 from django.test import Client
+from helpers import FAST_ENV, Worker, wait_until
 
 from django_cogworker import api
 from django_cogworker.push import payload as payloads
@@ -91,7 +92,9 @@ def all_actions(seeded) -> list[tuple[str, dict]]:
                ("periodic/", {"action": "enqueue", "pjid": "nightly-report"}),
                ("periodic/", {"action": "forget", "pjid": "nightly-report"}),
                ("quarantine/", {"action": "restore", "key": seeded["quarantined"]}),
-               ("quarantine/", {"action": "delete", "key": seeded["quarantined"], **yes})]
+               ("quarantine/", {"action": "delete", "key": seeded["quarantined"], **yes}),
+               ("busy/cancel/", {"jid": seeded["queued"]}),
+               ("busy/cancel/", {"jid": seeded["running"], "interrupt": "yes", **yes})]
     return [(BASE + page, data) for page, data in actions]
 
 
@@ -332,7 +335,7 @@ def test_view_only_staff_can_look_at_every_page_without_action_buttons(viewer, s
 def test_view_only_staff_is_denied_every_action(viewer, seeded, rb):
     before = snapshot(rb)
     actions = all_actions(seeded)
-    assert len(actions) == 26
+    assert len(actions) == 28
     for url, data in actions:
         for payload in (data, {k: v for k, v in data.items() if k != "confirmed"}):
             assert viewer.post(url, payload).status_code == 403, (url, payload)
@@ -907,3 +910,126 @@ def test_cancel_is_a_post_for_who_may_act(viewer, rb):
     assert viewer.post(f"{BASE}busy/cancel/", {"jid": waiting["jid"]}).status_code == 403
     assert viewer.get(f"{BASE}busy/cancel/").status_code == 405
     assert api.Queue("default").size() == 1
+
+
+# -- cancel (busy/cancel/, django_cogworker.flow.cancel) on jobs pushed with the real client ---------
+
+CANCEL = f"{BASE}busy/cancel/"
+
+
+def _now(job_class):
+    """``job_class`` pushed at once: these tests run inside a transaction, which would hold a push back
+    until its commit (ENQUEUE_ON_COMMIT)."""
+    return job_class.set(on_commit=False)
+
+
+def _messages(response) -> str:
+    return unescape(" ".join(str(m) for m in response.context["messages"]))
+
+
+def test_cancel_takes_a_waiting_job_off_its_queue_and_counts_it(changer, rb):
+    from testproject.demo.jobs import RecordJob
+
+    kept = _now(RecordJob).perform_async("cancel:kept", 1)
+    jid = _now(RecordJob).perform_async("cancel:gone", 2)
+    page = changer.get(f"{BASE}queue/default/").content.decode()
+    assert f'name="jid" value="{jid}"' in page and f'name="next" value="{BASE}queue/default/"' in page
+    response = changer.post(CANCEL, {"jid": jid, "next": f"{BASE}queue/default/"}, follow=True)
+    assert response.redirect_chain == [(f"{BASE}queue/default/", 302)]
+    assert f"Job {jid} cancelled: taken off where it waited; it won't run." in _messages(response)
+    assert [j.jid for j in api.Queue("default").jobs(1, 10).items] == [kept]
+    assert f'name="jid" value="{jid}"' not in response.content.decode()
+    assert rb.get(KEYS.stat_cancelled) == b"1"
+    again = changer.post(CANCEL, {"jid": jid, "next": f"{BASE}queue/default/"}, follow=True)
+    assert f"Job {jid} is nowhere to cancel" in _messages(again)
+    assert rb.get(KEYS.stat_cancelled) == b"1" and api.Queue("default").size() == 1
+
+
+def test_cancel_takes_a_scheduled_and_a_retry_entry_off_their_sets(changer, rb):
+    from testproject.demo.jobs import RecordJob
+
+    later = _now(RecordJob).perform_in(3600, "cancel:later", 1)
+    kept = _now(RecordJob).perform_in(7200, "cancel:kept", 2)
+    retrying = failed(message="it failed once")
+    zadd(rb, KEYS.retry, retrying, time.time() + 600)
+    for page, jid in (("scheduled", later), ("retry", retrying["jid"])):
+        listing = changer.get(f"{BASE}{page}/").content.decode()
+        assert f'formaction="{CANCEL}" name="jid" value="{jid}"' in listing, page
+        # What the row's Cancel button posts: its form's next, and its own name and value.
+        response = changer.post(CANCEL, {"next": f"{BASE}{page}/", "jid": jid}, follow=True)
+        assert response.redirect_chain == [(f"{BASE}{page}/", 302)], page
+        assert f"Job {jid} cancelled: taken off where it waited" in _messages(response), page
+        assert f'value="{jid}"' not in response.content.decode(), page
+    assert api.RetrySet().size() == 0 and [e.jid for e in api.ScheduledSet().page(1, 10).items] == [kept]
+    assert rb.get(KEYS.stat_cancelled) == b"2" and api.Queue("default").size() == 0
+
+
+def test_cancel_of_an_unknown_jid_is_a_warning_and_changes_nothing(changer, rb):
+    from testproject.demo.jobs import RecordJob
+
+    _now(RecordJob).perform_async("cancel:kept", 1)
+    before = snapshot(rb)
+    response = changer.post(CANCEL, {"jid": "no-such-jid"}, follow=True)
+    assert response.redirect_chain == [(f"{BASE}busy/", 302)]
+    (message,) = list(response.context["messages"])
+    assert message.level_tag == "warning" and "Job no-such-jid is nowhere to cancel" in unescape(str(message))
+    empty = changer.post(CANCEL, {"jid": "  "}, follow=True)
+    assert "Name the job to cancel" in _messages(empty)
+    assert snapshot(rb) == before and not rb.exists(KEYS.cancels) and not rb.exists(KEYS.stat_cancelled)
+
+
+def test_cancel_is_refused_to_a_viewer_and_to_a_get(viewer, changer, rb):
+    from testproject.demo.jobs import RecordJob
+
+    jid = _now(RecordJob).perform_async("cancel:kept", 1)
+    before = snapshot(rb)
+    for data in ({"jid": jid}, {"jid": jid, "interrupt": "yes", "confirmed": "yes"}):
+        assert viewer.post(CANCEL, data).status_code == 403
+    assert viewer.get(CANCEL).status_code == 405 and changer.get(CANCEL, {"jid": jid}).status_code == 405
+    assert snapshot(rb) == before and api.Queue("default").size() == 1
+
+
+def test_interrupt_asks_first_and_acts_only_once_confirmed(changer, rb):
+    running = job(args=["running"])
+    fake_process(rb, busy_job=running)
+    jid = running["jid"]
+    asked = changer.post(CANCEL, {"jid": jid, "interrupt": "yes", "next": f"{BASE}busy/"})
+    page = unescape(asked.content.decode())
+    assert asked.status_code == 200 and f"Interrupt job {jid}?" in page and "Yes, interrupt it" in page
+    for field in (f'name="jid" value="{jid}"', 'name="interrupt" value="yes"', 'name="confirmed" value="yes"'):
+        assert field in page, field
+    assert not rb.exists(KEYS.cancels)  # nothing done yet
+    done = changer.post(CANCEL, {"jid": jid, "interrupt": "yes", "next": f"{BASE}busy/", "confirmed": "yes"},
+                        follow=True)
+    assert f"Job {jid} is running: it is interrupted" in _messages(done)
+    assert json.loads(rb.hget(KEYS.cancels, jid))["interrupt"] is True
+    assert not rb.exists(KEYS.stat_cancelled)  # (counted by the process that runs it, when it stops)
+
+
+def test_cancel_a_running_job_from_the_processes_page_with_a_real_worker(changer, rb):
+    from testproject.demo.flow_jobs import CancellableJob
+
+    key = "cancel:admin"
+    jid = _now(CancellableJob).perform_async(key, 600, 0.05)  # 30 s of steps unless stopped
+    with Worker("-c", "2", env=FAST_ENV) as worker:
+        worker.wait_ready()
+        wait_until(lambda: rb.lrange(f"{key}:started", 0, -1) == [jid.encode()], timeout=15, message="started")
+
+        def listed() -> str | None:  # (a process lists what it runs at its next beat)
+            page = changer.get(BASE + "busy/").content.decode()
+            return page if f'id="job-{jid}"' in page else None
+
+        busy = wait_until(listed, timeout=10, message="listed on the Processes page")
+        assert f'name="jid" value="{jid}"' in busy and 'name="interrupt" value="yes"' in busy
+        response = changer.post(CANCEL, {"jid": jid, "next": f"{BASE}busy/"}, follow=True)
+        assert response.redirect_chain == [(f"{BASE}busy/", 302)]
+        assert f"Job {jid} is running: asked to stop" in _messages(response)
+        wait_until(lambda: rb.lrange(f"{key}:stopped", 0, -1) == [jid.encode()], timeout=10,
+                   message="the job stopped between two steps")
+        wait_until(lambda: rb.get(KEYS.stat_cancelled) == b"1", timeout=10, message="counted cancelled")
+        wait_until(lambda: not listed(), timeout=10, message="no longer on the Processes page")
+        assert "cancelled jid=" in worker.log()
+        time.sleep(1.5)  # (three beats: a retry or a rerun would show by now)
+        assert worker.alive
+    assert not rb.exists(f"{key}:finished") and rb.llen(f"{key}:started") == 1
+    assert rb.zcard(KEYS.retry) == 0 and rb.zcard(KEYS.dead) == 0 and api.Queue("default").size() == 0

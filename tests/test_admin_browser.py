@@ -25,6 +25,8 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from django_cogworker import api
+
 # `make screenshots` refreshes the ones in docs/; an ordinary run writes them to a temp dir, so
 # the suite leaves the work tree as it found it.
 SCREENSHOTS = Path(os.environ.get("COGWORKER_SCREENSHOTS") or tempfile.mkdtemp(prefix="cogworker-shots-"))
@@ -235,6 +237,22 @@ def test_the_limits_page_from_the_sidebar_to_a_key_and_its_holder(logged_in, liv
     assert "worker-1:1200:8e02d7" in holder.text and "Interrupt" in holder.text
     click(b, "//a[text()='jid-charging']")
     assert_page(b, "Processes")
+
+
+def test_cancel_a_waiting_job_from_its_queue(logged_in, live_server, rb):
+    from testproject.demo.jobs import RecordJob
+
+    kept = RecordJob.perform_async("browser:kept", 1)
+    jid = RecordJob.perform_async("browser:cancelled", 2)
+    b = logged_in
+    open_page(b, live_server, BASE + "queue/default/", "Queue default")
+    click(b, f"//tr[td[contains(., '{jid}')]]//button[text()='Cancel']")
+    assert_page(b, "Queue default")
+    assert f"Job {jid} cancelled: taken off where it waited; it won't run." in messages(b)
+    rows = b.find_element(By.CSS_SELECTOR, ".cw-table tbody").text
+    assert jid not in rows and kept in rows
+    assert [j.jid for j in api.Queue("default").jobs(1, 10).items] == [kept]
+    assert rb.get(KEYS.stat_cancelled) == b"1"
 
 
 def test_disable_a_periodic_entry_a_worker_published(logged_in, live_server, rb):

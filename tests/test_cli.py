@@ -316,6 +316,13 @@ def test_the_exit_codes_seen_from_a_shell(redis_url):
     assert run("bogus").returncode == 2
     gone = run("batches", "no-such-bid")
     assert gone.returncode == 1 and "no batch 'no-such-bid'" in gone.stderr and gone.stdout == ""
+    jid = RecordJob.perform_async("seen", 1)
+    cancelled = run("cancel", jid)
+    assert cancelled.returncode == 0
+    assert cancelled.stdout == f"{jid}: cancelled (taken off where it waited; it won't run)\n"
+    nowhere = run("cancel", jid)
+    assert nowhere.returncode == 1 and nowhere.stdout == ""
+    assert f"{jid}: no such job waiting, scheduled, retrying or running" in nowhere.stderr
 
 
 def test_quiet_and_stop_reach_a_running_worker(r):
@@ -376,3 +383,45 @@ def test_limits_with_none_used_is_an_empty_table(rb):
     out, _ = cli("limits")
     assert out.splitlines()[0].startswith("KEY") and len(out.splitlines()) == 1
     assert cli_json("limits")["items"] == []
+
+
+# -- cancel (django_cogworker.flow.cancel) ---------------------------------------------------------
+
+
+def test_cancel_takes_a_waiting_job_off_and_an_unknown_jid_fails(rb):
+    kept = RecordJob.perform_async("seen", 1)
+    jid = RecordJob.perform_async("seen", 2)
+    later = RecordJob.perform_in(3600, "seen", 3)
+    assert cli("cancel", jid) == (f"{jid}: cancelled (taken off where it waited; it won't run)\n", "")
+    assert cli("cancel", later)[0] == f"{later}: cancelled (taken off where it waited; it won't run)\n"
+    assert [j.jid for j in api.Queue("default").jobs(1, 10).items] == [kept] and api.ScheduledSet().size() == 0
+    assert rb.get(K.stat_cancelled) == b"2"
+    for unknown in (jid, "no-such-jid"):
+        with pytest.raises(CommandError, match=f"{unknown}: no such job waiting, scheduled, retrying or running") \
+                as caught:
+            cli("cancel", unknown)
+        assert caught.value.returncode == 1
+    assert rb.get(K.stat_cancelled) == b"2" and api.Queue("default").size() == 1
+    assert not rb.hexists(K.cancels, "no-such-jid")  # (no request left behind for a job that is nowhere)
+
+
+def test_cancel_interrupt_stops_a_running_job_that_never_asks(rb):
+    # GatedJob sleeps in slices of 0.05 s until its gate opens and never reads self.cancelled:
+    # only the interrupt (Cancelled raised in its thread) stops it.
+    from testproject.demo.jobs import GatedJob
+
+    jid = GatedJob.perform_async("cancel:gate", "cancel:ran", 60.0)
+    with Worker("-c", "2", env=FAST_ENV) as worker:
+        worker.wait_ready()
+        wait_until(lambda: rb.lrange("cancel:ran", 0, -1) == [f"start:{jid}".encode()], timeout=15,
+                   message="started")
+        out, err = cli("cancel", jid, "--interrupt")
+        assert (out, err) == (f"{jid}: running; interrupt requested (its process acts at its next heartbeat)\n", "")
+        wait_until(lambda: rb.get(K.stat_cancelled) == b"1", timeout=10, message="interrupted and counted")
+        wait_until(lambda: "cancelled jid=" in worker.log(), timeout=5, message="logged")
+        rb.set("cancel:gate", 1)  # (a rerun would end at once now, and record it)
+        time.sleep(1.5)  # (three beats: a retry or a rerun would show by now)
+        assert worker.alive and rb.get(K.stat_cancelled) == b"1"
+        assert rb.zcard(K.retry) == 0 and rb.zcard(K.dead) == 0 and api.Queue("default").size() == 0
+        assert rb.hlen(K.workers(worker.identity)) == 0  # nothing runs
+    assert rb.lrange("cancel:ran", 0, -1) == [f"start:{jid}".encode()]  # never ended, never ran again
