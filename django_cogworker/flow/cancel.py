@@ -7,8 +7,8 @@ What :func:`cancel` does, in this order:
    hash each beat, drops a fetched job with a request before it starts, and tells a running one;
 2. looks for the job waiting: in the schedule and retry sets (ZSCAN), then in each queue (read
    1,000 at a time). Found, it is removed (ZREM / LREM of its exact payload: atomic, and a
-   no-op if a worker took it meanwhile, which the request then covers) and "removed" is
-   returned;
+   no-op if a worker took it meanwhile, which the request then covers), its request withdrawn,
+   and "removed" is returned;
 3. else looks for it fetched or running (each process's in-progress list and workers hash):
    found, "signalled" is returned. The job stops when it reads ``self.cancelled``, or at once
    with ``interrupt`` (Cancelled raised in its thread, as a timeout is), within a heartbeat;
@@ -57,6 +57,8 @@ def cancel(jid: str, interrupt: bool = False, *, redis: RedisClient | None = Non
     redis.hset(keys.cancels, jid, json.dumps({"at": time.time(), "interrupt": bool(interrupt)}))
     payload = _remove_waiting(redis, keys, jid)
     if payload is not None:
+        # (Its one copy is gone: the request would only cost every heartbeat a field for a day.)
+        redis.hdel(keys.cancels, jid)
         error = Cancelled("cancelled before it ran")
         redis.incr(keys.stat_cancelled)
         _record(redis, keys, payload, error)
