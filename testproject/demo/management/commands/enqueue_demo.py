@@ -1,12 +1,14 @@
 from django.core.management.base import BaseCommand
 
-from django_cogworker import Batch, chain
+from django_cogworker import Batch, cancel, chain
+from testproject.demo.flow_jobs import PartnerCallJob
 from testproject.demo.jobs import FlakyJob, ReceiptsSent, ScheduledHello, SendReceipt, Tally
 
 
 class Command(BaseCommand):
     help = ("Enqueue the demo jobs: a SendReceipt, a FlakyJob (succeeds on retry), a ScheduledHello in 5 s, "
-            "a batch of three SendReceipts with a success callback, and a chain of two steps.")
+            "a batch of three SendReceipts with a success callback, a chain of two steps, six PartnerCallJobs "
+            "limited to three at once, and a ScheduledHello cancelled before it runs.")
 
     def handle(self, *args, **options):
         jids = {
@@ -23,3 +25,8 @@ class Command(BaseCommand):
         self.stdout.write(f"enqueued a batch of 3 SendReceipts with a success callback: bid {batch.bid}")
         flow = chain(Tally.s(2), Tally.s(3).with_previous()).perform_async(description="demo: a chain")
         self.stdout.write(f"enqueued a chain Tally(2) -> Tally(3, previous): bid {flow.bid}")
+        partner = PartnerCallJob.perform_bulk([["demo:partner-calls", 0.5]] * 6)
+        self.stdout.write(f"enqueued {len(partner)} PartnerCallJobs of 0.5 s, at most 3 at once (Limiter.concurrent): "
+                          f"the others wait for a place (the worker logs 'over limit ... rescheduled')")
+        doomed = ScheduledHello.perform_in(60, "nobody")
+        self.stdout.write(f"enqueued a ScheduledHello in 60 s, then cancelled it: {cancel(doomed)}")
