@@ -31,6 +31,7 @@ from django_cogworker.engine.recovery.key_guard import KeyGuard
 from django_cogworker.engine.recovery.orphans import OrphanRecovery
 from django_cogworker.engine.schedule.due import DueSweep
 from django_cogworker.engine.settle.retry import RetryPolicy
+from testproject.demo.flow_jobs import PairJob, PartnerCallJob
 from testproject.demo.jobs import FailJob, FlakyJob, RecordJob, SleepJob
 
 PREFIX = "{cogworker}:"
@@ -261,3 +262,25 @@ def test_a_dead_process_list_found_by_its_key_goes_back_to_its_own_queue_whateve
     assert json.loads(requeued)["jid"] == "orphan" and json.loads(requeued)["orphaned_from"] == dead
     assert not cr.exists(list_key) and cr.sismember(K.queues, name)
     assert cr.smembers(K.in_progress_identities) == set()  # forgotten once its list was empty; no other made up
+
+
+def test_limits_hold_on_a_cluster_each_key_in_its_own_slot(cluster, cr, on_cluster):
+    """A limiter key's keys share one slot of their own; a job with two limits in two slots takes them
+    one slot at a time, giving the first back when the second refuses; a place given back wakes a
+    waiting job across slots (docs/flow-control.md)."""
+    pair, mail = K.limit("demo:pair"), K.limit("demo:mail")
+    assert len({cluster.node_of(key).port for key in pair}) == 1  # (all six in one slot)
+    assert pair.holders.startswith("{cogworker:l:demo:pair}:")
+    env = worker_env(cluster, COGWORKER_CONCURRENCY="6", DEMO_LIMIT_LEASE="2")
+    # (The jobs' own records: "{cl:pair}:now" and "{cl:pair}:max" in one slot, for their script.)
+    jids = set(PairJob.perform_bulk([["{cl:pair}", 0.02]] * 20)) | set(
+        PartnerCallJob.perform_bulk([["{cl:p}", 0.02]] * 20))
+    with Worker(env=env, prefix=PREFIX) as worker:
+        worker.wait_ready()
+        wait_until(lambda: cr.llen("{cl:pair}:done") + cr.llen("{cl:p}:done") == 40, timeout=60,
+                   message="limited jobs not all done on the cluster")
+    assert set(texts(cr.lrange("{cl:pair}:done", 0, -1) + cr.lrange("{cl:p}:done", 0, -1))) == jids
+    assert int(cr.get("{cl:pair}:max")) == 1 and int(cr.get("{cl:p}:max")) <= 3
+    assert cr.zcard(pair.holders) == 0 and cr.zcard(pair.waiting) == 0 and cr.hlen(pair.parked) == 0
+    # Every start of a PairJob counted once in its bucket: none left counted by a take undone.
+    assert int(cr.hget(mail.stats, "granted")) == 20

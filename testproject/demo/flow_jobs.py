@@ -18,6 +18,7 @@ LEASE = float(os.environ.get("DEMO_LIMIT_LEASE", "10"))
 partner = Limiter.concurrent("demo:partner", 3, lease=LEASE)  # a partner allowing 3 connections
 solo = Limiter.concurrent("demo:solo", 1, lease=LEASE)
 mail = Limiter.bucket("demo:mail", 50, per=1)  # 50 starts a second
+pair = Limiter.concurrent("demo:pair", 1, lease=LEASE)
 per_customer = Limiter.concurrent(lambda customer, *_: f"demo:customer:{customer}", 1, lease=LEASE,
                                   family="demo:customer")
 
@@ -30,6 +31,22 @@ class PartnerCallJob(Job):
     """At most 3 at once, fleet-wide: records how many ran at once (``<key>:max``) and its jid when done."""
 
     limits = [partner]
+
+    def perform(self, key: str, seconds: float) -> None:
+        redis = get_redis()
+        redis.eval(_ENTER, 2, f"{key}:now", f"{key}:max")
+        try:
+            time.sleep(seconds)
+        finally:
+            redis.decr(f"{key}:now")
+        redis.rpush(f"{key}:done", self.jid or "")
+
+
+class PairJob(Job):
+    """Two limits: one at a time (``demo:pair``) and 50 starts a second (``demo:mail``). Records how
+    many ran at once (``<key>:max``) and its jid when done."""
+
+    limits = [pair, mail]
 
     def perform(self, key: str, seconds: float) -> None:
         redis = get_redis()

@@ -372,4 +372,12 @@ class AddJob(Job):
 
 # Flow control's demo jobs live in their own module; imported here so that autodiscovery of
 # jobs.py registers them.
-from .flow_jobs import CancellableJob, CustomerJob, ExpiringJob, MailJob, PartnerCallJob, SoloJob  # noqa: E402,F401
+from .flow_jobs import (  # noqa: E402,F401
+    CancellableJob,
+    CustomerJob,
+    ExpiringJob,
+    MailJob,
+    PairJob,
+    PartnerCallJob,
+    SoloJob,
+)
