@@ -258,6 +258,28 @@ def test_paused_queues_reach_the_manager(launcher, r):
     assert launcher.manager.paused == frozenset()
 
 
+def test_a_beat_tells_the_manager_s_cancels_and_deletes_stale_requests(launcher, r):
+    from django_cogworker.engine.run.cancels import REQUEST_TTL
+    from django_cogworker.push.scope import Running
+
+    cancels = launcher.manager.cancels
+    asked, other = Running({"jid": "j1"}), Running({"jid": "j2"})
+    cancels.started("j1", asked)
+    cancels.started("j2", other)
+    launcher.heartbeat.beat()
+    assert not asked.cancelled and not cancels.requested("j1")  # (nobody cancels: nothing told)
+    r.hset(K.cancels, mapping={"j1": json.dumps({"at": time.time(), "interrupt": False}),
+                               "old": json.dumps({"at": time.time() - REQUEST_TTL - 1, "interrupt": False})})
+
+    launcher.heartbeat.beat()
+
+    assert asked.cancelled and not other.cancelled
+    assert cancels.requested("j1") and not cancels.requested("old")
+    assert r.hkeys(K.cancels) == ["j1"]  # (the stale one deleted by the first process that read it)
+    cancels.finished("j1")
+    cancels.finished("j2")
+
+
 def test_stats_are_flushed_with_the_beat(launcher, r):
     for failed in (False, False, True):
         launcher.stats.job_done(failed=failed)

@@ -347,3 +347,49 @@ def test_job_instance_knows_its_jid_and_payload():
 def test_a_bad_timeout_or_result_ttl_is_refused_at_class_definition(option, value):
     with pytest.raises(CogworkerError, match=rf"\.{option} must be a positive number of seconds or None, got"):
         type("BadSecondsJob", (Job,), {option: value, "__module__": __name__})
+
+
+# -- expires_in ---------------------------------------------------------------------------------
+
+
+class Perishable(Job):
+    expires_in = 30
+
+    def perform(self, *args):
+        pass
+
+
+def test_expires_in_on_the_class_or_per_push_sets_expires_at_from_the_push(r):
+    Perishable.perform_async(1)
+    Perishable.set(expires_in=0.5).perform_async(2)
+    Plain.perform_async(3)
+    Plain.set(expires_in=2).perform_bulk([(4,)])
+    by_args = {tuple(p["args"]): p for p in queued(r)}
+    assert by_args[(1,)]["expires_at"] == by_args[(1,)]["created_at"] + 30
+    assert by_args[(2,)]["expires_at"] == by_args[(2,)]["created_at"] + 0.5
+    assert "expires_at" not in by_args[(3,)]  # (none asked: never expires)
+    assert by_args[(4,)]["expires_at"] == by_args[(4,)]["created_at"] + 2
+    assert "expires_in" not in by_args[(2,)]
+
+
+def test_perform_in_and_perform_at_count_expires_in_from_the_due_time(r):
+    in_a_minute = Perishable.perform_in(60, "in")
+    at_an_hour = Perishable.set(expires_in=5).perform_at(time.time() + 3600, "at")
+    entries = {p["jid"]: (p, score) for p, score in scheduled(r)}
+    payload, due = entries[in_a_minute]
+    assert payload["expires_at"] == pytest.approx(due + 30, abs=0.01)
+    payload, due = entries[at_an_hour]
+    assert payload["expires_at"] == pytest.approx(due + 5, abs=0.01)
+    # A time in the past is due at once: counted from the push, never before it.
+    Perishable.perform_at(time.time() - 100, "past")
+    (past,) = queued(r)
+    assert past["expires_at"] == past["created_at"] + 30
+
+
+@pytest.mark.parametrize("value", [0, -1, True, "30", float("inf")])
+def test_a_bad_expires_in_is_refused_on_the_class_and_at_the_push(r, value):
+    with pytest.raises(CogworkerError, match=r"\.expires_in must be a positive number of seconds or None, got"):
+        type("BadExpiryJob", (Job,), {"expires_in": value, "__module__": __name__})
+    with pytest.raises(CogworkerError, match=r"expires_in must be a positive number of seconds or None, got"):
+        Plain.set(expires_in=value).perform_async()
+    assert r.dbsize() == 0

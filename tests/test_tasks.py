@@ -18,11 +18,12 @@ from django.core.exceptions import ImproperlyConfigured
 from helpers import FAST_ENV, Worker, wait_until
 
 from django_cogworker.broker.keys import Keys
-from django_cogworker.errors import JobTimeout
+from django_cogworker.errors import Cancelled, JobExpired, JobTimeout
+from django_cogworker.flow import cancel
 from django_cogworker.push import runtime
 from django_cogworker.tasks.api import InvalidTask, TaskResultDoesNotExist, TaskResultStatus, task_backends
 from django_cogworker.tasks.backend import CogworkerBackend
-from testproject.demo.tasks import add, async_add, doomed, explode, fail, flaky, hold, spin
+from testproject.demo.tasks import add, async_add, doomed, explode, fail, flaky, hold, perishable, spin
 
 K = Keys()
 
@@ -83,6 +84,18 @@ def test_a_bad_retry_on_a_task_is_refused_naming_it():
         with pytest.raises(InvalidTask, match=rf"test_tasks.never_a_task: @task\(retry=...\) must be True, False "
                                               rf"or a count >= 0, got {re.escape(repr(bad))}"):
             task(retry=bad)(never_a_task)
+
+
+def test_bad_limits_or_expires_in_on_a_task_are_refused_naming_them():
+    from django_cogworker.tasks.api import task
+
+    with pytest.raises(InvalidTask, match=r"test_tasks.never_a_task: @task\(limits=...\)\[0\] must be a Limiter"):
+        task(limits=["partner:3"])(never_a_task)
+    with pytest.raises(InvalidTask, match=r"test_tasks.never_a_task: @task\(limits=...\) must be a list of limiters"):
+        task(limits="partner:3")(never_a_task)
+    with pytest.raises(InvalidTask, match=r"test_tasks.never_a_task: @task\(expires_in=...\) must be a positive "
+                                          r"number of seconds or None, got 0"):
+        task(expires_in=0)(never_a_task)
 
 
 def test_a_task_that_raises_is_failed_after_one_attempt_by_default_and_kept_in_dead(tmp_path, r):
@@ -342,3 +355,38 @@ def test_a_signal_receiver_that_raises_fails_neither_the_push_nor_the_task(r, ca
     assert add.get_result(pushed.id).status == TaskResultStatus.READY
     assert r.lrange("signal-attempts", 0, -1) == ["1"]
     assert caplog.text.count("receiver bug") >= 2
+
+
+# -- flow control: expiry, cancel --------------------------------------------------------------------
+
+
+def test_a_task_that_expired_before_any_worker_took_it_reads_failed_with_job_expired(tmp_path, r):
+    result = perishable.enqueue("perished")
+    time.sleep(1)  # (expires_in 0.5: expired before the worker starts)
+    with worker(tmp_path) as w:
+        w.wait_ready()
+        wait_until(lambda: status(perishable, result.id) == TaskResultStatus.FAILED, timeout=15,
+                   message="dropped, its result failed")
+        w.term()
+        assert w.wait(30) == 0
+    failed = perishable.get_result(result.id)
+    assert failed.errors[0].exception_class is JobExpired
+    assert failed.errors[0].exception_class_path == "django_cogworker.errors.JobExpired"
+    assert "before it could run" in failed.errors[0].traceback
+    assert failed.finished_at and not failed.started_at and failed.attempts == 0
+    assert not r.exists("perished")  # never ran
+    assert r.get(K.stat_expired) == "1" and r.zcard(K.dead) == 0 and r.zcard(K.retry) == 0
+
+
+def test_a_task_cancelled_while_waiting_reads_failed_with_cancelled(r):
+    result = add.enqueue(1, 2)
+
+    assert cancel(result.id) == "removed"
+
+    failed = add.get_result(result.id)
+    assert failed.status == TaskResultStatus.FAILED and failed.finished_at
+    assert failed.errors[0].exception_class_path == "django_cogworker.errors.Cancelled"
+    assert failed.errors[0].exception_class is Cancelled
+    assert "cancelled before it ran" in failed.errors[0].traceback
+    assert r.llen(K.queue("default")) == 0 and r.get(K.stat_cancelled) == "1"
+    assert 3000 < r.ttl(K.result(result.id)) <= 3600  # (kept as long as its task's results are)

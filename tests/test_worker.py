@@ -18,7 +18,8 @@ from helpers import FAST_ENV, RedisServer, Worker, wait_until
 
 from django_cogworker import __version__
 from django_cogworker.broker.keys import Keys
-from testproject.demo.jobs import ConnectionJob, LogJob, RecordJob, SleepJob
+from testproject.demo.flow_jobs import ExpiringJob
+from testproject.demo.jobs import ConnectionJob, FailJob, LogJob, RecordJob, SleepJob
 
 K = Keys()
 FETCH_MODES = ["reliable", "basic"]
@@ -309,3 +310,57 @@ def test_a_project_s_logging_shows_the_job_context_through_the_filter(tmp_path, 
         assert w.wait(30) == 0
     assert re.search(rf"INFO pid=\d+ cogworker-processor-\d+ class=testproject\.demo\.jobs\.LogJob jid={jid} "
                      rf"testproject\.demo\.jobs: info: configured$", w.log(), re.M)
+
+
+# -- expires_in: a job still waiting when it expires never runs (engine/run/gate.py) --------------------
+
+
+def test_a_job_that_expired_while_no_worker_ran_is_dropped_unrun_counted_and_logged(tmp_path, r):
+    expired = ExpiringJob.set(expires_in=0.5).perform_async("x")
+    fresh = ExpiringJob.perform_async("x")  # (30 s: runs, and tells the test the worker fetched)
+    time.sleep(1)
+    with worker(tmp_path) as w:
+        w.wait_ready()
+        wait_until(lambda: r.lrange("x:ran", 0, -1) == [fresh] and r.get(K.stat_expired) == "1", timeout=15)
+        wait_until(lambda: not any(r.llen(key) for key in r.keys(K.in_progress("*"))), timeout=5,
+                   message="the expired one acknowledged")
+        w.term()
+        assert w.wait(30) == 0
+    assert r.lrange("x:ran", 0, -1) == [fresh]
+    assert r.zcard(K.retry) == 0 and r.zcard(K.dead) == 0 and r.llen(K.queue("default")) == 0
+    assert r.get(K.stat_cancelled) is None
+    assert re.search(rf"expired jid={expired} class=testproject\.demo\.flow_jobs\.ExpiringJob: dropped, never run "
+                     rf"\(expired [0-9.]+s before it could run\)", w.log())
+    assert f"start jid={expired}" not in w.log()
+
+
+def test_a_scheduled_job_expires_counting_from_when_it_is_due(tmp_path, r):
+    # Counted from the push it would expire a second before it is due; it runs.
+    with worker(tmp_path) as w:
+        w.wait_ready()
+        jid = ExpiringJob.set(expires_in=1).perform_in(2, "s")
+        wait_until(lambda: r.lrange("s:ran", 0, -1) == [jid], timeout=15)
+        w.term()
+        assert w.wait(30) == 0
+    assert r.get(K.stat_expired) is None
+
+
+def test_a_retrying_job_past_its_expiry_is_dropped_at_its_next_fetch(tmp_path, r):
+    with worker(tmp_path) as w:
+        w.wait_ready()
+        jid = FailJob.set(expires_in=1.5).perform_async("fails once")
+        wait_until(lambda: r.zcard(K.retry) == 1, timeout=15, message="its first failure filed for retry")
+        [filed] = [json.loads(raw) for raw in r.zrange(K.retry, 0, -1)]
+        assert filed["jid"] == jid and filed["retry_count"] == 0
+        time.sleep(max(0.0, filed["expires_at"] - time.time()) + 0.2)
+        for member in r.zrange(K.retry, 0, -1):
+            r.zadd(K.retry, {member: 0}, xx=True)  # (due now, past its expiry: skip the backoff)
+        wait_until(lambda: r.get(K.stat_expired) == "1", timeout=15)
+        wait_until(lambda: r.zcard(K.retry) == 0 and not any(r.llen(key) for key in r.keys(K.in_progress("*"))),
+                   timeout=5)
+        w.term()
+        assert w.wait(30) == 0
+    assert r.zcard(K.dead) == 0 and r.llen(K.queue("default")) == 0
+    assert r.get(K.stat_failed) == "1"  # (ran once: the retry never ran)
+    assert w.log().count(f"fail jid={jid} ") == 1
+    assert f"expired jid={jid} class=testproject.demo.jobs.FailJob: dropped, never run" in w.log()

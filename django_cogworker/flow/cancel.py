@@ -158,10 +158,11 @@ def _fetched(redis: RedisClient, keys: Keys, jid: str) -> bool:
         identity = identity.decode() if isinstance(identity, bytes) else identity
         for run in redis.hvals(keys.workers(identity)):
             try:
-                if needle in json.loads(run).get("payload", "").encode():
-                    return True
+                text = json.loads(run).get("payload", "").encode()
             except (ValueError, AttributeError):
                 continue
+            if needle in text and _jid_of(text) == jid:  # (the needle may be in its arguments too)
+                return True
     return False
 
 

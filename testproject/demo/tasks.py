@@ -76,3 +76,10 @@ def doomed(context, key):
     """RPUSH key the attempt number, then raise: retried as often as the "retrying" backend's OPTIONS["RETRY"]."""
     get_redis().rpush(key, context.attempt)
     raise RuntimeError(f"attempt {context.attempt} of doomed fails")
+
+
+@task(retry=0, expires_in=0.5)
+def perishable(key):
+    """RPUSH key "ran"; dropped unrun when still waiting 0.5 s after it was due (expires_in)."""
+    get_redis().rpush(key, "ran")
+    return "ran"
