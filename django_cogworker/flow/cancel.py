@@ -13,7 +13,8 @@ What :func:`cancel` does, in this order:
    found, "signalled" is returned. The job stops when it reads ``self.cancelled``, or at once
    with ``interrupt`` (Cancelled raised in its thread, as a timeout is), within a heartbeat;
 4. else raises JobNotFound (a job in the dead set too: delete it there), and the request is
-   withdrawn.
+   withdrawn; unless a live process uses basic fetch, which holds what it fetched in memory
+   only, out of sight until its next beat: then the request is kept, and says so.
 
 A cancelled job is counted in ``stat:cancelled``; a task's result reads FAILED with a Cancelled
 error; a job of a batch counts as dead for its batch. Finding a waiting job reads the sets and
@@ -70,9 +71,15 @@ def cancel(jid: str, interrupt: bool = False, *, redis: RedisClient | None = Non
         logger.warning("cancel requested for jid=%s, which runs%s", payloads.printable(jid),
                        ": interrupting it" if interrupt else "")
         return "signalled"
-    redis.hdel(keys.cancels, jid)
     if any(_matches(redis.zscan_iter(keys.dead, match=_pattern(jid), count=CHUNK), jid)):
+        redis.hdel(keys.cancels, jid)
         raise JobNotFound(f"job {jid!r} is in the dead set: it won't run again (delete it there)")
+    if _basic_fetch_runs(redis, keys):
+        # A process with basic fetch holds what it fetched in memory only, shown by its next beat:
+        # the request stays (a day), so such a process drops the job or stops it all the same.
+        raise JobNotFound(f"no job {jid!r} is waiting, scheduled, retrying or known to run; a process with "
+                          f"basic fetch may hold it unseen, so the request is kept and stops it there")
+    redis.hdel(keys.cancels, jid)
     raise JobNotFound(f"no job {jid!r} is waiting, scheduled, retrying or running")
 
 
@@ -163,6 +170,18 @@ def _fetched(redis: RedisClient, keys: Keys, jid: str) -> bool:
                 continue
             if needle in text and _jid_of(text) == jid:  # (the needle may be in its arguments too)
                 return True
+    return False
+
+
+def _basic_fetch_runs(redis: RedisClient, keys: Keys) -> bool:
+    """Whether a live process uses basic fetch (its process hash's info says so)."""
+    for identity in redis.smembers(keys.processes):
+        info = redis.hget(keys.process(identity.decode() if isinstance(identity, bytes) else identity), "info")
+        try:
+            if info and json.loads(info).get("fetch") == "basic":
+                return True
+        except (ValueError, AttributeError):
+            continue
     return False
 
 

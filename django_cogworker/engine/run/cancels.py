@@ -61,7 +61,13 @@ class Cancels:
 
     def finished(self, jid: str) -> None:
         """The run ended: an interrupt sent but not yet raised is withdrawn (raised later, it would
-        hit the processor's own code, not the job's)."""
+        hit the processor's own code, not the job's). One that lands in here anyway is spent."""
+        try:
+            self._finish(jid)
+        except Cancelled:
+            self._finish(jid)
+
+    def _finish(self, jid: str) -> None:
         with self._lock:
             entry = self._running.pop(jid, None)
             if jid in self._interrupted:

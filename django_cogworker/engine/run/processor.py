@@ -166,6 +166,8 @@ class Processor:
                 value = self.server_chain(job, payload)
             else:
                 value = extras.run(job, payload, self.server_chain)
+            if gate is not None:  # (in the try: an interrupt sent as the job returned lands here, handled)
+                gate.cancels.finished(jid)
             if bid is not None and payload.get("keep_result"):
                 # (Read by the next step of a chain; a value JSON can't hold fails the job.)
                 value = value if known is not None and known.result_ttl is not None else encode_return(value)
@@ -204,7 +206,6 @@ class Processor:
         else:
             elapsed = time.monotonic() - started
             if gate is not None:
-                gate.cancels.finished(jid)
                 if run.cancelled:  # (it stopped when asked, or ran on: either way not a success)
                     outcome = "dead"
                     gate.cancelled_run(unit.raw, payload, known, job, Cancelled("cancelled while it ran"), elapsed)
