@@ -362,12 +362,14 @@ def test_limits_lists_each_key_with_its_use_holders_and_refusals(rb):
     hold(rb, "stripe", "jid-gone", "host:2:b", expires_in=-1)  # lapsed: not a holder
     recent(rb, "stripe", 0, over=2, rescheduled=2)
     recent(rb, "stripe", 30, over=3)
+    for jid in ("jid-w1", "jid-w2"):  # (two refused jobs waiting for a place: LIMIT_PARK's entries)
+        rb.zadd(Keys().limit("stripe").waiting, {jid: time.time() + 5})
     limiter(rb, "mail", "bucket", 25, 1, used_ago=30)
     out, err = cli("limits")
     header, stripe, mail = out.splitlines()
-    assert header.split() == ["KEY", "KIND", "SIZE", "IN", "USE", "HOLDERS", "OVER", "5M/60M", "RESCHEDULED",
-                              "GRANTED", "OVER", "LAPSED"]
-    assert stripe.split() == ["stripe", "concurrent", "3", "1/3", "jid-a", "2/5", "5", "40", "7", "1"]
+    assert header.split() == ["KEY", "KIND", "SIZE", "IN", "USE", "HOLDERS", "WAITING", "OVER", "5M/60M",
+                              "RESCHEDULED", "GRANTED", "OVER", "LAPSED"]
+    assert stripe.split() == ["stripe", "concurrent", "3", "1/3", "jid-a", "2", "2/5", "5", "40", "7", "1"]
     assert mail.split()[:4] == ["mail", "bucket", "25/1s", "0/25"] and err == ""
     document = cli_json("limits", "--limit", "1")
     assert document["total"] == 2 and document["per_page"] == 1

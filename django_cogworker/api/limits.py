@@ -86,6 +86,8 @@ class LimitState:
     family: str
     in_use: int
     holders: list[Holder]
+    waiting: int  # (concurrent) jobs refused, parked until a place is given back
+
     totals: dict[str, int]
     recent: Recent
     last_used: float | None
@@ -129,24 +131,26 @@ class LimitState:
             lk = keys.limit(key)
             pipe.hgetall(lk.stats)
             _queue_in_use(pipe, lk, spec, now)
+            pipe.zcard(lk.waiting)
             listing.append(spec["kind"] in ("concurrent", "unknown") and holders > 0)
             if listing[-1]:
                 pipe.zrangebyscore(lk.holders, f"({now!r}", "+inf", start=0, num=holders, withscores=True)
         replies = iter(pipe.execute(raise_on_error=False))
         states = []
         for (key, used), spec, listed in zip(keys_used, specs, listing, strict=True):
-            stats, in_use = next(replies), next(replies)
-            states.append(cls._from(key, used, spec, stats, in_use, next(replies) if listed else [], now))
+            stats, in_use, waiting = next(replies), next(replies), next(replies)
+            states.append(cls._from(key, used, spec, stats, in_use, next(replies) if listed else [], now,
+                                    _count(waiting)))
         return states
 
     @classmethod
     def _from(cls, key: str, used: float | None, spec: dict[str, Any], stats: Any, in_use: Any, listed: Any,
-              now: float) -> LimitState:
+              now: float, waiting: int = 0) -> LimitState:
         # (not a dict: an error reply, a key of the wrong type)
         stats = {_text(field): value for field, value in stats.items()} if isinstance(stats, dict) else {}
         totals = {name: _count(stats.get(name)) for name in TOTALS}
         return cls(key, spec["kind"], spec["size"], spec["per"], spec["lease"], spec["family"] or key,
-                   _in_use(spec, in_use, now), _holders(listed), totals, _recent(stats, now), used, now)
+                   _in_use(spec, in_use, now), _holders(listed), waiting, totals, _recent(stats, now), used, now)
 
 
 def _recent(stats: dict[str, Any], now: float) -> Recent:
@@ -235,6 +239,7 @@ class FamilyTotals:
     family: str
     keys: int = 0
     in_use: int = 0
+    waiting: int = 0
     size: int | None = None
     totals: dict[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(TOTALS, 0))
 
@@ -287,6 +292,7 @@ class LimitSet:
                 family = found.setdefault(state.family, FamilyTotals(state.family))
                 family.keys += 1
                 family.in_use += state.in_use
+                family.waiting += state.waiting
                 for name, count in state.totals.items():
                     family.totals[name] += count
                 if state.key == state.family:

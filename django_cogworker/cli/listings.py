@@ -123,8 +123,8 @@ def periodic() -> Listing:
 def limit_item(s: api.LimitState) -> dict[str, Any]:
     return {"key": s.key, "family": s.family, "kind": s.kind, "size": s.size, "per": s.per, "lease": s.lease,
             "in_use": s.in_use, "full": s.full, "holders": [dataclasses.asdict(h) for h in s.holders],
-            "more_holders": s.more_holders, "totals": s.totals, "recent": dataclasses.asdict(s.recent),
-            "last_used": s.last_used}
+            "more_holders": s.more_holders, "waiting": s.waiting, "totals": s.totals,
+            "recent": dataclasses.asdict(s.recent), "last_used": s.last_used}
 
 
 def limits(page: int, limit: int) -> Listing:
@@ -132,10 +132,10 @@ def limits(page: int, limit: int) -> Listing:
     result = api.LimitSet().page(page, limit)
     rows = [[s.key, s.kind, _rate(s), f"{s.in_use}/{s.size if s.size is not None else '?'}",
              ",".join(h.jid or "-" for h in s.holders) + (f" +{s.more_holders}" if s.more_holders else "") or None,
-             f"{s.recent.over_5m}/{s.recent.over_60m}", s.totals["rescheduled"], s.totals["granted"],
+             s.waiting, f"{s.recent.over_5m}/{s.recent.over_60m}", s.totals["rescheduled"], s.totals["granted"],
              s.totals["over"], s.totals["expired"]] for s in result.items]
-    return Listing(["KEY", "KIND", "SIZE", "IN USE", "HOLDERS", "OVER 5M/60M", "RESCHEDULED", "GRANTED", "OVER",
-                    "LAPSED"], rows,
+    return Listing(["KEY", "KIND", "SIZE", "IN USE", "HOLDERS", "WAITING", "OVER 5M/60M", "RESCHEDULED", "GRANTED",
+                    "OVER", "LAPSED"], rows,
                    listing([limit_item(s) for s in result.items], page=result.number, per_page=result.per_page,
                            total=result.total),
                    more_note(result.number, result.per_page, result.total, len(rows)))

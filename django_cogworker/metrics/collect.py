@@ -116,6 +116,8 @@ def _limits(redis: RedisClient, keys: Keys) -> list[Family]:
                                                        "(concurrent), starts in the bucket or window, a leaky "
                                                        "bucket's level.")
     size = Family("cogworker_limit_size", "gauge", "The limiter's size (a limiter of one static name only).")
+    waiting = Family("cogworker_limit_waiting", "gauge", "Jobs a concurrency limiter refused that wait for a place "
+                                                         "given back, over its keys.")
     counters = [(name, Family(f"cogworker_limit_{name}_total", "counter", text)) for name, text in (
         ("granted", "Places the limiter granted, over its keys."),
         ("over", "Times the limiter refused (at fetch, or a within() block that waited in vain), over its keys."),
@@ -123,11 +125,12 @@ def _limits(redis: RedisClient, keys: Keys) -> list[Family]:
         ("expired", "Concurrency leases of the limiter that lapsed (their holder died), over its keys."))]
     for family in sorted(kept, key=lambda f: f.family):
         in_use.add(family.in_use, limiter=family.family)
+        waiting.add(family.waiting, limiter=family.family)
         if family.size is not None:
             size.add(family.size, limiter=family.family)
         for name, counter in counters:
             counter.add(family.totals[name], limiter=family.family)
-    return [in_use, size, *(counter for _, counter in counters)]
+    return [in_use, size, waiting, *(counter for _, counter in counters)]
 
 
 def _classes(redis: RedisClient | None, keys: Keys | None) -> list[Family]:
