@@ -23,7 +23,7 @@ from django_cogworker.flow import cancel
 from django_cogworker.push import runtime
 from django_cogworker.tasks.api import InvalidTask, TaskResultDoesNotExist, TaskResultStatus, task_backends
 from django_cogworker.tasks.backend import CogworkerBackend
-from testproject.demo.tasks import add, async_add, doomed, explode, fail, flaky, hold, perishable, spin
+from testproject.demo.tasks import add, async_add, doomed, explode, fail, flaky, hold, limited, perishable, spin
 
 K = Keys()
 
@@ -357,7 +357,17 @@ def test_a_signal_receiver_that_raises_fails_neither_the_push_nor_the_task(r, ca
     assert caplog.text.count("receiver bug") >= 2
 
 
-# -- flow control: expiry, cancel --------------------------------------------------------------------
+# -- flow control: limits, expiry, cancel -----------------------------------------------------------
+
+
+def test_a_task_with_limits_runs_within_them_and_its_results_read_successful(tmp_path, r):
+    results = [limited.enqueue("lt", 0.2) for _ in range(8)]
+    with Worker("-c", "8", env={**FAST_ENV, "DEMO_LIMIT_LEASE": "2"}, log_path=tmp_path / "worker.log") as w:
+        w.wait_ready()
+        wait_until(lambda: all(status(limited, x.id) == TaskResultStatus.SUCCESSFUL for x in results), timeout=30,
+                   message="limited tasks not all done")
+    assert r.get("lt:max") == "3"  # (8 processors, 8 tasks: only the limit kept them to 3)
+    assert {limited.get_result(x.id).return_value for x in results} == {"done"}
 
 
 def test_a_task_that_expired_before_any_worker_took_it_reads_failed_with_job_expired(tmp_path, r):

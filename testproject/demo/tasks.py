@@ -10,6 +10,8 @@ import time
 from django_cogworker.push.runtime import get_redis
 from django_cogworker.tasks.api import task
 
+from .flow_jobs import _ENTER, partner
+
 
 @task
 def add(a, b):
@@ -83,3 +85,16 @@ def perishable(key):
     """RPUSH key "ran"; dropped unrun when still waiting 0.5 s after it was due (expires_in)."""
     get_redis().rpush(key, "ran")
     return "ran"
+
+
+@task(limits=[partner])
+def limited(key, seconds):
+    """At most 3 at once fleet-wide (``demo:partner``, a Limiter.concurrent): record how many ran at
+    once in `key`:max, sleep `seconds`, return "done"."""
+    redis = get_redis()
+    redis.eval(_ENTER, 2, f"{key}:now", f"{key}:max")
+    try:
+        time.sleep(seconds)
+    finally:
+        redis.decr(f"{key}:now")
+    return "done"
