@@ -40,7 +40,8 @@ DEFAULT_LEASE = 60.0
 KEY_MAX = 200  # characters of a limiter key: it is part of four Redis key names
 WAIT_SLICE = (0.01, 0.25)  # within(): first and longest pause between tries at a concurrency limit
 
-_defined: dict[str, Limiter] = {}  # static name or family -> the first limiter defined with it
+_defined: dict[str, Limiter] = {}  # static name or family= -> the first limiter defined with it
+_all: list[Limiter] = []
 _defined_lock = threading.Lock()
 
 
@@ -53,6 +54,7 @@ class Limiter:
         if kind not in KINDS:
             raise CogworkerError(f"a limiter's kind is one of {', '.join(KINDS)}, got {kind!r}")
         self.kind = kind
+        self.family_given = family is not None
         if callable(name):
             self.name: str | None = None
             self.key_fn: Callable[..., str] | None = name
@@ -297,14 +299,19 @@ SEEN = _Seen()
 
 
 def defined() -> list[Limiter]:
-    """Every limiter defined so far (by name or family), for ``manage.py check``."""
+    """Every limiter defined so far, for ``manage.py check``."""
     with _defined_lock:
-        return list(_defined.values())
+        return list(_all)
 
 
 def _register(limiter: Limiter) -> None:
-    """Refuse a second definition of one name (or family) with another kind, size, period or lease."""
+    """Refuse a second definition of one name (or ``family=``) with another kind, size, period or
+    lease. A key function's default family (its dotted name) is not checked: two lambdas of one
+    module share it, and their keys are theirs."""
     with _defined_lock:
+        _all.append(limiter)
+        if limiter.key_fn is not None and limiter.family_given is False:
+            return
         first = _defined.setdefault(limiter.family, limiter)
     if first is not limiter and first.spec() != limiter.spec():
         raise CogworkerError(f"limiter {limiter.family!r} is defined twice, differently: {first!r} and {limiter!r} "
