@@ -32,7 +32,6 @@ from typing import Any
 from ..batches import steps
 from ..broker.keys import Keys, for_config, glob_escape
 from ..broker.types import RedisClient
-from ..engine.run.results import ResultWriter
 from ..errors import Cancelled, JobNotFound
 from ..push import payload as payloads
 from ..push import scope
@@ -190,6 +189,9 @@ def _record(redis: RedisClient, keys: Keys, payload: dict[str, Any], error: Base
     jid = str(payload.get("jid"))
     ttl = redis.ttl(keys.result(jid))
     if ttl is not None and ttl > 0:
+        # (Here, not at the top: a web process loads engine/ only when it cancels a task.)
+        from ..engine.run.results import ResultWriter
+
         ResultWriter(redis, keys, "cancel").finished(payload, ttl, error=error, target="dead")
 
 

@@ -8,7 +8,7 @@ Each beat (:func:`beat`), in one pipeline, and only when there is something to w
 * the limiter keys used since the last beat go into the ``limits`` index, with their specs, for
   the admin, the CLI and the metrics: no write on a job's path for them.
 
-:func:`problems` names what can't work with the config: a lease no longer than two heartbeat
+:func:`problems` names what can't work with the config: a lease shorter than two heartbeat
 intervals would lapse between two renewals of a job that runs on.
 """
 

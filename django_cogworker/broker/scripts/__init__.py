@@ -50,7 +50,7 @@ from .jobs import (
     REQUEUE,
     requeue_args,
 )
-from .limits import LIMIT_PARK, LIMIT_RELEASE, LIMIT_RENEW, LIMIT_TAKE
+from .limits import LIMIT_COUNT, LIMIT_PARK, LIMIT_RELEASE, LIMIT_RENEW, LIMIT_TAKE
 from .periodic import HELD_LOCK, PERIODIC_CLAIM, PERIODIC_ENABLE, PERIODIC_ROLLBACK
 from .push import PUSH, RECEIPT_TTL, push_args
 from .results import RESULT_FINISHED, RESULT_STARTED
@@ -100,4 +100,5 @@ __all__ = [
     "LIMIT_RELEASE",
     "LIMIT_RENEW",
     "LIMIT_PARK",
+    "LIMIT_COUNT",
 ]

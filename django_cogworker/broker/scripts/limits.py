@@ -161,6 +161,7 @@ local given, woken = 0, {}
 for i = 1, n do
   local a, k = (i - 1) * 4, (i - 1) * 6
   local kind, size, per = ARGV[a + 3], tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  local before = given
   if kind == "concurrent" then
     local gone = redis.call("ZREM", KEYS[k + 1], token)
     given = given + gone
@@ -184,7 +185,8 @@ for i = 1, n do
   elseif undo and kind == "window" then
     given = given + redis.call("ZREM", KEYS[k + 2], token .. ":" .. i)
   elseif undo and kind == "bucket" then
-    if tonumber(redis.call("HGET", KEYS[k + 3], "bc") or "0") > 0 then
+    local m = redis.call("HMGET", KEYS[k + 3], "bn", "bc")
+    if tonumber(m[1]) == math.floor(now / per) and tonumber(m[2] or "0") > 0 then  -- (its bucket still)
       redis.call("HINCRBY", KEYS[k + 3], "bc", -1)
       given = given + 1
     end
@@ -195,7 +197,7 @@ for i = 1, n do
       given = given + 1
     end
   end
-  if undo then redis.call("HINCRBY", KEYS[k + 4], "granted", -1) end
+  if undo and given > before then redis.call("HINCRBY", KEYS[k + 4], "granted", -1) end
 end
 return {given, unpack(woken)}
 """)
@@ -232,6 +234,20 @@ local stale = redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", tonumber(ARGV[3]) - 3
 if #stale > 0 then
   redis.call("ZREM", KEYS[1], unpack(stale))
   redis.call("HDEL", KEYS[2], unpack(stale))
+end
+return 1
+""")
+
+# Count what became of a job refused by a limit inside its run (an OverLimit raised by
+# ``within``: its take counted the refusal, not the job's reschedule or failure).
+#
+# KEYS[1] = stats; ARGV[1] = "reschedule" or "fail"
+LIMIT_COUNT = Script(_COMMON + r"""
+if ARGV[1] == "reschedule" then
+  redis.call("HINCRBY", KEYS[1], "rescheduled", 1)
+  count_recent(KEYS[1], "r")
+else
+  redis.call("HINCRBY", KEYS[1], "failed", 1)
 end
 return 1
 """)

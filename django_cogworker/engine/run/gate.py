@@ -172,10 +172,16 @@ class Gate:
             if len(reply) > 1:
                 wake(self.redis, self.keys, reply[1:])
 
-    def reschedule(self, raw: bytes, payload: dict, refused: OverLimit) -> bool:
+    def reschedule(self, raw: bytes, payload: dict, refused: OverLimit, counted: bool = True) -> bool:
         """Send a job refused by a limit back to the schedule, with a backoff; False when it has
-        been OVER_LIMIT_MAX times already (then it fails with ``refused``, and counts afresh)."""
+        been OVER_LIMIT_MAX times already (then it fails with ``refused``, and counts afresh).
+
+        ``counted``: the limiter's stats already say what became of it (a refusal at fetch counts
+        it in its LIMIT_TAKE); an OverLimit raised by the job (``within``) is counted here.
+        """
         over = _count(payload.get("over_limit"))
+        if not counted:
+            self._count(refused.key, "fail" if over >= self.over_limit_max else "reschedule")
         if over >= self.over_limit_max:
             payload.pop("over_limit", None)
             return False
@@ -195,6 +201,13 @@ class Gate:
                                type(exc).__name__, payloads.printable(exc))
         return True
 
+    def _count(self, key: str, outcome: str) -> None:
+        try:
+            scripts.LIMIT_COUNT(self.redis, [self.keys.limit(key).stats], [outcome])
+        except Exception as exc:  # (a count, never worth the job's filing)
+            logger.warning("limiter %s: a %s not counted (%s: %s)", payloads.printable(key), outcome,
+                           type(exc).__name__, payloads.printable(exc))
+
     def backoff(self, retry_after: float | None, count: int, kind: str) -> float:
         """Seconds before a refused job is tried again (its ``count``-th refusal), with jitter.
 
@@ -210,7 +223,7 @@ class Gate:
         if kind != "concurrent" and retry_after is not None:
             return retry_after + rng.uniform(0, 0.05 + 0.05 * min(count, 20) * min(retry_after + 0.1, 1.0))
         base = max(retry_after or 0.0, CONCURRENT_BACKOFF)
-        return min(base * 2 ** min(count - 1, 10), BACKOFF_MAX) * rng.uniform(0.5, 1.5)
+        return min(base * 2 ** min(count - 1, 10) * rng.uniform(0.5, 1.5), BACKOFF_MAX)
 
     def _schedule(self, raw: bytes, payload: dict, delay: float) -> Filing:
         filing = Filing("schedule", self.clock() + delay, payload)

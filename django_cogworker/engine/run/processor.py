@@ -181,7 +181,7 @@ class Processor:
                     gate.cancelled_run(unit.raw, payload, known, job, exc, elapsed)
                     self.stats.job_done(False, counted, elapsed)
                     return
-                if isinstance(exc, OverLimit) and gate.reschedule(unit.raw, payload, exc):
+                if isinstance(exc, OverLimit) and gate.reschedule(unit.raw, payload, exc, counted=False):
                     outcome = "retry"  # (its locks stay, as for a retry)
                     if extras is not None:
                         extras.failed(job_class, payload, exc, Filing("schedule", 0.0, payload), job)
