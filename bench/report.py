@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -288,6 +289,12 @@ def limits_section(add: Any, res: dict[str, Any]) -> None:
         "command more (`EVALSHA`). A job that calls a rate-limited API "
         "spends milliseconds there: the limiter's share of it is the *added* column.")
     add("")
+    other = {how: statistics.median(r.get("other_cpu_cores", 0.0) for r in d["runs"]) for how, d in rows.items()}
+    if any(x >= 0.15 for x in other.values()):
+        add("Other load on the machine during these drains (CPU cores busy outside the worker, Redis and the "
+            "bench, median of each way's runs; the CPU figures are less trustworthy for it, the command counts "
+            "are not): " + ", ".join(f"{how} {fmt(x)}" for how, x in other.items()) + ".")
+        add("")
 
 def chart(res: dict[str, Any], path: Path) -> bool:
     try:
