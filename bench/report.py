@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -240,6 +241,61 @@ def batches_section(add: Any, res: dict[str, Any]) -> None:
         add("")
 
 
+def limits_section(add: Any, res: dict[str, Any]) -> None:
+    """bench/limits.py: the same jobs plain, with a bucket limit and with a concurrency limit."""
+    lim = res["limits"]
+    rows = lim["variants"]
+    added = lim["added_per_job"]
+    add("## Limits: what a limiter costs per job")
+    add("")
+    source = lim.get("from_run")
+    if source:
+        add(f"Measured in another run than the sections above: {source['timestamp']}, against django-cogworker "
+            f"{source['git']}, on {source['machine']}: `python bench/run.py {' '.join(source['argv'])}`.")
+    else:
+        m = res["machine"]
+        idle = f", cpuidle driver {m['cpuidle_driver'] or 'none'}" if "cpuidle_driver" in m else ""
+        add(f"On {m['nproc']} CPUs ({m['cpu_model']}{idle}); alone: `python bench/run.py --sections limits`.")
+    add("")
+    add(f"{lim['n']:,} no-op jobs (one `INCR bench:done`) pushed in bulk, then drained by {lim['worker']}, three "
+        "ways: *plain* (`bench.NoopIncr`, no limit), *bucket* (`bench.LimitedBucket`: `limits = "
+        "[Limiter.bucket(\"bench:bucket\", 10**9, per=1)]`, one `LIMIT_TAKE` script before each run) and "
+        "*concurrent* (`bench.LimitedConcurrent`: `limits = [Limiter.concurrent(\"bench:concurrent\", 1000)]`, "
+        "a `LIMIT_TAKE` before and a `LIMIT_RELEASE` after each run). Neither limit ever refuses (checked after "
+        "every drain: `granted` is N, `over` 0, and no place is left held), so the difference is the price of "
+        "taking a place, not of waiting for one. Each way ran "
+        f"{lim['reps']} time(s), in turn; the figures are medians, with the range of jobs/s; *added* is the "
+        "median's difference from plain's. Drain figures as in the drain table.")
+    add("")
+    table_rows = []
+    for how, d in rows.items():
+        a = added.get(how, {})
+        plus = lambda field, a=a: f"+{fmt(a[field])}" if field in a else "–"  # noqa: E731
+        spread = [r["jobs_per_s"] for r in d["runs"]]
+        table_rows.append([how, f"{fmt(d['jobs_per_s'])} ({fmt(min(spread))}–{fmt(max(spread))})",
+                           d["worker_cpu_us_per_job"], plus("worker_cpu_us_per_job"),
+                           d["redis_commands_per_job"], plus("redis_commands_per_job"),
+                           d["redis_round_trips_per_job"], plus("redis_round_trips_per_job"),
+                           d["redis_cpu_us_per_job"], plus("redis_cpu_us_per_job")])
+    add(table(["way", "jobs/s (range)", "worker CPU µs/job", "added", "Redis cmds/job", "added", "round trips/job",
+               "added", "Redis CPU µs/job", "added"], table_rows))
+    add("")
+    add("A take is one round trip of the processor thread, before the job starts (the fetch's acks don't carry "
+        "it: the job may not run); a concurrency limit's release is a second, after it ends. On a no-op job the "
+        "round trip is most of the cost: the thread blocks on its socket, hands over the GIL and is woken again. "
+        "Inside Redis a bucket's take runs five commands (`TIME`, `HMGET`, `HSET`, `PEXPIRE`, `HINCRBY`) in its "
+        "script; a concurrency limit's take six (`TIME`, `ZREMRANGEBYSCORE`, `ZSCORE`, `ZCARD`, `ZADD`, "
+        "`HINCRBY`) and its release four (`TIME`, `ZREM`, `HGET`, `HSET`); each script call counts as one "
+        "command more (`EVALSHA`). A job that calls a rate-limited API "
+        "spends milliseconds there: the limiter's share of it is the *added* column.")
+    add("")
+    other = {how: statistics.median(r.get("other_cpu_cores", 0.0) for r in d["runs"]) for how, d in rows.items()}
+    if any(x >= 0.15 for x in other.values()):
+        add("Other load on the machine during these drains (CPU cores busy outside the worker, Redis and the "
+            "bench, median of each way's runs; the CPU figures are less trustworthy for it, the command counts "
+            "are not): " + ", ".join(f"{how} {fmt(x)}" for how, x in other.items()) + ".")
+        add("")
+
 def chart(res: dict[str, Any], path: Path) -> bool:
     try:
         import matplotlib
@@ -366,6 +422,8 @@ def render(res: dict[str, Any], png: bool) -> str:
         wakeups_section(add, res)
     if res.get("batches", {}).get("variants"):
         batches_section(add, res)
+    if res.get("limits", {}).get("variants"):
+        limits_section(add, res)
 
     lat = res.get("latency", {})
     if lat:

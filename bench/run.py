@@ -16,8 +16,10 @@ loop only, writes only --out, and takes well under a minute.
 Every run starts its own redis-server on a free port (no persistence). Sections: drain (with worker
 CPU, Redis commands, round trips and CPU per job), latency, enqueue, scheduled, idle, memory, scale,
 profile (py-spy, when installed), batches (bench/batches.py: plain, batch and chord drains, the
-callback's delay); and outside --quick, real jobs (1 ms of I/O, 200 µs of CPU: cogworker against
-Sidekiq) and wake-ups per job (bench/wakeups.py). Method and caveats: docs/benchmarks.md.
+callback's delay), limits (bench/limits.py: plain drains against a bucket and a concurrency limit
+that never refuse: what a take and a release cost per job); and outside --quick, real jobs (1 ms of
+I/O, 200 µs of CPU: cogworker against Sidekiq) and wake-ups per job (bench/wakeups.py). Method and
+caveats: docs/benchmarks.md.
 
 A run limited by --sections writes bench/results/<timestamp>.json (and --out) but neither latest.json
 nor the page: `python bench/report.py bench/results/latest.json bench/results/<timestamp>.json` puts
@@ -57,7 +59,8 @@ N_CAPS = {"rq-fork": 2_000, "rq-simple": 20_000}
 REAL_JOBS_N = {"IoWait": 5_000, "CpuBurn": 20_000}
 WAKEUPS_N = 20_000
 # In the order they run; --sections picks some (meta, machine and versions are always there).
-SECTIONS = ("enqueue", "drain", "real_jobs", "wakeups", "batches", "idle", "scheduled", "scale", "memory", "profile")
+SECTIONS = ("enqueue", "drain", "real_jobs", "wakeups", "batches", "limits", "idle", "scheduled", "scale", "memory",
+            "profile")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -73,6 +76,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                       "then neither latest.json nor the page is written)")
     p.add_argument("--batches-n", type=int, help="jobs per drain of the batches section (default 10,000; quick: 300)")
     p.add_argument("--batches-reps", type=int, help="drains of each way in the batches section (default 3; quick: 1)")
+    p.add_argument("--limits-n", type=int, help="jobs per drain of the limits section (default 10,000; quick: 300)")
+    p.add_argument("--limits-reps", type=int, help="drains of each way in the limits section (default 3; quick: 1)")
     p.add_argument("--no-venv", action="store_true", help="run with this interpreter, not bench/.venv")
     p.add_argument("--no-sidekiq", action="store_true", help="don't try to install or run Sidekiq")
     p.add_argument("--no-profile", action="store_true", help="skip the py-spy profile of a cogworker drain")
@@ -241,6 +246,7 @@ class Bench:
             "scale_total": 5_000 if q else 1_000_000, "scale_small_total": 100 if q else 1_000,
             "scale_due": 100 if q else 1_000,
             "batches_n": args.batches_n or (300 if q else 10_000), "batches_reps": args.batches_reps or (1 if q else 3),
+            "limits_n": args.limits_n or (300 if q else 10_000), "limits_reps": args.limits_reps or (1 if q else 3),
         }
         self.results: dict[str, Any] = {"skipped": {}, "errors": {}}
         self._setup_django()
@@ -525,6 +531,19 @@ class Bench:
         except Exception as exc:
             self.results["errors"]["batches"] = f"{type(exc).__name__}: {exc}"
             log(f"batches FAILED: {exc}\n{traceback.format_exc()}")
+
+    # -- limits: plain jobs against a bucket and a concurrency limit (bench/limits.py) -----------
+
+    def limits(self) -> None:
+        """The same no-op jobs plain and with a limit that never refuses, drained by two processes:
+        what a limiter's take (and release) adds per job (CPU, Redis commands)."""
+        import limits
+
+        try:
+            self.results["limits"] = limits.run(self, self.p["limits_n"], self.p["limits_reps"], log)
+        except Exception as exc:
+            self.results["errors"]["limits"] = f"{type(exc).__name__}: {exc}"
+            log(f"limits FAILED: {exc}\n{traceback.format_exc()}")
 
     # -- enqueue ---------------------------------------------------------------------------
 
@@ -933,7 +952,7 @@ def main(argv: list[str]) -> int:
             bench.real_jobs()
         if not args.quick and "wakeups" in sections:
             bench.wakeups()
-        for name, section in (("batches", bench.batches), ("idle", bench.idle_cogworker),
+        for name, section in (("batches", bench.batches), ("limits", bench.limits), ("idle", bench.idle_cogworker),
                               ("scheduled", bench.scheduled), ("scale", bench.scale), ("memory", bench.memory),
                               ("profile", bench.profile)):
             if name in sections:

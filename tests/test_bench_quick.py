@@ -17,7 +17,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SECTIONS = ("meta", "machine", "versions", "enqueue", "drain", "latency", "idle", "scheduled", "memory", "scale",
-            "batches")
+            "batches", "limits")
 
 
 def _numbers(obj, where=""):
@@ -57,10 +57,11 @@ def test_every_section_is_there_and_nothing_failed(results):
 def test_every_number_is_finite_and_not_negative(results):
     # Allowed below zero: the scheduled minimum (a job run early would show there), the machine's
     # other load (a difference of two CPU accountings, a little negative on a quiet machine) and the
-    # batches' overheads (a few hundred jobs: within the noise of zero, either side).
+    # batches' and the limits' overheads (a few hundred jobs: within the noise of zero, either side).
     for where, value in _numbers(results):
         assert math.isfinite(value), f"{where} = {value!r}"
-        if not where.endswith(("min_ms", "other_cpu_cores")) and ".overhead_pct." not in where:
+        if not where.endswith(("min_ms", "other_cpu_cores")) and ".overhead_pct." not in where \
+                and ".added_per_job." not in where:
             assert value >= 0, f"{where} = {value!r}"
 
 
@@ -126,6 +127,26 @@ def test_batches_plain_batch_and_chord(results):
                                                  "redis_round_trips_per_job"}
     # A job of a batch settles its batch step in a script of its own: more commands than a plain job.
     assert bat["variants"]["batch"]["redis_commands_per_job"] > bat["variants"]["plain"]["redis_commands_per_job"]
+
+
+def test_limits_plain_bucket_and_concurrent(results):
+    lim = results["limits"]
+    assert set(lim["variants"]) == {"plain", "bucket", "concurrent"}
+    for how, d in lim["variants"].items():
+        for field in ("jobs_per_s", "worker_cpu_us_per_job", "redis_commands_per_job", "redis_round_trips_per_job",
+                      "redis_cpu_us_per_job"):
+            _positive(d[field], f"limits.{how}.{field}")
+        assert len(d["runs"]) == lim["reps"] >= 1
+        assert d["commands_per_job"].get("incrby", 0) + d["commands_per_job"].get("incr", 0) >= 0.9, d
+    # (No job was refused and no place left held: the section checks it, an error otherwise.)
+    added = lim["added_per_job"]
+    # A take is one script (EVALSHA and the five or six commands it runs) in a round trip of its own;
+    # a concurrency limit's release is another.
+    assert added["bucket"]["redis_commands_per_job"] >= 5, added
+    assert added["concurrent"]["redis_commands_per_job"] >= 10, added
+    assert added["bucket"]["redis_round_trips_per_job"] > 0.5, added
+    assert added["concurrent"]["redis_round_trips_per_job"] > 1.5, added
+    assert lim["variants"]["bucket"]["commands_per_job"].get("evalsha", 0) >= 1, lim["variants"]["bucket"]
 
 
 def test_per_stage_costs_count_the_job_s_own_redis_calls_as_the_job_and_leave_start_up_out():

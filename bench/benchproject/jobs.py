@@ -8,7 +8,10 @@
   200 µs of CPU here), then INCR the counter;
 * ``BatchMember(n)``, ``BatchCallback``: the batches section's (bench/batches.py): a member INCRs the
   counter like ``NoopIncr``, and the one that brings it to ``n`` stamps its end; the callback stamps
-  its start and counts its runs.
+  its start and counts its runs;
+* ``LimitedBucket(t)``, ``LimitedConcurrent(t)``: the limits section's (bench/limits.py): ``NoopIncr``
+  with a ``bucket`` or a ``concurrent`` limit too large ever to refuse, so a drain measures what a
+  take (and, for a concurrency limit, its release) costs a job.
 
 ``CPU_BURN_LOOPS`` is calibrated at import, unless ``BENCH_CPU_BURN_LOOPS_PYTHON`` gives it: the
 bench passes its own calibration to the workers, so that every drain burns the same loops and the
@@ -18,7 +21,7 @@ figure stated beside them (``CPU_BURN_US``, measured here) is theirs.
 import os
 import time
 
-from django_cogworker import Job
+from django_cogworker import Job, Limiter
 from django_cogworker.push.runtime import get_redis
 
 COUNTER = "bench:done"
@@ -29,6 +32,10 @@ CALLBACK_START = "bench:batch:callback_start"
 CALLBACK_RUNS = "bench:batch:callback_runs"
 IO_SLEEP_S = 0.001
 CPU_BURN_TARGET_US = 200
+# The limits section's: never refuse (a billion starts a second; more places than the drain's 20
+# processor threads), so every job pays one take and no reschedule. The lease is the default's.
+BUCKET_LIMIT = Limiter.bucket("bench:bucket", 10**9, per=1)
+CONCURRENT_LIMIT = Limiter.concurrent("bench:concurrent", 1000, lease=60)
 
 
 def burn(loops):
@@ -116,3 +123,19 @@ class BatchCallback(Job):
         pipe.set(CALLBACK_START, repr(started), nx=True)
         pipe.incr(CALLBACK_RUNS)
         pipe.execute()
+
+
+class LimitedBucket(Job):
+    name = "bench.LimitedBucket"
+    limits = [BUCKET_LIMIT]
+
+    def perform(self, t=0.0):
+        get_redis().incr(COUNTER)
+
+
+class LimitedConcurrent(Job):
+    name = "bench.LimitedConcurrent"
+    limits = [CONCURRENT_LIMIT]
+
+    def perform(self, t=0.0):
+        get_redis().incr(COUNTER)

@@ -1,0 +1,114 @@
+"""Limiters in the drain: what a job's ``limits`` cost it (issue 26).
+
+N no-op jobs (one INCR of the counter, as ``NoopIncr``) are pushed in bulk, then drained by
+``runcogworker -c 10 --processes 2`` through ``Bench.drain`` (run.py), as the bench's other drains
+are: figures from the first job done to the last. Three ways, each a job class of
+benchproject/jobs.py:
+
+* plain: ``NoopIncr``, no limit (the reference);
+* bucket: ``LimitedBucket``, a ``Limiter.bucket`` of a billion starts a second: one LIMIT_TAKE
+  script before each run, never refused;
+* concurrent: ``LimitedConcurrent``, a ``Limiter.concurrent`` of 1,000 places (the drain runs 20
+  jobs at once at most): one LIMIT_TAKE before and one LIMIT_RELEASE after each run, never refused.
+
+So the differences against plain are a take's cost, and a take's and a release's. That no job was
+refused is checked after each drain (the limiter's ``over`` count is 0, ``granted`` is N), and, for
+the concurrency limit, that every place was given back (no holder left).
+
+Each way runs ``reps`` times, in turn (plain, bucket, concurrent, plain, ...: a drift in the
+machine's load falls on all three); each figure is the median of its runs, and the added cost per
+job is that of the medians: worker CPU µs, Redis commands and round trips, Redis CPU µs.
+
+    python bench/run.py --sections limits --no-venv                  # this section alone (2-3 minutes)
+    python bench/run.py --sections limits --no-venv --limits-n 2000 --limits-reps 1
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import harness
+from systems import Cogworker, Ctx
+
+# Way -> (job class in benchproject/jobs.py, its limiter's attribute there, or "").
+VARIANTS = {"plain": ("NoopIncr", ""), "bucket": ("LimitedBucket", "BUCKET_LIMIT"),
+            "concurrent": ("LimitedConcurrent", "CONCURRENT_LIMIT")}
+# Figures of each run whose median is kept.
+MEDIANS = ("jobs_per_s", "worker_cpu_us_per_job", "worker_cpu_cores", "redis_commands_per_job",
+           "redis_round_trips_per_job", "redis_cpu_us_per_job")
+# What a limit adds per job, against plain: the figures that grow with a job's cost.
+ADDED = ("worker_cpu_us_per_job", "redis_commands_per_job", "redis_round_trips_per_job", "redis_cpu_us_per_job")
+
+
+class Variant(Cogworker):
+    """The bench's cogworker system (reliable, -c 10, --processes 2), pushing one of VARIANTS' jobs."""
+
+    def __init__(self, how: str):
+        super().__init__("reliable", 10, processes=2)
+        self.how = how
+        self.key = f"limits-{how}"
+        self.label = f"{how}: {self.label}"
+
+    def push_bulk(self, ctx: Ctx, n: int, kind: str = "") -> None:
+        super().push_bulk(ctx, n, VARIANTS[self.how][0])
+
+
+def limiter_check(r: Any, how: str, n: int, timeout: float = 5.0) -> dict[str, Any]:
+    """The limiter's counts after a drain of ``n`` jobs: every job granted a place, none refused,
+    and (concurrent) every place given back within ``timeout`` s; else RuntimeError."""
+    attr = VARIANTS[how][1]
+    if not attr:
+        return {}
+    from benchproject import jobs
+
+    from django_cogworker.broker.keys import for_config
+    from django_cogworker.push import runtime
+
+    limiter = getattr(jobs, attr)
+    keys = for_config(runtime.get_config()).limit(limiter.name)
+    deadline = time.monotonic() + timeout
+    while how == "concurrent" and r.zcard(keys.holders) and time.monotonic() < deadline:
+        time.sleep(0.01)  # (the last runs give their places back just after their INCR)
+    stats = {k.decode(): v.decode() for k, v in r.hgetall(keys.stats).items()}
+    granted, over, held = int(stats.get("granted", 0)), int(stats.get("over", 0)), r.zcard(keys.holders)
+    if granted != n or over or held:
+        raise RuntimeError(f"limits {how}: granted {granted} of {n}, refused {over}, places still held {held}")
+    return {"limit_granted": granted, "limit_over": over}
+
+
+def run(bench: Any, n: int, reps: int, log: Any) -> dict[str, Any]:
+    """The section: each of VARIANTS drained ``reps`` times, in turn; medians and added costs."""
+    runs: dict[str, list[dict[str, Any]]] = {how: [] for how in VARIANTS}
+    for rep in range(reps):
+        for how in VARIANTS:
+            system = Variant(how)
+            res = bench.drain(system, n, latency=False, idle=False,
+                              then=lambda _workers, how=how: limiter_check(bench.r, how, n))
+            runs[how].append(res)
+            log(f"limits {how} (run {rep + 1} of {reps}): {res['jobs_per_s']:,} jobs/s, "
+                f"{res['worker_cpu_us_per_job']} µs CPU/job, {res['redis_commands_per_job']} Redis commands/job")
+    out = summarise(runs)
+    out.update(n=n, reps=reps, worker=Variant("plain").worker_desc)
+    return out
+
+
+def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """{"variants": medians of each way's runs (and the runs), "added_per_job": against plain's}."""
+    rnd = harness.rnd
+    out: dict[str, Any] = {"variants": {}}
+    for how, done in runs.items():
+        row: dict[str, Any] = {k: rnd(statistics.median(r[k] for r in done)) for k in MEDIANS}
+        middle = sorted(done, key=lambda r: r["jobs_per_s"])[len(done) // 2]
+        row["commands_per_job"] = middle["commands_per_job"]
+        row["runs"] = [{k: r[k] for k in MEDIANS} | {"other_cpu_cores": r.get("other_cpu_cores", 0.0)}
+                       for r in done]
+        out["variants"][how] = row
+    plain = out["variants"]["plain"]
+    out["added_per_job"] = {how: {k: rnd(row[k] - plain[k]) for k in ADDED}
+                            for how, row in out["variants"].items() if how != "plain"}
+    # (As the batches section's: % more time per job than plain, from jobs/s.)
+    out["overhead_pct"] = {how: {"jobs_per_s": round(100 * (plain["jobs_per_s"] / row["jobs_per_s"] - 1), 1)}
+                           for how, row in out["variants"].items() if how != "plain"}
+    return out
