@@ -31,7 +31,6 @@ from typing import Any
 from ..batches import steps
 from ..broker.keys import Keys, for_config, glob_escape
 from ..broker.types import RedisClient
-from ..engine.run.results import ResultWriter
 from ..errors import Cancelled, JobNotFound
 from ..push import payload as payloads
 from ..push import scope
@@ -168,6 +167,10 @@ def _record(redis: RedisClient, keys: Keys, payload: dict[str, Any], error: Base
     jid = str(payload.get("jid"))
     ttl = redis.ttl(keys.result(jid))
     if ttl is not None and ttl > 0:
+        # (Imported here: this module is imported with the package, by every process that pushes,
+        # and a web process must not load the engine; tests/test_client.py checks it.)
+        from ..engine.run.results import ResultWriter
+
         ResultWriter(redis, keys, "cancel").finished(payload, ttl, error=error, target="dead")
 
 
