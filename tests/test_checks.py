@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 
@@ -16,8 +17,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
 from django.test import override_settings
 from helpers import REPO_ROOT, free_port
+from limiter_fixtures import fresh_limiters, unique  # noqa: F401 - the fresh_limiters fixture
 
-from django_cogworker import Job
+from django_cogworker import Job, Limiter
 
 PASSWORD = "s3cret-Pw"
 
@@ -223,3 +225,40 @@ def test_manage_py_runcogworker_bad_option_exits_with_the_setting_named():
     assert result.returncode == 1, output
     assert 'COGWORKER["CONCURRENCY"] must be a positive integer, got 0' in output
     assert "Traceback" not in output and PASSWORD not in output
+
+
+# -- limiters (flow/) ----------------------------------------------------------------------------------
+
+
+def _limiter_errors(name: str) -> list[tuple[str, str]]:
+    return [(code, msg) for code, msg in cogworker_errors() if name in msg]
+
+
+def test_a_lease_shorter_than_twice_the_heartbeat_is_an_error_naming_the_limiter_and_the_setting():
+    limiter = Limiter.concurrent(unique("check"), 2, lease=3)
+    with override_settings(COGWORKER={"HEARTBEAT_INTERVAL": 2}):
+        (error,) = _limiter_errors(limiter.name)
+        with pytest.raises(SystemCheckError, match=re.escape(limiter.name)):
+            call_command("check")
+    assert error == ("cogworker.E004", f"Limiter.concurrent('{limiter.name}', 2, lease=3): its lease (3s) must be at "
+                                       f'least twice COGWORKER["HEARTBEAT_INTERVAL"] (2s): the heartbeat renews it, '
+                                       f"and a lease that lapses between two beats frees the place of a job still "
+                                       f"running")
+    with override_settings(COGWORKER={"HEARTBEAT_INTERVAL": 1.5}):
+        assert _limiter_errors(limiter.name) == []  # (3 s: twice 1.5 s, enough)
+
+
+def test_a_limiter_keyed_by_a_function_is_checked_by_its_family():
+    family = unique("check-family")
+    Limiter.concurrent(lambda customer: f"{family}:{customer}", 1, lease=1, family=family)
+    with override_settings(COGWORKER={"HEARTBEAT_INTERVAL": 1}):
+        ((code, msg),) = _limiter_errors(family)
+    assert code == "cogworker.E004" and msg.startswith(f"Limiter.concurrent('{family}', 1, lease=1): ")
+
+
+def test_leases_are_not_checked_against_a_config_that_is_itself_invalid():
+    limiter = Limiter.concurrent(unique("check-invalid"), 1, lease=1)
+    with override_settings(COGWORKER={"HEARTBEAT_INTERVAL": -1}):
+        errors = cogworker_errors()
+    assert [code for code, _ in errors] == ["cogworker.E001"]  # (and no E004 for the 1 s lease)
+    assert _limiter_errors(limiter.name)  # (which the default heartbeat, 5 s, does have one for)

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import runpy
 import signal
 
 import pytest
 import redis
 from django.test import override_settings
-from helpers import RedisServer, Worker, wait_until
+from helpers import REPO_ROOT, RedisServer, Worker, wait_until
 
 from django_cogworker import ConfigError, Job
 from django_cogworker.conf import SETTINGS, Config, build_config, redact_url
@@ -303,3 +304,28 @@ def test_worker_banner_and_log_never_show_the_password(locked_redis, tmp_path):
     log = worker.log()
     assert f"redis://:***@127.0.0.1:{srv.port}/0" in log
     assert PASSWORD not in log
+
+
+# -- OVER_LIMIT_MAX (flow control) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [-1, True, "3", 2.5, None])
+def test_over_limit_max_must_be_an_integer_of_0_or_more(value):
+    assert errors_of({"OVER_LIMIT_MAX": value}) == [f'COGWORKER["OVER_LIMIT_MAX"] must be an integer >= 0, '
+                                                    f"got {value!r}"]
+
+
+def test_over_limit_max_is_20_by_default_and_0_fails_a_job_at_its_first_refusal():
+    assert build_config({}, {}).over_limit_max == 20
+    assert build_config({"OVER_LIMIT_MAX": 0}, {}).over_limit_max == 0
+    assert build_config({"OVER_LIMIT_MAX": 500}, {}).over_limit_max == 500
+
+
+def test_over_limit_max_comes_from_settings_as_every_setting_but_the_redis_url(monkeypatch):
+    """The library reads two environment variables, the Redis URL's; the test project reads the
+    others it lets tests set per worker (COGWORKER_MAX_ORPHANINGS, ...), this one too."""
+    assert build_config({}, {"COGWORKER_OVER_LIMIT_MAX": "3"}).over_limit_max == 20
+    monkeypatch.setenv("COGWORKER_OVER_LIMIT_MAX", "3")
+    project = runpy.run_path(str(REPO_ROOT / "testproject" / "settings.py"))
+    assert project["COGWORKER"]["OVER_LIMIT_MAX"] == 3
+    assert build_config(project["COGWORKER"], {}).over_limit_max == 3

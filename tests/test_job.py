@@ -393,3 +393,67 @@ def test_a_bad_expires_in_is_refused_on_the_class_and_at_the_push(r, value):
     with pytest.raises(CogworkerError, match=r"expires_in must be a positive number of seconds or None, got"):
         Plain.set(expires_in=value).perform_async()
     assert r.dbsize() == 0
+
+
+# -- limits and expires_in (flow control) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(("limits", "message"), [
+    (["partner"], r"test_job\.BadLimits\.limits\[0\] must be a Limiter \(Limiter\.concurrent, bucket, window or "
+                  r"leaky\), got 'partner'"),
+    ([None], r"test_job\.BadLimits\.limits\[0\] must be a Limiter"),
+    ("partner", r"test_job\.BadLimits\.limits must be a list of limiters \(Limiter\.concurrent\(\.\.\.\), \.\.\.\), "
+                r"got 'partner'"),
+    (None, r"test_job\.BadLimits\.limits must be a list of limiters"),
+])
+def test_limits_that_are_not_limiters_are_refused_at_class_definition_naming_the_job(limits, message):
+    with pytest.raises(CogworkerError, match=message):
+        type("BadLimits", (Job,), {"limits": limits, "perform": lambda self: None, "__module__": __name__})
+
+
+def test_a_single_limiter_not_in_a_list_and_a_later_bad_entry_are_refused():
+    from django_cogworker import Limiter
+    from testproject.demo.flow_jobs import partner
+
+    with pytest.raises(CogworkerError, match=r"BadLimits\.limits must be a list of limiters .*, got "
+                                             r"Limiter\.concurrent\('demo:partner', 3"):
+        type("BadLimits", (Job,), {"limits": partner, "__module__": __name__})
+    with pytest.raises(CogworkerError, match=r"BadLimits\.limits\[1\] must be a Limiter.* got <class"):
+        type("BadLimits", (Job,), {"limits": [partner, Limiter], "__module__": __name__})
+
+
+def test_limits_are_kept_as_a_tuple():
+    from testproject.demo.flow_jobs import partner
+
+    limited = type("LimitedJob", (Job,), {"limits": [partner], "__module__": __name__})
+    assert limited.limits == (partner,)
+    assert Plain.limits == ()
+
+
+@pytest.mark.parametrize("value", [0, -1, True, "30", float("nan"), float("inf")])
+def test_a_bad_expires_in_is_refused_at_class_definition(value):
+    with pytest.raises(CogworkerError, match=rf"BadExpiry\.expires_in must be a positive number of seconds or None, "
+                                             rf"got {re.escape(repr(value))}"):
+        type("BadExpiry", (Job,), {"expires_in": value, "__module__": __name__})
+
+
+@pytest.mark.parametrize("value", [0, -5, False, "30", float("nan")])
+def test_a_bad_expires_in_given_to_set_is_refused_at_the_push_and_nothing_is_pushed(r, value):
+    with pytest.raises(CogworkerError, match=rf"{Plain.name}: expires_in must be a positive number of seconds"):
+        Plain.set(expires_in=value).perform_async(1)
+    assert r.dbsize() == 0
+
+
+def test_expires_in_sets_expires_at_from_the_push_or_the_due_time(r):
+    expiring = type("Expiring", (Job,), {"expires_in": 30, "perform": lambda self, n: None, "__module__": __name__})
+    expiring.perform_async(1)
+    Plain.set(expires_in=2.5).perform_async(2)
+    first, second = queued(r)
+    assert first["expires_at"] == first["created_at"] + 30
+    assert second["expires_at"] == second["created_at"] + 2.5
+    assert "expires_at" not in Plain.set(queue="other").build([3], {})  # (none unless asked)
+    at = time.time() + 100
+    expiring.perform_at(at, 3)
+    ((due, score),) = scheduled(r)
+    assert score == pytest.approx(at, abs=1e-3)
+    assert due["expires_at"] == pytest.approx(at + 30, abs=1e-3)  # 30 s after it is due, not pushed

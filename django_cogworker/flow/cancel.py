@@ -189,7 +189,8 @@ def _record(redis: RedisClient, keys: Keys, payload: dict[str, Any], error: Base
     jid = str(payload.get("jid"))
     ttl = redis.ttl(keys.result(jid))
     if ttl is not None and ttl > 0:
-        # (Here, not at the top: a web process loads engine/ only when it cancels a task.)
+        # (Imported here: this module is imported with the package, by every process that pushes,
+        # and a web process must not load the engine; tests/test_client.py checks it.)
         from ..engine.run.results import ResultWriter
 
         ResultWriter(redis, keys, "cancel").finished(payload, ttl, error=error, target="dead")

@@ -177,7 +177,10 @@ class Limiter:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise OverLimit(self.name, self.kind, float(after) if after else None)  # type: ignore[arg-type]
-            if after:
+            # A rate limiter says when its next place frees. A concurrency limit's retry_after is
+            # how long places are held lately (a rescheduled job's backoff): slept through, a place
+            # freed at once was taken only at the deadline; it is polled instead (WAIT_SLICE).
+            if after and self.kind != "concurrent":
                 nap = float(after) + random.uniform(0, 0.01)
             else:
                 nap, pause = pause * random.uniform(0.5, 1.5), min(pause * 2, WAIT_SLICE[1])
@@ -299,9 +302,12 @@ SEEN = _Seen()
 
 
 def defined() -> list[Limiter]:
-    """Every limiter defined so far, for ``manage.py check``."""
+    """Every limiter defined so far (one of each name and spec), for ``manage.py check``."""
     with _defined_lock:
-        return list(_all)
+        first: dict[tuple, Limiter] = {}
+        for limiter in _all:
+            first.setdefault((limiter.family, limiter.spec()), limiter)
+        return list(first.values())
 
 
 def _register(limiter: Limiter) -> None:

@@ -222,8 +222,10 @@ class Gate:
         rng = self.rng
         if kind != "concurrent" and retry_after is not None:
             return retry_after + rng.uniform(0, 0.05 + 0.05 * min(count, 20) * min(retry_after + 0.1, 1.0))
-        base = max(retry_after or 0.0, CONCURRENT_BACKOFF)
-        return min(base * 2 ** min(count - 1, 10) * rng.uniform(0.5, 1.5), BACKOFF_MAX)
+        # Jittered below the cap too (x 0.5 to 1.5, the top cut at BACKOFF_MAX): jittered after
+        # capping, a job held out long waited up to 1.5 x BACKOFF_MAX.
+        wait = min(max(retry_after or 0.0, CONCURRENT_BACKOFF) * 2 ** min(count - 1, 10), BACKOFF_MAX)
+        return rng.uniform(wait * 0.5, min(wait * 1.5, BACKOFF_MAX))
 
     def _schedule(self, raw: bytes, payload: dict, delay: float) -> Filing:
         filing = Filing("schedule", self.clock() + delay, payload)

@@ -1,0 +1,353 @@
+"""engine/run/gate.py: what a processor checks before a job runs, for its limits.
+
+First the Gate on its own, with the real ReliableFetch, Settler and AckBatch on the suite's Redis
+(a fixed clock and a seeded rng: scores are exact); then through a real in-process Launcher, for
+what the processor files (a key function that raises, a job refused once more than OVER_LIMIT_MAX
+allows, an OverLimit raised by ``within`` in a job).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+
+import pytest
+from engine_fixtures import (
+    RUNS,
+    launcher_factory_fixture,  # noqa: F401 - the launcher_factory fixture
+    make_config,
+    new_token,
+    runs,
+)
+from helpers import wait_until
+from limiter_fixtures import fresh_limiters  # noqa: F401 - the fresh_limiters fixture
+
+from django_cogworker import Job, Limiter
+from django_cogworker.broker import scripts
+from django_cogworker.broker.keys import Keys
+from django_cogworker.engine.fetch.reliable import ReliableFetch
+from django_cogworker.engine.run.cancels import Cancels
+from django_cogworker.engine.run.gate import BACKOFF_MAX, DROPPED, FREE, RESCHEDULED, UNREACHABLE_DELAY, Gate, Ticket
+from django_cogworker.engine.settle.retry import RetryPolicy
+from django_cogworker.engine.settle.settling import AckBatch, Settler
+from django_cogworker.errors import LimitKeyError, OverLimit
+from django_cogworker.flow.limiter import HELD, SEEN, holder_token
+from django_cogworker.push import payload as payloads
+from django_cogworker.push.job import JobSetter
+
+K = Keys()
+NOW = 1_000_000.0  # the gate's clock
+
+# Defined at import, so registered for the whole run: leases a check at any heartbeat can accept.
+one_at_a_time = Limiter.concurrent("test:gate:one", 1)
+two_a_minute = Limiter.bucket("test:gate:minute", 2, per=60)
+per_customer = Limiter.concurrent(lambda customer, *_: f"test:gate:cust:{customer['id']}", 1,
+                                  family="test:gate:cust")
+
+
+class OneAtATime(Job):
+    limits = [one_at_a_time]
+
+    def perform(self, token):
+        RUNS[token].append(self.jid)
+
+
+class OneAndRate(Job):
+    limits = [one_at_a_time, two_a_minute]
+
+    def perform(self, token):
+        RUNS[token].append(self.jid)
+
+
+class RateOnly(Job):
+    limits = [two_a_minute]
+
+    def perform(self, token):
+        RUNS[token].append(self.jid)
+
+
+class PerCustomer(Job):
+    limits = [per_customer]
+
+    def perform(self, customer, token):
+        RUNS[token].append(self.jid)
+
+
+class WaitsWithin(Job):
+    """Takes a place in ``one_at_a_time`` itself, not waiting: over it, OverLimit leaves perform."""
+
+    def perform(self, token):
+        RUNS[token].append(self.jid)
+        with one_at_a_time.within(wait=0):
+            RUNS[token].append("inside")
+
+
+class Parts:
+    def __init__(self, rb, gate: Gate, fetch: ReliableFetch, settler: Settler):
+        self.rb, self.gate, self.fetch, self.settler = rb, gate, fetch, settler
+
+    def fetched(self, job: type[Job], *args, **fields) -> tuple[bytes, dict]:
+        """A job of ``job`` as the fetch hands it over: on the in-progress list, raw and decoded."""
+        payload = {**JobSetter(job, {}).build(list(args), {}, now=NOW - 10), **fields}
+        raw = payloads.encode(payload).encode()
+        self.rb.lpush(self.fetch.in_progress, raw)
+        return raw, payloads.decode(raw)
+
+    def scheduled(self) -> list[tuple[dict, float]]:
+        return [(json.loads(raw), score) for raw, score in self.rb.zrange(K.schedule, 0, -1, withscores=True)]
+
+
+def make_parts(redis_url, rb, keys: Keys = K, over_limit_max: int = 3) -> Parts:
+    config = make_config(redis_url, OVER_LIMIT_MAX=over_limit_max)
+    fetch = ReliableFetch(config, rb, K, "host:1:gate")
+    retry = RetryPolicy(config, clock=lambda: NOW)
+    settler = Settler(fetch, retry)
+    gate = Gate(rb, keys, over_limit_max=config.over_limit_max, retry=retry, settler=settler,
+                acks=AckBatch(fetch, settler), cancels=Cancels(), clock=lambda: NOW, rng=random.Random(7))
+    return Parts(rb, gate, fetch, settler)
+
+
+@pytest.fixture
+def parts(redis_url, rb):
+    return make_parts(redis_url, rb)
+
+
+def occupy(rb, limiter: Limiter, key: str | None = None) -> str:
+    """Take the place of a concurrency limit as another process's job (30 s lease)."""
+    token = holder_token("someone-else")
+    reply = scripts.LIMIT_TAKE(rb, list(K.limit(key or limiter.name)), [token, "", "", *limiter.argv()])
+    assert int(reply[0]) == 1
+    return token
+
+
+def spend_the_minute(rb, keys: Keys = K) -> float:
+    """Make ``two_a_minute``'s two starts of this minute (not in its last half second: the job's
+    take must come in the same minute); return the seconds left of it, on Redis's clock."""
+    seconds, micros = rb.time()
+    left = 60 - (seconds % 60 + micros / 1e6)
+    if left < 0.5:
+        time.sleep(left + 0.01)
+        left = 60.0
+    for _ in range(2):
+        assert int(scripts.LIMIT_TAKE(rb, list(keys.limit(two_a_minute.name)), [holder_token(None), "", "",
+                                                                              *two_a_minute.argv()])[0])
+    return left
+
+
+def stat(rb, key: str, field: str) -> int:
+    return int(rb.hget(K.limit(key).stats, field) or 0)
+
+
+# -- the gate on its own -------------------------------------------------------------------------
+
+
+def test_a_job_over_its_limit_goes_to_the_schedule_counted_over_limit_with_its_retry_count_untouched(parts, rb):
+    occupy(rb, one_at_a_time)
+    raw, payload = parts.fetched(OneAtATime, "t", retry_count=2, error_class="RuntimeError")
+
+    assert parts.gate.enter(raw, payload, OneAtATime) == RESCHEDULED
+
+    ((filed, score),) = parts.scheduled()
+    assert filed["jid"] == payload["jid"] and filed["over_limit"] == 1
+    assert (filed["retry_count"], filed["error_class"]) == (2, "RuntimeError")  # (no failure recorded)
+    assert NOW + 0.5 <= score <= NOW + 1.5  # a concurrency limit's first backoff: CONCURRENT_BACKOFF, jittered
+    assert rb.llen(parts.fetch.in_progress) == 0  # acknowledged with its filing
+    assert rb.llen(K.retry) == 0 and rb.zcard(K.retry) == 0
+    assert (stat(rb, one_at_a_time.name, "over"), stat(rb, one_at_a_time.name, "rescheduled")) == (1, 1)
+
+
+def test_each_refusal_counts_once_more_and_waits_longer(parts, rb):
+    occupy(rb, one_at_a_time)
+    raw, payload = parts.fetched(OneAtATime, "t")
+    waits = []
+    for count in (1, 2, 3):
+        assert parts.gate.enter(raw, payload, OneAtATime) == RESCHEDULED
+        ((filed, score),) = parts.scheduled()
+        assert filed["over_limit"] == count
+        waits.append(score - NOW)
+        rb.delete(K.schedule)  # (as the poller moves it back to its queue, and a fetch takes it)
+        raw = payloads.encode(filed).encode()
+        payload = payloads.decode(raw)
+        rb.lpush(parts.fetch.in_progress, raw)
+    assert waits[0] < 1.5 < waits[2]  # CONCURRENT_BACKOFF (1 s) doubled with each refusal (x 0.5 to 1.5)
+
+
+def test_past_over_limit_max_the_next_refusal_is_raised_for_the_processor_to_file(redis_url, rb):
+    parts = make_parts(redis_url, rb, over_limit_max=2)
+    occupy(rb, one_at_a_time)
+    raw, payload = parts.fetched(OneAtATime, "t", over_limit=2)
+
+    with pytest.raises(OverLimit) as info:
+        parts.gate.enter(raw, payload, OneAtATime)
+
+    assert (info.value.key, info.value.kind) == (one_at_a_time.name, "concurrent")
+    assert "over_limit" not in payload  # (counted afresh after the failure's retry)
+    assert parts.scheduled() == [] and rb.llen(parts.fetch.in_progress) == 1  # the processor files it
+    assert (stat(rb, one_at_a_time.name, "failed"), stat(rb, one_at_a_time.name, "rescheduled")) == (1, 0)
+
+
+def test_a_rate_refusal_waits_at_least_until_its_next_place(parts, rb):
+    until_next_minute = spend_the_minute(rb)
+    raw, payload = parts.fetched(RateOnly, "t")
+
+    assert parts.gate.enter(raw, payload, RateOnly) == RESCHEDULED
+
+    ((_filed, score),) = parts.scheduled()
+    assert until_next_minute - 0.5 <= score - NOW <= until_next_minute + 1.2
+
+
+def test_a_job_within_its_limits_gets_a_ticket_and_the_ticket_gives_the_place_back(parts, rb):
+    SEEN.take()
+    raw, payload = parts.fetched(OneAndRate, "t")
+
+    ticket = parts.gate.enter(raw, payload, OneAndRate)
+
+    assert isinstance(ticket, Ticket)
+    holders = K.limit(one_at_a_time.name).holders
+    (token,) = rb.zrange(holders, 0, -1)
+    assert json.loads(token)["jid"] == payload["jid"]
+    assert HELD.by_key()[one_at_a_time.name][1] == [token.decode()]  # renewed by the heartbeat meanwhile
+    assert set(SEEN.take()) == {one_at_a_time.name, two_a_minute.name}
+    assert rb.llen(parts.fetch.in_progress) == 1  # (still there: it runs now)
+    ticket.release()
+    assert rb.zcard(holders) == 0 and one_at_a_time.name not in HELD.by_key()
+    assert stat(rb, two_a_minute.name, "granted") == 1  # (a start, made: never given back)
+
+
+def test_a_job_with_rate_limits_only_holds_nothing(parts, rb):
+    raw, payload = parts.fetched(RateOnly, "t")
+    assert parts.gate.enter(raw, payload, RateOnly) is FREE
+    assert stat(rb, two_a_minute.name, "granted") == 1
+
+
+def test_one_limit_refusing_leaves_the_others_untaken(parts, rb):
+    spend_the_minute(rb)
+    raw, payload = parts.fetched(OneAndRate, "t")
+    assert parts.gate.enter(raw, payload, OneAndRate) == RESCHEDULED
+    assert rb.zcard(K.limit(one_at_a_time.name).holders) == 0
+    assert stat(rb, one_at_a_time.name, "granted") == 0
+
+
+def test_on_a_cluster_a_later_refusal_undoes_the_earlier_keys_takes(redis_url, rb):
+    spread = Keys("{cw}:", spread=True)
+    parts = make_parts(redis_url, rb, keys=spread)
+    assert spread.limit(one_at_a_time.name).holders != K.limit(one_at_a_time.name).holders
+    spend_the_minute(rb, spread)
+    raw, payload = parts.fetched(OneAndRate, "t")
+
+    assert parts.gate.enter(raw, payload, OneAndRate) == RESCHEDULED
+
+    one = spread.limit(one_at_a_time.name)
+    assert rb.zcard(one.holders) == 0  # taken in its own round trip, then given back
+    assert rb.hget(one.stats, "granted") == b"0"
+
+
+def test_a_key_function_that_raises_is_raised_with_nothing_taken(parts, rb):
+    raw, payload = parts.fetched(PerCustomer, "not a dict", "t")
+    with pytest.raises(LimitKeyError, match=r"the key function of limiter 'test:gate:cust' raised TypeError"):
+        parts.gate.enter(raw, payload, PerCustomer)
+    assert parts.scheduled() == [] and rb.llen(parts.fetch.in_progress) == 1
+    assert rb.keys("*limit*") == []
+
+
+def test_a_key_function_gives_each_argument_its_own_limit(parts, rb):
+    first = parts.gate.enter(*parts.fetched(PerCustomer, {"id": 1}, "t"), PerCustomer)
+    second = parts.gate.enter(*parts.fetched(PerCustomer, {"id": 2}, "t"), PerCustomer)
+    third = parts.gate.enter(*parts.fetched(PerCustomer, {"id": 1}, "t"), PerCustomer)
+    assert isinstance(first, Ticket) and isinstance(second, Ticket) and third == RESCHEDULED
+    first.release()
+    second.release()
+
+
+def test_a_redis_error_while_taking_reschedules_the_job_uncounted(parts, rb, caplog):
+    rb.set(K.limit(one_at_a_time.name).holders, "not a sorted set")  # (LIMIT_TAKE fails: WRONGTYPE)
+    raw, payload = parts.fetched(OneAtATime, "t")
+
+    with caplog.at_level(logging.ERROR, logger="django_cogworker.engine.run.gate"):
+        assert parts.gate.enter(raw, payload, OneAtATime) == RESCHEDULED
+
+    ((filed, score),) = parts.scheduled()
+    assert score == NOW + UNREACHABLE_DELAY
+    assert "over_limit" not in filed and "retry_count" not in filed
+    assert rb.llen(parts.fetch.in_progress) == 0
+    assert f"jid={payload['jid']}: its limits could not be taken (ResponseError" in caplog.text
+
+
+def test_a_job_past_its_expiry_is_dropped_before_its_limits_are_looked_at(parts, rb):
+    occupy(rb, one_at_a_time)
+    raw, payload = parts.fetched(OneAtATime, "t", expires_at=NOW - 1)
+    assert parts.gate.enter(raw, payload, OneAtATime) == DROPPED
+    assert rb.get(K.stat_expired) == b"1" and rb.llen(parts.fetch.in_progress) == 0
+    assert parts.scheduled() == [] and stat(rb, one_at_a_time.name, "over") == 0
+
+
+# -- backoff -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["bucket", "window", "leaky"])
+def test_a_rate_kind_waits_at_least_its_retry_after_and_a_little_more(parts, kind):
+    for retry_after in (0.0, 0.01, 0.7, 30.0):
+        for count in (1, 5, 50):
+            waits = [parts.gate.backoff(retry_after, count, kind) for _ in range(200)]
+            assert all(retry_after <= w <= retry_after + 1.05 for w in waits), (retry_after, count)
+    # Spread a little more each time the job lost the race (at most 1.05 s).
+    assert max(parts.gate.backoff(1.0, 1, kind) for _ in range(200)) <= 1.0 + 0.1
+    assert max(parts.gate.backoff(1.0, 20, kind) for _ in range(200)) > 1.0 + 0.5
+
+
+def test_a_concurrency_refusal_waits_longer_with_each_count_and_no_longer_than_backoff_max(parts):
+    def spread(retry_after, count):
+        waits = [parts.gate.backoff(retry_after, count, "concurrent") for _ in range(300)]
+        return min(waits), max(waits)
+
+    assert spread(None, 1) == pytest.approx((0.5, 1.5), abs=0.05)  # CONCURRENT_BACKOFF when nothing is known
+    assert spread(2.0, 1) == pytest.approx((1.0, 3.0), abs=0.05)  # how long places were held lately
+    assert spread(2.0, 3) == pytest.approx((4.0, 12.0), abs=0.2)  # doubled with each refusal
+    for retry_after, count in ((2.0, 6), (0.1, 30), (3600.0, 1)):
+        low, high = spread(retry_after, count)
+        assert BACKOFF_MAX / 2 - 1 < low and high <= BACKOFF_MAX, (retry_after, count, low, high)
+
+
+# -- through a real Launcher -----------------------------------------------------------------------
+
+
+def test_a_key_function_that_raises_files_the_job_in_retry_never_drops_it(launcher_factory, r):
+    token = new_token()
+    running = launcher_factory()
+    pushed = running.push(PerCustomer, "no id here", token)
+
+    wait_until(lambda: r.zcard(K.retry) == 1, message="filed in retry")
+    (filed,) = [json.loads(raw) for raw in r.zrange(K.retry, 0, -1)]
+    assert filed["jid"] == pushed["jid"] and filed["error_class"] == "django_cogworker.errors.LimitKeyError"
+    assert "the key function of limiter 'test:gate:cust' raised TypeError" in filed["error_message"]
+    assert filed["retry_count"] == 0 and runs(token) == []
+    wait_until(lambda: r.llen(running.in_progress) == 0, message="acknowledged")
+
+
+def test_a_job_refused_once_more_than_over_limit_max_is_filed_in_retry_with_over_limit(launcher_factory, r, rb):
+    token = new_token()
+    occupy(rb, one_at_a_time)
+    running = launcher_factory(OVER_LIMIT_MAX=1)
+    pushed = running.push(OneAtATime, token)
+
+    wait_until(lambda: r.zcard(K.retry) == 1, message="filed in retry")
+    (filed,) = [json.loads(raw) for raw in r.zrange(K.retry, 0, -1)]
+    assert filed["jid"] == pushed["jid"] and filed["error_class"] == "django_cogworker.errors.OverLimit"
+    assert filed["retry_count"] == 0 and "over_limit" not in filed  # (its next refusals count afresh)
+    assert runs(token) == []
+    assert (stat(rb, one_at_a_time.name, "rescheduled"), stat(rb, one_at_a_time.name, "failed")) == (1, 1)
+
+
+def test_over_limit_raised_by_within_in_a_job_reschedules_it_then_fails_it_past_the_max(launcher_factory, r, rb):
+    token = new_token()
+    occupy(rb, one_at_a_time)
+    running = launcher_factory(OVER_LIMIT_MAX=1)
+    pushed = running.push(WaitsWithin, token)
+
+    wait_until(lambda: r.zcard(K.retry) == 1, message="filed in retry")
+    (filed,) = [json.loads(raw) for raw in r.zrange(K.retry, 0, -1)]
+    assert filed["jid"] == pushed["jid"] and filed["error_class"] == "django_cogworker.errors.OverLimit"
+    assert filed["retry_count"] == 0 and "over_limit" not in filed
+    assert runs(token) == [pushed["jid"]] * 2  # rescheduled once (not a failure), then failed

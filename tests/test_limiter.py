@@ -1,0 +1,459 @@
+"""flow/limiter.py: limiter definitions, their keys, and ``within`` against the real scripts on a real Redis.
+
+The rate kinds are measured with Redis's own clock (what the scripts use): a take's time is read
+from the sorted set or hash the script wrote, so the expected ``retry_after`` is computed, not
+guessed, and a slow machine can't flake it. Periods are short (0.2 to 1 s).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+import time
+
+import pytest
+from limiter_fixtures import fresh_limiters, unique  # noqa: F401 - the fresh_limiters fixture
+
+from django_cogworker import CogworkerError, Limiter
+from django_cogworker.broker import scripts
+from django_cogworker.broker.keys import Keys
+from django_cogworker.errors import LimitKeyError, OverLimit
+from django_cogworker.flow.limiter import HELD, KEY_MAX, SEEN, defined, holder_token
+
+K = Keys()
+
+
+def redis_now(rb) -> float:
+    seconds, micros = rb.time()
+    return seconds + micros / 1_000_000
+
+
+def stats(r, key: str) -> dict[str, int]:
+    """The counters of a limiter key (the ring of recent minutes and the hold average left out)."""
+    return {k: int(v) for k, v in r.hgetall(K.limit(key).stats).items()
+            if k != "hold" and not re.fullmatch(r"[orm]\d+", k)}
+
+
+def take(limiter: Limiter, rb, token: str | None = None) -> tuple[bool, float | None]:
+    """One LIMIT_TAKE of ``limiter`` (as within() makes it): (granted, retry_after)."""
+    reply = scripts.LIMIT_TAKE(rb, list(K.limit(limiter.name)), [token or holder_token(None), "", "",
+                                                                    *limiter.argv()])
+    if int(reply[0]) == 1:
+        return True, None
+    return False, float(reply[2]) if reply[2] else None
+
+
+# -- definitions ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [0, -1, True, 2.0, "3", None])
+def test_a_size_that_is_not_a_whole_number_above_0_is_refused(size):
+    with pytest.raises(CogworkerError, match=r"size must be a whole number above 0, got " + repr(size)):
+        Limiter.concurrent(unique("size"), size)
+
+
+@pytest.mark.parametrize("per", [0, -1, True, float("nan"), float("inf"), "1"])
+def test_a_period_that_is_not_a_positive_number_of_seconds_is_refused(per):
+    for make in (Limiter.bucket, Limiter.window, Limiter.leaky):
+        with pytest.raises(CogworkerError, match=r": per must be a positive number of seconds, got "):
+            make(unique("per"), 5, per)
+
+
+@pytest.mark.parametrize("lease", [0, -5, False, float("inf")])
+def test_a_lease_that_is_not_a_positive_number_of_seconds_is_refused(lease):
+    name = unique("lease")
+    with pytest.raises(CogworkerError, match=rf"concurrent limiter '{name}': lease must be a positive number of "
+                                             rf"seconds, got {lease!r}"):
+        Limiter.concurrent(name, 1, lease=lease)
+
+
+def test_an_unknown_kind_is_refused_naming_the_kinds():
+    with pytest.raises(CogworkerError, match=r"kind is one of concurrent, bucket, window, leaky, got 'burst'"):
+        Limiter("burst", unique("kind"), 1)
+
+
+def test_a_concurrency_limit_has_no_period_and_a_rate_limit_no_lease():
+    with pytest.raises(CogworkerError, match=r"a concurrency limit has no period \(per\); did you mean bucket\?"):
+        Limiter("concurrent", unique("per"), 1, per=1.0)
+    with pytest.raises(CogworkerError, match=r"only a concurrency limit has a lease"):
+        Limiter("bucket", unique("lease"), 1, per=1.0, lease=10.0)
+
+
+@pytest.mark.parametrize("name", ["", "a{b}", "has}brace", "x" * (KEY_MAX + 1), "line\nbreak", 5, None])
+def test_a_name_that_can_not_name_redis_keys_is_refused(name):
+    with pytest.raises(CogworkerError, match=r"a limiter's name must be"):
+        Limiter.concurrent(name, 1)
+
+
+def test_a_name_of_key_max_characters_is_fine():
+    name = unique("long")
+    name += "x" * (KEY_MAX - len(name))
+    assert Limiter.bucket(name, 1).name == name
+
+
+def test_one_name_defined_twice_differently_is_refused_naming_both():
+    name = unique("twice")
+    Limiter.concurrent(name, 2, lease=30)
+    with pytest.raises(CogworkerError) as info:
+        Limiter.concurrent(name, 3, lease=30)
+    message = str(info.value)
+    assert f"Limiter.concurrent('{name}', 2, lease=30)" in message
+    assert f"Limiter.concurrent('{name}', 3, lease=30)" in message
+    with pytest.raises(CogworkerError, match="defined twice"):
+        Limiter.bucket(name, 2, per=1)  # (same size, another kind)
+
+
+def test_the_same_spec_twice_is_one_limiter_and_fine():
+    name = unique("same")
+    first = Limiter.window(name, 4, per=2)
+    second = Limiter.window(name, 4, per=2.0)  # (an int or a float period: the same)
+    assert first.spec() == second.spec()
+    assert [limiter for limiter in defined() if limiter.family == name] == [first]
+
+
+def test_a_refused_definition_leaves_nothing_registered():
+    name = unique("refused")
+    with pytest.raises(CogworkerError):
+        Limiter.concurrent(name, 0)
+    assert Limiter.concurrent(name, 5).size == 5  # (not "defined twice")
+
+
+def test_the_family_of_a_key_function_is_where_it_is_defined_unless_named():
+    def by_customer(customer, *_):
+        return f"cust:{customer}"
+
+    assert Limiter.concurrent(by_customer, 1).family == f"{__name__}.{by_customer.__qualname__}"
+    named = unique("family")
+    assert Limiter.concurrent(lambda c: f"x:{c}", 1, family=named).family == named
+    with pytest.raises(CogworkerError, match=r"family must be a non-empty string"):
+        Limiter.concurrent(by_customer, 1, family="")
+
+
+def test_repr_and_describe_say_kind_size_and_period_or_lease():
+    name = unique("repr")
+    assert repr(Limiter.leaky(name, 10, per=0.5)) == f"Limiter.leaky('{name}', 10, per=0.5)"
+    described = json.loads(Limiter.concurrent(name + "c", 3, lease=12).describe())
+    assert described == {"kind": "concurrent", "size": 3, "per": None, "lease": 12.0, "family": name + "c"}
+
+
+# -- keys ----------------------------------------------------------------------------------------
+
+
+def test_a_static_name_is_the_key_whatever_the_arguments():
+    name = unique("static")
+    limiter = Limiter.bucket(name, 5)
+    assert limiter.key_for() == name
+    assert limiter.key_for([1, 2], {"x": 3}) == name
+
+
+def test_a_key_function_gets_the_job_s_args_and_kwargs():
+    limiter = Limiter.concurrent(lambda customer, *rest, region="eu": f"cust:{customer}:{region}", 1,
+                                 family=unique("fn"))
+    assert limiter.key_for([7, "x"], {}) == "cust:7:eu"
+    assert limiter.key_for([7], {"region": "us"}) == "cust:7:us"
+    assert limiter.key_for((8,), None) == "cust:8:eu"
+
+
+def test_a_key_function_that_raises_gives_limit_key_error_naming_the_family_and_the_error():
+    family = unique("raises")
+    limiter = Limiter.concurrent(lambda customer: f"cust:{customer['id']}", 1, family=family)
+    with pytest.raises(LimitKeyError, match=rf"the key function of limiter '{family}' raised TypeError: ") as info:
+        limiter.key_for([5], {})
+    assert isinstance(info.value.__cause__, TypeError)
+    with pytest.raises(LimitKeyError, match=r"raised TypeError"):
+        limiter.key_for([], {})  # (arguments the function can't take)
+
+
+@pytest.mark.parametrize("returned", [5, None, "", b"bytes", "a{b}", "x" * (KEY_MAX + 1)])
+def test_a_key_function_returning_what_can_not_name_keys_gives_limit_key_error(returned):
+    family = unique("returns")
+    limiter = Limiter.concurrent(lambda *_: returned, 1, family=family)
+    with pytest.raises(LimitKeyError, match=rf"the key function of limiter '{family}' must be"):
+        limiter.key_for([1], {})
+
+
+def test_bind_gives_the_limiter_at_one_key_without_defining_another(rb):
+    family = unique("bind")
+    limiter = Limiter.concurrent(lambda customer: f"{family}:{customer}", 1, lease=5, family=family)
+    before = defined()
+    bound = limiter.bind(7)
+    assert (bound.name, bound.key_fn, bound.family, bound.spec()) == (f"{family}:7", None, family, limiter.spec())
+    assert limiter.key_fn is not None and limiter.name is None  # (the definition is left as it was)
+    assert defined() == before
+    with bound.within(redis=rb, keys=K):
+        assert rb.zcard(K.limit(f"{family}:7").holders) == 1
+    with pytest.raises(LimitKeyError):
+        limiter.bind()  # (the key function needs its argument)
+
+
+def test_within_a_limiter_keyed_by_a_function_says_to_bind_it(rb):
+    limiter = Limiter.concurrent(lambda c: f"c:{c}", 1, family=unique("unbound"))
+    with pytest.raises(TypeError, match=r"keyed by a function: use .*\.bind\(\*args\)\.within"):
+        with limiter.within(redis=rb, keys=K):
+            pass
+
+
+@pytest.mark.parametrize("wait", [-1, True, float("nan"), float("inf"), "1", None])
+def test_within_refuses_a_wait_that_is_not_seconds(rb, wait):
+    limiter = Limiter.concurrent(unique("wait"), 1)
+    with pytest.raises(TypeError, match=r"within\(wait=...\) takes seconds, 0 or more, got"):
+        with limiter.within(wait, redis=rb, keys=K):
+            pass
+    assert rb.exists(*K.limit(limiter.name)) == 0  # (nothing taken)
+
+
+# -- within(): concurrency -------------------------------------------------------------------------
+
+
+def test_a_concurrency_limit_of_2_refuses_a_third_until_a_block_ends(rb, r):
+    limiter = Limiter.concurrent(unique("conc"), 2, lease=30)
+    holders = K.limit(limiter.name).holders
+    with limiter.within(redis=rb, keys=K):
+        with limiter.within(redis=rb, keys=K):
+            assert r.zcard(holders) == 2
+            with pytest.raises(OverLimit) as info:
+                with limiter.within(wait=0, redis=rb, keys=K):
+                    pytest.fail("a third holder ran")
+            assert (info.value.key, info.value.kind, info.value.retry_after) == (limiter.name, "concurrent", None)
+            assert f"over the limit of concurrent limiter '{limiter.name}'" in str(info.value)
+        assert r.zcard(holders) == 1  # the inner block gave its place back
+        with limiter.within(wait=0, redis=rb, keys=K):
+            assert r.zcard(holders) == 2
+    assert r.zcard(holders) == 0
+    assert stats(r, limiter.name) == {"granted": 3, "over": 1}
+
+
+def test_a_place_is_given_back_when_the_block_raises(rb, r):
+    limiter = Limiter.concurrent(unique("raises"), 1, lease=30)
+    with pytest.raises(RuntimeError):
+        with limiter.within(redis=rb, keys=K):
+            raise RuntimeError("the block failed")
+    assert r.zcard(K.limit(limiter.name).holders) == 0
+    with limiter.within(redis=rb, keys=K):
+        pass
+
+
+def test_a_holder_s_token_names_its_process_and_lease_ends_lease_seconds_on(rb, r):
+    limiter = Limiter.concurrent(unique("token"), 1, lease=30)
+    with limiter.within(redis=rb, keys=K):
+        before = redis_now(rb)
+        ((token, until),) = r.zrange(K.limit(limiter.name).holders, 0, -1, withscores=True)
+        held = HELD.by_key()[limiter.name]
+    holder = json.loads(token)
+    assert set(holder) == {"jid", "process", "since", "run"} and holder["jid"] is None
+    assert before + 30 - 1 < until <= before + 30
+    assert held == (30.0, [token])  # (what the heartbeat renews)
+    assert limiter.name not in HELD.by_key()  # (and no more, once the block ended)
+
+
+def test_within_waits_for_a_place_another_thread_frees(rb):
+    limiter = Limiter.concurrent(unique("waits"), 1, lease=30)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold():
+        with limiter.within(redis=rb, keys=K):
+            holding.set()
+            release.wait(10)
+
+    other = threading.Thread(target=hold)
+    other.start()
+    try:
+        assert holding.wait(5)
+        threading.Timer(0.3, release.set).start()
+        started = time.monotonic()
+        with limiter.within(wait=5, redis=rb, keys=K):
+            waited = time.monotonic() - started
+    finally:
+        release.set()
+        other.join(10)
+    assert 0.25 < waited < 2.5  # (it waited for the place, and took it soon after it freed)
+
+
+def test_within_waits_at_most_wait_then_raises_over_limit(rb):
+    limiter = Limiter.concurrent(unique("gives-up"), 1, lease=30)
+    with limiter.within(redis=rb, keys=K):
+        started = time.monotonic()
+        with pytest.raises(OverLimit):
+            with limiter.within(wait=0.3, redis=rb, keys=K):
+                pytest.fail("ran over the limit")
+        waited = time.monotonic() - started
+    assert 0.29 < waited < 1.5
+
+
+def test_within_polls_a_concurrency_limit_however_long_places_were_held_lately(rb, r):
+    """The hold average (``hold`` in stats) is a rescheduled job's backoff, not a waiter's pause:
+    a place freed 0.2 s into a wait is taken then, not after ``hold`` seconds (or at the deadline)."""
+    limiter = Limiter.concurrent(unique("hold"), 1, lease=30)
+    keys, argv = list(K.limit(limiter.name)), limiter.argv()
+    # A holder that held its place 20 s, as the scripts see it (its token's ``since``).
+    old = json.dumps({"jid": "j1", "process": "h:1", "since": time.time() - 20, "run": "r1"})
+    assert int(scripts.LIMIT_TAKE(rb, keys, [old, "", "", *argv])[0]) == 1
+    assert scripts.LIMIT_RELEASE(rb, keys, [old, "release", *argv])[0] == 1
+    assert 19 < float(r.hget(K.limit(limiter.name).stats, "hold")) < 21
+    holding = threading.Event()
+
+    def hold_briefly():
+        with limiter.within(redis=rb, keys=K):
+            holding.set()
+            time.sleep(0.2)
+
+    other = threading.Thread(target=hold_briefly)
+    other.start()
+    try:
+        assert holding.wait(5)
+        started = time.monotonic()
+        with limiter.within(wait=5, redis=rb, keys=K):
+            waited = time.monotonic() - started
+    finally:
+        other.join(10)
+    assert waited < 2.0
+
+
+def test_a_lapsed_lease_frees_its_place_and_is_counted_expired(rb, r):
+    limiter = Limiter.concurrent(unique("lapse"), 1, lease=0.3)
+    gone = holder_token("dead-jid")  # a holder whose process died: it never renews nor gives back
+    assert take(limiter, rb, gone) == (True, None)
+    with pytest.raises(OverLimit):
+        with limiter.within(wait=0, redis=rb, keys=K):
+            pass
+    time.sleep(0.35)
+    with limiter.within(wait=0, redis=rb, keys=K):
+        (token,) = r.zrange(K.limit(limiter.name).holders, 0, -1)
+        assert json.loads(token)["jid"] is None  # (the new holder, not the dead one)
+    assert stats(r, limiter.name) == {"granted": 2, "over": 1, "expired": 1}
+
+
+def test_the_stats_hash_counts_granted_and_over_and_the_minute_s_refusals(rb, r):
+    limiter = Limiter.concurrent(unique("stats"), 1, lease=30)
+    with limiter.within(redis=rb, keys=K):
+        for _ in range(3):
+            with pytest.raises(OverLimit):
+                with limiter.within(wait=0, redis=rb, keys=K):
+                    pass
+    with limiter.within(redis=rb, keys=K):
+        pass
+    counts = r.hgetall(K.limit(limiter.name).stats)
+    assert (counts["granted"], counts["over"]) == ("2", "3")
+    assert "rescheduled" not in counts and "failed" not in counts  # (a within() that waits: neither)
+    minute = math.floor(redis_now(rb) / 60)
+    slot = minute % 60
+    if counts[f"m{slot}"] == str(minute):  # (not if the minute turned since the refusals)
+        assert counts[f"o{slot}"] == "3" and counts[f"r{slot}"] == "0"
+
+
+def test_within_marks_the_key_seen_for_the_heartbeat_s_index(rb):
+    limiter = Limiter.bucket(unique("seen"), 5, per=1)
+    SEEN.take()
+    with limiter.within(redis=rb, keys=K):
+        pass
+    assert SEEN.take() == {limiter.name: limiter.describe()}
+
+
+# -- within(): rates ---------------------------------------------------------------------------------
+
+
+def _after_a_period_starts(rb, per: float) -> None:
+    """Sleep until just after the next clock-aligned period of ``per`` seconds starts (Redis's clock)."""
+    now = redis_now(rb)
+    time.sleep((math.floor(now / per) + 1) * per - now + 0.01)
+
+
+def test_a_bucket_gives_size_starts_per_clock_aligned_period(rb, r):
+    per = 0.5
+    limiter = Limiter.bucket(unique("bucket"), 3, per=per)
+    for _period in range(2):
+        _after_a_period_starts(rb, per)
+        started = redis_now(rb)
+        assert [take(limiter, rb)[0] for _ in range(3)] == [True] * 3
+        before = redis_now(rb)
+        granted, after = take(limiter, rb)
+        later = redis_now(rb)
+        if later - started > per / 2:
+            pytest.skip("the machine is too slow for periods of 0.5 s")  # (never seen; no flake either)
+        assert not granted
+        # Refused until the next period starts: a multiple of per on Redis's clock.
+        end = (math.floor(started / per) + 1) * per
+        assert end - later - 1e-3 <= after <= end - before + 1e-3
+        with pytest.raises(OverLimit) as info:
+            with limiter.within(wait=0, redis=rb, keys=K):
+                pass
+        assert info.value.kind == "bucket" and 0 < info.value.retry_after <= per
+    # Each period's 3 starts and 2 refusals.
+    assert stats(r, limiter.name) == {"granted": 6, "over": 4}
+
+
+def test_a_bucket_waiter_gets_in_when_the_next_period_starts(rb):
+    per = 0.4
+    limiter = Limiter.bucket(unique("bucket-wait"), 2, per=per)
+    _after_a_period_starts(rb, per)
+    assert take(limiter, rb)[0] and take(limiter, rb)[0]
+    with limiter.within(wait=2, redis=rb, keys=K):
+        entered = redis_now(rb)
+    assert entered - math.floor(entered / per) * per < 0.15  # (at the start of a period, not later)
+
+
+def test_a_window_slides_one_start_at_a_time(rb, r):
+    per = 1.0
+    limiter = Limiter.window(unique("window"), 2, per=per)
+    starts = K.limit(limiter.name).starts
+    assert take(limiter, rb)[0]
+    time.sleep(0.3)
+    assert take(limiter, rb)[0]
+    (first, second) = [score for _m, score in r.zrange(starts, 0, -1, withscores=True)]
+    before = redis_now(rb)
+    granted, after = take(limiter, rb)
+    later = redis_now(rb)
+    if later > first + per:
+        pytest.skip("the machine is too slow for a window of 1 s")
+    assert not granted
+    assert first + per - later - 1e-3 <= after <= first + per - before + 1e-3  # when the first start slides out
+    time.sleep(after + 0.02)
+    # The first start slid out, the second is still in the window: one place, not two.
+    granted, _ = take(limiter, rb)
+    before = redis_now(rb)
+    refused, after = take(limiter, rb)
+    later = redis_now(rb)
+    if later > second + per:
+        pytest.skip("the machine is too slow for a window of 1 s")
+    assert granted and not refused
+    assert second + per - later - 1e-3 <= after <= second + per - before + 1e-3
+    assert stats(r, limiter.name) == {"granted": 3, "over": 2}
+
+
+def test_a_leaky_bucket_allows_a_burst_of_size_then_one_each_per_over_size(rb, r):
+    per, size = 0.6, 3
+    spacing = per / size
+    limiter = Limiter.leaky(unique("leaky"), size, per=per)
+    state = K.limit(limiter.name).state
+    started = redis_now(rb)
+    assert [take(limiter, rb)[0] for _ in range(size)] == [True] * size
+    before = redis_now(rb)
+    granted, after = take(limiter, rb)
+    later = redis_now(rb)
+    if later - started > spacing / 2:
+        pytest.skip("the machine is too slow for a leaky bucket of 0.6 s")
+    assert not granted
+    tat = float(r.hget(state, "tat"))  # the theoretical arrival time: size spacings after the burst
+    assert started + per - 1e-3 <= tat <= before + per + 1e-3
+    # Refused until the next one drips out: one spacing past a full bucket.
+    assert tat + spacing - per - later - 1e-3 <= after <= tat + spacing - per - before + 1e-3
+    assert 0 < after <= spacing + 1e-3
+    # Then one each spacing: a waiter gets in when the next drips out, and the one after is refused.
+    entered_at = []
+    for _ in range(3):
+        with limiter.within(wait=2, redis=rb, keys=K):
+            entered_at.append(time.monotonic())
+    gaps = [b - a for a, b in zip(entered_at, entered_at[1:], strict=False)]
+    assert all(spacing - 0.05 < gap < spacing + 0.15 for gap in gaps), gaps
+    granted, after = take(limiter, rb)
+    assert not granted and 0 < after <= spacing + 1e-3
+
+
+def test_a_window_limit_checks_no_holder_and_keeps_no_lease(rb, r):
+    limiter = Limiter.window(unique("no-hold"), 1, per=0.5)
+    with limiter.within(redis=rb, keys=K):
+        assert limiter.name not in HELD.by_key()
+    assert r.exists(K.limit(limiter.name).holders) == 0
+    assert 0 < r.pttl(K.limit(limiter.name).starts) <= 1500  # (gone a second after its window)
