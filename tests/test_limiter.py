@@ -235,6 +235,17 @@ def test_a_place_is_given_back_when_the_block_raises(rb, r):
         pass
 
 
+def test_a_place_that_can_t_be_given_back_fails_nothing_and_is_logged(rb, r, caplog):
+    limiter = Limiter.concurrent(unique("unreturned"), 1, lease=30)
+    done = []
+    with limiter.within(redis=rb, keys=K):
+        r.delete(K.limit(limiter.name).holders)
+        r.set(K.limit(limiter.name).holders, "not a sorted set")  # (the release's ZREM fails: WRONGTYPE)
+        done.append("work")
+    assert done == ["work"]  # (the block's work stands: raised, a job would run it again)
+    assert "its place was not given back" in caplog.text and limiter.name not in HELD.by_key()
+
+
 def test_a_holder_s_token_names_its_process_and_lease_ends_lease_seconds_on(rb, r):
     limiter = Limiter.concurrent(unique("token"), 1, lease=30)
     with limiter.within(redis=rb, keys=K):

@@ -194,8 +194,12 @@ class Limiter:
             yield
         finally:
             HELD.remove(hold)
-            reply = scripts.LIMIT_RELEASE(redis, list(lk), [token, "release", *self.argv()])
-            wake(redis, keys, reply[1:])
+            try:
+                reply = scripts.LIMIT_RELEASE(redis, list(lk), [token, "release", *self.argv()])
+                wake(redis, keys, reply[1:])
+            except Exception as exc:  # (the block's work is done: failing it would have it done again)
+                logger.warning("limiter %r: its place was not given back (%s: %s); it frees when its lease "
+                               "lapses", self.name, type(exc).__name__, exc)
 
 
 def wake(redis: Any, keys: Keys, popped: list[Any]) -> int:
