@@ -27,19 +27,25 @@ _ENTER = "local n = redis.call('INCR', KEYS[1]) if n > tonumber(redis.call('GET'
          "redis.call('SET', KEYS[2], n) end return n"
 
 
+def run_counted(key: str, seconds: float) -> None:
+    """Sleep ``seconds`` as one of those running at once, counted in ``<key>:now``; the highest
+    count seen is kept in ``<key>:max``."""
+    redis = get_redis()
+    redis.eval(_ENTER, 2, f"{key}:now", f"{key}:max")
+    try:
+        time.sleep(seconds)
+    finally:
+        redis.decr(f"{key}:now")
+
+
 class PartnerCallJob(Job):
     """At most 3 at once, fleet-wide: records how many ran at once (``<key>:max``) and its jid when done."""
 
     limits = [partner]
 
     def perform(self, key: str, seconds: float) -> None:
-        redis = get_redis()
-        redis.eval(_ENTER, 2, f"{key}:now", f"{key}:max")
-        try:
-            time.sleep(seconds)
-        finally:
-            redis.decr(f"{key}:now")
-        redis.rpush(f"{key}:done", self.jid or "")
+        run_counted(key, seconds)
+        get_redis().rpush(f"{key}:done", self.jid or "")
 
 
 class PairJob(Job):
@@ -49,13 +55,8 @@ class PairJob(Job):
     limits = [pair, mail]
 
     def perform(self, key: str, seconds: float) -> None:
-        redis = get_redis()
-        redis.eval(_ENTER, 2, f"{key}:now", f"{key}:max")
-        try:
-            time.sleep(seconds)
-        finally:
-            redis.decr(f"{key}:now")
-        redis.rpush(f"{key}:done", self.jid or "")
+        run_counted(key, seconds)
+        get_redis().rpush(f"{key}:done", self.jid or "")
 
 
 class SoloJob(Job):

@@ -10,7 +10,7 @@ import time
 from django_cogworker.push.runtime import get_redis
 from django_cogworker.tasks.api import task
 
-from .flow_jobs import _ENTER, partner
+from .flow_jobs import partner, run_counted
 
 
 @task
@@ -91,10 +91,5 @@ def perishable(key):
 def limited(key, seconds):
     """At most 3 at once fleet-wide (``demo:partner``, a Limiter.concurrent): record how many ran at
     once in `key`:max, sleep `seconds`, return "done"."""
-    redis = get_redis()
-    redis.eval(_ENTER, 2, f"{key}:now", f"{key}:max")
-    try:
-        time.sleep(seconds)
-    finally:
-        redis.decr(f"{key}:now")
+    run_counted(key, seconds)
     return "done"

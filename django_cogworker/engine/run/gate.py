@@ -122,8 +122,9 @@ class Gate:
         refusal = "fail" if over >= self.over_limit_max else "reschedule"
         token = holder_token(payload.get("jid"))
         # (Refused before, it was parked in its concurrency limits' waiting sets: granted, or
-        # refused and parked anew, its entry there goes.)
-        parked = str(payload.get("jid")) if over else ""
+        # refused and parked anew, its entry there goes. Asked of every take, not only of a job
+        # counting reschedules: a failure resets the count, and an entry left would waste a wake-up.)
+        parked = str(payload.get("jid"))
         taken: list[tuple[Limiter, str]] = []
         try:
             for group in ([keyed] if not self.keys.spread else [[pair] for pair in keyed]):
