@@ -285,8 +285,9 @@ def limits_section(add: Any, res: dict[str, Any]) -> None:
         "round trip is most of the cost: the thread blocks on its socket, hands over the GIL and is woken again. "
         "Inside Redis a bucket's take runs five commands (`TIME`, `HMGET`, `HSET`, `PEXPIRE`, `HINCRBY`) in its "
         "script; a concurrency limit's take eight (`TIME`, `ZREM` and `HDEL` of its jid from the line of "
-        "waiting jobs, `ZREMRANGEBYSCORE`, `ZSCORE`, `ZCARD`, `ZADD`, `HINCRBY`) and its release five (`TIME`, `ZREM`, `HGET`, `HSET`, and `ZPOPMIN` for the first job "
-        "waiting in line, none here); each script call counts as one "
+        "waiting jobs, `ZREMRANGEBYSCORE`, `ZSCORE`, `ZCARD`, `ZADD`, `HINCRBY`) and its release five "
+        "(`TIME`, `ZREM`, `HGET`, `HSET`, and `ZPOPMIN` for the first job waiting in line, none here); each "
+        "script call counts as one "
         "command more (`EVALSHA`). A job that calls a rate-limited API "
         "spends milliseconds there: the limiter's share of it is the *added* column.")
     add("")

@@ -38,8 +38,8 @@ class Cancels:
     """This process's copy of the cancel requests, and the runs it tells of them.
 
     Created by the Launcher; the heartbeat thread calls ``update`` each beat, the processor threads
-    ``requested`` (at fetch), ``started`` and ``finished`` around each run. One lock, taken only by
-    runs of jobs with a request, and by each beat.
+    ``requested`` (at fetch: a dict lookup, no lock), ``started`` and ``finished`` around each run
+    (one lock each, contended only by a beat that tells a run of its request).
     """
 
     def __init__(self, clock: Any = time.time):
