@@ -60,8 +60,10 @@ def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
     errors.extend(_entry_arguments(entries))
     if config is not None:
         from .flow.upkeep import problems
+        from .push.job import registry
 
-        errors.extend(checks.Error(message, id="cogworker.E004") for message in problems(config.heartbeat_interval))
+        errors.extend(checks.Error(message, id="cogworker.E004")
+                      for message in problems(config.heartbeat_interval, registry()))
     clock = setting("CLOCK", "clock", "")
     if isinstance(clock, str) and "." in clock:
         try:

@@ -248,6 +248,19 @@ def test_a_lease_shorter_than_twice_the_heartbeat_is_an_error_naming_the_limiter
         assert _limiter_errors(limiter.name) == []  # (3 s: twice 1.5 s, enough)
 
 
+def test_a_short_lease_names_the_jobs_whose_limits_hold_it():
+    from django_cogworker import Job
+
+    limiter = Limiter.concurrent(unique("check-job"), 1, lease=3)
+    type("ShortLeaseJob", (Job,), {"limits": [limiter], "__module__": __name__,
+                                   "perform": lambda self: None})
+    with override_settings(COGWORKER={"HEARTBEAT_INTERVAL": 2}):
+        ((code, msg),) = _limiter_errors(limiter.name)
+    assert code == "cogworker.E004"
+    assert msg.startswith(f"Limiter.concurrent('{limiter.name}', 1, lease=3) (in the limits of "
+                          f"{__name__}.ShortLeaseJob): its lease (3s) must be at least twice")
+
+
 def test_a_limiter_keyed_by_a_function_is_checked_by_its_family():
     family = unique("check-family")
     Limiter.concurrent(lambda customer: f"{family}:{customer}", 1, lease=1, family=family)

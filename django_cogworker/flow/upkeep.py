@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from ..broker import scripts
 from ..broker.keys import Keys
@@ -50,12 +52,17 @@ def beat(redis: RedisClient, keys: Keys) -> None:
                            "their jobs run on without a place", key, len(tokens) - int(renewed))
 
 
-def problems(heartbeat_interval: float) -> list[str]:
-    """What is wrong with the limiters defined so far, given the config: one sentence each."""
+def problems(heartbeat_interval: float, jobs: Mapping[str, Any] | None = None) -> list[str]:
+    """What is wrong with the limiters defined so far, given the config: one sentence each, naming
+    the job classes among ``jobs`` (name -> class) whose ``limits`` hold the limiter."""
     found = []
     for limiter in defined():
         if limiter.lease is not None and limiter.lease < 2 * heartbeat_interval:
-            found.append(f"{limiter!r}: its lease ({limiter.lease:g}s) must be at least twice "
+            users = sorted(name for name, cls in (jobs or {}).items()
+                           if any(entry.family == limiter.family and entry.spec() == limiter.spec()
+                                  for entry in getattr(cls, "limits", ())))
+            used = f" (in the limits of {', '.join(users)})" if users else ""
+            found.append(f"{limiter!r}{used}: its lease ({limiter.lease:g}s) must be at least twice "
                          f'COGWORKER["HEARTBEAT_INTERVAL"] ({heartbeat_interval:g}s): the heartbeat renews '
                          f"it, and a lease that lapses between two beats frees the place of a job still running")
     return found

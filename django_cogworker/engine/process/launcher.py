@@ -40,7 +40,7 @@ from ...conf import Config
 from ...flow import upkeep
 from ...push import scope
 from ...push.client import Client
-from ...push.job import call_perform
+from ...push.job import call_perform, registry
 from ...push.middleware import build_chain
 from ..fetch.registry import make_fetch
 from ..loops import run_each
@@ -104,7 +104,7 @@ class Launcher:
         self.identity = identity or new_identity()
         scope.identity = self.identity  # (a limiter's holder tokens name the process by it)
         # (runcogworker's system checks refuse to start with these: cogworker.E004, checks.py)
-        for problem in upkeep.problems(config.heartbeat_interval):
+        for problem in upkeep.problems(config.heartbeat_interval, registry()):
             logger.error("%s", problem)
         self.stats = Stats(self.keys)
         self.retry = RetryPolicy(config, death_handlers)
