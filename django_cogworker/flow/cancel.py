@@ -149,11 +149,11 @@ def _remove_waiting(redis: RedisClient, keys: Keys, jid: str) -> dict[str, Any] 
 def _fetched(redis: RedisClient, keys: Keys, jid: str) -> bool:
     """Whether some process holds ``jid``: on its in-progress list, or running it (workers hash)."""
     lists = []
+    queues = [q.decode() if isinstance(q, bytes) else q for q in redis.smembers(keys.queues)] if keys.spread else []
     for identity in redis.smembers(keys.in_progress_identities):
         identity = identity.decode() if isinstance(identity, bytes) else identity
-        if keys.spread:
-            lists += [keys.in_progress(identity, q.decode() if isinstance(q, bytes) else q)
-                      for q in redis.smembers(keys.queues)]
+        if keys.spread:  # (one list per identity and queue, each in its queue's slot)
+            lists += [keys.in_progress(identity, queue) for queue in queues]
         else:
             lists.append(keys.in_progress(identity))
     for key in lists:

@@ -30,8 +30,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..broker import scripts
-from ..broker.keys import Keys
+from ..broker.keys import Keys, for_config
 from ..errors import CogworkerError, LimitKeyError, OverLimit
+from ..push import scope  # (a leaf: the running job and the process identity, set by the worker)
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +165,7 @@ class Limiter:
             from ..push import runtime  # (the Django edge; in a worker, the processor thread's connection)
 
             redis = redis if redis is not None else runtime.get_redis()
-            keys = keys if keys is not None else _keys_of(runtime.get_config())
+            keys = keys if keys is not None else for_config(runtime.get_config())
         token = holder_token(_current_jid())
         lk = keys.limit(self.name)  # type: ignore[arg-type]
         deadline = time.monotonic() + wait
@@ -339,20 +340,11 @@ def _text(value: Any) -> str:
 
 
 def _process() -> str:
-    from ..push import scope  # (the running job's process identity, when in a worker)
-
+    """The worker process's identity, or host:pid elsewhere."""
     identity = scope.identity
     return identity if identity else f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _current_jid() -> str | None:
-    from ..push import scope
-
     running = scope.running.get()
     return running.payload.get("jid") if running is not None else None
-
-
-def _keys_of(config: Any) -> Keys:
-    from ..broker.keys import for_config
-
-    return for_config(config)
