@@ -153,6 +153,17 @@ def wakeups_section(add: Any, res: dict[str, Any]) -> None:
     add("")
 
 
+def measured_where(add: Any, res: dict[str, Any], source: dict[str, Any] | None, section: str) -> None:
+    """The line saying where a section run on its own was measured: its run, or this one's machine."""
+    if source:
+        add(f"Measured in another run than the sections above: {source['timestamp']}, against django-cogworker "
+            f"{source['git']}, on {source['machine']}: `python bench/run.py {' '.join(source['argv'])}`.")
+    else:
+        m = res["machine"]
+        idle = f", cpuidle driver {m['cpuidle_driver'] or 'none'}" if "cpuidle_driver" in m else ""
+        add(f"On {m['nproc']} CPUs ({m['cpu_model']}{idle}); alone: `python bench/run.py --sections {section}`.")
+
+
 def batches_section(add: Any, res: dict[str, Any]) -> None:
     """bench/batches.py: the same jobs plain, in one batch, in a chord; and the callback's delay."""
     bat = res["batches"]
@@ -160,14 +171,7 @@ def batches_section(add: Any, res: dict[str, Any]) -> None:
     over = bat["overhead_pct"]
     add("## Batches: what a batch adds per job")
     add("")
-    source = bat.get("from_run")
-    if source:
-        add(f"Measured in another run than the sections above: {source['timestamp']}, against django-cogworker "
-            f"{source['git']}, on {source['machine']}: `python bench/run.py {' '.join(source['argv'])}`.")
-    else:
-        m = res["machine"]
-        idle = f", cpuidle driver {m['cpuidle_driver'] or 'none'}" if "cpuidle_driver" in m else ""
-        add(f"On {m['nproc']} CPUs ({m['cpu_model']}{idle}); alone: `python bench/run.py --sections batches`.")
+    measured_where(add, res, bat.get("from_run"), "batches")
     add("")
     add(f"{bat['n']:,} no-op jobs (one `INCR bench:done`, `bench.BatchMember`) pushed, then drained by "
         f"{bat['worker']}, three ways: *plain* (`perform_bulk`, 1,000 per call), *batch* (the same calls inside "
@@ -248,14 +252,7 @@ def limits_section(add: Any, res: dict[str, Any]) -> None:
     added = lim["added_per_job"]
     add("## Limits: what a limiter costs per job")
     add("")
-    source = lim.get("from_run")
-    if source:
-        add(f"Measured in another run than the sections above: {source['timestamp']}, against django-cogworker "
-            f"{source['git']}, on {source['machine']}: `python bench/run.py {' '.join(source['argv'])}`.")
-    else:
-        m = res["machine"]
-        idle = f", cpuidle driver {m['cpuidle_driver'] or 'none'}" if "cpuidle_driver" in m else ""
-        add(f"On {m['nproc']} CPUs ({m['cpu_model']}{idle}); alone: `python bench/run.py --sections limits`.")
+    measured_where(add, res, lim.get("from_run"), "limits")
     add("")
     add(f"{lim['n']:,} no-op jobs (one `INCR bench:done`) pushed in bulk, then drained by {lim['worker']}, three "
         "ways: *plain* (`bench.NoopIncr`, no limit), *bucket* (`bench.LimitedBucket`: `limits = "
