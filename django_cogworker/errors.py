@@ -17,6 +17,16 @@ class CogworkerError(Exception):
     """Base of every error this package raises on purpose."""
 
 
+class InvalidArgument(CogworkerError, TypeError, ValueError):
+    """A value a call can't take, refused at the call before anything is written to Redis: its
+    message names the parameter and the value (a type, a number past what Redis or a float holds,
+    nesting too deep, text UTF-8 can't carry; the bounds are push/arguments.py's).
+
+    Also a TypeError and a ValueError: the checks it took over raised one or the other, and code
+    that caught those must still catch it.
+    """
+
+
 class BatchError(CogworkerError):
     """A batch used in a way it can't be: jobs added to a finished batch, a callback that is no job."""
 

@@ -4,11 +4,12 @@ errors a bad call gets at once. Real workers (runcogworker subprocesses) against
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from helpers import FAST_ENV, Worker, wait_until
 
-from django_cogworker import Batch, BatchError, BatchNotFound, Job
+from django_cogworker import Batch, BatchError, BatchNotFound, CogworkerError, Job, chain
 from django_cogworker.batches.steps import BatchStep, BatchSteps, settle
 from django_cogworker.broker.keys import Keys
 from django_cogworker.push import runtime
@@ -130,6 +131,63 @@ def test_bad_calls_fail_at_the_call(r):
         with Batch(bid=done.bid).jobs():
             RecordJob.perform_async("never")
     assert r.llen(K.queue("default")) == 0
+
+
+def test_a_ttl_past_what_redis_can_expire_is_refused_at_the_call_and_nothing_is_written(r):
+    # (1e16 was taken, then failed inside the opening script, after it had written the batch's
+    # keys without an expiry; 10**400 raised OverflowError.)
+    for ttl in (1e16, 10**400, 1e9 + 1):
+        with pytest.raises(CogworkerError, match=r"a batch's ttl must be at most 1e9 seconds \(about 31 years\), "
+                                                 r"got "):
+            Batch(ttl=ttl)
+    assert r.dbsize() == 0
+    batch = Batch(ttl=1e9)  # (the bound itself: Redis keeps it as the batch's expiry)
+    with batch.jobs():
+        RecordJob.perform_async("k")
+    assert 1e9 - 60 < r.ttl(K.batch(batch.bid).meta) <= 1e9
+
+
+def test_a_callback_that_is_the_job_base_class_is_refused(r):
+    # (It has no name: AttributeError, from the batch and from a workflow's on().)
+    with pytest.raises(BatchError, match=r"a batch callback must be a Job class \(a subclass of Job\), got <class "
+                                         r"'django_cogworker\.push\.job\.Job'>"):
+        Batch().on("complete", Job)
+    with pytest.raises(BatchError, match=r"a batch callback must be a Job class"):
+        chain(RecordJob.s("k")).on("success", Job)
+    with pytest.raises(BatchError, match=r"unknown batch event None"):
+        Batch().on(None, BatchCallbackJob)  # type: ignore[arg-type]
+    assert r.dbsize() == 0
+
+
+def test_callback_options_nested_past_max_depth_are_refused_naming_the_limit(r):
+    from django_cogworker.push.arguments import MAX_DEPTH
+
+    def nested(levels):
+        value: dict = {}
+        for _ in range(levels - 1):
+            value = {"a": value}
+        return value
+
+    Batch().on("complete", BatchCallbackJob, key=nested(MAX_DEPTH))  # (the deepest taken)
+    for levels in (MAX_DEPTH + 1, 2000):  # (2,000 raised RecursionError)
+        with pytest.raises(CogworkerError, match=rf"^batch callback {re.escape(BatchCallbackJob.name)} on 'complete': "
+                                                 rf"options\['key'\]\['a'\].* nests lists and dicts more than "
+                                                 rf"{MAX_DEPTH} deep"):
+            Batch().on("complete", BatchCallbackJob, key=nested(levels))
+    assert r.dbsize() == 0
+
+
+@pytest.mark.parametrize("field", ["bid", "description", "callback_queue"])
+def test_text_that_utf8_can_not_carry_is_refused_at_the_call_and_nothing_is_written(r, field):
+    # (A lone surrogate raised UnicodeEncodeError from redis-py, the bid's after a parent was told of it.)
+    with pytest.raises(CogworkerError, match=r"must be text UTF-8 can encode \(no lone surrogate\), got "
+                                             r"'x\\ud800'"):
+        Batch(**{field: "x\ud800"})
+    with pytest.raises(CogworkerError, match=r"bid must be"):
+        Batch.status("\udcff")
+    with pytest.raises(CogworkerError, match=r"bid must be a non-empty string, got 5"):
+        Batch.status(5)  # type: ignore[arg-type]
+    assert r.dbsize() == 0
 
 
 def test_a_push_that_fails_or_is_stopped_inside_the_block_is_not_counted(r, monkeypatch):

@@ -457,3 +457,64 @@ def test_expires_in_sets_expires_at_from_the_push_or_the_due_time(r):
     ((due, score),) = scheduled(r)
     assert score == pytest.approx(at, abs=1e-3)
     assert due["expires_at"] == pytest.approx(at + 30, abs=1e-3)  # 30 s after it is due, not pushed
+
+
+# -- values past what Redis or Python holds ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [10**400, 1e16, 1e9 + 1])
+def test_seconds_past_the_bound_are_refused_on_the_class_at_set_and_at_the_push(r, value):
+    # (10**400 raised OverflowError; 1e16 was pushed, a TTL Redis refuses.)
+    shown = re.escape(repr(value)[:40])
+    for option in ("expires_in", "result_ttl", "timeout", "unique_for"):
+        with pytest.raises(CogworkerError, match=rf"{option} must be at most 1e9 seconds \(about 31 years\), "
+                                                 rf"got {shown}"):
+            type("FarJob", (Job,), {option: value, "__module__": __name__})
+    with pytest.raises(CogworkerError, match=rf"{Plain.name}: expires_in must be at most 1e9 seconds"):
+        Plain.set(expires_in=value)  # (at set: a workflow's step pushes it in a worker)
+    with pytest.raises(CogworkerError, match=rf"{Plain.name}: unique_for must be at most 1e9 seconds"):
+        Plain.set(unique_for=value).perform_async(1)
+    assert r.dbsize() == 0
+    Plain.set(expires_in=1e9).perform_async(1)  # (the bound itself is taken)
+    (payload,) = queued(r)
+    assert payload["expires_at"] == payload["created_at"] + 1e9
+
+
+def test_a_delay_or_time_past_what_a_float_holds_is_refused(r):
+    with pytest.raises(ValueError, match="must be finite") as info:
+        Plain.perform_in(10**400)  # (OverflowError before)
+    assert isinstance(info.value, CogworkerError)
+    with pytest.raises(CogworkerError, match="the time to run a job must be finite"):
+        Plain.perform_at(10**400)
+    assert r.dbsize() == 0
+
+
+def nested_list(levels: int) -> list:
+    value: list = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def test_arguments_nested_past_max_depth_are_refused_naming_the_limit(r):
+    from django_cogworker.push.arguments import MAX_DEPTH
+
+    looped: list = []
+    looped.append(looped)
+    cases = [((nested_list(MAX_DEPTH + 1),), {}), ((), {"deep": nested_list(2000)}), ((looped,), {})]
+    for args, kwargs in cases:  # (2,000 levels, or a list holding itself, raised RecursionError)
+        with pytest.raises(CogworkerError, match=rf"^(args\[0\]|kwargs\['deep'\])\[0\]\[0\].* nests lists and dicts "
+                                                 rf"more than {MAX_DEPTH} deep"):
+            Plain.perform_async(*args, **kwargs)
+    with pytest.raises(CogworkerError, match=r"^perform_bulk item 1: args\[0\].* more than"):
+        Plain.perform_bulk([[1], [nested_list(MAX_DEPTH + 1)]])
+    assert r.dbsize() == 0
+    Plain.perform_async(nested_list(MAX_DEPTH), deep={"a": nested_list(MAX_DEPTH - 1)})  # (the deepest taken)
+    assert queued(r)[0]["args"] == [nested_list(MAX_DEPTH)]
+
+
+def test_a_queue_that_utf8_can_not_carry_is_refused_at_set(r):
+    with pytest.raises(CogworkerError, match=r"queue must be text UTF-8 can encode \(no lone surrogate\), "
+                                             r"got 'mail\\udc80'"):
+        Plain.set(queue="mail\udc80")
+    assert r.dbsize() == 0

@@ -204,6 +204,42 @@ def test_within_refuses_a_wait_that_is_not_seconds(rb, wait):
     assert rb.exists(*K.limit(limiter.name)) == 0  # (nothing taken)
 
 
+@pytest.mark.parametrize("per", [1e300, 10**400, 1e9 + 1])
+def test_a_period_past_the_bound_is_refused_at_the_definition(rb, per):
+    # (1e300 was taken: every take then failed in its script and left the limiter's state without an
+    # expiry; 10**400 raised OverflowError.)
+    for make in (Limiter.bucket, Limiter.window, Limiter.leaky):
+        with pytest.raises(CogworkerError, match=r": per must be at most 1e9 seconds \(about 31 years\), got "):
+            make(unique("far"), 5, per)
+    assert rb.dbsize() == 0
+    limiter = Limiter.bucket(unique("bound"), 1, per=1e9)  # (the bound itself: taken, and its state expires)
+    with limiter.within(redis=rb, keys=K):
+        pass
+    assert 0 < rb.pttl(K.limit(limiter.name).state) <= 2e12 + 1000
+
+
+def test_a_lease_size_or_wait_past_the_bound_is_refused(rb):
+    with pytest.raises(CogworkerError, match=r": lease must be at most 1e9 seconds \(about 31 years\), got 1e\+300"):
+        Limiter.concurrent(unique("lease"), 1, lease=1e300)
+    with pytest.raises(CogworkerError, match=r": size must be at most 1,000,000,000, got 10000000000"):
+        Limiter.concurrent(unique("size"), 10**10)
+    limiter = Limiter.concurrent(unique("wait"), 1)
+    with pytest.raises(CogworkerError, match=r"within\(wait=...\) takes at most 1e9 seconds"):  # (OverflowError)
+        with limiter.within(10**400, redis=rb, keys=K):
+            pass
+    assert rb.dbsize() == 0
+
+
+@pytest.mark.parametrize("family", ["a{b}", "open{", "line\nbreak", "x" * (KEY_MAX + 1), "\ud800"])
+def test_a_family_that_can_not_name_keys_is_refused(rb, family):
+    # (Taken before: a brace moves a key's cluster slot, a newline breaks a log line and the metrics.)
+    with pytest.raises(CogworkerError, match=r"family must be at most 200 printable characters without braces"):
+        Limiter.concurrent(lambda c: f"c:{c}", 1, family=family)
+    with pytest.raises(CogworkerError, match=r"family must be"):
+        Limiter.bucket(unique("fam"), 1, family=family)
+    assert rb.dbsize() == 0
+
+
 # -- within(): concurrency -------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ EXPECTED = [
     "Cancelled",
     "CogworkerError",
     "ConfigError",
+    "InvalidArgument",
     "Job",
     "JobExpired",
     "JobNotFound",
@@ -47,7 +48,7 @@ def test_every_exported_name_exists():
 
 
 def test_errors_share_one_base():
-    for name in ("ConfigError", "PayloadError", "UnknownJobError", "WrongTypeError"):
+    for name in ("ConfigError", "InvalidArgument", "PayloadError", "UnknownJobError", "WrongTypeError"):
         assert issubclass(getattr(django_cogworker, name), django_cogworker.CogworkerError)
     assert issubclass(django_cogworker.UnknownJobError, django_cogworker.PayloadError)
     # The one exception outside it, on purpose: a job's `except Exception` must not swallow it.

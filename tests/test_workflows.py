@@ -9,7 +9,7 @@ import json
 import pytest
 from helpers import FAST_ENV, Worker, wait_until
 
-from django_cogworker import Batch, BatchError, chain, chord, group
+from django_cogworker import Batch, BatchError, CogworkerError, Job, chain, chord, group
 from django_cogworker.broker.keys import Keys
 from django_cogworker.push.client import Client
 from testproject.demo.jobs import AddJob, BatchCallbackJob, BatchMemberJob, RecordJob, ValueJob
@@ -101,6 +101,25 @@ def test_bad_parts_are_refused_at_the_call(r):
     with pytest.raises(BatchError, match="unknown batch event"):
         chain(ValueJob.s(1)).on("finished", BatchCallbackJob)
     assert r.dbsize() == 0  # nothing pushed, no batch made
+
+
+def test_a_workflow_nested_past_max_depth_is_refused_when_built_and_the_deepest_taken_starts(r):
+    from django_cogworker.push.arguments import MAX_DEPTH
+
+    # (A chain nested 2,000 deep was built, then raised RecursionError when started.)
+    part = ValueJob.s(1)
+    with pytest.raises(CogworkerError, match=rf"^a workflow may nest {MAX_DEPTH} lists and dicts deep as its steps "
+                                             rf"travel .*: this one nests {MAX_DEPTH + 1}$"):
+        for _ in range(2000):
+            part = chain(ValueJob.s(1), part)
+    with pytest.raises(CogworkerError, match=r"a workflow may nest"):
+        group(part, ValueJob.s(2))
+    assert r.dbsize() == 0
+    # The deepest taken starts: its first step's hand-over carries the rest, held to MAX_DEPTH too.
+    batch = part.perform_async()
+    assert Batch.status(batch.bid).total == 1 and r.llen(K.queue("default")) == 1
+    with pytest.raises(BatchError, match=r"a workflow step must be a Job class \(a subclass of Job\)"):
+        Job.s()  # (the base class has no name: AttributeError when the workflow was built)
 
 
 def test_callback_queue_takes_every_callback_and_hand_over_of_a_workflow(tmp_path, r):

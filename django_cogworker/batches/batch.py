@@ -19,10 +19,10 @@ from typing import Any
 
 from ..broker import scripts
 from ..broker.keys import BatchKeys, Keys
-from ..errors import BatchError, BatchNotFound
+from ..errors import BatchError, BatchNotFound, InvalidArgument
 from ..push import payload as payloads
 from ..push import scope as _scope
-from ..push.arguments import check_call, check_json_native
+from ..push.arguments import check_call, check_json_native, check_seconds, check_text
 from ..push.job import Job, JobSetter
 from . import delivery
 
@@ -55,14 +55,17 @@ class Batch:
 
     def __init__(self, description: str = "", *, bid: str | None = None, ttl: float | None = None,
                  callback_queue: str | None = None):
+        # (All checked here, before jobs() writes a key: a ttl of 1e16 failed inside the opening
+        # script, after it had written the batch's keys without an expiry.)
         if not isinstance(description, str):
-            raise TypeError(f"a batch's description must be a string, got {description!r}")
-        if bid is not None and (not isinstance(bid, str) or not bid):
-            raise TypeError(f"bid must be a non-empty string, got {bid!r}")
-        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0):
-            raise TypeError(f"a batch's ttl must be a positive number of seconds, got {ttl!r}")
-        if callback_queue is not None and (not isinstance(callback_queue, str) or not callback_queue):
-            raise TypeError(f"callback_queue must be a non-empty string, got {callback_queue!r}")
+            raise InvalidArgument(f"a batch's description must be a string, got {description!r}")
+        if description:
+            check_text(description, "a batch's description")
+        if bid is not None:
+            check_text(bid, "bid")
+        check_seconds(ttl, "a batch's ttl")
+        if callback_queue is not None:
+            check_text(callback_queue, "callback_queue")
         self.bid: str | None = bid
         self.description = description
         self.callback_queue = callback_queue
@@ -79,16 +82,16 @@ class Batch:
         """Push ``job_class`` with ``perform(status, **options)`` once, when ``event`` happens:
         "complete" (every job ran at least once), "success" (every job succeeded), "death" (the
         first job went to dead). Set before the first ``jobs()``."""
-        if event not in EVENTS:
+        if not isinstance(event, str) or event not in EVENTS:
             raise BatchError(f"unknown batch event {event!r}: one of {', '.join(EVENTS)}")
-        if not (isinstance(job_class, type) and issubclass(job_class, Job)):
-            raise BatchError(f"a batch callback must be a Job class, got {job_class!r}")
+        if not (isinstance(job_class, type) and issubclass(job_class, Job)) or job_class is Job:
+            raise BatchError(f"a batch callback must be a Job class (a subclass of Job), got {job_class!r}")
         if self._opened or self._existing:
             raise BatchError(f"batch {self.bid}: callbacks are set before its first jobs() block")
         try:
             check_json_native(options, "options")
-        except TypeError as exc:
-            raise TypeError(f"batch callback {job_class.name} on {event!r}: {exc}") from None
+        except TypeError as exc:  # (of the same class: a nesting too deep is an InvalidArgument)
+            raise type(exc)(f"batch callback {job_class.name} on {event!r}: {exc}") from None
         check_call(job_class, [{}], options, f"batch callback {job_class.name} on {event!r}: ")
         self._add_callback(event, self._setter(job_class).build([STATUS_PLACEHOLDER], options))
         return self
@@ -185,6 +188,7 @@ class Batch:
     @staticmethod
     def status(bid: str) -> BatchStatus:
         """The batch's counts now; BatchNotFound when it never existed or its data expired."""
+        check_text(bid, "bid")
         redis, keys, _ttl_ = _context()
         return read_status(redis, keys.batch(bid), bid)
 

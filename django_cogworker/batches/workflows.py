@@ -23,8 +23,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import BatchError
+from ..errors import BatchError, InvalidArgument
 from ..push import scope as _scope
+from ..push.arguments import MAX_DEPTH, nesting
 from ..push.job import Job, Signature, registered
 from .batch import Batch, _context
 
@@ -38,6 +39,7 @@ class Node:
     """A part of a workflow."""
 
     takes_previous = False
+    depth = 0  # (how deep its dump nests: _depth)
     _callbacks: list[tuple[str, type[Job], dict[str, Any]]]
 
     def on(self, event: str, job_class: type[Job], **options: Any) -> Node:
@@ -85,6 +87,7 @@ class Group(Node):
     def __init__(self, members: Sequence[Part]):
         self.members = [_node(m) for m in members]
         self.takes_previous = any(m.takes_previous for m in self.members)
+        self.depth = _depth(self.members)
 
     def describe(self) -> str:
         return f"group of {len(self.members)}"
@@ -104,6 +107,7 @@ class Chain(Node):
             raise BatchError("a chain needs at least one step")
         self.steps = [_node(s) for s in steps]
         self.takes_previous = self.steps[0].takes_previous
+        self.depth = _depth(self.steps)
 
     def describe(self) -> str:
         return "chain of " + " -> ".join(s.describe() for s in self.steps)
@@ -140,6 +144,23 @@ def _node(node: Any) -> Part:
         raise BatchError(f"a workflow part must be a signature (MyJob.s(...)), a group, a chain or a chord, "
                          f"got {node!r}")
     return node.check() if isinstance(node, Signature) else node
+
+
+def _depth(parts: Sequence[Part]) -> int:
+    """How deep the JSON of a group or chain of ``parts`` nests (``dump``: a dict and a list over its
+    parts'); InvalidArgument past what a step's hand-over may carry.
+
+    A chain's steps travel as JSON in its hand-over's options (``steps``, one list deep), which
+    are held to MAX_DEPTH as any job's: so is every workflow, when it is built. Counted as each
+    part is made, so a chain nested 2,000 deep is refused at its 50th level, not walked (its
+    describe and dump recursed, and raised RecursionError).
+    """
+    depth = 2 + max((p.depth if isinstance(p, Node) else nesting(p.dump()) for p in parts), default=0)
+    if depth + 1 > MAX_DEPTH:
+        raise InvalidArgument(f"a workflow may nest {MAX_DEPTH} lists and dicts deep as its steps travel (each "
+                              f"chain or group around a step adds 2, a step 2 over its arguments): this one nests "
+                              f"{depth + 1}")
+    return depth
 
 
 def _launch_members(members: Sequence[Part], previous: Any, keep: bool) -> list[str | None]:

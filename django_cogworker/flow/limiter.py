@@ -31,8 +31,9 @@ from typing import Any
 
 from ..broker import scripts
 from ..broker.keys import Keys, for_config
-from ..errors import CogworkerError, LimitKeyError, OverLimit
+from ..errors import CogworkerError, InvalidArgument, LimitKeyError, OverLimit
 from ..push import scope  # (a leaf: the running job and the process identity, set by the worker)
+from ..push.arguments import MAX_SECONDS, MAX_SECONDS_TEXT, check_seconds, check_size
 
 logger = logging.getLogger(__name__)
 
@@ -65,11 +66,9 @@ class Limiter:
             self.key_fn = None
             self.family = family if family is not None else self.name
         where = f"{kind} limiter {self.family!r}"
-        if not isinstance(self.family, str) or not self.family:
-            raise CogworkerError(f"{where}: family must be a non-empty string, got {family!r}")
-        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-            raise CogworkerError(f"{where}: size must be a whole number above 0, got {size!r}")
-        self.size = size
+        if family is not None:  # (a family names the keys' group in the admin's URLs and the metrics, as a key does)
+            check_key(family, f"{where}: family")
+        self.size = check_size(size, f"{where}: size")
         if kind == "concurrent":
             if per is not None:
                 raise CogworkerError(f"{where}: a concurrency limit has no period (per); did you mean bucket?")
@@ -159,8 +158,10 @@ class Limiter:
         if self.key_fn is not None:
             raise TypeError(f"limiter {self.family!r} is keyed by a function: use "
                             f"{self.family}.bind(*args).within(...) with the arguments its key needs")
-        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not math.isfinite(wait) or wait < 0:
-            raise TypeError(f"within(wait=...) takes seconds, 0 or more, got {wait!r}")
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait < math.inf:
+            raise InvalidArgument(f"within(wait=...) takes seconds, 0 or more, got {wait!r}")
+        if wait > MAX_SECONDS:  # (10**400 raised OverflowError)
+            raise InvalidArgument(f"within(wait=...) takes at most {MAX_SECONDS_TEXT}, got {wait!r}")
         if redis is None or keys is None:
             from ..push import runtime  # (the Django edge; in a worker, the processor thread's connection)
 
@@ -235,12 +236,12 @@ def wake(redis: Any, keys: Keys, popped: list[Any]) -> int:
 
 def check_key(key: Any, where: str) -> str:
     """``key`` if it can name a limiter (a string of 1 to KEY_MAX printable characters, no braces:
-    a brace would move its keys' slot on a cluster); else CogworkerError naming ``where``."""
+    a brace would move its keys' slot on a cluster); else InvalidArgument naming ``where``."""
     if not isinstance(key, str) or not key:
-        raise CogworkerError(f"{where} must be a non-empty string, got {key!r}")
+        raise InvalidArgument(f"{where} must be a non-empty string, got {key!r}")
     if len(key) > KEY_MAX or not key.isprintable() or "{" in key or "}" in key:
-        raise CogworkerError(f"{where} must be at most {KEY_MAX} printable characters without braces, "
-                             f"got {key[:KEY_MAX + 1]!r}")
+        raise InvalidArgument(f"{where} must be at most {KEY_MAX} printable characters without braces, "
+                              f"got {key[:KEY_MAX + 1]!r}")
     return key
 
 
@@ -330,8 +331,9 @@ def _register(limiter: Limiter) -> None:
 
 
 def _seconds(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise CogworkerError(f"{where} must be a positive number of seconds, got {value!r}")
+    # (At most MAX_SECONDS: per=1e300 passed here, then every take failed in its script, leaving
+    # the limiter's key without an expiry.)
+    check_seconds(value, where, none=False)
     return float(value)
 
 

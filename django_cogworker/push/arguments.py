@@ -4,7 +4,9 @@ A payload is JSON; an argument that doesn't survive the round trip (a tuple, a
 date, a Decimal, a dict with int keys, infinity) would reach the job as
 something else, or not be written at all. Checked where it is pushed (and where
 a periodic entry is declared), naming the offending path. The options of a job class and of a
-push are checked here too (``check_seconds``, ``check_unique``, ``check_limits``, ``epoch``).
+push are checked here too (``check_seconds``, ``check_unique``, ``check_limits``, ``epoch``), and
+the bounds every call's values are held to (MAX_SECONDS, MAX_SIZE, MAX_DEPTH, ``check_text``):
+beyond them a value fails in Redis or in Python halfway through, after keys were written.
 """
 
 from __future__ import annotations
@@ -12,63 +14,98 @@ from __future__ import annotations
 import datetime as dt
 import inspect
 import math
+from itertools import repeat
 from typing import Any
 
-from ..errors import CogworkerError
+from ..errors import CogworkerError, InvalidArgument
+
+# The longest duration a call takes (a TTL, a period, a lease, a wait): a billion seconds, about 31
+# years. Redis refuses an EXPIRE past some 9.2e15 s (its milliseconds overflow 64 bits), Lua's
+# numbers are doubles, exact to 2**53 (some 9e12 s in milliseconds), and a bucket limiter's state
+# lives 2 x per in ms: ``Batch(ttl=1e16)`` failed inside a script after writing keys that never
+# expired, and ``per=1e300`` failed every take. This bound keeps every such sum exact and accepted.
+MAX_SECONDS = 1e9
+MAX_SECONDS_TEXT = "1e9 seconds (about 31 years)"
+# The largest count a call takes (a limiter's size): far past any real limit, exact in a double.
+MAX_SIZE = 10**9
+# How deep lists and dicts may nest in what a job is sent (its arguments, a callback's options,
+# counted inside the argument list or options dict): every walk of them, the JSON encoder's and
+# decoder's included, recurses, and 2,000 levels raised RecursionError in the middle of a push.
+MAX_DEPTH = 100
 
 
 def check_json_native(value: Any, where: str) -> None:
-    """Raise TypeError naming ``where`` if ``value`` would not survive a JSON round trip."""
+    """Raise TypeError naming ``where`` if ``value`` (a job's argument list, kwargs or options)
+    would not survive a JSON round trip, or nests more than MAX_DEPTH lists and dicts inside it."""
     # Every push checks its arguments: one cheap walk on exact types, no path strings built.
-    # Only what it can't vouch for (a bad value, or a subclass such as an IntEnum or a
-    # SafeString, which the full walk accepts) takes the walk that names the offender.
+    # Only what it can't vouch for (a bad value, one nested too deep, or a subclass such as an
+    # IntEnum or a SafeString, which the full walk accepts) takes the walk that names the offender.
     if type(value) is list:  # (a job's args: its scalars checked here, without a call each)
         for item in value:
             kind = type(item)
             if kind is str or kind is int or kind is bool or item is None or (
-                    kind is float and item - item == 0.0) or _plainly_native(item):
+                    kind is float and item - item == 0.0) or _plainly_native(item, MAX_DEPTH):
                 continue
             break
         else:
             return
-    elif _plainly_native(value):
+    elif _plainly_native(value, MAX_DEPTH + 1):  # (the kwargs or options dict itself is no level)
         return
-    _check_naming(value, where)
+    _check_naming(value, where, MAX_DEPTH + 1)
 
 
-def _plainly_native(value: Any) -> bool:
-    """True if ``value`` is JSON-native using exact built-in types only; False to look closer."""
+def _plainly_native(value: Any, room: int) -> bool:
+    """True if ``value`` is JSON-native using exact built-in types only, its lists and dicts nested
+    at most ``room`` deep; False to look closer."""
     kind = type(value)
     if kind is str or kind is int or kind is bool or value is None:
         return True
     if kind is float:
         return value - value == 0.0  # finite: inf - inf and NaN - NaN are NaN
     if kind is list:
-        return all(map(_plainly_native, value))
+        return room > 0 and all(map(_plainly_native, value, repeat(room - 1)))
     if kind is dict:
+        if room <= 0:
+            return False
         for k, item in value.items():
-            if type(k) is not str or not _plainly_native(item):
+            if type(k) is not str or not _plainly_native(item, room - 1):
                 return False
         return True
     return False
 
 
-def _check_naming(value: Any, where: str) -> None:
+def nesting(value: Any) -> int:
+    """How many lists and dicts deep ``value`` nests (0 for a scalar, 1 for a flat list), walked
+    level by level, without recursion."""
+    depth, level = 0, [value]
+    while True:
+        containers = [item for item in level if isinstance(item, (list, dict))]
+        if not containers:
+            return depth
+        depth += 1
+        level = [v for c in containers for v in (c.values() if isinstance(c, dict) else c)]
+
+
+def _check_naming(value: Any, where: str, room: int) -> None:
     if value is None or isinstance(value, (str, bool, int)):
         return
     if isinstance(value, float):
         if not math.isfinite(value):
             raise TypeError(f"{where} is {value!r}: only finite numbers can be sent to a job")
         return
+    if isinstance(value, (list, dict)) and room <= 0:
+        path = where if len(where) <= 80 else where[:77] + "..."
+        raise InvalidArgument(f"{path} nests lists and dicts more than {MAX_DEPTH} deep: what a job is sent may "
+                              f"nest {MAX_DEPTH} at most (a list holding itself never ends)")
     if isinstance(value, list):
         for i, item in enumerate(value):
-            check_json_native(item, f"{where}[{i}]")
+            _check_naming(item, f"{where}[{i}]", room - 1)
         return
     if isinstance(value, dict):
         for k, item in value.items():
             if not isinstance(k, str):
                 raise TypeError(f"{where} has the key {k!r}: job arguments' dict keys must be strings")
-            check_json_native(item, f"{where}[{k!r}]")
+            _check_naming(item, f"{where}[{k!r}]", room - 1)
         return
     hint = " (use a list)" if isinstance(value, tuple) else ""
     if hasattr(value, "_meta") and hasattr(value, "pk"):  # a Django model instance (no Django import here)
@@ -170,27 +207,65 @@ def epoch(when: float | dt.datetime) -> float:
             raise ValueError(f"perform_at needs an aware datetime (e.g. django.utils.timezone.now()), got {when!r}")
         return when.timestamp()
     if isinstance(when, (int, float)) and not isinstance(when, bool):
-        if not math.isfinite(when):
+        try:
+            seconds = float(when)
+        except OverflowError:  # (an int past any float: 10**400)
+            seconds = math.inf
+        if not math.isfinite(seconds):
             # NaN compares false with every time: the job would run at once; inf, never.
-            raise ValueError(f"the time to run a job must be finite, got {when!r}")
-        return float(when)
+            raise InvalidArgument(f"the time to run a job must be finite, got {_short_repr(when)}")
+        return seconds
     raise TypeError(f"perform_at takes an aware datetime or epoch seconds, got {when!r}")
 
 
-def check_seconds(value: Any, where: str) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                              or not math.isfinite(value) or value <= 0):
-        raise CogworkerError(f"{where} must be a positive number of seconds or None, got {value!r}")
+def check_seconds(value: Any, where: str, *, none: bool = True, zero: bool = False) -> None:
+    """Raise InvalidArgument naming ``where`` unless ``value`` is a number of seconds above 0 (or
+    0 with ``zero``; or None, with ``none``) and at most MAX_SECONDS."""
+    if value is None and none:
+        return
+    # (Compared, never converted: math.isfinite(10**400) raises OverflowError.)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value >= 0 if zero else value > 0) \
+            or value == math.inf:
+        what = "a number of seconds, 0 or more" if zero else "a positive number of seconds"
+        raise InvalidArgument(f"{where} must be {what}{' or None' if none else ''}, got {value!r}")
+    if value > MAX_SECONDS:
+        raise InvalidArgument(f"{where} must be at most {MAX_SECONDS_TEXT}, got {value!r}")
+
+
+def check_size(value: Any, where: str) -> int:
+    """``value`` if it is a whole number from 1 to MAX_SIZE; else InvalidArgument naming ``where``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidArgument(f"{where} must be a whole number above 0, got {_short_repr(value)}")
+    if value > MAX_SIZE:
+        raise InvalidArgument(f"{where} must be at most {MAX_SIZE:,}, got {_short_repr(value)}")
+    return value
+
+
+def check_text(value: Any, where: str) -> str:
+    """``value`` if it is a non-empty str that UTF-8 can carry (what Redis is sent); else
+    InvalidArgument naming ``where``. A lone surrogate (``"\\ud800"``, what Python makes of bytes
+    that aren't UTF-8 in a file name or argv) raised UnicodeEncodeError deep in redis-py."""
+    if not isinstance(value, str) or not value:
+        raise InvalidArgument(f"{where} must be a non-empty string, got {value!r}")
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise InvalidArgument(f"{where} must be text UTF-8 can encode (no lone surrogate), got "
+                                  f"{_short_repr(value)}") from None
+    return value
 
 
 def check_unique(unique_for: Any, unique_until: Any, where: str) -> None:
     if unique_for is not None and unique_for is not True and (
-            isinstance(unique_for, bool) or not isinstance(unique_for, (int, float)) or unique_for <= 0):
-        raise CogworkerError(f"{where}: unique_for must be a positive number of seconds, or True for "
-                             f"UNIQUE_LOCK_TTL (a lock needs a TTL so a crash can't hold it forever), "
-                             f"got {unique_for!r}")
+            isinstance(unique_for, bool) or not isinstance(unique_for, (int, float)) or not 0 < unique_for < math.inf):
+        raise InvalidArgument(f"{where}: unique_for must be a positive number of seconds, or True for "
+                              f"UNIQUE_LOCK_TTL (a lock needs a TTL so a crash can't hold it forever), "
+                              f"got {_short_repr(unique_for)}")
+    if unique_for is not None and unique_for is not True and unique_for > MAX_SECONDS:
+        raise InvalidArgument(f"{where}: unique_for must be at most {MAX_SECONDS_TEXT}, got {_short_repr(unique_for)}")
     if unique_until not in ("success", "start"):
-        raise CogworkerError(f'{where}: unique_until must be "success" or "start", got {unique_until!r}')
+        raise InvalidArgument(f'{where}: unique_until must be "success" or "start", got {unique_until!r}')
 
 
 def check_limits(limits: Any, where: str) -> tuple[Any, ...]:

@@ -17,10 +17,18 @@ from typing import Any, ClassVar
 
 from asgiref.sync import async_to_sync
 
-from ..errors import BatchError, CogworkerError
+from ..errors import BatchError, CogworkerError, InvalidArgument
 from . import payload as payloads
 from . import scope as _scope
-from .arguments import check_call, check_json_native, check_limits, check_seconds, check_unique, epoch
+from .arguments import (
+    check_call,
+    check_json_native,
+    check_limits,
+    check_seconds,
+    check_text,
+    check_unique,
+    epoch,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -186,8 +194,14 @@ class JobSetter:
             unknown = set(options) - PUSH_OPTIONS
             if unknown:
                 raise TypeError(f"unknown push option(s) {sorted(unknown)}; allowed: {sorted(PUSH_OPTIONS)}")
-            if "queue" in options and (not isinstance(options["queue"], str) or not options["queue"]):
-                raise TypeError(f"queue must be a non-empty string, got {options['queue']!r}")
+            if "queue" in options:
+                check_text(options["queue"], "queue")
+            # (Checked here too, not only when a payload is built: a workflow's step is built in a worker.)
+            name = getattr(job_class, "name", job_class.__qualname__)
+            if options.get("expires_in") is not None:
+                check_seconds(options["expires_in"], f"{name}: expires_in")
+            if options.get("unique_for") is not None:
+                check_unique(options["unique_for"], options.get("unique_until", job_class.unique_until), name)
         self.job_class = job_class
         self.options = options
 
@@ -252,7 +266,11 @@ class JobSetter:
         if isinstance(delay, dt.timedelta):
             delay = delay.total_seconds()
         if not isinstance(delay, (int, float)) or isinstance(delay, bool):
-            raise TypeError(f"perform_in takes seconds or a timedelta, got {delay!r}")
+            raise InvalidArgument(f"perform_in takes seconds or a timedelta, got {delay!r}")
+        try:
+            delay = float(delay)
+        except OverflowError:  # (10**400)
+            raise InvalidArgument("perform_in's delay must be finite, got an int past what a float holds") from None
         return self.perform_at(time.time() + delay, *args, **kwargs)
 
     def perform_at(self, when: float | dt.datetime, *args: Any, **kwargs: Any) -> str | None:
@@ -280,8 +298,8 @@ class JobSetter:
             args = list(args)
             try:
                 check_json_native(args, "args")
-            except TypeError as exc:
-                raise TypeError(f"perform_bulk item {i}: {exc}") from None
+            except TypeError as exc:  # (of the same class: a nesting too deep is an InvalidArgument)
+                raise type(exc)(f"perform_bulk item {i}: {exc}") from None
             check_call(self.job_class, args, {}, f"perform_bulk item {i}: ")
             if first is None:
                 payload = first = self._payload(args, {}, time.time())
@@ -303,8 +321,8 @@ class Signature:
 
     def __init__(self, job_class: type[Job], args: Sequence[Any], kwargs: dict[str, Any],
                  options: dict[str, Any] | None = None, takes_previous: bool = False):
-        if not (isinstance(job_class, type) and issubclass(job_class, Job)):
-            raise BatchError(f"a workflow step must be a Job class, got {job_class!r}")
+        if not (isinstance(job_class, type) and issubclass(job_class, Job)) or job_class is Job:
+            raise BatchError(f"a workflow step must be a Job class (a subclass of Job), got {job_class!r}")
         self.job_class = job_class
         self.args = list(args)
         self.kwargs = dict(kwargs)
