@@ -13,7 +13,7 @@ import pytest
 from engine_fixtures import GATES, RUNS, launcher_factory_fixture, new_token, runs  # noqa: F401
 from helpers import FAST_ENV, Worker, wait_until
 
-from django_cogworker import Batch, Job, JobNotFound, cancel
+from django_cogworker import Batch, CogworkerError, Job, JobNotFound, cancel
 from django_cogworker.broker.keys import Keys
 from django_cogworker.push import payload as payloads
 from testproject.demo.flow_jobs import CancellableJob
@@ -118,6 +118,15 @@ def test_a_jid_that_is_not_a_non_empty_string_is_refused(jid):
         cancel(jid)
 
 
+def test_a_jid_that_utf8_can_not_carry_is_refused_before_anything_is_written(r):
+    # (A lone surrogate, what Python makes of argv bytes that aren't UTF-8 (`cogworker cancel`),
+    # raised UnicodeEncodeError from redis-py.)
+    for jid in ("\ud800", "abc\udcff"):
+        with pytest.raises(CogworkerError, match=r"cancel's jid must be text UTF-8 can encode \(no lone surrogate\)"):
+            cancel(jid)
+    assert r.dbsize() == 0
+
+
 class TakesAJid(Job):
     """Holds until GATES[token] opens; ``about`` carries another job's jid in its arguments."""
 
@@ -208,6 +217,21 @@ def test_a_running_cooperative_job_is_signalled_stops_and_is_not_retried(tmp_pat
         assert w.wait(30) == 0
     assert r.get(K.stat_cancelled) == "1"
     assert f"cancelled jid={jid} class=testproject.demo.flow_jobs.CancellableJob after" in w.log()
+
+
+def test_a_cancels_entry_no_cancel_wrote_cancels_nothing_and_is_dropped(tmp_path, r):
+    # (Garbage was taken for a request made "now": it cancelled its job, and never grew old, so
+    # every beat of every process read it forever.)
+    with worker(tmp_path) as w:
+        w.wait_ready()
+        jid = RecordJob.perform_in(1.5, "ran")  # (due after a beat or two has read the hash)
+        r.hset(K.cancels, mapping={jid: "not json", "other": json.dumps({"at": 1e300, "interrupt": True})})
+        wait_until(lambda: r.lrange("ran", 0, -1) == [jid], timeout=15, message="the job ran")
+        wait_until(lambda: not r.exists(K.cancels), timeout=5, message="both entries dropped")
+        w.term()
+        assert w.wait(30) == 0
+    assert r.get(K.stat_cancelled) is None
+    assert f"the cancel request stored for jid={jid} is no request (not json): dropped" in w.log()
 
 
 def test_interrupt_stops_a_job_that_never_reads_cancelled_and_it_is_not_retried(tmp_path, r):

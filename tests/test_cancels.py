@@ -71,13 +71,20 @@ def test_update_returns_the_requests_older_than_request_ttl_and_ignores_them():
     assert not run.cancelled
 
 
-def test_an_unreadable_request_still_cancels():
+def test_an_entry_no_cancel_wrote_cancels_nothing_and_is_returned_to_be_deleted(caplog):
+    # (Such garbage was taken for a request made "now": it cancelled its job, and never grew old
+    # enough to be dropped.)
     c = cancels()
     run = run_of("j1")
     c.started("j1", run)
-    assert c.update({b"j1": b"not json", b"j2": b"[1, 2]", b"j3": json.dumps({"at": "soon"}).encode()}) == []
-    assert run.cancelled
-    assert c.requested("j2") and c.requested("j3")
+    garbage = {b"j1": b"not json", b"j2": b"[1, 2]", b"j3": json.dumps({"at": "soon"}).encode(),
+               b"j4": request(at=NOW + REQUEST_TTL + 1), b"j5": b'{"at": 1e999}', b"j6": b"\xff\xfe",
+               b"j7": b"[" * 100_000, b"j8": json.dumps({"at": 10**400}).encode(), b"j9": b'{"interrupt": true}'}
+    assert c.update({**garbage, b"ok": request(at=NOW + 60)}) == [f"j{i}" for i in range(1, 10)]
+    assert not run.cancelled
+    assert not any(c.requested(f"j{i}") for i in range(1, 10)) and c.requested("ok")
+    assert "the cancel request stored for jid=j1 is no request (not json): dropped, its job not cancelled" in (
+        caplog.text)
 
 
 class Spinner:

@@ -32,9 +32,10 @@ from typing import Any
 from ..batches import steps
 from ..broker.keys import Keys, for_config, glob_escape
 from ..broker.types import RedisClient
-from ..errors import Cancelled, JobNotFound
+from ..errors import Cancelled, InvalidArgument, JobNotFound
 from ..push import payload as payloads
 from ..push import scope
+from ..push.arguments import check_text
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +47,8 @@ def cancel(jid: str, interrupt: bool = False, *, redis: RedisClient | None = Non
            batch_ttl: float | None = None) -> str:
     """Cancel job ``jid``: "removed" (it waited), "signalled" (it runs); JobNotFound otherwise."""
     if not isinstance(jid, str) or not jid:
-        raise TypeError(f"cancel takes a job's jid (a non-empty string), got {jid!r}")
+        raise InvalidArgument(f"cancel takes a job's jid (a non-empty string), got {jid!r}")
+    check_text(jid, "cancel's jid")  # (a lone surrogate raised UnicodeEncodeError from redis-py)
     if redis is None or keys is None or batch_ttl is None:
         from ..push import runtime
 
@@ -93,10 +95,12 @@ def asked(payload: dict[str, Any]) -> bool:
     if now - run.checked >= CHECK_EVERY:
         run.checked = now
         try:
+            from ..engine.run.cancels import read_request  # (a worker's: it runs the job)
             from ..push import runtime
 
-            run.cancelled = bool(runtime.get_redis().hexists(for_config(runtime.get_config()).cancels,
-                                                             str(payload.get("jid"))))
+            raw = runtime.get_redis().hget(for_config(runtime.get_config()).cancels, str(payload.get("jid")))
+            # (Garbage in the hash is no request: the heartbeat drops it, logged.)
+            run.cancelled = raw is not None and read_request(raw, time.time()) is not None
         except Exception as exc:  # (Redis away: the heartbeat tells it once back)
             logger.warning("jid=%s: could not read its cancel request: %s", payloads.printable(payload.get("jid")), exc)
     return run.cancelled

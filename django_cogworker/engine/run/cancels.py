@@ -13,13 +13,16 @@ an empty reply while nobody cancels). From then on this process:
 
 So a cancel reaches a running job within one HEARTBEAT_INTERVAL (or sooner when the job reads
 ``self.cancelled``, which asks Redis itself at most once a second). Requests older than
-REQUEST_TTL are dropped by the first process that reads them.
+REQUEST_TTL are dropped by the first process that reads them, and so is an entry that no
+``cancel`` wrote (not a JSON object with a finite ``at`` within REQUEST_TTL of now): logged, it
+cancels nothing (:func:`read_request`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from typing import Any
@@ -32,6 +35,34 @@ from .timeouts import raise_in_thread
 logger = logging.getLogger(__name__)
 
 REQUEST_TTL = 24 * 3600.0  # seconds a request is kept: longer than any fetch is in flight
+
+
+def read_request(raw: Any, now: float) -> bool | None:
+    """A stored request's ``interrupt``; None for an entry to drop: older than REQUEST_TTL, or
+    garbage (:func:`_parse`)."""
+    parsed = _parse(raw, now)
+    return None if parsed is None or now - parsed[0] > REQUEST_TTL else parsed[1]
+
+
+def _parse(raw: Any, now: float) -> tuple[float, bool] | None:
+    """(at, interrupt) of a stored request; None for garbage, what ``cancel`` never writes: not
+    JSON, no finite ``at``, or one more than REQUEST_TTL ahead of ``now``.
+
+    Garbage was taken for a request made "now": it cancelled its job, and never grew old enough to
+    be dropped, so every heartbeat of every process read it forever.
+    """
+    try:
+        request = json.loads(raw)
+        at, interrupt = request["at"], request.get("interrupt", False)
+        if isinstance(at, bool) or not isinstance(at, (int, float)):
+            return None
+        at = float(at)
+    # (UnicodeDecodeError is a ValueError; RecursionError: "[[[[..."; OverflowError: an int past a float)
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError, OverflowError):
+        return None
+    if not math.isfinite(at) or at - now > REQUEST_TTL:
+        return None
+    return at, bool(interrupt)
 
 
 class Cancels:
@@ -83,15 +114,15 @@ class Cancels:
         now = self.clock()
         for jid, raw in stored.items():
             jid = jid.decode() if isinstance(jid, bytes) else str(jid)
-            try:
-                request = json.loads(raw)
-                at, interrupt = float(request.get("at", now)), bool(request.get("interrupt"))
-            except (ValueError, TypeError, AttributeError):
-                at, interrupt = now, False  # (unreadable: still a request to cancel)
-            if now - at > REQUEST_TTL:
+            parsed = _parse(raw, now)
+            if parsed is None:
+                logger.warning("the cancel request stored for jid=%s is no request (%s): dropped, its job not "
+                               "cancelled", payloads.printable(jid),
+                               payloads.printable(raw.decode(errors="replace") if isinstance(raw, bytes) else raw, 200))
+            if parsed is None or now - parsed[0] > REQUEST_TTL:
                 stale.append(jid)
                 continue
-            requests[jid] = interrupt
+            requests[jid] = parsed[1]
         with self._lock:
             self._requests = requests
             for jid, interrupt in requests.items():
@@ -107,3 +138,4 @@ class Cancels:
                     self._interrupted.add(jid)
                     raise_in_thread(thread, Cancelled)
         return stale
+
