@@ -1033,3 +1033,40 @@ def test_cancel_a_running_job_from_the_processes_page_with_a_real_worker(changer
         assert worker.alive
     assert not rb.exists(f"{key}:finished") and rb.llen(f"{key}:started") == 1
     assert rb.zcard(KEYS.retry) == 0 and rb.zcard(KEYS.dead) == 0 and api.Queue("default").size() == 0
+
+
+# -- links to pages named by a key, a bid or a queue name: quoted -------------------------------------
+
+ODD_NAMES = ["a/../b", "..", ".", "x/y", "~2F", "50%/%2e%2e/c", "sp ace?#h", "naïve"]
+
+
+def _follow(client, page_url: str, href: str):
+    """GET ``href`` as a browser resolves it from ``page_url``: dot segments removed ("%2e" counts as
+    a dot there, as the URL standard says), then the path sent as it is."""
+    from urllib.parse import urljoin, urlsplit
+
+    href = re.sub("%2e", ".", unescape(href), flags=re.IGNORECASE)
+    return client.get(urlsplit(urljoin("http://testserver" + page_url, href)).path)
+
+
+def test_links_to_a_limiter_key_a_batch_or_a_queue_named_with_slashes_or_dots_open_its_own_page(viewer, rb):
+    # (Links were made by reverse(), which leaves "/" and "." alone: the key "a/../b" linked to the
+    # page of "b", ".." to the admin index; a bid with a "/" made the batches page fail, 500.)
+    from admin_fixtures import limiter
+    from django.utils.html import escape
+
+    for name in [*ODD_NAMES, "b"]:
+        limiter(rb, name, "bucket", 5, 1)
+        rb.hset(KEYS.batch(name).meta, mapping={"description": "", "created_at": time.time(), "ttl": 600})
+        rb.zadd(KEYS.batches, {name: time.time()})
+        rb.sadd(KEYS.queues, name)
+        rb.lpush(KEYS.queue(name), payloads.encode({"jid": "j", "class": RECORD_JOB, "args": [], "queue": name}))
+    for listing, title in (("limits/", "Limit"), ("batches/", "Batch"), ("queue/", "Queue")):
+        page = viewer.get(BASE + listing).content.decode()
+        links = {unescape(text): href for href, text in re.findall(
+            r'<td class="cw-key"><a href="([^"]+)">(?:[^<]*</a><br><span class="cw-muted cw-bid">)?([^<]*)', page)}
+        assert set(ODD_NAMES) <= set(links), (listing, links)
+        for name in ODD_NAMES:
+            opened = _follow(viewer, BASE + listing, links[name])
+            assert opened.status_code == 200, (listing, name, links[name])
+            assert f"<title>{escape(f'{title} {name}')} |" in opened.content.decode(), (listing, name, links[name])

@@ -8,12 +8,40 @@ main view, which is what the admin index links to. Every view goes through
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from typing import Any
 
-from django.urls import path
+from django.urls import path, register_converter
+from django.urls.converters import get_converters
 
 from . import batch_views, cancel_views, limit_views, set_views, views
+
+
+class NameConverter:
+    """A limiter key, a batch's bid or a queue name as one path segment, whatever it holds.
+
+    Django's ``reverse`` leaves "/" and "." as they are: a limiter key "a/../b" linked to the page
+    of "b", and one of ".." to the limits page itself (a browser resolves dot segments, "%2e" ones
+    too). So "~" and "/" are written "~7E" and "~2F", and a name all of dots its dots as "~2E";
+    everything else is percent-encoded by ``reverse`` as usual. Anything matches on the way in (a
+    link made before, with a bare "/", still opens its page).
+    """
+
+    regex = ".+"
+    _escaped = re.compile("~(7E|2F|2E)")
+    _chars = {"7E": "~", "2F": "/", "2E": "."}
+
+    def to_python(self, value: str) -> str:
+        return self._escaped.sub(lambda m: self._chars[m[1]], value)
+
+    def to_url(self, value: str) -> str:
+        text = value.replace("~", "~7E").replace("/", "~2F")
+        return text.replace(".", "~2E") if text.strip(".") == "" else text
+
+
+if "cogworker_name" not in get_converters():
+    register_converter(NameConverter, "cogworker_name")
 
 
 def page_urls(page: str, site: Any) -> list[Any]:
@@ -30,11 +58,11 @@ def page_urls(page: str, site: Any) -> list[Any]:
     }[page]
     patterns = [path("", main, name=f"{name}_changelist")]
     if page == "queue":
-        patterns.append(path("<path:queue>/", view(views.queue_jobs), name=f"{name}_jobs"))
+        patterns.append(path("<cogworker_name:queue>/", view(views.queue_jobs), name=f"{name}_jobs"))
     if page == "batches":
-        patterns.append(path("<str:bid>/", view(batch_views.batch), name=f"{name}_batch"))
+        patterns.append(path("<cogworker_name:bid>/", view(batch_views.batch), name=f"{name}_batch"))
     if page == "limits":
-        patterns.append(path("<path:key>/", view(limit_views.limit), name=f"{name}_limit"))
+        patterns.append(path("<cogworker_name:key>/", view(limit_views.limit), name=f"{name}_limit"))
     if page == "busy":  # (one endpoint for every page's Cancel button: a job is cancelled by jid, wherever it is)
         patterns.append(path("cancel/", view(cancel_views.cancel), name=f"{name}_cancel"))
     if page in set_views.SETS:
