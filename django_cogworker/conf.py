@@ -18,6 +18,7 @@ from typing import Any
 from .broker.cluster import has_hash_tag, is_cluster_url, tagged_prefix
 from .broker.urls import URL_SCHEMES, options_problem, redact_url, url_problem
 from .errors import ConfigError
+from .push.arguments import MAX_SECONDS, MAX_SECONDS_TEXT
 
 __all__ = ["URL_SCHEMES", "Config", "build_config", "redact_url", "validate"]  # (redact_url: its old home)
 
@@ -259,7 +260,8 @@ def _normalise_queues(value: Any, errors: list[str]) -> Any:
 
 
 def _positive_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+    # (Compared, never converted: math.isfinite(10**400) raises OverflowError.)
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf
 
 
 def _positive_int(v: Any) -> bool:
@@ -338,6 +340,8 @@ def validate(cfg: Config) -> Config:
                   "periodic_tick_interval", "timeout_grace"):
         if not _positive_number(getattr(cfg, field)):
             bad(field, "a positive number of seconds")
+        elif getattr(cfg, field) > MAX_SECONDS:  # (BATCH_TTL=1e16: every batch failed in its opening script)
+            bad(field, f"at most {MAX_SECONDS_TEXT}")
     if _positive_number(cfg.heartbeat_interval) and cfg.heartbeat_interval > HEARTBEAT_INTERVAL_MAX:
         # Paused queues, remote signals and retried acks ride on the beat: an hour is already
         # longer than anyone waits for a pause to take; beyond it, a typo (minutes for seconds).

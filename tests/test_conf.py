@@ -115,6 +115,10 @@ def test_queues_names_or_weighted_pairs_keep_their_order(value, expected):
     ("DEAD_TIMEOUT", float("inf"), 'COGWORKER["DEAD_TIMEOUT"] must be a positive number of seconds, got inf'),
     ("ORPHAN_THRESHOLD", "300", "COGWORKER[\"ORPHAN_THRESHOLD\"] must be a positive number of seconds, got '300'"),
     ("TIMEOUT_GRACE", -1, 'COGWORKER["TIMEOUT_GRACE"] must be a positive number of seconds, got -1'),
+    # (Past what Redis can expire: every batch failed in its opening script; 10**400 raised OverflowError.)
+    ("BATCH_TTL", 1e16, 'COGWORKER["BATCH_TTL"] must be at most 1e9 seconds (about 31 years), got 1e+16'),
+    ("UNIQUE_LOCK_TTL", 10**400, f'COGWORKER["UNIQUE_LOCK_TTL"] must be at most 1e9 seconds (about 31 years), '
+                                 f'got {10**400}'),
     ("ENQUEUE_ON_COMMIT", "no", "COGWORKER[\"ENQUEUE_ON_COMMIT\"] must be True or False, got 'no'"),
     ("KEY_PREFIX", "", "COGWORKER[\"KEY_PREFIX\"] must be a non-empty string, got ''"),
     ("QUEUES", "default", "COGWORKER[\"QUEUES\"] must be a list of queue names or (name, weight) pairs, "
