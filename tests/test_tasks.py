@@ -63,6 +63,9 @@ def test_the_backend_says_what_it_supports():
 @pytest.mark.parametrize("options,expected", [
     ({"RESULT_TTL": 0}, 'TASKS["t"]["OPTIONS"]["RESULT_TTL"] must be a positive number of seconds, got 0'),
     ({"TIMEOUT": "soon"}, 'TASKS["t"]["OPTIONS"]["TIMEOUT"] must be a positive number of seconds or None'),
+    # (Past what Redis can expire; 10**400 raised OverflowError.)
+    ({"RESULT_TTL": 1e16}, 'TASKS["t"]["OPTIONS"]["RESULT_TTL"] must be at most 1e9 seconds (about 31 years), got'),
+    ({"TIMEOUT": 10**400}, 'TASKS["t"]["OPTIONS"]["TIMEOUT"] must be at most 1e9 seconds (about 31 years), got'),
     ({"RETRY": -1}, 'TASKS["t"]["OPTIONS"]["RETRY"] must be True, False or a count >= 0, got -1'),
     ({"RETRY": "3"}, 'TASKS["t"]["OPTIONS"]["RETRY"] must be True, False or a count >= 0, got \'3\''),
     ({"RESULTS": 1}, "unknown option(s) ['RESULTS']"),

@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-import math
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -33,7 +32,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from ..broker.keys import Keys
-from ..errors import CogworkerError
+from ..errors import CogworkerError, InvalidArgument
 from ..push import results
 from ..push.arguments import check_limits, check_seconds
 from ..push.job import Job, JobSetter, registered
@@ -328,9 +327,8 @@ def _forget(redis: Any, keys: Keys, jid: str) -> None:
 
 
 def _seconds(value: Any, where: str, optional: bool) -> float | None:
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ImproperlyConfigured(f"{where} must be a positive number of seconds{' or None' if optional else ''}, "
-                                   f"got {value!r}")
-    return float(value)
+    try:  # (held to MAX_SECONDS as a job's own: a RESULT_TTL of 1e16 is a TTL Redis refuses)
+        check_seconds(value, where, none=optional)
+    except InvalidArgument as exc:
+        raise ImproperlyConfigured(str(exc)) from None
+    return None if value is None else float(value)
