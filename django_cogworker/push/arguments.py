@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import inspect
 import math
-from itertools import repeat
 from typing import Any
 
 from ..errors import CogworkerError, InvalidArgument
@@ -63,15 +62,24 @@ def _plainly_native(value: Any, room: int) -> bool:
     if kind is float:
         return value - value == 0.0  # finite: inf - inf and NaN - NaN are NaN
     if kind is list:
-        return room > 0 and all(map(_plainly_native, value, repeat(room - 1)))
-    if kind is dict:
-        if room <= 0:
-            return False
-        for k, item in value.items():
-            if type(k) is not str or not _plainly_native(item, room - 1):
+        items = value
+    elif kind is dict:
+        for k in value:
+            if type(k) is not str:
                 return False
-        return True
-    return False
+        items = value.values()
+    else:
+        return False
+    if room <= 0:
+        return False
+    room -= 1
+    for item in items:  # (a container's scalars checked here, without a call each)
+        kind = type(item)
+        if kind is str or kind is int or kind is bool or item is None or (kind is float and item - item == 0.0):
+            continue
+        if not _plainly_native(item, room):
+            return False
+    return True
 
 
 def nesting(value: Any) -> int:
