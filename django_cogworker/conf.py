@@ -15,10 +15,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from .bounds import MAX_SECONDS, MAX_SECONDS_TEXT
 from .broker.cluster import has_hash_tag, is_cluster_url, tagged_prefix
 from .broker.urls import URL_SCHEMES, options_problem, redact_url, url_problem
 from .errors import ConfigError
-from .push.arguments import MAX_SECONDS, MAX_SECONDS_TEXT
 
 __all__ = ["URL_SCHEMES", "Config", "build_config", "redact_url", "validate"]  # (redact_url: its old home)
 

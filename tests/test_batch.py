@@ -160,7 +160,7 @@ def test_a_callback_that_is_the_job_base_class_is_refused(r):
 
 
 def test_callback_options_nested_past_max_depth_are_refused_naming_the_limit(r):
-    from django_cogworker.push.arguments import MAX_DEPTH
+    from django_cogworker.bounds import MAX_DEPTH
 
     def nested(levels):
         value: dict = {}

@@ -497,7 +497,7 @@ def nested_list(levels: int) -> list:
 
 
 def test_arguments_nested_past_max_depth_are_refused_naming_the_limit(r):
-    from django_cogworker.push.arguments import MAX_DEPTH
+    from django_cogworker.bounds import MAX_DEPTH
 
     looped: list = []
     looped.append(looped)

@@ -104,7 +104,7 @@ def test_bad_parts_are_refused_at_the_call(r):
 
 
 def test_a_workflow_nested_past_max_depth_is_refused_when_built_and_the_deepest_taken_starts(r):
-    from django_cogworker.push.arguments import MAX_DEPTH
+    from django_cogworker.bounds import MAX_DEPTH
 
     # (A chain nested 2,000 deep was built, then raised RecursionError when started.)
     part = ValueJob.s(1)

@@ -17,12 +17,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ..bounds import check_seconds, check_text
 from ..broker import scripts
 from ..broker.keys import BatchKeys, Keys
 from ..errors import BatchError, BatchNotFound, InvalidArgument
 from ..push import payload as payloads
 from ..push import scope as _scope
-from ..push.arguments import check_call, check_json_native, check_seconds, check_text
+from ..push.arguments import check_call, check_json_native
 from ..push.job import Job, JobSetter
 from . import delivery
 

@@ -23,9 +23,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ..bounds import MAX_DEPTH, nesting
 from ..errors import BatchError, InvalidArgument
 from ..push import scope as _scope
-from ..push.arguments import MAX_DEPTH, nesting
 from ..push.job import Job, Signature, registered
 from .batch import Batch, _context
 

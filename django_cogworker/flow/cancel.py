@@ -30,12 +30,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..batches import steps
+from ..bounds import check_text
 from ..broker.keys import Keys, for_config, glob_escape
 from ..broker.types import RedisClient
 from ..errors import Cancelled, InvalidArgument, JobNotFound
 from ..push import payload as payloads
 from ..push import scope
-from ..push.arguments import check_text
 
 logger = logging.getLogger(__name__)
 

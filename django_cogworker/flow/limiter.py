@@ -29,11 +29,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ..bounds import MAX_SECONDS, MAX_SECONDS_TEXT, check_seconds, check_size
 from ..broker import scripts
 from ..broker.keys import Keys, for_config
 from ..errors import CogworkerError, InvalidArgument, LimitKeyError, OverLimit
 from ..push import scope  # (a leaf: the running job and the process identity, set by the worker)
-from ..push.arguments import MAX_SECONDS, MAX_SECONDS_TEXT, check_seconds, check_size
 
 logger = logging.getLogger(__name__)
 

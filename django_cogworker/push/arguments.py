@@ -4,9 +4,8 @@ A payload is JSON; an argument that doesn't survive the round trip (a tuple, a
 date, a Decimal, a dict with int keys, infinity) would reach the job as
 something else, or not be written at all. Checked where it is pushed (and where
 a periodic entry is declared), naming the offending path. The options of a job class and of a
-push are checked here too (``check_seconds``, ``check_unique``, ``check_limits``, ``epoch``), and
-the bounds every call's values are held to (MAX_SECONDS, MAX_SIZE, MAX_DEPTH, ``check_text``):
-beyond them a value fails in Redis or in Python halfway through, after keys were written.
+push are checked here too (``check_unique``, ``check_limits``, ``epoch``; durations and text by
+``check_seconds`` and ``check_text`` of bounds.py, held to its bounds).
 """
 
 from __future__ import annotations
@@ -16,21 +15,10 @@ import inspect
 import math
 from typing import Any
 
+from ..bounds import MAX_DEPTH, MAX_SECONDS, MAX_SECONDS_TEXT
+from ..bounds import check_seconds as check_seconds  # (re-exported: imported from here before bounds.py)
+from ..bounds import short_repr as _short_repr
 from ..errors import CogworkerError, InvalidArgument
-
-# The longest duration a call takes (a TTL, a period, a lease, a wait): a billion seconds, about 31
-# years. Redis refuses an EXPIRE past some 9.2e15 s (its milliseconds overflow 64 bits), Lua's
-# numbers are doubles, exact to 2**53 (some 9e12 s in milliseconds), and a bucket limiter's state
-# lives 2 x per in ms: ``Batch(ttl=1e16)`` failed inside a script after writing keys that never
-# expired, and ``per=1e300`` failed every take. This bound keeps every such sum exact and accepted.
-MAX_SECONDS = 1e9
-MAX_SECONDS_TEXT = "1e9 seconds (about 31 years)"
-# The largest count a call takes (a limiter's size): far past any real limit, exact in a double.
-MAX_SIZE = 10**9
-# How deep lists and dicts may nest in what a job is sent (its arguments, a callback's options,
-# counted inside the argument list or options dict): every walk of them, the JSON encoder's and
-# decoder's included, recurses, and 2,000 levels raised RecursionError in the middle of a push.
-MAX_DEPTH = 100
 
 
 def check_json_native(value: Any, where: str) -> None:
@@ -82,18 +70,6 @@ def _plainly_native(value: Any, room: int) -> bool:
     return True
 
 
-def nesting(value: Any) -> int:
-    """How many lists and dicts deep ``value`` nests (0 for a scalar, 1 for a flat list), walked
-    level by level, without recursion."""
-    depth, level = 0, [value]
-    while True:
-        containers = [item for item in level if isinstance(item, (list, dict))]
-        if not containers:
-            return depth
-        depth += 1
-        level = [v for c in containers for v in (c.values() if isinstance(c, dict) else c)]
-
-
 def _check_naming(value: Any, where: str, room: int) -> None:
     if value is None or isinstance(value, (str, bool, int)):
         return
@@ -129,14 +105,6 @@ def _check_naming(value: Any, where: str, room: int) -> None:
 def _article(word: str) -> str:
     """ "an" before a vowel sound: "an Order", "a datetime", "a UUID" (a leading U reads "you")."""
     return "an" if word[:1].lower() in ("a", "e", "i", "o") else "a"
-
-
-def _short_repr(value: Any) -> str:
-    try:
-        text = repr(value)
-    except Exception:  # a broken __repr__ must not hide the real error
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class _Arity:
@@ -224,44 +192,6 @@ def epoch(when: float | dt.datetime) -> float:
             raise InvalidArgument(f"the time to run a job must be finite, got {_short_repr(when)}")
         return seconds
     raise TypeError(f"perform_at takes an aware datetime or epoch seconds, got {when!r}")
-
-
-def check_seconds(value: Any, where: str, *, none: bool = True, zero: bool = False) -> None:
-    """Raise InvalidArgument naming ``where`` unless ``value`` is a number of seconds above 0 (or
-    0 with ``zero``; or None, with ``none``) and at most MAX_SECONDS."""
-    if value is None and none:
-        return
-    # (Compared, never converted: math.isfinite(10**400) raises OverflowError.)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value >= 0 if zero else value > 0) \
-            or value == math.inf:
-        what = "a number of seconds, 0 or more" if zero else "a positive number of seconds"
-        raise InvalidArgument(f"{where} must be {what}{' or None' if none else ''}, got {value!r}")
-    if value > MAX_SECONDS:
-        raise InvalidArgument(f"{where} must be at most {MAX_SECONDS_TEXT}, got {value!r}")
-
-
-def check_size(value: Any, where: str) -> int:
-    """``value`` if it is a whole number from 1 to MAX_SIZE; else InvalidArgument naming ``where``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidArgument(f"{where} must be a whole number above 0, got {_short_repr(value)}")
-    if value > MAX_SIZE:
-        raise InvalidArgument(f"{where} must be at most {MAX_SIZE:,}, got {_short_repr(value)}")
-    return value
-
-
-def check_text(value: Any, where: str) -> str:
-    """``value`` if it is a non-empty str that UTF-8 can carry (what Redis is sent); else
-    InvalidArgument naming ``where``. A lone surrogate (``"\\ud800"``, what Python makes of bytes
-    that aren't UTF-8 in a file name or argv) raised UnicodeEncodeError deep in redis-py."""
-    if not isinstance(value, str) or not value:
-        raise InvalidArgument(f"{where} must be a non-empty string, got {value!r}")
-    if not value.isascii():
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            raise InvalidArgument(f"{where} must be text UTF-8 can encode (no lone surrogate), got "
-                                  f"{_short_repr(value)}") from None
-    return value
 
 
 def check_unique(unique_for: Any, unique_until: Any, where: str) -> None:

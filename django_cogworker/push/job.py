@@ -17,18 +17,11 @@ from typing import Any, ClassVar
 
 from asgiref.sync import async_to_sync
 
+from ..bounds import check_seconds, check_text
 from ..errors import BatchError, CogworkerError, InvalidArgument
 from . import payload as payloads
 from . import scope as _scope
-from .arguments import (
-    check_call,
-    check_json_native,
-    check_limits,
-    check_seconds,
-    check_text,
-    check_unique,
-    epoch,
-)
+from .arguments import check_call, check_json_native, check_limits, check_unique, epoch
 
 logger = logging.getLogger(__name__)
 

@@ -31,10 +31,11 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from ..bounds import check_seconds
 from ..broker.keys import Keys
 from ..errors import CogworkerError, InvalidArgument
 from ..push import results
-from ..push.arguments import check_limits, check_seconds
+from ..push.arguments import check_limits
 from ..push.job import Job, JobSetter, registered
 from .api import (
     BaseTaskBackend,
