@@ -407,6 +407,14 @@ def test_cancel_takes_a_waiting_job_off_and_an_unknown_jid_fails(rb):
     assert not rb.hexists(K.cancels, "no-such-jid")  # (no request left behind for a job that is nowhere)
 
 
+def test_cancel_of_a_jid_utf8_can_not_carry_is_a_usage_error_not_a_traceback(rb):
+    # (Bytes of argv that aren't UTF-8 come as lone surrogates: UnicodeEncodeError from redis-py before.)
+    with pytest.raises(CommandError, match=r"cancel's jid must be text UTF-8 can encode") as caught:
+        cli("cancel", "ab\udcff")
+    assert caught.value.returncode == 2  # (a usage error)
+    assert rb.dbsize() == 0
+
+
 def test_cancel_interrupt_stops_a_running_job_that_never_asks(rb):
     # GatedJob sleeps in slices of 0.05 s until its gate opens and never reads self.cancelled:
     # only the interrupt (Cancelled raised in its thread) stops it.

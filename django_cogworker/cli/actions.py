@@ -133,12 +133,14 @@ def cancel(jid: str, *, interrupt: bool) -> Outcome:
     """Cancel job ``jid`` wherever it is (``django_cogworker.cancel``): taken off a queue, the schedule or the
     retries, or, running, asked to stop (``interrupt``: Cancelled raised in its thread)."""
     # Imported here: the core's public cancel (flow/cancel.py), needed only by this command.
-    from ..errors import JobNotFound
+    from ..errors import InvalidArgument, JobNotFound
     from ..flow.cancel import cancel as cancel_job
 
     outcome = Outcome()
     try:
         done = cancel_job(jid, interrupt=interrupt)
+    except InvalidArgument as exc:  # (argv bytes that aren't UTF-8 come as lone surrogates)
+        raise CommandError(str(exc), returncode=USAGE) from None
     except JobNotFound:
         outcome.failed.append(f"{cell(jid)}: no such job waiting, scheduled, retrying or running (it finished, "
                               f"died, or was never pushed)")
