@@ -83,6 +83,9 @@ class Config:
     server_middleware: tuple[str, ...] = ()
     death_handlers: tuple[str, ...] = ()
     enqueue_on_commit: bool = True
+    # Pushes go through the transactional outbox (django_cogworker/outbox/): inside a transaction
+    # the job is a row of that transaction, handed to Redis at commit or by a worker's relay.
+    outbox: bool = False
     # Longest pause between two fetch polls of an idle process (multi-queue
     # reliable fetch polls; a single queue blocks and wakes at once).
     fetch_idle_max_interval: float = 1.0
@@ -168,6 +171,7 @@ SETTINGS = {
     "SERVER_MIDDLEWARE": "server_middleware",
     "DEATH_HANDLERS": "death_handlers",
     "ENQUEUE_ON_COMMIT": "enqueue_on_commit",
+    "OUTBOX": "outbox",
     "FETCH_IDLE_MAX_INTERVAL": "fetch_idle_max_interval",
     "PREFETCH": "prefetch",
     "HEARTBEAT_INTERVAL": "heartbeat_interval",
@@ -318,7 +322,7 @@ def validate(cfg: Config) -> Config:
     if len(set(names)) != len(names):
         twice = ", ".join(map(repr, sorted({n for n in names if names.count(n) > 1}, key=str)))
         errors.append(f'COGWORKER["QUEUES"] must list each queue once, got {twice} more than once')
-    for field in ("strict_queues", "periodic_catch_up", "enqueue_on_commit"):
+    for field in ("strict_queues", "periodic_catch_up", "enqueue_on_commit", "outbox"):
         if not isinstance(getattr(cfg, field), bool):
             bad(field, "True or False")
     for field in ("concurrency", "dead_max_jobs", "max_orphanings", "periodic_catch_up_max"):

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 from django.db import models
 
+# The outbox's table (the package's one real model): Django finds an app's models in models.py.
+from .outbox.models import OutboxJob  # noqa: F401
+
 
 class _Page(models.Model):
     class Meta:
@@ -86,6 +89,13 @@ class Periodic(_Page):
 class Quarantine(_Page):
     class Meta(_Page.Meta):
         verbose_name = verbose_name_plural = "quarantine"
+
+
+class Outbox(_Page):
+    """The transactional outbox's page: rows waiting, the oldest's age, relay now (outbox/)."""
+
+    class Meta(_Page.Meta):
+        verbose_name = verbose_name_plural = "outbox"
 
 
 # In the order of the pages' tab bar.

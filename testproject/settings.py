@@ -60,6 +60,16 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{STATE_DIR / 'db.sqlite3'}")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # A file, not pytest-django's in-memory database: the outbox tests' workers (other processes)
+    # read the rows the test writes. A writer waits up to 20 s for another's lock (the relays').
+    DATABASES["default"].setdefault("TEST", {"NAME": str(STATE_DIR / "test_db.sqlite3")})
+    DATABASES["default"].setdefault("OPTIONS", {"timeout": 20})
+# The second database: the outbox tests run on PostgreSQL as well as on SQLite (tests/test_outbox*.py),
+# as a second alias, "pg". This machine and CI run one at 127.0.0.1:5432 (user postgres); point
+# the tests at another with COGWORKER_TEST_POSTGRES_URL (postgres://user:password@host:port/name;
+# pytest-django creates and drops "test_<name>" there). Nothing else connects to it.
+DATABASES["pg"] = env.db("COGWORKER_TEST_POSTGRES_URL", default="postgres://postgres@127.0.0.1:5432/cogworker")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 USE_TZ = True
@@ -114,8 +124,9 @@ if "COGWORKER_PERIODIC" in os.environ:
 if "COGWORKER_CPU_AFFINITY" in os.environ:  # "auto", "none" or CPU numbers: "0,1"
     _affinity = env.str("COGWORKER_CPU_AFFINITY")
     COGWORKER["CPU_AFFINITY"] = _affinity if _affinity in ("auto", "none") else [int(c) for c in _affinity.split(",")]
-for _name, _cast in {"CLOCK": env.str, "PERIODIC_CATCH_UP": env.bool, "PERIODIC_TICK_INTERVAL": env.float,
-                     "MAX_ORPHANINGS": env.int, "KEY_GUARD_INTERVAL": env.float, "OVER_LIMIT_MAX": env.int}.items():
+for _name, _cast in {"OUTBOX": env.bool, "CLOCK": env.str, "PERIODIC_CATCH_UP": env.bool,
+                     "PERIODIC_TICK_INTERVAL": env.float, "MAX_ORPHANINGS": env.int, "KEY_GUARD_INTERVAL": env.float,
+                     "OVER_LIMIT_MAX": env.int}.items():
     if f"COGWORKER_{_name}" in os.environ:
         COGWORKER[_name] = _cast(f"COGWORKER_{_name}")
 

@@ -50,6 +50,11 @@ unique:<digest>               string  unique-job lock                           
 push_receipt:<pusher>         string  a pushing thread's last push: its token and the reply   10 min
                                       (PUSH), so that a retry of it writes nothing again;
                                       cluster: one per slot pushed to (home, or the queue's)
+outbox_pushed:<jid>           string  a job the outbox handed to Redis (PUSH writes it with   10 min
+                                      the job): a second hand-over of its row (a relay killed
+                                      before it deleted the row) writes nothing; cluster: in
+                                      the slot pushed to (home, or the queue's); one of the
+                                      wrong type is quarantined by the push that finds it
 result:<jid>                  hash    a job's result (opt-in: tasks, ``result_ttl``):          result
                                       status, times, return value, errors, worker ids         _ttl
 batches                       zset    bid -> created_at of every batch (for listing; pruned   -
@@ -285,6 +290,10 @@ class Keys:
     def push_receipt(self, pusher: str, queue: str | None = None) -> str:
         """The receipt of ``pusher``'s pushes: in the home slot, or (a cluster) in ``queue``'s."""
         return f"{self.prefix if queue is None else self.queue_prefix(queue)}push_receipt:{pusher}"
+
+    def outbox_pushed(self, jid: str, queue: str | None = None) -> str:
+        """The mark of outbox job ``jid`` handed to Redis: in the home slot, or (a cluster) in ``queue``'s."""
+        return f"{self.prefix if queue is None else self.queue_prefix(queue)}outbox_pushed:{jid}"
 
     def result(self, jid: str) -> str:
         return f"{self.prefix}result:{jid}"

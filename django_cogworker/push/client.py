@@ -28,7 +28,7 @@ from ..broker.keys import for_config
 from ..broker.quarantine import quarantine_key
 from ..broker.types import RedisClient
 from ..conf import Config
-from ..errors import WrongTypeError
+from ..errors import WrongTypeError, is_unavailable
 from . import payload as payloads
 from . import scope as _scope
 from . import unique
@@ -38,8 +38,8 @@ logger = logging.getLogger(__name__)
 
 Defer = Callable[[Callable[[], Any]], bool]
 
-# A job as PUSH takes it: (payload, score or None, lock key or None, jid, lock TTL).
-Job = tuple[str, str | None, str | None, str, int]
+# A job as PUSH takes it: (payload, score or None, lock key or None, jid, lock TTL, mark key or None).
+Job = tuple[str, str | None, str | None, str, int, str | None]
 
 
 class _Group(NamedTuple):
@@ -61,11 +61,14 @@ class _Call(NamedTuple):
 
 class Client:
     def __init__(self, config: Config, redis: RedisClient, *, middleware: Sequence[Callable] = (),
-                 defer: Defer | None = None, clock: Callable[[], float] = time.time):
+                 defer: Defer | None = None, clock: Callable[[], float] = time.time, outbox: Any = None):
         self.config = config
         self.redis = redis
         self.keys = for_config(config)
         self.defer = defer
+        # The transactional outbox (outbox/store.py) when OUTBOX is on: a push inside a transaction
+        # is a row of it, and one outside that Redis refuses is saved there. None: off.
+        self.outbox = outbox
         self.clock = clock
         # Bulk pushes collect what the chain lets through here (per thread: the client is shared).
         self._bulk = threading.local()
@@ -91,6 +94,11 @@ class Client:
             return self._push_in_batch(scope, [payload], lambda: [self._chain(payload)])[0]
         if on_commit is None:
             on_commit = self.config.enqueue_on_commit
+        if on_commit and self.outbox is not None:
+            alias = self.outbox.atomic_alias()
+            if alias is not None:
+                stashed = self._stash(alias, [payload])
+                return stashed[0] if stashed else None
         if on_commit and self.defer is not None and self.defer(lambda: self._chain(payload)):
             return payload["jid"]
         return self._chain(payload)
@@ -124,6 +132,8 @@ class Client:
         return pushed
 
     def _write(self, payload: dict[str, Any]) -> str | None:
+        if self.outbox is not None:
+            return payload["jid"] if self._write_or_save([payload]) else None
         jid, queue = payload.get("jid"), payload.get("queue")
         if (not self.keys.spread and "at" not in payload and not payload.get("unique_digest")
                 and isinstance(queue, str) and queue and isinstance(jid, str) and jid):
@@ -147,7 +157,7 @@ class Client:
         call = calls.get(queue)
         if call is None:
             keys, args = scripts.push_args(self.keys.push_receipt(self._pusher()), "", self.keys.queues, "",
-                                           [(self.keys.queue(queue), queue, [("", None, None, "", 0)])])
+                                           [(self.keys.queue(queue), queue, [("", None, None, "", 0, None)])])
             call = calls[queue] = (keys, args[1])
         return call
 
@@ -167,6 +177,13 @@ class Client:
             return self._push_in_batch(scope, items, lambda: self._push_bulk_now(items, at))
         if on_commit is None:
             on_commit = self.config.enqueue_on_commit
+        if on_commit and self.outbox is not None:
+            alias = self.outbox.atomic_alias()
+            if alias is not None:
+                if at is not None:
+                    for item in items:
+                        item["at"] = float(at)
+                return self._stash(alias, items)
         if on_commit and self.defer is not None and self.defer(lambda: self._push_bulk_now(items, at)):
             return [item["jid"] for item in items]
         return self._push_bulk_now(items, at)
@@ -183,8 +200,13 @@ class Client:
         if at is not None:
             for item in items:
                 item["at"] = float(at)
+        write = self._write_bulk if self.outbox is None else self._write_or_save
+        return [item["jid"] for item in write(self._collect(items))]
+
+    def _collect(self, items: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
+        """Run ``items`` through the client middleware; return what it let through (unwritten)."""
         if self._chain_is_terminal:
-            return [item["jid"] for item in self._write_bulk(items)]
+            return items
         previous = getattr(self._bulk, "batch", None)
         batch: list[dict[str, Any]] = []
         self._bulk.batch = batch
@@ -193,11 +215,48 @@ class Client:
                 self._chain(item)
         finally:
             self._bulk.batch = previous
-        return [item["jid"] for item in self._write_bulk(batch)]
+        return batch
 
-    def _write_bulk(self, items: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
+    def _stash(self, alias: str, items: Sequence[dict[str, Any]]) -> list[str]:
+        """Write ``items``, as the middleware lets them through, to the outbox in the transaction
+        open on database ``alias``; return their jids. The middleware runs now, in the pushing
+        thread (what it reads of the request is there), and the rows hold what it let through:
+        the outbox hands them to :meth:`hand_over` at commit, or a relay does later."""
+        batch = self._collect(items)
+        for item in batch:
+            _check_outgoing(item)
+        if batch:
+            self.outbox.stash(alias, batch, self.hand_over)
+        return [item["jid"] for item in batch]
+
+    def hand_over(self, items: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
+        """Write outbox jobs (their middleware already run) with their marks: one pushed before
+        (its mark still there) isn't written again. Return those written; raise what Redis refused."""
+        return self._write_bulk(items, marked=True)
+
+    def _write_or_save(self, items: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
+        """Write ``items`` as outbox jobs (marked); when Redis is away or refuses writes for now,
+        save them to the outbox instead (autocommit), for a relay. Raise only what neither took."""
+        kept = [dict(item) for item in items]  # (as given: the write pops "at")
+        try:
+            return self._write_bulk(items, marked=True)
+        except Exception as exc:
+            if not is_unavailable(exc):
+                raise
+            try:
+                self.outbox.save(kept)
+            except Exception as db_exc:
+                logger.error("push of %d job(s) refused by Redis (%s: %s) and by the database (%s: %s)",
+                             len(items), type(exc).__name__, exc, type(db_exc).__name__, db_exc)
+                raise exc from db_exc
+            logger.warning("Redis refused a push (%s: %s): %d job(s) saved to the outbox, relayed when it is "
+                           "back", type(exc).__name__, exc, len(items))
+            return items
+
+    def _write_bulk(self, items: Sequence[dict[str, Any]], marked: bool = False) -> Sequence[dict[str, Any]]:
         """Write ``items``, each now or at its ``at``, in one round trip; return those written (not
-        the duplicates of unique jobs). Raise what Redis refused, after the rest is written."""
+        the duplicates of unique jobs). Raise what Redis refused, after the rest is written.
+        ``marked``: outbox jobs, each written with its mark (PUSH), or not at all if it is there."""
         if not items:
             return items
         for item in items:
@@ -224,23 +283,26 @@ class Client:
         if scheduled:
             raws = payloads.encode_many([item for item, _at, _ttl in scheduled])
             groups.append(self._group(self.keys.schedule, "", [item for item, _at, _ttl in scheduled], [
-                (raw, repr(float(at)), ttl) for (_item, at, ttl), raw in zip(scheduled, raws, strict=True)]))
+                (raw, repr(float(at)), ttl) for (_item, at, ttl), raw in zip(scheduled, raws, strict=True)], marked))
         for queue, queued in by_queue.items():
             # (Queue by queue: the jobs of one perform_bulk are copies of one payload, which
             # encode_many encodes once.)
             queued_items = [item for item, _ttl in queued]
             raws = payloads.encode_many(queued_items)
             groups.append(self._group(self.keys.queue(queue), queue, queued_items, [
-                (raw, None, ttl) for (_item, ttl), raw in zip(queued, raws, strict=True)]))
+                (raw, None, ttl) for (_item, ttl), raw in zip(queued, raws, strict=True)], marked))
         unwritten = self._push(groups)
         return [item for item in items if id(item) not in unwritten] if unwritten else items
 
     def _group(self, destination: str, queue: str, items: list[dict[str, Any]],
-               encoded: list[tuple[str, str | None, int]]) -> _Group:
-        """The group of ``items`` (encoded: their payload, score and lock TTL) to ``destination``."""
+               encoded: list[tuple[str, str | None, int]], marked: bool = False) -> _Group:
+        """The group of ``items`` (encoded: their payload, score and lock TTL) to ``destination``;
+        ``marked``: each with its outbox mark, in the destination's slot."""
         unique_key = self.keys.unique
+        slot = queue if self.keys.spread and queue else None
         return _Group(destination, queue, items, [
-            (raw, score, unique_key(item["unique_digest"]) if ttl else None, item["jid"], ttl)
+            (raw, score, unique_key(item["unique_digest"]) if ttl else None, item["jid"], ttl,
+             self.keys.outbox_pushed(item["jid"], slot) if marked else None)
             for item, (raw, score, ttl) in zip(items, encoded, strict=True)])
 
     def _push(self, groups: list[_Group], *, repaired: bool = False) -> set[int]:
@@ -272,13 +334,19 @@ class Client:
                 group, item, job = numbered[number - 1]
                 lock = job[2] or ""
                 unwritten.add(id(item))
-                if code == -2 and not repaired:
-                    quarantine_key(self.redis, self.keys, lock, "string", "is no lock (the wrong type)")
+                if code in (-2, -3) and not repaired:
+                    key = lock if code == -2 else job[5] or ""
+                    what = "lock" if code == -2 else "outbox mark"
+                    quarantine_key(self.redis, self.keys, key, "string", f"is no {what} (the wrong type)")
                     retried = again.setdefault(group.destination, _Group(group.destination, group.queue, [], []))
                     retried.items.append(item)
                     retried.jobs.append(job)
                 elif code < 0:
-                    failed.append((lock if code == -2 else group.destination, _text(detail)))
+                    failed.append((lock if code == -2 else job[5] or "" if code == -3 else group.destination,
+                                   _text(detail)))
+                elif code == 1:
+                    logger.info("outbox job %s jid=%s was handed to Redis before: not pushed again", item.get("class"),
+                                item["jid"])
                 else:
                     if code == 2:
                         logger.error("%s held no expiry (a lock can't hold for ever): given %ds", lock, job[4])
@@ -338,7 +406,7 @@ class Client:
         cause = redis_lib.exceptions.ResponseError(error)
         if error.startswith("WRONGTYPE"):
             kind = "sorted set" if key == self.keys.schedule else "string" if key.startswith(
-                self.keys.unique("")) else "list"
+                self.keys.unique("")) or "outbox_pushed:" in key else "list"
             raise WrongTypeError(key, kind) from cause
         raise cause
 

@@ -185,7 +185,13 @@ def get_client() -> Any:
             from .middleware import load
 
             config = get_config()
-            _client = Client(config, get_redis(), middleware=load(config.client_middleware), defer=defer_to_commit)
+            outbox = None
+            if config.outbox:
+                from ..outbox.store import Outbox
+
+                outbox = Outbox()
+            _client = Client(config, get_redis(), middleware=load(config.client_middleware), defer=defer_to_commit,
+                             outbox=outbox)
         return _client
 
 

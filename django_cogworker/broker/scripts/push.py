@@ -15,6 +15,13 @@ from ._base import Script, _queue_index
 # about 3 minutes at the most. One key per pushing thread (per slot on a cluster), whatever the
 # push rate: the TTL costs no memory.
 RECEIPT_TTL = 600
+# How long an outbox job's mark (keys.outbox_pushed) says it was handed to Redis: a row pushed
+# again within it (by a relay, after the process that pushed it died before deleting it) writes
+# nothing. It must outlast the longest a pushed row can stay in the table before another process
+# may take it: a relay's claim (outbox/relay.py CLAIM, 60 s on SQLite; a row lock is let go as
+# its holder's connection drops) and a commit-time hand-over's delete (one statement). One key
+# per outbox job for this long: 600,000 of them (about 60 MB) at 1,000 jobs/s.
+MARK_TTL = 600
 
 # KEYS[1] = the pusher's receipt (keys.push_receipt); KEYS[2..] = the keys the layout names by
 # their index in KEYS: queue lists, the schedule, the queues set, unique locks; all in one slot
@@ -24,7 +31,8 @@ RECEIPT_TTL = 600
 # wakes the pollers ("": none), then per destination: [its index, its queue name ("" for the
 # schedule, a sorted set), then per job: 0 (a job for now), its score (a scheduled job's, as
 # text) or, for a unique job, [index of its lock, its jid, the lock's TTL, its score if
-# scheduled]]]; ARGV[3..] = the payloads, in the layout's order. (One JSON argument, not a few
+# scheduled], or for an outbox job [index of its lock or 0, its jid, the lock's TTL, its score or
+# "", index of its mark]]]; ARGV[3..] = the payloads, in the layout's order. (One JSON argument, not a few
 # per job: redis-py packs each argument at about a microsecond, the cost of a whole LPUSH's
 # packing for three of them, and decoding the layout costs Redis less than that.)
 # Writes every job of one push, now (LPUSH, 1,000 at a time) or scheduled (ZADD), with its unique
@@ -36,6 +44,8 @@ RECEIPT_TTL = 600
 # script's error reply, nothing written. A lock held by another jid makes its job a duplicate,
 # not written (one without an expiry, a manual SET, is given the lock's TTL: code 2); one held by
 # the job's own jid says it was pushed before (a retry), and it is not written again.
+# An outbox job carries its mark (keys.outbox_pushed): one already there says its row was handed
+# over before (code 1), not written again; the mark is written with the job (MARK_TTL).
 # The receipt makes a push idempotent: redis-py sends a command again when the connection dropped
 # before the reply (the cluster client's retry, on by default; any client's with a `retry`), which
 # pushed the jobs twice when the first had been applied. Each pushing thread has a receipt key of
@@ -45,8 +55,9 @@ RECEIPT_TTL = 600
 # Returns 1 when every job was written (and listed, and announced), else {the listing's error or
 # "", the wake-up's error or "", then for each job NOT written: its number (from 1, in ARGV order),
 # a code, a detail}: 0 a duplicate (the jid holding the lock), 2 the same for a lock that had no
-# expiry, -1 its destination refused it (the error: WRONGTYPE), -2 its lock key holds the wrong
-# type (the error; the caller quarantines the key and pushes again).
+# expiry, 1 an outbox job pushed before (its jid), -1 its destination refused it (the error:
+# WRONGTYPE), -2 its lock key holds the wrong type, -3 its mark does (the error; the caller
+# quarantines the key and pushes again).
 PUSH = Script(f"""
 local stored = redis.pcall("GET", KEYS[1])
 if stored == ARGV[1] then
@@ -79,26 +90,44 @@ for g = 3, #layout do
     local job, e = group[k], {{entry = entry, payload = ARGV[entry + 2]}}
     local free = true
     if type(job) == "table" then
-      e.lock, e.jid, e.ttl, e.score = job[1], job[2], job[3], job[4]
-      local holder, code = holders[e.lock], 0
-      if holder == nil then
-        holder = redis.pcall("GET", KEYS[e.lock])
-        if type(holder) == "table" then
-          refuse(entry, -2, holder.err)
-          free, holder = false, nil
-        elseif holder and redis.call("TTL", KEYS[e.lock]) == -1 then
-          redis.pcall("EXPIRE", KEYS[e.lock], e.ttl)
-          code = 2
+      e.lock, e.jid, e.ttl, e.score, e.mark = job[1], job[2], job[3], job[4], job[5]
+      if e.lock == 0 then
+        e.lock = nil
+      end
+      if e.mark == 0 then
+        e.mark = nil
+      end
+      if e.mark then
+        local seen = redis.pcall("GET", KEYS[e.mark])
+        if type(seen) == "table" then
+          refuse(entry, -3, seen.err)
+          free = false
+        elseif seen then
+          refuse(entry, 1, e.jid)
+          free = false
         end
       end
-      if holder then
-        free = false
-        holders[e.lock] = holder
-        if holder ~= e.jid then
-          refuse(entry, code, holder)
+      if free and e.lock then
+        local holder, code = holders[e.lock], 0
+        if holder == nil then
+          holder = redis.pcall("GET", KEYS[e.lock])
+          if type(holder) == "table" then
+            refuse(entry, -2, holder.err)
+            free, holder = false, nil
+          elseif holder and redis.call("TTL", KEYS[e.lock]) == -1 then
+            redis.pcall("EXPIRE", KEYS[e.lock], e.ttl)
+            code = 2
+          end
         end
-      elseif free then
-        holders[e.lock] = e.jid
+        if holder then
+          free = false
+          holders[e.lock] = holder
+          if holder ~= e.jid then
+            refuse(entry, code, holder)
+          end
+        elseif free then
+          holders[e.lock] = e.jid
+        end
       end
     elseif zset then
       e.score = job
@@ -135,6 +164,9 @@ for g = 3, #layout do
       if e.lock then
         redis.call("SET", KEYS[e.lock], e.jid, "EX", e.ttl)
       end
+      if e.mark then
+        redis.call("SET", KEYS[e.mark], "1", "EX", {MARK_TTL})
+      end
       if zset and (not due or tonumber(e.score) < due) then
         due, due_text = tonumber(e.score), e.score
       end
@@ -169,20 +201,24 @@ _layout = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def push_args(receipt: str, token: str, queues: str | None, wake: str,
-              groups: Iterable[tuple[str, str, Sequence[tuple[Any, Any, str | None, str, int]]]],
+              groups: Iterable[tuple[str, str, Sequence[tuple[Any, Any, str | None, str, int, str | None]]]],
               ) -> tuple[list[str], list[Any]]:
     """KEYS and ARGV of PUSH. ``queues``: the queues set, or None where the caller lists the queues;
     ``wake``: the pollers' channel, or ""; ``groups``: ``(destination key, queue name or "" for the
-    schedule, jobs)``, each job ``(payload, score or None, lock key or None, jid, lock TTL)``."""
+    schedule, jobs)``, each job ``(payload, score or None, lock key or None, jid, lock TTL, mark key
+    or None)`` (the mark: an outbox job's keys.outbox_pushed)."""
     keys = [receipt]
     index: dict[str, int] = {}
     layout: list[Any] = [_queue_index(keys, index, queues) if queues else 0, wake]
     payloads: list[Any] = []
     for destination, queue, jobs in groups:
         group: list[Any] = [_queue_index(keys, index, destination), queue]
-        for payload, score, lock, jid, ttl in jobs:
+        for payload, score, lock, jid, ttl, mark in jobs:
             payloads.append(payload)
-            if lock:
+            if mark:
+                group.append([_queue_index(keys, index, lock) if lock else 0, jid, ttl,
+                              "" if score is None else score, _queue_index(keys, index, mark)])
+            elif lock:
                 group.append([_queue_index(keys, index, lock), jid, ttl, *([score] if score is not None else [])])
             else:
                 group.append(0 if score is None else score)

@@ -94,7 +94,8 @@ class Launcher:
                  periodic_entries: Sequence[Any] = (), clock: Callable[[], float] = time.time,
                  version: str = "0", identity: str | None = None, extra_info: Mapping[str, Any] | None = None,
                  stop_signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT),
-                 processor_context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext):
+                 processor_context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
+                 companions: Sequence[Any] = ()):
         self.config = config
         # (A worker under a supervisor stops on TERM only: a Ctrl-C reaches every process of the
         # terminal's group, and the supervisor forwards it as a TERM; counted twice, it would hurry.)
@@ -140,6 +141,9 @@ class Launcher:
                                  ready=self.poller.first_orphan_check_done.is_set,
                                  catch_up=config.periodic_catch_up, catch_up_max=config.periodic_catch_up_max,
                                  tick_interval=config.periodic_tick_interval, clock=clock)
+        # Threads the edge adds (the outbox relay), each with ``start`` and ``stop``: started once the
+        # process is up, stopped first at shutdown.
+        self.companions = tuple(companions)
         self._signals: queue.SimpleQueue[str] = queue.SimpleQueue()
         self.stopped = threading.Event()
 
@@ -200,6 +204,8 @@ class Launcher:
         self.poller.start()
         if self.ticker is not None:
             self.ticker.start()
+        for companion in self.companions:
+            companion.start()
         logger.info("cogworker %s ready: %d processor(s), %s fetch, queues %s", self.identity,
                     self.config.concurrency, self.config.fetch, ",".join(self.config.queue_names))
         while True:
@@ -234,6 +240,8 @@ class Launcher:
                     self.config.shutdown_timeout, " or ".join(signal.Signals(s).name[3:] for s in self.stop_signals))
         if self.ticker is not None:
             self.ticker.stop()
+        for companion in self.companions:
+            companion.stop()
         self.manager.stop(self.config.shutdown_timeout)
         self.timeouts.stop()
         self.poller.stop()

@@ -67,10 +67,12 @@ class Command(BaseCommand):
             affinity.apply(config.cpu_affinity, extra_info["index"] if extra_info else None, processes)
             # Under a supervisor, a worker stops on its forwarded TERM only (see Supervisor._child).
             stop_signals = (signal.SIGTERM,) if extra_info else (signal.SIGTERM, signal.SIGINT)
-            launcher = Launcher(config, runtime.get_redis_when_up(), server_middleware=server_middleware,
+            redis = runtime.get_redis_when_up()
+            launcher = Launcher(config, redis, server_middleware=server_middleware,
                                 death_handlers=death_handlers, client_middleware=client_middleware,
                                 periodic_entries=entries, clock=clock, version=__version__, extra_info=extra_info,
-                                stop_signals=stop_signals, processor_context=runtime.own_connection)
+                                stop_signals=stop_signals, processor_context=runtime.own_connection,
+                                companions=_companions(config, redis))
             return launcher.run()
 
         if processes == 1:
@@ -80,6 +82,17 @@ class Command(BaseCommand):
         sys.stdout.flush()
         if code:
             raise CommandError(f"stopped with code {code}")
+
+
+def _companions(config, redis) -> list:
+    """The threads a worker runs beside the engine's: the outbox relay when OUTBOX is on."""
+    if not config.outbox:
+        return []
+    from ...broker.keys import for_config
+    from ...outbox.relay import Relay
+    from ...push.client import Client
+
+    return [Relay(Client(config, redis).hand_over, redis, for_config(config))]
 
 
 def _supervise(processes: int, shutdown_timeout: float, run_worker) -> int:

@@ -1,0 +1,201 @@
+"""The relay: every ``runcogworker`` process pushes the outbox rows still waiting, oldest first.
+
+A row waits when Redis was away at its transaction's commit, or its process died between the
+commit and the push. Each round takes up to BATCH rows of a database, pushes their jobs with their
+marks (PUSH: a job whose mark is there was pushed before, and isn't again), and deletes the rows:
+
+- PostgreSQL, MySQL/MariaDB (``SELECT ... FOR UPDATE SKIP LOCKED``): in one transaction, holding
+  the rows' locks; relays take disjoint rows without waiting on each other. A relay killed -9 lets
+  its locks go with its connection; the next one to take the rows finds their marks.
+- A database without SKIP LOCKED (SQLite, which serializes writers anyway): the rows are claimed by
+  one UPDATE (``claimed_by``, ``claimed_until``: CLAIM seconds), pushed, then deleted. A claim
+  outlived (its relay died) is taken again; the marks (MARK_TTL, far longer than CLAIM) say so.
+
+A row that can never be pushed (not a job's JSON, a destination of the wrong type) goes to the dead
+set with the reason and is deleted: the rows behind it go on. Redis away (or refusing writes): the
+round stops, rows kept, and the watchdog backs off.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.db import DatabaseError, connections, router, transaction
+from django.db.models import Count, Min
+
+from ..broker.keys import Keys
+from ..broker.types import RedisClient
+from ..engine.loops import Watchdog
+from ..errors import PayloadError, is_unavailable
+from ..push import payload as payloads
+from .models import OutboxJob
+
+logger = logging.getLogger(__name__)
+
+BATCH = 500  # rows per round (one PUSH call, one DELETE)
+IDLE = 1.0  # seconds between two looks at an empty outbox
+# A row younger than this is its pusher's, handed over at its commit right now: a relay taking it
+# too would only find its mark. (Redis away at that commit: the row waits this long at least.)
+FRESH = 5.0
+CLAIM = 60.0  # seconds a relay's claim on rows holds where the database can't lock them (SQLite)
+WAIT_WARNING = 60.0  # rows waiting longer than this are logged at WARNING (once a minute)
+
+
+def outbox_aliases() -> list[str]:
+    """The databases that hold an outbox table: those the routers let it migrate to."""
+    return [alias for alias in connections if router.allow_migrate_model(alias, OutboxJob)]
+
+
+def relay_once(alias: str, hand_over: Callable[[Sequence[dict[str, Any]]], Any], redis: RedisClient, keys: Keys,
+               *, now: float, fresh: float = FRESH, limit: int = BATCH) -> int:
+    """Relay up to ``limit`` rows of ``alias`` older than ``fresh`` seconds, oldest first; return
+    how many were taken (pushed, found pushed before, or sent to dead), all deleted."""
+    manager = OutboxJob.objects.using(alias)
+    waiting = manager.filter(created__lte=now - fresh).order_by("id")
+    if connections[alias].features.has_select_for_update_skip_locked:
+        with transaction.atomic(using=alias):
+            rows = list(waiting.select_for_update(skip_locked=True)[:limit])
+            if rows:
+                _push_rows(rows, hand_over, redis, keys, now)
+                manager.filter(pk__in=[row.pk for row in rows]).delete()
+        return len(rows)
+    token = secrets.token_hex(8)
+    # (One statement: SQLite runs it under its write lock, so two relays never claim one row.)
+    ids = waiting.filter(claimed_until__lt=now).values("id")[:limit]
+    if not manager.filter(pk__in=ids).update(claimed_by=token, claimed_until=now + CLAIM):
+        return 0
+    rows = list(manager.filter(claimed_by=token).order_by("id"))
+    try:
+        _push_rows(rows, hand_over, redis, keys, now)
+    except BaseException:
+        # (Let the claim go, or the rows would wait CLAIM more once Redis is back.)
+        manager.filter(claimed_by=token).update(claimed_by="", claimed_until=0.0)
+        raise
+    manager.filter(claimed_by=token).delete()
+    return len(rows)
+
+
+def _push_rows(rows: Sequence[OutboxJob], hand_over: Callable[[Sequence[dict[str, Any]]], Any],
+               redis: RedisClient, keys: Keys, now: float) -> None:
+    """Push the jobs of ``rows`` (one call); a row that can't be pushed goes to dead. Raise an outage."""
+    readable: list[OutboxJob] = []
+    for row in rows:
+        try:
+            payloads.decode(row.payload)
+        except PayloadError as exc:
+            _to_dead(redis, keys, row, str(exc), now)
+        else:
+            readable.append(row)
+    if not readable:
+        return
+    try:
+        hand_over([payloads.decode(row.payload) for row in readable])
+        return
+    except Exception as exc:
+        if is_unavailable(exc):
+            raise
+        logger.warning("outbox: %d job(s) refused together (%s: %s); pushing them one by one", len(readable),
+                       type(exc).__name__, exc)
+    for row in readable:  # (a deterministic refusal: find the rows it was, and push the others)
+        try:
+            hand_over([payloads.decode(row.payload)])
+        except Exception as exc:
+            if is_unavailable(exc):
+                raise
+            _to_dead(redis, keys, row, f"{type(exc).__name__}: {exc}", now)
+
+
+def _to_dead(redis: RedisClient, keys: Keys, row: OutboxJob, reason: str, now: float) -> None:
+    """File ``row`` in the dead set with ``reason`` (its payload kept as it is, or as text)."""
+    why = f"outbox row {row.pk} (jid {row.jid}) can't be pushed: {reason}"
+    try:
+        entry = payloads.decode(row.payload)
+    except PayloadError:
+        entry = payloads.dead_letter(row.payload, why, now)
+    else:
+        entry.update(error_class="OutboxError", error_message=why, failed_at=now, dead_reason=why)
+    redis.zadd(keys.dead, {payloads.encode(entry): now})
+    logger.error("%s: sent to dead", why)
+
+
+class Relay:
+    """The outbox relay of one worker process: a thread relaying every outbox database's rows.
+
+    Built by ``runcogworker`` when OUTBOX is on, with a ``hand_over`` (the Client's) and the
+    process's Redis client, and given to the Launcher, which calls ``start`` once the process is
+    up and ``stop`` first at shutdown (it finishes the round under way: a round is one push and
+    one delete). Quiet doesn't stop it: it fetches nothing. Each database has its own watchdog:
+    one away doesn't stop the others' rows.
+    """
+
+    def __init__(self, hand_over: Callable[[Sequence[dict[str, Any]]], Any], redis: RedisClient, keys: Keys, *,
+                 aliases: Callable[[], list[str]] = outbox_aliases, clock: Callable[[], float] = time.time,
+                 idle: float = IDLE, fresh: float = FRESH):
+        self.hand_over = hand_over
+        self.redis = redis
+        self.keys = keys
+        self.aliases = aliases
+        self.clock = clock
+        self.idle = idle
+        self.fresh = fresh
+        self.stop_event = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cogworker-outbox-relay", daemon=True)
+        self._next_look: dict[str, float] = {}
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self._thread.ident is not None:
+            self._thread.join(30)
+
+    def _run(self) -> None:
+        aliases = self.aliases()
+        dogs = {alias: Watchdog(f"outbox relay ({alias})", self.stop_event) for alias in aliases}
+        try:
+            while not self.stop_event.is_set():
+                busy = False
+                for alias in aliases:
+                    taken: list[int] = []
+
+                    def step(alias: str = alias, taken: list[int] = taken) -> None:
+                        taken.append(self._round(alias))
+
+                    dogs[alias].run_step(step)
+                    busy = busy or bool(taken and taken[0])
+                if not busy:
+                    self.stop_event.wait(self.idle)
+        finally:
+            connections.close_all()  # (this thread's own)
+
+    def _round(self, alias: str) -> int:
+        """One round on ``alias`` (and, once a minute, the warning about rows waiting too long)."""
+        try:
+            self._warn_when_late(alias)
+            return relay_once(alias, self.hand_over, self.redis, self.keys, now=self.clock(), fresh=self.fresh)
+        except DatabaseError:
+            connections[alias].close()  # (a connection broken by a database restart: a fresh one next round)
+            raise
+
+    def _warn_when_late(self, alias: str) -> None:
+        now = time.monotonic()
+        if now < self._next_look.get(alias, 0.0):
+            return
+        self._next_look[alias] = now + WAIT_WARNING
+        count, oldest = waiting(alias)
+        age = self.clock() - oldest if oldest is not None else 0.0
+        if age > WAIT_WARNING:
+            logger.warning("outbox of database %r: %d job(s) waiting, the oldest for %.0fs (is Redis reachable?)",
+                           alias, count, age)
+
+
+def waiting(alias: str) -> tuple[int, float | None]:
+    """How many rows wait in ``alias``'s outbox, and when the oldest was written (None: none)."""
+    found = OutboxJob.objects.using(alias).aggregate(count=Count("id"), oldest=Min("created"))
+    return found["count"], found["oldest"]

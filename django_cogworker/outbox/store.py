@@ -1,0 +1,83 @@
+"""The push side of the outbox: rows written with the pushing transaction, handed over at commit.
+
+An :class:`Outbox` is built once per process by ``runtime.get_client`` when OUTBOX is on, and
+given to the Client, which asks it for the database whose transaction is open
+(:meth:`Outbox.atomic_alias`), gives it the jobs of a push inside one (:meth:`Outbox.stash`), and
+the jobs of a push outside one that Redis refused (:meth:`Outbox.save`). Thread-safe: it keeps no
+state (Django's connections are per thread).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.db import connections, router, transaction
+
+from ..push import payload as payloads
+from .models import OutboxJob
+
+logger = logging.getLogger(__name__)
+
+HandOver = Callable[[Sequence[dict[str, Any]]], Any]
+
+
+class Outbox:
+    """Write outbox rows and hand them to Redis at commit (see the module's docstring)."""
+
+    def __init__(self, clock: Callable[[], float] = time.time):
+        self.clock = clock
+
+    def atomic_alias(self) -> str | None:
+        """The database whose transaction is open in this thread (the first found), or None."""
+        # (Any database's, as defer_to_commit: a push inside atomic(using="other") is a row of
+        # that database, written and rolled back with the rest of that transaction.)
+        for conn in connections.all(initialized_only=True):
+            if conn.in_atomic_block:
+                return conn.alias
+        return None
+
+    def rows(self, items: Sequence[dict[str, Any]]) -> list[OutboxJob]:
+        """The rows of ``items`` (payloads as the middleware let them through, ``at`` included)."""
+        now = self.clock()
+        return [OutboxJob(jid=item["jid"], payload=payloads.encode(item), created=now) for item in items]
+
+    def stash(self, alias: str, items: Sequence[dict[str, Any]], hand_over: HandOver) -> None:
+        """Write ``items`` as rows in the transaction open on ``alias``; at its commit, hand them to
+        ``hand_over`` and delete them. A rollback leaves no row and hands nothing over."""
+        rows = OutboxJob.objects.using(alias).bulk_create(self.rows(items))
+        transaction.on_commit(lambda: self._hand_over(alias, rows, items, hand_over), using=alias)
+
+    def _hand_over(self, alias: str, rows: list[OutboxJob], items: Sequence[dict[str, Any]],
+                   hand_over: HandOver) -> None:
+        """At commit: push the rows' jobs, then delete the rows. Raises nothing (the transaction is
+        committed: its caller must not see a failure); a row not handed over waits for a relay."""
+        try:
+            hand_over(items)
+        except Exception as exc:  # noqa: BLE001 - the rows wait for a relay: said, not raised
+            logger.warning("at commit, %d job(s) not handed to Redis (%s: %s): they wait in the outbox of "
+                           "database %r for a worker's relay", len(rows), type(exc).__name__, exc, alias)
+            return
+        try:
+            _delete(alias, rows)
+        except Exception as exc:  # noqa: BLE001 - a relay deletes them; their marks keep them from running twice
+            logger.warning("at commit, %d job(s) handed to Redis but their outbox rows in database %r not deleted "
+                           "(%s: %s): a worker's relay deletes them", len(rows), alias, type(exc).__name__, exc)
+
+    def save(self, items: Sequence[dict[str, Any]]) -> None:
+        """Write ``items`` as rows now (autocommit), for a relay: a push outside a transaction that
+        Redis refused. Raises what the database refused."""
+        alias = router.db_for_write(OutboxJob)
+        OutboxJob.objects.using(alias).bulk_create(self.rows(items))
+
+
+def _delete(alias: str, rows: Sequence[OutboxJob]) -> None:
+    """Delete ``rows`` (by id: bulk_create gives it where the database returns it, else by jid)."""
+    ids = [row.pk for row in rows if row.pk is not None]
+    manager = OutboxJob.objects.using(alias)
+    if len(ids) == len(rows):
+        manager.filter(pk__in=ids).delete()
+    else:  # (MySQL: no ids back from a bulk insert)
+        manager.filter(jid__in=[row.jid for row in rows]).delete()

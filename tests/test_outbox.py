@@ -1,0 +1,236 @@
+"""The transactional outbox, push side and relay, on SQLite and PostgreSQL ("pg"), in this process.
+
+With OUTBOX on, a push inside a transaction is a row of it: handed to Redis at commit, kept when
+Redis is away, relayed later exactly once; a rollback leaves nothing. The real-worker tests
+(worker relays, kill -9, racing relays) are in test_outbox_workers.py.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+
+import pytest
+import redis
+from django.db import OperationalError, connections, transaction
+from helpers import RedisServer, in_thread
+
+from django_cogworker import Job
+from django_cogworker.broker.keys import Keys
+from django_cogworker.outbox.models import OutboxJob
+from django_cogworker.outbox.relay import relay_once
+from django_cogworker.push import runtime
+
+K = Keys()
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+
+
+class Note(Job):
+    def perform(self, *args):
+        pass
+
+
+class UniqueNote(Job):
+    unique_for = 60
+
+    def perform(self, *args):
+        pass
+
+
+class Boom(Exception):
+    pass
+
+
+@pytest.fixture(params=["default", "pg"])
+def alias(request) -> str:
+    """The database the test's transactions run on: SQLite, then PostgreSQL."""
+    return request.param
+
+
+@pytest.fixture
+def outbox(settings, redis_url):
+    """OUTBOX on, on the suite's Redis."""
+    settings.COGWORKER = {**settings.COGWORKER, "OUTBOX": True, "REDIS_URL": redis_url}
+    yield
+    runtime.reset()
+
+
+@pytest.fixture
+def away(settings, tmp_path):
+    """OUTBOX on, on a Redis of the test's own (``away.kill()`` takes it away, ``restart`` back)."""
+    server = RedisServer(tmp_path / "redis").start()
+    settings.COGWORKER = {**settings.COGWORKER, "OUTBOX": True, "REDIS_URL": server.url,
+                          "REDIS_OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 2}}
+    yield server
+    runtime.reset()
+    server.cleanup()
+
+
+def queued(client, queue="default") -> list[str]:
+    return [json.loads(raw)["jid"] for raw in reversed(client.lrange(K.queue(queue), 0, -1))]
+
+
+def rows(alias: str) -> list[str]:
+    return list(OutboxJob.objects.using(alias).order_by("id").values_list("jid", flat=True))
+
+
+def relay(alias: str) -> int:
+    """One relay round on ``alias``, taking every row however fresh."""
+    client = runtime.get_client()
+    try:
+        return relay_once(alias, client.hand_over, runtime.get_redis(), K, now=time.time(), fresh=0)
+    finally:
+        if threading.current_thread() is not threading.main_thread():
+            connections.close_all()  # (a thread's own connections)
+
+
+def test_a_push_inside_a_transaction_is_a_row_until_commit_then_a_job(outbox, alias, rb):
+    with transaction.atomic(using=alias):
+        jid = Note.perform_async(1)
+        scheduled = Note.perform_in(60, 2)
+        assert rows(alias) == [jid, scheduled]
+        assert rb.dbsize() == 0
+    assert queued(rb) == [jid]
+    assert [json.loads(raw)["jid"] for raw in rb.zrange(K.schedule, 0, -1)] == [scheduled]
+    assert rows(alias) == []
+
+
+def test_a_rolled_back_transaction_leaves_no_row_and_no_job(outbox, alias, rb):
+    with pytest.raises(Boom), transaction.atomic(using=alias):
+        Note.perform_async(1)
+        Note.perform_bulk([(2,), (3,)])
+        raise Boom
+    with transaction.atomic(using=alias):
+        with pytest.raises(Boom), transaction.atomic(using=alias):
+            Note.perform_async("savepoint")
+            raise Boom
+        kept = Note.perform_async("kept")
+    assert rows(alias) == []
+    assert queued(rb) == [kept]
+
+
+def test_a_bulk_push_is_one_row_per_job_and_one_push_at_commit(outbox, alias, rb):
+    with transaction.atomic(using=alias):
+        jids = Note.perform_bulk([(i,) for i in range(1000)])
+        assert len(rows(alias)) == 1000
+    assert queued(rb) == jids
+    assert rows(alias) == []
+
+
+def test_redis_away_at_commit_commits_and_the_rows_wait_for_the_relay(away, alias, caplog):
+    with transaction.atomic(using=alias):
+        jids = [Note.perform_async(1), *Note.perform_bulk([(2,), (3,)])]
+        away.kill()
+    # (The commit went through, and said what happened to the jobs.)
+    assert rows(alias) == jids
+    assert "wait in the outbox" in caplog.text
+    away.restart()
+    assert relay(alias) == 3
+    assert queued(away.client()) == jids
+    assert rows(alias) == []
+
+
+def test_outside_a_transaction_a_push_redis_refuses_is_saved_to_the_outbox(away, rb):
+    away.kill()
+    jid = Note.perform_async(1)  # (no ConnectionError)
+    jids = Note.perform_bulk([(2,), (3,)])
+    assert rows("default") == [jid, *jids]
+    away.restart()
+    assert relay("default") == 3
+    assert queued(away.client()) == [jid, *jids]
+
+
+def test_a_push_neither_redis_nor_the_database_takes_raises(away):
+    away.kill()
+
+    def refuse(execute, sql, params, many, context):
+        if "cogworker_outbox" in sql:
+            raise OperationalError("the database refuses too")
+        return execute(sql, params, many, context)
+
+    with connections["default"].execute_wrapper(refuse), pytest.raises(redis.ConnectionError) as caught:
+        Note.perform_async(1)
+    assert isinstance(caught.value.__cause__, OperationalError)
+    assert rows("default") == []
+
+
+def test_a_row_pushed_but_not_deleted_is_not_pushed_again(outbox, alias, rb, caplog):
+    # What a process killed between its push and its delete leaves: a row whose job is in Redis.
+    with transaction.atomic(using=alias):
+        jid = Note.perform_async(1)
+    OutboxJob.objects.using(alias).create(jid=jid, payload=json.dumps(
+        {"class": Note.name, "jid": jid, "queue": "default", "args": [1], "kwargs": {}}), created=0)
+    with caplog.at_level(logging.INFO, logger="django_cogworker"):
+        # (From another thread: another pusher, as a relay is, whose receipt knows nothing of it.)
+        assert in_thread(lambda: relay(alias)) == 1
+    assert queued(rb) == [jid]
+    assert rows(alias) == []
+    assert "handed to Redis before" in caplog.text
+
+
+def test_garbage_and_wrong_type_rows_go_to_dead_and_the_rows_behind_them_are_pushed(outbox, alias, rb):
+    with transaction.atomic(using=alias):
+        OutboxJob.objects.using(alias).create(jid="garbage", payload="{not json", created=0)
+        OutboxJob.objects.using(alias).create(jid="wrongtype", created=0, payload=json.dumps(
+            {"class": Note.name, "jid": "wrongtype", "queue": "blocked", "args": [], "kwargs": {}}))
+        OutboxJob.objects.using(alias).create(jid="noqueue", created=0, payload=json.dumps(
+            {"class": Note.name, "jid": "noqueue", "args": [], "kwargs": {}}))
+        rb.set(K.queue("blocked"), "a string, not a list")
+    behind = Note.perform_async("behind")  # (outside: pushed at once; the relay must not block it either)
+    with transaction.atomic(using=alias):
+        OutboxJob.objects.using(alias).create(jid="late", created=0, payload=json.dumps(
+            {"class": Note.name, "jid": "late", "queue": "default", "args": [], "kwargs": {}}))
+    assert relay(alias) == 4
+    assert queued(rb) == [behind, "late"]
+    dead = {json.loads(raw).get("dead_reason", ""): json.loads(raw) for raw in rb.zrange(K.dead, 0, -1)}
+    assert len(dead) == 3
+    reasons = " | ".join(dead)
+    assert "jid garbage" in reasons and "unparseable" in reasons
+    assert "jid wrongtype" in reasons and "holds the wrong type" in reasons
+    assert "jid noqueue" in reasons and "queue" in reasons
+    assert rows(alias) == []
+
+
+def test_a_mark_of_the_wrong_type_is_quarantined_and_the_job_pushed(away, alias, caplog):
+    with transaction.atomic(using=alias):
+        jid = Note.perform_async(1)
+        away.kill()
+    away.restart()
+    client = away.client()
+    client.lpush(K.outbox_pushed(jid), "a list, not a mark")
+    assert relay(alias) == 1
+    assert queued(client) == [jid]
+    assert client.type(K.outbox_pushed(jid)) == b"string"
+    assert "is no outbox mark" in caplog.text
+
+
+def test_a_unique_jobs_lock_is_taken_when_its_row_reaches_redis(away, alias, caplog):
+    caplog.set_level(logging.INFO, logger="django_cogworker")
+    with transaction.atomic(using=alias):
+        first = UniqueNote.perform_async("same")
+        away.kill()
+    with transaction.atomic(using=alias):
+        second = UniqueNote.perform_async("same")  # (no lock to find yet: both are rows)
+    assert rows(alias) == [first, second]
+    away.restart()
+    assert relay(alias) == 2
+    assert queued(away.client()) == [first]
+    assert "duplicate of unique job" in caplog.text
+    assert rows(alias) == []
+
+
+def test_a_push_in_a_transaction_of_another_database_is_a_row_of_that_database(outbox, rb):
+    with transaction.atomic(using="pg"):
+        jid = Note.perform_async(1)
+        assert rows("pg") == [jid]
+        assert rows("default") == []
+    assert queued(rb) == [jid]
+
+
+def test_with_outbox_off_no_row_is_written(settings, alias, rb):
+    with transaction.atomic(using=alias):
+        jid = Note.perform_async(1)
+    assert queued(rb) == [jid]
+    assert rows(alias) == []
