@@ -87,9 +87,10 @@ def _unread_queues(queues: tuple[str, ...], entries: list) -> list[checks.CheckM
         return (f"{what} is pushed to queue {queue!r}, which COGWORKER[\"QUEUES\"] ({', '.join(queues)}) doesn't "
                 f"list: its jobs wait until a worker reads it (add it to QUEUES, or start one with -q {queue})")
 
-    apps_modules = tuple(app.name for app in apps.get_app_configs())
+    apps_modules = tuple(app.name for app in apps.get_app_configs() if app.name != "django_cogworker")
     warnings = []
-    # (Only the classes of installed apps: those a worker imports; a test module's aren't deployed.)
+    # (Only the classes of the user's installed apps: those a worker imports; a test module's aren't
+    # deployed, and this package's own, a batch's hand-overs, go where its callbacks go: batches/batch.py.)
     for name, job_class in sorted(registry().items()):
         module = job_class.__module__
         if job_class.queue not in read and any(module == m or module.startswith(m + ".") for m in apps_modules):

@@ -127,6 +127,14 @@ def test_a_periodic_entry_whose_arguments_its_job_can_not_take_is_warned_about()
                                "can't take (1, 2, 3): too many positional arguments")]
 
 
+def test_the_package_s_own_jobs_are_not_warned_about():
+    """A user can't route them: a batch's hand-overs go where its callbacks go (batches/batch.py)."""
+    with override_settings(COGWORKER={"QUEUES": ["mail"]}):
+        warned = [msg.split(" is pushed")[0] for code, msg in cogworker_warnings() if code == "cogworker.W001"]
+    assert "job testproject.demo.jobs.FailJob" in warned  # (the user's own still are)
+    assert [name for name in warned if "django_cogworker" in name] == []
+
+
 def test_jobs_outside_installed_apps_are_not_warned_about():
     class Elsewhere(Job):  # (a test module's: no worker imports it)
         queue = "nowhere"
