@@ -64,6 +64,10 @@ def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
 
         errors.extend(checks.Error(message, id="cogworker.E004")
                       for message in problems(config.heartbeat_interval, registry()))
+    from .apps import task_option_problems
+
+    errors.extend(checks.Error(message, id="cogworker.E005")
+                  for message in task_option_problems(getattr(settings, "TASKS", None)))
     clock = setting("CLOCK", "clock", "")
     if isinstance(clock, str) and "." in clock:
         try:
