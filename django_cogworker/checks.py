@@ -78,6 +78,57 @@ def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
     return errors
 
 
+REDIS_CHECK_TIMEOUT = 2.0  # seconds ``check --deploy`` waits for Redis to connect and to answer
+
+
+@checks.register("cogworker", deploy=True)
+def check_redis(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """``check --deploy`` only (plain ``check`` stays offline): the configured Redis answers a PING
+    within REDIS_CHECK_TIMEOUT; if not, say so, naming its URL without the password."""
+    import os
+    import types
+
+    import redis
+    from django.conf import settings
+
+    from .broker.connection import make_redis
+    from .conf import build_config
+
+    try:
+        config = build_config(getattr(settings, "COGWORKER", None), os.environ)
+    except ConfigError:
+        return []  # (cogworker.E001 says what is wrong first)
+    # (A client of its own with short timeouts: the runtime's waits 5 s to connect, 10 s for a reply.)
+    target = types.SimpleNamespace(redis_url=config.redis_url, key_prefix=config.key_prefix, redis_options={
+        **config.redis_options, "socket_connect_timeout": REDIS_CHECK_TIMEOUT, "socket_timeout": REDIS_CHECK_TIMEOUT})
+    client = None
+    try:
+        client = make_redis(target)
+        client.ping()
+    except (redis.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+        secret = _password(config.redis_url)
+        if secret:
+            reason = reason.replace(secret, "***")
+        return [checks.Error(f"Redis at {config.redacted_url} did not answer within {REDIS_CHECK_TIMEOUT:g}s "
+                             f"({reason}): workers can't start, and pushes fail, until it does",
+                             id="cogworker.E006")]
+    finally:
+        if client is not None:
+            client.close()
+    return []
+
+
+def _password(url: str) -> str:
+    """The password of a Redis URL, or "" (to mask it in an error's text, should one show it)."""
+    from urllib.parse import urlsplit
+
+    try:
+        return urlsplit(url).password or ""
+    except ValueError:
+        return ""
+
+
 def _unread_queues(queues: tuple[str, ...], entries: list) -> list[checks.CheckMessage]:
     """A warning for each job class of an installed app, and each periodic entry, whose queue QUEUES
     doesn't list: its jobs would wait forever, unless some worker runs with ``-q`` naming it."""
