@@ -3,9 +3,7 @@ apps, and register the system checks."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from importlib import import_module
-from typing import Any
 
 from django.apps import AppConfig
 from django.conf import settings
@@ -25,28 +23,6 @@ class CogworkerConfig(AppConfig):
         discover_tasks(getattr(settings, "TASKS", None))
 
 
-BACKEND_PATH = "django_cogworker.tasks.CogworkerBackend"
-
-
-def cogworker_backends(tasks_setting: object) -> dict[str, Mapping[str, Any]]:
-    """The entries of ``settings.TASKS`` whose backend is this package's, by alias."""
-    if not isinstance(tasks_setting, Mapping):
-        return {}
-    return {str(alias): params for alias, params in tasks_setting.items()
-            if isinstance(params, Mapping) and params.get("BACKEND") == BACKEND_PATH}
-
-
-def task_option_problems(tasks_setting: object) -> list[str]:
-    """Every problem of the ``TASKS`` entries of CogworkerBackend (tasks/options.py), in alias order:
-    what ``manage.py check`` reports (cogworker.E005) and ``runcogworker`` refuses to start with."""
-    ours = cogworker_backends(tasks_setting)
-    if not ours:
-        return []
-    from .tasks import options
-
-    return [problem for alias in sorted(ours) for problem in options.read(alias, ours[alias]).problems]
-
-
 def discover_tasks(tasks_setting: object) -> None:
     """With a CogworkerBackend in ``TASKS``: import each app's ``tasks.py`` and ``OPTIONS["MODULES"]``.
 
@@ -54,6 +30,8 @@ def discover_tasks(tasks_setting: object) -> None:
     path is dead on arrival, and nothing named by a payload is ever imported. (A MODULES entry that
     doesn't exist is a check error, not a traceback out of django.setup(): tasks/options.py.)
     """
+    from .checks import cogworker_backends
+
     ours = cogworker_backends(tasks_setting)
     if not ours:
         return

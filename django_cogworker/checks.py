@@ -64,8 +64,6 @@ def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
 
         errors.extend(checks.Error(message, id="cogworker.E004")
                       for message in problems(config.heartbeat_interval, registry()))
-    from .apps import task_option_problems
-
     errors.extend(checks.Error(message, id="cogworker.E005")
                   for message in task_option_problems(getattr(settings, "TASKS", None)))
     clock = setting("CLOCK", "clock", "")
@@ -76,6 +74,28 @@ def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
             errors.append(checks.Error(f'COGWORKER["CLOCK"] {clock!r} cannot be imported: {exc}',
                                        id="cogworker.E002"))
     return errors
+
+
+BACKEND_PATH = "django_cogworker.tasks.CogworkerBackend"
+
+
+def cogworker_backends(tasks_setting: object) -> dict[str, Mapping[str, Any]]:
+    """The entries of ``settings.TASKS`` whose backend is this package's, by alias."""
+    if not isinstance(tasks_setting, Mapping):
+        return {}
+    return {str(alias): params for alias, params in tasks_setting.items()
+            if isinstance(params, Mapping) and params.get("BACKEND") == BACKEND_PATH}
+
+
+def task_option_problems(tasks_setting: object) -> list[str]:
+    """Every problem of the ``TASKS`` entries of CogworkerBackend (tasks/options.py), in alias order:
+    what ``manage.py check`` reports (cogworker.E005) and ``runcogworker`` refuses to start with."""
+    ours = cogworker_backends(tasks_setting)
+    if not ours:
+        return []
+    from .tasks import options
+
+    return [problem for alias in sorted(ours) for problem in options.read(alias, ours[alias]).problems]
 
 
 REDIS_CHECK_TIMEOUT = 2.0  # seconds ``check --deploy`` waits for Redis to connect and to answer

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from ... import __version__
-from ...apps import task_option_problems
+from ...checks import task_option_problems
 from ...engine.run.db import CloseOldConnections
 from ...errors import ConfigError
 from ...push import runtime
