@@ -20,14 +20,10 @@ venv:
 venv313: venv
 	@bash scripts/venv313.sh
 
-# Use (or start) a Redis, migrate, enqueue the demo jobs, then run a worker in the foreground.
+# Use (or start) a Redis, migrate, enqueue the demo jobs, then run a worker in the foreground; every
+# key under the prefix "cogworker-demo:", said on the first line (scripts/demo.sh).
 demo: venv
-	@url=$$(bash scripts/ensure_redis.sh); \
-	export COGWORKER_REDIS_URL="$$url"; \
-	echo "demo: Redis at $$($(PY) -c 'import sys; from django_cogworker.conf import redact_url; print(redact_url(sys.argv[1]))' "$$url")"; \
-	$(PY) manage.py migrate --noinput; \
-	$(PY) manage.py enqueue_demo; \
-	exec $(PY) manage.py runcogworker
+	@PY='$(PY)' bash scripts/demo.sh
 
 # The suite starts its own redis-server processes on free ports; it only needs the binary. The
 # admin's browser tests need Debian's chromium and chromedriver.

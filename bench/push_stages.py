@@ -64,23 +64,26 @@ def run(server: RedisServer, args: argparse.Namespace) -> None:
         DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
         USE_TZ=True,
     )
+    from django_cogworker import Job
+
+    # Defined before django.setup(), as an app's jobs.py is: a class defined after it, outside every
+    # installed app, is refused at its push (no worker would know it: push/discovery.py).
+    class NoopIncr(Job):
+        name = "bench.NoopIncr"
+
+        def perform(self, t: float = 0.0) -> None: ...
+
     django.setup()
     import json
     import secrets
 
     from django.db import connection
 
-    from django_cogworker import Job
     from django_cogworker.broker import scripts
     from django_cogworker.push import payload as payloads
     from django_cogworker.push import runtime
     from django_cogworker.push.arguments import check_call
     from django_cogworker.push.job import JobSetter
-
-    class NoopIncr(Job):
-        name = "bench.NoopIncr"
-
-        def perform(self, t: float = 0.0) -> None: ...
 
     connection.ensure_connection()  # (a view has its connection open: the on-commit check sees it)
     client = runtime.get_client()

@@ -27,18 +27,19 @@ def discover_tasks(tasks_setting: object) -> None:
     """With a CogworkerBackend in ``TASKS``: import each app's ``tasks.py`` and ``OPTIONS["MODULES"]``.
 
     The only tasks a worker runs are those these imports declare: a payload naming any other
-    path is dead on arrival, and nothing named by a payload is ever imported.
+    path is dead on arrival, and nothing named by a payload is ever imported. (A MODULES entry that
+    doesn't exist is a check error, not a traceback out of django.setup(): tasks/options.py.)
     """
-    if not isinstance(tasks_setting, dict):
-        return
-    ours = {alias: params for alias, params in tasks_setting.items()
-            if isinstance(params, dict) and params.get("BACKEND") == "django_cogworker.tasks.CogworkerBackend"}
+    from .checks import cogworker_backends
+
+    ours = cogworker_backends(tasks_setting)
     if not ours:
         return
+    from .tasks import options
+
     autodiscover_modules("tasks")
     for alias, params in ours.items():
-        modules = (params.get("OPTIONS") or {}).get("MODULES", ())
-        for module in modules if isinstance(modules, (list, tuple)) else ():
+        for module in options.read(alias, params).modules:
             try:
                 import_module(module)
             except ImportError as exc:

@@ -64,6 +64,8 @@ def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
 
         errors.extend(checks.Error(message, id="cogworker.E004")
                       for message in problems(config.heartbeat_interval, registry()))
+    errors.extend(checks.Error(message, id="cogworker.E005")
+                  for message in task_option_problems(getattr(settings, "TASKS", None)))
     clock = setting("CLOCK", "clock", "")
     if isinstance(clock, str) and "." in clock:
         try:
@@ -72,6 +74,79 @@ def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
             errors.append(checks.Error(f'COGWORKER["CLOCK"] {clock!r} cannot be imported: {exc}',
                                        id="cogworker.E002"))
     return errors
+
+
+BACKEND_PATH = "django_cogworker.tasks.CogworkerBackend"
+
+
+def cogworker_backends(tasks_setting: object) -> dict[str, Mapping[str, Any]]:
+    """The entries of ``settings.TASKS`` whose backend is this package's, by alias."""
+    if not isinstance(tasks_setting, Mapping):
+        return {}
+    return {str(alias): params for alias, params in tasks_setting.items()
+            if isinstance(params, Mapping) and params.get("BACKEND") == BACKEND_PATH}
+
+
+def task_option_problems(tasks_setting: object) -> list[str]:
+    """Every problem of the ``TASKS`` entries of CogworkerBackend (tasks/options.py), in alias order:
+    what ``manage.py check`` reports (cogworker.E005) and ``runcogworker`` refuses to start with."""
+    ours = cogworker_backends(tasks_setting)
+    if not ours:
+        return []
+    from .tasks import options
+
+    return [problem for alias in sorted(ours) for problem in options.read(alias, ours[alias]).problems]
+
+
+REDIS_CHECK_TIMEOUT = 2.0  # seconds ``check --deploy`` waits for Redis to connect and to answer
+
+
+@checks.register("cogworker", deploy=True)
+def check_redis(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """``check --deploy`` only (plain ``check`` stays offline): the configured Redis answers a PING
+    within REDIS_CHECK_TIMEOUT; if not, say so, naming its URL without the password."""
+    import os
+    import types
+
+    import redis
+    from django.conf import settings
+
+    from .broker.connection import make_redis
+    from .conf import build_config
+
+    try:
+        config = build_config(getattr(settings, "COGWORKER", None), os.environ)
+    except ConfigError:
+        return []  # (cogworker.E001 says what is wrong first)
+    # (A client of its own with short timeouts: the runtime's waits 5 s to connect, 10 s for a reply.)
+    target = types.SimpleNamespace(redis_url=config.redis_url, key_prefix=config.key_prefix, redis_options={
+        **config.redis_options, "socket_connect_timeout": REDIS_CHECK_TIMEOUT, "socket_timeout": REDIS_CHECK_TIMEOUT})
+    client = None
+    try:
+        client = make_redis(target)
+        client.ping()
+    except (redis.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+        secret = _password(config.redis_url)
+        if secret:
+            reason = reason.replace(secret, "***")
+        return [checks.Error(f"Redis at {config.redacted_url} did not answer within {REDIS_CHECK_TIMEOUT:g}s "
+                             f"({reason}): workers can't start, and pushes fail, until it does",
+                             id="cogworker.E006")]
+    finally:
+        if client is not None:
+            client.close()
+    return []
+
+
+def _password(url: str) -> str:
+    """The password of a Redis URL, or "" (to mask it in an error's text, should one show it)."""
+    from urllib.parse import urlsplit
+
+    try:
+        return urlsplit(url).password or ""
+    except ValueError:
+        return ""
 
 
 def _unread_queues(queues: tuple[str, ...], entries: list) -> list[checks.CheckMessage]:
@@ -87,9 +162,10 @@ def _unread_queues(queues: tuple[str, ...], entries: list) -> list[checks.CheckM
         return (f"{what} is pushed to queue {queue!r}, which COGWORKER[\"QUEUES\"] ({', '.join(queues)}) doesn't "
                 f"list: its jobs wait until a worker reads it (add it to QUEUES, or start one with -q {queue})")
 
-    apps_modules = tuple(app.name for app in apps.get_app_configs())
+    apps_modules = tuple(app.name for app in apps.get_app_configs() if app.name != "django_cogworker")
     warnings = []
-    # (Only the classes of installed apps: those a worker imports; a test module's aren't deployed.)
+    # (Only the classes of the user's installed apps: those a worker imports; a test module's aren't
+    # deployed, and this package's own, a batch's hand-overs, go where its callbacks go: batches/batch.py.)
     for name, job_class in sorted(registry().items()):
         module = job_class.__module__
         if job_class.queue not in read and any(module == m or module.startswith(m + ".") for m in apps_modules):

@@ -124,7 +124,8 @@ if "COGWORKER_PERIODIC" in os.environ:
 if "COGWORKER_CPU_AFFINITY" in os.environ:  # "auto", "none" or CPU numbers: "0,1"
     _affinity = env.str("COGWORKER_CPU_AFFINITY")
     COGWORKER["CPU_AFFINITY"] = _affinity if _affinity in ("auto", "none") else [int(c) for c in _affinity.split(",")]
-for _name, _cast in {"OUTBOX": env.bool, "CLOCK": env.str, "PERIODIC_CATCH_UP": env.bool,
+# (KEY_PREFIX: make demo's own, "cogworker-demo:", scripts/demo.sh.)
+for _name, _cast in {"KEY_PREFIX": env.str, "OUTBOX": env.bool, "CLOCK": env.str, "PERIODIC_CATCH_UP": env.bool,
                      "PERIODIC_TICK_INTERVAL": env.float, "MAX_ORPHANINGS": env.int, "KEY_GUARD_INTERVAL": env.float,
                      "OVER_LIMIT_MAX": env.int}.items():
     if f"COGWORKER_{_name}" in os.environ:

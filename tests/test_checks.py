@@ -127,12 +127,56 @@ def test_a_periodic_entry_whose_arguments_its_job_can_not_take_is_warned_about()
                                "can't take (1, 2, 3): too many positional arguments")]
 
 
+def test_the_package_s_own_jobs_are_not_warned_about():
+    """A user can't route them: a batch's hand-overs go where its callbacks go (batches/batch.py)."""
+    with override_settings(COGWORKER={"QUEUES": ["mail"]}):
+        warned = [msg.split(" is pushed")[0] for code, msg in cogworker_warnings() if code == "cogworker.W001"]
+    assert "job testproject.demo.jobs.FailJob" in warned  # (the user's own still are)
+    assert [name for name in warned if "django_cogworker" in name] == []
+
+
 def test_jobs_outside_installed_apps_are_not_warned_about():
     class Elsewhere(Job):  # (a test module's: no worker imports it)
         queue = "nowhere"
 
     assert "nowhere" not in " ".join(msg for _, msg in cogworker_warnings())
     assert cogworker_warnings() == []  # testproject's QUEUES list every queue its jobs use
+
+
+def deploy_errors() -> list[tuple[str, str]]:
+    return [(m.id, m.msg) for m in checks.run_checks(tags=["cogworker"], include_deployment_checks=True)
+            if m.level >= checks.ERROR]
+
+
+def test_check_deploy_says_when_redis_does_not_answer_naming_the_url_without_its_password():
+    port = free_port()  # (nothing listens there: refused at once)
+    with override_settings(COGWORKER={"REDIS_URL": f"redis://:{PASSWORD}@127.0.0.1:{port}/0"}):
+        [(code, message)] = deploy_errors()
+        assert cogworker_errors() == []  # (plain check: offline)
+        with pytest.raises(SystemCheckError) as info:
+            call_command("check", deploy=True, tags=["cogworker"])
+    assert code == "cogworker.E006"
+    assert message.startswith(f"Redis at redis://:***@127.0.0.1:{port}/0 did not answer within 2s (ConnectionError: ")
+    assert message.endswith("): workers can't start, and pushes fail, until it does")
+    assert f"?: (cogworker.E006) {message}" in str(info.value) and PASSWORD not in str(info.value)
+
+
+def test_plain_check_never_connects_and_check_deploy_gives_up_on_a_silent_server_after_its_timeout():
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # (accepts, never answers)
+        silent.setblocking(False)
+        with override_settings(COGWORKER={"REDIS_URL": f"redis://127.0.0.1:{silent.getsockname()[1]}/0"}):
+            assert cogworker_errors() == []
+            with pytest.raises(BlockingIOError):
+                silent.accept()  # (no connection was made)
+            [(code, message)] = deploy_errors()
+    assert code == "cogworker.E006" and "(TimeoutError: " in message
+
+
+def test_check_deploy_is_quiet_when_redis_answers(redis_url):
+    assert os.environ["COGWORKER_REDIS_URL"] == redis_url  # (the suite's real Redis)
+    assert deploy_errors() == []
 
 
 def test_check_reports_middleware_that_cannot_be_imported():

@@ -65,6 +65,32 @@ def test_stats_show_counters_sizes_and_processes(rb):
     assert document["processed"] == 1234 and document["dead"] == 2 and document["busy"] == 0
 
 
+def test_stats_prints_the_keys_cli_md_lists():
+    doc = (ROOT / "docs" / "cli.md").read_text()
+    table = doc[doc.index("$ python manage.py cogworker stats\n"):].split("\n\n")[0].splitlines()[2:]
+    assert [line.split()[0] for line in table] == list(cli_json("stats"))
+
+
+@pytest.mark.parametrize("action", ["queues", "processes", "scheduled", "retries", "dead", "periodic", "batches",
+                                    "limits"])
+def test_per_page_of_every_json_listing_is_the_page_size_used(action):
+    # (processes --json said 1 with one process, and periodic --json 0 with no entry)
+    assert cli_json(action)["per_page"] == 25
+    assert cli_json(action, "--limit", "7")["per_page"] == 7
+
+
+def test_processes_and_periodic_and_named_queues_are_paged_as_the_other_listings(rb):
+    for name in ("a", "b", "c"):
+        rb.hset(K.periodic_schedule, name, json.dumps({"cron": "0 3 * * *", "tz": "UTC", "job": "shop.jobs.Report",
+                                                        "queue": "default", "published_at": time.time()}))
+    document = cli_json("periodic", "--limit", "2", "--page", "2")
+    assert (document["total"], document["page"], document["per_page"]) == (3, 2, 2)
+    assert [i["name"] for i in document["items"]] == ["c"]
+    assert cli("periodic", "--limit", "2")[1] == "(1-2 of 3, page 1 of 2; --page 2 for more)\n"
+    document = cli_json("queues", "default", "mail", "--limit", "1", "--page", "2")
+    assert (document["total"], document["per_page"], [i["name"] for i in document["items"]]) == (2, 1, ["mail"])
+
+
 def test_queues_lists_sizes_latency_and_paused_and_only_the_queues_named(rb):
     RecordJob.perform_async("seen", 1)
     RecordJob.set(queue="mail").perform_async("seen", 2)
@@ -331,8 +357,10 @@ def test_quiet_and_stop_reach_a_running_worker(r):
     assert caught.value.returncode == 1
     with Worker("-c", "2", env=FAST_ENV) as worker:
         identity = worker.wait_ready()
-        listed = cli_json("processes")["items"]
+        document = cli_json("processes")
+        listed = document["items"]
         assert [p["identity"] for p in listed] == [identity] and listed[0]["concurrency"] == 2
+        assert (document["total"], document["per_page"]) == (1, 25)  # (per_page: the page size, not 1)
         assert cli("processes")[0].splitlines()[1].startswith(identity)
         assert cli("quiet", identity)[0] == f"{identity}: quiet sent (read at its next heartbeat)\n"
         wait_until(lambda: r.hget(f"cogworker:process:{identity}", "quiet") == "true", timeout=10)

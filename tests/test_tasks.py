@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import os
 import re
+import subprocess
+import sys
 import time
 
 import pytest
-from django.core.exceptions import ImproperlyConfigured
-from helpers import FAST_ENV, Worker, wait_until
+from helpers import FAST_ENV, REPO_ROOT, Worker, wait_until
 
 from django_cogworker.broker.keys import Keys
 from django_cogworker.errors import Cancelled, JobExpired, JobTimeout
@@ -60,20 +62,62 @@ def test_the_backend_says_what_it_supports():
         add.enqueue(dt.datetime.now(), 1)  # the JSON check every push gets
 
 
-@pytest.mark.parametrize("options,expected", [
-    ({"RESULT_TTL": 0}, 'TASKS["t"]["OPTIONS"]["RESULT_TTL"] must be a positive number of seconds, got 0'),
-    ({"TIMEOUT": "soon"}, 'TASKS["t"]["OPTIONS"]["TIMEOUT"] must be a positive number of seconds or None'),
+BACKEND = "django_cogworker.tasks.CogworkerBackend"
+
+
+@pytest.mark.parametrize("params,expected", [
+    ({"OPTIONS": {"RESULT_TTL": 0}}, 'TASKS["t"]["OPTIONS"]["RESULT_TTL"] must be a positive number of seconds, got 0'),
+    ({"OPTIONS": {"TIMEOUT": "soon"}}, 'TASKS["t"]["OPTIONS"]["TIMEOUT"] must be a positive number of seconds or '
+                                       "None, got 'soon'"),
     # (Past what Redis can expire; 10**400 raised OverflowError.)
-    ({"RESULT_TTL": 1e16}, 'TASKS["t"]["OPTIONS"]["RESULT_TTL"] must be at most 1e9 seconds (about 31 years), got'),
-    ({"TIMEOUT": 10**400}, 'TASKS["t"]["OPTIONS"]["TIMEOUT"] must be at most 1e9 seconds (about 31 years), got'),
-    ({"RETRY": -1}, 'TASKS["t"]["OPTIONS"]["RETRY"] must be True, False or a count >= 0, got -1'),
-    ({"RETRY": "3"}, 'TASKS["t"]["OPTIONS"]["RETRY"] must be True, False or a count >= 0, got \'3\''),
-    ({"RESULTS": 1}, "unknown option(s) ['RESULTS']"),
+    ({"OPTIONS": {"RESULT_TTL": 1e16}}, 'TASKS["t"]["OPTIONS"]["RESULT_TTL"] must be at most 1e9 seconds (about 31 '
+                                        'years), got 1e+16'),
+    ({"OPTIONS": {"TIMEOUT": 10**400}}, 'TASKS["t"]["OPTIONS"]["TIMEOUT"] must be at most 1e9 seconds (about 31 '
+                                        f"years), got 1{'0' * 56}..."),
+    ({"OPTIONS": {"RETRY": -1}}, 'TASKS["t"]["OPTIONS"]["RETRY"] must be True, False or a count >= 0, got -1'),
+    ({"OPTIONS": {"RETRY": "3"}}, 'TASKS["t"]["OPTIONS"]["RETRY"] must be True, False or a count >= 0, got \'3\''),
+    ({"OPTIONS": {"RETRIES": 1}}, 'TASKS["t"]["OPTIONS"]["RETRIES"] is not an option (did you mean "RETRY"?)'),
+    ({"OPTIONS": {"RESULTS": 1}}, 'TASKS["t"]["OPTIONS"]["RESULTS"] is not an option (did you mean "RESULT_TTL"?)'),
+    ({"OPTIONS": {"MODULES": ["testproject.demo.nowhere"]}},
+     'TASKS["t"]["OPTIONS"]["MODULES"]: no module \'testproject.demo.nowhere\' to import'),
+    ({"QUEUES": "default"}, 'TASKS["t"]["QUEUES"] must be a list of queue names (non-empty strings without spaces), '
+                            "got 'default'"),
+    ({"RETRY": 2}, 'TASKS["t"]["RETRY"] is not a key of the entry (did you mean TASKS["t"]["OPTIONS"]["RETRY"]?)'),
 ])
-def test_a_bad_option_is_refused_naming_it(options, expected):
-    with pytest.raises(ImproperlyConfigured) as caught:
-        CogworkerBackend("t", {"OPTIONS": options})
-    assert expected in str(caught.value)
+def test_a_bad_option_is_a_check_error_a_refused_start_and_a_refused_push_naming_it(params, expected, r):
+    """It was an ImproperlyConfigured from the backend's construction: out of django.setup(), a
+    40-line traceback, as @task builds the backend while Django starts."""
+    from django.core import checks
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+    from django.test import override_settings
+
+    from django_cogworker.errors import ConfigError
+
+    backend = CogworkerBackend("t", {"BACKEND": BACKEND, **params})  # (no raise)
+    with override_settings(TASKS={"t": {"BACKEND": BACKEND, **params}}):
+        assert [(m.id, m.msg) for m in checks.run_checks(tags=["cogworker"]) if m.level >= checks.ERROR] == [
+            ("cogworker.E005", expected)]
+        with pytest.raises(CommandError) as refused:
+            call_command("runcogworker")  # (call_command runs no system check: the command's own)
+    assert str(refused.value) == f"invalid configuration:\n  {expected}"
+    with pytest.raises(ConfigError) as pushed:
+        backend.enqueue(add, [1, 2], {})
+    assert str(pushed.value) == expected
+    assert r.keys("*") == []  # (no job, no result record)
+
+
+def test_a_bad_option_in_settings_is_one_line_from_check_and_runcogworker_not_a_traceback(tmp_path):
+    (tmp_path / "newcomer_settings.py").write_text(
+        "from testproject.settings import *  # noqa\nTASKS['default']['OPTIONS']['RETRY'] = -1\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO_ROOT)]),
+           "DJANGO_SETTINGS_MODULE": "newcomer_settings"}
+    line = '?: (cogworker.E005) TASKS["default"]["OPTIONS"]["RETRY"] must be True, False or a count >= 0, got -1'
+    for command in ("check", "runcogworker"):
+        done = subprocess.run([sys.executable, "manage.py", command], cwd=REPO_ROOT, env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 1 and line in done.stderr.splitlines(), done.stderr
+        assert "Traceback" not in done.stderr
 
 
 def never_a_task():

@@ -300,6 +300,21 @@ def test_with_no_logging_configured_a_job_s_own_records_show_with_time_level_cla
                      log, re.M)
 
 
+def test_the_ready_line_comes_before_the_first_job_s_start_line(tmp_path, r):
+    # Jobs waiting at startup had their "start" lines logged before the worker said it was ready.
+    for i in range(5):
+        RecordJob.perform_async("seen", i)
+    with worker(tmp_path) as w:
+        w.wait_ready()
+        wait_until(lambda: r.llen("seen") == 5, timeout=15, message="the jobs queued before the start")
+        w.term()
+        assert w.wait(30) == 0
+    lines = w.log().splitlines()
+    [ready] = [i for i, line in enumerate(lines) if "launcher: cogworker" in line and " ready: " in line]
+    starts = [i for i, line in enumerate(lines) if "processor: start jid=" in line]
+    assert len(starts) == 5 and ready < min(starts), "\n".join(lines)
+
+
 def test_a_project_s_logging_shows_the_job_context_through_the_filter(tmp_path, r):
     # testproject's LOGGING: the docs' example, JobContextFilter on the handler.
     with worker(tmp_path) as w:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.test import override_settings
 from helpers import FAST_ENV, Worker, wait_until
 
 from django_cogworker import Batch, BatchError, CogworkerError, Job, chain, chord, group
@@ -138,6 +139,27 @@ def test_callback_queue_takes_every_callback_and_hand_over_of_a_workflow(tmp_pat
         w.term()
         w.wait(30)
     assert recorded(r, "values") == [[1, 2]]
+
+
+def test_without_a_callback_queue_hand_overs_go_to_a_queue_the_workers_read(tmp_path, r):
+    """With QUEUES = ["mail"], the hand-overs (a chain's next step, a child's news to its parent)
+    went to their class's "default", which no worker read: the workflow stopped after its first
+    step (and manage.py check warned of the package's own jobs, cogworker.W001)."""
+    mail = {"queue": "mail"}
+    flow = chain(ValueJob.s(1, key="order").set(**mail),
+                 group(chain(ValueJob.s(2, key="order").set(**mail), ValueJob.s(3, key="order").set(**mail)),
+                       ValueJob.s(4, key="order").set(**mail)),
+                 ValueJob.s(5, key="order").set(**mail))
+    with override_settings(COGWORKER={"QUEUES": ["mail"]}):
+        batch = flow.perform_async()
+    with Worker("-q", "mail", "-c", "4", env=FAST_ENV, log_path=tmp_path / "worker.log") as w:
+        w.wait_ready()
+        wait_until(lambda: Batch.status(batch.bid).success, timeout=30, message="the workflow's success")
+        w.term()
+        w.wait(30)
+    order = recorded(r, "order")
+    assert order[0] == 1 and order[-1] == 5 and order.index(2) < order.index(3)
+    assert not r.exists(K.queue("default"))
 
 def test_a_chord_pushes_its_group_in_bulk_and_runs_its_callback_once_with_every_value(tmp_path, r, monkeypatch):
     calls = {"push": 0, "push_bulk": 0}

@@ -45,13 +45,27 @@ def _context() -> tuple[Any, Keys, float]:
     return runtime.get_redis(), for_config(config), config.batch_ttl
 
 
+def handover_queue() -> str:
+    """The queue of a batch's own hand-over jobs (a child's news to its parent, a chain's next step)
+    when it has no ``callback_queue``: the queue of the job running here (a worker reads it: it
+    runs this job), else the first of ``COGWORKER["QUEUES"]``. Their class's "default" was read by
+    no worker with ``QUEUES = ["mail"]``: a chain stopped after its first step."""
+    running = _scope.running.get()
+    queue = running.payload.get("queue") if running is not None else None
+    if isinstance(queue, str) and queue:
+        return queue
+    from ..push import runtime
+
+    return runtime.get_config().queue_names[0]
+
+
 class Batch:
     """Jobs pushed inside ``with batch.jobs():`` belong to the batch; see docs/batches.md.
 
     ``description``: shown in the admin. ``bid``: open an existing batch (to add jobs to it);
     without it a new one is made at the first ``jobs()``. ``ttl``: seconds its data lives after its
     last step (BATCH_TTL by default). ``callback_queue``: the queue of its callbacks (by default
-    each callback class's own) and of what tells a parent batch (by default "default").
+    each callback class's own) and of its hand-over jobs (by default :func:`handover_queue`).
     """
 
     def __init__(self, description: str = "", *, bid: str | None = None, ttl: float | None = None,
@@ -98,7 +112,10 @@ class Batch:
         return self
 
     def _setter(self, job_class: type[Job]) -> JobSetter:
-        return JobSetter(job_class, {"queue": self.callback_queue} if self.callback_queue else {})
+        queue = self.callback_queue
+        if queue is None and getattr(job_class, "_cogworker_handover", False):
+            queue = handover_queue()
+        return JobSetter(job_class, {"queue": queue} if queue else {})
 
     def _add_callback(self, event: str, payload: dict[str, Any]) -> None:
         self._callbacks.setdefault(event, []).append([payload["queue"], payload["jid"], payloads.encode(payload)])

@@ -120,6 +120,7 @@ class BatchChildDone(Job):
     ``b:<bid>`` member of the parent settles as a job would (pushed by the child's step, once)."""
 
     name = "django_cogworker.batch_child_done"
+    _cogworker_handover = True  # (pushed where the batch's hand-overs go: batch.handover_queue)
 
     def perform(self, status: dict[str, Any], parent: str, step: bool = False) -> None:
         from ..broker.keys import for_config

@@ -246,6 +246,7 @@ class ChainNext(Job):
     finished step in it (in that order: the chain's batch can't complete in between)."""
 
     name = "django_cogworker.chain_next"
+    _cogworker_handover = True  # (pushed where the batch's hand-overs go: batch.handover_queue)
 
     def perform(self, status: dict[str, Any], chain: str, steps: list[dict[str, Any]], index: int,
                 keep: bool = False, callback_queue: str | None = None) -> None:

@@ -53,8 +53,8 @@ def queues(names: list[str], page: int, limit: int) -> Listing:
         unknown = [n for n in names if n not in known_queues()]
         if unknown:
             raise CommandError(f"no such queue: {', '.join(map(repr, unknown))}", returncode=FAILED)
-        rows = api.QueueRow.read([api.Queue(n) for n in names])
-        result = api.Page(rows, 1, len(rows), len(rows))
+        named = _page(names, page, limit)
+        result = api.Page(api.QueueRow.read([api.Queue(n) for n in named.items]), page, limit, named.total)
     else:
         result = api.Queue.page(page, limit)
     items = [{"name": r.queue.name, "size": r.size, "latency": round(r.latency, 3), "paused": r.paused}
@@ -65,9 +65,16 @@ def queues(names: list[str], page: int, limit: int) -> Listing:
                    more_note(result.number, result.per_page, result.total, len(items)))
 
 
-def processes() -> Listing:
+def _page(everything: list[Any], page: int, limit: int) -> api.Page:
+    """Page ``page`` of ``limit`` rows of a listing read whole (processes, periodic entries: a few)."""
+    start = (page - 1) * limit
+    return api.Page(everything[start:start + limit], page, limit, len(everything))
+
+
+def processes(page: int, limit: int) -> Listing:
     now = time.time()
-    found = list(api.ProcessSet())
+    result = _page(list(api.ProcessSet()), page, limit)
+    found = result.items
     items = [{"identity": p.identity, "hostname": p.hostname, "pid": p.pid, "tag": p.tag, "busy": p.busy,
               "concurrency": p.concurrency, "queues": p.queues, "quiet": p.is_quiet, "started_at": p.started_at,
               "beat": p.beat, "supervisor": p.supervisor or None, "index": p.index, "version": p.version}
@@ -76,7 +83,8 @@ def processes() -> Listing:
              ",".join(i["queues"]), i["quiet"], when(i["started_at"]),
              seconds(now - i["beat"]) if i["beat"] is not None else None] for i in items]
     return Listing(["IDENTITY", "HOST", "PID", "TAG", "BUSY", "QUEUES", "QUIET", "STARTED", "LAST BEAT"], rows,
-                   listing(items))
+                   listing(items, page=result.number, per_page=result.per_page, total=result.total),
+                   more_note(result.number, result.per_page, result.total, len(items)))
 
 
 def entry_item(entry: api.SortedEntry) -> dict[str, Any]:
@@ -110,14 +118,17 @@ def sorted_set(kind: str, page: int, limit: int, job: str | None, grep: str | No
                                           complete=result.complete), note)
 
 
-def periodic() -> Listing:
+def periodic(page: int, limit: int) -> Listing:
     now = time.time()
+    result = _page(api.PeriodicEntry.all(), page, limit)
     items = [{"name": e.pjid, "cron": e.cron, "tz": e.tz, "job": e.job, "queue": e.queue, "enabled": e.enabled,
               "last_run": e.last_slot, "next_run": e.next_run(now) if e.enabled else None,
-              "declared": not e.stale(now)} for e in api.PeriodicEntry.all()]
+              "declared": not e.stale(now)} for e in result.items]
     rows = [[i["name"], i["cron"], i["tz"], i["job"], i["queue"], i["enabled"], when(i["last_run"]),
              when(i["next_run"])] for i in items]
-    return Listing(["NAME", "CRON", "TZ", "JOB", "QUEUE", "ENABLED", "LAST RUN", "NEXT RUN"], rows, listing(items))
+    return Listing(["NAME", "CRON", "TZ", "JOB", "QUEUE", "ENABLED", "LAST RUN", "NEXT RUN"], rows,
+                   listing(items, page=result.number, per_page=result.per_page, total=result.total),
+                   more_note(result.number, result.per_page, result.total, len(items)))
 
 
 def limit_item(s: api.LimitState) -> dict[str, Any]:

@@ -82,11 +82,11 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def listing(items: list[dict[str, Any]], *, page: int = 1, per_page: int | None = None, total: int | None = None,
+def listing(items: list[dict[str, Any]], *, page: int, per_page: int, total: int,
             complete: bool = True) -> dict[str, Any]:
-    """The JSON document of a listing: its items and where they sit in the whole."""
-    return {"total": len(items) if total is None else total, "page": page,
-            "per_page": len(items) if per_page is None else per_page, "complete": complete, "items": items}
+    """The JSON document of a listing: its items and where they sit in the whole (``per_page``: the
+    page size used, never the count shown: a listing of one process said 1, of none 0)."""
+    return {"total": total, "page": page, "per_page": per_page, "complete": complete, "items": items}
 
 
 def more_note(page: int, per_page: int, total: int, shown: int) -> str | None:

@@ -19,6 +19,7 @@ from asgiref.sync import async_to_sync
 
 from ..bounds import check_seconds, check_text
 from ..errors import BatchError, CogworkerError, InvalidArgument
+from . import discovery
 from . import payload as payloads
 from . import scope as _scope
 from .arguments import check_call, check_json_native, check_limits, check_unique, epoch
@@ -95,6 +96,7 @@ class Job:
     expires_in: ClassVar[float | None] = None
     # Limiters each run takes a place in first (flow/): over one, the job is rescheduled.
     limits: ClassVar[Sequence[Any]] = ()
+    _cogworker_startup: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
@@ -107,6 +109,8 @@ class Job:
                                  f"got {cls.queue!r}")
         if "name" not in cls.__dict__:
             cls.name = f"{cls.__module__}.{cls.__qualname__}"
+        # Whether every worker defines it too (its first push asks: discovery.check).
+        cls._cogworker_startup = discovery.defined_with_worker_imports()
         with _registry_lock:
             existing = _registry.get(cls.name)
             if existing is not None and (existing.__module__, existing.__qualname__) != (
@@ -183,6 +187,9 @@ class JobSetter:
     """A job class plus per-push options; what ``Job.set(...)`` returns."""
 
     def __init__(self, job_class: type[Job], options: dict[str, Any]):
+        if job_class not in _known:  # (one set lookup a push: the verdict is kept per class)
+            discovery.check(job_class)
+            _known.add(job_class)
         if options:  # (Job.perform_* make one with none on every push: nothing to check)
             unknown = set(options) - PUSH_OPTIONS
             if unknown:
@@ -383,3 +390,5 @@ _runtime: Any = None  # django_cogworker.push.runtime, once a push has imported 
 # Job.perform_async's setter per class: it has no options, and reads the class's when it
 # builds a payload, so one serves every push (instead of one made per push).
 _plain_setters: dict[type[Job], JobSetter] = {}
+# The job classes some worker defines (discovery.check let them through): checked once each.
+_known: set[type[Job]] = set()

@@ -29,14 +29,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
-
 from ..bounds import check_seconds
 from ..broker.keys import Keys
-from ..errors import CogworkerError, InvalidArgument
+from ..errors import CogworkerError, ConfigError
 from ..push import results
 from ..push.arguments import check_limits
 from ..push.job import Job, JobSetter, registered
+from . import options
 from .api import (
     BaseTaskBackend,
     InvalidTask,
@@ -53,12 +52,6 @@ from .api import (
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_RESULT_TTL = 86400.0  # a day, renewed on each change of the record
-OPTIONS = frozenset({"RESULT_TTL", "RETRY", "TIMEOUT", "ENQUEUE_ON_COMMIT", "MODULES"})
-BACKEND_PATH = "django_cogworker.tasks.CogworkerBackend"
-# No retries unless asked for: django.tasks says a task that raised is FAILED. (A Job's default,
-# True, retried every task 25 times while its result read READY.)
-DEFAULT_RETRY = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,7 +76,7 @@ class CogworkerTask(Task):
 
     def __post_init__(self) -> None:
         Task.__post_init__(self)  # (validate_task; zero-argument super() fails in a slots dataclass)
-        if self.retry is not None and not valid_retry(self.retry):
+        if self.retry is not None and not options.valid_retry(self.retry):
             raise InvalidTask(f"{self.module_path}: @task(retry=...) must be True, False or a count >= 0, "
                               f"got {self.retry!r}")
         try:
@@ -92,11 +85,6 @@ class CogworkerTask(Task):
         except CogworkerError as exc:
             raise InvalidTask(str(exc)) from None
         job_class_for(self)
-
-
-def valid_retry(value: Any) -> bool:
-    """Whether ``value`` is a retry option: a count >= 0, True (COGWORKER["MAX_RETRIES"]) or False (none)."""
-    return isinstance(value, bool) or (isinstance(value, int) and value >= 0)
 
 
 def job_class_for(task: Any) -> type[Job]:
@@ -201,33 +189,27 @@ class CogworkerBackend(BaseTaskBackend):
     supports_priority = False
 
     def __init__(self, alias: str, params: Mapping[str, Any]):
-        super().__init__(alias, params)
-        options = self.options
-        where = f'TASKS["{alias}"]["OPTIONS"]'
-        if not isinstance(options, Mapping):
-            raise ImproperlyConfigured(f"{where} must be a dict, got {options!r}")
-        unknown = set(options) - OPTIONS
-        if unknown:
-            raise ImproperlyConfigured(f"{where}: unknown option(s) {sorted(unknown)}; allowed: {sorted(OPTIONS)}")
-        self.result_ttl: float = _seconds(options.get("RESULT_TTL", DEFAULT_RESULT_TTL), f'{where}["RESULT_TTL"]',
-                                          False) or DEFAULT_RESULT_TTL
-        self.timeout = _seconds(options.get("TIMEOUT"), f'{where}["TIMEOUT"]', True)
-        self.retry = options.get("RETRY", DEFAULT_RETRY)
-        if not valid_retry(self.retry):
-            raise ImproperlyConfigured(f'{where}["RETRY"] must be True, False or a count >= 0, got {self.retry!r}')
-        self.enqueue_on_commit = options.get("ENQUEUE_ON_COMMIT")
-        if self.enqueue_on_commit not in (None, True, False):
-            raise ImproperlyConfigured(f'{where}["ENQUEUE_ON_COMMIT"] must be True or False, '
-                                       f'got {self.enqueue_on_commit!r}')
-        modules = options.get("MODULES", ())
-        if isinstance(modules, str) or not all(isinstance(m, str) for m in modules):
-            raise ImproperlyConfigured(f'{where}["MODULES"] must be a list of module paths, got {modules!r}')
-        self.modules = tuple(modules)
+        # Bad options don't raise here (as Django starts: @task builds the backend); they are told
+        # by manage.py check, runcogworker and a push (tasks/options.py).
+        read = options.read(alias, params)
+        given = {key: params[key] for key in ("BACKEND", "QUEUES") if key in params}
+        if "QUEUES" in given and read.queues is None:
+            given["QUEUES"] = []  # (bad: any queue, so that its @task functions decorate all the same)
+        super().__init__(alias, {**given, "OPTIONS": dict(params.get("OPTIONS") or {}) if isinstance(
+            params.get("OPTIONS"), Mapping) else {}})
+        self.problems = read.problems
+        self.result_ttl = read.result_ttl
+        self.timeout = read.timeout
+        self.retry = read.retry
+        self.enqueue_on_commit = read.enqueue_on_commit
+        self.modules = read.modules
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         """Push ``task`` as a job (on commit inside a transaction); return its READY TaskResult."""
         from ..push import runtime
 
+        if self.problems:
+            raise ConfigError(list(self.problems))
         self.validate_task(task)
         job_class = job_class_for(task)
         payload = JobSetter(job_class, {"queue": task.queue_name}).build(list(args), dict(kwargs))
@@ -325,11 +307,3 @@ def _forget(redis: Any, keys: Keys, jid: str) -> None:
         redis.delete(keys.result(jid))
     except Exception:
         logger.warning("the result record of task %s, not pushed, could not be deleted; it expires", jid)
-
-
-def _seconds(value: Any, where: str, optional: bool) -> float | None:
-    try:  # (held to MAX_SECONDS as a job's own: a RESULT_TTL of 1e16 is a TTL Redis refuses)
-        check_seconds(value, where, none=optional)
-    except InvalidArgument as exc:
-        raise ImproperlyConfigured(str(exc)) from None
-    return None if value is None else float(value)

@@ -199,6 +199,10 @@ class Launcher:
         if self._pending_stop:
             return self._shutdown()
         self.timeouts.start()
+        # Said before the processors start: after them, a job waiting at startup had its "start"
+        # line logged before the worker said it was ready.
+        logger.info("cogworker %s ready: %d processor(s), %s fetch, queues %s", self.identity,
+                    self.config.concurrency, self.config.fetch, ",".join(self.config.queue_names))
         self.manager.start()
         self.heartbeat.start()
         self.poller.start()
@@ -206,8 +210,6 @@ class Launcher:
             self.ticker.start()
         for companion in self.companions:
             companion.start()
-        logger.info("cogworker %s ready: %d processor(s), %s fetch, queues %s", self.identity,
-                    self.config.concurrency, self.config.fetch, ",".join(self.config.queue_names))
         while True:
             name = self._signals.get()
             if name == "stop":

@@ -50,13 +50,13 @@ class Command(BaseCommand):
         sub.add_parser("stats", parents=[listing], help="counters, sizes and processes at a glance")
         p = sub.add_parser("queues", parents=[listing, paged], help="queues: size, latency, paused")
         p.add_argument("names", nargs="*", metavar="QUEUE", help="only these (each must exist)")
-        sub.add_parser("processes", parents=[listing], help="live worker processes")
+        sub.add_parser("processes", parents=[listing, paged], help="live worker processes")
         for kind, what in (("scheduled", "jobs due later"), ("retries", "failed jobs waiting for a retry"),
                            ("dead", "jobs that won't run again, the latest first")):
             p = sub.add_parser(kind, parents=[listing, paged], help=what)
             p.add_argument("--class", dest="job", metavar="JOB", help="only jobs of this class (dotted name)")
             p.add_argument("--grep", metavar="TEXT", help="only entries whose stored JSON contains TEXT")
-        sub.add_parser("periodic", parents=[listing], help="periodic entries: last and next run")
+        sub.add_parser("periodic", parents=[listing, paged], help="periodic entries: last and next run")
         p = sub.add_parser("batches", parents=[listing, paged], help="batches, the newest first; with a BID, that "
                                                                       "batch: its jobs, callbacks and child batches")
         p.add_argument("bid", nargs="?", metavar="BID", help="one batch")
@@ -106,9 +106,9 @@ class Command(BaseCommand):
         elif action == "queues":
             shown = listings.queues(options["names"], options["page"], options["limit"])
         elif action == "processes":
-            shown = listings.processes()
+            shown = listings.processes(options["page"], options["limit"])
         elif action == "periodic":
-            shown = listings.periodic()
+            shown = listings.periodic(options["page"], options["limit"])
         elif action == "limits":
             shown = listings.limits(options["page"], options["limit"])
         elif action == "batches":

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from ... import __version__
+from ...checks import task_option_problems
 from ...engine.run.db import CloseOldConnections
 from ...errors import ConfigError
 from ...push import runtime
@@ -43,6 +44,10 @@ class Command(BaseCommand):
         if options.get("queues"):
             overrides["queues"] = [q.strip() for q in options["queues"]]
         try:
+            # (Also told by the system checks, cogworker.E005: this covers --skip-checks and call_command.)
+            problems = task_option_problems(getattr(settings, "TASKS", None))
+            if problems:
+                raise ConfigError(problems)
             base = runtime.get_config()
             config = base.replace(**_normalise(overrides)) if overrides else base
             server_middleware = [CloseOldConnections, *_load("SERVER_MIDDLEWARE", config.server_middleware)]

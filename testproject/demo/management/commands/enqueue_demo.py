@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand
 
 from django_cogworker import Batch, cancel, chain
+from django_cogworker.push import runtime
 from testproject.demo.flow_jobs import PartnerCallJob
 from testproject.demo.jobs import FlakyJob, ReceiptsSent, ScheduledHello, SendReceipt, Tally
 
@@ -25,7 +26,8 @@ class Command(BaseCommand):
         self.stdout.write(f"enqueued a batch of 3 SendReceipts with a success callback: bid {batch.bid}")
         flow = chain(Tally.s(2), Tally.s(3).with_previous()).perform_async(description="demo: a chain")
         self.stdout.write(f"enqueued a chain Tally(2) -> Tally(3, previous): bid {flow.bid}")
-        partner = PartnerCallJob.perform_bulk([["demo:partner-calls", 0.5]] * 6)
+        # (Its counters under the config's prefix: make demo writes no key outside its own.)
+        partner = PartnerCallJob.perform_bulk([[f"{runtime.get_config().key_prefix}partner-calls", 0.5]] * 6)
         self.stdout.write(f"enqueued {len(partner)} PartnerCallJobs of 0.5 s, at most 3 at once (Limiter.concurrent): "
                           f"the others wait for a place (the worker logs 'over limit ... rescheduled')")
         doomed = ScheduledHello.perform_in(60, "nobody")

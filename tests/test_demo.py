@@ -1,0 +1,37 @@
+"""`make demo` (scripts/demo.sh) end to end, on the suite's Redis: it says its key prefix on its
+first line and writes no key outside it, so on a machine whose 127.0.0.1:6379 other work uses, it
+leaves that work's keys alone (it wrote under the library's default "cogworker:" before)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+from helpers import FAST_ENV, REPO_ROOT, wait_until
+
+PREFIX = "cogworker-demo:"
+
+
+def test_make_demo_says_its_key_prefix_first_and_writes_no_key_outside_it(tmp_path, redis_url, r):
+    env = {**os.environ, **FAST_ENV, "PY": sys.executable, "COGWORKER_REDIS_URL": redis_url,
+           "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}", "DJANGO_SETTINGS_MODULE": "testproject.settings",
+           "PYTHONUNBUFFERED": "1"}
+    env.pop("COGWORKER_KEY_PREFIX", None)
+    log = tmp_path / "demo.log"
+    with open(log, "wb") as out:
+        demo = subprocess.Popen(["bash", "scripts/demo.sh"], cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        # (The six limited PartnerCallJobs, the demo's last to run but the scheduled ones.)
+        wait_until(lambda: r.llen(f"{PREFIX}partner-calls:done") == 6, timeout=90,
+                   message=f"the demo's jobs didn't run; its output:\n{log.read_text()}")
+    finally:
+        demo.send_signal(signal.SIGTERM)  # (the worker: the script exec'd it)
+        demo.wait(60)
+    lines = log.read_text().splitlines()
+    assert lines[0] == (f'demo: every key under the prefix "{PREFIX}" (COGWORKER_KEY_PREFIX), so a Redis other '
+                        f"work uses keeps its own keys")
+    keys = r.keys("*")
+    assert keys and [key for key in keys if not key.startswith(PREFIX)] == []
