@@ -76,6 +76,26 @@ def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
     return errors
 
 
+@checks.register("cogworker")
+def check_outbox(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """With OUTBOX on, every outbox database has its table (cogworker.E010: outbox/checks.py)."""
+    import os
+
+    from django.conf import settings
+
+    from .conf import build_config
+
+    try:
+        config = build_config(getattr(settings, "COGWORKER", None), os.environ)
+    except ConfigError:
+        return []  # (cogworker.E001 says what is wrong first)
+    if not config.outbox or databases is not None:
+        return []
+    from .outbox.checks import table_problems
+
+    return table_problems()
+
+
 BACKEND_PATH = "django_cogworker.tasks.CogworkerBackend"
 
 

@@ -100,6 +100,6 @@ class Outbox(_Page):
 
 # In the order of the pages' tab bar.
 PAGES: tuple[type[models.Model], ...] = (Dashboard, Queue, Busy, Scheduled, Retry, Dead, Batches, Limits,
-                                         Periodic, Quarantine)
+                                         Periodic, Quarantine, Outbox)
 # Pages without an action: listed with a "View" link, whatever the user may change.
 READ_ONLY_PAGES: tuple[type[models.Model], ...] = (Dashboard, Batches, Limits)

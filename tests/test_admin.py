@@ -18,11 +18,12 @@ from helpers import FAST_ENV, Worker, wait_until
 from django_cogworker import api
 from django_cogworker.push import payload as payloads
 
-pytestmark = pytest.mark.django_db
+# (Both databases: the Outbox page reads the outbox of each, "pg" too.)
+pytestmark = pytest.mark.django_db(databases=["default", "pg"])
 
 BASE = "/admin/django_cogworker/"
 PAGES = ["dashboard/", "queue/", "busy/", "scheduled/", "retry/", "dead/", "batches/", "limits/", "periodic/",
-         "quarantine/"]
+         "quarantine/", "outbox/"]
 
 
 @pytest.fixture
@@ -157,12 +158,12 @@ def test_the_admin_index_lists_the_dashboard_first_with_a_view_link(admin_client
         page = client.get("/admin/").content.decode()
         links = re.findall(rf'<a href="{BASE}([a-z]+)/" class="(viewlink|changelink)"', page)
         assert links[0] == ("dashboard", "viewlink"), links
-        assert [name for name, _ in links] == ["dashboard", "dead", "batches", "limits", "periodic", "busy",
+        assert [name for name, _ in links] == ["dashboard", "dead", "batches", "limits", "outbox", "periodic", "busy",
                                                 "quarantine", "queue", "retry", "scheduled"]
     links = dict(re.findall(rf'<a href="{BASE}([a-z]+)/" class="(viewlink|changelink)"',
                             admin_client.get("/admin/").content.decode()))
     assert {name for name, kind in links.items() if kind == "changelink"} == {
-        "queue", "busy", "scheduled", "retry", "dead", "periodic", "quarantine"}
+        "queue", "busy", "scheduled", "retry", "dead", "periodic", "quarantine", "outbox"}
     links = dict(re.findall(rf'<a href="{BASE}([a-z]+)/" class="(viewlink|changelink)"',
                             viewer.get("/admin/").content.decode()))
     assert set(links.values()) == {"viewlink"}

@@ -15,6 +15,7 @@ from typing import Any
 from django.urls import path, register_converter
 from django.urls.converters import get_converters
 
+from ..outbox import admin_views as outbox_views
 from . import batch_views, cancel_views, limit_views, set_views, views
 
 
@@ -54,7 +55,7 @@ def page_urls(page: str, site: Any) -> list[Any]:
         "periodic": view(views.periodic), "quarantine": view(views.quarantine),
         "scheduled": view(set_views.sorted_set, page=page), "retry": view(set_views.sorted_set, page=page),
         "dead": view(set_views.sorted_set, page=page), "batches": view(batch_views.batches),
-        "limits": view(limit_views.limits),
+        "limits": view(limit_views.limits), "outbox": view(outbox_views.outbox),
     }[page]
     patterns = [path("", main, name=f"{name}_changelist")]
     if page == "queue":

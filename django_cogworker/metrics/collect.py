@@ -62,6 +62,7 @@ def collect(*, redis: RedisClient | None = None, keys: Keys | None = None, now: 
     families += _periodic(redis, keys)
     families += _batches(redis, keys)
     families += _limits(redis, keys)
+    families += _outbox(now)
     families += classes
     return families
 
@@ -131,6 +132,17 @@ def _limits(redis: RedisClient, keys: Keys) -> list[Family]:
         for name, counter in counters:
             counter.add(family.totals[name], limiter=family.family)
     return [in_use, size, waiting, *(counter for _, counter in counters)]
+
+
+def _outbox(now: float) -> list[Family]:
+    """The outbox's rows waiting, per database, when OUTBOX is on (read from the databases)."""
+    from ..push import runtime
+
+    if not runtime.get_config().outbox:
+        return []
+    from ..outbox.metrics import families
+
+    return families(now)
 
 
 def _classes(redis: RedisClient | None, keys: Keys | None) -> list[Family]:

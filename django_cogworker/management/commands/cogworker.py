@@ -16,7 +16,8 @@ from django.core.management.base import BaseCommand, CommandError
 from ...cli import actions, listings
 from ...cli.output import FAILED, USAGE, as_json, table
 
-LISTINGS = ("stats", "queues", "processes", "scheduled", "retries", "dead", "periodic", "batches", "limits")
+LISTINGS = ("stats", "queues", "processes", "scheduled", "retries", "dead", "periodic", "batches", "limits",
+            "outbox")
 
 
 def _limit(text: str) -> int:
@@ -37,7 +38,7 @@ def _page(text: str) -> int:
 
 class Command(BaseCommand):
     help = ("Look at and act on cogworker: stats, queues, processes, scheduled, retries, dead, periodic, batches, "
-            "limits; pause/unpause and clear queues; retry/delete and cancel jobs; quiet/stop processes.")
+            "limits, outbox; pause/unpause and clear queues; retry/delete and cancel jobs; quiet/stop processes.")
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -60,6 +61,8 @@ class Command(BaseCommand):
         p = sub.add_parser("batches", parents=[listing, paged], help="batches, the newest first; with a BID, that "
                                                                       "batch: its jobs, callbacks and child batches")
         p.add_argument("bid", nargs="?", metavar="BID", help="one batch")
+        sub.add_parser("outbox", parents=[listing], help="the transactional outbox of each database: jobs waiting "
+                                                         "to reach Redis, the oldest's age")
         sub.add_parser("limits", parents=[listing, paged], help="limiter keys, the most recently used first: in "
                                                                  "use, holders, refusals, reschedules")
 
@@ -111,6 +114,10 @@ class Command(BaseCommand):
             shown = listings.periodic(options["page"], options["limit"])
         elif action == "limits":
             shown = listings.limits(options["page"], options["limit"])
+        elif action == "outbox":
+            from ...outbox.cli import listing as outbox_listing
+
+            shown = outbox_listing()
         elif action == "batches":
             shown = listings.batch(options["bid"]) if options["bid"] else listings.batches(options["page"],
                                                                                            options["limit"])

@@ -1,0 +1,19 @@
+"""``manage.py cogworker outbox [--json]``: each database's outbox, rows waiting and the oldest's age."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..cli.listings import Listing
+from ..cli.output import seconds
+from . import api
+
+
+def listing() -> Listing:
+    """One row per outbox database (not paged: one per database in DATABASES, at the most)."""
+    items: list[dict[str, Any]] = [{"database": s.database, "waiting": s.waiting,
+              "oldest_age": None if s.oldest_age is None else round(s.oldest_age, 3), "error": s.error}
+             for s in api.states()]
+    rows = [[i["database"], i["waiting"], seconds(i["oldest_age"]), i["error"] or ""] for i in items]
+    return Listing(["DATABASE", "WAITING", "OLDEST", "ERROR"], rows,
+                   {"waiting": sum(i["waiting"] for i in items), "databases": items})

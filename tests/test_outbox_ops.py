@@ -1,0 +1,165 @@
+"""What operators see of the outbox: the admin page and its Relay now, ``manage.py cogworker outbox``,
+the metrics, the WARNING for rows waiting over a minute, and the system check (cogworker.E010)."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+import time
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.core import checks
+from django.core.management import call_command
+from django.db import connections, transaction
+from django.test import Client
+from helpers import RedisServer, wait_until
+from prometheus_client.parser import text_string_to_metric_families
+
+from django_cogworker import Job
+from django_cogworker.broker.keys import Keys
+from django_cogworker.outbox.models import OutboxJob
+from django_cogworker.outbox.relay import Relay
+from django_cogworker.push import runtime
+
+K = Keys()
+URL = "/admin/django_cogworker/outbox/"
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+
+
+class Note(Job):
+    def perform(self, *args):
+        pass
+
+
+@pytest.fixture
+def away(settings, tmp_path):
+    """OUTBOX on, on a Redis of the test's own, killed: pushes wait in the outbox."""
+    server = RedisServer(tmp_path / "redis").start()
+    settings.COGWORKER = {**settings.COGWORKER, "OUTBOX": True, "REDIS_URL": server.url,
+                          "METRICS_TOKEN": "s3cret-token-for-the-scraper"}
+    server.kill()
+    yield server
+    runtime.reset()
+    server.cleanup()
+
+
+def user(name: str, *perms: str) -> Client:
+    account = User.objects.create_user(name, password="pw", is_staff=True)
+    account.user_permissions.set(Permission.objects.filter(content_type__app_label="django_cogworker",
+                                                           codename__in=perms))
+    client = Client()
+    client.force_login(account)
+    return client
+
+
+def wait_rows(alias: str, count: int, age: float = 0.0) -> list[str]:
+    """``count`` jobs committed on ``alias`` while Redis is away, written ``age`` seconds ago."""
+    with transaction.atomic(using=alias):
+        jids = Note.perform_bulk([(i,) for i in range(count)])
+    OutboxJob.objects.using(alias).update(created=time.time() - age)
+    return jids
+
+
+def cells(page: str) -> dict[str, list[str]]:
+    """The outbox table's rows: database -> its cells' text."""
+    table = page[page.index('id="cw-outbox"'):]
+    table = table[:table.index("</table>")]
+    rows = {}
+    for row in re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]:
+        texts = [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+        rows[texts[0]] = texts[1:]
+    return rows
+
+
+def test_the_admin_page_shows_each_databases_rows_and_the_oldests_age(away):
+    wait_rows("default", 3, age=125)
+    wait_rows("pg", 2)
+    page = user("viewer", "view_cogworker").get(URL).content.decode()
+    shown = cells(page)
+    assert shown["default"][0] == "3" and shown["default"][1].startswith("2m")
+    assert shown["pg"][0] == "2"
+    assert "Relay now" not in page  # (a viewer looks; the button is for the change permission)
+
+
+def test_relay_now_needs_the_change_permission_and_pushes_what_waits(away):
+    jids = wait_rows("default", 3) + wait_rows("pg", 2)
+    away.restart()
+    viewer = user("viewer", "view_cogworker")
+    assert viewer.post(URL, {"action": "relay"}).status_code == 403
+    assert OutboxJob.objects.using("default").count() == 3
+    changer = user("changer", "view_cogworker", "change_cogworker")
+    assert "Relay now" in changer.get(URL).content.decode()
+    response = changer.post(URL, {"action": "relay"}, follow=True)
+    assert "5 job(s) relayed." in response.content.decode()
+    client = away.client()
+    assert sorted(json.loads(raw)["jid"] for raw in client.lrange(K.queue("default"), 0, -1)) == sorted(jids)
+    assert OutboxJob.objects.using("default").count() == OutboxJob.objects.using("pg").count() == 0
+
+
+def test_relay_now_with_redis_away_says_so_and_keeps_the_rows(away):
+    wait_rows("default", 2)
+    changer = user("changer", "view_cogworker", "change_cogworker")
+    response = changer.post(URL, {"action": "relay"}, follow=True)
+    assert "Redis refused the relay" in response.content.decode()
+    assert OutboxJob.objects.using("default").count() == 2
+
+
+def test_the_cli_lists_each_databases_outbox(away):
+    wait_rows("default", 4, age=30)
+    out = io.StringIO()
+    call_command("cogworker", "outbox", "--json", stdout=out)
+    document = json.loads(out.getvalue())
+    by_database = {d["database"]: d for d in document["databases"]}
+    assert document["waiting"] == 4
+    assert by_database["default"]["waiting"] == 4 and 30 <= by_database["default"]["oldest_age"] < 60
+    assert (by_database["pg"]["waiting"], by_database["pg"]["oldest_age"]) == (0, None)
+    out = io.StringIO()
+    call_command("cogworker", "outbox", stdout=out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].split() == ["DATABASE", "WAITING", "OLDEST", "ERROR"]
+    assert lines[1].split()[:2] == ["default", "4"]
+
+
+def test_the_metrics_show_each_databases_rows_waiting_and_the_oldests_age(away):
+    wait_rows("pg", 2, age=90)
+    away.restart()  # (Redis away, the page is a 503, a scrape that says "down": test_metrics.py)
+    response = Client().get("/cogworker/metrics", HTTP_AUTHORIZATION="Bearer s3cret-token-for-the-scraper")
+    found = {(s.name, tuple(sorted(s.labels.items()))): s.value
+             for family in text_string_to_metric_families(response.content.decode()) for s in family.samples}
+    assert found["cogworker_outbox_waiting", (("database", "pg"),)] == 2
+    assert found["cogworker_outbox_waiting", (("database", "default"),)] == 0
+    assert 90 <= found["cogworker_outbox_oldest_seconds", (("database", "pg"),)] < 120
+
+
+def test_a_relay_warns_of_rows_waiting_longer_than_a_minute(away, caplog):
+    wait_rows("default", 2, age=75)
+    relay = Relay(runtime.get_client().hand_over, runtime.get_redis(), K)
+    with caplog.at_level(logging.WARNING, logger="django_cogworker.outbox"):
+        relay.start()
+        try:
+            wait_until(lambda: "2 job(s) waiting, the oldest for" in caplog.text, timeout=20)
+        finally:
+            relay.stop()
+    assert "outbox of database 'default'" in caplog.text
+    assert OutboxJob.objects.using("default").count() == 2  # (Redis away: they still wait)
+
+
+def test_the_system_check_names_an_outbox_database_without_its_table(settings):
+    settings.COGWORKER = {**settings.COGWORKER, "OUTBOX": True}
+    assert not [m for m in checks.run_checks() if m.id == "cogworker.E010"]
+    with connections["default"].schema_editor() as editor:
+        editor.delete_model(OutboxJob)
+    try:
+        errors = [m for m in checks.run_checks() if m.id == "cogworker.E010"]
+        assert len(errors) == 1 and "database 'default' has no outbox table" in errors[0].msg
+        assert "migrate django_cogworker --database default" in errors[0].hint
+        # (Not under migrate, which passes its database: it is what makes the table.)
+        assert not [m for m in checks.run_checks(databases=["default"]) if m.id == "cogworker.E010"]
+        settings.COGWORKER = {**settings.COGWORKER, "OUTBOX": False}
+        assert not [m for m in checks.run_checks() if m.id == "cogworker.E010"]
+    finally:
+        with connections["default"].schema_editor() as editor:
+            editor.create_model(OutboxJob)
