@@ -7,9 +7,11 @@ and a thread outside the worker's processors keeps the shared client.
 
 from __future__ import annotations
 
+import select
 import threading
+import time
 
-from helpers import RedisServer, Sentinels, in_thread
+from helpers import RedisServer, Sentinels, in_thread, wait_until
 
 from django_cogworker import api
 from django_cogworker.broker.keys import Keys
@@ -162,3 +164,38 @@ def test_an_api_object_made_in_a_processor_thread_never_sends_over_that_thread_s
                                               lambda: made.append(made[0].size()))
     assert made[1] == 2
     assert last_commands(rb)[first] == "client|id"  # (no LLEN of the other thread's over it)
+
+
+
+def test_a_thread_s_own_client_handed_to_another_thread_never_drops_a_command_in_flight(rb):
+    # A job may hand its get_redis() to a thread it starts (docs/jobs.md). The held connection's
+    # check before a command (data waiting: the server's close) must not take the reply of the
+    # other thread's command, sent and not read yet, for one: it dropped the connection under it.
+    rb.set("k", "v")
+    got: dict = {}
+
+    def work():
+        with runtime.own_connection():
+            client = runtime.get_redis()
+            client.ping()
+            real = client.parse_response
+            handed = threading.Thread(target=lambda: got.update(other=client.get("k")))
+
+            def slow_to_read(*args, **kwargs):
+                client.parse_response = real  # (once: the other thread reads as usual)
+                wait_until(lambda: select.select((client.connection._sock,), (), (), 0)[0],
+                           message="the reply waiting, unread")
+                handed.start()
+                handed.join(0.5)  # (it sends its command now, or waits for this one to be read)
+                return real(*args, **kwargs)
+
+            time.sleep(runtime.QUIET_CHECK)  # (quiet that long: the next command is checked first)
+            client.parse_response = slow_to_read
+            try:
+                got["mine"] = client.incr("counter")
+            finally:
+                handed.join(10)
+
+    in_thread(work)
+    assert got == {"mine": 1, "other": b"v"}
+    assert rb.get("counter") == b"1"

@@ -145,17 +145,23 @@ def _held_client_class() -> Any:
             _used = 0.0  # (time.monotonic() when the last command ended)
 
             def _execute_command(self, *args: Any, **options: Any) -> Any:
-                conn = self.connection
-                if time.monotonic() - self._used >= QUIET_CHECK:
-                    sock = getattr(conn, "_sock", None)
-                    # (select on the socket: one system call, where redis-py's can_read changes the
-                    # socket's timeout and back around a read, three calls)
-                    if sock is not None and select.select((sock,), (), (), 0)[0]:
-                        conn.disconnect()  # type: ignore[union-attr]  # (the server's close, or data it sent: reconnects to send)
-                try:
-                    return super()._execute_command(*args, **options)
-                finally:
-                    self._used = time.monotonic()
+                # Under the client's lock (redis-py's part takes it again: an RLock), so that no
+                # other thread's command is in flight on the connection: checked outside it, on a
+                # client handed to another thread (or shared by every thread's pushes, once), the
+                # reply of a command sent and not read yet looked like the server's close, and
+                # the connection was dropped under that command ("Connection closed by server").
+                with self.single_connection_lock:
+                    conn = self.connection
+                    if time.monotonic() - self._used >= QUIET_CHECK:
+                        sock = getattr(conn, "_sock", None)
+                        # (select on the socket: one system call, where redis-py's can_read changes
+                        # the socket's timeout and back around a read, three calls)
+                        if sock is not None and select.select((sock,), (), (), 0)[0]:
+                            conn.disconnect()  # type: ignore[union-attr]  # (the server's close, or data it sent: reconnects to send)
+                    try:
+                        return super()._execute_command(*args, **options)
+                    finally:
+                        self._used = time.monotonic()
 
         _HeldClient = HeldClient
     return _HeldClient
