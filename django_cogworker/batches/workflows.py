@@ -199,7 +199,7 @@ def _stored_steps(chain_bid: str, index: int) -> tuple[int, Part | None, Part | 
     count, step, following = redis.hmget(keys.batch(chain_bid).meta, ["chain_steps", f"chain:{index}",
                                                                        f"chain:{index + 1}"])
     if count is None or (step is None and index < int(count)):
-        raise BatchError(f"chain {chain_bid}: its steps are not stored in its batch (its data expired?)")
+        raise BatchError(f"chain {chain_bid}: its steps are not in its batch (its data expired, or was quarantined)")
     return (int(count), None if step is None else load(json.loads(step)),
             None if following is None else load(json.loads(following)))
 
