@@ -372,7 +372,8 @@ def test_quiet_and_stop_reach_a_running_worker(r):
 def test_an_unreachable_redis_is_a_clear_error(monkeypatch):
     from django_cogworker.push import runtime
 
-    monkeypatch.setattr(runtime, "get_redis", lambda: redis.Redis(host="127.0.0.1", port=free_port(), socket_timeout=1))
+    monkeypatch.setattr(runtime, "get_shared_redis",
+                        lambda: redis.Redis(host="127.0.0.1", port=free_port(), socket_timeout=1))
     with pytest.raises(CommandError, match="can't reach Redis") as caught:
         cli("stats")
     assert caught.value.returncode == 1

@@ -168,7 +168,7 @@ def test_many_queues_are_read_in_a_few_round_trips_and_only_the_largest_get_seri
 
 
 def test_redis_away_is_a_503_not_a_page_of_zeros(token, monkeypatch):
-    monkeypatch.setattr(runtime, "get_redis", lambda: redis.Redis(port=free_port(), socket_connect_timeout=0.5))
+    monkeypatch.setattr(runtime, "get_shared_redis", lambda: redis.Redis(port=free_port(), socket_connect_timeout=0.5))
     response = scrape()
     assert response.status_code == 503
 

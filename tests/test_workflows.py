@@ -11,6 +11,7 @@ from django.test import override_settings
 from helpers import FAST_ENV, Worker, wait_until
 
 from django_cogworker import Batch, BatchError, CogworkerError, Job, chain, chord, group
+from django_cogworker.batches import ChainNext
 from django_cogworker.broker.keys import Keys
 from django_cogworker.push.client import Client
 from testproject.demo.jobs import AddJob, BatchCallbackJob, BatchMemberJob, RecordJob, ValueJob
@@ -181,13 +182,56 @@ def test_a_chord_pushes_its_group_in_bulk_and_runs_its_callback_once_with_every_
     assert json.loads(r.lindex("sum", 0)) == sum(range(1500))
 
 
-def test_a_chain_step_s_callback_carries_the_steps_to_come_not_those_done(r):
-    chain(group(*[ValueJob.s(i) for i in range(50)]), ValueJob.s(0)).perform_async()
-    stored = [r.hget(K.batch(bid).meta, "cb:success") for bid in r.zrange(K.batches, 0, -1)]
-    [callbacks] = [json.loads(cb) for cb in stored if cb and "chain_next" in cb]
-    payload = json.loads(callbacks[0][2])
-    steps = payload["kwargs"]["steps"]
-    assert steps[0] == {"t": "done"} and steps[1]["t"] == "sig" and payload["kwargs"]["index"] == 1
+def hand_over(r, chain_bid: str) -> tuple[str, dict]:
+    """The chain's step now (its bid) and the payload of its hand-over (its success callback)."""
+    [member] = r.smembers(K.batch(chain_bid).pending)
+    step = member.removeprefix("b:")
+    [(_queue, _jid, payload)] = json.loads(r.hget(K.batch(step).meta, "cb:success"))
+    return step, json.loads(payload)
+
+
+def test_a_500_step_chain_s_hand_over_carries_no_more_than_a_3_step_one_s(r):
+    short = chain(*[ValueJob.s(i) for i in range(3)]).perform_async()
+    long = chain(*[ValueJob.s(i, key="values") for i in range(500)]).perform_async()
+    (_, carried), (_, few) = hand_over(r, long.bid), hand_over(r, short.bid)
+    assert len(json.dumps(carried["kwargs"])) == len(json.dumps(few["kwargs"]))  # (the bids are as long)
+    assert carried["kwargs"]["index"] == 1
+
+
+def test_a_hand_over_run_again_before_it_settled_adds_the_same_next_step_and_no_other(r, monkeypatch):
+    # Its process killed between adding the next step and settling the finished one, a hand-over
+    # is run again (orphan recovery): the chain must not skip a step, nor add one twice.
+    from django_cogworker.batches import steps
+    from django_cogworker.push import scope
+
+    flow = chain(ValueJob.s(1), ValueJob.s(2), ValueJob.s(3)).perform_async()
+    first, payload = hand_over(r, flow.bid)
+
+    def run():
+        token = scope.running.set(scope.Running(payload))
+        try:
+            ChainNext(payload).perform({"bid": first, "event": "success"}, **payload["kwargs"])
+        finally:
+            scope.running.reset(token)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(steps, "settle", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run()
+    added = r.smembers(K.batch(flow.bid).jobs) - {f"b:{first}"}
+    monkeypatch.undo()
+    run()
+    run()  # (and once more, after it settled: nothing)
+
+    assert len(added) == 1 and r.smembers(K.batch(flow.bid).jobs) == {f"b:{first}", *added}
+    assert r.smembers(K.batch(flow.bid).pending) == added  # the second step, the first settled
+    [second] = added
+    assert r.scard(K.batch(second.removeprefix("b:")).jobs) == 1
+    queued = [json.loads(raw) for raw in r.lrange(K.queue("default"), 0, -1)]
+    assert sorted(job["args"][0] for job in queued) in ([1, 2], [1, 2, 2])  # (the second step's job: again, at most)
+    assert len({job["jid"] for job in queued if job["args"] == [2]}) == 1  # (one job, if pushed again)
 
 
 def test_a_group_of_jobs_and_child_groups_gives_the_next_step_its_values_in_order(tmp_path, r):

@@ -56,7 +56,10 @@ def _defaults(redis: RedisClient | None, keys: Keys | None) -> tuple[RedisClient
     if redis is None or keys is None:
         from ..push import runtime
 
-        redis = redis if redis is not None else runtime.get_redis()
+        # The shared client, not a processor thread's own connection: the objects built here keep
+        # it, and one kept past its job (a module-level DeadSet(), say) would have other threads
+        # send over that thread's connection, in the middle of its commands.
+        redis = redis if redis is not None else runtime.get_shared_redis()
         keys = keys if keys is not None else for_config(runtime.get_config())
     return redis, keys
 

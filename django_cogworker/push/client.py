@@ -1,7 +1,8 @@
 """Push jobs into Redis: one, in bulk, now or scheduled, through the client middleware.
 
 A Client is built once per process from the config (``runtime.get_client()``)
-and is thread-safe (redis-py's pool). ``defer`` is injected by the Django edge:
+and is thread-safe: it asks for its Redis client at each push (``runtime.get_redis``: the pool's,
+or a worker's processor thread's own connection), never keeping one thread's. ``defer`` is injected by the Django edge:
 it returns True when it has taken the push to run at transaction commit.
 
 Every write is the PUSH script (broker/scripts/push.py), one round trip however many jobs: the jobs,
@@ -60,10 +61,21 @@ class _Call(NamedTuple):
 
 
 class Client:
-    def __init__(self, config: Config, redis: RedisClient, *, middleware: Sequence[Callable] = (),
-                 defer: Defer | None = None, clock: Callable[[], float] = time.time, outbox: Any = None):
+    """Pushes jobs through ``redis``: a client, or a function returning the client to push through
+    now (``runtime.get_redis``), asked at each push."""
+
+    def __init__(self, config: Config, redis: RedisClient | Callable[[], RedisClient], *,
+                 middleware: Sequence[Callable] = (), defer: Defer | None = None,
+                 clock: Callable[[], float] = time.time, outbox: Any = None):
         self.config = config
-        self.redis = redis
+        # The process-wide client is shared by every thread, so it keeps no thread's connection
+        # (STYLE.md 20): it asks runtime.get_redis per push, which in a worker's processor thread
+        # is that thread's own. Built once on what the first pusher's get_redis returned, it had
+        # every thread push over one processor thread's connection, and a command checking that
+        # connection dropped it under another thread's command in flight: jobs failed with
+        # "Connection closed by server" after pushing, ran again and pushed their children twice.
+        self._source: Callable[[], RedisClient] | None = redis if callable(redis) else None
+        self._fixed = None if callable(redis) else redis
         self.keys = for_config(config)
         self.defer = defer
         # The transactional outbox (outbox/store.py) when OUTBOX is on: a push inside a transaction
@@ -78,6 +90,12 @@ class Client:
         self._chain = build_chain(middleware, self._write if self._chain_is_terminal else self._terminal)
         # This client's part of its pushers' receipt keys (see _pusher).
         self._name = secrets.token_hex(6)
+
+    @property
+    def redis(self) -> RedisClient:
+        """The client this thread pushes through now."""
+        source = self._source
+        return self._fixed if source is None else source()  # type: ignore[return-value]
 
     def push(self, payload: dict[str, Any], *, at: float | None = None, on_commit: bool | None = None) -> str | None:
         """Push one payload (already checked); return its jid, or None if a middleware stopped it

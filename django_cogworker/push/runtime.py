@@ -44,20 +44,31 @@ def get_config() -> Config:
 
 def get_redis() -> Any:
     """The shared redis-py client (bytes responses) for this config; in a worker's processor
-    thread, on a lone Redis, a client on that thread's own connection (see :func:`own_connection`)."""
-    global _redis
+    thread, on a lone Redis, a client on that thread's own connection (see :func:`own_connection`):
+    ask for it where it is used, and keep it no longer than the call (:func:`get_shared_redis`)."""
     client = _redis
     if client is not None:  # (built: no lock to take on every call; jobs call this per command)
         if getattr(_own, "wanted", False):
             return _own_client(client)
+        return client
+    client = get_shared_redis()
+    return _own_client(client) if getattr(_own, "wanted", False) else client
+
+
+def get_shared_redis() -> Any:
+    """The shared redis-py client, in a worker's processor thread too: for what outlives the call
+    that builds it or serves other threads (the engine's objects, the api's), which must not keep
+    one thread's own connection (STYLE.md 20)."""
+    global _redis
+    client = _redis
+    if client is not None:
         return client
     with _lock:
         if _redis is None:
             from ..broker.connection import make_redis
 
             _redis = make_redis(get_config())
-        client = _redis
-    return _own_client(client) if getattr(_own, "wanted", False) else client
+        return _redis
 
 
 @contextlib.contextmanager
@@ -134,17 +145,23 @@ def _held_client_class() -> Any:
             _used = 0.0  # (time.monotonic() when the last command ended)
 
             def _execute_command(self, *args: Any, **options: Any) -> Any:
-                conn = self.connection
-                if time.monotonic() - self._used >= QUIET_CHECK:
-                    sock = getattr(conn, "_sock", None)
-                    # (select on the socket: one system call, where redis-py's can_read changes the
-                    # socket's timeout and back around a read, three calls)
-                    if sock is not None and select.select((sock,), (), (), 0)[0]:
-                        conn.disconnect()  # type: ignore[union-attr]  # (the server's close, or data it sent: reconnects to send)
-                try:
-                    return super()._execute_command(*args, **options)
-                finally:
-                    self._used = time.monotonic()
+                # Under the client's lock (redis-py's part takes it again: an RLock), so that no
+                # other thread's command is in flight on the connection: checked outside it, on a
+                # client handed to another thread (or shared by every thread's pushes, once), the
+                # reply of a command sent and not read yet looked like the server's close, and
+                # the connection was dropped under that command ("Connection closed by server").
+                with self.single_connection_lock:
+                    conn = self.connection
+                    if time.monotonic() - self._used >= QUIET_CHECK:
+                        sock = getattr(conn, "_sock", None)
+                        # (select on the socket: one system call, where redis-py's can_read changes
+                        # the socket's timeout and back around a read, three calls)
+                        if sock is not None and select.select((sock,), (), (), 0)[0]:
+                            conn.disconnect()  # type: ignore[union-attr]  # (the server's close, or data it sent: reconnects to send)
+                    try:
+                        return super()._execute_command(*args, **options)
+                    finally:
+                        self._used = time.monotonic()
 
         _HeldClient = HeldClient
     return _HeldClient
@@ -159,7 +176,7 @@ def get_redis_when_up() -> Any:
     pause, down_since = 0.5, None
     while True:
         try:
-            client = get_redis()
+            client = get_shared_redis()
         except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
             if down_since is None:
                 logger.error("Redis not reachable (%s: %s); trying again until it is", type(exc).__name__, exc)
@@ -190,7 +207,10 @@ def get_client() -> Any:
                 from ..outbox.store import Outbox
 
                 outbox = Outbox()
-            _client = Client(config, get_redis(), middleware=load(config.client_middleware), defer=defer_to_commit,
+            # get_redis itself, not its client: asked per push, it is the pushing thread's (in a
+            # processor thread, that thread's own connection). Not the first pusher's, which
+            # every thread would then share (Client's __init__ says what that broke).
+            _client = Client(config, get_redis, middleware=load(config.client_middleware), defer=defer_to_commit,
                              outbox=outbox)
         return _client
 

@@ -381,3 +381,4 @@ from .flow_jobs import (  # noqa: E402,F401
     PartnerCallJob,
     SoloJob,
 )
+from .push_jobs import ChainStepJob, CountedChildJob, PushFiveJob, UniqueCountedChildJob  # noqa: E402,F401
