@@ -29,11 +29,12 @@ from ..broker.keys import for_config
 from ..broker.quarantine import quarantine_key
 from ..broker.types import RedisClient
 from ..conf import Config
-from ..errors import WrongTypeError, is_unavailable
+from ..errors import WrongTypeError
 from . import payload as payloads
 from . import scope as _scope
 from . import unique
 from .middleware import build_chain
+from .outboxed import OutboxPushes
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class _Call(NamedTuple):
     groups: list[_Group]
 
 
-class Client:
+class Client(OutboxPushes):
     """Pushes jobs through ``redis``: a client, or a function returning the client to push through
     now (``runtime.get_redis``), asked at each push."""
 
@@ -78,9 +79,7 @@ class Client:
         self._fixed = None if callable(redis) else redis
         self.keys = for_config(config)
         self.defer = defer
-        # The transactional outbox (outbox/store.py) when OUTBOX is on: a push inside a transaction
-        # is a row of it, and one outside that Redis refuses is saved there. None: off.
-        self.outbox = outbox
+        self.outbox = outbox  # (OUTBOX on: outbox/store.py's Outbox, see outboxed.py; off: None)
         self.clock = clock
         # Bulk pushes collect what the chain lets through here (per thread: the client is shared).
         self._bulk = threading.local()
@@ -112,11 +111,8 @@ class Client:
             return self._push_in_batch(scope, [payload], lambda: [self._chain(payload)])[0]
         if on_commit is None:
             on_commit = self.config.enqueue_on_commit
-        if on_commit and self.outbox is not None:
-            alias = self.outbox.atomic_alias()
-            if alias is not None:
-                stashed = self._stash(alias, [payload])
-                return stashed[0] if stashed else None
+        if (alias := self._outbox_alias(on_commit)) is not None:
+            return next(iter(self._stash(alias, [payload])), None)
         if on_commit and self.defer is not None and self.defer(lambda: self._chain(payload)):
             return payload["jid"]
         return self._chain(payload)
@@ -195,13 +191,8 @@ class Client:
             return self._push_in_batch(scope, items, lambda: self._push_bulk_now(items, at))
         if on_commit is None:
             on_commit = self.config.enqueue_on_commit
-        if on_commit and self.outbox is not None:
-            alias = self.outbox.atomic_alias()
-            if alias is not None:
-                if at is not None:
-                    for item in items:
-                        item["at"] = float(at)
-                return self._stash(alias, items)
+        if (alias := self._outbox_alias(on_commit)) is not None:
+            return self._stash(alias, items, at)
         if on_commit and self.defer is not None and self.defer(lambda: self._push_bulk_now(items, at)):
             return [item["jid"] for item in items]
         return self._push_bulk_now(items, at)
@@ -218,8 +209,8 @@ class Client:
         if at is not None:
             for item in items:
                 item["at"] = float(at)
-        write = self._write_bulk if self.outbox is None else self._write_or_save
-        return [item["jid"] for item in write(self._collect(items))]
+        return [item["jid"] for item in (self._write_bulk if self.outbox is None else self._write_or_save)(
+            self._collect(items))]
 
     def _collect(self, items: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
         """Run ``items`` through the client middleware; return what it let through (unwritten)."""
@@ -235,50 +226,14 @@ class Client:
             self._bulk.batch = previous
         return batch
 
-    def _stash(self, alias: str, items: Sequence[dict[str, Any]]) -> list[str]:
-        """Write ``items``, as the middleware lets them through, to the outbox in the transaction
-        open on database ``alias``; return their jids. The middleware runs now, in the pushing
-        thread (what it reads of the request is there), and the rows hold what it let through:
-        the outbox hands them to :meth:`hand_over` at commit, or a relay does later."""
-        batch = self._collect(items)
-        for item in batch:
-            _check_outgoing(item)
-        if batch:
-            self.outbox.stash(alias, batch, self.hand_over)
-        return [item["jid"] for item in batch]
-
-    def hand_over(self, items: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
-        """Write outbox jobs (their middleware already run) with their marks: one pushed before
-        (its mark still there) isn't written again. Return those written; raise what Redis refused."""
-        return self._write_bulk(items, marked=True)
-
-    def _write_or_save(self, items: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
-        """Write ``items`` as outbox jobs (marked); when Redis is away or refuses writes for now,
-        save them to the outbox instead (autocommit), for a relay. Raise only what neither took."""
-        kept = [dict(item) for item in items]  # (as given: the write pops "at")
-        try:
-            return self._write_bulk(items, marked=True)
-        except Exception as exc:
-            if not is_unavailable(exc):
-                raise
-            try:
-                self.outbox.save(kept)
-            except Exception as db_exc:
-                logger.error("push of %d job(s) refused by Redis (%s: %s) and by the database (%s: %s)",
-                             len(items), type(exc).__name__, exc, type(db_exc).__name__, db_exc)
-                raise exc from db_exc
-            logger.warning("Redis refused a push (%s: %s): %d job(s) saved to the outbox, relayed when it is "
-                           "back", type(exc).__name__, exc, len(items))
-            return items
-
     def _write_bulk(self, items: Sequence[dict[str, Any]], marked: bool = False) -> Sequence[dict[str, Any]]:
         """Write ``items``, each now or at its ``at``, in one round trip; return those written (not
-        the duplicates of unique jobs). Raise what Redis refused, after the rest is written.
-        ``marked``: outbox jobs, each written with its mark (PUSH), or not at all if it is there."""
+        the duplicates of unique jobs). Raise what Redis refused, after the rest is written. ``marked``:
+        outbox jobs, each written with its mark (PUSH), or not at all if it is there."""
         if not items:
             return items
         for item in items:
-            _check_outgoing(item)
+            payloads.check_outgoing(item)
         now = self.clock()
         scheduled: list[tuple[dict[str, Any], float, int]] = []
         by_queue: dict[str, list[tuple[dict[str, Any], int]]] = {}
@@ -314,8 +269,7 @@ class Client:
 
     def _group(self, destination: str, queue: str, items: list[dict[str, Any]],
                encoded: list[tuple[str, str | None, int]], marked: bool = False) -> _Group:
-        """The group of ``items`` (encoded: their payload, score and lock TTL) to ``destination``;
-        ``marked``: each with its outbox mark, in the destination's slot."""
+        """The group of ``items`` (encoded: payload, score, lock TTL) to ``destination``; marked if ``marked``."""
         unique_key = self.keys.unique
         slot = queue if self.keys.spread and queue else None
         return _Group(destination, queue, items, [
@@ -350,21 +304,18 @@ class Client:
                         for item, job in zip(group.items, group.jobs, strict=True)]
             for number, code, detail in zip(refused[::3], refused[1::3], refused[2::3], strict=True):
                 group, item, job = numbered[number - 1]
-                lock = job[2] or ""
+                lock, key = job[2] or "", {-2: job[2], -3: job[5]}.get(code) or ""
                 unwritten.add(id(item))
                 if code in (-2, -3) and not repaired:
-                    key = lock if code == -2 else job[5] or ""
-                    what = "lock" if code == -2 else "outbox mark"
-                    quarantine_key(self.redis, self.keys, key, "string", f"is no {what} (the wrong type)")
+                    quarantine_key(self.redis, self.keys, key, "string",
+                                   f"is no {'lock' if code == -2 else 'outbox mark'} (the wrong type)")
                     retried = again.setdefault(group.destination, _Group(group.destination, group.queue, [], []))
                     retried.items.append(item)
                     retried.jobs.append(job)
                 elif code < 0:
-                    failed.append((lock if code == -2 else job[5] or "" if code == -3 else group.destination,
-                                   _text(detail)))
+                    failed.append((key or group.destination, _text(detail)))
                 elif code == 1:
-                    logger.info("outbox job %s jid=%s was handed to Redis before: not pushed again", item.get("class"),
-                                item["jid"])
+                    logger.info("outbox job jid=%s was handed to Redis before: not pushed again", item["jid"])
                 else:
                     if code == 2:
                         logger.error("%s held no expiry (a lock can't hold for ever): given %ds", lock, job[4])
@@ -427,19 +378,6 @@ class Client:
                 self.keys.unique("")) or "outbox_pushed:" in key else "list"
             raise WrongTypeError(key, kind) from cause
         raise cause
-
-
-def _check_outgoing(payload: dict[str, Any]) -> None:
-    """What the client middleware let through must still name a queue and a jid.
-
-    A middleware that set ``queue`` to 5 had the job pushed to ``queue:5`` now but sent to dead
-    when scheduled; one that set ``jid`` to None made the push look stopped though it was written.
-    """
-    for field in ("queue", "jid"):
-        value = payload.get(field)
-        if not isinstance(value, str) or not value:
-            raise TypeError(f"payload {field} must be a non-empty string, got {value!r} "
-                            f"(set by a client middleware?)")
 
 
 def _text(value: Any) -> str:

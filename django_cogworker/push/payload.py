@@ -354,3 +354,16 @@ def backtrace(exc: BaseException, frames: int) -> list[str]:
 
 
 _COLUMN_MARKERS = re.compile(r"^\s*[~^]+\s*$")
+
+
+def check_outgoing(payload: dict[str, Any]) -> None:
+    """What the client middleware let through must still name a queue and a jid.
+
+    A middleware that set ``queue`` to 5 had the job pushed to ``queue:5`` now but sent to dead
+    when scheduled; one that set ``jid`` to None made the push look stopped though it was written.
+    """
+    for field in ("queue", "jid"):
+        value = payload.get(field)
+        if not isinstance(value, str) or not value:
+            raise TypeError(f"payload {field} must be a non-empty string, got {value!r} "
+                            f"(set by a client middleware?)")

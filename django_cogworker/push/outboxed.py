@@ -1,0 +1,71 @@
+"""The Client's part in the transactional outbox (django_cogworker/outbox/): a push inside a
+transaction written as rows of it, the hand-over of rows to Redis, and a push Redis refuses saved.
+
+A mixin of :class:`~django_cogworker.push.client.Client`, whose ``outbox`` (outbox/store.py's
+Outbox, or None: OUTBOX off) does the database's part; nothing here imports Django's models.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import is_unavailable
+from . import payload as payloads
+
+logger = logging.getLogger(__name__)
+
+
+class OutboxPushes:
+    """What the Client does for the outbox (see the module's docstring)."""
+
+    outbox: Any
+    # (The Client's own.)
+    _collect: Callable[[Sequence[dict[str, Any]]], Sequence[dict[str, Any]]]
+    _write_bulk: Callable[..., Sequence[dict[str, Any]]]
+
+    def _outbox_alias(self, on_commit: bool) -> str | None:
+        """The database whose transaction a push waiting for commit becomes a row of; None: no outbox."""
+        if not on_commit or self.outbox is None:
+            return None
+        return self.outbox.atomic_alias()
+
+    def _stash(self, alias: str, items: Sequence[dict[str, Any]], at: float | None = None) -> list[str]:
+        """Write ``items``, as the middleware lets them through, to the outbox in the transaction
+        open on database ``alias``; return their jids. The middleware runs now, in the pushing
+        thread (what it reads of the request is there), and the rows hold what it let through:
+        the outbox hands them to :meth:`hand_over` at commit, or a relay does later."""
+        if at is not None:
+            for item in items:
+                item["at"] = float(at)
+        batch = self._collect(items)
+        for item in batch:
+            payloads.check_outgoing(item)
+        if batch:
+            self.outbox.stash(alias, batch, self.hand_over)
+        return [item["jid"] for item in batch]
+
+    def hand_over(self, items: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
+        """Write outbox jobs (their middleware already run) with their marks: one pushed before
+        (its mark still there) isn't written again. Return those written; raise what Redis refused."""
+        return self._write_bulk(items, marked=True)
+
+    def _write_or_save(self, items: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
+        """Write ``items`` as outbox jobs (marked); when Redis is away or refuses writes for now,
+        save them to the outbox instead (autocommit), for a relay. Raise only what neither took."""
+        kept = [dict(item) for item in items]  # (as given: the write pops "at")
+        try:
+            return self._write_bulk(items, marked=True)
+        except Exception as exc:
+            if not is_unavailable(exc):
+                raise
+            try:
+                self.outbox.save(kept)
+            except Exception as db_exc:
+                logger.error("push of %d job(s) refused by Redis (%s: %s) and by the database (%s: %s)",
+                             len(items), type(exc).__name__, exc, type(db_exc).__name__, db_exc)
+                raise exc from db_exc
+            logger.warning("Redis refused a push (%s: %s): %d job(s) saved to the outbox, relayed when it is "
+                           "back", type(exc).__name__, exc, len(items))
+            return items
