@@ -26,6 +26,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from django_cogworker import api
+from django_cogworker.outbox.models import OutboxJob
 
 # `make screenshots` refreshes the ones in docs/; an ordinary run writes them to a temp dir, so
 # the suite leaves the work tree as it found it.
@@ -34,6 +35,8 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-dev-shm-usage", "--window-size=1280,900"]
 BASE = "/admin/django_cogworker/"
+# (Both databases: the Outbox page reads the outbox of each, "pg" too.)
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +126,8 @@ PAGES = [("/admin/", "Site administration", "admin_index"),
          (BASE + "batches/", "Job batches", "batches"),
          (BASE + "limits/", "Limits", "limits"),
          (BASE + "periodic/", "Periodic", "periodic"),
-         (BASE + "quarantine/", "Quarantine", "quarantine")]
+         (BASE + "quarantine/", "Quarantine", "quarantine"),
+         (BASE + "outbox/", "Outbox", "outbox")]
 
 
 def test_every_page_in_a_browser_runs_no_script_of_the_data(logged_in, live_server, rb):
@@ -286,3 +290,24 @@ def test_quiet_a_process(logged_in, live_server, rb):
         assert "quiet" in logged_in.find_element(By.XPATH, row).text
         screenshot(logged_in, "busy_quiet_worker")
         assert worker.alive
+
+
+def test_relay_now_from_the_outbox_page(logged_in, live_server, rb, settings):
+    settings.COGWORKER = {**settings.COGWORKER, "OUTBOX": True}
+    # Jobs of committed transactions that Redis was away for: rows, one database each.
+    for alias, jid in (("default", "jid-sqlite"), ("pg", "jid-postgres")):
+        OutboxJob.objects.using(alias).create(jid=jid, created=time.time() - 150, payload=json.dumps(
+            {"class": RECORD_JOB, "jid": jid, "queue": "default", "args": ["outbox"], "kwargs": {}}))
+    b = logged_in
+    open_page(b, live_server, BASE + "outbox/", "Outbox")
+    rows = {row.find_element(By.TAG_NAME, "td").text: row.text
+            for row in b.find_elements(By.CSS_SELECTOR, "#cw-outbox tbody tr")}
+    assert rows["default"].split()[1] == "1" and "2m" in rows["default"], rows
+    assert rows["pg"].split()[1] == "1", rows
+    click(b, "//button[@id='cw-relay-now']")
+    assert_page(b, "Outbox")
+    assert "2 job(s) relayed." in messages(b)
+    assert sorted(json.loads(raw)["jid"] for raw in rb.lrange(KEYS.queue("default"), 0, -1)) == [
+        "jid-postgres", "jid-sqlite"]
+    assert [row.text.split()[1] for row in b.find_elements(By.CSS_SELECTOR, "#cw-outbox tbody tr")] == ["0", "0"]
+

@@ -234,3 +234,26 @@ def test_with_outbox_off_no_row_is_written(settings, alias, rb):
         jid = Note.perform_async(1)
     assert queued(rb) == [jid]
     assert rows(alias) == []
+
+
+def test_a_task_enqueued_in_a_transaction_is_a_row_and_its_ready_record_waits_for_commit(away, alias):
+    from testproject.demo.tasks import add
+
+    with pytest.raises(Boom), transaction.atomic(using=alias):
+        add.enqueue(1, 2)
+        raise Boom
+    with transaction.atomic(using=alias):
+        result = add.enqueue(1, 2)
+        assert rows(alias) == [result.id]
+        away.kill()
+    assert rows(alias) == [result.id]  # (Redis away at commit: it waits, READY record or not)
+    away.restart()
+    client = away.client()
+    assert not client.exists(K.result(result.id))
+    assert relay(alias) == 1
+    assert queued(client) == [result.id]
+    with transaction.atomic(using=alias):
+        second = add.enqueue(3, 4)
+    assert add.get_result(second.id).status == "READY"
+    assert queued(client) == [result.id, second.id]
+    assert rows(alias) == []

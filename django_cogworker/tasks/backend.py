@@ -236,9 +236,14 @@ class CogworkerBackend(BaseTaskBackend):
                 _forget(redis, keys, payload["jid"])
 
         on_commit = runtime.get_config().enqueue_on_commit if self.enqueue_on_commit is None else self.enqueue_on_commit
-        defer = getattr(client, "defer", None)
-        if not (on_commit and defer is not None and defer(send)):
-            send()
+        outbox = getattr(client, "outbox", None)
+        alias = outbox.atomic_alias() if on_commit and outbox is not None else None
+        if alias is not None:
+            _enqueue_in_outbox(client, alias, redis, keys, payload, at, ttl, now)
+        else:
+            defer = getattr(client, "defer", None)
+            if not (on_commit and defer is not None and defer(send)):
+                send()
         result = TaskResult(task=task, id=payload["jid"], status=TaskResultStatus.READY,
                             enqueued_at=dt.datetime.fromtimestamp(now, tz=dt.UTC), started_at=None,
                             finished_at=None, last_attempted_at=None, args=list(args), kwargs=dict(kwargs),
@@ -307,3 +312,30 @@ def _forget(redis: Any, keys: Keys, jid: str) -> None:
         redis.delete(keys.result(jid))
     except Exception:
         logger.warning("the result record of task %s, not pushed, could not be deleted; it expires", jid)
+
+
+def _enqueue_in_outbox(client: Any, alias: str, redis: Any, keys: Keys, payload: dict[str, Any], at: float | None,
+                       ttl: float, now: float) -> None:
+    """OUTBOX on, inside a transaction on ``alias``: the task is a row of it (outbox/), handed to
+    Redis at commit or by a relay; its READY record is written at commit, before the hand-over
+    (registered first), and only if Redis takes it then: a record can't outlive a rollback."""
+    from django.db import transaction
+
+    from ..errors import is_unavailable
+
+    pushed: list[Any] = []
+
+    def ready() -> None:
+        if not pushed or pushed[0] is None:  # (stopped by a middleware: no job, no record)
+            return
+        try:
+            results.write_ready(redis, keys, payload, ttl, now)
+        except Exception as exc:  # noqa: BLE001 - committed: the job still runs (relayed), without it
+            if not is_unavailable(exc):
+                raise
+            logger.warning("task %s: READY record not written at commit (%s: %s); the task waits in the outbox",
+                           payload["jid"], type(exc).__name__, exc)
+
+    transaction.on_commit(ready, using=alias)
+    pushed.append(client.push(payload, at=at, on_commit=True))
+
