@@ -59,8 +59,8 @@ N_CAPS = {"rq-fork": 2_000, "rq-simple": 20_000}
 REAL_JOBS_N = {"IoWait": 5_000, "CpuBurn": 20_000}
 WAKEUPS_N = 20_000
 # In the order they run; --sections picks some (meta, machine and versions are always there).
-SECTIONS = ("enqueue", "drain", "real_jobs", "wakeups", "batches", "limits", "idle", "scheduled", "scale", "memory",
-            "profile")
+SECTIONS = ("enqueue", "drain", "real_jobs", "wakeups", "batches", "limits", "outbox", "idle", "scheduled", "scale",
+            "memory", "profile")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -247,6 +247,8 @@ class Bench:
             "scale_due": 100 if q else 1_000,
             "batches_n": args.batches_n or (300 if q else 10_000), "batches_reps": args.batches_reps or (1 if q else 3),
             "limits_n": args.limits_n or (300 if q else 10_000), "limits_reps": args.limits_reps or (1 if q else 3),
+            "outbox_single": 200 if q else 5_000, "outbox_bulk": 2_000 if q else 100_000,
+            "outbox_backlog": 2_000 if q else 100_000, "outbox_reps": 1 if q else 3,
         }
         self.results: dict[str, Any] = {"skipped": {}, "errors": {}}
         self._setup_django()
@@ -544,6 +546,18 @@ class Bench:
         except Exception as exc:
             self.results["errors"]["limits"] = f"{type(exc).__name__}: {exc}"
             log(f"limits FAILED: {exc}\n{traceback.format_exc()}")
+
+    # -- outbox: a push inside a PostgreSQL transaction, OUTBOX off and on; the relay (bench/outbox.py)
+
+    def outbox(self) -> None:
+        """What OUTBOX costs a push inside a transaction (single, bulk), and a relay's jobs/s."""
+        import outbox
+
+        try:
+            self.results["outbox"] = outbox.run(self, self.p, log)
+        except Exception as exc:
+            self.results["errors"]["outbox"] = f"{type(exc).__name__}: {exc}"
+            log(f"outbox FAILED: {exc}\n{traceback.format_exc()}")
 
     # -- enqueue ---------------------------------------------------------------------------
 
@@ -952,7 +966,7 @@ def main(argv: list[str]) -> int:
             bench.real_jobs()
         if not args.quick and "wakeups" in sections:
             bench.wakeups()
-        for name, section in (("batches", bench.batches), ("limits", bench.limits), ("idle", bench.idle_cogworker),
+        for name, section in (("batches", bench.batches), ("limits", bench.limits), ("outbox", bench.outbox), ("idle", bench.idle_cogworker),
                               ("scheduled", bench.scheduled), ("scale", bench.scale), ("memory", bench.memory),
                               ("profile", bench.profile)):
             if name in sections:

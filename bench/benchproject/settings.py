@@ -13,6 +13,7 @@ Logging is at WARNING: at INFO the worker writes two lines per job, which would 
 import os
 import tempfile
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 STATE_DIR = Path(os.environ.get("BENCH_STATE_DIR") or tempfile.gettempdir())
 
@@ -57,6 +58,12 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(STATE_DIR / "bench.sqlite3")}}
+# The outbox section's PostgreSQL (bench/outbox.py makes the database and drops it): the server of
+# BENCH_POSTGRES_URL, default the local one; connected to only by that section.
+_pg = urlsplit(os.environ.get("BENCH_POSTGRES_URL") or "postgres://postgres@127.0.0.1:5432/postgres")
+DATABASES["pg"] = {"ENGINE": "django.db.backends.postgresql", "NAME": "cogworker_bench_outbox",
+                   "USER": unquote(_pg.username or ""), "PASSWORD": unquote(_pg.password or ""),
+                   "HOST": _pg.hostname or "", "PORT": str(_pg.port or "")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
 TIME_ZONE = "UTC"

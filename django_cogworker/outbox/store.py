@@ -47,10 +47,13 @@ class Outbox:
     def stash(self, alias: str, items: Sequence[dict[str, Any]], hand_over: HandOver) -> None:
         """Write ``items`` as rows in the transaction open on ``alias``; at its commit, hand them to
         ``hand_over`` and delete them. A rollback leaves no row and hands nothing over."""
-        rows = OutboxJob.objects.using(alias).bulk_create(self.rows(items))
+        if connections[alias].vendor == "postgresql":
+            rows = _insert_pg(alias, self.rows(items))
+        else:
+            rows = OutboxJob.objects.using(alias).bulk_create(self.rows(items))
         transaction.on_commit(lambda: self._hand_over(alias, rows, items, hand_over), using=alias)
 
-    def _hand_over(self, alias: str, rows: list[OutboxJob], items: Sequence[dict[str, Any]],
+    def _hand_over(self, alias: str, rows: Sequence[OutboxJob], items: Sequence[dict[str, Any]],
                    hand_over: HandOver) -> None:
         """At commit: push the rows' jobs, then delete the rows. Raises nothing (the transaction is
         committed: its caller must not see a failure); a row not handed over waits for a relay."""
@@ -73,10 +76,33 @@ class Outbox:
         OutboxJob.objects.using(alias).bulk_create(self.rows(items))
 
 
+def _insert_pg(alias: str, rows: list[OutboxJob]) -> list[OutboxJob]:
+    """PostgreSQL: insert ``rows`` in one statement of four arrays, their ids back (bulk_create's
+    SQL and parameters per row cost a bulk of 1,000 jobs four times what its PUSH costs)."""
+    table = OutboxJob._meta.db_table
+    with connections[alias].cursor() as cursor:
+        cursor.execute(f"INSERT INTO {table} (jid, payload, created, claimed_by, claimed_until) "  # noqa: S608
+                       "SELECT j, p, c, '', 0 FROM unnest(%s::text[], %s::text[], %s::float8[]) AS t(j, p, c) "
+                       "RETURNING id", [[r.jid for r in rows], [r.payload for r in rows], [r.created for r in rows]])
+        for row, (pk,) in zip(rows, cursor.fetchall(), strict=True):  # (in the order given: RETURNING's)
+            row.pk = pk
+    return rows
+
+
 def _delete(alias: str, rows: Sequence[OutboxJob]) -> None:
     """Delete ``rows`` (by id: bulk_create gives it where the database returns it, else by jid)."""
     ids = [row.pk for row in rows if row.pk is not None]
     manager = OutboxJob.objects.using(alias)
+    conn = connections[alias]
+    if len(ids) == len(rows) and conn.vendor == "postgresql" and not conn.in_atomic_block:
+        # One round trip, and the commit not waiting for its flush to disk (synchronous_commit off,
+        # this transaction only): a job's row cost a second fsync of its own, after its
+        # transaction's, three times what its push costs. A delete lost to a PostgreSQL crash in
+        # the moment after it brings the row back: its mark keeps it from running twice.
+        with conn.cursor() as cursor:
+            cursor.execute(f"BEGIN; SET LOCAL synchronous_commit TO OFF; DELETE FROM {OutboxJob._meta.db_table} "
+                           f"WHERE id IN ({','.join(str(int(pk)) for pk in ids)}); COMMIT")
+        return
     if len(ids) == len(rows):
         manager.filter(pk__in=ids).delete()
     else:  # (MySQL: no ids back from a bulk insert)

@@ -1,0 +1,127 @@
+"""The transactional outbox on PostgreSQL: what OUTBOX costs a push inside a transaction, and how
+fast a relay empties a backlog (issue 35).
+
+From one Python thread of the bench process, against the bench's Redis and a PostgreSQL database
+of its own (``BENCH_POSTGRES_URL``, default ``postgres://postgres@127.0.0.1:5432/postgres``: the
+bench creates ``cogworker_bench_outbox`` there, migrates it, drops it at the end):
+
+* single: a transaction that saves an order (one INSERT) and pushes a job, ``NoopIncr.perform_async``,
+  OUTBOX off (the push waits for the commit, then one PUSH) and on (an INSERT of the job's row in
+  the transaction; at commit the PUSH with the job's mark, then a DELETE); and the transaction
+  without the push, what saving the order alone costs;
+* bulk: the same with ``perform_bulk`` of 1,000 jobs per transaction;
+* relay: a backlog of ``backlog`` rows (written straight to the table), emptied by ``relay_once``
+  rounds (the relay thread's work: 500 rows, one PUSH, one DELETE each) from one thread.
+
+Each way is timed ``reps`` times, in turn (off, on, empty, off, ...), the median kept.
+
+    python bench/run.py --sections outbox --no-venv
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from typing import Any
+
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/postgres"
+DATABASE = "cogworker_bench_outbox"
+
+
+def run(bench: Any, p: dict[str, Any], log: Any) -> dict[str, Any]:
+    import psycopg
+    from django.db import connections
+    from django.test.utils import override_settings
+
+    admin_url = os.environ.get("BENCH_POSTGRES_URL", DEFAULT_URL)
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DATABASE}")
+        conn.execute(f"CREATE DATABASE {DATABASE}")
+    try:
+        from django.core.management import call_command
+
+        call_command("migrate", "django_cogworker", database="pg", verbosity=0)
+        with connections["pg"].cursor() as cursor:  # (what the transaction saves: an order)
+            cursor.execute("CREATE TABLE bench_order (id bigserial PRIMARY KEY, note text NOT NULL)")
+        server = connections["pg"].cursor().connection.info.server_version
+        out: dict[str, Any] = {"postgres": f"{server // 10000}.{server % 10000}", "reps": p["outbox_reps"]}
+        base = dict(_settings())
+        ways = {"off": {**base, "OUTBOX": False}, "on": {**base, "OUTBOX": True}}
+        for kind, jobs, per in (("single", p["outbox_single"], 1), ("bulk", p["outbox_bulk"], 1000)):
+            times: dict[str, list[float]] = {"off": [], "on": [], "empty": []}
+            for _rep in range(p["outbox_reps"]):
+                for way in ("off", "on", "empty"):
+                    bench.reset_redis()
+                    with override_settings(COGWORKER=ways["on" if way == "on" else "off"]):
+                        times[way].append(_timed(jobs, per, push=way != "empty"))
+            row = {way: round(statistics.median(t) * 1e6 / jobs, 2) for way, t in times.items()}  # µs per job
+            row["jobs"], row["per_transaction"] = jobs, per
+            row["ratio"] = round(row["on"] / row["off"], 2)
+            out[kind] = row
+            log(f"outbox {kind}: off {row['off']} us/job, on {row['on']} us/job ({row['ratio']}x), "
+                f"empty transaction {row['empty']} us/job")
+        with override_settings(COGWORKER=ways["on"]):
+            out["relay"] = _relay(bench, p["outbox_backlog"], p["outbox_reps"], log)
+        return out
+    finally:
+        connections["pg"].close()
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {DATABASE}")
+
+
+def _settings() -> dict[str, Any]:
+    from django.conf import settings
+
+    return getattr(settings, "COGWORKER", None) or {}
+
+
+def _timed(jobs: int, per: int, *, push: bool) -> float:
+    from benchproject.jobs import NoopIncr
+    from django.db import transaction
+
+    from django.db import connections
+
+    t = time.perf_counter()
+    for _ in range(jobs // per):
+        with transaction.atomic(using="pg"), connections["pg"].cursor() as cursor:
+            cursor.execute("INSERT INTO bench_order (note) VALUES (%s)", ["an order"])
+            if push and per == 1:
+                NoopIncr.perform_async(1.0)
+            elif push:
+                NoopIncr.perform_bulk([(1.0,)] * per)
+    return time.perf_counter() - t
+
+
+def _relay(bench: Any, backlog: int, reps: int, log: Any) -> dict[str, Any]:
+    from benchproject.jobs import NoopIncr
+
+    from django_cogworker.broker.keys import for_config
+    from django_cogworker.outbox.models import OutboxJob
+    from django_cogworker.outbox.relay import relay_once
+    from django_cogworker.push import runtime
+    from django_cogworker.push.job import JobSetter
+
+    rates = []
+    for _rep in range(reps):
+        bench.reset_redis()
+        rows = []
+        for _ in range(backlog):
+            payload = JobSetter(NoopIncr, {}).build([1.0], {})
+            rows.append(OutboxJob(jid=payload["jid"], payload=json.dumps(payload), created=0.0))
+        OutboxJob.objects.using("pg").bulk_create(rows, batch_size=5000)
+        client, redis = runtime.get_client(), runtime.get_redis()
+        keys = for_config(runtime.get_config())
+        t, taken = time.perf_counter(), 0
+        while True:
+            done = relay_once("pg", client.hand_over, redis, keys, now=time.time())
+            if not done:
+                break
+            taken += done
+        seconds = time.perf_counter() - t
+        assert taken == backlog and redis.llen(keys.queue("default")) == backlog, (taken, backlog)
+        rates.append(backlog / seconds)
+        log(f"outbox relay: {backlog:,} rows in {seconds:.1f} s, {backlog / seconds:,.0f} jobs/s")
+    return {"backlog": backlog, "jobs_per_s": round(statistics.median(rates)), "min_jobs_per_s": round(min(rates)),
+            "max_jobs_per_s": round(max(rates))}
