@@ -3,7 +3,7 @@ fast a relay empties a backlog (issue 35).
 
 From one Python thread of the bench process, against the bench's Redis and a PostgreSQL database
 of its own (``BENCH_POSTGRES_URL``, default ``postgres://postgres@127.0.0.1:5432/postgres``: the
-bench creates ``cogworker_bench_outbox`` there, migrates it, drops it at the end):
+bench creates ``cogworker_bench_outbox_<pid>`` there, migrates it, drops it at the end):
 
 * single: a transaction that saves an order (one INSERT) and pushes a job, ``NoopIncr.perform_async``,
   OUTBOX off (the push waits for the commit, then one PUSH) and on (an INSERT of the job's row in
@@ -27,7 +27,6 @@ import time
 from typing import Any
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/postgres"
-DATABASE = "cogworker_bench_outbox"
 
 
 def run(bench: Any, p: dict[str, Any], log: Any) -> dict[str, Any]:
@@ -36,9 +35,10 @@ def run(bench: Any, p: dict[str, Any], log: Any) -> dict[str, Any]:
     from django.test.utils import override_settings
 
     admin_url = os.environ.get("BENCH_POSTGRES_URL", DEFAULT_URL)
+    database = connections["pg"].settings_dict["NAME"]  # (benchproject/settings.py: this process's own)
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DATABASE}")
-        conn.execute(f"CREATE DATABASE {DATABASE}")
+        conn.execute(f"DROP DATABASE IF EXISTS {database}")
+        conn.execute(f"CREATE DATABASE {database}")
     try:
         from django.core.management import call_command
 
@@ -68,7 +68,7 @@ def run(bench: Any, p: dict[str, Any], log: Any) -> dict[str, Any]:
     finally:
         connections["pg"].close()
         with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {DATABASE}")
+            conn.execute(f"DROP DATABASE IF EXISTS {database}")
 
 
 def _settings() -> dict[str, Any]:
@@ -79,9 +79,7 @@ def _settings() -> dict[str, Any]:
 
 def _timed(jobs: int, per: int, *, push: bool) -> float:
     from benchproject.jobs import NoopIncr
-    from django.db import transaction
-
-    from django.db import connections
+    from django.db import connections, transaction
 
     t = time.perf_counter()
     for _ in range(jobs // per):

@@ -164,6 +164,41 @@ def measured_where(add: Any, res: dict[str, Any], source: dict[str, Any] | None,
         add(f"On {m['nproc']} CPUs ({m['cpu_model']}{idle}); alone: `python bench/run.py --sections {section}`.")
 
 
+def outbox_section(add: Any, res: dict[str, Any]) -> None:
+    """bench/outbox.py: a push inside a PostgreSQL transaction, OUTBOX off and on; the relay's jobs/s."""
+    box = res["outbox"]
+    add("## The transactional outbox")
+    add("")
+    measured_where(add, res, box.get("from_run"), "outbox")
+    load = (box.get("from_run") or {}).get("load") or [res["meta"].get("loadavg_start"), res["meta"].get("loadavg_end")]
+    add(f"PostgreSQL {box['postgres']} on the same machine (its defaults: `synchronous_commit` on, so each commit "
+        f"waits for its flush to disk). **The machine was shared**: other work ran tests on its 2 CPUs meanwhile "
+        f"(load average {load[0]} at the start, {load[1]} at the end), so these figures are noisier than the "
+        "rest of the page; compare the ways within the table.")
+    add("")
+    add("From one thread, each transaction saves an order (one INSERT) and pushes: *single*, one "
+        "`perform_async` per transaction; *bulk*, one `perform_bulk` of 1,000 jobs per transaction. *Off*: the "
+        "push waits for the commit, then one PUSH. *On* (`OUTBOX = True`): an INSERT of the jobs' rows in the "
+        "transaction; at commit the PUSH (each job with its mark), then a DELETE of the rows. *Order only*: "
+        "the transaction without the push. Time per job, the median of "
+        f"{box['reps']} rounds taken in turn; *push's own*: the time over *order only*.")
+    add("")
+    rows = []
+    for kind, label in (("single", "single, one job per transaction"), ("bulk", "bulk, 1,000 jobs per transaction")):
+        d = box[kind]
+        off_own, on_own = d["off"] - d["empty"], d["on"] - d["empty"]
+        rows.append([f"{label} ({d['jobs']:,} jobs)", d["empty"], d["off"], d["on"], f"{d['ratio']:.2f}×",
+                     off_own, on_own, f"{on_own / off_own:.2f}×" if off_own > 0 else "–"])
+    add(table(["how", "order only µs/job", "off µs/job", "on µs/job", "on/off", "push's own off µs",
+               "push's own on µs", "on/off (push's own)"], rows))
+    add("")
+    relay = box["relay"]
+    add(f"**Relay**: a backlog of {relay['backlog']:,} rows emptied by one relay (its rounds: 500 rows, "
+        f"`SELECT ... FOR UPDATE SKIP LOCKED`, one PUSH, one DELETE, one commit) at **{fmt(relay['jobs_per_s'])} "
+        f"jobs/s** (median; range {fmt(relay['min_jobs_per_s'])}–{fmt(relay['max_jobs_per_s'])}).")
+    add("")
+
+
 def batches_section(add: Any, res: dict[str, Any]) -> None:
     """bench/batches.py: the same jobs plain, in one batch, in a chord; and the callback's delay."""
     bat = res["batches"]
@@ -423,6 +458,8 @@ def render(res: dict[str, Any], png: bool) -> str:
         batches_section(add, res)
     if res.get("limits", {}).get("variants"):
         limits_section(add, res)
+    if res.get("outbox", {}).get("single"):
+        outbox_section(add, res)
 
     lat = res.get("latency", {})
     if lat:
@@ -590,7 +627,8 @@ def merge(res: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
     m, machine = other["meta"], other["machine"]
     idle = f", cpuidle driver {machine['cpuidle_driver'] or 'none'}" if "cpuidle_driver" in machine else ""
     source = {"timestamp": m["timestamp"], "git": other["versions"].get("git", "?"),
-              "machine": f"{machine['nproc']} CPUs ({machine['cpu_model']}{idle})", "argv": m.get("argv", [])}
+              "machine": f"{machine['nproc']} CPUs ({machine['cpu_model']}{idle})", "argv": m.get("argv", []),
+              "load": [m.get("loadavg_start"), m.get("loadavg_end")]}
     out = {**res, "merged": dict(res.get("merged", {})), "skipped": dict(res.get("skipped", {})),
            "errors": dict(res.get("errors", {}))}
     for section, value in other.items():

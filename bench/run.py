@@ -17,7 +17,8 @@ Every run starts its own redis-server on a free port (no persistence). Sections:
 CPU, Redis commands, round trips and CPU per job), latency, enqueue, scheduled, idle, memory, scale,
 profile (py-spy, when installed), batches (bench/batches.py: plain, batch and chord drains, the
 callback's delay), limits (bench/limits.py: plain drains against a bucket and a concurrency limit
-that never refuse: what a take and a release cost per job); and outside --quick, real jobs (1 ms of
+that never refuse: what a take and a release cost per job), outbox (bench/outbox.py: a push inside a
+PostgreSQL transaction with OUTBOX off and on, and a relay's jobs/s); and outside --quick, real jobs (1 ms of
 I/O, 200 µs of CPU: cogworker against Sidekiq) and wake-ups per job (bench/wakeups.py). Method and
 caveats: docs/benchmarks.md.
 
@@ -966,9 +967,9 @@ def main(argv: list[str]) -> int:
             bench.real_jobs()
         if not args.quick and "wakeups" in sections:
             bench.wakeups()
-        for name, section in (("batches", bench.batches), ("limits", bench.limits), ("outbox", bench.outbox), ("idle", bench.idle_cogworker),
-                              ("scheduled", bench.scheduled), ("scale", bench.scale), ("memory", bench.memory),
-                              ("profile", bench.profile)):
+        for name, section in (("batches", bench.batches), ("limits", bench.limits), ("outbox", bench.outbox),
+                              ("idle", bench.idle_cogworker), ("scheduled", bench.scheduled), ("scale", bench.scale),
+                              ("memory", bench.memory), ("profile", bench.profile)):
             if name in sections:
                 section()
         res["meta"]["duration_s"] = round(time.time() - started, 1)

@@ -17,7 +17,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SECTIONS = ("meta", "machine", "versions", "enqueue", "drain", "latency", "idle", "scheduled", "memory", "scale",
-            "batches", "limits")
+            "batches", "limits", "outbox")
 
 
 def _numbers(obj, where=""):
@@ -147,6 +147,17 @@ def test_limits_plain_bucket_and_concurrent(results):
     assert added["bucket"]["redis_round_trips_per_job"] > 0.5, added
     assert added["concurrent"]["redis_round_trips_per_job"] > 1.5, added
     assert lim["variants"]["bucket"]["commands_per_job"].get("evalsha", 0) >= 1, lim["variants"]["bucket"]
+
+
+def test_outbox_off_and_on_and_the_relay(results):
+    box = results["outbox"]
+    for kind in ("single", "bulk"):
+        for way in ("off", "on", "empty"):
+            _positive(box[kind][way], f"outbox.{kind}.{way}")
+        _positive(box[kind]["ratio"], f"outbox.{kind}.ratio")
+    # (Every row of the backlog relayed and found in its queue: the section checks it, an error otherwise.)
+    _positive(box["relay"]["jobs_per_s"], "outbox.relay.jobs_per_s")
+    assert box["relay"]["backlog"] > 0
 
 
 def test_per_stage_costs_count_the_job_s_own_redis_calls_as_the_job_and_leave_start_up_out():

@@ -61,7 +61,8 @@ DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(STA
 # The outbox section's PostgreSQL (bench/outbox.py makes the database and drops it): the server of
 # BENCH_POSTGRES_URL, default the local one; connected to only by that section.
 _pg = urlsplit(os.environ.get("BENCH_POSTGRES_URL") or "postgres://postgres@127.0.0.1:5432/postgres")
-DATABASES["pg"] = {"ENGINE": "django.db.backends.postgresql", "NAME": "cogworker_bench_outbox",
+# (A name of this process's own: two runs at once, the test-suite's quick one say, don't meet.)
+DATABASES["pg"] = {"ENGINE": "django.db.backends.postgresql", "NAME": f"cogworker_bench_outbox_{os.getpid()}",
                    "USER": unquote(_pg.username or ""), "PASSWORD": unquote(_pg.password or ""),
                    "HOST": _pg.hostname or "", "PORT": str(_pg.port or "")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

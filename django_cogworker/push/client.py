@@ -30,11 +30,11 @@ from ..broker.quarantine import quarantine_key
 from ..broker.types import RedisClient
 from ..conf import Config
 from ..errors import WrongTypeError
+from ..outbox.pushing import OutboxPushes
 from . import payload as payloads
 from . import scope as _scope
 from . import unique
 from .middleware import build_chain
-from .outboxed import OutboxPushes
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class Client(OutboxPushes):
         self._fixed = None if callable(redis) else redis
         self.keys = for_config(config)
         self.defer = defer
-        self.outbox = outbox  # (OUTBOX on: outbox/store.py's Outbox, see outboxed.py; off: None)
+        self.outbox = outbox  # (OUTBOX on: outbox/store.py's Outbox, see outbox/pushing.py; off: None)
         self.clock = clock
         # Bulk pushes collect what the chain lets through here (per thread: the client is shared).
         self._bulk = threading.local()

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import is_unavailable
-from . import payload as payloads
+from ..push import payload as payloads
 
 logger = logging.getLogger(__name__)
 
