@@ -84,9 +84,10 @@ def _push_rows(rows: Sequence[OutboxJob], hand_over: Callable[[Sequence[dict[str
                redis: RedisClient, keys: Keys, now: float) -> None:
     """Push the jobs of ``rows`` (one call); a row that can't be pushed goes to dead. Raise an outage."""
     readable: list[OutboxJob] = []
+    items: list[dict[str, Any]] = []
     for row in rows:
         try:
-            payloads.decode(row.payload)
+            items.append(payloads.decode(row.payload))
         except PayloadError as exc:
             _to_dead(redis, keys, row, str(exc), now)
         else:
@@ -94,7 +95,7 @@ def _push_rows(rows: Sequence[OutboxJob], hand_over: Callable[[Sequence[dict[str
     if not readable:
         return
     try:
-        hand_over([payloads.decode(row.payload) for row in readable])
+        hand_over(items)
         return
     except Exception as exc:
         if is_unavailable(exc):
