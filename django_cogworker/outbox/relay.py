@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.db import DatabaseError, connections, router, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connections, router, transaction
 from django.db.models import Count, Min
 
 from ..broker.keys import Keys
@@ -147,6 +147,7 @@ class Relay:
         self.stop_event = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cogworker-outbox-relay", daemon=True)
         self._next_look: dict[str, float] = {}
+        self._db_down: dict[str, float] = {}  # alias -> since when (monotonic) its database is away
 
     def start(self) -> None:
         self._thread.start()
@@ -179,10 +180,23 @@ class Relay:
         """One round on ``alias`` (and, once a minute, the warning about rows waiting too long)."""
         try:
             self._warn_when_late(alias)
-            return relay_once(alias, self.hand_over, self.redis, self.keys, now=self.clock(), fresh=self.fresh)
-        except DatabaseError:
+            taken = relay_once(alias, self.hand_over, self.redis, self.keys, now=self.clock(), fresh=self.fresh)
+        except (OperationalError, InterfaceError) as exc:
+            # The database away: said once, as the watchdog says a Redis outage, then tried again
+            # each idle pause; its end said with its length. (Other errors: the watchdog's traceback.)
             connections[alias].close()  # (a connection broken by a database restart: a fresh one next round)
+            if alias not in self._db_down:
+                self._db_down[alias] = time.monotonic()
+                logger.error("outbox relay (%s): the database is unreachable (%s: %s); trying again every %gs",
+                             alias, type(exc).__name__, exc, self.idle)
+            return 0
+        except DatabaseError:
+            connections[alias].close()
             raise
+        since = self._db_down.pop(alias, None)
+        if since is not None:
+            logger.warning("outbox relay (%s): the database is back after %.1fs", alias, time.monotonic() - since)
+        return taken
 
     def _warn_when_late(self, alias: str) -> None:
         now = time.monotonic()
