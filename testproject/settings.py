@@ -115,7 +115,8 @@ if "COGWORKER_CPU_AFFINITY" in os.environ:  # "auto", "none" or CPU numbers: "0,
     _affinity = env.str("COGWORKER_CPU_AFFINITY")
     COGWORKER["CPU_AFFINITY"] = _affinity if _affinity in ("auto", "none") else [int(c) for c in _affinity.split(",")]
 for _name, _cast in {"CLOCK": env.str, "PERIODIC_CATCH_UP": env.bool, "PERIODIC_TICK_INTERVAL": env.float,
-                     "MAX_ORPHANINGS": env.int, "KEY_GUARD_INTERVAL": env.float, "OVER_LIMIT_MAX": env.int}.items():
+                     "MAX_ORPHANINGS": env.int, "KEY_GUARD_INTERVAL": env.float, "OVER_LIMIT_MAX": env.int,
+                     "PREFETCH": env.int}.items():
     if f"COGWORKER_{_name}" in os.environ:
         COGWORKER[_name] = _cast(f"COGWORKER_{_name}")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import cast
 
@@ -63,6 +64,15 @@ class ReliableFetch(Fetch):
             return []
         self._idle_wait = IDLE_START
         return [Unit(cast(bytes, raw), waitable[0])]  # (a bytes client)
+
+    def still_ours(self, unit: Unit) -> bool:
+        """Whether ``unit`` is still on our in-progress list, and no recovery of it is under way."""
+        return bool(scripts.CONFIRM_HELD(self.redis, [*self._beat_keys(), self.in_progress],
+                                         [self.identity, unit.raw, repr(time.time())]))
+
+    def _beat_keys(self) -> list[str]:
+        k = self.keys
+        return [k.orphan_lock(self.identity), k.last_beat, k.in_progress_identities]
 
     def _listed(self) -> collections.Counter[bytes]:
         """What our in-progress list holds, each entry counted."""
