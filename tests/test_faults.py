@@ -1,5 +1,5 @@
-"""Fault tests: workers killed with -9, jobs that kill their process, Redis killed under load,
-an ack lost with the connection, TERM at random moments.
+"""Fault tests: workers killed with -9 or stalled (SIGSTOP) past the threshold, jobs that kill their
+process, Redis killed under load, an ack lost with the connection, TERM at random moments.
 
 Each test prints a FIGURES line (jobs, losses, duplicates, recovery times); run with -s to see
 them. Losses must be zero; duplicates must stay within the windows the docs name.
