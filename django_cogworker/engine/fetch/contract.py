@@ -115,7 +115,8 @@ class Fetch(abc.ABC):
         """
 
     def ack_many(self, raws: Sequence[bytes]) -> None:
-        """Acknowledge finished jobs held for a fetch that is about to block instead. Fetcher thread."""
+        """Acknowledge finished jobs held for a fetch that is about to block instead (fetcher thread),
+        or held up to AckBatch's cap (the processor thread whose ack would pass it)."""
         for raw in raws:
             self.ack(raw)
 
