@@ -133,6 +133,11 @@ class JobNotFound(CogworkerError, LookupError):
     """``cancel(jid)`` of a jid that is nowhere: not waiting, scheduled, retrying or running."""
 
 
+class NotCancellable(CogworkerError):
+    """``cancel(jid)`` of a job whose class can't be cancelled: the package's hand-over jobs, which
+    a chain or a parent batch waits for. The message says why and what to cancel instead."""
+
+
 class Cancelled(BaseException):
     """Raised in a running job's thread by ``cancel(jid, interrupt=True)`` (as JobTimeout is).
 

@@ -978,6 +978,23 @@ def test_cancel_of_an_unknown_jid_is_a_warning_and_changes_nothing(changer, rb):
     assert snapshot(rb) == before and not rb.exists(KEYS.cancels) and not rb.exists(KEYS.stat_cancelled)
 
 
+def test_cancel_of_a_chain_s_hand_over_job_says_why_it_is_refused_and_changes_nothing(changer, rb):
+    from django_cogworker.batches import ChainNext
+
+    payload = ChainNext.set().build([{"bid": "step-bid", "event": "success"}], {"chain": "chain-bid", "steps": [],
+                                                                                "index": 1})
+    rb.lpush(KEYS.queue("default"), payloads.encode(payload))
+    rb.sadd(KEYS.queues, "default")
+    before = snapshot(rb)
+    response = changer.post(CANCEL, {"jid": payload["jid"], "next": f"{BASE}queue/default/"}, follow=True)
+    assert response.redirect_chain == [(f"{BASE}queue/default/", 302)]
+    (message,) = list(response.context["messages"])
+    assert message.level_tag == "error"
+    assert f"Job {payload['jid']} can't be cancelled: job '{payload['jid']}' is chain 'chain-bid'" in unescape(
+        str(message)) and "To stop the chain, cancel a job of its next step" in unescape(str(message))
+    assert snapshot(rb) == before
+
+
 def test_cancel_is_refused_to_a_viewer_and_to_a_get(viewer, changer, rb):
     from testproject.demo.jobs import RecordJob
 

@@ -444,6 +444,19 @@ def test_cancel_of_a_jid_utf8_can_not_carry_is_a_usage_error_not_a_traceback(rb)
     assert rb.dbsize() == 0
 
 
+def test_cancel_of_a_batch_s_hand_over_job_fails_with_the_reason(rb):
+    from django_cogworker.batches import BatchChildDone
+
+    payload = BatchChildDone.set().build([{"bid": "child-bid", "event": "complete"}], {"parent": "parent-bid"})
+    rb.lpush(K.queue("default"), json.dumps(payload, separators=(",", ":")))
+    rb.sadd(K.queues, "default")
+    with pytest.raises(CommandError, match=f"{payload['jid']}: not cancelled: job '{payload['jid']}' is batch "
+                                           f"'parent-bid''s own bookkeeping") as caught:
+        cli("cancel", payload["jid"])
+    assert caught.value.returncode == 1
+    assert api.Queue("default").size() == 1 and not rb.exists(K.cancels) and not rb.exists(K.stat_cancelled)
+
+
 def test_cancel_interrupt_stops_a_running_job_that_never_asks(rb):
     # GatedJob sleeps in slices of 0.05 s until its gate opens and never reads self.cancelled:
     # only the interrupt (Cancelled raised in its thread) stops it.

@@ -27,6 +27,7 @@ from django_cogworker.broker import crossings, scripts
 from django_cogworker.broker.crossings import LEASE_SECONDS
 from django_cogworker.broker.keys import Keys, for_config
 from django_cogworker.conf import build_config
+from django_cogworker.engine.fetch.registry import make_fetch
 from django_cogworker.engine.recovery.key_guard import KeyGuard
 from django_cogworker.engine.recovery.orphans import OrphanRecovery
 from django_cogworker.engine.schedule.due import DueSweep
@@ -262,6 +263,23 @@ def test_a_dead_process_list_found_by_its_key_goes_back_to_its_own_queue_whateve
     assert json.loads(requeued)["jid"] == "orphan" and json.loads(requeued)["orphaned_from"] == dead
     assert not cr.exists(list_key) and cr.sismember(K.queues, name)
     assert cr.smembers(K.in_progress_identities) == set()  # forgotten once its list was empty; no other made up
+
+
+def test_a_job_taken_before_a_stall_is_asked_about_in_its_own_queue_s_slot(cluster, cr, two_queues):
+    # (test_fetch.py has the lone Redis's.) The stamp in the home slot, then the list in the queue's.
+    config = build_config({"REDIS_URL": cluster.url, "QUEUES": two_queues})
+    fetch = make_fetch(config, cr, for_config(config), "host:1:abc")
+    for queue in two_queues:
+        cr.lpush(K.queue(queue), entry(f"in-{queue}", queue))
+    kept, requeued = sorted(fetch.retrieve(2), key=lambda unit: unit.queue)
+    cr.lrem(fetch.list_of(requeued.queue), 1, requeued.raw)  # as orphan recovery does
+
+    assert fetch.still_ours(kept) and not fetch.still_ours(requeued)
+
+    assert cr.hexists(K.last_beat, "host:1:abc") and cr.sismember(K.in_progress_identities, "host:1:abc")
+    cr.set(K.orphan_lock("host:1:abc"), "live:2:def")  # another process recovering the lists now
+    assert not fetch.still_ours(kept)
+    assert cr.lrange(fetch.list_of(kept.queue), 0, -1) == [kept.raw]  # (asking moves nothing)
 
 
 def test_limits_hold_on_a_cluster_each_key_in_its_own_slot(cluster, cr, on_cluster):

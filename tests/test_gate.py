@@ -105,7 +105,8 @@ def make_parts(redis_url, rb, keys: Keys = K, over_limit_max: int = 3) -> Parts:
     retry = RetryPolicy(config, clock=lambda: NOW)
     settler = Settler(fetch, retry)
     gate = Gate(rb, keys, over_limit_max=config.over_limit_max, retry=retry, settler=settler,
-                acks=AckBatch(fetch, settler), cancels=Cancels(), clock=lambda: NOW, rng=random.Random(7))
+                acks=AckBatch(fetch, settler, cap=config.concurrency), cancels=Cancels(), clock=lambda: NOW,
+                rng=random.Random(7))
     return Parts(rb, gate, fetch, settler)
 
 

@@ -24,6 +24,7 @@ from django_cogworker.api import ProcessSet
 from django_cogworker.broker.keys import Keys
 from django_cogworker.conf import build_config
 from django_cogworker.engine.fetch.contract import Unit
+from django_cogworker.engine.fetch.stall import clock as stall_clock
 from django_cogworker.engine.process import heartbeat as heartbeat_module
 from django_cogworker.engine.process.launcher import Launcher
 from django_cogworker.push import payload as payloads
@@ -155,6 +156,16 @@ def test_a_secondary_key_of_the_wrong_type_does_not_fail_the_beat(launcher, r, c
             assert r.sismember(other_key, ID)
         elif other == "last_beat":
             assert abs(float(r.hget(other_key, ID)) - redis_now(r)) < 5
+
+
+@pytest.mark.parametrize("poisoned", [None, "last_beat", "in_progress_identities"])
+def test_only_a_beat_that_orphan_recovery_can_read_vouches_for_the_jobs_held(launcher, r, poisoned):
+    # A job taken before this process may have been taken for dead is asked about before it starts
+    # (fetch/stall.py); a beat whose stamp didn't go through keeps nobody from taking it for dead.
+    if poisoned:
+        r.set(SECONDARY[poisoned][0], "wrong type")
+    launcher.heartbeat.beat()
+    assert launcher.fetch.stall.covers(stall_clock()) is (poisoned is None)
 
 
 def test_a_workers_hash_of_the_wrong_type_is_rewritten(launcher, r):

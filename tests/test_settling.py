@@ -207,7 +207,7 @@ def batch(redis_url, rb):
     fetch = ReliableFetch(make_config(redis_url), rb, K, "host:1:acks")
     settler = Settler(fetch, RetryPolicy(fetch.config))
     rb.lpush(fetch.in_progress, *(job(n) for n in range(3)))
-    return AckBatch(fetch, settler), fetch, settler
+    return AckBatch(fetch, settler, cap=3), fetch, settler
 
 
 def job(n):
@@ -259,6 +259,35 @@ def test_held_acks_that_fail_before_a_block_are_kept_pending(batch, rb, monkeypa
     assert rb.llen(fetch.in_progress) == 3
 
 
+def test_no_more_acks_are_held_than_the_cap_the_one_beyond_sends_them_all_itself(batch, rb):
+    # A process killed, or taken for dead after a stall, runs again each finished job whose ack it
+    # still held: a -c 2 worker taking 4 ahead per processor held up to 25 of them. The cap (the
+    # concurrency: 3 here) bounds that to one per processor.
+    acks, fetch, _settler = batch
+    rb.lpush(fetch.in_progress, *(job(n) for n in range(3, 6)))
+    acks.open()
+    for n in range(3):
+        acks.add(job(n))
+    assert rb.llen(fetch.in_progress) == 6 and acks.held() == [job(0), job(1), job(2)]  # (up to the cap: held)
+    acks.add(job(3))  # one more than the cap: the adding processor sends them all, in one round trip
+    assert rb.lrange(fetch.in_progress, 0, -1) == [job(5), job(4)] and acks.held() == []
+    acks.add(job(4))
+    assert acks.held() == [job(4)] and rb.llen(fetch.in_progress) == 2
+
+
+def test_acks_sent_at_the_cap_that_fail_are_kept_pending_and_the_job_that_sent_them_goes_on(batch, rb, monkeypatch):
+    acks, fetch, settler = batch
+    rb.lpush(fetch.in_progress, job(3))
+    acks.open()
+    fail_acks(fetch, lambda raw: True, monkeypatch)
+    for n in range(4):
+        acks.add(job(n))  # (the fourth sends: no exception reaches its processor)
+    assert settler.pending_settlements() == {job(n): "ack" for n in range(4)} and acks.held() == []
+    assert rb.llen(fetch.in_progress) == 4
+    monkeypatch.undo()
+    assert settler.retry_pending_settlements() == 0 and rb.llen(fetch.in_progress) == 0
+
+
 def _batch_of(count):
     """A committed batch of ``count`` jobs (pushed, never run): (bid, their success steps)."""
     from testproject.demo.jobs import RecordJob
@@ -294,6 +323,20 @@ def test_held_steps_go_through_before_a_blocking_fetch_and_later_ones_at_once_wi
     assert Batch.status(bid).pending == 1 and rb.lrange(fetch.in_progress, 0, -1) == [job(2), job(1)]
     acks.add(job(1), steps[1])  # while the fetcher blocks
     assert Batch.status(bid).success and rb.lrange(fetch.in_progress, 0, -1) == [job(2)]
+
+
+def test_held_steps_at_the_cap_go_through_before_the_acks_sent_with_them(batch, rb):
+    acks, fetch, settler = batch
+    settler.batches = BatchSteps(fetch.redis, K, 3600.0)
+    bid, steps = _batch_of(2)
+    rb.lpush(fetch.in_progress, job(3))
+    acks.open()
+    acks.add(job(0), steps[0])
+    acks.add(job(1))
+    acks.add(job(2))
+    assert Batch.status(bid).pending == 2 and rb.llen(fetch.in_progress) == 4
+    acks.add(job(3), steps[1])  # one more than the cap
+    assert Batch.status(bid).success and rb.llen(fetch.in_progress) == 0 and acks.held() == []
 
 
 def test_held_steps_redis_refuses_stay_pending_with_their_acks_behind_them(batch, rb, monkeypatch):

@@ -115,12 +115,28 @@ def died(redis: Any, keys: Keys, payload: dict[str, Any], error: str, message: s
         settle(redis, keys, bid, str(payload.get("jid")), "dead", record, ttl)
 
 
+def handed_over(payload: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The batch status and the options a callback's payload carries (empty where it has none)."""
+    args, kwargs = payload.get("args"), payload.get("kwargs")
+    status = args[0] if isinstance(args, list) and args and isinstance(args[0], dict) else {}
+    return status, kwargs if isinstance(kwargs, dict) else {}
+
+
 class BatchChildDone(Job):
     """Tells a parent batch that a child batch completed, succeeded or had a job die: the child's
     ``b:<bid>`` member of the parent settles as a job would (pushed by the child's step, once)."""
 
     name = "django_cogworker.batch_child_done"
     _cogworker_handover = True  # (pushed where the batch's hand-overs go: batch.handover_queue)
+    cancellable = False  # (its parent batch waits for it: see cancel_refusal)
+
+    @classmethod
+    def cancel_refusal(cls, payload: dict[str, Any]) -> str:
+        status, options = handed_over(payload)
+        return (f"job {payload.get('jid')!r} is batch {options.get('parent')!r}'s own bookkeeping ({cls.name}): it "
+                f"tells that batch its child batch {status.get('bid')!r} is done; cancelled, batch "
+                f"{options.get('parent')!r} would wait for it for ever and never fire its callbacks. To stop the "
+                f"work, cancel the jobs of the batches instead")
 
     def perform(self, status: dict[str, Any], parent: str, step: bool = False) -> None:
         from ..broker.keys import for_config

@@ -16,6 +16,10 @@ What :func:`cancel` does, in this order:
    withdrawn; unless a live process uses basic fetch, which holds what it fetched in memory
    only, out of sight until its next beat: then the request is kept, and says so.
 
+A job found whose class can't be cancelled (``Job.cancellable``: the hand-overs of batches, which
+a chain or a parent batch waits for) is left where it is, waiting or running, and NotCancellable
+says why; its request is withdrawn (a worker reading it meanwhile ignores it for such a job).
+
 A cancelled job is counted in ``stat:cancelled``; a task's result reads FAILED with a Cancelled
 error; a job of a batch counts as dead for its batch. Finding a waiting job reads the sets and
 queues whole in the worst case: an operator's action, not one for a hot path.
@@ -33,9 +37,10 @@ from ..batches import steps
 from ..bounds import check_text
 from ..broker.keys import Keys, for_config, glob_escape
 from ..broker.types import RedisClient
-from ..errors import Cancelled, InvalidArgument, JobNotFound
+from ..errors import Cancelled, InvalidArgument, JobNotFound, NotCancellable
 from ..push import payload as payloads
 from ..push import scope
+from ..push.job import registered
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +139,7 @@ def _remove_waiting(redis: RedisClient, keys: Keys, jid: str) -> dict[str, Any] 
     """Remove ``jid`` from the schedule, retry or a queue; return its payload if it was there."""
     for zset in (keys.schedule, keys.retry):
         for raw in _matches(redis.zscan_iter(zset, match=_pattern(jid), count=CHUNK), jid):
+            _refuse_if_not_cancellable(redis, keys, jid, raw)
             if redis.zrem(zset, raw):
                 return json.loads(raw)
     for name in sorted(redis.smembers(keys.queues)):
@@ -142,6 +148,7 @@ def _remove_waiting(redis: RedisClient, keys: Keys, jid: str) -> dict[str, Any] 
         while True:
             chunk = redis.lrange(queue, start, start + CHUNK - 1)
             for raw in _matches(iter(chunk), jid):
+                _refuse_if_not_cancellable(redis, keys, jid, raw)
                 if redis.lrem(queue, 1, raw):  # type: ignore[arg-type]
                     return json.loads(raw)
             if len(chunk) < CHUNK:
@@ -161,7 +168,8 @@ def _fetched(redis: RedisClient, keys: Keys, jid: str) -> bool:
         else:
             lists.append(keys.in_progress(identity))
     for key in lists:
-        if any(_matches(iter(redis.lrange(key, 0, -1)), jid)):
+        for raw in _matches(iter(redis.lrange(key, 0, -1)), jid):
+            _refuse_if_not_cancellable(redis, keys, jid, raw)
             return True
     needle = _needle(jid)
     for identity in redis.smembers(keys.processes):
@@ -172,8 +180,20 @@ def _fetched(redis: RedisClient, keys: Keys, jid: str) -> bool:
             except (ValueError, AttributeError):
                 continue
             if needle in text and _jid_of(text) == jid:  # (the needle may be in its arguments too)
+                _refuse_if_not_cancellable(redis, keys, jid, text)
                 return True
     return False
+
+
+def _refuse_if_not_cancellable(redis: RedisClient, keys: Keys, jid: str, raw: bytes) -> None:
+    """Raise NotCancellable, the request withdrawn and the job left where it is, for a job whose class
+    can't be cancelled: a batch's hand-over (a chain's next step, a child batch telling its parent),
+    cancelled, left its chain or batch waiting for ever."""
+    payload = json.loads(raw)
+    job_class = registered(payload["class"]) if isinstance(payload.get("class"), str) else None
+    if job_class is not None and not job_class.cancellable:
+        redis.hdel(keys.cancels, jid)
+        raise NotCancellable(job_class.cancel_refusal(payload))
 
 
 def _basic_fetch_runs(redis: RedisClient, keys: Keys) -> bool:

@@ -210,6 +210,31 @@ redis.call("DEL", KEYS[#KEYS])
 return 1
 """)
 
+# KEYS[1] = this process's orphan lock, KEYS[2] = last_beat, KEYS[3] = in_progress_identities,
+# KEYS[4] = its in-progress list (none on a cluster, where the list is in its queue's slot).
+# ARGV[1] = identity, ARGV[2] = the raw payload taken, ARGV[3] = this host's time (where TIME is refused).
+# A process that may have been taken for dead (it stalled) asks before it starts a job it took
+# earlier: 0 while another process recovers its list (holding the lock), or once the job is off
+# the list (requeued). Else its beat is stamped first, so that a recovery taking the lock after
+# this sees it alive (orphans.py), and 1. (A registry or stamp of the wrong type fails every
+# orphan check until the key guard moves it aside: no recovery to fend off, so no error here.)
+CONFIRM_HELD = Script("""
+if redis.call("EXISTS", KEYS[1]) == 1 then
+  return 0
+end
+local now = ARGV[3]
+local t = redis.pcall("TIME")
+if type(t) == "table" and t[1] then
+  now = t[1] .. "." .. string.format("%06d", tonumber(t[2]))
+end
+redis.pcall("HSET", KEYS[2], ARGV[1], now)
+redis.pcall("SADD", KEYS[3], ARGV[1])
+if #KEYS < 4 or redis.call("LPOS", KEYS[4], ARGV[2]) then
+  return 1
+end
+return 0
+""")
+
 # KEYS[1] = the key, KEYS[2] = its quarantine name.
 # ARGV[1] = expected type, ARGV[2] = quarantine TTL in seconds.
 # Re-checked here, atomically with the move, so a key fixed (or recreated)

@@ -5,7 +5,7 @@
 * a job past its ``expires_at`` (``expires_in`` at its push) is dropped: acknowledged, counted in
   ``stat:expired``, logged with its jid and class, never run;
 * a job with a cancel request (engine/run/cancels.py) is dropped the same way, counted in
-  ``stat:cancelled``;
+  ``stat:cancelled`` (unless its class can't be cancelled: ``Job.cancellable``);
 * a job whose class has ``limits`` takes a place in each, all or none, in one LIMIT_TAKE round
   trip (on a cluster, one per limiter key: each key has a slot of its own, and a later refusal
   gives back what the earlier ones took). Refused, the job goes back to the schedule
@@ -107,7 +107,9 @@ class Gate:
             late = self.clock() - expires_at
             self.drop(raw, payload, job_class, "expired", JobExpired(f"expired {late:.1f}s before it could run"))
             return DROPPED
-        if self.cancels.requested(payload.get("jid")):
+        # (A class that can't be cancelled ignores a request: one written while ``cancel`` looked
+        # for the job, before it found what it was and withdrew it.)
+        if self.cancels.requested(payload.get("jid")) and (job_class is None or job_class.cancellable):
             self.drop(raw, payload, job_class, "cancelled", Cancelled("cancelled before it ran"))
             return DROPPED
         limits = getattr(job_class, "limits", None) if job_class is not None else None

@@ -158,7 +158,7 @@ class Processor:
         bid = payload.get("bid")  # (a job of a batch: its batch step settles first, batches/steps.py)
         run = _scope.Running(payload)
         running = _scope.running.set(run)
-        if gate is not None:
+        if gate is not None and (known is None or known.cancellable):  # (else no request reaches it)
             gate.cancels.started(jid, run)
         try:
             job = job_class(payload)
