@@ -19,6 +19,7 @@ from typing import Any
 
 from ..broker import scripts
 from ..broker.keys import BatchKeys, Keys
+from ..broker.quarantine import run_script
 from ..errors import BatchError, BatchNotFound
 from ..push import payload as payloads
 from ..push import scope as _scope
@@ -126,9 +127,10 @@ class Batch:
             if parent:
                 outer.add([f"b:{bid}"])  # type: ignore[union-attr]
         try:
-            opened = scripts.BATCH_OPEN(redis, bk, [bid, repr(time.time()), _ttl(ttl), owner,
-                                                    "1" if inside or (creating and deterministic) else "0",
-                                                    "1" if creating else "0", *fields])
+            opened = run_script(scripts.BATCH_OPEN, redis, keys, bk,
+                                [bid, repr(time.time()), _ttl(ttl), owner,
+                                 "1" if inside or (creating and deterministic) else "0", "1" if creating else "0",
+                                 *fields], bk.expected(ttl))
         except BaseException:
             if creating and outer is not None:
                 outer.remove([f"b:{bid}"])  # (a parent must not wait for a child never made)
@@ -144,7 +146,7 @@ class Batch:
                 redis.zadd(keys.batches, {bid: time.time()})
             except Exception as exc:  # (the listing only: the batch works without it)
                 logger.warning("batch %s not listed in %s: %s", bid, keys.batches, exc)
-        scope = _Scope(bid, bk, redis, ttl, owner, deterministic, self.callback_queue)
+        scope = _Scope(bid, bk, redis, keys, ttl, owner, deterministic, self.callback_queue)
         token = _scope.batch.set(scope)
         try:
             yield self
@@ -153,7 +155,8 @@ class Batch:
             # (Entered first: a closer that dies between the close and its delivery leaves it to
             # the workers' sweep, delivery.py.)
             score = delivery.closing(redis, keys, bid, time.time())
-            waiting = scripts.BATCH_CLOSE(redis, bk, [bid, repr(time.time()), _ttl(ttl), owner])
+            waiting = run_script(scripts.BATCH_CLOSE, redis, keys, bk, [bid, repr(time.time()), _ttl(ttl), owner],
+                                 bk.expected(ttl))
             if waiting and int(waiting) > 0:
                 delivery.deliver(redis, keys, bid, ttl)
             delivery.closed(redis, keys, bid, score)
@@ -250,12 +253,13 @@ class _Scope:
     the same ones instead of new ones that would never be pushed if it died between.
     """
 
-    def __init__(self, bid: str, bk: BatchKeys, redis: Any, ttl: float, owner: str, deterministic: bool,
+    def __init__(self, bid: str, bk: BatchKeys, redis: Any, keys: Keys, ttl: float, owner: str, deterministic: bool,
                  callback_queue: str | None = None):
         self.bid = bid
         self.callback_queue = callback_queue  # (a workflow's nested parts take it: workflows.py)
         self.bk = bk
         self.redis = redis
+        self.keys = keys
         self.ttl = ttl
         self.owner = owner
         self.deterministic = deterministic
@@ -275,8 +279,9 @@ class _Scope:
 
     def _step(self, how: str, jids: list[str]) -> None:
         for start in range(0, len(jids), 1000):
-            if scripts.BATCH_ADD(self.redis, self.bk, [self.bid, repr(time.time()), _ttl(self.ttl), how,
-                                                       *jids[start:start + 1000]]) == -1:
+            if run_script(scripts.BATCH_ADD, self.redis, self.keys, self.bk,
+                          [self.bid, repr(time.time()), _ttl(self.ttl), how, *jids[start:start + 1000]],
+                          self.bk.expected(self.ttl)) == -1:
                 raise BatchNotFound(self.bid)
 
 

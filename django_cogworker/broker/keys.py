@@ -325,6 +325,15 @@ class Keys:
         }
 
 
+class Want(NamedTuple):
+    """The Redis type a key must hold, and where a move of it to quarantine is noted: ``(hash,
+    field)`` in the key's own slot, the field set to the time of the move (broker/quarantine.py)."""
+
+    type: str
+    note: tuple[str, str] | None = None
+    ttl: int | None = None  # seconds the note's hash lives when the note makes it (None: no expiry)
+
+
 class BatchKeys(NamedTuple):
     """One batch's keys, in the order the batch scripts take them as KEYS."""
 
@@ -336,6 +345,13 @@ class BatchKeys(NamedTuple):
     open: str  # set: the jobs() blocks open on it (owner tokens): no event fires while one is
     outbox: str  # list: callbacks fired, to be delivered to their queues
 
+    def expected(self, ttl: float | None = None) -> dict[str, Want]:
+        """Each key's type; a move to quarantine is noted in ``meta`` as ``lost:<name>`` (a meta the
+        note makes lives ``ttl`` seconds, the batch's)."""
+        note_ttl = max(1, int(ttl)) if ttl else None
+        return {key: Want(kind, (self.meta, f"lost:{name}"), note_ttl)
+                for key, kind, name in zip(self, BATCH_TYPES, self._fields, strict=True)}
+
 
 class LimitKeys(NamedTuple):
     """One limiter key's keys (flow/), in the order the limiter scripts take them as KEYS."""
@@ -346,3 +362,12 @@ class LimitKeys(NamedTuple):
     stats: str  # hash: granted, over, rescheduled, failed, expired; the last hour's ring (scripts/limits.py)
     waiting: str  # zset (concurrent): jids of refused jobs -> their due time; a release wakes the first
     parked: str  # hash (concurrent): jid -> the job as rescheduled (what a wake-up moves to its queue)
+
+    def expected(self) -> dict[str, Want]:
+        """Each key's type; a move to quarantine is noted in ``stats`` as ``lost:<name>``."""
+        return {key: Want(kind, (self.stats, f"lost:{name}"))
+                for key, kind, name in zip(self, LIMIT_TYPES, self._fields, strict=True)}
+
+
+BATCH_TYPES = ("hash", "set", "set", "hash", "set", "set", "list")  # BatchKeys' types, in its order
+LIMIT_TYPES = ("zset", "zset", "hash", "hash", "zset", "hash")  # LimitKeys' types, in its order

@@ -30,7 +30,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..batches import steps
-from ..broker.keys import Keys, for_config, glob_escape
+from ..broker.keys import Keys, Want, for_config, glob_escape
+from ..broker.quarantine import guarded
 from ..broker.types import RedisClient
 from ..errors import Cancelled, JobNotFound
 from ..push import payload as payloads
@@ -54,7 +55,9 @@ def cancel(jid: str, interrupt: bool = False, *, redis: RedisClient | None = Non
         redis = redis if redis is not None else runtime.get_redis()
         keys = keys if keys is not None else for_config(config)
         batch_ttl = batch_ttl if batch_ttl is not None else config.batch_ttl
-    redis.hset(keys.cancels, jid, json.dumps({"at": time.time(), "interrupt": bool(interrupt)}))
+    request = json.dumps({"at": time.time(), "interrupt": bool(interrupt)})
+    # (``cancels`` of the wrong type: moved to quarantine, and the request written to a fresh one)
+    guarded(redis, keys, {keys.cancels: Want("hash")}, lambda: redis.hset(keys.cancels, jid, request))
     payload = _remove_waiting(redis, keys, jid)
     if payload is not None:
         # (Its one copy is gone: the request would only cost every heartbeat a field for a day.)
@@ -95,8 +98,9 @@ def asked(payload: dict[str, Any]) -> bool:
         try:
             from ..push import runtime
 
-            run.cancelled = bool(runtime.get_redis().hexists(for_config(runtime.get_config()).cancels,
-                                                             str(payload.get("jid"))))
+            redis, keys = runtime.get_redis(), for_config(runtime.get_config())
+            run.cancelled = bool(guarded(redis, keys, {keys.cancels: Want("hash")},
+                                         lambda: redis.hexists(keys.cancels, str(payload.get("jid")))))
         except Exception as exc:  # (Redis away: the heartbeat tells it once back)
             logger.warning("jid=%s: could not read its cancel request: %s", payloads.printable(payload.get("jid")), exc)
     return run.cancelled

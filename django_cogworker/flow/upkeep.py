@@ -8,6 +8,10 @@ Each beat (:func:`beat`), in one pipeline, and only when there is something to w
 * the limiter keys used since the last beat go into the ``limits`` index, with their specs, for
   the admin, the CLI and the metrics: no write on a job's path for them.
 
+A key of the wrong type among them is moved to quarantine at once (broker/quarantine.py) and its
+write made again: a ``holders`` of the wrong type failed every beat, for ever (no key guard round
+knows the keys of each limiter).
+
 :func:`problems` names what can't work with the config: a lease shorter than two heartbeat
 intervals would lapse between two renewals of a job that runs on.
 """
@@ -20,7 +24,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..broker import scripts
-from ..broker.keys import Keys
+from ..broker.keys import Keys, Want
+from ..broker.quarantine import is_wrong_type, quarantine_wrong, run_script
 from ..broker.types import RedisClient
 from .limiter import HELD, SEEN, defined
 
@@ -41,6 +46,13 @@ def beat(redis: RedisClient, keys: Keys) -> None:
         pipe.zadd(keys.limits, dict.fromkeys(seen, now))
         pipe.hset(keys.limit_specs, mapping=dict(seen))  # type: ignore[arg-type]
     replies = pipe.execute(raise_on_error=False)
+    for i, (key, (lease, tokens)) in enumerate(held.items()):
+        if is_wrong_type(replies[i]):  # (renewed again alone, once the key is moved aside)
+            lk = keys.limit(key)
+            replies[i] = run_script(scripts.LIMIT_RENEW, redis, keys, [lk.holders], [repr(lease), *tokens],
+                                    lk.expected())
+    if seen and any(is_wrong_type(reply) for reply in replies[len(held):]):
+        quarantine_wrong(redis, keys, {keys.limits: Want("zset"), keys.limit_specs: Want("hash")})
     failed = [reply for reply in replies if isinstance(reply, Exception)]
     if failed:
         for key, spec in seen.items():  # (written with a later beat instead)
