@@ -19,7 +19,7 @@ from typing import Any
 
 from ..broker import scripts
 from ..broker.keys import BatchKeys, Keys
-from ..broker.quarantine import run_script
+from ..broker.quarantine import is_wrong_type, run_script
 from ..errors import BatchError, BatchNotFound
 from ..push import payload as payloads
 from ..push import scope as _scope
@@ -196,7 +196,10 @@ class BatchStatus(dict):
     """A batch's status, as a dict (what a callback receives) with attribute access:
     ``bid``, ``description``, ``created_at``, ``total``, ``pending``, ``failures``, ``dead``,
     ``complete``, ``success``, ``failed`` (jid -> {class, error, message, at}: FAILED_SHOWN of them
-    at most, ``failures`` counts them all; the admin's batch page lists more))."""
+    at most, ``failures`` counts them all; the admin's batch page lists more)). ``Batch.status``
+    adds ``lost`` (the names of its keys found of the wrong type and moved to quarantine: what
+    they counted is gone, docs/batches.md) and ``poisoned`` (those of the wrong type now, not moved
+    yet: counted 0 here)."""
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -213,9 +216,19 @@ def read_status(redis: Any, bk: BatchKeys, bid: str) -> BatchStatus:
     pipe.hlen(bk.failed)
     pipe.hscan(bk.failed, 0, count=FAILED_SHOWN)
     pipe.scard(bk.dead)
-    meta, total, pending, failures, (cursor, failed), dead = pipe.execute()
-    if not meta or b"created_at" not in meta:
+    replies = pipe.execute(raise_on_error=False)
+    poisoned = sorted({name for name, reply in zip(("meta", "jobs", "pending", "failed", "failed", "dead"), replies,
+                                                   strict=True) if is_wrong_type(reply)})
+    for reply in replies:
+        if isinstance(reply, Exception) and not is_wrong_type(reply):
+            raise reply
+    counted: list[Any] = [0 if isinstance(reply, Exception) else reply for reply in replies]
+    meta: dict[bytes, bytes] = counted[0] or {}
+    total, pending, failures, scanned, dead = counted[1:]
+    lost = sorted(k.decode()[5:] for k in meta if k.startswith(b"lost:"))
+    if not poisoned and b"created_at" not in meta and not lost:
         raise BatchNotFound(bid)
+    cursor, failed = scanned or (0, {})
     while cursor and len(failed) < FAILED_SHOWN:  # (COUNT is a hint: a scan may come back short)
         cursor, more = redis.hscan(bk.failed, cursor, count=FAILED_SHOWN)
         failed.update(more)
@@ -233,6 +246,7 @@ def read_status(redis: Any, bk: BatchKeys, bid: str) -> BatchStatus:
         committed=text.get("committed") == "1", failed=shown,
         callbacks={k[3:]: [cb[1] for cb in json.loads(v)] for k, v in text.items() if k.startswith("cb:")},
         completed_at=_float(text.get("done_complete")), succeeded_at=_float(text.get("done_success")),
+        lost=lost, poisoned=poisoned,
     )
 
 
