@@ -87,14 +87,20 @@ def quarantine_wrong(redis: RedisClient, keys: Keys, expected: Mapping[str, Want
 
 def guarded(redis: RedisClient, keys: Keys, expected: Mapping[str, Want], call: Callable[[], T]) -> T:
     """``call()``; when Redis answers WRONGTYPE, quarantine the keys of ``expected`` of the wrong
-    type and call again (once per key moved at most). A WRONGTYPE with none of them wrong (a key
-    the call doesn't declare) is raised."""
-    for _attempt in range(len(expected)):
+    type and call again (once per key moved at most). When none is left of the wrong type, it is
+    called once more (another thread or process met the same key and moved it first); a second
+    such WRONGTYPE (from a key the call doesn't declare) is raised."""
+    spare = 1
+    for _attempt in range(len(expected) + 1):
         try:
             return call()
         except redis_lib.exceptions.ResponseError as exc:
-            if error_code(exc) != "WRONGTYPE" or not quarantine_wrong(redis, keys, expected):
+            if error_code(exc) != "WRONGTYPE":
                 raise
+            if not quarantine_wrong(redis, keys, expected):
+                if not spare:
+                    raise
+                spare -= 1
     return call()
 
 
