@@ -43,7 +43,10 @@ stat:class:failed             hash    job class -> failed runs                  
 stat:class:seconds            hash    job class -> seconds its runs took, summed              -
 quarantine:<key>:<t>:<rand>   any     a key found holding the wrong type, moved aside         30 days
                                       (cluster, a queue-slot key: ``{cogworker:q:<q>}:quarantine:
-                                      <key>:<t>:<rand>``, in the key's slot)
+                                      <key>:<t>:<rand>``, in the key's slot); by the key
+                                      guard, or a feature's key by whoever meets it
+                                      (quarantine.py), noted ``lost:<name>`` in a batch's
+                                      meta or a limiter key's stats
 periodic:*                    -       see the periodic package (schedule, disabled,           -
                                       enabled_at, locks)
 unique:<digest>               string  unique-job lock                                         set
