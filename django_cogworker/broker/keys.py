@@ -42,7 +42,8 @@ stat:class:processed          hash    job class -> runs (failed ones too)       
 stat:class:failed             hash    job class -> failed runs                                -
 stat:class:seconds            hash    job class -> seconds its runs took, summed              -
 quarantine:<key>:<t>:<rand>   any     a key found holding the wrong type, moved aside         30 days
-                                      (cluster, a queue-slot key: ``{cogworker:q:<q>}:quarantine:
+                                      (cluster, a key in a slot of its own, a queue's, a
+                                      batch's, a limiter key's: ``{cogworker:q:<q>}:quarantine:
                                       <key>:<t>:<rand>``, in the key's slot); by the key
                                       guard, or a feature's key by whoever meets it
                                       (quarantine.py), noted ``lost:<name>`` in a batch's
@@ -131,6 +132,9 @@ class Keys:
             # "{cogworker}:" -> "{cogworker:q:" + queue + "}:": the tag's first "}" closes it.
             close = prefix.index("}", prefix.index("{") + 2)
             self._head, self._tail = prefix[:close] + ":q:", prefix[close:]
+            # (what every key in a slot of its own starts with: a queue's "q:", a batch's "b:", a
+            # limiter key's "l:")
+            self._own = prefix[:close] + ":"
         p = prefix
         self.queues = p + "queues"
         self.paused_queues = p + "paused_queues"
@@ -245,9 +249,9 @@ class Keys:
 
     def quarantine(self, key: str, stamp: int, rand: str) -> str:
         """Where ``key`` is moved aside: in its own slot (a RENAME can't cross slots)."""
-        if self.spread and key.startswith(self._head):
+        if self.spread and key.startswith(self._own) and "}" in key[len(self._own):]:
             # (the key's text up to its tag's "}": the same slot, whatever the queue's name holds)
-            close = key.index("}", len(self._head))
+            close = key.index("}", len(self._own))
             return f"{key[:close]}{self._tail}quarantine:{key}:{stamp}:{rand}"
         return f"{self.quarantine_prefix}{key}:{stamp}:{rand}"
 
@@ -255,8 +259,8 @@ class Keys:
         """Invert :meth:`quarantine`: the key ``name`` was moved from, or None if it names none."""
         if name.startswith(self.quarantine_prefix):
             rest = name[len(self.quarantine_prefix):]
-        elif self.spread and name.startswith(self._head) and "}" in name[len(self._head):]:
-            close = name.index("}", len(self._head))
+        elif self.spread and name.startswith(self._own) and "}" in name[len(self._own):]:
+            close = name.index("}", len(self._own))
             marker = self._tail + "quarantine:"
             if not name.startswith(marker, close):
                 return None
