@@ -344,7 +344,8 @@ class Want(NamedTuple):
 class BatchKeys(NamedTuple):
     """One batch's keys, in the order the batch scripts take them as KEYS."""
 
-    meta: str  # hash: description, created_at, ttl, callbacks (cb:<event>), done_<event> stamps, committed
+    meta: str  # hash: description, created_at, ttl, callbacks (cb:<event>), done_<event> stamps, committed,
+    #            lost:<name> (a key of the batch moved to quarantine: when)
     jobs: str  # set: every jid (and "b:<bid>" of each child batch) ever added
     pending: str  # set: those not yet succeeded
     failed: str  # hash: those of pending whose last run failed -> JSON {class, error, message, at}
@@ -366,7 +367,8 @@ class LimitKeys(NamedTuple):
     holders: str  # zset (concurrent): holder token (JSON: jid, process, since, run) -> lease end
     starts: str  # zset (window): start token -> when it started
     state: str  # hash: bn, bc (bucket: which bucket, its starts); tat (leaky)
-    stats: str  # hash: granted, over, rescheduled, failed, expired; the last hour's ring (scripts/limits.py)
+    stats: str  # hash: granted, over, rescheduled, failed, expired; the last hour's ring (scripts/limits.py);
+    #             lost:<name> (a key of the limiter moved to quarantine: when)
     waiting: str  # zset (concurrent): jids of refused jobs -> their due time; a release wakes the first
     parked: str  # hash (concurrent): jid -> the job as rescheduled (what a wake-up moves to its queue)
 
