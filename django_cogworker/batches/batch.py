@@ -130,7 +130,7 @@ class Batch:
             opened = run_script(scripts.BATCH_OPEN, redis, keys, bk,
                                 [bid, repr(time.time()), _ttl(ttl), owner,
                                  "1" if inside or (creating and deterministic) else "0", "1" if creating else "0",
-                                 *fields], bk.expected(ttl))
+                                 *fields], lambda: bk.expected(ttl))
         except BaseException:
             if creating and outer is not None:
                 outer.remove([f"b:{bid}"])  # (a parent must not wait for a child never made)
@@ -156,7 +156,7 @@ class Batch:
             # the workers' sweep, delivery.py.)
             score = delivery.closing(redis, keys, bid, time.time())
             waiting = run_script(scripts.BATCH_CLOSE, redis, keys, bk, [bid, repr(time.time()), _ttl(ttl), owner],
-                                 bk.expected(ttl))
+                                 lambda: bk.expected(ttl))
             if waiting and int(waiting) > 0:
                 delivery.deliver(redis, keys, bid, ttl)
             delivery.closed(redis, keys, bid, score)
@@ -295,7 +295,7 @@ class _Scope:
         for start in range(0, len(jids), 1000):
             if run_script(scripts.BATCH_ADD, self.redis, self.keys, self.bk,
                           [self.bid, repr(time.time()), _ttl(self.ttl), how, *jids[start:start + 1000]],
-                          self.bk.expected(self.ttl)) == -1:
+                          lambda: self.bk.expected(self.ttl)) == -1:
                 raise BatchNotFound(self.bid)
 
 

@@ -38,8 +38,8 @@ def deliver(redis: Any, keys: Keys, bid: str, ttl: float) -> int:
     quarantine and the step made again (broker/quarantine.py)."""
     bk = keys.batch(bid)
     pushed = 0
-    outbox = {bk.outbox: bk.expected(ttl)[bk.outbox]}
-    for entry in guarded(redis, keys, outbox, lambda: redis.lrange(bk.outbox, 0, -1)):
+    for entry in guarded(redis, keys, lambda: {bk.outbox: bk.expected(ttl)[bk.outbox]},
+                         lambda: redis.lrange(bk.outbox, 0, -1)):
         queue, jid, payload = json.loads(entry)
         queue_keys = [keys.batch_delivered(queue, jid), keys.queue(queue)]
         if not keys.spread:
@@ -90,7 +90,8 @@ def sweep_closing(redis: Any, keys: Keys, ttl: float, now: float) -> int:
             closed(redis, keys, bid, score)
             continue
         pushed += deliver(redis, keys, bid, ttl)
-        if guarded(redis, keys, bk.expected(ttl), functools.partial(_closed_and_delivered, redis, bk)):
+        settled = functools.partial(_closed_and_delivered, redis, bk)
+        if guarded(redis, keys, functools.partial(bk.expected, ttl), settled):
             closed(redis, keys, bid, score)
         else:
             redis.zadd(keys.batch_closing, {bid: now}, xx=True)  # (looked at again a grace later)

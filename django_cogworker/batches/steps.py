@@ -85,7 +85,7 @@ class BatchSteps:
     def _succeed(self, bid: str, jids: list[str], now: str, ttl: str) -> Any:
         bk = self.keys.batch(bid)
         return run_script(scripts.BATCH_SUCCEED, self.redis, self.keys, bk, [bid, now, ttl, *jids],
-                          bk.expected(self.ttl))
+                          lambda: bk.expected(self.ttl))
 
 
 def step_for(payload: dict[str, Any], outcome: str, then: Any, exc: BaseException | None = None,
@@ -107,7 +107,7 @@ def settle(redis: Any, keys: Keys, bid: str, jid: str, outcome: str, record: str
     success = outcome == "success"
     waiting = int(run_script(scripts.BATCH_SETTLE, redis, keys, bk,
                              [bid, repr(time.time()), str(max(1, int(ttl))), jid, outcome,
-                              "" if success else record, record if success else ""], bk.expected(ttl)))
+                              "" if success else record, record if success else ""], lambda: bk.expected(ttl)))
     if waiting == -1:
         logger.warning("jid=%s: its batch %s is gone (expired: BATCH_TTL); settled without it",
                        payloads.printable(jid), payloads.printable(bid))

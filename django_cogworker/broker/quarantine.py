@@ -43,6 +43,7 @@ logger = logging.getLogger(__name__)
 
 QUARANTINE_TTL = 30 * 24 * 3600
 T = TypeVar("T")
+Expected = Mapping[str, Want] | Callable[[], Mapping[str, Want]]
 
 __all__ = ["QUARANTINE_TTL", "Want", "guarded", "is_wrong_type", "quarantine_key", "quarantine_wrong", "run_script"]
 
@@ -85,27 +86,35 @@ def quarantine_wrong(redis: RedisClient, keys: Keys, expected: Mapping[str, Want
     return moved
 
 
-def guarded(redis: RedisClient, keys: Keys, expected: Mapping[str, Want], call: Callable[[], T]) -> T:
+def guarded(redis: RedisClient, keys: Keys, expected: Expected, call: Callable[[], T]) -> T:
     """``call()``; when Redis answers WRONGTYPE, quarantine the keys of ``expected`` of the wrong
-    type and call again (once per key moved at most). When none is left of the wrong type, it is
-    called once more (another thread or process met the same key and moved it first); a second
-    such WRONGTYPE (from a key the call doesn't declare) is raised."""
-    spare = 1
-    for _attempt in range(len(expected) + 1):
+    type and call again. ``expected``: the keys the call touches with their :class:`Want`, or a
+    function that returns them (built only after a WRONGTYPE: a call that meets none pays nothing
+    for it). When none is left of the wrong type, it is called once more (another thread or
+    process met the same key and moved it first); a second such WRONGTYPE (from a key the call
+    doesn't declare) is raised."""
+    wanted: Mapping[str, Want] | None = None
+    moves = spares = 0
+    while True:
         try:
             return call()
         except redis_lib.exceptions.ResponseError as exc:
             if error_code(exc) != "WRONGTYPE":
                 raise
-            if not quarantine_wrong(redis, keys, expected):
-                if not spare:
+            if wanted is None:
+                wanted = expected() if callable(expected) else expected
+            if quarantine_wrong(redis, keys, wanted):
+                moves += 1
+                if moves > len(wanted):  # (each key moved at most once: a key that keeps coming back)
                     raise
-                spare -= 1
-    return call()
+            else:
+                spares += 1
+                if spares > 1:
+                    raise
 
 
 def run_script(script: Any, redis: RedisClient, keys: Keys, key_names: Sequence[Any], args: Sequence[Any],
-               expected: Mapping[str, Want]) -> Any:
+               expected: Expected) -> Any:
     """Run ``script`` on ``key_names`` with ``args``, :func:`guarded` by ``expected``."""
     return guarded(redis, keys, expected, lambda: script(redis, key_names, args))
 

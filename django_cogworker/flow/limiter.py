@@ -172,7 +172,7 @@ class Limiter:
         deadline = time.monotonic() + wait
         pause = WAIT_SLICE[0]
         while True:
-            reply = run_script(scripts.LIMIT_TAKE, redis, keys, list(lk), [token, "", "", *self.argv()], lk.expected())
+            reply = run_script(scripts.LIMIT_TAKE, redis, keys, list(lk), [token, "", "", *self.argv()], lk.expected)
             if int(reply[0]) == 1:
                 break
             after = _text(reply[2])
@@ -198,7 +198,7 @@ class Limiter:
             HELD.remove(hold)
             try:
                 reply = run_script(scripts.LIMIT_RELEASE, redis, keys, list(lk), [token, "release", *self.argv()],
-                                   lk.expected())
+                                   lk.expected)
                 wake(redis, keys, reply[1:])
             except Exception as exc:  # (the block's work is done: failing it would have it done again)
                 logger.warning("limiter %r: its place was not given back (%s: %s); it frees when its lease "

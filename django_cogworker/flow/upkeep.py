@@ -73,7 +73,7 @@ def _hold_again(redis: RedisClient, keys: Keys, key: str, lease: float, tokens: 
     in as many more), for ``lease`` seconds from now (Redis's clock). Return how many are held."""
     lk = keys.limit(key)
     if not quarantine_wrong(redis, keys, lk.expected()):
-        return run_script(scripts.LIMIT_RENEW, redis, keys, [lk.holders], [repr(lease), *tokens], lk.expected())
+        return run_script(scripts.LIMIT_RENEW, redis, keys, [lk.holders], [repr(lease), *tokens], lk.expected)
     seconds, micros = redis.time()
     until = int(seconds) + int(micros) / 1_000_000 + lease
     redis.zadd(lk.holders, dict.fromkeys(tokens, until), nx=True)

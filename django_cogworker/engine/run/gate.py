@@ -23,6 +23,7 @@ result reads FAILED. The concurrency places a run took are given back when it en
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import random
@@ -135,7 +136,8 @@ class Gate:
         try:
             for group in ([keyed] if not self.keys.spread else [[pair] for pair in keyed]):
                 reply = run_script(scripts.LIMIT_TAKE, self.redis, self.keys,
-                                   *self._script_args(group, token, refusal, parked), self._expected(group))
+                                   *self._script_args(group, token, refusal, parked),
+                                   functools.partial(self._expected, group))
                 if int(reply[0]) != 1:
                     if taken:
                         self.give_back(taken, token, "undo")
@@ -187,7 +189,7 @@ class Gate:
         back goes to its queue at once (flow/limiter.py's ``wake``)."""
         for group in ([taken] if not self.keys.spread else [[pair] for pair in taken]):
             reply = run_script(scripts.LIMIT_RELEASE, self.redis, self.keys, *self._script_args(group, token, mode),
-                               self._expected(group))
+                               functools.partial(self._expected, group))
             if len(reply) > 1:
                 wake(self.redis, self.keys, reply[1:])
 
@@ -221,7 +223,7 @@ class Gate:
             try:
                 lk = self.keys.limit(refused.key)
                 run_script(scripts.LIMIT_PARK, self.redis, self.keys, [lk.waiting, lk.parked],
-                           [str(payload.get("jid")), filing.raw(), repr(filing.score)], lk.expected())
+                           [str(payload.get("jid")), filing.raw(), repr(filing.score)], lk.expected)
             except Exception as exc:  # (it comes back at its due time all the same)
                 logger.warning("jid=%s: not parked for a wake-up (%s: %s)", payloads.printable(payload.get("jid")),
                                type(exc).__name__, payloads.printable(exc))
@@ -230,7 +232,7 @@ class Gate:
     def _count(self, key: str, outcome: str) -> None:
         try:
             lk = self.keys.limit(key)
-            run_script(scripts.LIMIT_COUNT, self.redis, self.keys, [lk.stats], [outcome], lk.expected())
+            run_script(scripts.LIMIT_COUNT, self.redis, self.keys, [lk.stats], [outcome], lk.expected)
         except Exception as exc:  # (a count, never worth the job's filing)
             logger.warning("limiter %s: a %s not counted (%s: %s)", payloads.printable(key), outcome,
                            type(exc).__name__, payloads.printable(exc))
