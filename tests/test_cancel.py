@@ -6,6 +6,7 @@ subprocesses, or an in-process Launcher where a test job of this module is neede
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 
@@ -112,6 +113,15 @@ def test_a_dead_job_is_not_found_and_the_error_says_it_is_dead(r):
 
     assert not r.hexists(K.cancels, payload["jid"])
     assert r.zcard(K.dead) == 1  # (left there: deleting it is the dead set's business)
+
+def test_a_cancels_hash_of_the_wrong_type_is_moved_aside_and_the_cancel_goes_through(r, caplog):
+    jid = RecordJob.perform_async("never")
+    r.set(K.cancels, "not a hash")
+    with caplog.at_level(logging.WARNING):
+        assert cancel(jid) == "removed"
+    assert jids_in(r, K.queue("default")) == []
+    assert len(list(r.scan_iter(match=f"{K.quarantine_prefix}{K.cancels}:*"))) == 1
+    assert "held a string, not a hash" in caplog.text
 
 
 @pytest.mark.parametrize("jid", ["", None, 42])

@@ -195,6 +195,25 @@ def test_a_queue_key_is_quarantined_in_its_slot_and_the_admin_moves_across_slots
     assert {m.decode() for m in cr.smembers(K.queues)} == {a, b}
 
 
+def test_a_batch_s_and_a_limiter_key_s_keys_of_the_wrong_type_are_quarantined_in_their_own_slots(cluster, cr):
+    # (Named in the home slot, their quarantine was a RENAME across slots: CROSSSLOT, never moved.)
+    from django_cogworker import Limiter
+    from django_cogworker.batches import steps
+
+    bk = K.batch("b1")
+    cr.hset(bk.meta, mapping={"created_at": "1", "committed": "1"})
+    cr.sadd(bk.jobs, "j1")
+    cr.set(bk.pending, "not a set")
+    steps.settle(cr, K, "b1", "j1", "success", "", 60)
+    with Limiter.concurrent("cluster:poisoned", 1, lease=60).within(redis=cr, keys=K):
+        cr.set(K.limit("cluster:poisoned").holders, "not a zset")
+    moved = {q.original: q for q in api.QuarantinedKey.all(redis=cr, keys=K)}
+    assert set(moved) == {bk.pending, K.limit("cluster:poisoned").holders}
+    for original, quarantined in moved.items():
+        assert cluster.node_of(quarantined.key) is cluster.node_of(original) and quarantined.type == "string"
+    assert cr.hexists(bk.meta, "lost:pending") and cr.hexists(K.limit("cluster:poisoned").stats, "lost:holders")
+
+
 def test_a_run_now_whose_push_fails_leaves_the_entry_where_it_was(cluster, cr, two_queues):
     a = two_queues[0]
     cr.set(K.queue(a), "not a list")  # its queue's push is refused (WRONGTYPE), in the queue's slot

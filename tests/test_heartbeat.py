@@ -291,6 +291,20 @@ def test_a_beat_tells_the_manager_s_cancels_and_deletes_stale_requests(launcher,
     cancels.finished("j2")
 
 
+def test_cancel_requests_of_the_wrong_type_are_moved_aside_by_the_beat_that_reads_them(launcher, r, caplog):
+    # (Each beat logged an ERROR until the key guard's next round, KEY_GUARD_INTERVAL later: the
+    # requests are a feature's key, moved aside by whoever meets it.)
+    r.set(K.cancels, "wrong type")
+    with caplog.at_level(logging.WARNING, logger="django_cogworker"):
+        launcher.heartbeat.beat()
+        launcher.heartbeat.beat()
+    assert [rec.name for rec in caplog.records] == ["django_cogworker.broker.quarantine"]
+    assert len(list(r.scan_iter(match=f"{K.quarantine_prefix}{K.cancels}:*"))) == 1
+    r.hset(K.cancels, "j1", json.dumps({"at": time.time(), "interrupt": False}))
+    launcher.heartbeat.beat()
+    assert launcher.manager.cancels.requested("j1")
+
+
 def test_stats_are_flushed_with_the_beat(launcher, r):
     for failed in (False, False, True):
         launcher.stats.job_done(failed=failed)

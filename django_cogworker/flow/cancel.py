@@ -35,7 +35,8 @@ from typing import Any
 
 from ..batches import steps
 from ..bounds import check_text
-from ..broker.keys import Keys, for_config, glob_escape
+from ..broker.keys import Keys, Want, for_config, glob_escape
+from ..broker.quarantine import guarded
 from ..broker.types import RedisClient
 from ..errors import Cancelled, InvalidArgument, JobNotFound, NotCancellable
 from ..push import payload as payloads
@@ -61,7 +62,9 @@ def cancel(jid: str, interrupt: bool = False, *, redis: RedisClient | None = Non
         redis = redis if redis is not None else runtime.get_redis()
         keys = keys if keys is not None else for_config(config)
         batch_ttl = batch_ttl if batch_ttl is not None else config.batch_ttl
-    redis.hset(keys.cancels, jid, json.dumps({"at": time.time(), "interrupt": bool(interrupt)}))
+    request = json.dumps({"at": time.time(), "interrupt": bool(interrupt)})
+    # (``cancels`` of the wrong type: moved to quarantine, and the request written to a fresh one)
+    guarded(redis, keys, {keys.cancels: Want("hash")}, lambda: redis.hset(keys.cancels, jid, request))
     payload = _remove_waiting(redis, keys, jid)
     if payload is not None:
         # (Its one copy is gone: the request would only cost every heartbeat a field for a day.)
@@ -103,7 +106,9 @@ def asked(payload: dict[str, Any]) -> bool:
             from ..engine.run.cancels import read_request  # (a worker's: it runs the job)
             from ..push import runtime
 
-            raw = runtime.get_redis().hget(for_config(runtime.get_config()).cancels, str(payload.get("jid")))
+            redis, keys = runtime.get_redis(), for_config(runtime.get_config())
+            raw = guarded(redis, keys, {keys.cancels: Want("hash")},
+                          lambda: redis.hget(keys.cancels, str(payload.get("jid"))))
             # (Garbage in the hash is no request: the heartbeat drops it, logged.)
             run.cancelled = raw is not None and read_request(raw, time.time()) is not None
         except Exception as exc:  # (Redis away: the heartbeat tells it once back)

@@ -24,7 +24,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ...broker.keys import Keys, presence_ttl
+from ...broker.keys import Keys, Want, presence_ttl
+from ...broker.quarantine import is_wrong_type, quarantine_wrong
 from ...broker.types import RedisClient
 from ...conf import Config
 from ...errors import is_unavailable
@@ -161,6 +162,11 @@ class Heartbeat(LoopThread):
                 if is_unavailable(result):
                     raise result
                 stamped = stamped and i < fetch_first
+                if what == "cancel requests" and is_wrong_type(result):
+                    # (a feature's key, which the key guard checked only every KEY_GUARD_INTERVAL:
+                    # moved aside now, once; read afresh by the next beat)
+                    quarantine_wrong(r, k, {k.cancels: Want("hash")})
+                    continue
                 logger.error("heartbeat: %s not written: %s: %s", what, type(result).__name__, result)
                 if what == "paused queues":
                     manager.paused = frozenset()  # unreadable: count as none paused, logged

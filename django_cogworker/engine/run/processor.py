@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ... import joblog
 from ...batches.steps import step_for
-from ...errors import Cancelled, LimitKeyError, OverLimit, PayloadError, UnknownJobError
+from ...errors import Cancelled, LimitError, OverLimit, PayloadError, UnknownJobError
 from ...push import payload as payloads
 from ...push import scope as _scope
 from ...push.job import registered
@@ -134,7 +134,7 @@ class Processor:
         if gate is not None:
             try:
                 entered = gate.enter(unit.raw, payload, known)
-            except (LimitKeyError, OverLimit) as exc:
+            except (LimitError, OverLimit) as exc:
                 entered = self.fail_unrun(unit, payload, exc, counted)
             if isinstance(entered, str):  # (dropped, rescheduled or failed: it doesn't run)
                 ledger.unit_dropped(unit)
