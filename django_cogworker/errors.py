@@ -121,7 +121,12 @@ class OverLimit(CogworkerError):
         return type(self), (self.key, self.kind, self.retry_after)
 
 
-class LimitKeyError(CogworkerError):
+class LimitError(CogworkerError):
+    """A job's limits could not be taken for good (not an outage: waiting would change nothing);
+    the job is filed as failed (retry, then dead), never rescheduled for ever."""
+
+
+class LimitKeyError(LimitError):
     """A limiter's key function raised, or returned something other than a non-empty string."""
 
 
@@ -131,6 +136,11 @@ class JobExpired(CogworkerError):
 
 class JobNotFound(CogworkerError, LookupError):
     """``cancel(jid)`` of a jid that is nowhere: not waiting, scheduled, retrying or running."""
+
+
+class NotCancellable(CogworkerError):
+    """``cancel(jid)`` of a job whose class can't be cancelled: the package's hand-over jobs, which
+    a chain or a parent batch waits for. The message says why and what to cancel instead."""
 
 
 class Cancelled(BaseException):

@@ -484,6 +484,15 @@ class Worker:
     def kill9(self) -> None:
         self.signal(signal.SIGKILL)
 
+    def stall(self) -> None:
+        """SIGSTOP, and wait until the kernel has stopped it (a frozen VM, a process cut off)."""
+        self.signal(signal.SIGSTOP)
+        wait_until(lambda: _state(self.pid) in ("T", "t"), timeout=10, interval=0.01, message="the worker stopped")
+
+    def wake(self) -> None:
+        """SIGCONT: a stalled worker carries on where it stopped."""
+        self.signal(signal.SIGCONT)
+
     def wait(self, timeout: float = 30) -> int:
         """Exit code (negative: killed by that signal); AssertionError if still running after timeout."""
         try:
@@ -504,6 +513,12 @@ class Worker:
 
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _state(pid: int) -> str:
+    """The state letter of process ``pid`` in /proc ("T": stopped by a signal)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rpartition(")")[2].split()[0]
 
 
 def pid_alive(pid: int) -> bool:

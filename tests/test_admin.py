@@ -822,6 +822,51 @@ def test_the_progress_bar_keeps_its_widths_in_a_locale_with_a_decimal_comma(view
     assert 'class="cw-bar-succeeded" style="width: 33.3%"' in page
 
 
+@pytest.mark.parametrize("name", ["meta", "jobs", "pending", "failed", "dead", "outbox"])
+def test_a_batch_with_a_key_of_the_wrong_type_shows_as_poisoned_before_and_after_its_quarantine(viewer, rb, name):
+    # (A pending, failed or meta of the wrong type answered 500: each read of it a WRONGTYPE.)
+    from admin_fixtures import batch_step
+
+    from django_cogworker import Batch
+    from testproject.demo.jobs import RecordJob
+
+    _, broken, child, _, jids = _batches_with_every_state()
+    key = getattr(KEYS.batch(broken.bid), name)
+    rb.delete(key)
+    rb.set(key, "not mine")
+    # (The listing reads no outbox: its page says it.)
+    for url in (f"{BASE}batches/{broken.bid}/", *([BASE + "batches/"] if name != "outbox" else [])):
+        response = viewer.get(url)
+        assert response.status_code == 200 and ">poisoned<" in response.content.decode()
+    assert f"<dt>Wrong type</dt><dd><span class=\"cw-flag cw-warn\">{name}</span>" in viewer.get(
+        f"{BASE}batches/{broken.bid}/").content.decode()
+    if name == "jobs":  # (a push into the batch meets it: moved to quarantine)
+        with Batch(bid=broken.bid).jobs():
+            RecordJob.perform_async("seen")
+    else:  # (the steps of its other jobs meet it)
+        for member in (jids[1], jids[2], f"b:{child.bid}"):
+            batch_step(broken.bid, member, "success")
+    page = viewer.get(f"{BASE}batches/{broken.bid}/").content.decode()
+    assert f'<span class="cw-flag cw-warn">lost: {name}</span>' in page and "<dt>Wrong type</dt>" not in page
+
+
+def test_a_limiter_with_a_key_of_the_wrong_type_shows_as_poisoned_before_and_after_its_quarantine(viewer, rb):
+    from admin_fixtures import hold, limiter
+
+    from django_cogworker import Limiter
+
+    lk = limiter(rb, "stripe", "concurrent", 3, lease=60)
+    rb.set(lk.holders, "not mine")
+    page = viewer.get(f"{BASE}limits/stripe/").content.decode()
+    assert '<dt>Wrong type</dt><dd><span class="cw-flag cw-warn">holders</span>' in page
+    assert ">poisoned<" in viewer.get(BASE + "limits/").content.decode()
+    with Limiter.concurrent("stripe", 3, lease=60).within(redis=rb, keys=KEYS):  # (a take meets it)
+        hold(rb, "stripe", "jid-one", "host:1:a")
+        page = viewer.get(f"{BASE}limits/stripe/").content.decode()
+    assert '<span class="cw-flag cw-warn">lost: holders</span>' in page and "<dt>Wrong type</dt>" not in page
+    assert "jid-one" in page
+
+
 # -- limits (read only: written into Redis as the workers write them, admin_fixtures.limiter) ---------
 
 
@@ -977,6 +1022,23 @@ def test_cancel_of_an_unknown_jid_is_a_warning_and_changes_nothing(changer, rb):
     empty = changer.post(CANCEL, {"jid": "  "}, follow=True)
     assert "Name the job to cancel" in _messages(empty)
     assert snapshot(rb) == before and not rb.exists(KEYS.cancels) and not rb.exists(KEYS.stat_cancelled)
+
+
+def test_cancel_of_a_chain_s_hand_over_job_says_why_it_is_refused_and_changes_nothing(changer, rb):
+    from django_cogworker.batches import ChainNext
+
+    payload = ChainNext.set().build([{"bid": "step-bid", "event": "success"}], {"chain": "chain-bid", "steps": [],
+                                                                                "index": 1})
+    rb.lpush(KEYS.queue("default"), payloads.encode(payload))
+    rb.sadd(KEYS.queues, "default")
+    before = snapshot(rb)
+    response = changer.post(CANCEL, {"jid": payload["jid"], "next": f"{BASE}queue/default/"}, follow=True)
+    assert response.redirect_chain == [(f"{BASE}queue/default/", 302)]
+    (message,) = list(response.context["messages"])
+    assert message.level_tag == "error"
+    assert f"Job {payload['jid']} can't be cancelled: job '{payload['jid']}' is chain 'chain-bid'" in unescape(
+        str(message)) and "To stop the chain, cancel a job of its next step" in unescape(str(message))
+    assert snapshot(rb) == before
 
 
 def test_cancel_is_refused_to_a_viewer_and_to_a_get(viewer, changer, rb):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 from helpers import FAST_ENV, Worker, wait_until
@@ -109,6 +110,28 @@ def test_a_job_adds_jobs_to_its_own_batch_and_a_child_batch_completes_before_its
     status = Batch.status(parent.bid)
     assert (status.total, status.pending) == (7, 0)  # the adder, its 5 jobs and the child batch
     assert r.hlen("m:done") == 6
+
+
+def test_an_outbox_of_the_wrong_type_when_the_last_job_ends_is_quarantined_and_the_callbacks_delivered(tmp_path, r):
+    # (success was stamped done, its callback never reached the outbox; the job's step failed at
+    # every beat, and once the key was cleared the callback was lost for good.)
+    batch = Batch().on("complete", BatchCallbackJob, key="cb").on("success", BatchCallbackJob, key="cb")
+    with batch.jobs():
+        BatchMemberJob.perform_async("m")
+        BatchMemberJob.perform_async("m")
+    outbox = K.batch(batch.bid).outbox
+    r.set(outbox, "not a list")
+    with worker(tmp_path) as w:
+        w.wait_ready()
+        wait_until(lambda: len(callbacks(r)) == 2, timeout=30, message="complete and success")
+        time.sleep(1)  # (a few beats: nothing pending may try the step again)
+        w.term()
+        w.wait(30)
+    assert events(r) == [("complete", batch.bid), ("success", batch.bid)]
+    assert Batch.status(batch.bid).lost == ["outbox"] and r.llen(outbox) == 0
+    (moved,) = r.scan_iter(match=f"{K.quarantine_prefix}{outbox}:*")
+    assert w.log().count(f"{outbox} held a string, not a list: moved to {moved}") == 1
+    assert "WRONGTYPE" not in w.log() and "kept in memory" not in w.log()
 
 
 def test_bad_calls_fail_at_the_call(r):

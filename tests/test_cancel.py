@@ -6,6 +6,7 @@ subprocesses, or an in-process Launcher where a test job of this module is neede
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 
@@ -13,8 +14,10 @@ import pytest
 from engine_fixtures import GATES, RUNS, launcher_factory_fixture, new_token, runs  # noqa: F401
 from helpers import FAST_ENV, Worker, wait_until
 
-from django_cogworker import Batch, CogworkerError, Job, JobNotFound, cancel
+from django_cogworker import Batch, CogworkerError, Job, JobNotFound, cancel, chain
+from django_cogworker.batches import ChainNext
 from django_cogworker.broker.keys import Keys
+from django_cogworker.errors import NotCancellable
 from django_cogworker.push import payload as payloads
 from testproject.demo.flow_jobs import CancellableJob
 from testproject.demo.jobs import BatchCallbackJob, GatedJob, RecordJob
@@ -111,6 +114,15 @@ def test_a_dead_job_is_not_found_and_the_error_says_it_is_dead(r):
     assert not r.hexists(K.cancels, payload["jid"])
     assert r.zcard(K.dead) == 1  # (left there: deleting it is the dead set's business)
 
+def test_a_cancels_hash_of_the_wrong_type_is_moved_aside_and_the_cancel_goes_through(r, caplog):
+    jid = RecordJob.perform_async("never")
+    r.set(K.cancels, "not a hash")
+    with caplog.at_level(logging.WARNING):
+        assert cancel(jid) == "removed"
+    assert jids_in(r, K.queue("default")) == []
+    assert len(list(r.scan_iter(match=f"{K.quarantine_prefix}{K.cancels}:*"))) == 1
+    assert "held a string, not a hash" in caplog.text
+
 
 @pytest.mark.parametrize("jid", ["", None, 42])
 def test_a_jid_that_is_not_a_non_empty_string_is_refused(jid):
@@ -187,6 +199,46 @@ def test_a_batch_s_job_cancelled_while_waiting_counts_as_dead_for_its_batch(r):
     queued = [json.loads(raw) for raw in r.lrange(K.queue("default"), 0, -1)]
     assert [p["jid"] for p in queued if p["class"] == RecordJob.name] == [other]
     assert [p["class"] for p in queued].count(BatchCallbackJob.name) == 1  # its death fired
+
+
+# -- a batch's hand-over job: refused ---------------------------------------------------------------
+
+
+def test_a_chain_s_hand_over_jobs_are_not_cancelled_and_the_chain_goes_on(launcher_factory, r):
+    # Cancelled, django_cogworker.chain_next answered "removed" and the chain never went on nor
+    # fired complete or death. Its hand-overs wait here in a queue no worker serves yet.
+    launcher_factory()
+    flow = chain(RecordJob.s("steps", 1), RecordJob.s("steps", 2)).on("success", BatchCallbackJob, key="cb")
+    bid = flow.perform_async(callback_queue="handovers").bid
+    wait_until(lambda: r.llen(K.queue("handovers")) == 2, message="the first step done, its hand-overs waiting")
+    waiting = {json.loads(raw)["class"]: json.loads(raw)["jid"] for raw in r.lrange(K.queue("handovers"), 0, -1)}
+    assert set(waiting) == {"django_cogworker.chain_next", "django_cogworker.batch_child_done"}
+    queued = r.lrange(K.queue("handovers"), 0, -1)
+
+    for name, whose in (("chain_next", f"chain {bid!r}"), ("batch_child_done", f"batch {bid!r}")):
+        with pytest.raises(NotCancellable, match=rf"is {re.escape(whose)}'s own bookkeeping .*To stop"):
+            cancel(waiting[f"django_cogworker.{name}"], interrupt=True)
+
+    assert r.lrange(K.queue("handovers"), 0, -1) == queued  # left where they wait
+    assert not r.exists(K.cancels) and r.get(K.stat_cancelled) is None
+    # A request a worker read while cancel was still looking (before it withdrew it) is ignored.
+    r.hset(K.cancels, waiting["django_cogworker.chain_next"], json.dumps({"at": time.time(), "interrupt": True}))
+    launcher_factory(QUEUES=["handovers"])
+    wait_until(lambda: r.lrange("cb", 0, -1), message="the chain's success")
+    assert r.lrange("steps", 0, -1) == ["1", "2"] and json.loads(r.lindex("cb", 0))["bid"] == bid
+    assert Batch.status(bid).success and r.get(K.stat_cancelled) is None
+
+
+def test_a_hand_over_job_taken_by_a_worker_is_not_signalled(r):
+    payload = ChainNext.set().build([{"bid": "step-bid", "event": "success"}], {"chain": "chain-bid", "steps": [],
+                                                                                "index": 1})
+    r.sadd(K.in_progress_identities, "host:1:abc")
+    r.lpush(K.in_progress("host:1:abc"), payloads.encode(payload))  # fetched, or running
+
+    with pytest.raises(NotCancellable, match="chain 'chain-bid'"):
+        cancel(payload["jid"])
+
+    assert r.llen(K.in_progress("host:1:abc")) == 1 and not r.exists(K.cancels)
 
 
 # -- a running job, with a real worker --------------------------------------------------------------

@@ -296,6 +296,32 @@ def test_a_batch_shows_its_counts_callbacks_children_and_jobs_where_they_are(rb)
     assert {c["event"]: c["state"] for c in document["callbacks"]} == {"success": "not fired", "death": "pushed"}
 
 
+def fields(out: str) -> dict[str, str]:
+    """The FIELD, VALUE table of ``batches BID`` (a field without a value left out)."""
+    return dict(cells for cells in map(columns, out.split("\n\n")[0].splitlines()[1:]) if len(cells) == 2)
+
+
+@pytest.mark.parametrize("name", ["meta", "pending", "failed"])
+def test_a_batch_with_a_key_of_the_wrong_type_is_shown_poisoned_never_a_traceback(rb, name):
+    # (``batches BID`` printed a traceback: WRONGTYPE out of every read of the key.)
+    from admin_fixtures import batch_step
+
+    _, batch, child, jids = _batches()
+    key = getattr(K.batch(batch.bid), name)
+    rb.delete(key)
+    rb.set(key, "not mine")
+    out, err = cli("batches", batch.bid)
+    table = fields(out)
+    assert table["state"].endswith(", poisoned") and table["wrong type"].startswith(f"{name}: read as empty")
+    assert cli_json("batches", batch.bid)["batch"]["poisoned"] == [name] and "Traceback" not in err
+    assert ", poisoned" in next(line for line in cli("batches")[0].splitlines() if line.startswith(batch.bid))
+    for member in (jids[1], jids[3], f"b:{child.bid}"):  # (the steps of its jobs meet it: moved to quarantine)
+        batch_step(batch.bid, member, "success")
+    table = fields(cli("batches", batch.bid)[0])
+    assert table["lost"].startswith(f"{name}: found holding the wrong type") and "wrong type" not in table
+    assert cli_json("batches", batch.bid)["batch"]["lost"] == [name]
+
+
 def test_a_batch_listing_cut_at_its_bound_says_so(rb, monkeypatch):
     from django_cogworker import Batch
     from django_cogworker.api import batches as api_batches
@@ -410,6 +436,22 @@ def test_limits_lists_each_key_with_its_use_holders_and_refusals(rb):
     assert "1-1 of 2, page 1 of 2; --page 2 for more" in err
 
 
+def test_a_limiter_with_a_key_of_the_wrong_type_is_listed_poisoned(rb):
+    from admin_fixtures import limiter
+
+    from django_cogworker import Limiter
+
+    lk = limiter(rb, "stripe", "concurrent", 3, lease=60)
+    rb.set(lk.holders, "not mine")
+    out, err = cli("limits")
+    assert out.splitlines()[1].split()[:3] == ["stripe", "concurrent", "(poisoned)"] and err == ""
+    assert cli_json("limits")["items"][0]["poisoned"] == ["holders"]
+    with Limiter.concurrent("stripe", 3, lease=60).within(redis=rb, keys=K):  # (a take meets it)
+        pass
+    (item,) = cli_json("limits")["items"]
+    assert (item["lost"], item["poisoned"]) == (["holders"], [])
+
+
 def test_limits_with_none_used_is_an_empty_table(rb):
     out, _ = cli("limits")
     assert out.splitlines()[0].startswith("KEY") and len(out.splitlines()) == 1
@@ -442,6 +484,19 @@ def test_cancel_of_a_jid_utf8_can_not_carry_is_a_usage_error_not_a_traceback(rb)
         cli("cancel", "ab\udcff")
     assert caught.value.returncode == 2  # (a usage error)
     assert rb.dbsize() == 0
+
+
+def test_cancel_of_a_batch_s_hand_over_job_fails_with_the_reason(rb):
+    from django_cogworker.batches import BatchChildDone
+
+    payload = BatchChildDone.set().build([{"bid": "child-bid", "event": "complete"}], {"parent": "parent-bid"})
+    rb.lpush(K.queue("default"), json.dumps(payload, separators=(",", ":")))
+    rb.sadd(K.queues, "default")
+    with pytest.raises(CommandError, match=f"{payload['jid']}: not cancelled: job '{payload['jid']}' is batch "
+                                           f"'parent-bid''s own bookkeeping") as caught:
+        cli("cancel", payload["jid"])
+    assert caught.value.returncode == 1
+    assert api.Queue("default").size() == 1 and not rb.exists(K.cancels) and not rb.exists(K.stat_cancelled)
 
 
 def test_cancel_interrupt_stops_a_running_job_that_never_asks(rb):

@@ -27,6 +27,7 @@ from django_cogworker.broker import crossings, scripts
 from django_cogworker.broker.crossings import LEASE_SECONDS
 from django_cogworker.broker.keys import Keys, for_config
 from django_cogworker.conf import build_config
+from django_cogworker.engine.fetch.registry import make_fetch
 from django_cogworker.engine.recovery.key_guard import KeyGuard
 from django_cogworker.engine.recovery.orphans import OrphanRecovery
 from django_cogworker.engine.schedule.due import DueSweep
@@ -194,6 +195,25 @@ def test_a_queue_key_is_quarantined_in_its_slot_and_the_admin_moves_across_slots
     assert {m.decode() for m in cr.smembers(K.queues)} == {a, b}
 
 
+def test_a_batch_s_and_a_limiter_key_s_keys_of_the_wrong_type_are_quarantined_in_their_own_slots(cluster, cr):
+    # (Named in the home slot, their quarantine was a RENAME across slots: CROSSSLOT, never moved.)
+    from django_cogworker import Limiter
+    from django_cogworker.batches import steps
+
+    bk = K.batch("b1")
+    cr.hset(bk.meta, mapping={"created_at": "1", "committed": "1"})
+    cr.sadd(bk.jobs, "j1")
+    cr.set(bk.pending, "not a set")
+    steps.settle(cr, K, "b1", "j1", "success", "", 60)
+    with Limiter.concurrent("cluster:poisoned", 1, lease=60).within(redis=cr, keys=K):
+        cr.set(K.limit("cluster:poisoned").holders, "not a zset")
+    moved = {q.original: q for q in api.QuarantinedKey.all(redis=cr, keys=K)}
+    assert set(moved) == {bk.pending, K.limit("cluster:poisoned").holders}
+    for original, quarantined in moved.items():
+        assert cluster.node_of(quarantined.key) is cluster.node_of(original) and quarantined.type == "string"
+    assert cr.hexists(bk.meta, "lost:pending") and cr.hexists(K.limit("cluster:poisoned").stats, "lost:holders")
+
+
 def test_a_run_now_whose_push_fails_leaves_the_entry_where_it_was(cluster, cr, two_queues):
     a = two_queues[0]
     cr.set(K.queue(a), "not a list")  # its queue's push is refused (WRONGTYPE), in the queue's slot
@@ -262,6 +282,23 @@ def test_a_dead_process_list_found_by_its_key_goes_back_to_its_own_queue_whateve
     assert json.loads(requeued)["jid"] == "orphan" and json.loads(requeued)["orphaned_from"] == dead
     assert not cr.exists(list_key) and cr.sismember(K.queues, name)
     assert cr.smembers(K.in_progress_identities) == set()  # forgotten once its list was empty; no other made up
+
+
+def test_a_job_taken_before_a_stall_is_asked_about_in_its_own_queue_s_slot(cluster, cr, two_queues):
+    # (test_fetch.py has the lone Redis's.) The stamp in the home slot, then the list in the queue's.
+    config = build_config({"REDIS_URL": cluster.url, "QUEUES": two_queues})
+    fetch = make_fetch(config, cr, for_config(config), "host:1:abc")
+    for queue in two_queues:
+        cr.lpush(K.queue(queue), entry(f"in-{queue}", queue))
+    kept, requeued = sorted(fetch.retrieve(2), key=lambda unit: unit.queue)
+    cr.lrem(fetch.list_of(requeued.queue), 1, requeued.raw)  # as orphan recovery does
+
+    assert fetch.still_ours(kept) and not fetch.still_ours(requeued)
+
+    assert cr.hexists(K.last_beat, "host:1:abc") and cr.sismember(K.in_progress_identities, "host:1:abc")
+    cr.set(K.orphan_lock("host:1:abc"), "live:2:def")  # another process recovering the lists now
+    assert not fetch.still_ours(kept)
+    assert cr.lrange(fetch.list_of(kept.queue), 0, -1) == [kept.raw]  # (asking moves nothing)
 
 
 def test_limits_hold_on_a_cluster_each_key_in_its_own_slot(cluster, cr, on_cluster):

@@ -4,6 +4,7 @@ whose jobs() block fired them died before it delivered them, by the workers' hou
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 import pytest
@@ -59,6 +60,24 @@ def test_a_closing_is_kept_while_its_block_is_open_and_forgotten_once_its_batch_
     delivery.closing(rb, K, "gone", time.time())
     delivery.sweep_closing(rb, K, 60, later)
     assert r.zcard(K.batch_closing) == 0
+
+
+def test_a_batch_closing_of_the_wrong_type_is_moved_aside_and_the_block_closes_firing_its_callbacks(r, rb, caplog):
+    # (The block's close failed at its first write: the batch stayed open for ever, its jobs ran,
+    # and its callbacks never fired. The key guard's round moved the key aside, too late for it.)
+    r.set(K.batch_closing, "not a zset")
+    batch = Batch(callback_queue="callbacks")
+    batch.on("complete", BatchCallbackJob, key="cb").on("success", BatchCallbackJob, key="cb")
+    with caplog.at_level(logging.WARNING):
+        with batch.jobs():
+            pass
+    assert Batch.status(batch.bid).success and queued(r, "callbacks") == [BatchCallbackJob.name] * 2
+    assert r.type(K.batch_closing) in ("none", "zset") and r.zcard(K.batch_closing) == 0
+    assert len(list(r.scan_iter(match=f"{K.quarantine_prefix}{K.batch_closing}:*"))) == 1
+    assert [rec.name for rec in caplog.records] == ["django_cogworker.broker.quarantine"]
+    r.set(K.batch_closing, "not a zset")
+    assert delivery.sweep_closing(rb, K, 60, time.time()) == 0  # (the workers' sweep moves it aside too)
+    assert r.type(K.batch_closing) == "none"
 
 
 def test_a_worker_s_housekeeping_delivers_a_dead_closer_s_callbacks(monkeypatch, tmp_path, r):

@@ -1,5 +1,5 @@
-"""Fault tests: workers killed with -9, jobs that kill their process, Redis killed under load,
-an ack lost with the connection, TERM at random moments.
+"""Fault tests: workers killed with -9 or stalled (SIGSTOP) past the threshold, jobs that kill their
+process, Redis killed under load, an ack lost with the connection, TERM at random moments.
 
 Each test prints a FIGURES line (jobs, losses, duplicates, recovery times); run with -s to see
 them. Losses must be zero; duplicates must stay within the windows the docs name.
@@ -7,6 +7,7 @@ them. Losses must be zero; duplicates must stay within the windows the docs name
 
 from __future__ import annotations
 
+import collections
 import json
 import random
 import signal
@@ -121,6 +122,49 @@ def test_kill9_with_jobs_taken_ahead_they_come_back_through_orphan_recovery_like
     assert ends == sorted(jids)  # each ran to its end once: none lost
     assert starts == sorted(jids + started)  # the two cut short by the kill ran again; the rest once
     assert not r.exists(K.queue("default")) and r.zcard(K.dead) == 0
+
+
+def test_a_worker_stalled_past_the_threshold_starts_none_of_the_jobs_it_took_ahead_that_ran_elsewhere(tmp_path, r):
+    # A worker stopped (SIGSTOP: a frozen VM, a partition) for longer than ORPHAN_THRESHOLD is
+    # taken for dead, and a live one requeues its in-progress list and runs it: the running jobs,
+    # the finished ones whose acks waited for a fetch, and the ones taken ahead and not started. On
+    # waking, the stalled worker started those too (13 ran twice in two runs), and up to 25 finished
+    # ones ran again, their acks held for a fetch that waited for the 32 places ahead to run low.
+    # Only what it was running and what it had run with its ack unsent, at most one job per
+    # processor each (guarantees.md, 1 and 3), may run twice.
+    concurrency = 2
+    env = {"COGWORKER_CONCURRENCY": str(concurrency), "COGWORKER_PREFETCH": "4"}
+    with worker(tmp_path, name="stalled", env=env) as stalled:
+        stalled_id = stalled.wait_ready()
+        jids = set(RecordJob.perform_bulk([["ran"]] * 3000))
+        wait_until(lambda: r.llen("ran") >= 300, timeout=30, message="the drain under way")
+        stalled.stall()
+        held = {json.loads(raw)["jid"] for raw in r.lrange(K.in_progress(stalled_id), 0, -1)}
+        ran_before = set(r.lrange("ran", 0, -1))  # (run, or running past its record)
+        assert len(held - ran_before) > 2 and r.llen(K.queue("default"))  # jobs taken ahead, more waiting
+        with worker(tmp_path, name="live", env=env) as live:
+            live.wait_ready()
+            wait_until(lambda: f"job(s) from dead process {stalled_id}" in live.log(), timeout=THRESHOLD + 30,
+                       message="the stalled worker's list recovered")
+            stalled.wake()
+            wait_until(lambda: set(r.lrange("ran", 0, -1)) == jids and not r.llen(K.queue("default"))
+                       and not r.llen(K.in_progress(stalled_id)) and not r.llen(K.in_progress(live.identity)),
+                       timeout=60, message="every job run, every ack applied")
+            for w in (stalled, live):
+                w.term()
+            assert stalled.wait(30) == 0 and live.wait(30) == 0
+    runs = collections.Counter(r.lrange("ran", 0, -1))
+    twice = {jid for jid, n in runs.items() if n > 1}
+    assert set(runs) == jids and max(runs.values()) <= 2
+    # (Not run at the stop and run twice: only those it was running, not the ones taken ahead.)
+    not_run = len(twice - ran_before)
+    assert twice <= held and not_run <= concurrency, (len(held), len(held - ran_before), twice - ran_before)
+    assert len(twice) <= concurrency + concurrency, (len(held), len(twice), not_run)  # running + acks unsent
+    dropped = stalled.log().count("taken back by orphan recovery")
+    assert dropped >= len(held - ran_before) - concurrency
+    print(f"\nFIGURES worker stalled past the threshold: held {len(held)} at the stop, {len(held - ran_before)} "
+          f"of them not run yet; run twice {len(twice)} (at most {2 * concurrency}), {not_run} of them not run at "
+          f"the stop (at most the {concurrency} running); dropped on waking {dropped}")
 
 
 def test_a_dead_process_list_holding_poison_is_recovered_around_it(tmp_path, r):

@@ -429,6 +429,28 @@ def test_a_fetch_failing_for_another_reason_is_still_logged_with_its_traceback_o
 # -- the interface -------------------------------------------------------------------------------------
 
 
+def test_a_job_taken_before_a_stall_is_started_only_while_still_ours(make_fetch, mode, r):
+    # A process silent past ORPHAN_THRESHOLD may have been taken for dead, and the jobs it holds
+    # requeued elsewhere (fetch/stall.py): it asks about one taken before then before starting it.
+    fetch = make_fetch()
+    enqueue(r, "default", job(n=1), job(n=2))
+    kept, requeued = fetch.retrieve(2)
+    if mode == "basic":  # what it took lives only in its memory: nobody else can take it back
+        assert fetch.still_ours(kept) and fetch.still_ours(requeued) and fetch.stall.covers(0.0)
+        assert not r.exists(K.last_beat)
+        return
+    r.lrem(fetch.in_progress, 1, requeued.raw)  # as orphan recovery does
+
+    assert fetch.still_ours(kept) and not fetch.still_ours(requeued)
+
+    # Stamped alive on the way: a recovery that takes the lock from then on leaves the list (orphans.py).
+    seconds, _micros = r.time()
+    assert abs(float(r.hget(K.last_beat, "host:1:abc")) - seconds) < 5
+    assert r.sismember(K.in_progress_identities, "host:1:abc")
+    r.set(K.orphan_lock("host:1:abc"), "live:2:def")  # another process recovering the list now
+    assert not fetch.still_ours(kept)
+
+
 def test_make_fetch_builds_the_strategy_the_config_names_and_each_is_a_fetch(redis_url, bclient, mode):
     fetch = make_strategy(make_config(redis_url, FETCH=mode), bclient, K, "host:1:abc")
     assert type(fetch) is MODES[mode] and isinstance(fetch, Fetch)

@@ -20,6 +20,8 @@ from engine_fixtures import (
 from helpers import wait_until
 
 from django_cogworker.broker.keys import Keys
+from django_cogworker.engine.recovery.orphans import OrphanRecovery
+from django_cogworker.engine.settle.retry import RetryPolicy
 from django_cogworker.push import payload as payloads
 from django_cogworker.push.job import Job
 
@@ -151,6 +153,32 @@ def test_at_quiet_jobs_taken_ahead_go_back_to_the_head_of_their_queue_unstarted(
     wait_until(lambda: len([e for e in runs(token) if e[0] == "end"]) == 2, message="the two running ended")
     time.sleep(0.3)
     assert sorted(e[1] for e in runs(token) if e[0] == "start") == sorted(jids[:2])
+
+
+def test_jobs_taken_ahead_by_a_process_silent_past_the_threshold_and_requeued_meanwhile_are_not_started(
+        launcher_factory, r, rb, monkeypatch, caplog):
+    # A process silent past ORPHAN_THRESHOLD (its heartbeat stopped here; a frozen VM, SIGSTOP, a
+    # partition in life) is taken for dead, and another requeues its in-progress list. The jobs it
+    # had taken ahead ran as requeued, and again here once it beat again: only the ones it was
+    # running may run twice (docs/guarantees.md).
+    token = new_token()
+    running = launcher_factory(CONCURRENCY=2)
+    jids = _short_then_held(running, token, holds=12)
+    wait_until(lambda: r.llen(running.in_progress) >= 2 + 4, message="jobs taken ahead")
+    monkeypatch.setattr(running.launcher.heartbeat, "beat", lambda: None)  # silent from now
+    live = OrphanRecovery(running.config, rb, K, "live:2:bbbbbb", RetryPolicy(running.config))
+    recovered = wait_until(lambda: live.recover(running.launcher.identity, 2.0), timeout=15,
+                           message="its list recovered once its beat was older than the threshold")
+    assert recovered >= 2 + 4 and not r.llen(running.in_progress)
+    monkeypatch.undo()  # it beats again
+
+    GATES[token].set()
+
+    wait_until(lambda: len([e for e in runs(token) if e[0] == "end"]) >= 12 + 2, message="all twelve ran, two twice")
+    time.sleep(0.3)
+    # The two running when it went silent ran again as requeued; every other job once.
+    assert sorted(e[1] for e in runs(token) if e[0] == "start") == sorted(jids + jids[:2])
+    assert caplog.text.count("taken back by orphan recovery") == recovered - 2
 
 
 def test_with_prefetch_0_a_process_takes_no_more_than_its_idle_processors_even_while_jobs_run_short(

@@ -86,6 +86,26 @@ def test_a_holder_killed_9_frees_its_place_within_its_lease_and_its_job_runs_aga
     assert settled(r) == {"queue": 0, "schedule": 0, "retry": 0, "dead": 0}
 
 
+def test_a_limiter_key_of_the_wrong_type_is_quarantined_once_and_its_jobs_run(r, tmp_path):
+    # (Its jobs went back to the schedule every 2 s for ever, not counted toward OVER_LIMIT_MAX,
+    # 180 WRONGTYPE lines a minute: no key guard round knows the keys of each limiter.)
+    holders = KEYS.limit("demo:solo").holders
+    r.set(holders, "not mine")
+    jids = {SoloJob.perform_async("poisoned", 0) for _ in range(3)}
+    with Worker(env=FLEET_ENV, log_path=tmp_path / "worker.log") as worker:
+        wait_until(lambda: r.llen("poisoned:done") == 3, timeout=30, interval=0.1,
+                   message=f"the limited jobs never ran; left {settled(r)}")
+        time.sleep(1)  # (a few beats: none of them may meet it again)
+        log = worker.log()
+    assert set(r.lrange("poisoned:done", 0, -1)) == jids and settled(r) == {"queue": 0, "schedule": 0, "retry": 0,
+                                                                             "dead": 0}
+    (moved,) = r.scan_iter(match=f"{KEYS.quarantine_prefix}{holders}:*")
+    assert r.get(moved) == "not mine"
+    assert log.count(f"{holders} held a string, not a zset: moved to {moved}") == 1
+    assert "WRONGTYPE" not in log and "could not be taken" not in log
+    assert r.zcard(holders) == 0  # (every place given back, into the fresh key)
+
+
 def test_a_bucket_of_50_a_second_admits_at_most_50_starts_in_each_second_across_the_fleet(r, fleet):
     for worker in fleet:
         wait_until(lambda w=worker: len(w.children(r)) == 2, timeout=30, message="the fleet did not start")

@@ -21,7 +21,7 @@ from engine_fixtures import (
     new_token,
     runs,
 )
-from helpers import wait_until
+from helpers import refuse, serve_again, wait_until
 from limiter_fixtures import fresh_limiters  # noqa: F401 - the fresh_limiters fixture
 
 from django_cogworker import Job, Limiter
@@ -32,7 +32,7 @@ from django_cogworker.engine.run.cancels import Cancels
 from django_cogworker.engine.run.gate import BACKOFF_MAX, DROPPED, FREE, RESCHEDULED, UNREACHABLE_DELAY, Gate, Ticket
 from django_cogworker.engine.settle.retry import RetryPolicy
 from django_cogworker.engine.settle.settling import AckBatch, Settler
-from django_cogworker.errors import LimitKeyError, OverLimit
+from django_cogworker.errors import LimitError, LimitKeyError, OverLimit
 from django_cogworker.flow.limiter import HELD, SEEN, holder_token
 from django_cogworker.push import payload as payloads
 from django_cogworker.push.job import JobSetter
@@ -105,7 +105,8 @@ def make_parts(redis_url, rb, keys: Keys = K, over_limit_max: int = 3) -> Parts:
     retry = RetryPolicy(config, clock=lambda: NOW)
     settler = Settler(fetch, retry)
     gate = Gate(rb, keys, over_limit_max=config.over_limit_max, retry=retry, settler=settler,
-                acks=AckBatch(fetch, settler), cancels=Cancels(), clock=lambda: NOW, rng=random.Random(7))
+                acks=AckBatch(fetch, settler, cap=config.concurrency), cancels=Cancels(), clock=lambda: NOW,
+                rng=random.Random(7))
     return Parts(rb, gate, fetch, settler)
 
 
@@ -261,18 +262,54 @@ def test_a_key_function_gives_each_argument_its_own_limit(parts, rb):
     second.release()
 
 
-def test_a_redis_error_while_taking_reschedules_the_job_uncounted(parts, rb, caplog):
-    rb.set(K.limit(one_at_a_time.name).holders, "not a sorted set")  # (LIMIT_TAKE fails: WRONGTYPE)
+def test_redis_refusing_every_write_while_taking_reschedules_the_job_uncounted(parts, rb, caplog):
     raw, payload = parts.fetched(OneAtATime, "t")
-
-    with caplog.at_level(logging.ERROR, logger="django_cogworker.engine.run.gate"):
-        assert parts.gate.enter(raw, payload, OneAtATime) == RESCHEDULED
+    refuse(rb, "noreplicas")  # (an outage: the take is refused, and so is the reschedule, until it ends)
+    try:
+        with caplog.at_level(logging.ERROR, logger="django_cogworker.engine.run.gate"):
+            assert parts.gate.enter(raw, payload, OneAtATime) == RESCHEDULED
+    finally:
+        serve_again(rb)
+    assert parts.settler.retry_pending_settlements() == 0
 
     ((filed, score),) = parts.scheduled()
     assert score == NOW + UNREACHABLE_DELAY
     assert "over_limit" not in filed and "retry_count" not in filed
     assert rb.llen(parts.fetch.in_progress) == 0
-    assert f"jid={payload['jid']}: its limits could not be taken (ResponseError" in caplog.text
+    assert f"jid={payload['jid']}: its limits could not be taken (ResponseError: NOREPLICAS" in caplog.text
+
+
+@pytest.mark.parametrize("name", ["holders", "stats", "waiting", "parked"])
+def test_a_limiter_key_of_the_wrong_type_is_quarantined_at_once_and_the_job_let_in(parts, rb, r, caplog, name):
+    # (Rescheduled uncounted instead, such a job came back every 2 s for ever, each try a WRONGTYPE
+    # line in the log: no key guard round knows the keys of each limiter.)
+    lk = K.limit(one_at_a_time.name)
+    rb.set(getattr(lk, name), "not mine")
+    raw, payload = parts.fetched(OneAtATime, "t")
+
+    with caplog.at_level(logging.INFO):
+        ticket = parts.gate.enter(raw, payload, OneAtATime)
+    assert isinstance(ticket, Ticket)
+    (moved,) = r.scan_iter(match=f"{K.quarantine_prefix}{getattr(lk, name)}:*")
+    assert r.get(moved) == "not mine" and r.ttl(moved) > 29 * 86400
+    assert rb.hget(lk.stats, f"lost:{name}") is not None  # (the limiter says what it lost: admin, CLI)
+    errors = [rec for rec in caplog.records if rec.levelno >= logging.WARNING]
+    assert [rec.name for rec in errors] == ["django_cogworker.broker.quarantine"]  # (said once)
+    assert rb.zcard(lk.holders) == 1  # (the place it took, in a fresh key if it was the one moved)
+    ticket.release()
+    assert rb.zcard(lk.holders) == 0 and parts.scheduled() == []
+
+
+def test_a_take_redis_refuses_for_good_fails_the_job_instead_of_rescheduling_it_for_ever(parts, rb):
+    # (A spec this worker's scripts don't know: the script's error reply, every time; rescheduled
+    # uncounted as if Redis were away, the job came back every 2 s for ever.)
+    odd = one_at_a_time.bind()
+    odd.kind = "fancy"
+    raw, payload = parts.fetched(OneAtATime, "t")
+
+    with pytest.raises(LimitError, match="its limits could not be taken: ResponseError: unknown limiter kind fancy"):
+        parts.gate.enter(raw, payload, type("Odd", (), {"limits": [odd]}))
+    assert parts.scheduled() == []
 
 
 def test_a_job_past_its_expiry_is_dropped_before_its_limits_are_looked_at(parts, rb):

@@ -24,6 +24,7 @@ from django_cogworker.api import ProcessSet
 from django_cogworker.broker.keys import Keys
 from django_cogworker.conf import build_config
 from django_cogworker.engine.fetch.contract import Unit
+from django_cogworker.engine.fetch.stall import clock as stall_clock
 from django_cogworker.engine.process import heartbeat as heartbeat_module
 from django_cogworker.engine.process.launcher import Launcher
 from django_cogworker.push import payload as payloads
@@ -157,6 +158,16 @@ def test_a_secondary_key_of_the_wrong_type_does_not_fail_the_beat(launcher, r, c
             assert abs(float(r.hget(other_key, ID)) - redis_now(r)) < 5
 
 
+@pytest.mark.parametrize("poisoned", [None, "last_beat", "in_progress_identities"])
+def test_only_a_beat_that_orphan_recovery_can_read_vouches_for_the_jobs_held(launcher, r, poisoned):
+    # A job taken before this process may have been taken for dead is asked about before it starts
+    # (fetch/stall.py); a beat whose stamp didn't go through keeps nobody from taking it for dead.
+    if poisoned:
+        r.set(SECONDARY[poisoned][0], "wrong type")
+    launcher.heartbeat.beat()
+    assert launcher.fetch.stall.covers(stall_clock()) is (poisoned is None)
+
+
 def test_a_workers_hash_of_the_wrong_type_is_rewritten(launcher, r):
     r.set(K.workers(ID), "wrong type")
     launcher.heartbeat.beat()
@@ -278,6 +289,20 @@ def test_a_beat_tells_the_manager_s_cancels_and_deletes_stale_requests(launcher,
     assert r.hkeys(K.cancels) == ["j1"]  # (the stale one deleted by the first process that read it)
     cancels.finished("j1")
     cancels.finished("j2")
+
+
+def test_cancel_requests_of_the_wrong_type_are_moved_aside_by_the_beat_that_reads_them(launcher, r, caplog):
+    # (Each beat logged an ERROR until the key guard's next round, KEY_GUARD_INTERVAL later: the
+    # requests are a feature's key, moved aside by whoever meets it.)
+    r.set(K.cancels, "wrong type")
+    with caplog.at_level(logging.WARNING, logger="django_cogworker"):
+        launcher.heartbeat.beat()
+        launcher.heartbeat.beat()
+    assert [rec.name for rec in caplog.records] == ["django_cogworker.broker.quarantine"]
+    assert len(list(r.scan_iter(match=f"{K.quarantine_prefix}{K.cancels}:*"))) == 1
+    r.hset(K.cancels, "j1", json.dumps({"at": time.time(), "interrupt": False}))
+    launcher.heartbeat.beat()
+    assert launcher.manager.cancels.requested("j1")
 
 
 def test_stats_are_flushed_with_the_beat(launcher, r):

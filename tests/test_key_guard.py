@@ -15,8 +15,8 @@ import pytest
 import redis
 from helpers import FAST_ENV, Worker, wait_until
 
-from django_cogworker.broker.keys import Keys
-from django_cogworker.broker.quarantine import QUARANTINE_TTL
+from django_cogworker.broker.keys import Keys, Want
+from django_cogworker.broker.quarantine import QUARANTINE_TTL, guarded, quarantine_key, quarantine_wrong
 from django_cogworker.engine.recovery.key_guard import KeyGuard
 
 K = Keys()
@@ -145,6 +145,59 @@ def test_quarantine_rechecks_the_type_atomically(rb, r):
     assert r.zcard(K.dead) == 1
     assert guard.quarantine(K.retry, "zset", "string") is False  # missing
     assert quarantined(r, K.dead) == [] and quarantined(r, K.retry) == []
+
+
+# -- quarantine at once, by whoever meets a key (broker/quarantine.py: the features' keys) ----------
+
+
+def test_guarded_moves_the_key_of_the_wrong_type_aside_and_calls_again(rb, r, caplog):
+    key = K.result("j1")
+    r.set(key, "not a hash")
+    calls = []
+
+    def write():
+        calls.append(1)
+        return rb.hset(key, "status", "RUNNING")
+
+    with caplog.at_level(logging.WARNING):
+        assert guarded(rb, K, {key: Want("hash"), K.cancels: Want("hash")}, write) == 1
+    assert len(calls) == 2 and r.hgetall(key) == {"status": "RUNNING"}
+    (moved,) = quarantined(r, key)
+    assert r.get(moved) == "not a hash" and QUARANTINE_TTL - 60 < r.ttl(moved)
+    assert [rec.getMessage() for rec in caplog.records] == [
+        f"{key} held a string, not a hash: moved to {moved} (kept 30 days)"]
+
+
+def test_guarded_calls_again_once_when_another_moved_the_key_first_and_raises_for_an_undeclared_key(rb, r):
+    key = K.result("j1")
+    r.set(key, "not a hash")
+    calls = []
+
+    def raced():  # (another process meets the key too, and moves it between our failure and our look)
+        calls.append(1)
+        try:
+            return rb.hset(key, "status", "RUNNING")
+        finally:
+            quarantine_key(rb, K, key, "hash", "moved by another")
+
+    assert guarded(rb, K, {key: Want("hash")}, raced) == 1 and len(calls) == 2
+    r.set("elsewhere", "not a hash")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        guarded(rb, K, {key: Want("hash")}, lambda: rb.hset("elsewhere", "f", "v"))
+    assert r.get("elsewhere") == "not a hash"
+
+
+def test_a_move_noted_in_a_hash_of_its_family_is_noted_in_the_same_step(rb, r):
+    bk = K.batch("b1")
+    r.hset(bk.meta, "created_at", "1")
+    r.set(bk.pending, "not a set")
+    r.set(bk.failed, "not a hash")
+    assert sorted(quarantine_wrong(rb, K, bk.expected(60))) == sorted([bk.pending, bk.failed])
+    assert set(r.hkeys(bk.meta)) == {"created_at", "lost:pending", "lost:failed"} and r.ttl(bk.meta) == -1
+    r.set(bk.meta, "not a hash")  # (the note's own hash: moved first, the note made in a fresh one, with the TTL)
+    r.set(bk.open, "not a set")
+    assert sorted(quarantine_wrong(rb, K, bk.expected(60))) == sorted([bk.meta, bk.open])
+    assert set(r.hkeys(bk.meta)) == {"lost:meta", "lost:open"} and 0 < r.ttl(bk.meta) <= 60
 
 
 def test_custom_prefix(rb, r):

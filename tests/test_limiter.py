@@ -8,12 +8,14 @@ guessed, and a slow machine can't flake it. Periods are short (0.2 to 1 s).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import threading
 import time
 
 import pytest
+from helpers import refuse, serve_again
 from limiter_fixtures import fresh_limiters, unique  # noqa: F401 - the fresh_limiters fixture
 
 from django_cogworker import CogworkerError, Limiter
@@ -274,12 +276,30 @@ def test_a_place_is_given_back_when_the_block_raises(rb, r):
 def test_a_place_that_can_t_be_given_back_fails_nothing_and_is_logged(rb, r, caplog):
     limiter = Limiter.concurrent(unique("unreturned"), 1, lease=30)
     done = []
-    with limiter.within(redis=rb, keys=K):
-        r.delete(K.limit(limiter.name).holders)
-        r.set(K.limit(limiter.name).holders, "not a sorted set")  # (the release's ZREM fails: WRONGTYPE)
-        done.append("work")
+    try:
+        with limiter.within(redis=rb, keys=K):
+            refuse(rb, "noreplicas")  # (Redis refuses the release's writes)
+            done.append("work")
+    finally:
+        serve_again(rb)
     assert done == ["work"]  # (the block's work stands: raised, a job would run it again)
     assert "its place was not given back" in caplog.text and limiter.name not in HELD.by_key()
+
+
+@pytest.mark.parametrize("when", ["take", "release"])
+def test_within_moves_a_limiter_key_of_the_wrong_type_aside_and_holds_its_place(rb, r, caplog, when):
+    limiter = Limiter.concurrent(unique("poisoned"), 1, lease=30)
+    holders = K.limit(limiter.name).holders
+    if when == "take":
+        r.set(holders, "not a sorted set")
+    with caplog.at_level(logging.WARNING):
+        with limiter.within(redis=rb, keys=K):
+            assert r.zcard(holders) == 1
+            if when == "release":
+                r.set(holders, "not a sorted set")
+    assert r.type(holders) == "none"  # (moved aside, and the place given back)
+    assert len(list(r.scan_iter(match=f"{K.quarantine_prefix}{holders}:*"))) == 1
+    assert [rec.name for rec in caplog.records] == ["django_cogworker.broker.quarantine"]
 
 
 def test_a_holder_s_token_names_its_process_and_lease_ends_lease_seconds_on(rb, r):

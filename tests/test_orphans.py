@@ -203,6 +203,19 @@ def test_a_recovery_lock_of_the_wrong_type_is_moved_aside_and_the_list_recovered
     assert [k for k in r.keys(K.quarantine_prefix + "*") if K.orphan_lock(DEAD) in k]
 
 
+def test_a_process_that_beats_again_before_its_list_is_recovered_keeps_it(config, rb, r, caplog):
+    # Judged on a beat read before the lock: a process that woke from a stall meanwhile stamps its
+    # beat before it starts a job it took ahead (fetch/stall.py); recovered after that, the job
+    # ran both there and here.
+    in_flight(r, DEAD, [payload(1)], beat_age=0.5)
+    with caplog.at_level(logging.INFO, logger="django_cogworker"):
+        assert recoverer(config, rb).recover(DEAD, THRESHOLD + 1) == 0
+    assert r.lrange(K.in_progress(DEAD), 0, -1) == [payload(1)] and not r.exists(K.queue("default"))
+    assert not r.exists(K.orphan_lock(DEAD)) and f"{DEAD} beat again" in caplog.text
+    r.hset(K.last_beat, DEAD, repr(redis_now(r) - THRESHOLD - 1))  # silent again, for good
+    assert recoverer(config, rb).recover(DEAD, THRESHOLD + 1) == 1 and forgotten(r, DEAD)
+
+
 def test_a_lock_taken_over_by_another_recoverer_is_not_released_by_this_one(config, rb, r, monkeypatch):
     in_flight(r, DEAD, [payload(1)], beat_age=THRESHOLD + 1)
     orphans = recoverer(config, rb)

@@ -53,6 +53,20 @@ def test_a_record_gone_is_not_made_again_from_half_its_fields(rb):
         running.return_value  # noqa: B018 - None is a value a job may return: unfinished raises
 
 
+def test_a_result_key_of_the_wrong_type_is_moved_aside_and_the_record_written_afresh(rb, r):
+    # (Each attempt logged its record unwritable and kept none: a task's result read as an error.)
+    writer = ResultWriter(rb, K, "host:1:abc")
+    payload = {"jid": "j1", "class": "x.Y", "args": [], "queue": "default", "created_at": time.time()}
+    r.set(K.result("j1"), "not a hash")
+    assert writer.started(payload, 60).status == "RUNNING"
+    r.set(K.result("j1"), "not a hash")
+    writer.finished(payload, 60, value="7")  # (a record gone is not made again: moved aside, nothing else)
+    assert get_result("j1") is None
+    r.set(K.result("j2"), "not a hash")
+    assert get_result("j2") is None  # (a reader, too, moves it aside: no WRONGTYPE for the caller)
+    assert len(list(r.scan_iter(match=f"{K.quarantine_prefix}{K.result('*')}:*"))) == 3
+
+
 @pytest.mark.django_db
 def test_the_admin_job_page_shows_the_result(rb):
     payload = {"jid": "dead1", "class": "testproject.demo.jobs.FailJob", "args": ["boom"], "kwargs": {},

@@ -34,6 +34,7 @@ from django_cogworker.engine.fetch.reliable import ReliableFetch
 from django_cogworker.engine.settle.retry import Filing, RetryPolicy
 from django_cogworker.engine.settle.settling import AckBatch, Settler
 from django_cogworker.push import payload as payloads
+from testproject.demo.jobs import BatchCallbackJob
 
 K = Keys()
 # Retries with backoff inside redis-py would only slow the outage tests down.
@@ -207,7 +208,7 @@ def batch(redis_url, rb):
     fetch = ReliableFetch(make_config(redis_url), rb, K, "host:1:acks")
     settler = Settler(fetch, RetryPolicy(fetch.config))
     rb.lpush(fetch.in_progress, *(job(n) for n in range(3)))
-    return AckBatch(fetch, settler), fetch, settler
+    return AckBatch(fetch, settler, cap=3), fetch, settler
 
 
 def job(n):
@@ -259,11 +260,43 @@ def test_held_acks_that_fail_before_a_block_are_kept_pending(batch, rb, monkeypa
     assert rb.llen(fetch.in_progress) == 3
 
 
-def _batch_of(count):
-    """A committed batch of ``count`` jobs (pushed, never run): (bid, their success steps)."""
+def test_no_more_acks_are_held_than_the_cap_the_one_beyond_sends_them_all_itself(batch, rb):
+    # A process killed, or taken for dead after a stall, runs again each finished job whose ack it
+    # still held: a -c 2 worker taking 4 ahead per processor held up to 25 of them. The cap (the
+    # concurrency: 3 here) bounds that to one per processor.
+    acks, fetch, _settler = batch
+    rb.lpush(fetch.in_progress, *(job(n) for n in range(3, 6)))
+    acks.open()
+    for n in range(3):
+        acks.add(job(n))
+    assert rb.llen(fetch.in_progress) == 6 and acks.held() == [job(0), job(1), job(2)]  # (up to the cap: held)
+    acks.add(job(3))  # one more than the cap: the adding processor sends them all, in one round trip
+    assert rb.lrange(fetch.in_progress, 0, -1) == [job(5), job(4)] and acks.held() == []
+    acks.add(job(4))
+    assert acks.held() == [job(4)] and rb.llen(fetch.in_progress) == 2
+
+
+def test_acks_sent_at_the_cap_that_fail_are_kept_pending_and_the_job_that_sent_them_goes_on(batch, rb, monkeypatch):
+    acks, fetch, settler = batch
+    rb.lpush(fetch.in_progress, job(3))
+    acks.open()
+    fail_acks(fetch, lambda raw: True, monkeypatch)
+    for n in range(4):
+        acks.add(job(n))  # (the fourth sends: no exception reaches its processor)
+    assert settler.pending_settlements() == {job(n): "ack" for n in range(4)} and acks.held() == []
+    assert rb.llen(fetch.in_progress) == 4
+    monkeypatch.undo()
+    assert settler.retry_pending_settlements() == 0 and rb.llen(fetch.in_progress) == 0
+
+
+def _batch_of(count, callbacks=False):
+    """A committed batch of ``count`` jobs (pushed, never run): (bid, their success steps). With
+    ``callbacks``, one on each event (pushed to ``default``, never run here)."""
     from testproject.demo.jobs import RecordJob
 
     batch = Batch()
+    for event in ("complete", "success", "death") if callbacks else ():
+        batch.on(event, BatchCallbackJob, key="cb")
     with batch.jobs():
         jids = [RecordJob.perform_async("x") for _ in range(count)]
     return batch.bid, [BatchStep(batch.bid, jid, "success", "", "ack") for jid in jids]
@@ -296,6 +329,20 @@ def test_held_steps_go_through_before_a_blocking_fetch_and_later_ones_at_once_wi
     assert Batch.status(bid).success and rb.lrange(fetch.in_progress, 0, -1) == [job(2)]
 
 
+def test_held_steps_at_the_cap_go_through_before_the_acks_sent_with_them(batch, rb):
+    acks, fetch, settler = batch
+    settler.batches = BatchSteps(fetch.redis, K, 3600.0)
+    bid, steps = _batch_of(2)
+    rb.lpush(fetch.in_progress, job(3))
+    acks.open()
+    acks.add(job(0), steps[0])
+    acks.add(job(1))
+    acks.add(job(2))
+    assert Batch.status(bid).pending == 2 and rb.llen(fetch.in_progress) == 4
+    acks.add(job(3), steps[1])  # one more than the cap
+    assert Batch.status(bid).success and rb.llen(fetch.in_progress) == 0 and acks.held() == []
+
+
 def test_held_steps_redis_refuses_stay_pending_with_their_acks_behind_them(batch, rb, monkeypatch):
     acks, fetch, settler = batch
     settler.batches = BatchSteps(fetch.redis, K, 3600.0)
@@ -314,6 +361,41 @@ def test_held_steps_redis_refuses_stay_pending_with_their_acks_behind_them(batch
     monkeypatch.undo()
     assert settler.retry_pending_settlements() == 0  # the step, then the ack
     assert Batch.status(bid).success and rb.lrange(fetch.in_progress, 0, -1) == [job(2), job(1)]
+
+
+# Which events a batch can still vouch for once each key was lost: none once it can't tell what is
+# pending or whether a block is open (docs/batches.md); its callbacks went with its meta.
+VOUCHED = {"meta": False, "jobs": True, "pending": False, "failed": True, "dead": True, "open": False, "outbox": True}
+
+
+@pytest.mark.parametrize("name", list(VOUCHED))
+def test_a_batch_key_of_the_wrong_type_costs_its_jobs_nothing_it_is_quarantined_at_once(batch, rb, r, caplog, name):
+    # (Its steps failed at every try: their jobs stayed on the in-progress list, each settlement
+    # tried again every beat for ever, a WARNING each time; no guard round knows a batch's keys.)
+    acks, fetch, settler = batch
+    settler.batches = BatchSteps(fetch.redis, K, 3600.0)
+    bid, steps = _batch_of(3, callbacks=True)
+    bk = K.batch(bid)
+    r.set(getattr(bk, name), "not mine")
+    acks.open()
+    with caplog.at_level(logging.INFO):
+        acks.add(job(0), steps[0])
+        acks.add(job(1), steps[1])
+        settler.settle(job(2), steps[2]._replace(outcome="dead", record='{"error": "x"}'))  # (alone)
+        assert sorted(acks.take()) == [job(0), job(1)]
+    fetch.ack_many([job(0), job(1)])
+    assert settler.pending_settlements() == {} and rb.llen(fetch.in_progress) == 0  # every job settled
+    (moved,) = r.scan_iter(match=f"{K.quarantine_prefix}{getattr(bk, name)}:*")
+    assert r.get(moved) == "not mine"
+    assert r.hget(bk.meta, f"lost:{name}") is not None  # (what it lost: shown by the admin and the CLI)
+    assert [rec.name for rec in caplog.records if rec.levelno >= logging.WARNING] == [
+        "django_cogworker.broker.quarantine"]  # (said once)
+    status = Batch.status(bid)
+    assert status.lost == [name] and status.complete is VOUCHED[name]
+    queued = [json.loads(raw) for raw in r.lrange(K.queue("default"), 0, -1)]
+    fired = sorted(job["args"][0]["event"] for job in queued if job["class"] == BatchCallbackJob.name)
+    # (death too once the dead job is known pending; every callback went with meta)
+    assert fired == {"meta": [], "pending": [], "open": ["death"]}.get(name, ["complete", "death"])
 
 
 def test_jobs_handed_back_at_shutdown_are_named_in_the_log_at_most_20(launcher_factory, r, caplog):

@@ -120,3 +120,48 @@ def test_two_processes_delivering_one_outbox_push_each_callback_once(rb):
     settle(rb, bid, last, "success")
     assert [event for event, _ in queued(rb)] == ["complete", "success"]
     assert rb.llen(K.batch(bid).outbox) == 0
+
+
+# -- keys of the wrong type ------------------------------------------------------------------------
+
+
+def quarantined(rb, key: str) -> list[bytes]:
+    return list(rb.scan_iter(match=f"{K.quarantine_prefix}{key}:*"))
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["alone", "with other steps"])
+def test_an_outbox_of_the_wrong_type_when_the_last_job_ends_loses_no_callback(rb, together):
+    # (The success was stamped done, then its callbacks failed to reach the outbox: once the key was
+    # cleared, the step run again found success done, and the callbacks were lost for good.)
+    bid, (first, last) = batch_of_two(rb)
+    outbox = K.batch(bid).outbox
+    settle(rb, bid, first, "success")
+    rb.set(outbox, "not a list")
+    if together:  # (the fetcher's round: BATCH_SUCCEED for the steps held, in one pipeline)
+        other, other_jids = batch_of_two(rb)
+        steps.BatchSteps(rb, K, runtime.get_config().batch_ttl).run_many([
+            steps.BatchStep(bid, last, "success", "", "ack"),
+            steps.BatchStep(other, other_jids[0], "success", "", "ack")])
+    else:
+        settle(rb, bid, last, "success")
+    settle(rb, bid, last, "success")  # (run again: nothing twice)
+    callbacks = Batch.status(bid).callbacks
+    assert queued(rb) == sorted((event, callbacks[event][0]) for event in ("complete", "success"))
+    assert len(quarantined(rb, outbox)) == 1 and rb.llen(outbox) == 0
+    assert rb.hget(K.batch(bid).meta, "lost:outbox") is not None
+
+
+@pytest.mark.parametrize("poisoned", ["queue", "mark"])
+def test_a_callback_s_queue_or_mark_of_the_wrong_type_is_moved_aside_and_the_callback_pushed(rb, poisoned):
+    # (The mark was set before the push: a queue of the wrong type stopped the delivery between
+    # them, and the next one took the callback for delivered. A mark of the wrong type was taken
+    # for one: the callback never pushed.)
+    bid, (first, last) = batch_of_two(rb)
+    settle(rb, bid, first, "success")
+    callbacks = Batch.status(bid).callbacks
+    key = K.queue("default") if poisoned == "queue" else K.batch_delivered("default", callbacks["success"][0])
+    rb.hset(key, "x", "not mine")
+    settle(rb, bid, last, "success")
+    settle(rb, bid, last, "success")
+    assert queued(rb) == sorted((event, callbacks[event][0]) for event in ("complete", "success"))
+    assert len(quarantined(rb, key)) == 1 and rb.llen(K.batch(bid).outbox) == 0

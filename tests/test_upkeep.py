@@ -8,6 +8,7 @@ import logging
 import time
 
 import pytest
+from helpers import refuse, serve_again
 from limiter_fixtures import fresh_limiters, unique  # noqa: F401 - the fresh_limiters fixture
 
 from django_cogworker import Limiter
@@ -100,12 +101,34 @@ def test_keys_a_failed_beat_could_not_index_are_indexed_by_a_later_one(rb, r):
     limiter = Limiter.window(unique("retry-index"), 5, per=1)
     with limiter.within(redis=rb, keys=K):
         pass
-    r.set(K.limits, "not a zset")
-    with pytest.raises(Exception, match="WRONGTYPE"):
-        beat(rb, K)
-    r.delete(K.limits)
+    refuse(rb, "noreplicas")
+    try:
+        with pytest.raises(Exception, match="NOREPLICAS"):
+            beat(rb, K)
+    finally:
+        serve_again(rb)
     beat(rb, K)
     assert r.zrange(K.limits, 0, -1) == [limiter.name]
+
+
+@pytest.mark.parametrize("key", ["holders", "limits", "limit_specs"])
+def test_a_key_of_the_wrong_type_is_moved_aside_by_the_beat_that_meets_it_and_the_beat_goes_through(
+        rb, r, caplog, key):
+    # (A holders of the wrong type failed every beat of the process holding a place there, for
+    # ever, an ERROR each time: no key guard round knows the keys of each limiter.)
+    limiter = Limiter.concurrent(unique("poisoned"), 2, lease=5)
+    lk = K.limit(limiter.name)
+    poisoned = {"holders": lk.holders, "limits": K.limits, "limit_specs": K.limit_specs}[key]
+    with limiter.within(redis=rb, keys=K):
+        r.set(poisoned, "not mine")
+        with caplog.at_level(logging.WARNING):
+            beat(rb, K)
+        assert [rec.name for rec in caplog.records] == ["django_cogworker.broker.quarantine"]
+        assert len(list(r.scan_iter(match=f"{K.quarantine_prefix}{poisoned}:*"))) == 1
+        assert r.zrange(K.limits, 0, -1) == [limiter.name] and r.hexists(K.limit_specs, limiter.name)
+        assert r.zcard(lk.holders) == 1  # (the place held here, held again: it runs)
+    if key == "holders":
+        assert r.hget(lk.stats, "lost:holders") is not None
 
 
 def test_problems_names_a_lease_shorter_than_twice_the_heartbeat():

@@ -5,7 +5,8 @@ holders post to, by jid, through ``django_cogworker.cancel``.
 A waiting job (in its queue, scheduled, retrying) is taken off and counted ("removed"); a
 running one is asked to stop ("signalled"), or, with ``interrupt``, has ``Cancelled`` raised in
 its thread: that one asks first, as Stop does (its code is cut wherever it is). A jid that is
-nowhere (it finished, or moved meanwhile) is a warning, not an error page.
+nowhere (it finished, or moved meanwhile) is a warning, not an error page; a batch's hand-over
+job (``django_cogworker.chain_next``, ``batch_child_done``) is refused with the reason.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def cancel(request: HttpRequest, *, site: Any) -> HttpResponse:
     if request.method != "POST":  # (the guard lets a viewer GET: there is nothing here to look at)
         return HttpResponseNotAllowed(["POST"])
     # Imported here: the core's public cancel (flow/cancel.py), needed only when a button is pressed.
-    from ..errors import JobNotFound
+    from ..errors import JobNotFound, NotCancellable
     from ..flow.cancel import cancel as cancel_job
 
     default = reverse(f"{site.name}:django_cogworker_busy_changelist")
@@ -42,6 +43,9 @@ def cancel(request: HttpRequest, *, site: Any) -> HttpResponse:
     except JobNotFound:
         messages.warning(request, f"Job {jid} is nowhere to cancel: it finished, or was moved or deleted "
                                   f"meanwhile.")
+        return back(request, default)
+    except NotCancellable as exc:
+        messages.error(request, f"Job {jid} can't be cancelled: {exc}.")
         return back(request, default)
     if outcome == "removed":
         messages.success(request, f"Job {jid} cancelled: taken off where it waited; it won't run.")

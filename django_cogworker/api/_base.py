@@ -1,6 +1,6 @@
 """What several parts of the object model share: the scan hint and page size, the refusal error,
 and the small readers (defaults from the runtime, lenient text and number, glob escaping, page clamping),
-and ``reencode``, which writes a payload back or says why it can't.
+``reencode``, which writes a payload back or says why it can't, and ``_walk``, a bounded SCAN.
 
 SCAN_COUNT is read as ``_base.SCAN_COUNT`` by the modules that scan (``sorted_sets``, ``quarantine``),
 so a test that patches it here changes every scan, as one constant should.
@@ -9,7 +9,8 @@ so a test that patches it here changes every scan, as one constant should.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, cast
 
 from ..broker.keys import Keys, for_config, glob_escape
 from ..broker.types import RedisClient
@@ -97,3 +98,26 @@ def _clamp_page(page: int, per_page: int) -> tuple[int, int]:
     """A page number from 1 to MAX_PAGE and a page size from 1 to MAX_PER_PAGE. (A page past the
     end is empty; one past MAX_PAGE, ``?page=99999999999999999999``, was a rank Redis can't read.)"""
     return min(max(int(page), 1), MAX_PAGE), min(max(int(per_page), 1), MAX_PER_PAGE)
+
+
+class _Budget:
+    """SCAN calls (of about SCAN_COUNT members each) left; ``complete`` while every walk reached its end."""
+
+    def __init__(self, members: int):
+        self.calls, self.complete = max(members // SCAN_COUNT, 1), True
+
+
+def _walk(redis: RedisClient, key: str, budget: _Budget, *, hash_: bool = False,
+          match: str | None = None) -> Iterator[list[Any]]:
+    """The members (or a hash's (field, value) pairs) of ``key``, a SCAN call's worth at a time,
+    while ``budget`` lasts. (SCAN may return a member twice: callers keep them by name.)"""
+    cursor, scan = 0, redis.hscan if hash_ else redis.sscan
+    while True:
+        if budget.calls <= 0:
+            budget.complete = False
+            return
+        budget.calls -= 1
+        cursor, found = scan(key, cursor, match=match, count=SCAN_COUNT)
+        yield list(cast(dict, found).items()) if hash_ else list(found)
+        if int(cursor) == 0:
+            return

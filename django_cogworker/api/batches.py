@@ -13,22 +13,26 @@ and dead (``SortedSet.entry``, a bounded scan).
 Where a job is comes from the batch's sets, with no look-up per job: in ``jobs`` only, it succeeded;
 in ``pending``, it waits or runs; in ``failed`` too, its last run failed (it waits in retry, or was
 discarded: ``dead=False``); in ``dead`` too, it is in the dead set.
+
+A key of the batch of the wrong type is read as empty and named in ``poisoned`` (the next worker
+step that meets it moves it to quarantine); one moved there already is named in ``lost`` (its
+``lost:<name>`` note in meta): what it counted is gone (docs/batches.md). Neither is ever an error.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, cast
 
 from ..batches.batch import EVENTS
 from ..broker.keys import BatchKeys, Keys
+from ..broker.quarantine import is_wrong_type
 from ..broker.types import RedisClient
 from ..push import payload as payloads
 from ..push import results
-from . import _base
-from ._base import _clamp_page, _defaults, _number, _text
+from ._base import _Budget, _clamp_page, _defaults, _number, _text, _walk
 from .records import Page, read_leniently
 from .sorted_sets import DeadSet, RetrySet, SortedEntry
 
@@ -42,7 +46,8 @@ PRUNE_LIMIT = 1_000  # bids one ``prune`` looks at at most
 STATE_SAMPLE = 1_000  # the newest batches ``BatchSet.states`` counts (the metrics' sample)
 STATES = ("incomplete", "complete_with_failures", "succeeded")
 JOB_STATES = ("dead", "failing", "waiting", "succeeded")
-_FIELDS = ("description", "created_at", "parent", "committed", "done_complete", "done_success", "done_death")
+_FIELDS = ("description", "created_at", "parent", "committed", "done_complete", "done_success", "done_death",
+           *(f"lost:{name}" for name in BatchKeys._fields))
 
 
 def _json(text: bytes) -> Any:
@@ -76,6 +81,8 @@ class BatchSummary:
     completed_at: float | None = None
     succeeded_at: float | None = None
     died_at: float | None = None
+    lost: list[str] = dataclasses.field(default_factory=list)  # keys moved to quarantine: their counts gone
+    poisoned: list[str] = dataclasses.field(default_factory=list)  # keys of the wrong type now: read as empty
 
     @property
     def succeeded(self) -> int:
@@ -123,13 +130,19 @@ class BatchSummary:
 
     @classmethod
     def _from(cls, bid: str, meta: Any, total: Any, pending: Any, failures: Any, dead: Any) -> BatchSummary | None:
-        if not isinstance(meta, list) or meta[1] is None:  # (no created_at: expired, or a stray step's field)
+        poisoned = [name for name, reply in (("meta", meta), ("jobs", total), ("pending", pending),
+                                             ("failed", failures), ("dead", dead)) if is_wrong_type(reply)]
+        meta = [None] * len(_FIELDS) if "meta" in poisoned else meta
+        if not isinstance(meta, list):
             return None
-        description, created_at, parent, committed, complete, success, death = meta
+        description, created_at, parent, committed, complete, success, death = meta[:7]
+        lost = [name for name, note in zip(BatchKeys._fields, meta[7:], strict=True) if note is not None]
+        if created_at is None and not lost and "meta" not in poisoned:  # (expired, or a stray step's field)
+            return None
         return cls(bid, _text(description or b""), _number(created_at), _text(parent) if parent else None,
                    _int(total), _int(pending), _int(failures), _int(dead), committed == b"1",
                    complete is not None, success is not None, death is not None,
-                   _number(complete), _number(success), _number(death))
+                   _number(complete), _number(success), _number(death), lost, poisoned)
 
 
 @dataclasses.dataclass
@@ -192,7 +205,7 @@ class BatchDetail:
             return None
         bk, budget = keys.batch(bid), _Budget(MEMBER_SCAN_LIMIT)
         jobs = _jobs(redis, bk, summary, budget)
-        children, walked = _children(redis, keys, bk)
+        children, walked = _children(redis, keys, bk, summary)
         return cls(summary, jobs, children, _callbacks(redis, keys, bk, summary), budget.complete and walked)
 
 
@@ -279,54 +292,35 @@ class BatchSet:
         pipe = self.redis.pipeline(transaction=False)
         for member, _ in entries:
             pipe.hexists(self.keys.batch(_text(member)).meta, "created_at")
-        return [bool(there) for there in pipe.execute()]
-
-
-class _Budget:
-    """SCAN calls (of about SCAN_COUNT members each) left; ``complete`` while every walk reached its end."""
-
-    def __init__(self, members: int):
-        self.calls, self.complete = max(members // _base.SCAN_COUNT, 1), True
-
-
-def _walk(redis: RedisClient, key: str, budget: _Budget, *, hash_: bool = False,
-          match: str | None = None) -> Iterator[list[Any]]:
-    """The members (or a hash's (field, value) pairs) of ``key``, a SCAN call's worth at a time,
-    while ``budget`` lasts. (SCAN may return a member twice: callers keep them by name.)"""
-    cursor, scan = 0, redis.hscan if hash_ else redis.sscan
-    while True:
-        if budget.calls <= 0:
-            budget.complete = False
-            return
-        budget.calls -= 1
-        cursor, found = scan(key, cursor, match=match, count=_base.SCAN_COUNT)
-        yield list(cast(dict, found).items()) if hash_ else list(found)
-        if int(cursor) == 0:
-            return
+        # (a meta of the wrong type: a batch poisoned, still there for its page to say so)
+        return [is_wrong_type(there) or bool(there) for there in pipe.execute(raise_on_error=False)]
 
 
 def _jobs(redis: RedisClient, bk: BatchKeys, summary: BatchSummary, budget: _Budget) -> list[BatchJob]:
     """Up to JOB_LIMIT jobs: the dead, then the failing (the latest failure first of each), then
     the waiting (or running), then the succeeded."""
     rows: list[BatchJob] = []
-    _fill(rows, redis, bk.dead, budget, "dead", lambda jids: jids)
+    readable = set(BatchKeys._fields) - set(summary.poisoned)  # (one of the wrong type is read as empty)
+    if "dead" in readable:
+        _fill(rows, redis, bk.dead, budget, "dead", lambda jids: jids)
     failing: dict[str, Any] = {}
     listed = {row.jid for row in rows}
-    for pairs in _walk(redis, bk.failed, budget, hash_=True) if summary.failing and len(rows) < JOB_LIMIT else ():
+    walked = summary.failing and len(rows) < JOB_LIMIT and "failed" in readable
+    for pairs in _walk(redis, bk.failed, budget, hash_=True) if walked else ():
         failing.update((_text(jid), record) for jid, record in pairs if _text(jid) not in listed)
         if len(rows) + len(failing) >= JOB_LIMIT:
             break
-    records = redis.hmget(bk.failed, [row.jid for row in rows]) if rows else []
-    for row, record in zip(rows, records, strict=True):
+    records = redis.hmget(bk.failed, [row.jid for row in rows]) if rows and "failed" in readable else []
+    for row, record in zip(rows, records, strict=False):
         row.failure = _failure(record)
     rows += [BatchJob(jid, "failing", _failure(record)) for jid, record in failing.items()]
     rows.sort(key=lambda row: (row.state != "dead", -(_number((row.failure or {}).get("at")) or 0.0)))
     del rows[JOB_LIMIT:]
-    if summary.waiting:
+    if summary.waiting and "pending" in readable:
         every_failing_read = len(failing) >= summary.failing  # (else a pending one may be failing, unread)
         _fill(rows, redis, bk.pending, budget, "waiting",
               lambda jids: jids if every_failing_read else _absent(redis, bk.failed, jids, hash_=True))
-    if summary.succeeded:
+    if summary.succeeded and {"jobs", "pending"} <= readable:
         _fill(rows, redis, bk.jobs, budget, "succeeded", lambda jids: _absent(redis, bk.pending, jids))
     return rows
 
@@ -357,11 +351,12 @@ def _absent(redis: RedisClient, key: str, jids: list[str], *, hash_: bool = Fals
     return [jid for jid, found in zip(jids, there, strict=True) if not found]
 
 
-def _children(redis: RedisClient, keys: Keys, bk: BatchKeys) -> tuple[list[tuple[str, BatchSummary | None]], bool]:
+def _children(redis: RedisClient, keys: Keys, bk: BatchKeys,
+              summary: BatchSummary) -> tuple[list[tuple[str, BatchSummary | None]], bool]:
     """(up to CHILD_LIMIT child batches with their summaries, whether every member was walked)."""
     budget = _Budget(MEMBER_SCAN_LIMIT)
     bids: list[str] = []
-    for members in _walk(redis, bk.jobs, budget, match="b:*"):
+    for members in _walk(redis, bk.jobs, budget, match="b:*") if "jobs" not in summary.poisoned else ():
         bids += [m for m in (_text(member)[2:] for member in members) if m not in bids]
         if len(bids) >= CHILD_LIMIT:
             break
@@ -374,8 +369,12 @@ def _callbacks(redis: RedisClient, keys: Keys, bk: BatchKeys, summary: BatchSumm
     pipe = redis.pipeline(transaction=False)
     pipe.hmget(bk.meta, [f"cb:{event}" for event in EVENTS])
     pipe.lrange(bk.outbox, 0, -1)
-    stored, outbox = pipe.execute()
-    waiting = {entry[1] for entry in map(_json, outbox) if isinstance(entry, list) and len(entry) == 3}
+    stored, outbox = pipe.execute(raise_on_error=False)
+    summary.poisoned += [name for name, reply in (("meta", stored), ("outbox", outbox))
+                         if is_wrong_type(reply) and name not in summary.poisoned]
+    stored = stored if isinstance(stored, list) else [None] * len(EVENTS)
+    waiting = {entry[1] for entry in map(_json, outbox if isinstance(outbox, list) else [])
+               if isinstance(entry, list) and len(entry) == 3}
     fired = {"complete": (summary.complete, summary.completed_at), "success": (summary.success, summary.succeeded_at),
              "death": (summary.death, summary.died_at)}
     found = []
@@ -397,3 +396,4 @@ def _callbacks(redis: RedisClient, keys: Keys, bk: BatchKeys, summary: BatchSumm
                 break
         callback.result = results.read(redis, keys, callback.jid)
     return found
+

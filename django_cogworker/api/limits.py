@@ -17,6 +17,10 @@ The recent figures come from the ring the scripts keep in ``stats`` (``o<slot>``
 and ``m<slot>`` the minute each slot counts, slot = minute % 60): a slot whose minute is past
 the last RECENT_LONG counts for nothing.
 
+A key of the limiter of the wrong type reads as empty and is named in ``poisoned`` (the next
+take, release or beat that meets it moves it to quarantine); one moved there already is named
+in ``lost`` (its ``lost:<name>`` note in ``stats``). Neither is ever an error.
+
 Bounded whatever the fleet: a page reads its keys (at most MAX_PER_PAGE) in three round trips,
 and lists at most HOLDER_LIMIT holders of a key (``in_use`` still counts them all).
 ``LimitSet.families`` (the metrics) reads the FAMILY_KEY_LIMIT most recently used keys, a
@@ -29,9 +33,10 @@ import dataclasses
 import json
 import math
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
-from ..broker.keys import Keys
+from ..broker.keys import Keys, LimitKeys
+from ..broker.quarantine import is_wrong_type
 from ..broker.types import RedisClient
 from ._base import _clamp_page, _defaults, _number, _text
 from .records import Page
@@ -92,6 +97,8 @@ class LimitState:
     recent: Recent
     last_used: float | None
     now: float  # Redis time of the read
+    lost: list[str] = dataclasses.field(default_factory=list)  # its keys moved to quarantine (LimitKeys names)
+    poisoned: list[str] = dataclasses.field(default_factory=list)  # its keys of the wrong type now: read as empty
 
     @property
     def full(self) -> bool:
@@ -124,23 +131,30 @@ class LimitState:
             return []
         now = redis_now(redis) if now is None else now
         names = [key for key, _ in keys_used]
-        specs = [_spec(raw) for raw in cast(list[Any], redis.hmget(keys.limit_specs, names))]
+        pipe = redis.pipeline(transaction=False)
+        pipe.hmget(keys.limit_specs, names)
+        (stored,) = pipe.execute(raise_on_error=False)  # (of the wrong type: every spec unknown)
+        specs = [_spec(raw) for raw in (stored if isinstance(stored, list) else [None] * len(names))]
         pipe = redis.pipeline(transaction=False)
         listing = []  # whether each key's holders are read (the replies are cut by position)
+        read: list[list[str]] = []  # which of its keys each reply reads (LimitKeys names)
         for key, spec in zip(names, specs, strict=True):
             lk = keys.limit(key)
             pipe.hgetall(lk.stats)
-            _queue_in_use(pipe, lk, spec, now)
+            read.append(["stats", _queue_in_use(pipe, lk, spec, now), "waiting"])
             pipe.zcard(lk.waiting)
             listing.append(spec["kind"] in ("concurrent", "unknown") and holders > 0)
             if listing[-1]:
+                read[-1].append("holders")
                 pipe.zrangebyscore(lk.holders, f"({now!r}", "+inf", start=0, num=holders, withscores=True)
         replies = iter(pipe.execute(raise_on_error=False))
         states = []
-        for (key, used), spec, listed in zip(keys_used, specs, listing, strict=True):
-            stats, in_use, waiting = next(replies), next(replies), next(replies)
-            states.append(cls._from(key, used, spec, stats, in_use, next(replies) if listed else [], now,
-                                    _count(waiting)))
+        for (key, used), spec, listed, names_read in zip(keys_used, specs, listing, read, strict=True):
+            got = [next(replies) for _ in names_read]
+            stats, in_use, waiting = got[:3]
+            state = cls._from(key, used, spec, stats, in_use, got[3] if listed else [], now, _count(waiting))
+            state.poisoned = sorted({name for name, reply in zip(names_read, got, strict=True) if is_wrong_type(reply)})
+            states.append(state)
         return states
 
     @classmethod
@@ -149,8 +163,10 @@ class LimitState:
         # (not a dict: an error reply, a key of the wrong type)
         stats = {_text(field): value for field, value in stats.items()} if isinstance(stats, dict) else {}
         totals = {name: _count(stats.get(name)) for name in TOTALS}
+        lost = [name for name in LimitKeys._fields if f"lost:{name}" in stats]
         return cls(key, spec["kind"], spec["size"], spec["per"], spec["lease"], spec["family"] or key,
-                   _in_use(spec, in_use, now), _holders(listed), waiting, totals, _recent(stats, now), used, now)
+                   _in_use(spec, in_use, now), _holders(listed), waiting, totals, _recent(stats, now), used, now,
+                   lost)
 
 
 def _recent(stats: dict[str, Any], now: float) -> Recent:
@@ -183,17 +199,20 @@ def _spec(raw: Any) -> dict[str, Any]:
             "lease": lease, "family": family if isinstance(family, str) and family else None}
 
 
-def _queue_in_use(pipe: Any, lk: Any, spec: dict[str, Any], now: float) -> None:
-    """Queue the one command whose reply ``_in_use`` reads, by kind."""
+def _queue_in_use(pipe: Any, lk: Any, spec: dict[str, Any], now: float) -> str:
+    """Queue the one command whose reply ``_in_use`` reads, by kind; return the name of its key."""
     kind, per = spec["kind"], spec["per"]
     if kind == "bucket":
         pipe.hmget(lk.state, ["bn", "bc"])
-    elif kind == "window" and per:
+        return "state"
+    if kind == "window" and per:
         pipe.zcount(lk.starts, f"({now - per!r}", "+inf")
-    elif kind == "leaky":
+        return "starts"
+    if kind == "leaky":
         pipe.hget(lk.state, "tat")
-    else:  # concurrent, or unknown: its live holders, if it has any
-        pipe.zcount(lk.holders, f"({now!r}", "+inf")
+        return "state"
+    pipe.zcount(lk.holders, f"({now!r}", "+inf")  # concurrent, or unknown: its live holders, if any
+    return "holders"
 
 
 def _in_use(spec: dict[str, Any], reply: Any, now: float) -> int:
@@ -273,8 +292,9 @@ class LimitSet:
         pipe = self.redis.pipeline(transaction=False)
         pipe.zscore(self.key, key)
         pipe.hexists(self.keys.limit_specs, key)
-        used, specified = pipe.execute()
-        if used is None and not specified:
+        used, specified = pipe.execute(raise_on_error=False)
+        used = None if isinstance(used, Exception) else used  # (the index of the wrong type: unknown)
+        if used is None and not (specified is True or is_wrong_type(specified)):
             return None
         (state,) = LimitState.read([(key, used)], holders=holders, redis=self.redis, keys=self.keys)
         return state

@@ -20,6 +20,7 @@ from typing import Any
 from ..bounds import check_seconds, check_text
 from ..broker import scripts
 from ..broker.keys import BatchKeys, Keys
+from ..broker.quarantine import is_wrong_type, run_script
 from ..errors import BatchError, BatchNotFound, InvalidArgument
 from ..push import payload as payloads
 from ..push import scope as _scope
@@ -147,9 +148,10 @@ class Batch:
             if parent:
                 outer.add([f"b:{bid}"])  # type: ignore[union-attr]
         try:
-            opened = scripts.BATCH_OPEN(redis, bk, [bid, repr(time.time()), _ttl(ttl), owner,
-                                                    "1" if inside or (creating and deterministic) else "0",
-                                                    "1" if creating else "0", *fields])
+            opened = run_script(scripts.BATCH_OPEN, redis, keys, bk,
+                                [bid, repr(time.time()), _ttl(ttl), owner,
+                                 "1" if inside or (creating and deterministic) else "0", "1" if creating else "0",
+                                 *fields], lambda: bk.expected(ttl))
         except BaseException:
             if creating and outer is not None:
                 outer.remove([f"b:{bid}"])  # (a parent must not wait for a child never made)
@@ -165,7 +167,7 @@ class Batch:
                 redis.zadd(keys.batches, {bid: time.time()})
             except Exception as exc:  # (the listing only: the batch works without it)
                 logger.warning("batch %s not listed in %s: %s", bid, keys.batches, exc)
-        scope = _Scope(bid, bk, redis, ttl, owner, deterministic, self.callback_queue)
+        scope = _Scope(bid, bk, redis, keys, ttl, owner, deterministic, self.callback_queue)
         token = _scope.batch.set(scope)
         try:
             yield self
@@ -174,7 +176,8 @@ class Batch:
             # (Entered first: a closer that dies between the close and its delivery leaves it to
             # the workers' sweep, delivery.py.)
             score = delivery.closing(redis, keys, bid, time.time())
-            waiting = scripts.BATCH_CLOSE(redis, bk, [bid, repr(time.time()), _ttl(ttl), owner])
+            waiting = run_script(scripts.BATCH_CLOSE, redis, keys, bk, [bid, repr(time.time()), _ttl(ttl), owner],
+                                 lambda: bk.expected(ttl))
             if waiting and int(waiting) > 0:
                 delivery.deliver(redis, keys, bid, ttl)
             delivery.closed(redis, keys, bid, score)
@@ -215,7 +218,10 @@ class BatchStatus(dict):
     """A batch's status, as a dict (what a callback receives) with attribute access:
     ``bid``, ``description``, ``created_at``, ``total``, ``pending``, ``failures``, ``dead``,
     ``complete``, ``success``, ``failed`` (jid -> {class, error, message, at}: FAILED_SHOWN of them
-    at most, ``failures`` counts them all; the admin's batch page lists more))."""
+    at most, ``failures`` counts them all; the admin's batch page lists more)). ``Batch.status``
+    adds ``lost`` (the names of its keys found of the wrong type and moved to quarantine: what
+    they counted is gone, docs/batches.md) and ``poisoned`` (those of the wrong type now, not moved
+    yet: counted 0 here)."""
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -232,9 +238,19 @@ def read_status(redis: Any, bk: BatchKeys, bid: str) -> BatchStatus:
     pipe.hlen(bk.failed)
     pipe.hscan(bk.failed, 0, count=FAILED_SHOWN)
     pipe.scard(bk.dead)
-    meta, total, pending, failures, (cursor, failed), dead = pipe.execute()
-    if not meta or b"created_at" not in meta:
+    replies = pipe.execute(raise_on_error=False)
+    poisoned = sorted({name for name, reply in zip(("meta", "jobs", "pending", "failed", "failed", "dead"), replies,
+                                                   strict=True) if is_wrong_type(reply)})
+    for reply in replies:
+        if isinstance(reply, Exception) and not is_wrong_type(reply):
+            raise reply
+    counted: list[Any] = [0 if isinstance(reply, Exception) else reply for reply in replies]
+    meta: dict[bytes, bytes] = counted[0] or {}
+    total, pending, failures, scanned, dead = counted[1:]
+    lost = sorted(k.decode()[5:] for k in meta if k.startswith(b"lost:"))
+    if not poisoned and b"created_at" not in meta and not lost:
         raise BatchNotFound(bid)
+    cursor, failed = scanned or (0, {})
     while cursor and len(failed) < FAILED_SHOWN:  # (COUNT is a hint: a scan may come back short)
         cursor, more = redis.hscan(bk.failed, cursor, count=FAILED_SHOWN)
         failed.update(more)
@@ -252,6 +268,7 @@ def read_status(redis: Any, bk: BatchKeys, bid: str) -> BatchStatus:
         committed=text.get("committed") == "1", failed=shown,
         callbacks={k[3:]: [cb[1] for cb in json.loads(v)] for k, v in text.items() if k.startswith("cb:")},
         completed_at=_float(text.get("done_complete")), succeeded_at=_float(text.get("done_success")),
+        lost=lost, poisoned=poisoned,
     )
 
 
@@ -272,12 +289,13 @@ class _Scope:
     the same ones instead of new ones that would never be pushed if it died between.
     """
 
-    def __init__(self, bid: str, bk: BatchKeys, redis: Any, ttl: float, owner: str, deterministic: bool,
+    def __init__(self, bid: str, bk: BatchKeys, redis: Any, keys: Keys, ttl: float, owner: str, deterministic: bool,
                  callback_queue: str | None = None):
         self.bid = bid
         self.callback_queue = callback_queue  # (a workflow's nested parts take it: workflows.py)
         self.bk = bk
         self.redis = redis
+        self.keys = keys
         self.ttl = ttl
         self.owner = owner
         self.deterministic = deterministic
@@ -297,8 +315,9 @@ class _Scope:
 
     def _step(self, how: str, jids: list[str]) -> None:
         for start in range(0, len(jids), 1000):
-            if scripts.BATCH_ADD(self.redis, self.bk, [self.bid, repr(time.time()), _ttl(self.ttl), how,
-                                                       *jids[start:start + 1000]]) == -1:
+            if run_script(scripts.BATCH_ADD, self.redis, self.keys, self.bk,
+                          [self.bid, repr(time.time()), _ttl(self.ttl), how, *jids[start:start + 1000]],
+                          lambda: self.bk.expected(self.ttl)) == -1:
                 raise BatchNotFound(self.bid)
 
 

@@ -16,12 +16,14 @@ in between leaves it there, and :func:`sweep_closing` (the workers' housekeeping
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from typing import Any
 
 from ..broker import scripts
-from ..broker.keys import Keys
+from ..broker.keys import BatchKeys, Keys, Want
+from ..broker.quarantine import guarded, run_script
 
 # A closing older than this is taken for its closer's death: its own delivery takes milliseconds.
 CLOSING_GRACE = 30.0
@@ -31,15 +33,20 @@ logger = logging.getLogger(__name__)
 
 
 def deliver(redis: Any, keys: Keys, bid: str, ttl: float) -> int:
-    """Push every callback waiting on batch ``bid``'s outbox; return how many were pushed here."""
+    """Push every callback waiting on batch ``bid``'s outbox; return how many were pushed here.
+    A key of the wrong type met on the way (the outbox, a callback's queue or mark) is moved to
+    quarantine and the step made again (broker/quarantine.py)."""
     bk = keys.batch(bid)
     pushed = 0
-    for entry in redis.lrange(bk.outbox, 0, -1):
+    for entry in guarded(redis, keys, lambda: {bk.outbox: bk.expected(ttl)[bk.outbox]},
+                         lambda: redis.lrange(bk.outbox, 0, -1)):
         queue, jid, payload = json.loads(entry)
         queue_keys = [keys.batch_delivered(queue, jid), keys.queue(queue)]
         if not keys.spread:
             queue_keys.append(keys.queues)
-        if int(scripts.BATCH_DELIVER(redis, queue_keys, [payload, str(max(1, int(ttl))), queue])):
+        types = dict(zip(queue_keys, (Want("string"), Want("list"), Want("set")), strict=False))
+        if int(run_script(scripts.BATCH_DELIVER, redis, keys, queue_keys, [payload, str(max(1, int(ttl))), queue],
+                          types)):
             pushed += 1
             logger.info("batch %s: callback jid=%s pushed to %s", bid, jid, queue)
             if keys.spread:
@@ -49,14 +56,24 @@ def deliver(redis: Any, keys: Keys, bid: str, ttl: float) -> int:
 
 
 def closing(redis: Any, keys: Keys, bid: str, now: float) -> float:
-    """Enter ``bid`` in ``batch_closing`` before its block's close; return its score, for :func:`closed`."""
-    redis.zadd(keys.batch_closing, {bid: now})
+    """Enter ``bid`` in ``batch_closing`` before its block's close; return its score, for :func:`closed`.
+    (One of the wrong type is moved aside at once: failing here, the block's close never came,
+    and the batch stayed open, its callbacks never fired.)"""
+    guarded(redis, keys, _closing_type(keys), lambda: redis.zadd(keys.batch_closing, {bid: now}))
     return now
 
 
 def closed(redis: Any, keys: Keys, bid: str, score: float) -> None:
     """Its callbacks are delivered: forget the closing (unless another began since)."""
-    scripts.BATCH_CLOSED(redis, [keys.batch_closing], [bid, repr(score)])
+    run_script(scripts.BATCH_CLOSED, redis, keys, [keys.batch_closing], [bid, repr(score)], _closing_type(keys))
+
+
+def _closed_and_delivered(redis: Any, bk: BatchKeys) -> bool:
+    return redis.scard(bk.open) == 0 and redis.llen(bk.outbox) == 0
+
+
+def _closing_type(keys: Keys) -> dict[str, Want]:
+    return {keys.batch_closing: Want("zset")}
 
 
 def sweep_closing(redis: Any, keys: Keys, ttl: float, now: float) -> int:
@@ -65,15 +82,16 @@ def sweep_closing(redis: Any, keys: Keys, ttl: float, now: float) -> int:
     (its closer died inside it) waits while the batch lives: it may still close; once the batch
     expired, it goes."""
     pushed = 0
-    for raw, score in redis.zrangebyscore(keys.batch_closing, "-inf", now - CLOSING_GRACE, start=0,
-                                          num=SWEEP_BATCH, withscores=True):
+    for raw, score in guarded(redis, keys, _closing_type(keys), lambda: redis.zrangebyscore(
+            keys.batch_closing, "-inf", now - CLOSING_GRACE, start=0, num=SWEEP_BATCH, withscores=True)):
         bid = raw.decode() if isinstance(raw, bytes) else raw
         bk = keys.batch(bid)
         if not redis.exists(bk.meta):
             closed(redis, keys, bid, score)
             continue
         pushed += deliver(redis, keys, bid, ttl)
-        if redis.scard(bk.open) == 0 and redis.llen(bk.outbox) == 0:
+        settled = functools.partial(_closed_and_delivered, redis, bk)
+        if guarded(redis, keys, functools.partial(bk.expected, ttl), settled):
             closed(redis, keys, bid, score)
         else:
             redis.zadd(keys.batch_closing, {bid: now}, xx=True)  # (looked at again a grace later)

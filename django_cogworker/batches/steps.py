@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 from ..broker import scripts
 from ..broker.keys import Keys
+from ..broker.quarantine import is_wrong_type, run_script
 from ..push import payload as payloads
 from ..push.job import Job
 from . import delivery
@@ -63,19 +64,28 @@ class BatchSteps:
         calls = [(bid, jids[start:start + 1000]) for bid, jids in by_bid.items()
                  for start in range(0, len(jids), 1000)]
         if len(calls) == 1:
-            bid, jids = calls[0]
-            replies = [scripts.BATCH_SUCCEED(self.redis, self.keys.batch(bid), [bid, now, ttl, *jids])]
+            replies = [self._succeed(*calls[0], now, ttl)]
         else:
             pipe = self.redis.pipeline(transaction=False)
             for bid, jids in calls:
                 scripts.BATCH_SUCCEED.in_pipeline(pipe, self.keys.batch(bid), [bid, now, ttl, *jids])
-            replies = pipe.execute()
+            # A batch's key of the wrong type: that batch's step again, alone, which moves it aside.
+            replies = [self._succeed(bid, jids, now, ttl) if is_wrong_type(reply) else reply
+                       for (bid, jids), reply in zip(calls, pipe.execute(raise_on_error=False), strict=True)]
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
         for (bid, jids), waiting in zip(calls, replies, strict=True):
             if int(waiting) == -1:
                 logger.warning("%d job(s) of batch %s: the batch is gone (expired: BATCH_TTL); settled without it",
                                len(jids), payloads.printable(bid))
             elif int(waiting) > 0:
                 delivery.deliver(self.redis, self.keys, bid, self.ttl)
+
+    def _succeed(self, bid: str, jids: list[str], now: str, ttl: str) -> Any:
+        bk = self.keys.batch(bid)
+        return run_script(scripts.BATCH_SUCCEED, self.redis, self.keys, bk, [bid, now, ttl, *jids],
+                          lambda: bk.expected(self.ttl))
 
 
 def step_for(payload: dict[str, Any], outcome: str, then: Any, exc: BaseException | None = None,
@@ -95,8 +105,9 @@ def settle(redis: Any, keys: Keys, bid: str, jid: str, outcome: str, record: str
     """One job's (or child batch's, ``b:<bid>``) step in batch ``bid``; deliver what it fired."""
     bk = keys.batch(bid)
     success = outcome == "success"
-    waiting = int(scripts.BATCH_SETTLE(redis, bk, [bid, repr(time.time()), str(max(1, int(ttl))), jid, outcome,
-                                                   "" if success else record, record if success else ""]))
+    waiting = int(run_script(scripts.BATCH_SETTLE, redis, keys, bk,
+                             [bid, repr(time.time()), str(max(1, int(ttl))), jid, outcome,
+                              "" if success else record, record if success else ""], lambda: bk.expected(ttl)))
     if waiting == -1:
         logger.warning("jid=%s: its batch %s is gone (expired: BATCH_TTL); settled without it",
                        payloads.printable(jid), payloads.printable(bid))
@@ -115,12 +126,28 @@ def died(redis: Any, keys: Keys, payload: dict[str, Any], error: str, message: s
         settle(redis, keys, bid, str(payload.get("jid")), "dead", record, ttl)
 
 
+def handed_over(payload: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The batch status and the options a callback's payload carries (empty where it has none)."""
+    args, kwargs = payload.get("args"), payload.get("kwargs")
+    status = args[0] if isinstance(args, list) and args and isinstance(args[0], dict) else {}
+    return status, kwargs if isinstance(kwargs, dict) else {}
+
+
 class BatchChildDone(Job):
     """Tells a parent batch that a child batch completed, succeeded or had a job die: the child's
     ``b:<bid>`` member of the parent settles as a job would (pushed by the child's step, once)."""
 
     name = "django_cogworker.batch_child_done"
     _cogworker_handover = True  # (pushed where the batch's hand-overs go: batch.handover_queue)
+    cancellable = False  # (its parent batch waits for it: see cancel_refusal)
+
+    @classmethod
+    def cancel_refusal(cls, payload: dict[str, Any]) -> str:
+        status, options = handed_over(payload)
+        return (f"job {payload.get('jid')!r} is batch {options.get('parent')!r}'s own bookkeeping ({cls.name}): it "
+                f"tells that batch its child batch {status.get('bid')!r} is done; cancelled, batch "
+                f"{options.get('parent')!r} would wait for it for ever and never fire its callbacks. To stop the "
+                f"work, cancel the jobs of the batches instead")
 
     def perform(self, status: dict[str, Any], parent: str, step: bool = False) -> None:
         from ..broker.keys import for_config

@@ -282,6 +282,17 @@ class ChainNext(Job):
 
     name = "django_cogworker.chain_next"
     _cogworker_handover = True  # (pushed where the batch's hand-overs go: batch.handover_queue)
+    cancellable = False  # (its chain waits for it: see cancel_refusal)
+
+    @classmethod
+    def cancel_refusal(cls, payload: dict[str, Any]) -> str:
+        from .steps import handed_over
+
+        status, options = handed_over(payload)
+        return (f"job {payload.get('jid')!r} is chain {options.get('chain')!r}'s own bookkeeping ({cls.name}): it "
+                f"hands the chain on from step {status.get('bid')!r} to the next; cancelled, the chain would "
+                f"neither go on nor fire complete or death. To stop the chain, cancel a job of its next step "
+                f"once pushed: a step whose job dies ends the chain with its death")
 
     def perform(self, status: dict[str, Any], chain: str, index: int, keep: bool = False,
                 callback_queue: str | None = None) -> None:

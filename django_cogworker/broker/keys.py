@@ -42,8 +42,12 @@ stat:class:processed          hash    job class -> runs (failed ones too)       
 stat:class:failed             hash    job class -> failed runs                                -
 stat:class:seconds            hash    job class -> seconds its runs took, summed              -
 quarantine:<key>:<t>:<rand>   any     a key found holding the wrong type, moved aside         30 days
-                                      (cluster, a queue-slot key: ``{cogworker:q:<q>}:quarantine:
-                                      <key>:<t>:<rand>``, in the key's slot)
+                                      (cluster, a key in a slot of its own, a queue's, a
+                                      batch's, a limiter key's: ``{cogworker:q:<q>}:quarantine:
+                                      <key>:<t>:<rand>``, in the key's slot); by the key
+                                      guard, or a feature's key by whoever meets it
+                                      (quarantine.py), noted ``lost:<name>`` in a batch's
+                                      meta or a limiter key's stats
 periodic:*                    -       see the periodic package (schedule, disabled,           -
                                       enabled_at, locks)
 unique:<digest>               string  unique-job lock                                         set
@@ -133,6 +137,9 @@ class Keys:
             # "{cogworker}:" -> "{cogworker:q:" + queue + "}:": the tag's first "}" closes it.
             close = prefix.index("}", prefix.index("{") + 2)
             self._head, self._tail = prefix[:close] + ":q:", prefix[close:]
+            # (what every key in a slot of its own starts with: a queue's "q:", a batch's "b:", a
+            # limiter key's "l:")
+            self._own = prefix[:close] + ":"
         p = prefix
         self.queues = p + "queues"
         self.paused_queues = p + "paused_queues"
@@ -247,9 +254,9 @@ class Keys:
 
     def quarantine(self, key: str, stamp: int, rand: str) -> str:
         """Where ``key`` is moved aside: in its own slot (a RENAME can't cross slots)."""
-        if self.spread and key.startswith(self._head):
+        if self.spread and key.startswith(self._own) and "}" in key[len(self._own):]:
             # (the key's text up to its tag's "}": the same slot, whatever the queue's name holds)
-            close = key.index("}", len(self._head))
+            close = key.index("}", len(self._own))
             return f"{key[:close]}{self._tail}quarantine:{key}:{stamp}:{rand}"
         return f"{self.quarantine_prefix}{key}:{stamp}:{rand}"
 
@@ -257,8 +264,8 @@ class Keys:
         """Invert :meth:`quarantine`: the key ``name`` was moved from, or None if it names none."""
         if name.startswith(self.quarantine_prefix):
             rest = name[len(self.quarantine_prefix):]
-        elif self.spread and name.startswith(self._head) and "}" in name[len(self._head):]:
-            close = name.index("}", len(self._head))
+        elif self.spread and name.startswith(self._own) and "}" in name[len(self._own):]:
+            close = name.index("}", len(self._own))
             marker = self._tail + "quarantine:"
             if not name.startswith(marker, close):
                 return None
@@ -334,16 +341,33 @@ class Keys:
         }
 
 
+class Want(NamedTuple):
+    """The Redis type a key must hold, and where a move of it to quarantine is noted: ``(hash,
+    field)`` in the key's own slot, the field set to the time of the move (broker/quarantine.py)."""
+
+    type: str
+    note: tuple[str, str] | None = None
+    ttl: int | None = None  # seconds the note's hash lives when the note makes it (None: no expiry)
+
+
 class BatchKeys(NamedTuple):
     """One batch's keys, in the order the batch scripts take them as KEYS."""
 
-    meta: str  # hash: description, created_at, ttl, callbacks (cb:<event>), done_<event> stamps, committed
+    meta: str  # hash: description, created_at, ttl, callbacks (cb:<event>), done_<event> stamps, committed,
+    #            lost:<name> (a key of the batch moved to quarantine: when)
     jobs: str  # set: every jid (and "b:<bid>" of each child batch) ever added
     pending: str  # set: those not yet succeeded
     failed: str  # hash: those of pending whose last run failed -> JSON {class, error, message, at}
     dead: str  # set: those of pending that went to dead
     open: str  # set: the jobs() blocks open on it (owner tokens): no event fires while one is
     outbox: str  # list: callbacks fired, to be delivered to their queues
+
+    def expected(self, ttl: float | None = None) -> dict[str, Want]:
+        """Each key's type; a move to quarantine is noted in ``meta`` as ``lost:<name>`` (a meta the
+        note makes lives ``ttl`` seconds, the batch's)."""
+        note_ttl = max(1, int(ttl)) if ttl else None
+        return {key: Want(kind, (self.meta, f"lost:{name}"), note_ttl)
+                for key, kind, name in zip(self, BATCH_TYPES, self._fields, strict=True)}
 
 
 class LimitKeys(NamedTuple):
@@ -352,6 +376,16 @@ class LimitKeys(NamedTuple):
     holders: str  # zset (concurrent): holder token (JSON: jid, process, since, run) -> lease end
     starts: str  # zset (window): start token -> when it started
     state: str  # hash: bn, bc (bucket: which bucket, its starts); tat (leaky)
-    stats: str  # hash: granted, over, rescheduled, failed, expired; the last hour's ring (scripts/limits.py)
+    stats: str  # hash: granted, over, rescheduled, failed, expired; the last hour's ring (scripts/limits.py);
+    #             lost:<name> (a key of the limiter moved to quarantine: when)
     waiting: str  # zset (concurrent): jids of refused jobs -> their due time; a release wakes the first
     parked: str  # hash (concurrent): jid -> the job as rescheduled (what a wake-up moves to its queue)
+
+    def expected(self) -> dict[str, Want]:
+        """Each key's type; a move to quarantine is noted in ``stats`` as ``lost:<name>``."""
+        return {key: Want(kind, (self.stats, f"lost:{name}"))
+                for key, kind, name in zip(self, LIMIT_TYPES, self._fields, strict=True)}
+
+
+BATCH_TYPES = ("hash", "set", "set", "hash", "set", "set", "list")  # BatchKeys' types, in its order
+LIMIT_TYPES = ("zset", "zset", "hash", "hash", "zset", "hash")  # LimitKeys' types, in its order

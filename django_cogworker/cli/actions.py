@@ -133,7 +133,7 @@ def cancel(jid: str, *, interrupt: bool) -> Outcome:
     """Cancel job ``jid`` wherever it is (``django_cogworker.cancel``): taken off a queue, the schedule or the
     retries, or, running, asked to stop (``interrupt``: Cancelled raised in its thread)."""
     # Imported here: the core's public cancel (flow/cancel.py), needed only by this command.
-    from ..errors import InvalidArgument, JobNotFound
+    from ..errors import InvalidArgument, JobNotFound, NotCancellable
     from ..flow.cancel import cancel as cancel_job
 
     outcome = Outcome()
@@ -144,6 +144,9 @@ def cancel(jid: str, *, interrupt: bool) -> Outcome:
     except JobNotFound:
         outcome.failed.append(f"{cell(jid)}: no such job waiting, scheduled, retrying or running (it finished, "
                               f"died, or was never pushed)")
+        return outcome
+    except NotCancellable as exc:
+        outcome.failed.append(f"{cell(jid)}: not cancelled: {cell(str(exc), width=1000)}")
         return outcome
     if done == "removed":
         outcome.done.append(f"{cell(jid)}: cancelled (taken off where it waited; it won't run)")

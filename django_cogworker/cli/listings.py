@@ -135,13 +135,14 @@ def limit_item(s: api.LimitState) -> dict[str, Any]:
     return {"key": s.key, "family": s.family, "kind": s.kind, "size": s.size, "per": s.per, "lease": s.lease,
             "in_use": s.in_use, "full": s.full, "holders": [dataclasses.asdict(h) for h in s.holders],
             "more_holders": s.more_holders, "waiting": s.waiting, "totals": s.totals,
-            "recent": dataclasses.asdict(s.recent), "last_used": s.last_used}
+            "recent": dataclasses.asdict(s.recent), "last_used": s.last_used, "lost": s.lost, "poisoned": s.poisoned}
 
 
 def limits(page: int, limit: int) -> Listing:
     """A page of limiter keys, the most recently used first (in Redis time), with their holders' jids."""
     result = api.LimitSet().page(page, limit)
-    rows = [[s.key, s.kind, _rate(s), f"{s.in_use}/{s.size if s.size is not None else '?'}",
+    rows = [[s.key, s.kind + (" (poisoned)" if s.lost or s.poisoned else ""), _rate(s),
+             f"{s.in_use}/{s.size if s.size is not None else '?'}",
              ",".join(h.jid or "-" for h in s.holders) + (f" +{s.more_holders}" if s.more_holders else "") or None,
              s.waiting, f"{s.recent.over_5m}/{s.recent.over_60m}", s.totals["rescheduled"], s.totals["granted"],
              s.totals["over"], s.totals["expired"]] for s in result.items]
@@ -165,11 +166,12 @@ def batch_item(s: api.BatchSummary) -> dict[str, Any]:
             "total": s.total, "succeeded": s.succeeded, "pending": s.pending, "failures": s.failures, "dead": s.dead,
             "state": s.state, "complete": s.complete, "success": s.success, "death": s.death,
             "committed": s.committed, "completed_at": s.completed_at, "succeeded_at": s.succeeded_at,
-            "died_at": s.died_at}
+            "died_at": s.died_at, "lost": s.lost, "poisoned": s.poisoned}
 
 
 def _state(s: api.BatchSummary) -> str:
-    return STATE_TEXT[s.state] + (", a job died" if s.death else "") + ("" if s.committed else ", open")
+    return (STATE_TEXT[s.state] + (", a job died" if s.death else "") + ("" if s.committed else ", open")
+            + (", poisoned" if s.lost or s.poisoned else ""))
 
 
 def batches(page: int, limit: int) -> Listing:
@@ -197,6 +199,12 @@ def batch(bid: str) -> Listing:
                for state, count, shown in detail.tally()]
     fields += [["completed at", when(s.completed_at)], ["succeeded at", when(s.succeeded_at)],
                ["first death at", when(s.died_at)]]
+    if s.lost:  # (docs/batches.md: what a batch does once it lost a key)
+        fields.append(["lost", f"{', '.join(s.lost)}: found holding the wrong type, moved to quarantine; what it "
+                               f"counted is gone"])
+    if s.poisoned:
+        fields.append(["wrong type", f"{', '.join(s.poisoned)}: read as empty; the next worker step of the batch "
+                                     f"moves it to quarantine"])
     callbacks = [{"event": c.event, "jid": c.jid, "class": c.job_class, "queue": c.queue, "options": c.options,
                   "state": c.state, "fired_at": c.fired_at, "where": c.where,
                   "error_class": c.entry.error_class if c.entry else None,

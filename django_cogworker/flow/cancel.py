@@ -16,6 +16,10 @@ What :func:`cancel` does, in this order:
    withdrawn; unless a live process uses basic fetch, which holds what it fetched in memory
    only, out of sight until its next beat: then the request is kept, and says so.
 
+A job found whose class can't be cancelled (``Job.cancellable``: the hand-overs of batches, which
+a chain or a parent batch waits for) is left where it is, waiting or running, and NotCancellable
+says why; its request is withdrawn (a worker reading it meanwhile ignores it for such a job).
+
 A cancelled job is counted in ``stat:cancelled``; a task's result reads FAILED with a Cancelled
 error; a job of a batch counts as dead for its batch. Finding a waiting job reads the sets and
 queues whole in the worst case: an operator's action, not one for a hot path.
@@ -31,11 +35,13 @@ from typing import Any
 
 from ..batches import steps
 from ..bounds import check_text
-from ..broker.keys import Keys, for_config, glob_escape
+from ..broker.keys import Keys, Want, for_config, glob_escape
+from ..broker.quarantine import guarded
 from ..broker.types import RedisClient
-from ..errors import Cancelled, InvalidArgument, JobNotFound
+from ..errors import Cancelled, InvalidArgument, JobNotFound, NotCancellable
 from ..push import payload as payloads
 from ..push import scope
+from ..push.job import registered
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +62,9 @@ def cancel(jid: str, interrupt: bool = False, *, redis: RedisClient | None = Non
         redis = redis if redis is not None else runtime.get_redis()
         keys = keys if keys is not None else for_config(config)
         batch_ttl = batch_ttl if batch_ttl is not None else config.batch_ttl
-    redis.hset(keys.cancels, jid, json.dumps({"at": time.time(), "interrupt": bool(interrupt)}))
+    request = json.dumps({"at": time.time(), "interrupt": bool(interrupt)})
+    # (``cancels`` of the wrong type: moved to quarantine, and the request written to a fresh one)
+    guarded(redis, keys, {keys.cancels: Want("hash")}, lambda: redis.hset(keys.cancels, jid, request))
     payload = _remove_waiting(redis, keys, jid)
     if payload is not None:
         # (Its one copy is gone: the request would only cost every heartbeat a field for a day.)
@@ -98,7 +106,9 @@ def asked(payload: dict[str, Any]) -> bool:
             from ..engine.run.cancels import read_request  # (a worker's: it runs the job)
             from ..push import runtime
 
-            raw = runtime.get_redis().hget(for_config(runtime.get_config()).cancels, str(payload.get("jid")))
+            redis, keys = runtime.get_redis(), for_config(runtime.get_config())
+            raw = guarded(redis, keys, {keys.cancels: Want("hash")},
+                          lambda: redis.hget(keys.cancels, str(payload.get("jid"))))
             # (Garbage in the hash is no request: the heartbeat drops it, logged.)
             run.cancelled = raw is not None and read_request(raw, time.time()) is not None
         except Exception as exc:  # (Redis away: the heartbeat tells it once back)
@@ -134,6 +144,7 @@ def _remove_waiting(redis: RedisClient, keys: Keys, jid: str) -> dict[str, Any] 
     """Remove ``jid`` from the schedule, retry or a queue; return its payload if it was there."""
     for zset in (keys.schedule, keys.retry):
         for raw in _matches(redis.zscan_iter(zset, match=_pattern(jid), count=CHUNK), jid):
+            _refuse_if_not_cancellable(redis, keys, jid, raw)
             if redis.zrem(zset, raw):
                 return json.loads(raw)
     for name in sorted(redis.smembers(keys.queues)):
@@ -142,6 +153,7 @@ def _remove_waiting(redis: RedisClient, keys: Keys, jid: str) -> dict[str, Any] 
         while True:
             chunk = redis.lrange(queue, start, start + CHUNK - 1)
             for raw in _matches(iter(chunk), jid):
+                _refuse_if_not_cancellable(redis, keys, jid, raw)
                 if redis.lrem(queue, 1, raw):  # type: ignore[arg-type]
                     return json.loads(raw)
             if len(chunk) < CHUNK:
@@ -161,7 +173,8 @@ def _fetched(redis: RedisClient, keys: Keys, jid: str) -> bool:
         else:
             lists.append(keys.in_progress(identity))
     for key in lists:
-        if any(_matches(iter(redis.lrange(key, 0, -1)), jid)):
+        for raw in _matches(iter(redis.lrange(key, 0, -1)), jid):
+            _refuse_if_not_cancellable(redis, keys, jid, raw)
             return True
     needle = _needle(jid)
     for identity in redis.smembers(keys.processes):
@@ -172,8 +185,20 @@ def _fetched(redis: RedisClient, keys: Keys, jid: str) -> bool:
             except (ValueError, AttributeError):
                 continue
             if needle in text and _jid_of(text) == jid:  # (the needle may be in its arguments too)
+                _refuse_if_not_cancellable(redis, keys, jid, text)
                 return True
     return False
+
+
+def _refuse_if_not_cancellable(redis: RedisClient, keys: Keys, jid: str, raw: bytes) -> None:
+    """Raise NotCancellable, the request withdrawn and the job left where it is, for a job whose class
+    can't be cancelled: a batch's hand-over (a chain's next step, a child batch telling its parent),
+    cancelled, left its chain or batch waiting for ever."""
+    payload = json.loads(raw)
+    job_class = registered(payload["class"]) if isinstance(payload.get("class"), str) else None
+    if job_class is not None and not job_class.cancellable:
+        redis.hdel(keys.cancels, jid)
+        raise NotCancellable(job_class.cancel_refusal(payload))
 
 
 def _basic_fetch_runs(redis: RedisClient, keys: Keys) -> bool:

@@ -32,6 +32,7 @@ from typing import Any
 from ..bounds import MAX_SECONDS, MAX_SECONDS_TEXT, check_seconds, check_size
 from ..broker import scripts
 from ..broker.keys import Keys, for_config
+from ..broker.quarantine import run_script
 from ..errors import CogworkerError, InvalidArgument, LimitKeyError, OverLimit
 from ..push import scope  # (a leaf: the running job and the process identity, set by the worker)
 
@@ -172,7 +173,7 @@ class Limiter:
         deadline = time.monotonic() + wait
         pause = WAIT_SLICE[0]
         while True:
-            reply = scripts.LIMIT_TAKE(redis, list(lk), [token, "", "", *self.argv()])
+            reply = run_script(scripts.LIMIT_TAKE, redis, keys, list(lk), [token, "", "", *self.argv()], lk.expected)
             if int(reply[0]) == 1:
                 break
             after = _text(reply[2])
@@ -197,7 +198,8 @@ class Limiter:
         finally:
             HELD.remove(hold)
             try:
-                reply = scripts.LIMIT_RELEASE(redis, list(lk), [token, "release", *self.argv()])
+                reply = run_script(scripts.LIMIT_RELEASE, redis, keys, list(lk), [token, "release", *self.argv()],
+                                   lk.expected)
                 wake(redis, keys, reply[1:])
             except Exception as exc:  # (the block's work is done: failing it would have it done again)
                 logger.warning("limiter %r: its place was not given back (%s: %s); it frees when its lease "

@@ -8,6 +8,10 @@ Each beat (:func:`beat`), in one pipeline, and only when there is something to w
 * the limiter keys used since the last beat go into the ``limits`` index, with their specs, for
   the admin, the CLI and the metrics: no write on a job's path for them.
 
+A key of the wrong type among them is moved to quarantine at once (broker/quarantine.py) and its
+write made again: a ``holders`` of the wrong type failed every beat, for ever (no key guard round
+knows the keys of each limiter).
+
 :func:`problems` names what can't work with the config: a lease shorter than two heartbeat
 intervals would lapse between two renewals of a job that runs on.
 """
@@ -20,7 +24,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..broker import scripts
-from ..broker.keys import Keys
+from ..broker.keys import Keys, Want
+from ..broker.quarantine import is_wrong_type, quarantine_wrong, run_script
 from ..broker.types import RedisClient
 from .limiter import HELD, SEEN, defined
 
@@ -36,11 +41,21 @@ def beat(redis: RedisClient, keys: Keys) -> None:
     pipe = redis.pipeline(transaction=False)
     for key, (lease, tokens) in held.items():
         scripts.LIMIT_RENEW.in_pipeline(pipe, [keys.limit(key).holders], [repr(lease), *tokens])
+    now = time.time()
     if seen:
-        now = time.time()
         pipe.zadd(keys.limits, dict.fromkeys(seen, now))
         pipe.hset(keys.limit_specs, mapping=dict(seen))  # type: ignore[arg-type]
     replies = pipe.execute(raise_on_error=False)
+    for i, (key, (lease, tokens)) in enumerate(held.items()):
+        if is_wrong_type(replies[i]):
+            replies[i] = _hold_again(redis, keys, key, lease, tokens)
+    if seen and any(is_wrong_type(reply) for reply in replies[len(held):]):
+        index = {keys.limits: Want("zset"), keys.limit_specs: Want("hash")}
+        quarantine_wrong(redis, keys, index)
+        again = redis.pipeline(transaction=False)
+        again.zadd(keys.limits, dict.fromkeys(seen, now))
+        again.hset(keys.limit_specs, mapping=dict(seen))  # type: ignore[arg-type]
+        replies[len(held):] = again.execute(raise_on_error=False)
     failed = [reply for reply in replies if isinstance(reply, Exception)]
     if failed:
         for key, spec in seen.items():  # (written with a later beat instead)
@@ -50,6 +65,19 @@ def beat(redis: RedisClient, keys: Keys) -> None:
         if int(renewed) < len(tokens):
             logger.warning("limiter %r: %d lease(s) of this process lapsed before their renewal (a beat came late); "
                            "their jobs run on without a place", key, len(tokens) - int(renewed))
+
+
+def _hold_again(redis: RedisClient, keys: Keys, key: str, lease: float, tokens: list[str]) -> int:
+    """Renew the places held here on ``key`` whose holders is of the wrong type: moved aside, and
+    this process's places written into the fresh one (they run: lost with the key, the limit let
+    in as many more), for ``lease`` seconds from now (Redis's clock). Return how many are held."""
+    lk = keys.limit(key)
+    if not quarantine_wrong(redis, keys, lk.expected()):
+        return run_script(scripts.LIMIT_RENEW, redis, keys, [lk.holders], [repr(lease), *tokens], lk.expected)
+    seconds, micros = redis.time()
+    until = int(seconds) + int(micros) / 1_000_000 + lease
+    redis.zadd(lk.holders, dict.fromkeys(tokens, until), nx=True)
+    return len(tokens)
 
 
 def problems(heartbeat_interval: float, jobs: Mapping[str, Any] | None = None) -> list[str]:

@@ -97,6 +97,10 @@ class Job:
     # Limiters each run takes a place in first (flow/): over one, the job is rescheduled.
     limits: ClassVar[Sequence[Any]] = ()
     _cogworker_startup: ClassVar[bool] = True
+    # False for the package's hand-over jobs (batches/: a chain's next step, a child batch telling
+    # its parent): a chain or a batch waits for each, and cancelled, it waited for ever. ``cancel``
+    # refuses them (NotCancellable, saying why: ``cancel_refusal``); a worker ignores a request for one.
+    cancellable: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
@@ -143,6 +147,11 @@ class Job:
         """Cancel job ``jid`` (of any class): "removed" if it waited, "signalled" if it runs (it
         stops when it reads ``cancelled``, or at once with ``interrupt``); JobNotFound otherwise."""
         return str(_scope.cancel_hook("cancel")(jid, interrupt=interrupt))
+
+    @classmethod
+    def cancel_refusal(cls, payload: dict[str, Any]) -> str:
+        """Why ``cancel`` refuses the job ``payload`` of a class that isn't ``cancellable``."""
+        return f"job {payload.get('jid')!r} is a {cls.name} job, which can't be cancelled"
 
     def perform(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__}.perform is not defined")

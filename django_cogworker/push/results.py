@@ -32,7 +32,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..broker.keys import Keys
+from ..broker.keys import Keys, Want
+from ..broker.quarantine import guarded
 from ..broker.types import RedisClient
 from . import payload as payloads
 
@@ -121,8 +122,10 @@ def write_ready(redis: RedisClient, keys: Keys, payload: dict[str, Any], ttl: fl
 
 
 def read(redis: RedisClient, keys: Keys, jid: str) -> JobResult | None:
-    """The result of ``jid``, or None when there is none (never recorded, or expired)."""
-    record = redis.hgetall(keys.result(jid))
+    """The result of ``jid``, or None when there is none (never recorded, or expired; or its key
+    held the wrong type: moved to quarantine)."""
+    key = keys.result(jid)
+    record = guarded(redis, keys, {key: Want("hash")}, lambda: redis.hgetall(key))
     return JobResult.from_record(jid, record) if record else None
 
 

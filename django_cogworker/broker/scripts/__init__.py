@@ -38,6 +38,7 @@ from .batches import (
 )
 from .jobs import (
     CLAIM_AND_REQUEUE,
+    CONFIRM_HELD,
     FETCH_BASIC,
     FETCH_RELIABLE,
     FILE_FAILURE,
@@ -62,6 +63,7 @@ __all__ = [
     "push_args",
     "RECEIPT_TTL",
     "CLAIM_AND_REQUEUE",
+    "CONFIRM_HELD",
     "MOVE_BETWEEN_ZSETS",
     "FILE_FAILURE",
     "FETCH_RELIABLE",

@@ -3,13 +3,24 @@
 Every script takes the batch's seven keys as KEYS[1..7], in :class:`~..keys.BatchKeys` order
 (meta, jobs, pending, failed, dead, open, outbox), all in the batch's one slot. A step that
 makes an event due (complete, success, death) writes its callbacks to the batch's outbox in the
-same script, once: the event's ``done_<event>`` stamp is set with HSETNX in that step, so no
+same script, once: the event's ``done_<event>`` stamp is set in that step, right after, so no
 later step can fire it again. The outbox is then delivered to the callbacks' queues by
 BATCH_DELIVER, once per callback whatever the retries (batches/delivery.py).
 
 A job's step is idempotent by its jid: a success removes it from ``pending`` (a second one finds
 it gone and moves nothing), a failure records it in ``failed`` only while it is pending. So a job
 run again after its process died between the step and its ack moves no counter twice.
+
+A key of the wrong type stops a script at its first command on it, keeping the writes made
+before (Redis has no rollback); the caller moves that key to quarantine and runs the script
+again (broker/quarantine.py). So each script is safe to run again from wherever it stopped: an
+event's callbacks are written to the outbox before its ``done_<event>`` stamp (stamped first, an
+outbox of the wrong type lost the callback: the run again found the event done), a success
+takes its jid off ``failed`` and ``dead`` before ``pending``, a block's owner goes into ``open``
+before a new batch's meta is written. A move is noted in ``meta`` (``lost:<name>``); once
+``pending`` or ``open`` was lost, complete and success never fire: the batch can no longer tell
+when every job ran or succeeded (a lost ``failed`` only holds complete back until the failing
+jobs fail again: what it then counts is true).
 """
 
 from __future__ import annotations
@@ -46,24 +57,35 @@ end
 -- each, when the batch is committed and no jobs() block is open on it; returns whether it fired
 -- either. The counts first: while some pending job is not failing (every step but the last few),
 -- neither can fire, and the step reads nothing more. `failing`: the count, when the caller knows it.
+-- Neither fires once `pending` or `open` was lost (the module's header). Each is written to the
+-- outbox before it is stamped done.
 local function check(failing)
   local pending = redis.call("SCARD", KEYS[3])
   failing = failing or redis.call("HLEN", KEYS[4])
   if pending ~= failing and pending ~= 0 then return false end
-  local m = redis.call("HMGET", KEYS[1], "committed", "done_complete", "done_success")
-  if m[1] ~= "1" or redis.call("SCARD", KEYS[6]) > 0 then return false end
+  local m = redis.call("HMGET", KEYS[1], "committed", "done_complete", "done_success", "lost:pending", "lost:open")
+  if m[1] ~= "1" or m[4] or m[5] or redis.call("SCARD", KEYS[6]) > 0 then return false end
   local fired = false
   if not m[2] and pending == failing then
-    redis.call("HSET", KEYS[1], "done_complete", now)
     fire("complete")
+    redis.call("HSET", KEYS[1], "done_complete", now)
     fired = true
   end
   if not m[3] and pending == 0 then
-    redis.call("HSET", KEYS[1], "done_success", now)
     fire("success")
+    redis.call("HSET", KEYS[1], "done_success", now)
     fired = true
   end
   return fired
+end
+
+-- A job (or child batch) of the batch went to dead: its first such death fires death, once.
+local function died(jid)
+  redis.call("SADD", KEYS[5], jid)
+  if redis.call("HEXISTS", KEYS[1], "done_death") == 0 then
+    fire("death")
+    redis.call("HSET", KEYS[1], "done_death", now)
+  end
 end
 
 local function touch()
@@ -83,8 +105,8 @@ end
 BATCH_OPEN = Script(_COMMON + """
 if redis.call("EXISTS", KEYS[1]) == 0 then
   if ARGV[6] ~= "1" then return -1 end
-  redis.call("HSET", KEYS[1], unpack(ARGV, 7))
   redis.call("SADD", KEYS[6], ARGV[4])
+  redis.call("HSET", KEYS[1], unpack(ARGV, 7))
   touch()
   return 2
 end
@@ -148,22 +170,20 @@ if outcome == "success" then
   if ARGV[7] ~= "" then
     redis.call("HSET", KEYS[1], "result:" .. jid, ARGV[7])
   end
-  if redis.call("SREM", KEYS[3], jid) == 1 then
-    redis.call("HDEL", KEYS[4], jid)
-    redis.call("SREM", KEYS[5], jid)
-  end
+  -- (off failed and dead first: a jid only ever is in them while pending)
+  redis.call("HDEL", KEYS[4], jid)
+  redis.call("SREM", KEYS[5], jid)
+  redis.call("SREM", KEYS[3], jid)
 elseif outcome == "death" then
   -- (a child batch had a job die: the parent's death fires, but the child is not failing until
   -- it completes: its other jobs may still run)
-  if redis.call("SISMEMBER", KEYS[3], jid) == 1 and redis.call("SADD", KEYS[5], jid) == 1
-      and redis.call("HSETNX", KEYS[1], "done_death", now) == 1 then
-    fire("death")
+  if redis.call("SISMEMBER", KEYS[3], jid) == 1 then
+    died(jid)
   end
 elseif redis.call("SISMEMBER", KEYS[3], jid) == 1 then
   redis.call("HSET", KEYS[4], jid, ARGV[6])
-  if outcome == "dead" and redis.call("SADD", KEYS[5], jid) == 1
-      and redis.call("HSETNX", KEYS[1], "done_death", now) == 1 then
-    fire("death")
+  if outcome == "dead" then
+    died(jid)
   end
 end
 check()
@@ -187,16 +207,11 @@ BATCH_SUCCEED = Script(_COMMON + """
 local left = redis.call("TTL", KEYS[1])
 if left == -2 then return -1 end
 local quick = redis.call("EXISTS", KEYS[4], KEYS[5], KEYS[7]) == 0
-if quick then
-  redis.call("SREM", KEYS[3], unpack(ARGV, 4))
-else
-  for i = 4, #ARGV do
-    if redis.call("SREM", KEYS[3], ARGV[i]) == 1 then
-      redis.call("HDEL", KEYS[4], ARGV[i])
-      redis.call("SREM", KEYS[5], ARGV[i])
-    end
-  end
+if not quick then  -- (off failed and dead first, as BATCH_SETTLE)
+  redis.call("HDEL", KEYS[4], unpack(ARGV, 4))
+  redis.call("SREM", KEYS[5], unpack(ARGV, 4))
 end
+redis.call("SREM", KEYS[3], unpack(ARGV, 4))
 local fired = check(quick and 0 or nil)
 if not quick or fired or left < ttl - math.min(60, math.floor(ttl / 100)) then
   touch()
@@ -211,11 +226,18 @@ return redis.call("LLEN", KEYS[7])
 # Pushes a fired callback to its queue unless its mark says it was delivered before: the caller
 # then takes it off the outbox (another slot on a cluster), and one that dies in between leaves it
 # there for the next delivery, which finds the mark and only takes it off. Returns 1 pushed, 0 not.
+# The push first, the mark second: marked first, a queue of the wrong type stopped the script
+# between them, and the run again (once it was moved aside) took the callback for delivered. A
+# mark of the wrong type is WRONGTYPE too (SET NX took any key for a mark: the callback lost).
 BATCH_DELIVER = Script("""
-if not redis.call("SET", KEYS[1], "1", "NX", "EX", ARGV[2]) then
+local mark = redis.call("TYPE", KEYS[1])["ok"]
+if mark == "string" then
   return 0
+elseif mark ~= "none" then
+  return redis.error_reply("WRONGTYPE the delivery mark holds a " .. mark)
 end
 redis.call("LPUSH", KEYS[2], ARGV[1])
+redis.call("SET", KEYS[1], "1", "EX", ARGV[2])
 if KEYS[3] then
   redis.pcall("SADD", KEYS[3], ARGV[3])
 end

@@ -210,16 +210,59 @@ redis.call("DEL", KEYS[#KEYS])
 return 1
 """)
 
-# KEYS[1] = the key, KEYS[2] = its quarantine name.
-# ARGV[1] = expected type, ARGV[2] = quarantine TTL in seconds.
+# KEYS[1] = this process's orphan lock, KEYS[2] = last_beat, KEYS[3] = in_progress_identities,
+# KEYS[4] = its in-progress list (none on a cluster, where the list is in its queue's slot).
+# ARGV[1] = identity, ARGV[2] = the raw payload taken, ARGV[3] = this host's time (where TIME is refused).
+# A process that may have been taken for dead (it stalled) asks before it starts a job it took
+# earlier: 0 while another process recovers its list (holding the lock), or once the job is off
+# the list (requeued). Else its beat is stamped first, so that a recovery taking the lock after
+# this sees it alive (orphans.py), and 1. (A registry or stamp of the wrong type fails every
+# orphan check until the key guard moves it aside: no recovery to fend off, so no error here.)
+CONFIRM_HELD = Script("""
+if redis.call("EXISTS", KEYS[1]) == 1 then
+  return 0
+end
+local now = ARGV[3]
+local t = redis.pcall("TIME")
+if type(t) == "table" and t[1] then
+  now = t[1] .. "." .. string.format("%06d", tonumber(t[2]))
+end
+redis.pcall("HSET", KEYS[2], ARGV[1], now)
+redis.pcall("SADD", KEYS[3], ARGV[1])
+if #KEYS < 4 or redis.call("LPOS", KEYS[4], ARGV[2]) then
+  return 1
+end
+return 0
+""")
+
+# KEYS[1] = the key, KEYS[2] = its quarantine name, KEYS[3] (optional) a hash where the move is
+# noted (in the key's slot: a batch's meta, a limiter key's stats).
+# ARGV[1] = expected type, ARGV[2] = quarantine TTL in seconds; with KEYS[3]: ARGV[3] = the
+# note's field, ARGV[4] = its value (the time), ARGV[5] = the TTL of a hash the note makes ("":
+# none).
 # Re-checked here, atomically with the move, so a key fixed (or recreated)
-# in between is left alone. Returns 1 when moved.
+# in between is left alone. The note is written before the move (a note into a hash of the
+# wrong type fails the script with nothing moved), or after it when the hash is the key moved
+# (into its fresh copy). Returns 1 when moved.
 QUARANTINE = Script("""
 local actual = redis.call("TYPE", KEYS[1])["ok"]
 if actual == "none" or actual == ARGV[1] then
   return 0
 end
+local function note()
+  local made = redis.call("EXISTS", KEYS[3]) == 0
+  redis.call("HSET", KEYS[3], ARGV[3], ARGV[4])
+  if made and ARGV[5] ~= "" then
+    redis.call("EXPIRE", KEYS[3], ARGV[5])
+  end
+end
+if KEYS[3] and KEYS[3] ~= KEYS[1] then
+  note()
+end
 redis.call("RENAME", KEYS[1], KEYS[2])
 redis.call("EXPIRE", KEYS[2], ARGV[2])
+if KEYS[3] == KEYS[1] then
+  note()
+end
 return 1
 """)

@@ -25,6 +25,12 @@ Counts per key in ``stats``: granted, over (refusals), rescheduled and failed (w
 job was sent to: ARGV[2]), expired (lapsed leases), and a ring of the last 60 minutes' over and
 rescheduled counts (fields ``o<m % 60>``, ``r<m % 60>`` and ``m<m % 60>``, the minute each slot
 counts), read by the admin as its recent figures: no key per minute to build or expire.
+
+A key of the wrong type stops a script at its first command on it, keeping what it wrote before;
+the caller moves the key to quarantine and runs the script again (broker/quarantine.py). Each is
+safe to: a take reads every key it writes before its first write but ``stats`` (run again, a
+take stopped there may count a start of an earlier limiter of its list twice: one start too
+many for that period, never a place lost), a release run again finds its place gone.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@
     sharded      both on a Redis Cluster, where each queue has its own slot
     fetcher      the fetcher thread: as many jobs as there are idle processors
     ledger       the jobs this process holds, handed over or running
+    stall        whether a job it holds may have been taken back while it was silent
 """
 
 from __future__ import annotations

@@ -24,10 +24,11 @@ from __future__ import annotations
 import abc
 import collections
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...broker import scripts
@@ -36,6 +37,7 @@ from ...broker.types import RedisClient
 from ...conf import Config
 from ...errors import UNAVAILABLE_CODES, RedisUnavailable, error_code
 from ..settle.retry import Filing
+from .stall import StallWatch
 
 logger = logging.getLogger(__name__)
 
@@ -49,10 +51,12 @@ BeatWrite = tuple[str, Callable[[Any], Any]]
 
 @dataclass(slots=True)
 class Unit:
-    """One fetched job: the payload bytes exactly as stored, and the queue it came from."""
+    """One fetched job: the payload bytes exactly as stored, the queue it came from, and when it
+    was taken (the fetcher's stall-watch clock, read before the fetch was sent: see stall.py)."""
 
     raw: bytes
     queue: str
+    taken: float = field(default=0.0, compare=False)
 
 
 class Fetch(abc.ABC):
@@ -68,7 +72,8 @@ class Fetch(abc.ABC):
     fetch a key never written: removing from it is a no-op, so settling needs
     no branch); ``block_cap`` the longest a blocking call in ``retrieve`` waits.
     ``keeps_held`` says whether every job this process holds is also in Redis (recovered by
-    orphan recovery if the process dies): only then does the fetcher take jobs ahead.
+    orphan recovery if the process dies): only then does the fetcher take jobs ahead, and only
+    then may a job it holds be taken back while it stalls (``stall``, ``still_ours``).
     """
 
     keeps_held = True
@@ -84,6 +89,7 @@ class Fetch(abc.ABC):
         self._idle_wait = IDLE_START
         self._logged_unfetchable: dict[str, float] = {}
         self.unfetchable: set[str] = set()  # queues the last batch fetch failed on (wrong type)
+        self.stall = StallWatch(config.orphan_threshold if self.keeps_held else math.inf)
         timeout = (redis.connection_pool.connection_kwargs.get("socket_timeout")
                    if hasattr(redis, "connection_pool") else None)
         # A block longer than the socket timeout would read as a lost connection.
@@ -109,7 +115,8 @@ class Fetch(abc.ABC):
         """
 
     def ack_many(self, raws: Sequence[bytes]) -> None:
-        """Acknowledge finished jobs held for a fetch that is about to block instead. Fetcher thread."""
+        """Acknowledge finished jobs held for a fetch that is about to block instead (fetcher thread),
+        or held up to AckBatch's cap (the processor thread whose ack would pass it)."""
         for raw in raws:
             self.ack(raw)
 
@@ -126,6 +133,15 @@ class Fetch(abc.ABC):
         """At shutdown, hand a filing that failed over to ``unsettled`` and take its job off the
         in-progress list, in one step. Main thread."""
         scripts.PARK_UNSETTLED(self.redis, [self.in_progress, unsettled], [raw, record])
+
+    def still_ours(self, unit: Unit) -> bool:
+        """Whether ``unit``, taken before this process may have been taken for dead, is still its own
+        to start; stamp this process's beat if so, so that no recovery judged on the old one follows.
+
+        Processor threads, only for a unit ``stall`` doesn't cover. True here: what basic fetch took
+        lives only in this process's memory, and no other process can have taken it back.
+        """
+        return True
 
     @abc.abstractmethod
     def hand_back(self, units: Sequence[Unit]) -> int:

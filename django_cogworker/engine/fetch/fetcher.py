@@ -19,7 +19,9 @@ it back if the process dies, counted in ``max_orphanings`` the same way, and at
 quiet the fetcher puts back at the head of their queues those no processor
 started. It waits at most a few short jobs: with longer jobs (a job that takes
 a second would keep one waiting a second while another process sat idle) none
-are taken ahead, as before.
+are taken ahead, as before. A process that stalls past ORPHAN_THRESHOLD may be
+taken for dead meanwhile, and what it took requeued elsewhere: a job taken before
+then is started only once found still its own (stall.py, ``next_unit``).
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ import threading
 import time
 
 from ...conf import Config
+from ...push import payload as payloads
 from ..loops import Watchdog
 from ..settle.settling import AckBatch, Settler
 from .contract import Fetch, Unit
 from .ledger import Ledger
+from .stall import clock as stall_clock
 
 logger = logging.getLogger(__name__)
 
@@ -110,12 +114,35 @@ class Fetcher:
     # -- the hand-over, processor side -----------------------------------------
 
     def next_unit(self) -> Unit | None:
-        """The next unit handed over, waking the fetcher first if there is none yet; None once stopping."""
+        """The next unit handed over, waking the fetcher first if there is none yet; None once stopping.
+
+        One taken before this process may have been taken for dead (it stalled past
+        ORPHAN_THRESHOLD: stall.py) is handed out only once the fetch has found it still ours;
+        one that isn't (orphan recovery gave it to another process) is dropped, and the next taken.
+        """
+        stall = self.fetch.stall
+        while True:
+            try:
+                unit = self._units.get_nowait()
+            except queue.Empty:
+                self._wake.put(None)
+                unit = self._units.get()
+            if unit is None or stall.covers(unit.taken) or self._still_ours(unit):
+                return unit
+
+    def _still_ours(self, unit: Unit) -> bool:
+        """Ask the fetch; a unit that isn't ours, or that can't be asked about, is dropped (a place freed)."""
         try:
-            return self._units.get_nowait()
-        except queue.Empty:
-            self._wake.put(None)
-            return self._units.get()
+            if self.fetch.still_ours(unit):
+                return True
+            logger.warning("jid=%s, taken before this process went silent past ORPHAN_THRESHOLD, was taken back by "
+                           "orphan recovery meanwhile: not started here (it runs elsewhere)", _jid(unit))
+        except Exception as exc:  # (Redis away: left where it is; on our list, the reconcile puts it back)
+            logger.warning("jid=%s, taken before this process went silent past ORPHAN_THRESHOLD, could not be "
+                           "checked (%s: %s): not started here", _jid(unit), type(exc).__name__, exc)
+        self.ledger.unit_dropped(unit)
+        self._idle.put(None)
+        return False
 
     def processor_idle(self, ran: float = SHORT_RUN * 2) -> None:
         """A processor is done with a unit it took ``ran`` seconds to run and settle."""
@@ -171,6 +198,7 @@ class Fetcher:
                 continue
             units: list[Unit] = []
             taken = acks.take()
+            sent = stall_clock()  # (before the fetch: a job may be ours from the moment it is sent)
             # (self.fetch.retrieve looked up at each call: tests replace it on the instance.)
             if not watchdog.run_step(lambda: units.extend(  # noqa: B023
                     self.fetch.retrieve(n, self.paused, taken, acks.before_block))):  # noqa: B023
@@ -187,6 +215,7 @@ class Fetcher:
             if units:
                 self.ledger.hand(units)
                 for unit in units:
+                    unit.taken = sent
                     self._units.put(unit)
             elif watchdog.failures == 0 and not self.fetch.queue_order(self.paused):
                 self.quiet.wait(self.config.fetch_idle_max_interval)  # every queue paused: don't spin
@@ -278,3 +307,11 @@ class Fetcher:
             logger.exception("could not hand back %d job(s) fetched after quiet", len(units))
         for _ in units:
             self._idle.put(None)
+
+
+def _jid(unit: Unit) -> str:
+    """The jid of ``unit`` for a log line (its payload's start, when it can't be read)."""
+    try:
+        return payloads.printable(payloads.decode(unit.raw).get("jid"))
+    except payloads.PayloadError:
+        return payloads.printable(repr(unit.raw[:100]))

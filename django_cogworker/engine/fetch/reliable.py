@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import cast
 
@@ -64,6 +65,15 @@ class ReliableFetch(Fetch):
         self._idle_wait = IDLE_START
         return [Unit(cast(bytes, raw), waitable[0])]  # (a bytes client)
 
+    def still_ours(self, unit: Unit) -> bool:
+        """Whether ``unit`` is still on our in-progress list, and no recovery of it is under way."""
+        return bool(scripts.CONFIRM_HELD(self.redis, [*self._beat_keys(), self.in_progress],
+                                         [self.identity, unit.raw, repr(time.time())]))
+
+    def _beat_keys(self) -> list[str]:
+        k = self.keys
+        return [k.orphan_lock(self.identity), k.last_beat, k.in_progress_identities]
+
     def _listed(self) -> collections.Counter[bytes]:
         """What our in-progress list holds, each entry counted."""
         return collections.Counter(cast(list[bytes], self.redis.lrange(self.in_progress, 0, -1)))
@@ -72,11 +82,12 @@ class ReliableFetch(Fetch):
         self.redis.lrem(self.in_progress, 1, raw)  # type: ignore[arg-type]  # (redis-py takes bytes)
 
     def ack_many(self, raws: Sequence[bytes]) -> None:
-        """Acknowledge ``raws`` in one pipeline (one round trip)."""
-        pipe = self.redis.pipeline(transaction=False)
-        for raw in raws:
-            pipe.lrem(self.in_progress, 1, raw)  # type: ignore[arg-type]
-        pipe.execute()
+        """Acknowledge ``raws`` in one round trip: the fetch's script, fetching none.
+
+        (One command, not a pipeline of LREMs: a processor sends them when the acks held reach
+        AckBatch's cap, and a pipeline of 11 cost the worker twice the CPU of the script.)
+        """
+        scripts.FETCH_RELIABLE(self.redis, [self.in_progress], [0, len(raws), *raws])
 
     def requeue(self, units: Iterable[Unit], acks: Sequence[bytes] = (), keep: Sequence[bytes] = ()) -> int:
         """Put back everything on our in-progress list but ``keep``; drop ``acks``; one atomic step.

@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
@@ -92,6 +93,15 @@ class ShardedReliableFetch(ReliableFetch):
             return []
         self._idle_wait = IDLE_START
         return self._hold([Unit(cast(bytes, raw), queue)])
+
+    def still_ours(self, unit: Unit) -> bool:
+        """As on a lone Redis, in two steps: the stamp (home slot), then the list (the queue's)."""
+        ours = bool(scripts.CONFIRM_HELD(self.redis, self._beat_keys(), [self.identity, unit.raw, repr(time.time())]))
+        # (looked at after the stamp: a recovery that takes the lock from then on sees this process alive)
+        ours = ours and self.redis.lpos(self.list_of(unit.queue), unit.raw) is not None  # type: ignore[arg-type]
+        if not ours:
+            self._forget([unit.raw])
+        return ours
 
     # -- which list a job is on ---------------------------------------------------------------
 

@@ -24,11 +24,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ...broker.keys import Keys, presence_ttl
+from ...broker.keys import Keys, Want, presence_ttl
+from ...broker.quarantine import is_wrong_type, quarantine_wrong
 from ...broker.types import RedisClient
 from ...conf import Config
 from ...errors import is_unavailable
 from ..fetch.contract import Fetch
+from ..fetch.stall import clock as stall_clock
 from ..loops import BACKOFF_MAX, LoopThread, Watchdog, redis_time, run_each
 from ..run.cancels import Cancels
 from ..settle.stats import Stats
@@ -124,9 +126,11 @@ class Heartbeat(LoopThread):
 
     def beat(self) -> None:
         r, k, manager = self.redis, self.keys, self.manager
+        sent = stall_clock()
         now = self._redis_now()
         info = dict(self.info, rss_kb=rss_kb())
         workers = manager.workers_snapshot()
+        fetch_writes = self.fetch.heartbeat_writes(now)
         pipe = r.pipeline(transaction=False)
         pipe.hset(k.process(self.identity), mapping={
             "info": json.dumps(info), "busy": str(len(workers)), "quiet": str(manager.quiet).lower(),
@@ -143,7 +147,7 @@ class Heartbeat(LoopThread):
                      ("paused queues", lambda p: p.smembers(k.paused_queues)),
                      *((("cancel requests", lambda p: p.hgetall(k.cancels)),) if self.cancels is not None else ()),
                      # Reliable fetch: the in-progress registry and the last-beat stamp, for orphan recovery.
-                     *self.fetch.heartbeat_writes(now)]
+                     *fetch_writes]
         for _what, add in secondary:
             add(pipe)
         results = pipe.execute(raise_on_error=False)
@@ -151,11 +155,18 @@ class Heartbeat(LoopThread):
             if isinstance(result, Exception):
                 raise result  # the essential write: the beat as a whole failed
         named = dict(zip(range(2, len(results)), secondary, strict=True))
+        stamped, fetch_first = True, len(results) - len(fetch_writes)  # (the fetch's writes come last)
         for i, result in enumerate(results[2:], start=2):
             what = named[i][0]
             if isinstance(result, Exception):
                 if is_unavailable(result):
                     raise result
+                stamped = stamped and i < fetch_first
+                if what == "cancel requests" and is_wrong_type(result):
+                    # (a feature's key, which the key guard checked only every KEY_GUARD_INTERVAL:
+                    # moved aside now, once; read afresh by the next beat)
+                    quarantine_wrong(r, k, {k.cancels: Want("hash")})
+                    continue
                 logger.error("heartbeat: %s not written: %s: %s", what, type(result).__name__, result)
                 if what == "paused queues":
                     manager.paused = frozenset()  # unreadable: count as none paused, logged
@@ -170,11 +181,14 @@ class Heartbeat(LoopThread):
                 stale = self.cancels.update(result)  # type: ignore[union-attr]
                 if stale:
                     self.redis.hdel(k.cancels, *stale)
+        if stamped:  # (what orphan recovery reads went through: nobody takes this process for dead for a while)
+            self.fetch.stall.stamped(sent)
         self.beats += 1
         gap = None if self.last_beat is None else now - self.last_beat
         if gap is not None and gap > self.config.orphan_threshold:
             logger.warning("this process went %.0fs without a beat (more than ORPHAN_THRESHOLD): others may have "
-                           "taken it for dead and requeued the jobs it was running, which then run twice", gap)
+                           "taken it for dead and requeued the jobs it was running, which then run twice (those "
+                           "it took ahead start only if still its own)", gap)
         if self.steady_since is None or (gap is not None and gap > self.overdue_after()):
             # The first good beat after failed ones, or one that hung (Redis stalled for less than
             # the socket timeout) and then went through: the others' beats hung alike, so the

@@ -70,7 +70,7 @@ class Manager:
         self._hurry = False  # (a plain flag: set from a signal handler, read by stop's wait)
         self.ledger = Ledger()
         self.settler = Settler(fetch, retry, run_hook, batches=BatchSteps(fetch.redis, fetch.keys, config.batch_ttl))
-        self.acks = AckBatch(fetch, self.settler)
+        self.acks = AckBatch(fetch, self.settler, cap=config.concurrency)
         self.fetcher = Fetcher(config, fetch, self.ledger, self.acks, self.settler, self._quiet)
         self.cancels = cancels if cancels is not None else Cancels()
         self.gate = Gate(fetch.redis, fetch.keys, over_limit_max=config.over_limit_max, retry=retry,
@@ -171,8 +171,8 @@ class Manager:
 
         Read in the order a job moves through them (the ledger, then pending, then held acks): a
         job that finishes meanwhile is added to the later ones before it leaves the earlier. (An
-        ack riding on a fetch in flight is in none of them: the reconcile requeues only what is
-        unknown at two of its rounds in a row.)
+        ack in a round trip under way, riding on a fetch or sent at AckBatch's cap, is in none of
+        them: the reconcile requeues only what is unknown at two of its rounds in a row.)
         """
         known = self.ledger.held()
         known.update(self.settler.pending_settlements().keys())  # (its values are settlements, not counts)

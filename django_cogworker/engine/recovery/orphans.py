@@ -1,17 +1,16 @@
 """Orphan recovery: requeue the in-progress lists of processes that died.
 
-Run by every live process's poller thread (``check``), continuously, not only
-at startup. A process is dead to the others when its last beat (Redis's clock)
-is older than ORPHAN_THRESHOLD, or when it has had no last beat and no process
-hash for ORPHAN_THRESHOLD, counted from when this process first saw it so. Its
-list is requeued one atomic script per batch; each job's ``orphan_count`` goes
-up: a job is requeued at most MAX_ORPHANINGS times, and at the orphaning after
-that it goes to dead with the reason instead (recorded in ``repeat_orphans``): a
-job that kills its process every time must not take the fleet down forever. An
-entry that can't be written back (a lone surrogate, a number too big for JSON)
-goes to dead with the reason; the rest of the list is requeued. An NX lock per dead identity keeps
-two live processes from recovering the same list at once, and every move
-re-checks that the job is still there, so nothing is requeued twice.
+Run by every live process's poller thread (``check``), continuously, not only at startup. A
+process is dead to the others when its last beat (Redis's clock) is older than ORPHAN_THRESHOLD,
+or when it has had no last beat and no process hash for ORPHAN_THRESHOLD, counted from when this
+process first saw it so. Its list is requeued one atomic script per batch; each job's
+``orphan_count`` goes up: a job is requeued at most MAX_ORPHANINGS times, and at the orphaning
+after that it goes to dead with the reason instead (recorded in ``repeat_orphans``): a job that
+kills its process every time must not take the fleet down forever. An entry that can't be written
+back (a lone surrogate, a number too big for JSON) goes to dead with the reason; the rest of the
+list is requeued. An NX lock per dead identity keeps two live processes from recovering the same
+list at once, and every move re-checks that the job is still there, so nothing is requeued twice.
+Under the lock the beat is read again: a process that woke meanwhile keeps its list.
 
 On a cluster a process has one list per queue, each in its queue's slot (keys.py): each list
 goes back to its own queue in one script; one sent to dead crosses to the home slot in two
@@ -39,7 +38,7 @@ from ...push import payload as payloads
 from ...push import unique
 from ..loops import redis_time
 from ..settle.retry import RetryPolicy
-from .registry import parse_beats, readable
+from .registry import beats_again, parse_beats, readable
 
 logger = logging.getLogger(__name__)
 
@@ -215,6 +214,8 @@ class OrphanRecovery:
             return None
         handled = 0
         try:
+            if beats_again(r, k, identity, self.config.orphan_threshold):
+                return 0  # (it woke, and may start what it holds: fetch/stall.py)
             sources = self._lists_of(identity)
             lengths = self._lengths([source for source, _queue in sources]) if k.spread else [1]
             for (source, queue), length in zip(sources, lengths, strict=True):

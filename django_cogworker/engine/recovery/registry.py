@@ -8,6 +8,11 @@ of the key guard or of orphan recovery that reads it.
 from __future__ import annotations
 
 import logging
+from typing import cast
+
+from ...broker.keys import Keys
+from ...broker.types import RedisClient
+from ..loops import redis_time
 
 logger = logging.getLogger(__name__)
 
@@ -34,3 +39,17 @@ def parse_beats(raw: dict[bytes, bytes]) -> dict[str, float]:
         except (ValueError, UnicodeDecodeError):
             logger.error("unreadable last-beat stamp %.50r for %.100r: skipped", value, field)
     return beats
+
+
+def beats_again(redis: RedisClient, keys: Keys, identity: str, threshold: float) -> bool:
+    """Whether ``identity``'s last beat is younger than ``threshold`` now (Redis's clock), read
+    again under its orphan lock: a process that woke from a stall stamps its beat before it starts
+    a job it took ahead (fetch/stall.py); recovered after that, the job ran twice. Logged if so."""
+    try:
+        beat = float(cast(bytes, redis.hget(keys.last_beat, identity)))
+    except (TypeError, ValueError):  # (none, or unreadable: no beat)
+        return False
+    if redis_time(redis) - beat >= threshold:
+        return False
+    logger.info("%s beat again before its list was recovered: left alone", identity)
+    return True

@@ -5,12 +5,16 @@
 * a job past its ``expires_at`` (``expires_in`` at its push) is dropped: acknowledged, counted in
   ``stat:expired``, logged with its jid and class, never run;
 * a job with a cancel request (engine/run/cancels.py) is dropped the same way, counted in
-  ``stat:cancelled``;
+  ``stat:cancelled`` (unless its class can't be cancelled: ``Job.cancellable``);
 * a job whose class has ``limits`` takes a place in each, all or none, in one LIMIT_TAKE round
   trip (on a cluster, one per limiter key: each key has a slot of its own, and a later refusal
   gives back what the earlier ones took). Refused, the job goes back to the schedule
   (:meth:`Gate.reschedule`) atomically with its ack, its retry count untouched; after
   OVER_LIMIT_MAX reschedules the next refusal fails it like an error (retry, then dead).
+  Redis away or refusing every write (an outage) sends it back to the schedule uncounted, to be
+  tried again in UNREACHABLE_DELAY; a take Redis refuses for good fails it (LimitError: retry,
+  then dead), never rescheduled for ever. A limiter key of the wrong type is no such refusal: it
+  is moved to quarantine at once and the take made again (broker/quarantine.py).
 
 A dropped job of a batch counts as dead for its batch (it will never succeed), and a task's
 result reads FAILED. The concurrency places a run took are given back when it ends
@@ -19,6 +23,7 @@ result reads FAILED. The concurrency places a run took are given back when it en
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import random
@@ -27,9 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 from ...batches.steps import step_for
 from ...broker import scripts
-from ...broker.keys import Keys
+from ...broker.keys import Keys, Want
+from ...broker.quarantine import run_script
 from ...broker.types import RedisClient
-from ...errors import Cancelled, JobExpired, OverLimit
+from ...errors import Cancelled, JobExpired, LimitError, OverLimit, is_unavailable
 from ...flow.limiter import HELD, SEEN, Limiter, holder_token, wake
 from ...push import payload as payloads
 from ..settle.retry import Filing
@@ -99,15 +105,18 @@ class Gate:
     def enter(self, raw: bytes, payload: dict, job_class: Any) -> Ticket | _Free | str:
         """Let the job run (its ticket), or say what was done instead: DROPPED or RESCHEDULED.
 
-        Raises LimitKeyError (a key function failed) or OverLimit (refused once more than
-        OVER_LIMIT_MAX allows): the processor files either as the job's failure.
+        Raises LimitError (a key function failed: LimitKeyError; Redis refused the take for good)
+        or OverLimit (refused once more than OVER_LIMIT_MAX allows): the processor files either
+        as the job's failure.
         """
         expires_at = payload.get("expires_at")
         if expires_at is not None and _number(expires_at) and self.clock() >= expires_at:
             late = self.clock() - expires_at
             self.drop(raw, payload, job_class, "expired", JobExpired(f"expired {late:.1f}s before it could run"))
             return DROPPED
-        if self.cancels.requested(payload.get("jid")):
+        # (A class that can't be cancelled ignores a request: one written while ``cancel`` looked
+        # for the job, before it found what it was and withdrew it.)
+        if self.cancels.requested(payload.get("jid")) and (job_class is None or job_class.cancellable):
             self.drop(raw, payload, job_class, "cancelled", Cancelled("cancelled before it ran"))
             return DROPPED
         limits = getattr(job_class, "limits", None) if job_class is not None else None
@@ -128,7 +137,9 @@ class Gate:
         taken: list[tuple[Limiter, str]] = []
         try:
             for group in ([keyed] if not self.keys.spread else [[pair] for pair in keyed]):
-                reply = scripts.LIMIT_TAKE(self.redis, *self._script_args(group, token, refusal, parked))
+                reply = run_script(scripts.LIMIT_TAKE, self.redis, self.keys,
+                                   *self._script_args(group, token, refusal, parked),
+                                   functools.partial(self._expected, group))
                 if int(reply[0]) != 1:
                     if taken:
                         self.give_back(taken, token, "undo")
@@ -142,6 +153,13 @@ class Gate:
         except OverLimit:
             raise
         except Exception as exc:
+            if not is_unavailable(exc):
+                # Refused for good (a script error that no waiting mends): rescheduled uncounted,
+                # such a job came back every UNREACHABLE_DELAY for ever. Filed as its failure.
+                if taken:
+                    self._give_back_quietly(taken, token)
+                raise LimitError(f"its limits could not be taken: {type(exc).__name__}: "
+                                 f"{payloads.printable(exc)}") from exc
             # Redis away or refusing: the job hasn't run; it goes back to the schedule (kept in
             # memory by the settler until Redis takes it), without counting as over its limit.
             logger.error("jid=%s: its limits could not be taken (%s: %s); tried again in %.0fs",
@@ -165,13 +183,24 @@ class Gate:
             argv += limiter.argv()
         return keys, argv
 
+    def _expected(self, group: list[tuple[Limiter, str]]) -> dict[str, Want]:
+        return {key: want for _limiter, key in group for key, want in self.keys.limit(key).expected().items()}
+
     def give_back(self, taken: list[tuple[Limiter, str]], token: str, mode: str) -> None:
         """LIMIT_RELEASE of ``taken`` (one call per key on a cluster); a job waiting for a place given
         back goes to its queue at once (flow/limiter.py's ``wake``)."""
         for group in ([taken] if not self.keys.spread else [[pair] for pair in taken]):
-            reply = scripts.LIMIT_RELEASE(self.redis, *self._script_args(group, token, mode))
+            reply = run_script(scripts.LIMIT_RELEASE, self.redis, self.keys, *self._script_args(group, token, mode),
+                               functools.partial(self._expected, group))
             if len(reply) > 1:
                 wake(self.redis, self.keys, reply[1:])
+
+    def _give_back_quietly(self, taken: list[tuple[Limiter, str]], token: str) -> None:
+        try:
+            self.give_back(taken, token, "undo")
+        except Exception as exc:  # (a concurrency place lapses with its lease)
+            logger.warning("limits %s: taken places not given back (%s: %s)", ", ".join(key for _l, key in taken),
+                           type(exc).__name__, payloads.printable(exc))
 
     def reschedule(self, raw: bytes, payload: dict, refused: OverLimit, counted: bool = True) -> bool:
         """Send a job refused by a limit back to the schedule, with a backoff; False when it has
@@ -195,8 +224,8 @@ class Gate:
         if refused.kind == "concurrent":  # (woken by the next place given back: see LIMIT_PARK)
             try:
                 lk = self.keys.limit(refused.key)
-                scripts.LIMIT_PARK(self.redis, [lk.waiting, lk.parked],
-                                   [str(payload.get("jid")), filing.raw(), repr(filing.score)])
+                run_script(scripts.LIMIT_PARK, self.redis, self.keys, [lk.waiting, lk.parked],
+                           [str(payload.get("jid")), filing.raw(), repr(filing.score)], lk.expected)
             except Exception as exc:  # (it comes back at its due time all the same)
                 logger.warning("jid=%s: not parked for a wake-up (%s: %s)", payloads.printable(payload.get("jid")),
                                type(exc).__name__, payloads.printable(exc))
@@ -204,7 +233,8 @@ class Gate:
 
     def _count(self, key: str, outcome: str) -> None:
         try:
-            scripts.LIMIT_COUNT(self.redis, [self.keys.limit(key).stats], [outcome])
+            lk = self.keys.limit(key)
+            run_script(scripts.LIMIT_COUNT, self.redis, self.keys, [lk.stats], [outcome], lk.expected)
         except Exception as exc:  # (a count, never worth the job's filing)
             logger.warning("limiter %s: a %s not counted (%s: %s)", payloads.printable(key), outcome,
                            type(exc).__name__, payloads.printable(exc))

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ... import joblog
 from ...batches.steps import step_for
-from ...errors import Cancelled, LimitKeyError, OverLimit, PayloadError, UnknownJobError
+from ...errors import Cancelled, LimitError, OverLimit, PayloadError, UnknownJobError
 from ...push import payload as payloads
 from ...push import scope as _scope
 from ...push.job import registered
@@ -134,7 +134,7 @@ class Processor:
         if gate is not None:
             try:
                 entered = gate.enter(unit.raw, payload, known)
-            except (LimitKeyError, OverLimit) as exc:
+            except (LimitError, OverLimit) as exc:
                 entered = self.fail_unrun(unit, payload, exc, counted)
             if isinstance(entered, str):  # (dropped, rescheduled or failed: it doesn't run)
                 ledger.unit_dropped(unit)
@@ -158,7 +158,7 @@ class Processor:
         bid = payload.get("bid")  # (a job of a batch: its batch step settles first, batches/steps.py)
         run = _scope.Running(payload)
         running = _scope.running.set(run)
-        if gate is not None:
+        if gate is not None and (known is None or known.cancellable):  # (else no request reaches it)
             gate.cancels.started(jid, run)
         try:
             job = job_class(payload)

@@ -21,7 +21,8 @@ import traceback
 from typing import Any
 
 from ...broker import scripts
-from ...broker.keys import Keys
+from ...broker.keys import Keys, Want
+from ...broker.quarantine import run_script
 from ...broker.types import RedisClient
 from ...push import payload as payloads
 from ...push import results
@@ -47,9 +48,10 @@ class ResultWriter:
         """Mark an attempt RUNNING; return the record (None if it couldn't be written)."""
         jid = str(payload.get("jid"))
         try:
-            reply = scripts.RESULT_STARTED(self.redis, [self.keys.result(jid)],
-                                           [repr(self.clock()), self.worker_id, _seconds(ttl),
-                                            *results.record_fields(payload)])
+            key = self.keys.result(jid)
+            reply = run_script(scripts.RESULT_STARTED, self.redis, self.keys, [key],
+                               [repr(self.clock()), self.worker_id, _seconds(ttl), *results.record_fields(payload)],
+                               {key: Want("hash")})
             return results.JobResult.from_record(str(jid), reply)
         except Exception as exc:
             logger.error("jid=%s: its result could not be marked RUNNING (%s: %s); the job runs all the same",
@@ -71,8 +73,9 @@ class ResultWriter:
                                              "traceback": _traceback(error)})
         jid = str(payload.get("jid"))
         try:
-            scripts.RESULT_FINISHED(self.redis, [self.keys.result(jid)],
-                                    [status, finished_at, _seconds(ttl), value or "", encoded_error])
+            key = self.keys.result(jid)
+            run_script(scripts.RESULT_FINISHED, self.redis, self.keys, [key],
+                       [status, finished_at, _seconds(ttl), value or "", encoded_error], {key: Want("hash")})
         except Exception as exc:
             logger.error("jid=%s: its result (%s) could not be written (%s: %s)", payloads.printable(jid), status,
                          type(exc).__name__, payloads.printable(exc))

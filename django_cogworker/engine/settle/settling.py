@@ -10,12 +10,18 @@ Acks ride on the fetch (:class:`AckBatch`): a finished job's ack waits in
 memory for the fetcher's next round trip, which a busy process makes as soon
 as the processor that finished is idle: about one round trip per batch
 instead of one more per job. While the fetcher blocks (idle), acks go out at
-once instead. The window this widens: a process killed with acks still in
-memory has those finished jobs recovered as orphans and run again; at most
-one per processor, for at most one fetch round trip (plus the fetcher's
-GATHER_WAIT when it gathers idle processors); while jobs are taken ahead
-(fetcher.py), the fetcher waits for what is ahead to run low, so acks may wait
-for about half as many more short jobs (under SHORT_RUN each) to finish.
+once instead. The window this widens: a process killed, or taken for dead
+after a stall, with acks still in memory has those finished jobs recovered as
+orphans and run again. So that this is never more than one per processor, the
+acks held are capped at the concurrency: the processor whose ack would be one
+more sends them all itself, in a round trip of its own. Without jobs taken
+ahead it never does: what a process holds is at most one job per processor,
+and each finishes once between two fetches. With them (fetcher.py), as many
+jobs as there are processors and places ahead may finish between two fetches
+(the fetcher waits for what is ahead to run low, and its thread for the GIL):
+with the defaults (PREFETCH 1, -c 10) a busy process's processor sends about
+once per 25 jobs (a third of its fetches carried more than 10 acks, up to 20);
+with more taken ahead per processor, about once per ``concurrency`` jobs.
 
 A job of a batch that succeeded waits the same way with its batch step: the
 fetcher runs the steps held, grouped by batch, in one round trip just before
@@ -261,11 +267,14 @@ class AckBatch:
     A job of a batch is held with its batch step (``add(raw, step)``): ``take``
     and ``before_block`` run the steps held first (Settler.settle_steps, one
     round trip), and only the acks of those that went through go with the rest.
+
+    ``cap``: the most finished jobs held at once (the concurrency; see the module's header).
     """
 
-    def __init__(self, fetch: Fetch, settler: Settler):
+    def __init__(self, fetch: Fetch, settler: Settler, cap: int):
         self.fetch = fetch
         self.settler = settler
+        self.cap = cap
         self._lock = threading.Lock()
         self._held: list[bytes] = []  # finished, to be acked with the next fetch
         self._steps: list[tuple[bytes, BatchStep]] = []  # finished jobs of batches: step, then ack
@@ -277,15 +286,24 @@ class AckBatch:
 
         ``step``: the job's batch step (a success without a result to keep), which goes through
         before the ack: just before that fetch, with the others held, or now, with the ack.
+
+        One that would make more than ``cap`` held sends them all now instead, as ``before_block``
+        does (the steps first; what Redis refuses is kept pending), without raising.
         """
         with self._lock:
-            if self._open and not self._blocking:
+            holding = self._open and not self._blocking
+            if holding:
                 if step is None:
                     self._held.append(raw)
                 else:
                     self._steps.append((raw, step))
-                return
-        self.settler.settle(raw, "ack" if step is None else step)
+                if len(self._held) + len(self._steps) <= self.cap:
+                    return
+                acks, steps = self._take_held()
+        if holding:
+            self.settler.settle_acks(self._after_steps(acks, steps))
+        else:
+            self.settler.settle(raw, "ack" if step is None else step)
 
     def open(self) -> None:
         with self._lock:
@@ -299,21 +317,16 @@ class AckBatch:
         """Take the held acks, for the fetch about to be made (or, at stop, to pend them); the held
         batch steps are run first, and the acks of those Redis refused stay pending behind them."""
         with self._lock:
-            acks, self._held = self._held, []
-            steps, self._steps = self._steps, []
-        if steps:
-            acks += self.settler.settle_steps(steps)
-        return acks
+            acks, steps = self._take_held()
+        return self._after_steps(acks, steps)
 
     def before_block(self) -> None:
         """The fetcher is about to block: acks from now on go out at once, and so do any held (the
         held batch steps first)."""
         with self._lock:
             self._blocking = True
-            acks, self._held = self._held, []
-            steps, self._steps = self._steps, []
-        if steps:
-            acks += self.settler.settle_steps(steps)
+            acks, steps = self._take_held()
+        acks = self._after_steps(acks, steps)
         if acks:
             try:
                 self.fetch.ack_many(acks)
@@ -325,6 +338,16 @@ class AckBatch:
         """The fetcher's call returned: hold acks for its next round trip again."""
         with self._lock:
             self._blocking = False
+
+    def _take_held(self) -> tuple[list[bytes], list[tuple[bytes, BatchStep]]]:
+        """Empty what is held (under the lock): the plain acks, and the batch steps with theirs."""
+        acks, self._held = self._held, []
+        steps, self._steps = self._steps, []
+        return acks, steps
+
+    def _after_steps(self, acks: list[bytes], steps: list[tuple[bytes, BatchStep]]) -> list[bytes]:
+        """Run the batch steps (one round trip); return ``acks`` and the acks of those that went through."""
+        return acks + self.settler.settle_steps(steps) if steps else acks
 
     def held(self) -> list[bytes]:
         with self._lock:
