@@ -33,6 +33,9 @@ from django_cogworker.errors import ConfigError
 from django_cogworker.push import runtime
 from testproject.demo.jobs import FailJob, FlakyJob, RecordJob, SleepJob
 
+# Failovers timed on a loaded machine: run alone, after the parallel pass (pyproject's markers).
+pytestmark = pytest.mark.serial
+
 PREFIX = "{cogworker}:"
 K = Keys(PREFIX, spread=True)
 SLOT0 = 1_800_000_000  # a minute boundary (the periodic entry's test clock)

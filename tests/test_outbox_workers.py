@@ -166,7 +166,10 @@ def test_a_relay_killed_9_between_its_push_and_its_delete_runs_each_job_once(tmp
             wait_until(lambda: len(runs(srv)) >= 500, timeout=60, message="the relay's first push")
             relay.kill9()
             assert relay.wait(10) == -9
-        assert len(runs(srv)) == 500
+        # (At least its first round; on SQLite, whose failed delete doesn't stop the relay, maybe
+        # part of the next one too, before the kill landed.) Each once, and no row deleted.
+        ran = runs(srv)
+        assert len(ran) >= 500 and set(ran.values()) == {1}
         assert waiting(alias) == 1200
         # (SQLite: the dead relay's claim runs out, as it does CLAIM seconds on.)
         OutboxJob.objects.using(alias).update(claimed_until=0)

@@ -26,6 +26,9 @@ from django_cogworker.errors import ConfigError
 from django_cogworker.push.client import Client
 from testproject.demo.jobs import TimedMarkJob
 
+# Failovers timed on a loaded machine: run alone, after the parallel pass (pyproject's markers).
+pytestmark = pytest.mark.serial
+
 # The replication window the docs name (docs/deployment.md, "Redis Sentinel"): a write
 # acknowledged by the primary this long before it died may be missing from the replica.
 # On loopback it is a few milliseconds; a second is the bound asserted.

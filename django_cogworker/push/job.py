@@ -104,15 +104,14 @@ class Job:
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
-        check_unique(cls.unique_for, cls.unique_until, f"{cls.__module__}.{cls.__qualname__}")
+        where = f"{cls.__module__}.{cls.__qualname__}"
+        check_unique(cls.unique_for, cls.unique_until, where)
         for option in ("result_ttl", "timeout", "expires_in"):
-            check_seconds(getattr(cls, option), f"{cls.__module__}.{cls.__qualname__}.{option}")
-        cls.limits = check_limits(cls.limits, f"{cls.__module__}.{cls.__qualname__}.limits")
-        if not isinstance(cls.queue, str) or not cls.queue:
-            raise CogworkerError(f"{cls.__module__}.{cls.__qualname__}.queue must be a non-empty string, "
-                                 f"got {cls.queue!r}")
+            check_seconds(getattr(cls, option), f"{where}.{option}")
+        cls.limits = check_limits(cls.limits, f"{where}.limits")
+        check_text(cls.queue, f"{where}.queue")
         if "name" not in cls.__dict__:
-            cls.name = f"{cls.__module__}.{cls.__qualname__}"
+            cls.name = where
         # Whether every worker defines it too (its first push asks: discovery.check).
         cls._cogworker_startup = discovery.defined_with_worker_imports()
         with _registry_lock:
@@ -238,8 +237,7 @@ class JobSetter:
         if dead is not True:
             payload["dead"] = bool(dead)
         expires_in = opts.get("expires_in", cls.expires_in)
-        if expires_in is not None:  # (perform_at moves it on to its own due time)
-            check_seconds(expires_in, f"{cls.name}: expires_in")
+        if expires_in is not None:  # (checked by the class or set(); perform_at moves it to its due time)
             payload["expires_at"] = created_at + expires_in
         trace = opts.get("backtrace", cls.backtrace)
         if trace:
@@ -248,8 +246,7 @@ class JobSetter:
         if unique_for is not None:  # (0 is refused, not taken for "not unique": None is that)
             unique_until = opts.get("unique_until", cls.unique_until)
             check_unique(unique_for, unique_until, cls.name)
-            payload["unique_for"] = unique_for
-            payload["unique_until"] = unique_until
+            payload.update(unique_for=unique_for, unique_until=unique_until)
             payload["unique_digest"] = _digest(payload)
         return payload
 
