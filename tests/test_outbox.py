@@ -17,7 +17,7 @@ import redis
 from django.db import OperationalError, connections, transaction
 from helpers import RedisServer, in_thread
 
-from django_cogworker import Batch, Job, chain, group
+from django_cogworker import Batch, BatchError, Job, chain, group
 from django_cogworker.batches import batch as batch_module
 from django_cogworker.broker.keys import Keys
 from django_cogworker.outbox.models import OutboxJob
@@ -346,3 +346,18 @@ def test_a_job_of_a_batch_relayed_again_after_it_ran_is_not_counted_again(away, 
     status = Batch.status(batch.bid)
     assert (status.total, status.pending, status.committed) == (1, 0, True)
     assert status.complete and status.success
+
+
+def test_a_second_block_on_a_batch_made_through_the_outbox_in_the_same_transaction_is_refused(outbox, alias, rb):
+    batch = Batch("twice")
+    with transaction.atomic(using=alias):
+        with batch.jobs():
+            first = Note.perform_async(1)
+        with pytest.raises(BatchError, match="made by this transaction through the outbox"):
+            with batch.jobs():
+                Note.perform_async(2)
+    assert queued(rb) == [first]
+    with batch.jobs():  # (after the commit: added at once, as to any batch)
+        second = Note.perform_async(2)
+    assert queued(rb) == [first, second]
+    assert Batch.status(batch.bid).total == 2

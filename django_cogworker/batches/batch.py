@@ -89,6 +89,7 @@ class Batch:
         self.ttl = ttl
         self._existing = bid is not None  # (opened by bid: never created here)
         self._opened = False
+        self._recorded = False  # (its first block made it as an outbox unit: outbox/units.py)
         self._callbacks: dict[str, list[list[str]]] = {}
         # A chain's step (workflows.py): its success is told to the chain by ChainNext, not here.
         self.chain_step = False
@@ -132,6 +133,9 @@ class Batch:
         redis, keys, default_ttl = _context()
         ttl = self.ttl or default_ttl
         outer = _scope.batch.get()
+        if self._recorded and outer is None and units.begin() is not None:
+            raise BatchError(f"batch {self.bid} is made by this transaction through the outbox, and reaches Redis at "
+                             f"its commit: push all its jobs in its first jobs() block, or add more after the commit")
         running = _scope.running.get()
         bid, owner, deterministic = self._owner(outer, running)
         inside = running is not None and running.payload.get("bid") == bid
@@ -166,6 +170,7 @@ class Batch:
                     outer.remove([f"b:{bid}"])  # (a parent must not wait for a child never made)
                 raise
         self._opened = True
+        self._recorded = unit is not None
         scope = _Scope(bid, bk, redis, keys, ttl, owner, deterministic, self.callback_queue, unit)
         token = _scope.batch.set(scope)
         try:
