@@ -17,7 +17,8 @@ import redis
 from django.db import OperationalError, connections, transaction
 from helpers import RedisServer, in_thread
 
-from django_cogworker import Job
+from django_cogworker import Batch, BatchError, Job, chain, group
+from django_cogworker.batches import batch as batch_module
 from django_cogworker.broker.keys import Keys
 from django_cogworker.outbox.models import OutboxJob
 from django_cogworker.outbox.relay import relay_once
@@ -257,3 +258,106 @@ def test_a_task_enqueued_in_a_transaction_is_a_row_and_its_ready_record_waits_fo
     assert add.get_result(second.id).status == "READY"
     assert queued(client) == [result.id, second.id]
     assert rows(alias) == []
+
+
+def test_a_batch_and_a_workflow_in_a_rolled_back_transaction_write_nothing_to_redis(outbox, alias, rb):
+    with pytest.raises(Boom), transaction.atomic(using=alias):
+        batch = Batch("rolled back").on("complete", Note)
+        with batch.jobs():
+            Note.perform_async(1)
+            Note.perform_bulk([(2,), (3,)])
+        chain(Note.s(4), group(Note.s(5), Note.s(6))).perform_async()
+        assert len(rows(alias)) == 2  # (one row per top-level block: the batch's, the workflow's)
+        raise Boom
+    assert rows(alias) == []
+    assert rb.dbsize() == 0
+
+
+def test_a_batch_committed_is_opened_counted_and_closed_at_commit(outbox, alias, rb):
+    batch = Batch("committed")
+    with transaction.atomic(using=alias):
+        with batch.jobs():
+            jids = [Note.perform_async(1), *Note.perform_bulk([(2,), (3,)]), Note.perform_in(60, 4)]
+            with Batch("child").jobs():
+                jids.append(Note.perform_async(5))
+        assert rb.dbsize() == 0  # (nothing of it before the commit)
+    assert sorted(queued(rb)) == sorted(jids[:3] + jids[4:])
+    status = Batch.status(batch.bid)
+    assert (status.total, status.pending, status.committed) == (5, 5, True)  # (4 jobs and the child)
+    assert rows(alias) == []
+
+
+def test_a_batch_whose_commit_found_redis_away_is_relayed_once_through_a_relay_stopped_mid_way(
+        away, alias, monkeypatch):
+    batch = Batch("away").on("complete", Note)
+    with transaction.atomic(using=alias):
+        with batch.jobs():
+            jids = [Note.perform_async(1), *Note.perform_bulk([(2,), (3,)])]
+        away.kill()
+    saved = OutboxJob.objects.using(alias).get()
+    away.restart()
+    client = away.client()
+    real_close = batch_module.close_block
+
+    def dies(*args):  # (a relay killed after pushing the jobs, before closing the batch)
+        raise redis.ConnectionError("killed")
+
+    monkeypatch.setattr(batch_module, "close_block", dies)
+    with pytest.raises(redis.ConnectionError):
+        relay(alias)
+    assert sorted(queued(client)) == sorted(jids)
+    assert not Batch.status(batch.bid).committed
+    monkeypatch.setattr(batch_module, "close_block", real_close)
+    assert relay(alias) == 1
+    # The same row again (relayed, then found undeleted): its steps are done, nothing runs twice.
+    OutboxJob.objects.using(alias).create(jid=saved.jid, payload=saved.payload, created=0)
+    assert relay(alias) == 1
+    assert sorted(queued(client)) == sorted(jids)
+    status = Batch.status(batch.bid)
+    assert (status.total, status.pending, status.committed) == (3, 3, True)
+    assert rows(alias) == []
+
+
+def test_a_job_of_a_batch_relayed_again_after_it_ran_is_not_counted_again(away, alias, monkeypatch):
+    batch = Batch("ran")
+    with transaction.atomic(using=alias):
+        with batch.jobs():
+            jid = Note.perform_async(1)
+        away.kill()
+    saved = OutboxJob.objects.using(alias).get()
+    away.restart()
+    client = away.client()
+    real_close = batch_module.close_block
+
+    def dies(*args):
+        raise redis.ConnectionError("killed")
+
+    monkeypatch.setattr(batch_module, "close_block", dies)
+    with pytest.raises(redis.ConnectionError):
+        relay(alias)
+    # As a relay killed right after the push, before it noted the step done, leaves it; and the job ran.
+    steps = [kind for kind, *_ in json.loads(saved.payload)["unit"]]
+    client.set(K.outbox_pushed(saved.jid), steps.index("jobs"))
+    assert client.lpop(K.queue("default")) is not None
+    client.srem(K.batch(batch.bid).pending, jid)
+    monkeypatch.setattr(batch_module, "close_block", real_close)
+    assert relay(alias) == 1
+    assert queued(client) == []  # (written before, as its mark says)
+    status = Batch.status(batch.bid)
+    assert (status.total, status.pending, status.committed) == (1, 0, True)
+    assert status.complete and status.success
+
+
+def test_a_second_block_on_a_batch_made_through_the_outbox_in_the_same_transaction_is_refused(outbox, alias, rb):
+    batch = Batch("twice")
+    with transaction.atomic(using=alias):
+        with batch.jobs():
+            first = Note.perform_async(1)
+        with pytest.raises(BatchError, match="made by this transaction through the outbox"):
+            with batch.jobs():
+                Note.perform_async(2)
+    assert queued(rb) == [first]
+    with batch.jobs():  # (after the commit: added at once, as to any batch)
+        second = Note.perform_async(2)
+    assert queued(rb) == [first, second]
+    assert Batch.status(batch.bid).total == 2

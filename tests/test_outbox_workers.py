@@ -16,10 +16,11 @@ import pytest
 from django.db import connections, transaction
 from helpers import FAST_ENV, RedisServer, Worker, wait_until
 
+from django_cogworker import Batch, chain, group
 from django_cogworker.broker.keys import Keys
 from django_cogworker.outbox.models import OutboxJob
 from django_cogworker.push import runtime
-from testproject.demo.jobs import RecordJob
+from testproject.demo.jobs import BatchCallbackJob, RecordJob
 
 K = Keys()
 RUNS = "runs"
@@ -223,3 +224,43 @@ def test_a_garbage_row_goes_to_dead_and_the_rows_behind_it_run(tmp_path, srv, al
     (dead,) = [json.loads(raw) for raw in client.zrange(K.dead, 0, -1)]
     client.close()
     assert "jid garbage" in dead["dead_reason"] and dead["raw"] == "[1, 2"
+
+
+def test_batches_and_workflows_committed_while_redis_is_away_run_once_with_their_callbacks_once(
+        tmp_path, srv, alias):
+    def callbacks() -> collections.Counter:
+        client = srv.client(decode_responses=True)
+        try:
+            return collections.Counter((json.loads(raw)["event"], json.loads(raw)["bid"])
+                                       for raw in client.lrange("cb", 0, -1))
+        finally:
+            client.close()
+
+    with worker(tmp_path, srv, "a") as a, worker(tmp_path, srv, "b") as b:  # (two relays racing)
+        a.wait_ready()
+        b.wait_ready()
+        srv.kill()
+        committed, rolled_back, batches = [], [], []
+        for i in range(3):
+            batch = Batch(f"batch {i}")
+            batch.on("complete", BatchCallbackJob, key="cb").on("success", BatchCallbackJob, key="cb")
+            with transaction.atomic(using=alias):
+                with batch.jobs():
+                    committed += [RecordJob.perform_async(RUNS), *RecordJob.perform_bulk([(RUNS,)] * 20)]
+                flow = chain(RecordJob.s(RUNS, f"c1-{i}"), group(RecordJob.s(RUNS, f"g1-{i}"),
+                                                                   RecordJob.s(RUNS, f"g2-{i}")),
+                             RecordJob.s(RUNS, f"c3-{i}")).on("success", BatchCallbackJob, key="cb").perform_async()
+                committed += [f"c1-{i}", f"g1-{i}", f"g2-{i}", f"c3-{i}"]
+            batches += [("complete", batch.bid), ("success", batch.bid), ("success", flow.bid)]
+            with pytest.raises(Boom), transaction.atomic(using=alias):
+                with Batch("rolled back").jobs():
+                    rolled_back.append(RecordJob.perform_async(RUNS))
+                chain(RecordJob.s(RUNS, f"x-{i}")).perform_async()
+                rolled_back.append(f"x-{i}")
+                raise Boom
+        assert waiting(alias) == 6  # (one row per top-level block: each batch's, each workflow's)
+        srv.restart()
+        assert_exactly_once(srv, committed, rolled_back)
+        wait_until(lambda: sum(callbacks().values()) >= len(batches), timeout=60, message="the callbacks")
+        wait_until(lambda: waiting(alias) == 0, timeout=30, message="the outbox emptied")
+        assert callbacks() == collections.Counter(batches)

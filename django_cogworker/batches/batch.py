@@ -22,6 +22,7 @@ from ..broker import scripts
 from ..broker.keys import BatchKeys, Keys
 from ..broker.quarantine import is_wrong_type, run_script
 from ..errors import BatchError, BatchNotFound, InvalidArgument
+from ..outbox import units
 from ..push import payload as payloads
 from ..push import scope as _scope
 from ..push.arguments import check_call, check_json_native
@@ -88,6 +89,7 @@ class Batch:
         self.ttl = ttl
         self._existing = bid is not None  # (opened by bid: never created here)
         self._opened = False
+        self._recorded = False  # (its first block made it as an outbox unit: outbox/units.py)
         self._callbacks: dict[str, list[list[str]]] = {}
         # A chain's step (workflows.py): its success is told to the chain by ChainNext, not here.
         self.chain_step = False
@@ -131,6 +133,9 @@ class Batch:
         redis, keys, default_ttl = _context()
         ttl = self.ttl or default_ttl
         outer = _scope.batch.get()
+        if self._recorded and outer is None and units.begin() is not None:
+            raise BatchError(f"batch {self.bid} is made by this transaction through the outbox, and reaches Redis at "
+                             f"its commit: push all its jobs in its first jobs() block, or add more after the commit")
         running = _scope.running.get()
         bid, owner, deterministic = self._owner(outer, running)
         inside = running is not None and running.payload.get("bid") == bid
@@ -147,40 +152,37 @@ class Batch:
                 fields += [f"cb:{event}", payloads.encode(callbacks)]
             if parent:
                 outer.add([f"b:{bid}"])  # type: ignore[union-attr]
-        try:
-            opened = run_script(scripts.BATCH_OPEN, redis, keys, bk,
-                                [bid, repr(time.time()), _ttl(ttl), owner,
-                                 "1" if inside or (creating and deterministic) else "0", "1" if creating else "0",
-                                 *fields], lambda: bk.expected(ttl))
-        except BaseException:
-            if creating and outer is not None:
-                outer.remove([f"b:{bid}"])  # (a parent must not wait for a child never made)
-            raise
-        if opened == -1:
-            raise BatchNotFound(bid)
-        if opened == -2:
-            raise BatchError(f"batch {bid} has finished (every job of it ran): jobs can be added to it now only "
-                             f"by its own jobs")
-        self._opened = True
-        if opened == 2:
+        args = [bid, repr(time.time()), _ttl(ttl), owner, "1" if inside or (creating and deterministic) else "0",
+                "1" if creating else "0", *fields]
+        # OUTBOX on, inside a transaction: the block making a batch (and those inside it) only
+        # records its Redis writes, written as one outbox row at its end and run at commit
+        # (outbox/units.py). A block inside one that pushes at once pushes at once too (its link and
+        # jobs must reach Redis before its parent's close), and so does one adding to a batch that
+        # exists (which could finish, and fire its callbacks, before a deferred add reached it).
+        unit = getattr(outer, "unit", None) if outer is not None else units.begin() if creating else None
+        if unit is not None:
+            unit.record("open", bid, ttl, args, creating)
+        else:
             try:
-                redis.zadd(keys.batches, {bid: time.time()})
-            except Exception as exc:  # (the listing only: the batch works without it)
-                logger.warning("batch %s not listed in %s: %s", bid, keys.batches, exc)
-        scope = _Scope(bid, bk, redis, keys, ttl, owner, deterministic, self.callback_queue)
+                open_block(redis, keys, bid, ttl, args, creating)
+            except BaseException:
+                if creating and outer is not None:
+                    outer.remove([f"b:{bid}"])  # (a parent must not wait for a child never made)
+                raise
+        self._opened = True
+        self._recorded = unit is not None
+        scope = _Scope(bid, bk, redis, keys, ttl, owner, deterministic, self.callback_queue, unit)
         token = _scope.batch.set(scope)
         try:
             yield self
         finally:
             _scope.batch.reset(token)
-            # (Entered first: a closer that dies between the close and its delivery leaves it to
-            # the workers' sweep, delivery.py.)
-            score = delivery.closing(redis, keys, bid, time.time())
-            waiting = run_script(scripts.BATCH_CLOSE, redis, keys, bk, [bid, repr(time.time()), _ttl(ttl), owner],
-                                 lambda: bk.expected(ttl))
-            if waiting and int(waiting) > 0:
-                delivery.deliver(redis, keys, bid, ttl)
-            delivery.closed(redis, keys, bid, score)
+            if unit is None:
+                close_block(redis, keys, bid, ttl, owner)
+            else:
+                unit.record("close", bid, ttl, owner)
+                if outer is None:
+                    unit.stash()
 
     def _owner(self, outer: Any, running: _scope.Running | None) -> tuple[str, str, bool]:
         """(bid, the block's owner token, whether its jids are derived from that token).
@@ -212,6 +214,45 @@ class Batch:
         check_text(bid, "bid")
         redis, keys, _ttl_ = _context()
         return read_status(redis, keys.batch(bid), bid)
+
+
+def open_block(redis: Any, keys: Keys, bid: str, ttl: float, args: list[str], creating: bool) -> None:
+    """Open a jobs() block on batch ``bid`` (BATCH_OPEN with ``args``), listing it when ``creating``."""
+    bk = keys.batch(bid)
+    opened = run_script(scripts.BATCH_OPEN, redis, keys, bk, args, lambda: bk.expected(ttl))
+    if opened == -1:
+        raise BatchNotFound(bid)
+    if opened == -2:
+        raise BatchError(f"batch {bid} has finished (every job of it ran): jobs can be added to it now only "
+                         f"by its own jobs")
+    if creating:
+        try:  # (NX: a block opened again, an outbox unit run again, keeps its first place)
+            redis.zadd(keys.batches, {bid: time.time()}, nx=True)
+        except Exception as exc:  # (the listing only: the batch works without it)
+            logger.warning("batch %s not listed in %s: %s", bid, keys.batches, exc)
+
+
+def close_block(redis: Any, keys: Keys, bid: str, ttl: float, owner: str) -> None:
+    """Close ``owner``'s jobs() block on batch ``bid`` and deliver the callbacks it fired."""
+    bk = keys.batch(bid)
+    # (Entered first: a closer that dies between the close and its delivery leaves it to the
+    # workers' sweep, delivery.py.)
+    score = delivery.closing(redis, keys, bid, time.time())
+    waiting = run_script(scripts.BATCH_CLOSE, redis, keys, bk, [bid, repr(time.time()), _ttl(ttl), owner],
+                         lambda: bk.expected(ttl))
+    if waiting and int(waiting) > 0:
+        delivery.deliver(redis, keys, bid, ttl)
+    delivery.closed(redis, keys, bid, score)
+
+
+def count(redis: Any, keys: Keys, bid: str, ttl: float, how: str, jids: list[str]) -> None:
+    """Add ``jids`` to batch ``bid``'s jobs (``how`` "add"), or take them off ("remove")."""
+    bk = keys.batch(bid)
+    for start in range(0, len(jids), 1000):
+        if run_script(scripts.BATCH_ADD, redis, keys, bk, [bid, repr(time.time()), _ttl(ttl), how,
+                                                           *jids[start:start + 1000]],
+                      lambda: bk.expected(ttl)) == -1:
+            raise BatchNotFound(bid)
 
 
 class BatchStatus(dict):
@@ -290,7 +331,7 @@ class _Scope:
     """
 
     def __init__(self, bid: str, bk: BatchKeys, redis: Any, keys: Keys, ttl: float, owner: str, deterministic: bool,
-                 callback_queue: str | None = None):
+                 callback_queue: str | None = None, unit: units.Unit | None = None):
         self.bid = bid
         self.callback_queue = callback_queue  # (a workflow's nested parts take it: workflows.py)
         self.bk = bk
@@ -299,6 +340,7 @@ class _Scope:
         self.ttl = ttl
         self.owner = owner
         self.deterministic = deterministic
+        self.unit = unit  # (recording its writes for the outbox: outbox/units.py; None: writing them)
         self._made = 0
 
     def next_jids(self, n: int) -> list[str]:
@@ -313,12 +355,16 @@ class _Scope:
     def remove(self, jids: list[str]) -> None:
         self._step("remove", jids)
 
+    def record_jobs(self, items: list[dict[str, Any]]) -> None:
+        """(Recording: outbox/units.py) ``items``, as the middleware let them through, are jobs of the batch."""
+        assert self.unit is not None
+        self.unit.record("jobs", self.bid, self.ttl, items)
+
     def _step(self, how: str, jids: list[str]) -> None:
-        for start in range(0, len(jids), 1000):
-            if run_script(scripts.BATCH_ADD, self.redis, self.keys, self.bk,
-                          [self.bid, repr(time.time()), _ttl(self.ttl), how, *jids[start:start + 1000]],
-                          lambda: self.bk.expected(self.ttl)) == -1:
-                raise BatchNotFound(self.bid)
+        if self.unit is not None:
+            self.unit.record("add", self.bid, self.ttl, how, jids)
+        else:
+            count(self.redis, self.keys, self.bid, self.ttl, how, jids)
 
 
 _scope._batch_factory = lambda bid: Batch(bid=bid)

@@ -33,6 +33,7 @@ from typing import Any, cast
 
 from ..bounds import MAX_DEPTH, nesting
 from ..errors import BatchError, InvalidArgument
+from ..outbox import units
 from ..push import payload as payloads
 from ..push import scope as _scope
 from ..push.job import Job, Signature, registered
@@ -203,15 +204,18 @@ def _store_steps(chain_bid: str, steps: Sequence[Part]) -> None:
     redis, keys, _ttl = _context()
     meta = keys.batch(chain_bid).meta
     fields: dict[str, Any] = {"chain_steps": len(steps)}
+    unit = units.deferred()  # (a block recorded for the outbox: its writes too, outbox/units.py)
     pipe = redis.pipeline(transaction=False)
+    hset = pipe.hset if unit is None else lambda key, mapping: unit.record("hset", key, mapping)
     for i, step in enumerate(steps):
         fields[f"chain:{i}"] = payloads.encode(step.dump())
         if len(fields) >= STORED:
-            pipe.hset(meta, mapping=fields)
+            hset(meta, mapping=fields)
             fields = {}
     if fields:
-        pipe.hset(meta, mapping=fields)
-    pipe.execute()
+        hset(meta, mapping=fields)
+    if unit is None:
+        pipe.execute()
 
 
 def _stored_steps(chain_bid: str, index: int) -> tuple[int, Part | None, Part | None]:
@@ -243,8 +247,12 @@ def _start_step(chain_bid: str, index: int, count: int, node: Part, following: P
         jids = _launch_members(members, previous, keep)
         if keep:
             redis, keys, _ttl = _context()
-            redis.hset(keys.batch(step.bid).meta, "order",  # type: ignore[arg-type]
-                       json.dumps({"group": isinstance(node, Group), "jids": jids}))
+            order = {"order": json.dumps({"group": isinstance(node, Group), "jids": jids})}
+            meta = keys.batch(step.bid).meta  # type: ignore[arg-type]
+            if (unit := units.deferred()) is not None:
+                unit.record("hset", meta, order)
+            else:
+                redis.hset(meta, mapping=order)
 
 
 def previous_value(step_bid: str) -> Any:

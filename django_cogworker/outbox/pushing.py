@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import is_unavailable
 from ..push import payload as payloads
+from . import units
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +47,30 @@ class OutboxPushes:
             self.outbox.stash(alias, batch, self.hand_over)
         return [item["jid"] for item in batch]
 
+    def _record_in_batch(self, scope: Any, items: Sequence[dict[str, Any]], at: float | None) -> list[str]:
+        """Record ``items`` (their jids and bid set) as jobs of the batch whose ``jobs()`` block is
+        being recorded for the outbox (outbox/units.py); return the jids the middleware let through.
+        The middleware runs now, as for any outbox push; the batch counts them when the unit runs."""
+        if at is not None:
+            for item in items:
+                item["at"] = float(at)
+        batch = list(self._collect(items))
+        for item in batch:
+            payloads.check_outgoing(item)
+        scope.record_jobs(batch)
+        return [item["jid"] for item in batch]
+
     def hand_over(self, items: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
         """Write outbox jobs (their middleware already run) with their marks: one pushed before
-        (its mark still there) isn't written again. Return those written; raise what Redis refused."""
-        return self._write_bulk(items, marked=True)
+        (its mark still there) isn't written again; run outbox units (a batch's block: units.py).
+        Return the jobs written; raise what Redis refused."""
+        if not any(units.is_unit(item) for item in items):
+            return self._write_bulk(items, marked=True)
+        written = self._write_bulk([item for item in items if not units.is_unit(item)], marked=True)
+        for item in items:
+            if units.is_unit(item):
+                units.run(self, item)
+        return written
 
     def _write_or_save(self, items: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
         """Write ``items`` as outbox jobs (marked); when Redis is away or refuses writes for now,

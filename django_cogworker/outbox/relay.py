@@ -34,6 +34,7 @@ from ..engine.loops import Watchdog
 from ..errors import PayloadError, is_unavailable
 from ..push import payload as payloads
 from .models import OutboxJob
+from .store import CLAIM  # (seconds a claim on rows holds)
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,6 @@ IDLE = 1.0  # seconds between two looks at an empty outbox
 # A row younger than this is its pusher's, handed over at its commit right now: a relay taking it
 # too would only find its mark. (Redis away at that commit: the row waits this long at least.)
 FRESH = 5.0
-CLAIM = 60.0  # seconds a relay's claim on rows holds where the database can't lock them (SQLite)
 WAIT_WARNING = 60.0  # rows waiting longer than this are logged at WARNING (once a minute)
 
 
@@ -56,7 +56,9 @@ def relay_once(alias: str, hand_over: Callable[[Sequence[dict[str, Any]]], Any],
     """Relay up to ``limit`` rows of ``alias`` older than ``fresh`` seconds, oldest first; return
     how many were taken (pushed, found pushed before, or sent to dead), all deleted."""
     manager = OutboxJob.objects.using(alias)
-    waiting = manager.filter(created__lte=now - fresh).order_by("id")
+    # (Claimed rows are left alone: a relay's where rows can't be locked, a unit being run at its
+    # commit by its pushing process, store.py.)
+    waiting = manager.filter(created__lte=now - fresh, claimed_until__lt=now).order_by("id")
     if connections[alias].features.has_select_for_update_skip_locked:
         with transaction.atomic(using=alias):
             rows = list(waiting.select_for_update(skip_locked=True)[:limit])
@@ -66,7 +68,7 @@ def relay_once(alias: str, hand_over: Callable[[Sequence[dict[str, Any]]], Any],
         return len(rows)
     token = secrets.token_hex(8)
     # (One statement: SQLite runs it under its write lock, so two relays never claim one row.)
-    ids = waiting.filter(claimed_until__lt=now).values("id")[:limit]
+    ids = waiting.values("id")[:limit]
     if not manager.filter(pk__in=ids).update(claimed_by=token, claimed_until=now + CLAIM):
         return 0
     rows = list(manager.filter(claimed_by=token).order_by("id"))

@@ -22,6 +22,8 @@ from .models import OutboxJob
 
 logger = logging.getLogger(__name__)
 
+CLAIM = 60.0  # seconds a claim on rows holds (relay.py; a unit's at commit, here)
+
 HandOver = Callable[[Sequence[dict[str, Any]]], Any]
 
 
@@ -71,6 +73,46 @@ class Outbox:
         except Exception as exc:  # noqa: BLE001 - a relay deletes them; their marks keep them from running twice
             logger.warning("at commit, %d job(s) handed to Redis but their outbox rows in database %r not deleted "
                            "(%s: %s): a worker's relay deletes them", len(jids), alias, type(exc).__name__, exc)
+
+    def stash_unit(self, alias: str, item: dict[str, Any], hand_over: HandOver) -> None:
+        """Write outbox unit ``item`` (a batch's block: units.py) as a row in the transaction open on
+        ``alias``; at its commit, claim the row, hand it to ``hand_over`` and delete it."""
+        raw = payloads.encode(item)
+        if connections[alias].vendor == "postgresql":
+            pk: Any = _insert_pg(alias, [item["jid"]], [raw], self.clock())[0]
+        else:
+            pk = OutboxJob.objects.using(alias).bulk_create(self.rows([item]))[0].pk
+        transaction.on_commit(lambda: self._run_unit(alias, pk, item["jid"], raw, hand_over), using=alias)
+
+    def _run_unit(self, alias: str, pk: Any, jid: str, raw: str, hand_over: HandOver) -> None:
+        """At commit: run the unit's row, claimed first (CLAIM seconds) so that no relay runs it at
+        the same time (a unit's steps, unlike a job's push, are not safe run twice at once); its
+        claim is let go when Redis refused it, for a relay. Raises nothing, as :meth:`_hand_over`."""
+        manager = OutboxJob.objects.using(alias)
+        row = manager.filter(pk=pk) if pk is not None else manager.filter(jid=jid)
+        try:
+            now = self.clock()
+            if not row.filter(claimed_until__lt=now).update(claimed_by="commit", claimed_until=now + CLAIM):
+                return  # (a relay has it)
+        except Exception as exc:  # noqa: BLE001 - a relay runs it
+            logger.warning("at commit, outbox unit %s not claimed in database %r (%s: %s): it waits for a "
+                           "worker's relay", jid, alias, type(exc).__name__, exc)
+            return
+        try:
+            hand_over([payloads.decode(raw)])
+        except Exception as exc:  # noqa: BLE001 - the row waits for a relay: said, not raised
+            logger.warning("at commit, a batch's jobs not handed to Redis (%s: %s): they wait in the outbox of "
+                           "database %r for a worker's relay", type(exc).__name__, exc, alias)
+            try:
+                row.update(claimed_by="", claimed_until=0.0)
+            except Exception:  # noqa: BLE001, S110 - its claim runs out
+                pass
+            return
+        try:
+            row.delete()
+        except Exception as exc:  # noqa: BLE001 - a relay finds it done (units.py)
+            logger.warning("at commit, a batch's outbox row in database %r not deleted (%s: %s): a worker's "
+                           "relay deletes it", alias, type(exc).__name__, exc)
 
     def save(self, items: Sequence[dict[str, Any]]) -> None:
         """Write ``items`` as rows now (autocommit), for a relay: a push outside a transaction that

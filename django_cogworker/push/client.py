@@ -108,7 +108,7 @@ class Client(OutboxPushes):
             payload["at"] = float(at)
         scope = _scope.batch.get()
         if scope is not None:
-            return self._push_in_batch(scope, [payload], lambda: [self._chain(payload)])[0]
+            return next(iter(self._push_in_batch(scope, [payload], lambda: [self._chain(payload)])), None)
         if on_commit is None:
             on_commit = self.config.enqueue_on_commit
         if (alias := self._outbox_alias(on_commit)) is not None:
@@ -118,17 +118,17 @@ class Client(OutboxPushes):
         return self._chain(payload)
 
     def _push_in_batch(self, scope: _scope.BatchScope, items: Sequence[dict[str, Any]],
-                       push: Callable[[], list[Any]]) -> list[Any]:
+                       push: Callable[[], list[Any]], at: float | None = None) -> list[Any]:
         """Push ``items`` as jobs of the batch whose ``jobs()`` block is open: counted by the batch
-        before they are written, and no longer once a push fails or writes fewer.
-
-        Never deferred to a transaction's commit: the block's end commits the batch, and a job
-        pushed after that could come after its callbacks (push the whole batch in ``on_commit``).
-        """
+        before they are written, and no longer once a push fails or writes fewer. Not deferred to a
+        commit on its own: pushed after the block's end, a job could come after the batch's
+        callbacks (with OUTBOX on the whole block is: outbox/units.py)."""
         jids = scope.next_jids(len(items))
         for item, jid in zip(items, jids, strict=True):
             item["jid"] = jid
             item["bid"] = scope.bid
+        if getattr(scope, "unit", None) is not None:
+            return self._record_in_batch(scope, items, at)
         scope.add(jids)
         try:
             pushed = push()
@@ -140,8 +140,7 @@ class Client(OutboxPushes):
                              "waits for them until it expires", scope.bid, type(exc).__name__, exc)
             raise
         written = set(pushed)
-        unwritten = [jid for jid in jids if jid not in written]
-        if unwritten:
+        if unwritten := [jid for jid in jids if jid not in written]:
             scope.remove(unwritten)
         return pushed
 
@@ -188,7 +187,7 @@ class Client(OutboxPushes):
         """
         scope = _scope.batch.get()
         if scope is not None:
-            return self._push_in_batch(scope, items, lambda: self._push_bulk_now(items, at))
+            return self._push_in_batch(scope, items, lambda: self._push_bulk_now(items, at), at)
         if on_commit is None:
             on_commit = self.config.enqueue_on_commit
         if (alias := self._outbox_alias(on_commit)) is not None:
