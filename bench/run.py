@@ -353,14 +353,14 @@ class Bench:
         try:
             counter = h.Counter(self.r)
             counter.wait_for(1, timeout=120, alive=alive, interval=0.002)
-            # (The workers' CPU read before the count: every job counted after c0 ran after it.
-            # Read after, a fast worker on a loaded machine finished the last jobs in between and
-            # the quick mode's floor measured 0 µs a job.)
+            # (The workers' CPU and Redis's counts read before the count: every job counted after c0
+            # ran after them. Read after, a worker on a loaded machine ran jobs in between: the
+            # quick mode's floor measured 0 µs a job, and a batch 0.2 INCRs a job.)
             cpu_a = h.tree_cpu(pids)
-            c0 = counter.value()
-            gets0 = counter.gets
-            a = h.snap(self.r)
             busy_a, own_a = h.machine_busy(), h.own_cpu()
+            a = h.snap(self.r)
+            gets0 = counter.gets  # (c0's own GET is the bench's: counted out below)
+            c0 = counter.value()
             counter.wait_for(n, timeout=120 + n / 50, alive=alive, interval=0.005)
             b = h.snap(self.r)
             cpu_b = h.tree_cpu(pids)

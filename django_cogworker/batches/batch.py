@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,6 +37,12 @@ FAILED_SHOWN = 100  # failing jobs a status names at most (a batch of 100,000 fa
 # The callback's first argument in its stored payload, replaced by the batch's status when it fires
 # (the Lua of broker/scripts/batches.py finds it by its JSON form).
 STATUS_PLACEHOLDER = "\x00cogworker-batch-status\x00"
+
+
+def _process_client() -> Any:
+    from ..push import runtime
+
+    return runtime.get_client()
 
 
 def _context() -> tuple[Any, Keys, float]:
@@ -133,7 +140,7 @@ class Batch:
         redis, keys, default_ttl = _context()
         ttl = self.ttl or default_ttl
         outer = _scope.batch.get()
-        if self._recorded and outer is None and units.begin() is not None:
+        if self._recorded and outer is None and units.begin(_process_client()) is not None:
             raise BatchError(f"batch {self.bid} is made by this transaction through the outbox, and reaches Redis at "
                              f"its commit: push all its jobs in its first jobs() block, or add more after the commit")
         running = _scope.running.get()
@@ -159,7 +166,8 @@ class Batch:
         # (outbox/units.py). A block inside one that pushes at once pushes at once too (its link and
         # jobs must reach Redis before its parent's close), and so does one adding to a batch that
         # exists (which could finish, and fire its callbacks, before a deferred add reached it).
-        unit = getattr(outer, "unit", None) if outer is not None else units.begin() if creating else None
+        unit = (getattr(outer, "unit", None) if outer is not None
+                else units.begin(_process_client()) if creating else None)
         if unit is not None:
             unit.record("open", bid, ttl, args, creating)
         else:
@@ -368,3 +376,6 @@ class _Scope:
 
 
 _scope._batch_factory = lambda bid: Batch(bid=bid)
+
+
+units.use_batch_operations(sys.modules[__name__])  # (the steps of an outbox unit: outbox/units.py)

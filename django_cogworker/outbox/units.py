@@ -26,6 +26,25 @@ from ..push import payload as payloads
 
 UNIT_CLASS = "django_cogworker.outbox_unit"  # (a row's payload "class": what tells a unit from a job)
 
+# The batch operations a unit's steps run (open_block, count, close_block), handed over by batches/
+# when it is imported (batches/batch.py): batches/ imports this module, and push/client.py does
+# through pushing.py, so importing batches/ from here closed a circle (push -> outbox -> batches
+# -> push). A unit is recorded by batches/, and every process that runs one (the committing one,
+# a worker's relay) has imported it.
+_batches: Any = None
+
+
+def use_batch_operations(module: Any) -> None:
+    """Set where a unit's batch steps are run from (batches/batch.py, as it is imported)."""
+    global _batches
+    _batches = module
+
+
+def _batch_operations() -> Any:
+    if _batches is None:
+        raise RuntimeError("an outbox unit runs batch steps, but django_cogworker.batches isn't imported")
+    return _batches
+
 
 class Unit:
     """The Redis steps of a top-level ``jobs()`` block (and the blocks inside it), recorded in order."""
@@ -44,11 +63,10 @@ class Unit:
         self.client.outbox.stash_unit(self.alias, item, self.client.hand_over)
 
 
-def begin() -> Unit | None:
-    """A new unit when a push here would be an outbox row (OUTBOX on, inside a transaction), else None."""
-    from ..push import runtime
-
-    client = runtime.get_client()
+def begin(client: Any) -> Unit | None:
+    """A new unit when a push through ``client`` (the process's: ``runtime.get_client()``, asked by
+    the caller, as push/ imports this module) would be an outbox row (OUTBOX on, inside a
+    transaction), else None."""
     alias = client._outbox_alias(client.config.enqueue_on_commit)
     return None if alias is None else Unit(client, alias)
 
@@ -66,8 +84,7 @@ def is_unit(item: dict[str, Any]) -> bool:
 
 def run(client: Any, item: dict[str, Any]) -> None:
     """Run the steps of unit ``item`` not done yet (see the module's docstring). Raises what stopped it."""
-    from ..batches import batch as batches
-
+    batches = _batch_operations()
     redis, keys = client.redis, client.keys
     progress = keys.outbox_pushed(item["jid"])
     steps = item["unit"]
@@ -91,8 +108,7 @@ def run(client: Any, item: dict[str, Any]) -> None:
 def _jobs(client: Any, bid: str, ttl: float, items: list[dict[str, Any]]) -> None:
     """Add ``items`` to batch ``bid`` and push them (marked), but those pushed before; uncount the
     unique jobs' duplicates."""
-    from ..batches import batch as batches
-
+    batches = _batch_operations()
     redis, keys = client.redis, client.keys
     done = _marked(redis, keys, items)
     todo = [item for item in items if item["jid"] not in done]
