@@ -30,14 +30,20 @@ demo: venv
 	@PY='$(PY)' bash scripts/demo.sh
 
 # The suite starts its own redis-server processes on free ports; it only needs the binary. The
-# admin's browser tests need Debian's chromium and chromedriver.
+# admin's browser tests need Debian's chromium and chromedriver. The outbox tests need a PostgreSQL:
+# scripts/ensure_postgres.sh finds one or starts a private one, and its URL is exported to every
+# pytest run below (one shell, hence the backslashes; exit status 5 of the serial run: PYTEST_ARGS
+# selected none of them).
 test: venv venv313
 	@bash scripts/ensure_redis_server.sh
 	@bash scripts/ensure_chromium.sh
 	$(PY) -m ruff check .
 	$(PY) -m mypy
-	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile -m "not serial" $(PYTEST_ARGS)
-	$(PY) -m pytest -m serial $(PYTEST_ARGS) || [[ $$? -eq 5 ]]  # (5: PYTEST_ARGS selected none of them)
+	COGWORKER_TEST_POSTGRES_URL=$$(bash scripts/ensure_postgres.sh); \
+	export COGWORKER_TEST_POSTGRES_URL; \
+	echo "PostgreSQL for the outbox tests: $$COGWORKER_TEST_POSTGRES_URL"; \
+	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile -m "not serial" $(PYTEST_ARGS); \
+	$(PY) -m pytest -m serial $(PYTEST_ARGS) || [[ $$? -eq 5 ]]; \
 	$(PY313) -m pytest -n $(TEST_PROCESSES) --dist loadfile $(TASKS_TESTS)
 
 # What CI runs (.ci/run is `make test`): the same, by the name other projects give it.
@@ -53,9 +59,11 @@ lint: venv
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 
-# Removes local state (stopping the private demo Redis first) and caches; keeps .venv.
+# Removes local state (stopping the private demo Redis and test PostgreSQL first) and caches; keeps
+# .venv.
 clean:
 	@if [[ -f .cogworker/redis.pid ]]; then kill "$$(cat .cogworker/redis.pid)" 2>/dev/null || true; fi
+	@bash scripts/ensure_postgres.sh stop
 	rm -rf .cogworker .pytest_cache .ruff_cache build dist *.egg-info
 	find . -path ./.venv -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +
 

@@ -66,9 +66,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("TEST", {"NAME": str(STATE_DIR / "test_db.sqlite3")})
     DATABASES["default"].setdefault("OPTIONS", {"timeout": 20})
 # The second database: the outbox tests run on PostgreSQL as well as on SQLite (tests/test_outbox*.py),
-# as a second alias, "pg". This machine and CI run one at 127.0.0.1:5432 (user postgres); point
-# the tests at another with COGWORKER_TEST_POSTGRES_URL (postgres://user:password@host:port/name;
-# pytest-django creates and drops "test_<name>" there). Nothing else connects to it.
+# as a second alias, "pg". This machine and CI run one at 127.0.0.1:5432 (user postgres); `make test`
+# finds or starts one and passes its URL (scripts/ensure_postgres.sh). Point the tests at another
+# with COGWORKER_TEST_POSTGRES_URL (postgres://user:password@host:port/name; pytest-django creates
+# and drops "test_<name>" there). Nothing else connects to it.
 DATABASES["pg"] = env.db("COGWORKER_TEST_POSTGRES_URL", default="postgres://postgres@127.0.0.1:5432/cogworker")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
