@@ -16,6 +16,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# A measurement: run alone, after the parallel pass (pyproject's markers), not beside three other
+# test processes (a drain of a few hundred jobs finished while its window was being opened).
+pytestmark = pytest.mark.serial
+
 SECTIONS = ("meta", "machine", "versions", "enqueue", "drain", "latency", "idle", "scheduled", "memory", "scale",
             "batches", "limits", "outbox")
 
