@@ -9,13 +9,18 @@ import signal
 import subprocess
 import sys
 
+import redis
 from helpers import FAST_ENV, REPO_ROOT, wait_until
 
 PREFIX = "cogworker-demo:"
 
 
-def test_make_demo_says_its_key_prefix_first_and_writes_no_key_outside_it(tmp_path, redis_url, r):
-    env = {**os.environ, **FAST_ENV, "PY": sys.executable, "COGWORKER_REDIS_URL": redis_url,
+def test_make_demo_says_its_key_prefix_first_and_writes_no_key_outside_it(tmp_path, redis_url):
+    # (A database of its own: a worker of an earlier test, still stopping, may write to db 0.)
+    url = redis_url.rsplit("/", 1)[0] + "/7"
+    r = redis.Redis.from_url(url, decode_responses=True)
+    r.flushdb()
+    env = {**os.environ, **FAST_ENV, "PY": sys.executable, "COGWORKER_REDIS_URL": url,
            "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}", "DJANGO_SETTINGS_MODULE": "testproject.settings",
            "PYTHONUNBUFFERED": "1"}
     env.pop("COGWORKER_KEY_PREFIX", None)
@@ -34,4 +39,6 @@ def test_make_demo_says_its_key_prefix_first_and_writes_no_key_outside_it(tmp_pa
     assert lines[0] == (f'demo: every key under the prefix "{PREFIX}" (COGWORKER_KEY_PREFIX), so a Redis other '
                         f"work uses keeps its own keys")
     keys = r.keys("*")
+    r.flushdb()
+    r.close()
     assert keys and [key for key in keys if not key.startswith(PREFIX)] == []
