@@ -16,6 +16,7 @@ import pytest
 import redis
 from django.db import OperationalError, connections, transaction
 from helpers import RedisServer, in_thread
+from outbox_fixtures import Boom, alias_fixture  # noqa: F401 - a fixture
 
 from django_cogworker import Batch, BatchError, Job, chain, group
 from django_cogworker.batches import batch as batch_module
@@ -38,16 +39,6 @@ class UniqueNote(Job):
 
     def perform(self, *args):
         pass
-
-
-class Boom(Exception):
-    pass
-
-
-@pytest.fixture(params=["default", "pg"])
-def alias(request) -> str:
-    """The database the test's transactions run on: SQLite, then PostgreSQL."""
-    return request.param
 
 
 @pytest.fixture

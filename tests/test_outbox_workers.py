@@ -15,6 +15,7 @@ import json
 import pytest
 from django.db import connections, transaction
 from helpers import FAST_ENV, RedisServer, Worker, wait_until
+from outbox_fixtures import Boom, alias_fixture  # noqa: F401 - a fixture
 
 from django_cogworker import Batch, chain, group
 from django_cogworker.broker.keys import Keys
@@ -25,15 +26,6 @@ from testproject.demo.jobs import BatchCallbackJob, RecordJob
 K = Keys()
 RUNS = "runs"
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
-
-
-class Boom(Exception):
-    pass
-
-
-@pytest.fixture(params=["default", "pg"])
-def alias(request) -> str:
-    return request.param
 
 
 @pytest.fixture
