@@ -35,7 +35,7 @@ MOVED: dict[str, str] = {
     "db": "engine.run.db",
     "engine.affinity": "engine.process.affinity",
     "engine.due": "engine.schedule.due",
-    "engine.extras": "engine.run.extras",
+    "engine.extras": "features.results.hook",
     "engine.fetch_basic": "engine.fetch.basic",
     "engine.fetch_reliable": "engine.fetch.reliable",
     "engine.fetch_sharded": "engine.fetch.sharded",

@@ -36,7 +36,7 @@ def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
         return raw.get(name, default) if isinstance(raw, Mapping) else default
 
     for name, field in (("CLIENT_MIDDLEWARE", "client_middleware"), ("SERVER_MIDDLEWARE", "server_middleware"),
-                        ("DEATH_HANDLERS", "death_handlers")):
+                        ("DEATH_HANDLERS", "death_handlers"), ("FEATURES", "features")):
         paths = setting(name, field, ())
         for path in paths if isinstance(paths, (list, tuple)) else ():
             if not isinstance(path, str) or "." not in path:

@@ -66,7 +66,7 @@ class Config:
     # above the number of crashes an innocent job might sit through.
     max_orphanings: int = 3
     # How many times a job refused by one of its limits goes back to the schedule before its next
-    # refusal counts as a failure (retry, then dead): flow/, engine/run/gate.py.
+    # refusal counts as a failure (retry, then dead): features/limits/gate.py.
     over_limit_max: int = 20
     periodic: tuple[Mapping[str, Any], ...] = ()
     periodic_catch_up: bool = False
@@ -82,6 +82,10 @@ class Config:
     client_middleware: tuple[str, ...] = ()
     server_middleware: tuple[str, ...] = ()
     death_handlers: tuple[str, ...] = ()
+    # A project's own features (docs/extending.md): dotted paths of callables taking the worker's
+    # parts (engine/run/hooks.py's WorkerParts) and returning a Feature or several; run after the
+    # package's own, in the order listed.
+    features: tuple[str, ...] = ()
     enqueue_on_commit: bool = True
     # Pushes go through the transactional outbox (django_cogworker/outbox/): inside a transaction
     # the job is a row of that transaction, handed to Redis at commit or by a worker's relay.
@@ -170,6 +174,7 @@ SETTINGS = {
     "CLIENT_MIDDLEWARE": "client_middleware",
     "SERVER_MIDDLEWARE": "server_middleware",
     "DEATH_HANDLERS": "death_handlers",
+    "FEATURES": "features",
     "ENQUEUE_ON_COMMIT": "enqueue_on_commit",
     "OUTBOX": "outbox",
     "FETCH_IDLE_MAX_INTERVAL": "fetch_idle_max_interval",
@@ -219,7 +224,7 @@ def build_config(raw: Mapping[str, Any] | None, environ: Mapping[str, str] | Non
     values.update(overrides)
     if "queues" in values:
         values["queues"] = _normalise_queues(values["queues"], errors)
-    for name in ("client_middleware", "server_middleware", "death_handlers", "periodic", "cpu_affinity"):
+    for name in ("client_middleware", "server_middleware", "death_handlers", "features", "periodic", "cpu_affinity"):
         if name in values and isinstance(values[name], list):
             values[name] = tuple(values[name])
     if errors:
@@ -354,7 +359,7 @@ def validate(cfg: Config) -> Config:
             and cfg.orphan_threshold <= 2 * cfg.heartbeat_interval:
         bad("orphan_threshold", f"more than twice HEARTBEAT_INTERVAL ({cfg.heartbeat_interval!r}) so live "
                                 "processes are never taken for dead")
-    for field in ("client_middleware", "server_middleware", "death_handlers"):
+    for field in ("client_middleware", "server_middleware", "death_handlers", "features"):
         if not _dotted_paths(getattr(cfg, field)):
             bad(field, "a list of dotted import paths")
     if not isinstance(cfg.periodic, tuple) or not all(isinstance(e, Mapping) for e in cfg.periodic):

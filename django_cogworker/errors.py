@@ -107,7 +107,7 @@ class OverLimit(CogworkerError):
     """A limiter refused: at fetch for a job's ``limits``, or ``Limiter.within`` after its ``wait``.
 
     Raised out of a job's ``perform`` it is no failure: the job goes back to the schedule with a
-    backoff and keeps its retry count, until OVER_LIMIT_MAX reschedules (engine/run/gate.py).
+    backoff and keeps its retry count, until OVER_LIMIT_MAX reschedules (features/limits/gate.py).
     ``retry_after``: seconds until the limiter may admit one more, when it can tell (None: a
     concurrency limit, which frees when a holder ends).
     """

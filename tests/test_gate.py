@@ -1,4 +1,4 @@
-"""engine/run/gate.py: what a processor checks before a job runs, for its limits.
+"""features/limits: what a processor checks before a job runs, for its limits (and expiry).
 
 First the Gate on its own, with the real ReliableFetch, Settler and AckBatch on the suite's Redis
 (a fixed clock and a seeded rng: scores are exact); then through a real in-process Launcher, for
@@ -27,12 +27,15 @@ from limiter_fixtures import fresh_limiters  # noqa: F401 - the fresh_limiters f
 from django_cogworker import Job, Limiter
 from django_cogworker.broker import scripts
 from django_cogworker.broker.keys import Keys
+from django_cogworker.engine.fetch.contract import Unit
 from django_cogworker.engine.fetch.reliable import ReliableFetch
-from django_cogworker.engine.run.cancels import Cancels
-from django_cogworker.engine.run.gate import BACKOFF_MAX, DROPPED, FREE, RESCHEDULED, UNREACHABLE_DELAY, Gate, Ticket
+from django_cogworker.engine.run.hooks import JobRun, Outcome
 from django_cogworker.engine.settle.retry import RetryPolicy
-from django_cogworker.engine.settle.settling import AckBatch, Settler
+from django_cogworker.engine.settle.settling import Settler
 from django_cogworker.errors import LimitError, LimitKeyError, OverLimit
+from django_cogworker.features.expiry.hook import Expiry
+from django_cogworker.features.limits.gate import BACKOFF_MAX, UNREACHABLE_DELAY, LimitGate, Ticket
+from django_cogworker.features.limits.hook import ClassLimits
 from django_cogworker.flow.limiter import HELD, SEEN, holder_token
 from django_cogworker.push import payload as payloads
 from django_cogworker.push.job import JobSetter
@@ -84,9 +87,28 @@ class WaitsWithin(Job):
             RUNS[token].append("inside")
 
 
+DROPPED, RESCHEDULED, FREE = "dropped", "rescheduled", None  # what ``Parts.enter`` says became of a job
+
+
 class Parts:
-    def __init__(self, rb, gate: Gate, fetch: ReliableFetch, settler: Settler):
+    def __init__(self, rb, gate: LimitGate, fetch: ReliableFetch, settler: Settler, keys: Keys):
         self.rb, self.gate, self.fetch, self.settler = rb, gate, fetch, settler
+        self.features = (Expiry(rb, keys, clock=lambda: NOW), ClassLimits(gate))
+
+    def enter(self, raw: bytes, payload: dict, job_class: type) -> Ticket | str | None:
+        """What the processor does before a job runs, with the expiry and limits features: the
+        ticket of the places the job holds (None: none), or DROPPED / RESCHEDULED once settled."""
+        run = JobRun(Unit(raw, "default"), payload, job_class, str(payload.get("jid")), job_class.__name__)
+        for feature in self.features:
+            if not feature.applies(job_class):
+                continue
+            decision = feature.before(run)
+            if decision is not None:
+                self.settler.settle(raw, decision.settlement)
+                run.decision = decision
+                feature.after(run)  # (a job refused by a concurrency limit waits on it: parked)
+                return DROPPED if decision.outcome is Outcome.DEAD else RESCHEDULED
+        return run.notes.get("limits")
 
     def fetched(self, job: type[Job], *args, **fields) -> tuple[bytes, dict]:
         """A job of ``job`` as the fetch hands it over: on the in-progress list, raw and decoded."""
@@ -104,10 +126,9 @@ def make_parts(redis_url, rb, keys: Keys = K, over_limit_max: int = 3) -> Parts:
     fetch = ReliableFetch(config, rb, K, "host:1:gate")
     retry = RetryPolicy(config, clock=lambda: NOW)
     settler = Settler(fetch, retry)
-    gate = Gate(rb, keys, over_limit_max=config.over_limit_max, retry=retry, settler=settler,
-                acks=AckBatch(fetch, settler, cap=config.concurrency), cancels=Cancels(), clock=lambda: NOW,
-                rng=random.Random(7))
-    return Parts(rb, gate, fetch, settler)
+    gate = LimitGate(rb, keys, over_limit_max=config.over_limit_max, retry=retry, clock=lambda: NOW,
+                     rng=random.Random(7))
+    return Parts(rb, gate, fetch, settler, keys)
 
 
 @pytest.fixture
@@ -148,7 +169,7 @@ def test_a_job_over_its_limit_goes_to_the_schedule_counted_over_limit_with_its_r
     occupy(rb, one_at_a_time)
     raw, payload = parts.fetched(OneAtATime, "t", retry_count=2, error_class="RuntimeError")
 
-    assert parts.gate.enter(raw, payload, OneAtATime) == RESCHEDULED
+    assert parts.enter(raw, payload, OneAtATime) == RESCHEDULED
 
     ((filed, score),) = parts.scheduled()
     assert filed["jid"] == payload["jid"] and filed["over_limit"] == 1
@@ -164,7 +185,7 @@ def test_each_refusal_counts_once_more_and_waits_longer(parts, rb):
     raw, payload = parts.fetched(OneAtATime, "t")
     waits = []
     for count in (1, 2, 3):
-        assert parts.gate.enter(raw, payload, OneAtATime) == RESCHEDULED
+        assert parts.enter(raw, payload, OneAtATime) == RESCHEDULED
         ((filed, score),) = parts.scheduled()
         assert filed["over_limit"] == count
         waits.append(score - NOW)
@@ -181,7 +202,7 @@ def test_past_over_limit_max_the_next_refusal_is_raised_for_the_processor_to_fil
     raw, payload = parts.fetched(OneAtATime, "t", over_limit=2)
 
     with pytest.raises(OverLimit) as info:
-        parts.gate.enter(raw, payload, OneAtATime)
+        parts.enter(raw, payload, OneAtATime)
 
     assert (info.value.key, info.value.kind) == (one_at_a_time.name, "concurrent")
     assert "over_limit" not in payload  # (counted afresh after the failure's retry)
@@ -193,7 +214,7 @@ def test_a_rate_refusal_waits_at_least_until_its_next_place(parts, rb):
     until_next_minute = spend_the_minute(rb)
     raw, payload = parts.fetched(RateOnly, "t")
 
-    assert parts.gate.enter(raw, payload, RateOnly) == RESCHEDULED
+    assert parts.enter(raw, payload, RateOnly) == RESCHEDULED
 
     ((_filed, score),) = parts.scheduled()
     assert until_next_minute - 0.5 <= score - NOW <= until_next_minute + 1.2
@@ -203,7 +224,7 @@ def test_a_job_within_its_limits_gets_a_ticket_and_the_ticket_gives_the_place_ba
     SEEN.take()
     raw, payload = parts.fetched(OneAndRate, "t")
 
-    ticket = parts.gate.enter(raw, payload, OneAndRate)
+    ticket = parts.enter(raw, payload, OneAndRate)
 
     assert isinstance(ticket, Ticket)
     holders = K.limit(one_at_a_time.name).holders
@@ -219,14 +240,14 @@ def test_a_job_within_its_limits_gets_a_ticket_and_the_ticket_gives_the_place_ba
 
 def test_a_job_with_rate_limits_only_holds_nothing(parts, rb):
     raw, payload = parts.fetched(RateOnly, "t")
-    assert parts.gate.enter(raw, payload, RateOnly) is FREE
+    assert parts.enter(raw, payload, RateOnly) is FREE
     assert stat(rb, two_a_minute.name, "granted") == 1
 
 
 def test_one_limit_refusing_leaves_the_others_untaken(parts, rb):
     spend_the_minute(rb)
     raw, payload = parts.fetched(OneAndRate, "t")
-    assert parts.gate.enter(raw, payload, OneAndRate) == RESCHEDULED
+    assert parts.enter(raw, payload, OneAndRate) == RESCHEDULED
     assert rb.zcard(K.limit(one_at_a_time.name).holders) == 0
     assert stat(rb, one_at_a_time.name, "granted") == 0
 
@@ -238,7 +259,7 @@ def test_on_a_cluster_a_later_refusal_undoes_the_earlier_keys_takes(redis_url, r
     spend_the_minute(rb, spread)
     raw, payload = parts.fetched(OneAndRate, "t")
 
-    assert parts.gate.enter(raw, payload, OneAndRate) == RESCHEDULED
+    assert parts.enter(raw, payload, OneAndRate) == RESCHEDULED
 
     one = spread.limit(one_at_a_time.name)
     assert rb.zcard(one.holders) == 0  # taken in its own round trip, then given back
@@ -248,15 +269,15 @@ def test_on_a_cluster_a_later_refusal_undoes_the_earlier_keys_takes(redis_url, r
 def test_a_key_function_that_raises_is_raised_with_nothing_taken(parts, rb):
     raw, payload = parts.fetched(PerCustomer, "not a dict", "t")
     with pytest.raises(LimitKeyError, match=r"the key function of limiter 'test:gate:cust' raised TypeError"):
-        parts.gate.enter(raw, payload, PerCustomer)
+        parts.enter(raw, payload, PerCustomer)
     assert parts.scheduled() == [] and rb.llen(parts.fetch.in_progress) == 1
     assert rb.keys("*limit*") == []
 
 
 def test_a_key_function_gives_each_argument_its_own_limit(parts, rb):
-    first = parts.gate.enter(*parts.fetched(PerCustomer, {"id": 1}, "t"), PerCustomer)
-    second = parts.gate.enter(*parts.fetched(PerCustomer, {"id": 2}, "t"), PerCustomer)
-    third = parts.gate.enter(*parts.fetched(PerCustomer, {"id": 1}, "t"), PerCustomer)
+    first = parts.enter(*parts.fetched(PerCustomer, {"id": 1}, "t"), PerCustomer)
+    second = parts.enter(*parts.fetched(PerCustomer, {"id": 2}, "t"), PerCustomer)
+    third = parts.enter(*parts.fetched(PerCustomer, {"id": 1}, "t"), PerCustomer)
     assert isinstance(first, Ticket) and isinstance(second, Ticket) and third == RESCHEDULED
     first.release()
     second.release()
@@ -266,8 +287,8 @@ def test_redis_refusing_every_write_while_taking_reschedules_the_job_uncounted(p
     raw, payload = parts.fetched(OneAtATime, "t")
     refuse(rb, "noreplicas")  # (an outage: the take is refused, and so is the reschedule, until it ends)
     try:
-        with caplog.at_level(logging.ERROR, logger="django_cogworker.engine.run.gate"):
-            assert parts.gate.enter(raw, payload, OneAtATime) == RESCHEDULED
+        with caplog.at_level(logging.ERROR, logger="django_cogworker.features.limits.gate"):
+            assert parts.enter(raw, payload, OneAtATime) == RESCHEDULED
     finally:
         serve_again(rb)
     assert parts.settler.retry_pending_settlements() == 0
@@ -288,7 +309,7 @@ def test_a_limiter_key_of_the_wrong_type_is_quarantined_at_once_and_the_job_let_
     raw, payload = parts.fetched(OneAtATime, "t")
 
     with caplog.at_level(logging.INFO):
-        ticket = parts.gate.enter(raw, payload, OneAtATime)
+        ticket = parts.enter(raw, payload, OneAtATime)
     assert isinstance(ticket, Ticket)
     (moved,) = r.scan_iter(match=f"{K.quarantine_prefix}{getattr(lk, name)}:*")
     assert r.get(moved) == "not mine" and r.ttl(moved) > 29 * 86400
@@ -308,14 +329,14 @@ def test_a_take_redis_refuses_for_good_fails_the_job_instead_of_rescheduling_it_
     raw, payload = parts.fetched(OneAtATime, "t")
 
     with pytest.raises(LimitError, match="its limits could not be taken: ResponseError: unknown limiter kind fancy"):
-        parts.gate.enter(raw, payload, type("Odd", (), {"limits": [odd]}))
+        parts.enter(raw, payload, type("Odd", (), {"limits": [odd]}))
     assert parts.scheduled() == []
 
 
 def test_a_job_past_its_expiry_is_dropped_before_its_limits_are_looked_at(parts, rb):
     occupy(rb, one_at_a_time)
     raw, payload = parts.fetched(OneAtATime, "t", expires_at=NOW - 1)
-    assert parts.gate.enter(raw, payload, OneAtATime) == DROPPED
+    assert parts.enter(raw, payload, OneAtATime) == DROPPED
     assert rb.get(K.stat_expired) == b"1" and rb.llen(parts.fetch.in_progress) == 0
     assert parts.scheduled() == [] and stat(rb, one_at_a_time.name, "over") == 0
 

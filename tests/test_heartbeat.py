@@ -273,7 +273,7 @@ def test_a_beat_tells_the_manager_s_cancels_and_deletes_stale_requests(launcher,
     from django_cogworker.engine.run.cancels import REQUEST_TTL
     from django_cogworker.push.scope import Running
 
-    cancels = launcher.manager.cancels
+    cancels = launcher.cancels
     asked, other = Running({"jid": "j1"}), Running({"jid": "j2"})
     cancels.started("j1", asked)
     cancels.started("j2", other)
@@ -302,7 +302,7 @@ def test_cancel_requests_of_the_wrong_type_are_moved_aside_by_the_beat_that_read
     assert len(list(r.scan_iter(match=f"{K.quarantine_prefix}{K.cancels}:*"))) == 1
     r.hset(K.cancels, "j1", json.dumps({"at": time.time(), "interrupt": False}))
     launcher.heartbeat.beat()
-    assert launcher.manager.cancels.requested("j1")
+    assert launcher.cancels.requested("j1")
 
 
 def test_stats_are_flushed_with_the_beat(launcher, r):

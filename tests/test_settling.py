@@ -160,8 +160,8 @@ def test_requeue_unfinished_never_raises_whatever_fails_inside_it(launcher_facto
     manager.fetcher.join()
     if broken == "fetch.requeue":
         owners, name = [manager.fetch], "requeue"
-    elif broken == "run_hook":  # one hook, handed to the settler and to each processor
-        owners, name = [manager.settler, *manager.processors], "run_hook"
+    elif broken == "run_hook":  # the run locks' hook, told of each job handed back
+        owners, name = [manager.settler], "run_hook"
     else:
         owners, name = [manager.settler], broken
 
@@ -304,7 +304,7 @@ def _batch_of(count, callbacks=False):
 
 def test_a_batch_job_s_step_waits_with_its_ack_and_goes_through_before_the_fetch_that_acks_it(batch, rb):
     acks, fetch, settler = batch
-    settler.batches = BatchSteps(fetch.redis, K, 3600.0)
+    settler.runners[BatchStep] = BatchSteps(fetch.redis, K, 3600.0)
     bid, steps = _batch_of(2)
     acks.open()
     acks.add(job(0), steps[0])
@@ -319,7 +319,7 @@ def test_a_batch_job_s_step_waits_with_its_ack_and_goes_through_before_the_fetch
 
 def test_held_steps_go_through_before_a_blocking_fetch_and_later_ones_at_once_with_their_ack(batch, rb):
     acks, fetch, settler = batch
-    settler.batches = BatchSteps(fetch.redis, K, 3600.0)
+    settler.runners[BatchStep] = BatchSteps(fetch.redis, K, 3600.0)
     bid, steps = _batch_of(2)
     acks.open()
     acks.add(job(0), steps[0])
@@ -331,7 +331,7 @@ def test_held_steps_go_through_before_a_blocking_fetch_and_later_ones_at_once_wi
 
 def test_held_steps_at_the_cap_go_through_before_the_acks_sent_with_them(batch, rb):
     acks, fetch, settler = batch
-    settler.batches = BatchSteps(fetch.redis, K, 3600.0)
+    settler.runners[BatchStep] = BatchSteps(fetch.redis, K, 3600.0)
     bid, steps = _batch_of(2)
     rb.lpush(fetch.in_progress, job(3))
     acks.open()
@@ -345,7 +345,7 @@ def test_held_steps_at_the_cap_go_through_before_the_acks_sent_with_them(batch, 
 
 def test_held_steps_redis_refuses_stay_pending_with_their_acks_behind_them(batch, rb, monkeypatch):
     acks, fetch, settler = batch
-    settler.batches = BatchSteps(fetch.redis, K, 3600.0)
+    settler.runners[BatchStep] = BatchSteps(fetch.redis, K, 3600.0)
     bid, steps = _batch_of(1)
 
     def refused(self, steps):
@@ -373,7 +373,7 @@ def test_a_batch_key_of_the_wrong_type_costs_its_jobs_nothing_it_is_quarantined_
     # (Its steps failed at every try: their jobs stayed on the in-progress list, each settlement
     # tried again every beat for ever, a WARNING each time; no guard round knows a batch's keys.)
     acks, fetch, settler = batch
-    settler.batches = BatchSteps(fetch.redis, K, 3600.0)
+    settler.runners[BatchStep] = BatchSteps(fetch.redis, K, 3600.0)
     bid, steps = _batch_of(3, callbacks=True)
     bk = K.batch(bid)
     r.set(getattr(bk, name), "not mine")

@@ -327,7 +327,7 @@ def test_a_project_s_logging_shows_the_job_context_through_the_filter(tmp_path, 
                      rf"testproject\.demo\.jobs: info: configured$", w.log(), re.M)
 
 
-# -- expires_in: a job still waiting when it expires never runs (engine/run/gate.py) --------------------
+# -- expires_in: a job still waiting when it expires never runs (features/expiry/hook.py) -----------------
 
 
 def test_a_job_that_expired_while_no_worker_ran_is_dropped_unrun_counted_and_logged(tmp_path, r):

@@ -40,6 +40,11 @@ class BatchStep(NamedTuple):
     record: str  # the failure's record (JSON), or the kept result ("" for none)
     then: Any
 
+    @property
+    def holdable(self) -> bool:
+        """A success with no result to write first: it may wait with the acks for the next fetch."""
+        return self.outcome == "success" and not self.record and self.then == "ack"
+
 
 class BatchSteps:
     """Runs batch steps for one worker process (created by the Launcher; stateless, thread-safe)."""

@@ -5,7 +5,7 @@ under the limiter's key (broker/scripts/limits.py), so every process and host on
 shares it. Two ways to use one:
 
 * ``limits = [...]`` on a job class: the processor takes a place in each before the job runs
-  (engine/run/gate.py); a job over a limit goes back to the schedule, never failed at once;
+  (features/limits/gate.py); a job over a limit goes back to the schedule, never failed at once;
 * ``with limiter.within(wait=5):`` in any code: waits up to ``wait`` seconds for a place, then
   raises :class:`~django_cogworker.errors.OverLimit` (in a job, that reschedules it too).
 

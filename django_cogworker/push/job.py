@@ -92,7 +92,7 @@ class Job:
     # Seconds a run may take before JobTimeout is raised in it (engine/run/timeouts.py); None: no limit.
     timeout: ClassVar[float | None] = None
     # Seconds after it is due (pushed, or its perform_at time) that a job still waiting is
-    # dropped at fetch, never run (engine/run/gate.py); None: never.
+    # dropped at fetch, never run (features/expiry/hook.py); None: never.
     expires_in: ClassVar[float | None] = None
     # Limiters each run takes a place in first (flow/): over one, the job is rescheduled.
     limits: ClassVar[Sequence[Any]] = ()

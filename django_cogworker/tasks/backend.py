@@ -117,7 +117,7 @@ class TaskRunner:
     task: Any
     payload: dict[str, Any]
     jid: str | None
-    _cogworker_result: results.JobResult | None = None  # the record at this attempt's start (engine/run/extras.py)
+    _cogworker_result: results.JobResult | None = None  # the record at this attempt's start (features/results/hook.py)
 
     def perform(self, *args: Any, **kwargs: Any) -> Any:
         task = type(self).task
@@ -139,7 +139,7 @@ class TaskRunner:
 
         A retried task has not finished: its result reads READY, and the FAILED that Django's
         receiver logs (at ERROR, with the traceback) said otherwise. The processor calls this
-        (engine/run/extras.py) once the attempt is filed and recorded, inside its handler of the
+        (features/results/hook.py) once the attempt is filed and recorded, inside its handler of the
         exception, so that receiver logs the traceback (sys.exc_info()); the testing modes call
         it with retried=False. A name of our own, as the engine looks it up on any job with a
         result: a user's Job keeps its own attribute names.

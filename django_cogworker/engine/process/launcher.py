@@ -47,8 +47,7 @@ from ..loops import run_each
 from ..recovery.key_guard import KeyGuard
 from ..recovery.orphans import OrphanRecovery
 from ..run.cancels import Cancels
-from ..run.extras import JobExtras
-from ..run.results import ResultWriter
+from ..run.hooks import FeatureFactory, WorkerParts, build_features, load_features
 from ..run.run_locks import RunLocks
 from ..run.timeouts import Timeouts
 from ..schedule.periodic_ticker import Ticker
@@ -95,7 +94,7 @@ class Launcher:
                  version: str = "0", identity: str | None = None, extra_info: Mapping[str, Any] | None = None,
                  stop_signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT),
                  processor_context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
-                 companions: Sequence[Any] = ()):
+                 companions: Sequence[Any] = (), features: Sequence[FeatureFactory] | None = None):
         self.config = config
         # (A worker under a supervisor stops on TERM only: a Ctrl-C reaches every process of the
         # terminal's group, and the supervisor forwards it as a TERM; counted twice, it would hurry.)
@@ -115,15 +114,23 @@ class Launcher:
         # exits and is replaced; alone, it can only log it (see engine/run/timeouts.py).
         self.timeouts = Timeouts(grace=config.timeout_grace,
                                  replace_when_stuck=bool(extra_info and extra_info.get("supervisor")))
+        # (Read by each beat, told to the runs concerned: the cancellation feature's requests.)
+        self.cancels = Cancels()
+        # The features the job's path runs through, each made once for this process with the parts it
+        # may use: by default the package's own, then COGWORKER["FEATURES"] (loaded by name, as
+        # middleware is: the engine imports no feature).
+        if features is None:
+            features = load_features(config)
+        self.features = build_features(features, WorkerParts(config, redis, self.keys, self.identity, self.retry,
+                                                             self.cancels, self.timeouts, self.run_locks))
         self.manager = Manager(config, self.fetch, self.retry, self.stats,
                                build_chain(server_middleware, run_job), run_hook=self.run_locks,
-                               extras=JobExtras(ResultWriter(redis, self.keys, self.identity), self.timeouts),
-                               cancels=Cancels(), processor_context=processor_context)
+                               features=self.features, processor_context=processor_context)
         self.heartbeat = Heartbeat(config, redis, self.keys, self.identity, self.manager, self.fetch, self.stats,
                                    on_signal=self._signals_put, version=version,
                                    extra_chores=(self._touch_periodic_locks, self._reconcile,
                                                  self.run_locks.retry_pending, self._limits),
-                                   extra_info=extra_info, cancels=self.manager.cancels)
+                                   extra_info=extra_info, cancels=self.cancels)
         self._suspects: collections.Counter[bytes] = collections.Counter()
         self._next_reconcile = time.monotonic() + RECONCILE_INTERVAL
         self.poller = Poller(config, redis, self.keys, self.retry,

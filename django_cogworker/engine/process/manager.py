@@ -15,18 +15,15 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from ...batches.steps import BatchSteps
 from ...conf import Config
 from ..fetch.contract import Fetch
 from ..fetch.fetcher import Fetcher
 from ..fetch.ledger import Ledger
-from ..run.cancels import Cancels
-from ..run.extras import JobExtras
-from ..run.gate import Gate
+from ..run.hooks import Feature, Plans
 from ..run.processor import Processor
 from ..settle.retry import RetryPolicy
 from ..settle.settling import AckBatch, Settlement, Settler
@@ -55,7 +52,7 @@ class Manager:
 
     def __init__(self, config: Config, fetch: Fetch, retry: RetryPolicy, stats: Stats,
                  server_chain: Callable[[Any, dict], Any], run_hook: Callable[[dict, str], Any] | None = None,
-                 extras: JobExtras | None = None, cancels: Cancels | None = None,
+                 features: Sequence[Feature] = (),
                  processor_context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext):
         self.config = config
         self.fetch = fetch
@@ -63,25 +60,23 @@ class Manager:
         self.stats = stats
         self.server_chain = server_chain
         self.run_hook = run_hook
-        self.extras = extras
+        # The hooks each job class uses, built once per class (engine/run/hooks.py).
+        self.plans = Plans(features)
         self.processor_context = processor_context
         self._quiet = threading.Event()
         self._stopping = False
         self._hurry = False  # (a plain flag: set from a signal handler, read by stop's wait)
         self.ledger = Ledger()
-        self.settler = Settler(fetch, retry, run_hook, batches=BatchSteps(fetch.redis, fetch.keys, config.batch_ttl))
+        self.settler = Settler(fetch, retry, run_hook,
+                               runners={kind: runner for f in features for kind, runner in f.step_runners().items()})
         self.acks = AckBatch(fetch, self.settler, cap=config.concurrency)
         self.fetcher = Fetcher(config, fetch, self.ledger, self.acks, self.settler, self._quiet)
-        self.cancels = cancels if cancels is not None else Cancels()
-        self.gate = Gate(fetch.redis, fetch.keys, over_limit_max=config.over_limit_max, retry=retry,
-                         settler=self.settler, acks=self.acks, cancels=self.cancels, extras=extras)
         self.processors = [self._new_processor(i) for i in range(config.concurrency)]
 
     def _new_processor(self, index: int) -> Processor:
         return Processor(index, handover=self.fetcher, ledger=self.ledger, acks=self.acks, settler=self.settler,
-                         retry=self.retry, stats=self.stats, server_chain=self.server_chain,
-                         run_hook=self.run_hook, on_death=self.processor_died, extras=self.extras, gate=self.gate,
-                         thread_context=self.processor_context)
+                         retry=self.retry, stats=self.stats, server_chain=self.server_chain, plans=self.plans,
+                         on_death=self.processor_died, thread_context=self.processor_context)
 
     # -- lifecycle -----------------------------------------------------------
 

@@ -1,9 +1,15 @@
-"""A processor thread: take a fetched job, run it through the server middleware, settle it.
+"""A processor thread: the core of a job's path (decode, run, settle), with features plugged in.
 
-Settling: success acks; failure files in retry or dead atomically with the
-ack. A settle that fails (Redis away) is kept by the Settler as a pending
-settlement and retried by the heartbeat: the job already ran, so it is never
-put back to run again by that path.
+For each fetched job: decode it, look up its class and that class's Plan (the hooks of the
+features it uses, engine/run/hooks.py), let the ``before`` hooks settle it unrun, record it as
+running, run it through the ``around`` hooks and the server middleware, decide what becomes of
+it (a feature's ``decide``, else the core's: a success is acked, a failure filed by the retry
+policy), let the ``settling`` hooks shape the settlement, settle it exactly once, count it, and
+run the ``after`` hooks. This module names no feature.
+
+Settling: success acks; failure files in retry or dead atomically with the ack. A settle that
+fails (Redis away) is kept by the Settler as a pending settlement and retried by the heartbeat:
+the job already ran, so it is never put back to run again by that path.
 """
 
 from __future__ import annotations
@@ -18,15 +24,14 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from ... import joblog
-from ...batches.steps import step_for
-from ...errors import Cancelled, LimitError, OverLimit, PayloadError, UnknownJobError
+from ...errors import PayloadError, UnknownJobError
 from ...push import payload as payloads
 from ...push import scope as _scope
 from ...push.job import registered
 from ..fetch.contract import Unit
 from ..settle.retry import Filing
-from .gate import DROPPED, FREE
-from .results import encode_return
+from ..settle.settlement import ACK
+from .hooks import Decision, JobRun, Outcome, Plan, Plans
 
 if TYPE_CHECKING:
     from ..fetch.fetcher import Fetcher
@@ -34,8 +39,6 @@ if TYPE_CHECKING:
     from ..settle.retry import RetryPolicy
     from ..settle.settling import AckBatch, Settler
     from ..settle.stats import Stats
-    from .extras import JobExtras
-    from .gate import Gate
 
 logger = logging.getLogger(__name__)
 
@@ -47,18 +50,16 @@ class Processor:
     with: the fetcher's hand-over (``next_unit``, ``processor_idle``), the
     ledger (what runs), the ack batch and the settler (settling), the retry
     policy (where a failure goes), the stats, the server middleware chain and
-    the Launcher's run hook (unique and periodic locks). ``start`` runs
-    ``run`` on the ``cogworker-processor-<index>`` daemon thread, which loops
-    until it is handed ``None`` (the Manager's stop); quiet doesn't concern it
-    (no more jobs come). A processor that dies of a bug tells ``on_death``
-    (the Manager replaces it); the job it held stays on the in-progress list
-    (reliable fetch) for reconciliation or orphan recovery.
+    the features' Plans. ``start`` runs ``run`` on the ``cogworker-processor-<index>``
+    daemon thread, which loops until it is handed ``None`` (the Manager's stop);
+    quiet doesn't concern it (no more jobs come). A processor that dies of a bug
+    tells ``on_death`` (the Manager replaces it); the job it held stays on the
+    in-progress list (reliable fetch) for reconciliation or orphan recovery.
     """
 
     def __init__(self, index: int, *, handover: Fetcher, ledger: Ledger, acks: AckBatch, settler: Settler,
-                 retry: RetryPolicy, stats: Stats, server_chain: Callable[[Any, dict], Any],
-                 run_hook: Callable[[dict, str], Any] | None, on_death: Callable[[Processor], None],
-                 extras: JobExtras | None = None, gate: Gate | None = None,
+                 retry: RetryPolicy, stats: Stats, server_chain: Callable[[Any, dict], Any], plans: Plans,
+                 on_death: Callable[[Processor], None],
                  thread_context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext):
         self.index = index
         self.handover = handover
@@ -68,14 +69,8 @@ class Processor:
         self.retry = retry
         self.stats = stats
         self.server_chain = server_chain
-        # Called with (payload, moment) when a job starts and when its run ends ("success",
-        # "retry", "dead"): the launcher releases unique and periodic locks with it.
-        self.run_hook = run_hook
+        self.plans = plans
         self.on_death = on_death
-        # Result records and timeouts, for the job classes that want them (engine/run/extras.py).
-        self.extras = extras
-        # Expiry, cancellation and limits, before a job runs (engine/run/gate.py).
-        self.gate = gate
         # What the thread runs in, from its first job to its end (the worker's: runtime.own_connection).
         self.thread_context = thread_context
         self.name = f"cogworker-processor-{index}"
@@ -111,144 +106,116 @@ class Processor:
                 handover.processor_idle(time.monotonic() - taken)
 
     def process(self, unit: Unit) -> None:
-        """Run one unit: decode, record, run through the chain, settle, count, release its locks."""
-        ledger = self.ledger
+        """Run one unit through the phases: before, run (around), decide, settling, settle, after."""
         try:
             payload = payloads.decode(unit.raw)
         except PayloadError as exc:
             try:
                 self.bury(unit, exc)
             finally:
-                ledger.unit_dropped(unit)
+                self.ledger.unit_dropped(unit)
             return
         # A class this worker doesn't know fails like a job that raised, and is retried: pushed by
-        # code deployed before the workers restarted, it runs once they have (it went straight to
-        # dead). Nothing is imported for it: only the classes discovered at startup ever run.
-        known = registered(payload["class"])
-        job_class: Callable[[dict], Any] = known or _unknown_job
-        # Per-class counts only for classes this worker runs: an unknown name is anyone's to push,
-        # and each would be a hash field (and a metrics series) of its own.
-        counted = payload["class"] if known is not None else None
-        gate = self.gate
-        ticket: Any = FREE
-        if gate is not None:
-            try:
-                entered = gate.enter(unit.raw, payload, known)
-            except (LimitError, OverLimit) as exc:
-                entered = self.fail_unrun(unit, payload, exc, counted)
-            if isinstance(entered, str):  # (dropped, rescheduled or failed: it doesn't run)
-                ledger.unit_dropped(unit)
-                if entered == DROPPED:
-                    self._hook(payload, "dead")
-                return
-            ticket = entered
-        ledger.job_started(unit, payload)
-        started = time.monotonic()
+        # code deployed before the workers restarted, it runs once they have. Nothing is imported
+        # for it: only the classes discovered at startup ever run.
+        plan = self.plans.plan(registered(payload["class"]))
         # (Escaped once for the log lines: a jid holding a newline wrote lines of its own making.)
-        jid, shown_class = payloads.printable(payload.get("jid")), payloads.printable(payload["class"])
-        context = joblog.enter(jid, shown_class)  # (every record logged on this thread until leave)
-        logger.info("start jid=%s class=%s", jid, shown_class)
-        self._hook(payload, "start")
-        outcome = "success"
-        job = None
-        # (Two class attributes: all a job without a result or a timeout pays; engine/run/extras.py.)
-        extras = self.extras if known is not None and (known.result_ttl is not None or known.timeout is not None) \
-            else None
-        value = None
-        bid = payload.get("bid")  # (a job of a batch: its batch step settles first, batches/steps.py)
-        run = _scope.Running(payload)
-        running = _scope.running.set(run)
-        if gate is not None and (known is None or known.cancellable):  # (else no request reaches it)
-            gate.cancels.started(jid, run)
+        run = JobRun(unit, payload, plan.job_class, payloads.printable(payload.get("jid")),
+                     payloads.printable(payload["class"]))
+        context = joblog.enter(run.jid, run.shown_class)  # (every record logged on this thread until leave)
+        running = None
         try:
-            job = job_class(payload)
-            if extras is None:
-                value = self.server_chain(job, payload)
+            try:
+                decision = self._before(plan, run)
+                if decision is None:
+                    self.ledger.job_started(unit, payload)
+                    run.scope = _scope.Running(payload)
+                    running = _scope.running.set(run.scope)
+                    self._run(plan, run)
+                    decision = self._decide(plan, run)
+            except BaseException as exc:  # noqa: BLE001 - a job's SystemExit is its failure, not ours
+                # (Its phases run in this handler: django.tasks' receiver logs the traceback it sees.)
+                run.error = exc
+                self._conclude(plan, run, self._decide(plan, run) if run.ran else self._unrun(run, exc))
             else:
-                value = extras.run(job, payload, self.server_chain)
-            if gate is not None:  # (in the try: an interrupt sent as the job returned lands here, handled)
-                gate.cancels.finished(jid)
-            if bid is not None and payload.get("keep_result"):
-                # (Read by the next step of a chain; a value JSON can't hold fails the job.)
-                value = value if known is not None and known.result_ttl is not None else encode_return(value)
-        except BaseException as exc:  # noqa: BLE001 - a job's SystemExit is its failure, not ours
-            outcome = "retry"  # (until filed: a failure never releases locks as a success would)
-            elapsed = time.monotonic() - started
-            if gate is not None:
-                gate.cancels.finished(jid)  # (first: an interrupt sent late must not land below)
-                if run.cancelled or isinstance(exc, Cancelled):
-                    outcome = "dead"
-                    gate.cancelled_run(unit.raw, payload, known, job, exc, elapsed)
-                    self.stats.job_done(False, counted, elapsed)
-                    return
-                if isinstance(exc, OverLimit) and gate.reschedule(unit.raw, payload, exc, counted=False):
-                    outcome = "retry"  # (its locks stay, as for a retry)
-                    if extras is not None:
-                        extras.failed(job_class, payload, exc, Filing("schedule", 0.0, payload), job)
-                    return
-            filing = self.filing(unit, payload, exc, job)
-            outcome = "retry" if filing is not None and filing.target == "retry" else "dead"
-            if extras is not None:
-                extras.failed(job_class, payload, exc, filing, job)
-            log_safely(logger.warning, "fail jid=%s class=%s elapsed=%.3fs: %s: %s (%s)", jid, shown_class,
-                       elapsed, payloads.printable(payloads.error_class(exc)),
-                       payloads.printable(payloads.error_message(exc), payloads.ERROR_MESSAGE_LIMIT),
-                       payloads.printable(_fate(filing), payloads.ERROR_MESSAGE_LIMIT), exc_info=exc)
-            if bid is not None:
-                died = filing is not None and filing.target == "dead"
-                self.settler.settle(unit.raw, step_for(payload, "dead" if died else "failure",
-                                                       filing if filing is not None else "ack", exc=exc))
-            elif filing is not None:
-                self.settler.settle(unit.raw, filing)
-            else:
-                self.acks.add(unit.raw)  # discarded (dead=False)
-            self.stats.job_done(True, counted, elapsed)
-        else:
-            elapsed = time.monotonic() - started
-            if gate is not None:
-                if run.cancelled:  # (it stopped when asked, or ran on: either way not a success)
-                    outcome = "dead"
-                    gate.cancelled_run(unit.raw, payload, known, job, Cancelled("cancelled while it ran"), elapsed)
-                    self.stats.job_done(False, counted, elapsed)
-                    return
-            logger.info("done jid=%s class=%s elapsed=%.3fs", jid, shown_class, elapsed)
-            if extras is not None:
-                extras.succeeded(job_class, payload, value)
-            if bid is not None:
-                step = step_for(payload, "success", "ack", result=value if payload.get("keep_result") else None)
-                if step.record:
-                    self.settler.settle(unit.raw, step)  # (its result is written before its step, alone)
-                else:
-                    self.acks.add(unit.raw, step)  # (its step runs with the others held, before its ack)
-            else:
-                self.acks.add(unit.raw)
-            self.stats.job_done(False, counted, elapsed)
+                self._conclude(plan, run, decision)
         finally:
-            ticket.release()
-            _scope.running.reset(running)
-            ledger.job_finished(unit)
-            self._hook(payload, outcome)
+            if running is not None:
+                _scope.running.reset(running)
             joblog.leave(context)
+    def _before(self, plan: Plan, run: JobRun) -> Decision | None:
+        """The first ``before`` hook's Decision (the job doesn't run), or None; a hook that raises
+        fails the job unrun (raised to ``process``, which files it)."""
+        for hook in plan.before:
+            decision = hook(run)
+            if decision is not None:
+                return decision
+        return None
 
-    def fail_unrun(self, unit: Unit, payload: dict, exc: BaseException, counted: str | None) -> str:
-        """File a job that can't be let run (its limiter's key function failed, or it was over a
-        limit once more than OVER_LIMIT_MAX allows) as a failure; return where it went."""
-        filing = self.filing(unit, payload, exc, None)
-        fate = "retry" if filing is not None and filing.target == "retry" else "dead"
-        log_safely(logger.warning, "fail jid=%s class=%s before its run: %s: %s (%s)",
-                   payloads.printable(payload.get("jid")), payloads.printable(payload["class"]),
+    def _run(self, plan: Plan, run: JobRun) -> None:
+        """Run the job through the ``around`` hooks and the server middleware; its error raises."""
+        run.started = time.monotonic()
+        logger.info("start jid=%s class=%s", run.jid, run.shown_class)
+        payload = run.payload
+        try:
+            run.job = (plan.job_class or _unknown_job)(payload)
+            run.value = plan.run_through(run, lambda: self.server_chain(run.job, payload))
+        finally:
+            run.elapsed = time.monotonic() - run.started
+
+    def _decide(self, plan: Plan, run: JobRun) -> Decision:
+        """What becomes of a job that ran: a feature's claim on how it ended, else the core's."""
+        for hook in plan.decide:
+            decision = hook(run)
+            if decision is not None:
+                return decision
+        if run.error is None:
+            logger.info("done jid=%s class=%s elapsed=%.3fs", run.jid, run.shown_class, run.elapsed)
+            return Decision(Outcome.SUCCESS, ACK)
+        decision = self._failure(run, run.error)
+        log_safely(logger.warning, "fail jid=%s class=%s elapsed=%.3fs: %s: %s (%s)", run.jid, run.shown_class,
+                   run.elapsed, payloads.printable(payloads.error_class(run.error)),
+                   payloads.printable(payloads.error_message(run.error), payloads.ERROR_MESSAGE_LIMIT),
+                   payloads.printable(decision.fate, payloads.ERROR_MESSAGE_LIMIT), exc_info=run.error)
+        return decision
+
+    def _unrun(self, run: JobRun, exc: BaseException) -> Decision:
+        """A job a ``before`` hook failed (its limiter's key function raised; over its limit once
+        more than OVER_LIMIT_MAX allows): filed as its failure, retry then dead."""
+        decision = self._failure(run, exc)
+        log_safely(logger.warning, "fail jid=%s class=%s before its run: %s: %s (%s)", run.jid, run.shown_class,
                    payloads.error_class(exc), payloads.printable(payloads.error_message(exc)),
-                   payloads.printable(_fate(filing)))
-        if isinstance(payload.get("bid"), str):
-            self.settler.settle(unit.raw, step_for(payload, "dead" if fate == "dead" else "failure",
-                                                   filing if filing is not None else "ack", exc=exc))
-        elif filing is not None:
-            self.settler.settle(unit.raw, filing)
-        else:
-            self.acks.add(unit.raw)
-        self.stats.job_done(True, counted, 0.0)
-        self._hook(payload, fate)
-        return fate
+                   payloads.printable(decision.fate))
+        return decision
+
+    def _failure(self, run: JobRun, exc: BaseException) -> Decision:
+        filing = self.filing(run.unit, run.payload, exc, run.job)
+        outcome = Outcome.RETRY if filing is not None and filing.target == "retry" else Outcome.DEAD
+        return Decision(outcome, filing if filing is not None else ACK, exc, _fate(filing), failure=True)
+
+    def _conclude(self, plan: Plan, run: JobRun, decision: Decision) -> None:
+        """Shape the settlement (``settling`` hooks), settle it once, count, and run the ``after`` hooks."""
+        for shape in plan.settling:
+            decision = _guarded(shape, run, decision)
+        run.decision = decision
+        settlement, raw = decision.settlement, run.unit.raw
+        try:
+            if settlement == ACK:
+                self.acks.add(raw)
+            elif not isinstance(settlement, (str, Filing)) and settlement.holdable:
+                self.acks.add(raw, settlement)  # (its step runs with the others held, before its ack)
+            else:
+                self.settler.settle(raw, settlement)
+            if decision.outcome is not Outcome.RESCHEDULED and (run.ran or decision.failure):
+                self.stats.job_done(decision.failure, run.payload["class"] if plan.job_class else None,
+                                    run.elapsed)
+        finally:
+            if run.ran:
+                self.ledger.job_finished(run.unit)
+            else:
+                self.ledger.unit_dropped(run.unit)
+            for after in plan.after:
+                _guarded(after, run)
 
     def filing(self, unit: Unit, payload: dict, exc: BaseException, job: Any) -> Filing | None:
         """Where a failed job goes (None: discarded); never raises.
@@ -273,16 +240,6 @@ class Processor:
                        payloads.printable(reason, payloads.ERROR_MESSAGE_LIMIT), exc_info=error)
             return dead_filing(unit.raw, reason, exc)
 
-    def _hook(self, payload: dict, moment: str) -> None:
-        """Tell the launcher's hook (unique and periodic locks): "start", "success", "retry" or "dead"."""
-        hook = self.run_hook
-        if hook is not None:
-            try:
-                hook(payload, moment)
-            except BaseException as exc:  # noqa: BLE001 - the job is settled; the locks expire
-                log_safely(logger.error, "run hook (%s) failed for jid=%s", moment,
-                           payloads.printable(payload.get("jid")), exc_info=exc)
-
     def bury(self, unit: Unit, exc: PayloadError) -> None:
         """A payload we can't read: dead with the reason, never dropped."""
         reason = str(exc)
@@ -305,14 +262,29 @@ class Processor:
         logger.error("dead on arrival (queue %r): %s", unit.queue,
                      payloads.printable(reason, payloads.ERROR_MESSAGE_LIMIT))
         self.settler.settle(unit.raw, filing)
-        if readable:
-            self._hook(payload, "dead")  # its unique and periodic locks go now, not at their TTL
+        if readable:  # (its unique and periodic locks go now, not at their TTL)
+            run = JobRun(unit, payload, None, payloads.printable(payload.get("jid")),
+                         payloads.printable(payload.get("class")))
+            run.decision = Decision(Outcome.DEAD, filing, exc, failure=True)
+            for after in self.plans.plan(None).after:
+                _guarded(after, run)
 
 
 def _unknown_job(payload: dict) -> Any:
     """Stand in for a job class this worker has not registered: its run fails with UnknownJobError."""
     raise UnknownJobError(f"no job is registered as {payload['class']!r} in this worker (pushed by newer code "
                           f"than it runs, or not defined in an installed app's jobs.py)")
+
+
+def _guarded(hook: Callable[..., Any], run: JobRun, *args: Any) -> Any:
+    """Call a ``settling`` or ``after`` hook: one that raises is logged, and the job's settlement
+    goes on as it was (a feature's bug never costs a job its settling)."""
+    try:
+        return hook(run, *args)
+    except BaseException as exc:  # noqa: BLE001
+        log_safely(logger.error, "%s failed for jid=%s; the job is settled all the same",
+                   getattr(hook, "__qualname__", repr(hook)), run.jid, exc_info=exc)
+        return args[0] if args else None
 
 
 def _fate(filing: Filing | None) -> str:

@@ -23,12 +23,13 @@ with the defaults (PREFETCH 1, -c 10) a busy process's processor sends about
 once per 25 jobs (a third of its fetches carried more than 10 acks, up to 20);
 with more taken ahead per processor, about once per ``concurrency`` jobs.
 
-A job of a batch that succeeded waits the same way with its batch step: the
-fetcher runs the steps held, grouped by batch, in one round trip just before
-the fetch that carries their acks, so each step still goes through before its
-job's ack (batches/steps.py). Steps Redis refuses become pending settlements
-(the step, then the ack); a process killed first has those jobs run again,
-and their steps, idempotent by jid, move nothing twice.
+A job whose settlement is a feature's holdable step (a job of a batch that
+succeeded: settlement.py) waits the same way with its step: the fetcher runs
+the steps held, grouped by runner, in one round trip just before the fetch
+that carries their acks, so each step still goes through before its job's ack.
+Steps Redis refuses become pending settlements (the step, then the ack); a
+process killed first has those jobs run again, and their steps, idempotent by
+jid, move nothing twice.
 
 At shutdown (``Settler.requeue_unfinished``) a filing that still fails is
 parked in ``unsettled`` for any live process to file
@@ -40,10 +41,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from ...batches.steps import BatchStep, BatchSteps
 from ...broker import scripts
 from ...broker.keys import Keys
 from ...broker.types import RedisClient
@@ -51,10 +51,10 @@ from ...errors import is_unsendable
 from ...push import payload as payloads
 from ..fetch.contract import Fetch, Unit
 from .retry import Filing, RetryPolicy
+from .settlement import ACK, Ack, Settlement, Staged, StepRunner
 
 logger = logging.getLogger(__name__)
 
-Settlement = Any  # "ack", a Filing (failed job to file in retry/dead), or a BatchStep wrapping either
 UNSETTLED_BATCH = 100  # unsettled records filed per housekeeping round at most
 
 
@@ -70,15 +70,15 @@ class Settler:
     """
 
     def __init__(self, fetch: Fetch, retry: RetryPolicy, run_hook: Callable[[dict, str], Any] | None = None,
-                 batches: BatchSteps | None = None):
+                 runners: Mapping[type, StepRunner] | None = None):
         self.fetch = fetch
         self.retry = retry
-        # Runs the batch step of a job of a batch (a BatchStep settlement) before its ack or filing.
-        self.batches = batches
+        # The features' steps (a batch step), by their type: each runs before its ack or filing.
+        self.runners = dict(runners or {})
         # Told "requeued" for each job handed back at shutdown (an until_executed run keeps its periodic lock).
         self.run_hook = run_hook
         self._lock = threading.Lock()
-        # raw payload -> "ack" or Filing: finished, not yet settled in Redis
+        # raw payload -> its settlement: finished, not yet settled in Redis
         self._pending: dict[bytes, Settlement] = {}
 
     def settle(self, raw: bytes, how: Settlement) -> None:
@@ -97,14 +97,12 @@ class Settler:
         nothing. It is filed once more at once, as the payload was fetched with the failure's fields
         appended (:meth:`Filing.as_stored`), so the job still ends in retry or dead with its error.
 
-        A BatchStep runs its batch step first; once that went through, what is left to keep trying
+        A Staged settlement runs its step first; once that went through, what is left to keep trying
         is its ack or filing alone.
         """
-        if isinstance(how, BatchStep):
+        if not isinstance(how, (str, Filing)):
             try:
-                if self.batches is None:
-                    raise RuntimeError("a job of a batch, settled without batch steps")
-                self.batches.run(how)
+                self._runner(how).run(how)
             except Exception as exc:
                 return how, exc
             how = how.then
@@ -129,28 +127,39 @@ class Settler:
         except Exception as exc:
             return how, exc
 
-    def _apply(self, raw: bytes, how: Settlement) -> None:
-        if how == "ack":
-            self.fetch.ack(raw)
-        else:
-            self.fetch.file(raw, how, self.retry.dead_trim() if how.target == "dead" else None)
+    def _runner(self, step: Staged) -> StepRunner:
+        runner = self.runners.get(type(step))
+        if runner is None:
+            raise RuntimeError(f"no runner for a {type(step).__name__} step (its feature is not installed)")
+        return runner
 
-    def settle_steps(self, steps: list[tuple[bytes, BatchStep]]) -> list[bytes]:
-        """Run the batch steps of finished jobs (successes: see AckBatch.add) in one round trip; return
-        the raw payloads whose steps went through, whose acks may go now. If Redis refuses, every one
-        is kept as a pending settlement instead: its step, then its ack."""
-        try:
-            if self.batches is None:
-                raise RuntimeError("a job of a batch, settled without batch steps")
-            self.batches.run_many([step for _raw, step in steps])
-        except Exception as exc:
-            logger.error("the batch steps of %d job(s) failed (%s: %s); kept in memory and retried", len(steps),
-                         type(exc).__name__, payloads.printable(exc, payloads.ERROR_MESSAGE_LIMIT))
-            with self._lock:
-                for raw, step in steps:
-                    self._pending[raw] = step
-            return []
-        return [raw for raw, _step in steps]
+    def _apply(self, raw: bytes, how: Ack | Filing) -> None:
+        if isinstance(how, Filing):
+            self.fetch.file(raw, how, self.retry.dead_trim() if how.target == "dead" else None)
+        else:
+            self.fetch.ack(raw)
+
+    def settle_steps(self, steps: list[tuple[bytes, Staged]]) -> list[bytes]:
+        """Run the held steps of finished jobs (see AckBatch.add), one ``run_many`` per runner, in as
+        many round trips; return the raw payloads whose steps went through, whose acks may go now. If
+        Redis refuses a runner's, each of its steps is kept as a pending settlement instead: the step,
+        then its ack."""
+        by_type: dict[type, list[tuple[bytes, Staged]]] = {}
+        for raw, step in steps:
+            by_type.setdefault(type(step), []).append((raw, step))
+        through: list[bytes] = []
+        for group in by_type.values():
+            try:
+                self._runner(group[0][1]).run_many([step for _raw, step in group])
+            except Exception as exc:
+                logger.error("the steps of %d job(s) failed (%s: %s); kept in memory and retried", len(group),
+                             type(exc).__name__, payloads.printable(exc, payloads.ERROR_MESSAGE_LIMIT))
+                with self._lock:
+                    for raw, step in group:
+                        self._pending[raw] = step
+                continue
+            through += [raw for raw, _step in group]
+        return through
 
     def settle_acks(self, acks: list[bytes]) -> None:
         """Send ``acks`` in one round trip; if that fails, keep them as pending settlements."""
@@ -170,10 +179,10 @@ class Settler:
         if acks:
             with self._lock:
                 for raw in acks:
-                    self._pending[raw] = "ack"
+                    self._pending[raw] = ACK
 
     def pending_settlements(self) -> dict[bytes, Settlement]:
-        """raw payload -> "ack" or Filing, for each finished job Redis hasn't taken yet."""
+        """raw payload -> its settlement, for each finished job Redis hasn't taken yet."""
         with self._lock:
             return dict(self._pending)
 
@@ -208,12 +217,11 @@ class Settler:
         try:
             self.retry_pending_settlements()
             pending = self.pending_settlements()
-            # (A job whose batch step still fails stays for orphan recovery: acked or filed without
-            # it, its batch would wait for it for ever.)
-            keep = [raw for raw, how in pending.items() if isinstance(how, BatchStep)]
-            keep += self._park_unsettled({raw: how for raw, how in pending.items()
-                                          if how != "ack" and not isinstance(how, BatchStep)})
-            acks = [raw for raw, how in pending.items() if how == "ack"]
+            # (A job whose step still fails stays for orphan recovery: acked or filed without it, its
+            # batch would wait for it for ever.)
+            keep = [raw for raw, how in pending.items() if not isinstance(how, (str, Filing))]
+            keep += self._park_unsettled({raw: how for raw, how in pending.items() if isinstance(how, Filing)})
+            acks = [raw for raw, how in pending.items() if how == ACK]
             moved = self.fetch.requeue(unfinished, acks=acks, keep=keep)
             self._tell_requeued(unfinished)
             with self._lock:
@@ -264,9 +272,10 @@ class AckBatch:
     (a fetcher outliving its join must not hold acks) and pends what is still
     held. Closed, or while the fetcher blocks, an ack goes out at once.
 
-    A job of a batch is held with its batch step (``add(raw, step)``): ``take``
-    and ``before_block`` run the steps held first (Settler.settle_steps, one
-    round trip), and only the acks of those that went through go with the rest.
+    A job whose settlement is a holdable step is held with it (``add(raw, step)``):
+    ``take`` and ``before_block`` run the steps held first (Settler.settle_steps,
+    one round trip per feature), and only the acks of those that went through go
+    with the rest.
 
     ``cap``: the most finished jobs held at once (the concurrency; see the module's header).
     """
@@ -277,14 +286,14 @@ class AckBatch:
         self.cap = cap
         self._lock = threading.Lock()
         self._held: list[bytes] = []  # finished, to be acked with the next fetch
-        self._steps: list[tuple[bytes, BatchStep]] = []  # finished jobs of batches: step, then ack
+        self._steps: list[tuple[bytes, Staged]] = []  # finished jobs with a step: step, then ack
         self._open = False
         self._blocking = False
 
-    def add(self, raw: bytes, step: BatchStep | None = None) -> None:
+    def add(self, raw: bytes, step: Staged | None = None) -> None:
         """Acknowledge a finished job: with the next fetch if the fetcher runs and isn't blocking, else now.
 
-        ``step``: the job's batch step (a success without a result to keep), which goes through
+        ``step``: the job's holdable step (a batch's success without a result to keep), which goes through
         before the ack: just before that fetch, with the others held, or now, with the ack.
 
         One that would make more than ``cap`` held sends them all now instead, as ``before_block``
@@ -303,7 +312,7 @@ class AckBatch:
         if holding:
             self.settler.settle_acks(self._after_steps(acks, steps))
         else:
-            self.settler.settle(raw, "ack" if step is None else step)
+            self.settler.settle(raw, ACK if step is None else step)
 
     def open(self) -> None:
         with self._lock:
@@ -339,13 +348,13 @@ class AckBatch:
         with self._lock:
             self._blocking = False
 
-    def _take_held(self) -> tuple[list[bytes], list[tuple[bytes, BatchStep]]]:
+    def _take_held(self) -> tuple[list[bytes], list[tuple[bytes, Staged]]]:
         """Empty what is held (under the lock): the plain acks, and the batch steps with theirs."""
         acks, self._held = self._held, []
         steps, self._steps = self._steps, []
         return acks, steps
 
-    def _after_steps(self, acks: list[bytes], steps: list[tuple[bytes, BatchStep]]) -> list[bytes]:
+    def _after_steps(self, acks: list[bytes], steps: list[tuple[bytes, Staged]]) -> list[bytes]:
         """Run the batch steps (one round trip); return ``acks`` and the acks of those that went through."""
         return acks + self.settler.settle_steps(steps) if steps else acks
 
@@ -356,10 +365,10 @@ class AckBatch:
 
 def _jid(how: Settlement, raw: bytes) -> str:
     """The job's jid, for a log line."""
-    if isinstance(how, BatchStep):
-        return payloads.printable(how.jid)
     if isinstance(how, Filing):
         return payloads.printable(how.payload.get("jid"))
+    if not isinstance(how, str):
+        return payloads.printable(how.jid)
     try:
         return payloads.printable(json.loads(raw).get("jid"))
     except Exception:

@@ -8,6 +8,7 @@ failed flush keeps the counts for the next one.
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 
@@ -132,3 +133,12 @@ class Stats:
         with self._lock:
             for key, count in items:
                 self._unwritten[key] += count
+
+
+def count(redis: RedisClient, key: str) -> None:
+    """One more in counter ``key`` (rare events, a command of their own: a job dropped expired or
+    cancelled); a failure is only logged."""
+    try:
+        redis.incr(key)
+    except Exception as exc:
+        logging.getLogger(__name__).error("counter %s not written: %s: %s", key, type(exc).__name__, exc)

@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 from ... import __version__
 from ...checks import task_option_problems
 from ...engine.run.db import CloseOldConnections
+from ...engine.run.hooks import STANDARD_FEATURES
 from ...errors import ConfigError
 from ...push import runtime
 from ...push.middleware import load
@@ -53,6 +54,8 @@ class Command(BaseCommand):
             server_middleware = [CloseOldConnections, *_load("SERVER_MIDDLEWARE", config.server_middleware)]
             client_middleware = _load("CLIENT_MIDDLEWARE", config.client_middleware)
             death_handlers = _load("DEATH_HANDLERS", config.death_handlers)
+            # (The package's features first: a project's own see the job after them, like a middleware within.)
+            features = [_load("FEATURES", (STANDARD_FEATURES,))[0], *_load("FEATURES", config.features)]
             entries = build_entries(config.periodic, settings.TIME_ZONE or "UTC")
             clock = _load("CLOCK", (config.clock,))[0] if config.clock else time.time
             affinity.check(config.cpu_affinity)
@@ -77,7 +80,7 @@ class Command(BaseCommand):
                                 death_handlers=death_handlers, client_middleware=client_middleware,
                                 periodic_entries=entries, clock=clock, version=__version__, extra_info=extra_info,
                                 stop_signals=stop_signals, processor_context=runtime.own_connection,
-                                companions=_companions(config, redis))
+                                companions=_companions(config, redis), features=features)
             return launcher.run()
 
         if processes == 1:

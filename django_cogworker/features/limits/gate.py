@@ -1,54 +1,41 @@
-"""What a processor checks before a job runs: expiry, cancellation, limits; and gives back after.
+"""A job's limits, taken before it runs and given back after (the limits feature's hook, hook.py).
 
-:meth:`Gate.enter` is called for every fetched job, before it starts:
+A job whose class has ``limits`` takes a place in each, all or none, in one LIMIT_TAKE round trip
+(on a cluster, one per limiter key: each key has a slot of its own, and a later refusal gives back
+what the earlier ones took). Refused, the job goes back to the schedule (:meth:`LimitGate.reschedule`)
+atomically with its ack, its retry count untouched; after OVER_LIMIT_MAX reschedules the next
+refusal fails it like an error (retry, then dead). Redis away or refusing every write (an outage)
+sends it back to the schedule uncounted, to be tried again in UNREACHABLE_DELAY; a take Redis
+refuses for good fails it (LimitError: retry, then dead), never rescheduled for ever. A limiter
+key of the wrong type is no such refusal: it is moved to quarantine at once and the take made
+again (broker/quarantine.py).
 
-* a job past its ``expires_at`` (``expires_in`` at its push) is dropped: acknowledged, counted in
-  ``stat:expired``, logged with its jid and class, never run;
-* a job with a cancel request (engine/run/cancels.py) is dropped the same way, counted in
-  ``stat:cancelled`` (unless its class can't be cancelled: ``Job.cancellable``);
-* a job whose class has ``limits`` takes a place in each, all or none, in one LIMIT_TAKE round
-  trip (on a cluster, one per limiter key: each key has a slot of its own, and a later refusal
-  gives back what the earlier ones took). Refused, the job goes back to the schedule
-  (:meth:`Gate.reschedule`) atomically with its ack, its retry count untouched; after
-  OVER_LIMIT_MAX reschedules the next refusal fails it like an error (retry, then dead).
-  Redis away or refusing every write (an outage) sends it back to the schedule uncounted, to be
-  tried again in UNREACHABLE_DELAY; a take Redis refuses for good fails it (LimitError: retry,
-  then dead), never rescheduled for ever. A limiter key of the wrong type is no such refusal: it
-  is moved to quarantine at once and the take made again (broker/quarantine.py).
-
-A dropped job of a batch counts as dead for its batch (it will never succeed), and a task's
-result reads FAILED. The concurrency places a run took are given back when it ends
-(:meth:`Ticket.release`); if its process dies first, their leases lapse (flow/upkeep.py).
+The concurrency places a run took are given back when it ends (:meth:`Ticket.release`); if its
+process dies first, their leases lapse (flow/upkeep.py).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import math
 import random
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ...batches.steps import step_for
 from ...broker import scripts
 from ...broker.keys import Keys, Want
 from ...broker.quarantine import run_script
 from ...broker.types import RedisClient
-from ...errors import Cancelled, JobExpired, LimitError, OverLimit, is_unavailable
+from ...engine.settle.retry import Filing
+from ...errors import LimitError, OverLimit, is_unavailable
 from ...flow.limiter import HELD, SEEN, Limiter, holder_token, wake
 from ...push import payload as payloads
-from ..settle.retry import Filing
 
 if TYPE_CHECKING:
-    from ..settle.retry import RetryPolicy
-    from ..settle.settling import AckBatch, Settler
-    from .cancels import Cancels
-    from .extras import JobExtras
+    from ...engine.settle.retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
 
-DROPPED, RESCHEDULED = "dropped", "rescheduled"  # what enter() did instead of letting a job run
 BACKOFF_MAX = 60.0  # seconds: the longest a concurrency limit's refusal waits before the next try
 CONCURRENT_BACKOFF = 1.0  # seconds: the shortest (a freed place wakes a waiting job sooner: LIMIT_PARK)
 UNREACHABLE_DELAY = 2.0  # seconds: a job whose limits Redis didn't answer for is tried again after
@@ -59,7 +46,7 @@ class Ticket:
 
     __slots__ = ("gate", "token", "taken", "holds")
 
-    def __init__(self, gate: Gate, token: str, taken: list[tuple[Limiter, str]], holds: list[int]):
+    def __init__(self, gate: LimitGate, token: str, taken: list[tuple[Limiter, str]], holds: list[int]):
         self.gate, self.token, self.taken, self.holds = gate, token, taken, holds
 
     def release(self) -> None:
@@ -73,58 +60,33 @@ class Ticket:
                          ", ".join(key for _l, key in self.taken), type(exc).__name__, payloads.printable(exc))
 
 
-class _Free:
-    """The ticket of a run that holds no place."""
+class Rescheduled(NamedTuple):
+    """A job sent back to the schedule instead of running: its filing (the settlement), and the
+    concurrency limit to wait on (parked once the filing is settled: see ``park``)."""
 
-    __slots__ = ()
-
-    def release(self) -> None:
-        pass
-
-
-FREE = _Free()
+    filing: Filing
+    refused: OverLimit | None
 
 
-class Gate:
-    """Created by the Manager, shared by its processor threads (no state of its own but the rng)."""
+class LimitGate:
+    """Created by the Launcher, shared by the processor threads (no state of its own but the rng)."""
 
     def __init__(self, redis: RedisClient, keys: Keys, *, over_limit_max: int, retry: RetryPolicy,
-                 settler: Settler, acks: AckBatch, cancels: Cancels, extras: JobExtras | None = None,
                  clock: Any = time.time, rng: random.Random | None = None):
         self.redis = redis
         self.keys = keys
         self.over_limit_max = over_limit_max
         self.retry = retry
-        self.settler = settler
-        self.acks = acks
-        self.cancels = cancels
-        self.extras = extras
         self.clock = clock
         self.rng = rng or random.Random()
 
-    def enter(self, raw: bytes, payload: dict, job_class: Any) -> Ticket | _Free | str:
-        """Let the job run (its ticket), or say what was done instead: DROPPED or RESCHEDULED.
+    def take(self, payload: dict, limits: Any) -> Ticket | Rescheduled | None:
+        """Take a place in each of ``limits`` for the job: its Ticket (None when it holds no
+        concurrency place), or the Rescheduled to settle instead of running it.
 
         Raises LimitError (a key function failed: LimitKeyError; Redis refused the take for good)
-        or OverLimit (refused once more than OVER_LIMIT_MAX allows): the processor files either
-        as the job's failure.
+        or OverLimit (refused once more than OVER_LIMIT_MAX allows): filed as the job's failure.
         """
-        expires_at = payload.get("expires_at")
-        if expires_at is not None and _number(expires_at) and self.clock() >= expires_at:
-            late = self.clock() - expires_at
-            self.drop(raw, payload, job_class, "expired", JobExpired(f"expired {late:.1f}s before it could run"))
-            return DROPPED
-        # (A class that can't be cancelled ignores a request: one written while ``cancel`` looked
-        # for the job, before it found what it was and withdrew it.)
-        if self.cancels.requested(payload.get("jid")) and (job_class is None or job_class.cancellable):
-            self.drop(raw, payload, job_class, "cancelled", Cancelled("cancelled before it ran"))
-            return DROPPED
-        limits = getattr(job_class, "limits", None) if job_class is not None else None
-        if not limits:
-            return FREE
-        return self._take(raw, payload, limits)
-
-    def _take(self, raw: bytes, payload: dict, limits: Any) -> Ticket | _Free | str:
         args, kwargs = payload.get("args"), payload.get("kwargs")
         keyed = [(limiter, limiter.key_for(args, kwargs)) for limiter in limits]
         over = _count(payload.get("over_limit"))
@@ -146,9 +108,10 @@ class Gate:
                     limiter, key = group[int(reply[1]) - 1]
                     after = reply[2].decode() if isinstance(reply[2], bytes) else str(reply[2])
                     refused = OverLimit(key, limiter.kind, float(after) if after else None)
-                    if not self.reschedule(raw, payload, refused):
+                    rescheduled = self.reschedule(payload, refused)
+                    if rescheduled is None:
                         raise refused
-                    return RESCHEDULED
+                    return rescheduled
                 taken += group
         except OverLimit:
             raise
@@ -165,13 +128,12 @@ class Gate:
             logger.error("jid=%s: its limits could not be taken (%s: %s); tried again in %.0fs",
                          payloads.printable(payload.get("jid")), type(exc).__name__, payloads.printable(exc),
                          UNREACHABLE_DELAY)
-            self._schedule(raw, payload, UNREACHABLE_DELAY)
-            return RESCHEDULED
+            return Rescheduled(self._schedule(payload, UNREACHABLE_DELAY), None)
         for limiter, key in keyed:
             SEEN.add(key, limiter)
         held = [(limiter, key) for limiter, key in keyed if limiter.kind == "concurrent"]
         if not held:
-            return FREE
+            return None
         return Ticket(self, token, held, [HELD.add(key, limiter.lease or 0.0, token) for limiter, key in held])
 
     def _script_args(self, group: list[tuple[Limiter, str]], token: str, mode: str,
@@ -202,8 +164,8 @@ class Gate:
             logger.warning("limits %s: taken places not given back (%s: %s)", ", ".join(key for _l, key in taken),
                            type(exc).__name__, payloads.printable(exc))
 
-    def reschedule(self, raw: bytes, payload: dict, refused: OverLimit, counted: bool = True) -> bool:
-        """Send a job refused by a limit back to the schedule, with a backoff; False when it has
+    def reschedule(self, payload: dict, refused: OverLimit, counted: bool = True) -> Rescheduled | None:
+        """Send a job refused by a limit back to the schedule, with a backoff; None when it has
         been OVER_LIMIT_MAX times already (then it fails with ``refused``, and counts afresh).
 
         ``counted``: the limiter's stats already say what became of it (a refusal at fetch counts
@@ -214,22 +176,32 @@ class Gate:
             self._count(refused.key, "fail" if over >= self.over_limit_max else "reschedule")
         if over >= self.over_limit_max:
             payload.pop("over_limit", None)
-            return False
+            return None
         payload["over_limit"] = over + 1
         delay = self.backoff(refused.retry_after, over + 1, refused.kind)
         logger.info("over limit jid=%s class=%s limiter=%s: rescheduled in %.2fs (%d of OVER_LIMIT_MAX %d)",
                     payloads.printable(payload.get("jid")), payloads.printable(payload.get("class")),
                     payloads.printable(refused.key), delay, over + 1, self.over_limit_max)
-        filing = self._schedule(raw, payload, delay)
-        if refused.kind == "concurrent":  # (woken by the next place given back: see LIMIT_PARK)
+        return Rescheduled(self._schedule(payload, delay), refused if refused.kind == "concurrent" else None)
+
+    def park(self, rescheduled: Rescheduled) -> None:
+        """Once its filing is settled: wake the poller when it is due, and park a job refused by a
+        concurrency limit in the limit's waiting set (woken by the next place given back: LIMIT_PARK)."""
+        filing, refused = rescheduled
+        if self.retry.on_retry is not None:
             try:
-                lk = self.keys.limit(refused.key)
-                run_script(scripts.LIMIT_PARK, self.redis, self.keys, [lk.waiting, lk.parked],
-                           [str(payload.get("jid")), filing.raw(), repr(filing.score)], lk.expected)
-            except Exception as exc:  # (it comes back at its due time all the same)
-                logger.warning("jid=%s: not parked for a wake-up (%s: %s)", payloads.printable(payload.get("jid")),
-                               type(exc).__name__, payloads.printable(exc))
-        return True
+                self.retry.on_retry(filing.score)
+            except Exception:  # noqa: BLE001 - a wake-up hint never fails a filing
+                logger.exception("on_retry hook failed")
+        if refused is None:
+            return
+        try:
+            lk = self.keys.limit(refused.key)
+            run_script(scripts.LIMIT_PARK, self.redis, self.keys, [lk.waiting, lk.parked],
+                       [str(filing.payload.get("jid")), filing.raw(), repr(filing.score)], lk.expected)
+        except Exception as exc:  # (it comes back at its due time all the same)
+            logger.warning("jid=%s: not parked for a wake-up (%s: %s)", payloads.printable(filing.payload.get("jid")),
+                           type(exc).__name__, payloads.printable(exc))
 
     def _count(self, key: str, outcome: str) -> None:
         try:
@@ -258,60 +230,10 @@ class Gate:
         wait = min(max(retry_after or 0.0, CONCURRENT_BACKOFF) * 2 ** min(count - 1, 10), BACKOFF_MAX)
         return rng.uniform(wait * 0.5, min(wait * 1.5, BACKOFF_MAX))
 
-    def _schedule(self, raw: bytes, payload: dict, delay: float) -> Filing:
-        filing = Filing("schedule", self.clock() + delay, payload)
-        self.settler.settle(raw, filing)
-        if self.retry.on_retry is not None:
-            try:
-                self.retry.on_retry(filing.score)
-            except Exception:  # noqa: BLE001 - a wake-up hint never fails a filing
-                logger.exception("on_retry hook failed")
-        return filing
-
-    def drop(self, raw: bytes, payload: dict, job_class: Any, why: str, error: BaseException) -> None:
-        """Acknowledge a job that won't run (``why``: "expired" or "cancelled"), count and log it,
-        and record it where it is awaited: its batch (dead), its result (FAILED)."""
-        logger.warning("%s jid=%s class=%s: dropped, never run (%s)", why, payloads.printable(payload.get("jid")),
-                       payloads.printable(payload.get("class")), payloads.printable(error))
-        count(self.redis, self.keys.stat_expired if why == "expired" else self.keys.stat_cancelled)
-        self.record(payload, job_class, error)
-        if isinstance(payload.get("bid"), str):
-            self.settler.settle(raw, step_for(payload, "dead", "ack", exc=error))
-        else:
-            self.acks.add(raw)
-
-    def cancelled_run(self, raw: bytes, payload: dict, job_class: Any, job: Any, error: BaseException,
-                      elapsed: float) -> None:
-        """End a run that was cancelled while it ran: acknowledged (never retried), counted,
-        recorded as FAILED with ``error`` (a task's too), dead for its batch."""
-        logger.warning("cancelled jid=%s class=%s after %.3fs: %s", payloads.printable(payload.get("jid")),
-                       payloads.printable(payload.get("class")), elapsed, payloads.printable(error))
-        count(self.redis, self.keys.stat_cancelled)
-        if self.extras is not None and job_class is not None:
-            self.extras.failed(job_class, payload, error, None, job)
-        if isinstance(payload.get("bid"), str):
-            self.settler.settle(raw, step_for(payload, "dead", "ack", exc=error))
-        else:
-            self.acks.add(raw)
-
-    def record(self, payload: dict, job_class: Any, error: BaseException) -> None:
-        """A task's (or result-keeping job's) result: FAILED with ``error``. Never raises."""
-        ttl = getattr(job_class, "result_ttl", None)
-        if ttl is not None and self.extras is not None:
-            self.extras.results.finished(payload, ttl, error=error, target="dead")
-
-
-def count(redis: RedisClient, key: str) -> None:
-    """One more in counter ``key`` (rare events: a command of its own); a failure is only logged."""
-    try:
-        redis.incr(key)
-    except Exception as exc:
-        logger.error("counter %s not written: %s: %s", key, type(exc).__name__, payloads.printable(exc))
+    def _schedule(self, payload: dict, delay: float) -> Filing:
+        return Filing("schedule", self.clock() + delay, payload)
 
 
 def _count(value: Any) -> int:
     return value if type(value) is int and value >= 0 else 0
 
-
-def _number(value: Any) -> bool:
-    return type(value) in (int, float) and math.isfinite(value)

@@ -1,0 +1,253 @@
+"""The named phases of a job's path, where features plug in, and the per-class lists of them.
+
+The core (:mod:`.processor`) does the same for every job: decode, look up the class, record it as
+running, run it through the server middleware, settle exactly one settlement, release. A feature
+(batches, limits, cancellation, expiry, results and timeouts, run locks, or one of a project's own:
+docs/extending.md) is a :class:`Feature` that overrides the phases it needs:
+
+``before(run)``
+    Before the job starts, in the features' order. Return a :class:`Decision` to settle it without
+    running it (dropped: expired, cancelled; rescheduled: over a limit). Raise to fail it unrun:
+    filed like a job that raised (retry, then dead). May keep what it took on ``run`` (a limit's
+    places), for ``after`` to give back.
+``around(run, call)``
+    Around the run, the first feature outermost, inside the server middleware's
+    ``CloseOldConnections``: return ``call()``'s value, or what to keep of it.
+``decide(run)``
+    Once a run ended (``run.error`` set, or a value): claim the end as the feature's own and say what
+    becomes of the job (a cancelled run: dead, never retried; a job that met its limit inside its
+    run: rescheduled). The first Decision wins; with none, the core acks a success and files a
+    failure through the retry policy.
+``settling(run, decision)``
+    What the settlement carries, in the features' order: record the outcome (a result), or wrap the
+    ack or filing in a :class:`~..settle.settlement.Staged` whose step goes through first (a batch
+    step). Returns the decision, changed or not.
+``after(run)``
+    Once settled, whatever happened, in reverse order: give back what ``before`` took, release
+    locks, count. Never raises into the core (logged).
+
+Which phases a feature takes part in is read once from the methods it overrides, and which
+features a job class uses once from :meth:`Feature.applies` (``Plans``): a job pays only for the
+features its class uses. A feature whose use depends on the payload (a job of a batch, one with a
+unique lock) applies to every class and returns at once for a payload without its field.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ...broker.keys import Keys
+    from ...broker.types import RedisClient
+    from ...conf import Config
+    from ...push.scope import Running
+    from ..fetch.contract import Unit
+    from ..settle.retry import RetryPolicy
+    from ..settle.settlement import Settlement, StepRunner
+    from .cancels import Cancels
+    from .run_locks import RunLocks
+    from .timeouts import Timeouts
+
+logger = logging.getLogger(__name__)
+
+
+class Outcome(enum.Enum):
+    """How a job's attempt ended, as the features and the run locks are told."""
+
+    SUCCESS = "success"
+    RETRY = "retry"  # filed in retry: it runs again
+    DEAD = "dead"  # filed in dead, discarded (dead=False), or dropped without running
+    RESCHEDULED = "rescheduled"  # back to the schedule, not counted as a failure (over a limit)
+
+    @property
+    def failed(self) -> bool:
+        return self is Outcome.RETRY or self is Outcome.DEAD
+
+
+@dataclass(slots=True)
+class Decision:
+    """What becomes of a job: its outcome, the settlement that carries it, and the error if any."""
+
+    outcome: Outcome
+    settlement: Settlement
+    error: BaseException | None = None
+    # Why, for the log line a failure gets ("retry 1 in 17s", "dead: retries exhausted"); a Decision a
+    # feature makes logs its own line and leaves this empty.
+    fate: str = ""
+    # Filed by the core as a failure (the job raised, or a ``before`` hook did): counted as failed in
+    # the stats. A feature's Decision (dropped, cancelled, rescheduled) is not.
+    failure: bool = False
+
+
+@dataclass(slots=True, eq=False)
+class JobRun:
+    """One fetched job on its way through the phases: what each phase reads, and what it leaves.
+
+    ``job_class`` is None for a class this worker doesn't know (its run fails: UnknownJobError).
+    ``notes`` holds what a feature keeps from one phase to the next, under its own name.
+    """
+
+    unit: Unit
+    payload: dict[str, Any]
+    job_class: Any
+    jid: str  # printable: escaped once for every log line
+    shown_class: str
+    started: float | None = None  # monotonic, once it started (None: settled before it ran)
+    job: Any = None
+    value: Any = None
+    error: BaseException | None = None
+    elapsed: float = 0.0
+    scope: Running | None = None  # the job's own view of its run (push/scope.py): ``Job.cancelled`` reads it
+    decision: Decision | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def raw(self) -> bytes:
+        return self.unit.raw
+
+    @property
+    def ran(self) -> bool:
+        return self.started is not None
+
+
+Call = Callable[[], Any]
+
+
+class Feature:
+    """Base of every feature: override the phases it takes part in (see the module's header).
+
+    ``name`` says which feature a log line or a note is about. A feature is made once per worker
+    process (the Launcher's, or the project's ``COGWORKER["FEATURES"]``) and shared by its
+    processor threads: whatever it keeps per job goes in ``run.notes``.
+    """
+
+    name = "feature"
+
+    def applies(self, job_class: Any) -> bool:
+        """Whether jobs of ``job_class`` (None: a class this worker doesn't know) use this feature;
+        asked once per class."""
+        return True
+
+    def before(self, run: JobRun) -> Decision | None:
+        return None
+
+    def around(self, run: JobRun, call: Call) -> Any:
+        return call()
+
+    def decide(self, run: JobRun) -> Decision | None:
+        return None
+
+    def settling(self, run: JobRun, decision: Decision) -> Decision:
+        return decision
+
+    def after(self, run: JobRun) -> None:
+        return None
+
+    def step_runners(self) -> Mapping[type, StepRunner]:
+        """The runners of the Staged steps this feature's ``settling`` makes, by the step's type
+        (the Settler runs each step through its runner before the job's ack or filing)."""
+        return {}
+
+
+@dataclass(frozen=True)
+class WorkerParts:
+    """What a worker process hands the features it is built with (``COGWORKER["FEATURES"]``: each
+    entry is called with these and returns a Feature, or several). Services the heartbeat and the
+    launcher drive are made once here and shared: the cancel requests each beat reads, the timeout
+    watcher's thread, the lock releases kept through an outage."""
+
+    config: Config
+    redis: RedisClient
+    keys: Keys
+    identity: str
+    retry: RetryPolicy
+    cancels: Cancels
+    timeouts: Timeouts
+    run_locks: RunLocks
+
+
+FeatureFactory = Callable[[WorkerParts], "Feature | Sequence[Feature]"]
+
+
+# The package's own features (django_cogworker/features/): always first, before a project's own.
+STANDARD_FEATURES = "django_cogworker.features.standard"
+
+
+def load_features(config: Config) -> list[FeatureFactory]:
+    """The factories of the package's features and of ``COGWORKER["FEATURES"]``, imported by name."""
+    from ...push.middleware import import_string
+
+    return [import_string(path) for path in (STANDARD_FEATURES, *config.features)]
+
+
+def build_features(factories: Sequence[FeatureFactory], parts: WorkerParts) -> list[Feature]:
+    """Call each factory with ``parts``; their features in the order given."""
+    built: list[Feature] = []
+    for factory in factories:
+        made = factory(parts)
+        built += [made] if isinstance(made, Feature) else list(made)
+    return built
+
+
+PHASES = ("before", "around", "decide", "settling", "after")
+
+
+def _overrides(feature: Feature, phase: str) -> bool:
+    return getattr(type(feature), phase) is not getattr(Feature, phase)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The hooks one job class uses, phase by phase (built once per class)."""
+
+    job_class: Any
+    before: tuple[Callable[[JobRun], Decision | None], ...]
+    around: tuple[Callable[[JobRun, Call], Any], ...]
+    decide: tuple[Callable[[JobRun], Decision | None], ...]
+    settling: tuple[Callable[[JobRun, Decision], Decision], ...]
+    after: tuple[Callable[[JobRun], None], ...]
+
+    def run_through(self, run: JobRun, innermost: Call) -> Any:
+        """``innermost()`` run inside every ``around`` hook, the first outermost."""
+        call = innermost
+        for hook in reversed(self.around):
+            call = _bind(hook, run, call)
+        return call()
+
+
+def _bind(hook: Callable[[JobRun, Call], Any], run: JobRun, call: Call) -> Call:
+    return lambda: hook(run, call)
+
+
+class Plans:
+    """The Plan of each job class, made on first sight and kept (one lock, taken only then)."""
+
+    def __init__(self, features: Sequence[Feature]):
+        self.features = tuple(features)
+        self._plans: dict[Any, Plan] = {}
+        self._lock = threading.Lock()
+
+    def plan(self, job_class: Any) -> Plan:
+        """The Plan for ``job_class`` (None: a class this worker doesn't know)."""
+        try:
+            return self._plans[job_class]
+        except KeyError:
+            pass
+        with self._lock:
+            if job_class not in self._plans:
+                self._plans[job_class] = self._build(job_class)
+            return self._plans[job_class]
+
+    def _build(self, job_class: Any) -> Plan:
+        used = [f for f in self.features if f.applies(job_class)]
+
+        def hooks(phase: str) -> tuple[Any, ...]:
+            return tuple(getattr(f, phase) for f in used if _overrides(f, phase))
+
+        return Plan(job_class, hooks("before"), hooks("around"), hooks("decide"), hooks("settling"),
+                    tuple(reversed(hooks("after"))))

@@ -1,0 +1,57 @@
+"""Batches on the job's path: a job of a batch (its payload carries a ``bid``) settles its batch
+step before its ack or filing (steps.py's BatchStep, run by BatchSteps: the Settler looks the
+runner up by the step's type).
+
+A success with no result to keep is a holdable step: it waits with the acks for the fetcher's next
+round trip, where the steps held run together, one script per batch. A job whose payload asks
+for its result to be kept (``keep_result``: read by the next step of a chain) has its return value
+kept as JSON (one JSON can't hold fails the job), written with its step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ...batches.steps import BatchStep, BatchSteps, step_for
+from ...broker.keys import Keys
+from ...broker.types import RedisClient
+from ...engine.run.hooks import Call, Decision, Feature, JobRun, Outcome
+from ...engine.run.results import encode_return
+from ...engine.settle.retry import Filing
+from ...engine.settle.settlement import StepRunner
+
+
+class Batches(Feature):
+    """Every class: whether a job is in a batch is its payload's to say (a field read per job)."""
+
+    name = "batches"
+
+    def __init__(self, redis: RedisClient, keys: Keys, ttl: float):
+        self.steps = BatchSteps(redis, keys, ttl)
+
+    def step_runners(self) -> Mapping[type, StepRunner]:
+        return {BatchStep: self.steps}
+
+    def around(self, run: JobRun, call: Call) -> Any:
+        value = call()
+        if run.payload.get("keep_result") and run.payload.get("bid") is not None:
+            # (Read by the next step of a chain; a class keeping results returned it as JSON already.)
+            cls = run.job_class
+            return value if cls is not None and cls.result_ttl is not None else encode_return(value)
+        return value
+
+    def settling(self, run: JobRun, decision: Decision) -> Decision:
+        payload = run.payload
+        if not isinstance(payload.get("bid"), str) or decision.outcome is Outcome.RESCHEDULED:
+            return decision
+        then = decision.settlement
+        if decision.outcome is Outcome.SUCCESS:
+            step = step_for(payload, "success", then, result=run.value if payload.get("keep_result") else None)
+        else:
+            # (A job the core failed counts as dead only once filed in dead; one a death handler
+            # discarded, as a failure. One a feature dropped or ended (expired, cancelled) is dead.)
+            died = isinstance(then, Filing) and then.target == "dead" if decision.failure else True
+            step = step_for(payload, "dead" if died else "failure", then, exc=decision.error)
+        decision.settlement = step
+        return decision

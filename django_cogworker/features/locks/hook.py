@@ -1,0 +1,48 @@
+"""A job's unique and periodic locks on the job's path: released when its rule says so (at its
+start, its success, its death), through an outage (engine/run/run_locks.py keeps a release Redis
+refused and tries it again with each heartbeat)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ...engine.run.hooks import Call, Feature, JobRun, Outcome
+from ...engine.run.run_locks import RunLocks
+from ...push import payload as payloads
+
+logger = logging.getLogger(__name__)
+
+
+class RunLockRelease(Feature):
+    """Every class: whether a job holds a lock is its payload's to say."""
+
+    name = "locks"
+
+    def __init__(self, run_locks: RunLocks):
+        self.run_locks = run_locks
+
+    def around(self, run: JobRun, call: Call) -> Any:
+        if _locked(run.payload):
+            try:
+                self.run_locks(run.payload, "start")
+            except Exception as exc:  # (the job runs all the same; its locks go at their TTL)
+                logger.error("run lock (start) failed for jid=%s: %s: %s", run.jid, type(exc).__name__,
+                             payloads.printable(exc))
+        return call()
+
+    def after(self, run: JobRun) -> None:
+        decision = run.decision
+        if decision is None or not _locked(run.payload):
+            return
+        if decision.outcome is Outcome.RESCHEDULED:
+            if not run.ran:
+                return  # (it never started: its locks stay as they are, for the run to come)
+            moment = "retry"  # (its locks stay, as for a retry)
+        else:
+            moment = decision.outcome.value
+        self.run_locks(run.payload, moment)
+
+
+def _locked(payload: dict[str, Any]) -> bool:
+    return bool(payload.get("unique_digest") or payload.get("periodic_pjid"))
