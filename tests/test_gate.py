@@ -24,17 +24,18 @@ from engine_fixtures import (
 from helpers import refuse, serve_again, wait_until
 from limiter_fixtures import fresh_limiters  # noqa: F401 - the fresh_limiters fixture
 
-from django_cogworker import Job, Limiter
+from django_cogworker import Batch, Job, Limiter
 from django_cogworker.broker import scripts
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.fetch.contract import Unit
 from django_cogworker.engine.fetch.reliable import ReliableFetch
 from django_cogworker.engine.run.hooks import JobRun, Outcome
 from django_cogworker.engine.settle.retry import RetryPolicy
-from django_cogworker.engine.settle.settling import Settler
+from django_cogworker.engine.settle.settlement import ACK
+from django_cogworker.engine.settle.settling import AckBatch, Settler
 from django_cogworker.errors import LimitError, LimitKeyError, OverLimit
 from django_cogworker.features.expiry.hook import Expiry
-from django_cogworker.features.limits.gate import BACKOFF_MAX, UNREACHABLE_DELAY, LimitGate, Ticket
+from django_cogworker.features.limits.gate import BACKOFF_MAX, UNREACHABLE_DELAY, LimitGate, Release, Ticket
 from django_cogworker.features.limits.hook import ClassLimits
 from django_cogworker.flow.limiter import HELD, SEEN, holder_token
 from django_cogworker.push import payload as payloads
@@ -409,3 +410,61 @@ def test_over_limit_raised_by_within_in_a_job_reschedules_it_then_fails_it_past_
     assert filed["jid"] == pushed["jid"] and filed["error_class"] == "django_cogworker.errors.OverLimit"
     assert filed["retry_count"] == 0 and "over_limit" not in filed
     assert runs(token) == [pushed["jid"]] * 2  # rescheduled once (not a failure), then failed
+
+
+def test_a_run_s_places_go_back_with_its_ack_in_the_fetch_s_round_trip_not_one_of_their_own(redis_url, rb):
+    # Held with the acks (settlement.py): the place stays taken until the fetcher's next round trip,
+    # where every release held goes in one pipeline just before the acks; a job of a batch holds
+    # its batch step around it (BatchStep(then=Release(then=ACK))), still held, still one trip each.
+    parts = make_parts(redis_url, rb)
+    settler = parts.settler
+    settler.runners.update(ClassLimits(parts.gate).step_runners())
+    acks = AckBatch(parts.fetch, settler, cap=10)
+    acks.open()
+    holders = K.limit(one_at_a_time.name).holders
+    raw, payload = parts.fetched(OneAtATime, "t")
+    ticket = parts.enter(raw, payload, OneAtATime)
+    release = Release(ticket, payload["jid"], ACK)
+    assert release.holdable
+
+    acks.add(raw, release)
+
+    assert rb.zcard(holders) == 1 and rb.llen(parts.fetch.in_progress) == 1  # no round trip of its own
+    assert acks.take() == [raw]  # (released: its ack may ride the fetch)
+    assert rb.zcard(holders) == 0 and one_at_a_time.name not in HELD.by_key()
+    assert rb.llen(parts.fetch.in_progress) == 1  # (the ack itself goes with the fetch, as any other)
+
+
+def test_a_release_redis_refuses_costs_the_job_nothing_its_place_lapses_with_its_lease(redis_url, rb, caplog):
+    parts = make_parts(redis_url, rb)
+    parts.settler.runners.update(ClassLimits(parts.gate).step_runners())
+    raw, payload = parts.fetched(OneAtATime, "t")
+    ticket = parts.enter(raw, payload, OneAtATime)
+    refuse(rb, "noreplicas")
+    try:
+        with caplog.at_level(logging.ERROR):
+            parts.settler.settle(raw, Release(ticket, payload["jid"], ACK))
+    finally:
+        serve_again(rb)
+    # (Refused, the release is logged and not kept: the ack went on, which Redis refused too.)
+    assert "places not given back" in caplog.text
+    assert list(parts.settler.pending_settlements().values()) == [ACK]
+    assert parts.settler.retry_pending_settlements() == 0 and rb.llen(parts.fetch.in_progress) == 0
+
+
+def test_jobs_of_a_batch_under_a_concurrency_limit_settle_their_step_and_give_their_place_back(launcher_factory, r,
+                                                                                               rb):
+    # Both features wrap the ack: the batch step around the release (BatchStep, then Release, then
+    # ACK), each held for the fetch, each run in its round: the batch succeeds, no place is left.
+    token = new_token()
+    running = launcher_factory(CONCURRENCY=3)
+    batch = Batch()
+    with batch.jobs():
+        jids = [OneAtATime.perform_async(token) for _ in range(6)]
+
+    wait_until(lambda: sorted(runs(token)) == sorted(jids), timeout=30, message="every job ran")
+    wait_until(lambda: Batch.status(batch.bid).pending == 0, message="every step settled")
+    status = Batch.status(batch.bid)
+    assert (status.total, status.failures, status.complete) == (6, 0, True)
+    wait_until(lambda: r.llen(running.in_progress) == 0, message="every job acked")
+    assert rb.zcard(K.limit(one_at_a_time.name).holders) == 0  # every place given back

@@ -43,7 +43,9 @@ class BatchStep(NamedTuple):
     @property
     def holdable(self) -> bool:
         """A success with no result to write first: it may wait with the acks for the next fetch."""
-        return self.outcome == "success" and not self.record and self.then == "ack"
+        then = self.then
+        return self.outcome == "success" and not self.record and (
+            then == "ack" or getattr(then, "holdable", False))
 
 
 class BatchSteps:

@@ -100,7 +100,7 @@ class Settler:
         A Staged settlement runs its step first; once that went through, what is left to keep trying
         is its ack or filing alone.
         """
-        if not isinstance(how, (str, Filing)):
+        while not isinstance(how, (str, Filing)):  # (a step, maybe wrapping another: each in turn)
             try:
                 self._runner(how).run(how)
             except Exception as exc:
@@ -144,21 +144,27 @@ class Settler:
         many round trips; return the raw payloads whose steps went through, whose acks may go now. If
         Redis refuses a runner's, each of its steps is kept as a pending settlement instead: the step,
         then its ack."""
-        by_type: dict[type, list[tuple[bytes, Staged]]] = {}
-        for raw, step in steps:
-            by_type.setdefault(type(step), []).append((raw, step))
         through: list[bytes] = []
-        for group in by_type.values():
-            try:
-                self._runner(group[0][1]).run_many([step for _raw, step in group])
-            except Exception as exc:
-                logger.error("the steps of %d job(s) failed (%s: %s); kept in memory and retried", len(group),
-                             type(exc).__name__, payloads.printable(exc, payloads.ERROR_MESSAGE_LIMIT))
-                with self._lock:
-                    for raw, step in group:
-                        self._pending[raw] = step
-                continue
-            through += [raw for raw, _step in group]
+        while steps:  # (a step wrapping another: the inner ones in a round of their own after)
+            by_type: dict[type, list[tuple[bytes, Staged]]] = {}
+            for raw, step in steps:
+                by_type.setdefault(type(step), []).append((raw, step))
+            steps = []
+            for group in by_type.values():
+                try:
+                    self._runner(group[0][1]).run_many([step for _raw, step in group])
+                except Exception as exc:
+                    logger.error("the steps of %d job(s) failed (%s: %s); kept in memory and retried", len(group),
+                                 type(exc).__name__, payloads.printable(exc, payloads.ERROR_MESSAGE_LIMIT))
+                    with self._lock:
+                        for raw, step in group:
+                            self._pending[raw] = step
+                    continue
+                for raw, step in group:
+                    if isinstance(step.then, str):
+                        through.append(raw)
+                    else:
+                        steps.append((raw, step.then))  # type: ignore[arg-type]  # (holdable: a step)
         return through
 
     def settle_acks(self, acks: list[bytes]) -> None:

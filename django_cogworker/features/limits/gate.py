@@ -20,6 +20,7 @@ import functools
 import logging
 import random
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...broker import scripts
@@ -58,6 +59,62 @@ class Ticket:
         except Exception as exc:
             logger.error("limits %s: places not given back (%s: %s); they free when their lease lapses",
                          ", ".join(key for _l, key in self.taken), type(exc).__name__, payloads.printable(exc))
+
+
+class Release(NamedTuple):
+    """A settlement: the places a run held given back, then ``then`` (its ack or filing).
+
+    A run's places go back with its ack: held with it for the fetcher's next round trip
+    (settlement.py), where every release held goes in one pipeline (:class:`Releases`), instead of
+    a round trip of each job's own. A release is never worth the job's settlement: one Redis
+    refuses is logged, and its places lapse with their lease (flow/upkeep.py).
+    """
+
+    ticket: Ticket
+    jid: str
+    then: Any
+
+    @property
+    def holdable(self) -> bool:
+        then = self.then
+        return then == "ack" or getattr(then, "holdable", False)
+
+
+class Releases:
+    """Runs Release steps (the Settler's runner for them): never raises."""
+
+    def __init__(self, gate: LimitGate):
+        self.gate = gate
+
+    def run(self, step: Release) -> None:
+        step.ticket.release()
+
+    def run_many(self, steps: Sequence[Release]) -> None:
+        """Every release in one pipeline; one that failed (a limiter key of the wrong type: moved to
+        quarantine by its own call) is made again alone."""
+        gate = self.gate
+        calls: list[tuple[Ticket, list[tuple[Limiter, str]]]] = []
+        for step in steps:
+            ticket = step.ticket
+            for hold in ticket.holds:
+                HELD.remove(hold)
+            ticket.holds = []
+            calls += [(ticket, group) for group in
+                      ([ticket.taken] if not gate.keys.spread else [[pair] for pair in ticket.taken])]
+        try:
+            pipe = gate.redis.pipeline(transaction=False)
+            for ticket, group in calls:
+                scripts.LIMIT_RELEASE.in_pipeline(pipe, *gate._script_args(group, ticket.token, "release"))
+            replies = pipe.execute(raise_on_error=False)
+        except Exception as exc:
+            logger.error("%d limit release(s) not sent (%s: %s); their places free when their lease lapses",
+                         len(calls), type(exc).__name__, payloads.printable(exc))
+            return
+        for (ticket, group), reply in zip(calls, replies, strict=True):
+            if isinstance(reply, Exception):
+                Ticket(gate, ticket.token, group, []).release()
+            elif len(reply) > 1:
+                wake(gate.redis, gate.keys, reply[1:])
 
 
 class Rescheduled(NamedTuple):

@@ -8,11 +8,13 @@ may call ``Limiter.within`` and raise OverLimit from its run).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ...engine.run.hooks import Decision, Feature, JobRun, Outcome
+from ...engine.settle.settlement import StepRunner
 from ...errors import OverLimit
-from .gate import LimitGate, Rescheduled, Ticket
+from .gate import LimitGate, Release, Releases, Rescheduled, Ticket
 
 NOTE = "limits"  # run.notes: the Ticket of the places taken, or the Rescheduled to park once settled
 
@@ -37,8 +39,19 @@ class ClassLimits(Feature):
             return Decision(Outcome.RESCHEDULED, taken.filing)
         return None
 
+    def settling(self, run: JobRun, decision: Decision) -> Decision:
+        # (Its places go back with its ack, riding the round trip that carries it: gate.py's Release.)
+        taken = run.notes.get(NOTE)
+        if isinstance(taken, Ticket):
+            decision.settlement = Release(taken, run.jid, decision.settlement)
+            del run.notes[NOTE]
+        return decision
+
     def after(self, run: JobRun) -> None:
         _after(self.gate, run)
+
+    def step_runners(self) -> Mapping[type, StepRunner]:
+        return {Release: Releases(self.gate)}
 
 
 class InlineLimits(Feature):
