@@ -381,4 +381,5 @@ from .flow_jobs import (  # noqa: E402,F401
     PartnerCallJob,
     SoloJob,
 )
+from .fleet_jobs import LeakJob  # noqa: E402,F401
 from .push_jobs import ChainStepJob, CountedChildJob, PushFiveJob, UniqueCountedChildJob  # noqa: E402,F401
