@@ -28,10 +28,6 @@ logger = logging.getLogger(__name__)
 
 # Signals the supervisor acts on; blocked around a fork so none lands in a child before it is ready.
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN, signal.SIGHUP, signal.SIGCHLD)
-# A child that exits to be replaced sooner than this after its start (over MAX_MEMORY_MB from its
-# first beat: a cap set below what a fresh process takes) is restarted after the crash backoff,
-# not at once: at once, it would be a fork loop.
-REPLACE_MIN_LIFE = 1.0
 
 
 @dataclasses.dataclass
@@ -59,7 +55,7 @@ class Supervisor:
     children with ``waitpid(-1, WNOHANG)``. One that crashed is restarted after a backoff
     (``backoff_min`` doubling to ``backoff_max``, back to ``backoff_min`` once a child lived
     ``stable_after`` seconds), so a crash loop doesn't spin; one that exited with REPLACE_EXIT
-    (over a cap: caps.py) is replaced at once, so the host keeps its N processes.
+    (over a cap: caps.py) after it was ready is replaced at once, so the host keeps its N processes.
 
     * TERM / INT: forward TERM to every child, wait up to ``shutdown_timeout`` + ``stop_grace`` for
       them to drain and exit, SIGKILL what is left, return 0; a second one forwards a second TERM
@@ -226,7 +222,9 @@ class Supervisor:
             if self.quiet:
                 logger.warning("%s %s after %.1fs; not restarted: quiet", child.name(), how, lived)
                 continue
-            if os.waitstatus_to_exitcode(status) == REPLACE_EXIT and lived >= REPLACE_MIN_LIFE:
+            # (One that never got ready was over its cap from its first beat, MAX_MEMORY_MB below what
+            # a fresh process takes: replaced at once, it would be a fork loop. It backs off as a crash.)
+            if os.waitstatus_to_exitcode(status) == REPLACE_EXIT and child.ready:
                 logger.warning("%s exited to be replaced (code %d: over a cap, its figures logged above) after "
                                "%.1fs: starting a fresh one now", child.name(), REPLACE_EXIT, lived)
                 self._spawn(slot)
