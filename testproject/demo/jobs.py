@@ -372,6 +372,7 @@ class AddJob(Job):
 
 # Flow control's demo jobs live in their own module; imported here so that autodiscovery of
 # jobs.py registers them.
+from .fleet_jobs import LeakJob  # noqa: E402,F401
 from .flow_jobs import (  # noqa: E402,F401
     CancellableJob,
     CustomerJob,
@@ -381,5 +382,4 @@ from .flow_jobs import (  # noqa: E402,F401
     PartnerCallJob,
     SoloJob,
 )
-from .fleet_jobs import LeakJob  # noqa: E402,F401
 from .push_jobs import ChainStepJob, CountedChildJob, PushFiveJob, UniqueCountedChildJob  # noqa: E402,F401
