@@ -101,6 +101,16 @@ class Config:
     # Seconds a job may run on after its timeout's JobTimeout was raised before it counts as
     # stuck (engine/run/timeouts.py: under --processes, its process is replaced).
     timeout_grace: float = 10.0
+    # Caps on one worker process's life (engine/process/caps.py): over either, it takes nothing new,
+    # finishes what runs within SHUTDOWN_TIMEOUT and exits to be replaced. None: no cap.
+    max_memory_mb: int | None = None  # its resident memory now (RSS), not its peak
+    max_jobs_per_process: int | None = None
+    # Seconds a process retired by a rolling restart (SIGHUP to a supervisor) may take to finish its
+    # running jobs before it hands the rest back; None: as long as they take.
+    rolling_timeout: float | None = None
+    # The HTTP port of /healthz and /readyz (engine/process/health.py); None: no health server.
+    health_port: int | None = None
+    health_host: str = "127.0.0.1"
     tag: str = ""
     # The bearer token the metrics view accepts (``Authorization: Bearer <token>``); "" accepts
     # none, so only a logged-in user with the view permission can read it. Never shown in repr.
@@ -182,6 +192,11 @@ SETTINGS = {
     "HEARTBEAT_INTERVAL": "heartbeat_interval",
     "KEY_GUARD_INTERVAL": "key_guard_interval",
     "TIMEOUT_GRACE": "timeout_grace",
+    "MAX_MEMORY_MB": "max_memory_mb",
+    "MAX_JOBS_PER_PROCESS": "max_jobs_per_process",
+    "ROLLING_TIMEOUT": "rolling_timeout",
+    "HEALTH_PORT": "health_port",
+    "HEALTH_HOST": "health_host",
     "TAG": "tag",
     "METRICS_TOKEN": "metrics_token",
 }
@@ -366,6 +381,16 @@ def validate(cfg: Config) -> Config:
         bad("periodic", "a list of dicts")
     if not isinstance(cfg.clock, str) or (cfg.clock and "." not in cfg.clock):
         bad("clock", 'a dotted import path or ""')
+    for field in ("max_memory_mb", "max_jobs_per_process"):
+        if getattr(cfg, field) is not None and not _positive_int(getattr(cfg, field)):
+            bad(field, "a positive integer or None (no cap)")
+    if cfg.rolling_timeout is not None and not (_positive_number(cfg.rolling_timeout)
+                                                and cfg.rolling_timeout <= MAX_SECONDS):
+        bad("rolling_timeout", f"a positive number of seconds up to {MAX_SECONDS_TEXT}, or None (no limit)")
+    if cfg.health_port is not None and not (_positive_int(cfg.health_port) and cfg.health_port <= 65535):
+        bad("health_port", "a TCP port (1-65535) or None (no health server)")
+    if not isinstance(cfg.health_host, str) or not cfg.health_host:
+        bad("health_host", 'an address to listen on ("127.0.0.1", "0.0.0.0", "::")')
     if not isinstance(cfg.tag, str):
         bad("tag", "a string")
     if not isinstance(cfg.metrics_token, str) or (cfg.metrics_token and (

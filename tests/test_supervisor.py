@@ -15,6 +15,8 @@ import time
 from helpers import FAST_ENV, Worker, pid_alive, wait_until
 
 from django_cogworker.broker.keys import Keys
+from django_cogworker.engine.process.caps import REPLACE_EXIT
+from django_cogworker.engine.process.children import Child
 from django_cogworker.engine.process.supervisor import Supervisor, describe_exit
 from testproject.demo.jobs import RecordJob, SleepJob
 
@@ -133,7 +135,7 @@ def test_a_child_killed_9_under_load_is_restarted_and_nothing_is_lost(tmp_path, 
     assert ended() == set(jids)  # none lost (those cut short by the kill ran again)
     assert not r.exists(K.queue("default")) and r.zcard(K.dead) == 0
     log = w.log()
-    assert f"worker process 0 (pid {victim_pid}) killed by SIGKILL" in log
+    assert f"worker process 0 (pid {victim_pid}, generation 0) killed by SIGKILL" in log
     assert "restarting it in 1.0s" in log
     print(f"\nFIGURES kill -9 of a child under load: 200 jobs, lost 0, {held} in flight at the kill; "
           f"replacement registered {restarted_after:.2f}s after, its jobs requeued {recovered_after:.2f}s after "
@@ -169,7 +171,7 @@ class FakeClock:
 
 def test_a_crash_loop_backs_off_doubling_to_the_cap_and_a_long_life_resets_it(monkeypatch):
     clock = FakeClock()
-    sup = Supervisor(1, lambda index: 0, shutdown_timeout=5, clock=clock)
+    sup = Supervisor(1, lambda spec: 0, shutdown_timeout=5, clock=clock)
     slot = sup.slots[0]
     exits: list[tuple[int, int]] = []
 
@@ -178,15 +180,14 @@ def test_a_crash_loop_backs_off_doubling_to_the_cap_and_a_long_life_resets_it(mo
 
     monkeypatch.setattr(os, "waitpid", waitpid)
 
-    def die(after: float, status: int = signal.SIGKILL) -> float:
+    def die(after: float, status: int = signal.SIGKILL, ready: bool = True) -> float | None:
         """The child started now dies ``after`` seconds later; return the wait before its restart."""
-        slot.pid, slot.started_at = 4242, clock.now
-        sup._by_pid[4242] = slot
+        slot.current = sup.children[4242] = Child(4242, 0, 0, clock.now, None, ready=ready)
         clock.now += after
         exits.append((4242, status))
         sup._reap()
-        assert slot.pid is None and slot.restart_at is not None
-        return slot.restart_at - clock.now
+        assert 4242 not in sup.children
+        return None if slot.restart_at is None else slot.restart_at - clock.now
 
     assert [die(0.5) for _ in range(7)] == [1, 2, 4, 8, 16, 30, 30]
     assert die(60, status=3 << 8) == 1  # it had lived long enough: a new failure, not the same loop
@@ -194,13 +195,19 @@ def test_a_crash_loop_backs_off_doubling_to_the_cap_and_a_long_life_resets_it(mo
     monkeypatch.setattr(os, "fork", lambda: (_ for _ in ()).throw(BlockingIOError(11, "EAGAIN")))
     clock.now = slot.restart_at
     sup._restart_due()  # fork failed: tried again later, the supervisor (and the other workers) stay up
-    assert slot.pid is None and slot.restart_at == clock.now + 4
+    assert slot.current is None and slot.restart_at == clock.now + 4
+    # Exited to be replaced (a cap) once it was ready: a fresh one at once (here: the fork attempt,
+    # which fails and backs off), not after the crash backoff; over its cap before it was ready (a
+    # cap below what a fresh process takes), a crash loop.
+    slot.restart_at = None
+    forks = []
+    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or (_ for _ in ()).throw(BlockingIOError(11, "EAGAIN")))
+    assert die(0.5, status=REPLACE_EXIT << 8) is not None and forks == [1]
+    slot.restart_at = None
+    assert die(0.5, status=REPLACE_EXIT << 8, ready=False) == 16 and forks == [1]
     sup.quiet = True  # a quiet supervisor restarts nothing: a new child would fetch
-    slot.pid, slot.started_at, slot.restart_at = 4242, clock.now, None
-    sup._by_pid[4242] = slot
-    exits.append((4242, 0))
-    sup._reap()
-    assert slot.restart_at is None
+    slot.restart_at = None
+    assert die(100, status=0) is None
 
 
 def test_an_exit_is_described_by_code_or_signal():

@@ -62,6 +62,12 @@ class Process:
         """Its slot (0 … N-1) under its supervisor, or None."""
         number = _number(self.info.get("index"))
         return int(number) if number is not None else None
+    @property
+    def generation(self) -> int | None:
+        """Its generation under its supervisor: 0 from the start, one more at each rolling restart (HUP)."""
+        number = _number(self.info.get("generation"))
+        return int(number) if number is not None else None
+
     started_at = property(lambda self: _number(self.info.get("started_at")))
     version = property(lambda self: self.info.get("version"))
 

@@ -80,7 +80,12 @@ class Stats:
         pipe.zcard(k.retry)
         pipe.zcard(k.dead)
         pipe.execute_command("MGET", k.stat("cancelled"), k.stat("expired"))
-        processed, failed, per_day_processed, per_day_failed, scheduled, retries, dead, outcomes = pipe.execute()
+        pipe.hgetall(k.stat_replaced)
+        (processed, failed, per_day_processed, per_day_failed, scheduled, retries, dead, outcomes,
+         replaced) = pipe.execute()
+        # Worker processes that exited to be replaced, by reason: "memory", "jobs" (their caps), "rolling".
+        self.replaced = {(reason.decode() if isinstance(reason, bytes) else reason): int(_number(count) or 0)
+                         for reason, count in replaced.items()}
         # Jobs cancelled (push/cancel.py) and dropped unrun past their expiry, since the counters began.
         self.cancelled, self.expired = (int(_number(count) or 0) for count in outcomes)
         self.processed = int(_number(processed) or 0)

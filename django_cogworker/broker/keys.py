@@ -81,6 +81,8 @@ limit:<key>:*                 -       one limiter key (flow/): holders, starts, 
 cancels                       hash    jid -> JSON {at, interrupt}: cancel requests, read by   a day
                                       every heartbeat (running jobs asked to stop)
 stat:cancelled, stat:expired  string  jobs cancelled; jobs dropped at fetch, expired          -
+stat:replaced                 hash    reason (memory, jobs, rolling) -> worker processes      -
+                                      that exited to be replaced (engine/process/caps.py)
 ============================  ======  ======================================================  =========
 
 "presence": :func:`presence_ttl` of the process's HEARTBEAT_INTERVAL (60 s with the default 5 s).
@@ -168,6 +170,7 @@ class Keys:
         self.cancels = p + "cancels"
         self.stat_cancelled = p + "stat:cancelled"
         self.stat_expired = p + "stat:expired"
+        self.stat_replaced = p + "stat:replaced"
 
     def filed_in(self, target: str) -> str:
         """The sorted set a job is filed in: "retry", "dead" or "schedule" (a job over a limit)."""
@@ -338,6 +341,7 @@ class Keys:
             self.stat_class_processed: "hash", self.stat_class_failed: "hash", self.stat_class_seconds: "hash",
             self.batches: "zset", self.batch_closing: "zset",
             self.limits: "zset", self.limit_specs: "hash", self.cancels: "hash",
+            self.stat_replaced: "hash",
         }
 
 

@@ -77,12 +77,15 @@ def processes(page: int, limit: int) -> Listing:
     found = result.items
     items = [{"identity": p.identity, "hostname": p.hostname, "pid": p.pid, "tag": p.tag, "busy": p.busy,
               "concurrency": p.concurrency, "queues": p.queues, "quiet": p.is_quiet, "started_at": p.started_at,
-              "beat": p.beat, "supervisor": p.supervisor or None, "index": p.index, "version": p.version}
+              "beat": p.beat, "supervisor": p.supervisor or None, "index": p.index, "generation": p.generation,
+              "version": p.version}
              for p in found]
+    # GEN: the generation under its supervisor (a rolling restart starts the next): old ones still
+    # finishing their jobs show beside the fresh ones.
     rows = [[i["identity"], i["hostname"], i["pid"], i["tag"] or None, f"{i['busy']}/{i['concurrency'] or '?'}",
-             ",".join(i["queues"]), i["quiet"], when(i["started_at"]),
+             ",".join(i["queues"]), i["quiet"], i["generation"], when(i["started_at"]),
              seconds(now - i["beat"]) if i["beat"] is not None else None] for i in items]
-    return Listing(["IDENTITY", "HOST", "PID", "TAG", "BUSY", "QUEUES", "QUIET", "STARTED", "LAST BEAT"], rows,
+    return Listing(["IDENTITY", "HOST", "PID", "TAG", "BUSY", "QUEUES", "QUIET", "GEN", "STARTED", "LAST BEAT"], rows,
                    listing(items, page=result.number, per_page=result.per_page, total=result.total),
                    more_note(result.number, result.per_page, result.total, len(items)))
 

@@ -57,6 +57,7 @@ def collect(*, redis: RedisClient | None = None, keys: Keys | None = None, now: 
         .add(stats.cancelled),
         Family("cogworker_expired_total", "counter", "Jobs dropped unrun at fetch, past their expiry, since the "
                                                      "counters began.").add(stats.expired),
+        _replaced(stats.replaced),
     ]
     families += _queues(stats, redis, keys, now, queue_limit)
     families += _periodic(redis, keys)
@@ -65,6 +66,15 @@ def collect(*, redis: RedisClient | None = None, keys: Keys | None = None, now: 
     families += _outbox(now)
     families += classes
     return families
+
+
+def _replaced(replaced: dict[str, int]) -> Family:
+    family = Family("cogworker_replaced_total", "counter",
+                    "Worker processes that exited to be replaced, by reason: memory (MAX_MEMORY_MB), jobs "
+                    "(MAX_JOBS_PER_PROCESS), rolling (a rolling restart).")
+    for reason in sorted({"memory", "jobs", "rolling", *replaced}):
+        family.add(replaced.get(reason, 0), reason=reason)
+    return family
 
 
 def _queues(stats: api.Stats, redis: RedisClient, keys: Keys, now: float, limit: int) -> list[Family]:

@@ -13,6 +13,7 @@ import collections
 import json
 import threading
 import time
+from collections.abc import Callable
 
 from .contract import Unit
 
@@ -32,8 +33,10 @@ class Ledger:
     GIL) and copied whole by readers: a job's end takes no lock.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on_start: Callable[[], None] | None = None) -> None:
         self._lock = threading.Lock()
+        # Told of each job's start, on its processor's thread (the process's caps: engine/process/caps.py).
+        self.on_start = on_start
         # raw payload -> copies handed to the processors, not yet started
         self._handed: collections.Counter[bytes] = collections.Counter()
         # thread ident -> (thread name, unit, payload, started at epoch), for the workers hash
@@ -52,6 +55,8 @@ class Ledger:
         # (A reader may count it in both or in neither for an instant: harmless, the reconcile puts
         # back only what it found unknown twice, RECONCILE_INTERVAL apart.)
         self._by_thread[threading.get_ident()] = (threading.current_thread().name, unit, payload, time.time())
+        if self.on_start is not None:
+            self.on_start()
 
     def unit_dropped(self, unit: Unit) -> None:
         """Forget a handed-over unit that never started (its payload couldn't be run; it is settled)."""

@@ -70,7 +70,7 @@ class Heartbeat(LoopThread):
     def __init__(self, config: Config, redis: RedisClient, keys: Keys, identity: str, manager: Manager, fetch: Fetch,
                  stats: Stats, on_signal: Callable[[str], None], version: str, started_at: float | None = None,
                  extra_chores: tuple[Callable[[Any], None], ...] = (), extra_info: Mapping[str, Any] | None = None,
-                 cancels: Cancels | None = None):
+                 cancels: Cancels | None = None, on_beat: Callable[[], None] | None = None):
         self.config = config
         self.redis = redis
         self.keys = keys
@@ -99,6 +99,10 @@ class Heartbeat(LoopThread):
         # READONLY), which every process suffered alike: orphan recovery gives no verdicts then.
         self.steady_since: float | None = None
         self.last_beat: float | None = None  # Redis's time of the last good beat
+        # This process's own clock (monotonic) at its last good beat, for the health probes and the
+        # caps; ``on_beat`` is told of each (the supervisor's report: engine/process/report.py).
+        self.last_ok: float | None = None
+        self.on_beat = on_beat
 
     def beat_until_ok(self, give_up: threading.Event) -> bool:
         """Beat until one succeeds (startup waits for it); False if ``give_up`` was set first."""
@@ -195,6 +199,9 @@ class Heartbeat(LoopThread):
             # grace starts again. (Chores failing for a lost connection fail the beat: None again.)
             self.steady_since = now
         self.last_beat = now
+        self.last_ok = time.monotonic()
+        if self.on_beat is not None:
+            self.on_beat()
         self._chores()
 
     def overdue_after(self) -> float:

@@ -9,7 +9,14 @@ fetcher), the heartbeat and the poller, then handles signals until a stop:
   hand back the unfinished to the head of their queues, return 0; a second
   one while stopping ends the wait: running jobs are handed back at once;
 * TSTP: quiet (no new fetches; the process stays up);
-* TTIN: log every thread's stack.
+* TTIN: log every thread's stack;
+* HUP (a lone process; USR1 from the supervisor under ``--processes``): retire for a rolling
+  restart: quiet, wait for running jobs as long as they take (or ROLLING_TIMEOUT), hand back
+  the rest, exit with REPLACE_EXIT (engine/process/caps.py) for the process manager to start
+  a fresh one. A TERM meanwhile makes it a stop: SHUTDOWN_TIMEOUT from then.
+
+Over MAX_MEMORY_MB or MAX_JOBS_PER_PROCESS (caps.py), it stops as at TERM and exits with
+REPLACE_EXIT too, the cap's figures logged and counted (``stat:replaced``).
 
 The same requests come from the admin as remote signals, read by the heartbeat.
 """
@@ -19,6 +26,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import math
 import os
 import queue
 import secrets
@@ -54,8 +62,11 @@ from ..schedule.periodic_ticker import Ticker
 from ..schedule.poller import Poller
 from ..settle.retry import RetryPolicy
 from ..settle.stats import Stats
-from .heartbeat import Heartbeat
+from .caps import REPLACE_EXIT, Caps, Over
+from .health import Health, HealthServer, beat_verdict
+from .heartbeat import Heartbeat, rss_kb
 from .manager import Manager
+from .report import Reporter
 
 logger = logging.getLogger(__name__)
 
@@ -94,8 +105,16 @@ class Launcher:
                  version: str = "0", identity: str | None = None, extra_info: Mapping[str, Any] | None = None,
                  stop_signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT),
                  processor_context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
-                 companions: Sequence[Any] = (), features: Sequence[FeatureFactory] | None = None):
+                 companions: Sequence[Any] = (), features: Sequence[FeatureFactory] | None = None,
+                 retire_signal: int | None = signal.SIGHUP, reporter: Reporter | None = None,
+                 health: HealthServer | None = None):
         self.config = config
+        self.retire_signal = retire_signal
+        self.reporter = reporter  # (a supervised process's pipe to its supervisor: report.py)
+        self.health = health
+        # (built without caps too: its count of jobs started is a replaced process's figure)
+        self.caps = Caps(config.max_memory_mb, config.max_jobs_per_process, self._over_cap)
+        self._over: Over | None = None
         # (A worker under a supervisor stops on TERM only: a Ctrl-C reaches every process of the
         # terminal's group, and the supervisor forwards it as a TERM; counted twice, it would hurry.)
         self.stop_signals = tuple(stop_signals)
@@ -125,12 +144,13 @@ class Launcher:
                                                              self.cancels, self.timeouts, self.run_locks))
         self.manager = Manager(config, self.fetch, self.retry, self.stats,
                                build_chain(server_middleware, run_job), run_hook=self.run_locks,
-                               features=self.features, processor_context=processor_context)
+                               features=self.features, processor_context=processor_context,
+                               on_job_start=self.caps.job_started)
         self.heartbeat = Heartbeat(config, redis, self.keys, self.identity, self.manager, self.fetch, self.stats,
                                    on_signal=self._signals_put, version=version,
                                    extra_chores=(self._touch_periodic_locks, self._reconcile,
                                                  self.run_locks.retry_pending, self._limits),
-                                   extra_info=extra_info, cancels=self.cancels)
+                                   extra_info=extra_info, cancels=self.cancels, on_beat=self._beaten)
         self._suspects: collections.Counter[bytes] = collections.Counter()
         self._next_reconcile = time.monotonic() + RECONCILE_INTERVAL
         self.poller = Poller(config, redis, self.keys, self.retry,
@@ -171,10 +191,33 @@ class Launcher:
     def _signals_put(self, name: str) -> None:
         self._signals.put(name)
 
+    def _beaten(self) -> None:
+        """After each good heartbeat (on its thread): tell the supervisor, and look at the RSS."""
+        if self.reporter is not None:
+            self.reporter.beat()
+        self.caps.check()
+
+    def _over_cap(self, over: Over) -> None:
+        """A cap passed (a processor's or the heartbeat's thread): take nothing new, and stop."""
+        self._over = over
+        self.manager.make_quiet()
+        self._signals.put("replace")
+
+    def health_state(self) -> Health:
+        """What /healthz and /readyz answer (the health server's thread)."""
+        alive, age = beat_verdict(self.heartbeat.last_ok, self._born, time.monotonic(),
+                                  self.config.heartbeat_interval)
+        state = ("stopping" if self._shutting_down else "quiet" if self.manager.quiet
+                 else "running" if self._running else "starting")
+        return Health(alive, state == "running", {"state": state, "last_beat_age": round(age, 3),
+                                                  "identity": self.identity})
+
     def install_signal_handlers(self) -> None:
         for ignored in {signal.SIGTERM, signal.SIGINT} - set(self.stop_signals):
             signal.signal(ignored, signal.SIG_IGN)
         handled: list[tuple[int, str]] = [(s, "stop") for s in self.stop_signals]
+        if self.retire_signal is not None:
+            handled.append((self.retire_signal, "retire"))
         for signum, name in (*handled, (signal.SIGTSTP, "quiet"), (signal.SIGTTIN, "dump")):
             signal.signal(signum, self._queue_signal(name))
 
@@ -187,7 +230,11 @@ class Launcher:
         """
         def handler(_signum: int, _frame: FrameType | None) -> None:
             if name == "stop" and self._shutting_down:
-                self.manager.hurry()
+                if self._draining_long:  # (retired: a TERM makes it a stop, SHUTDOWN_TIMEOUT from now)
+                    self._draining_long = False
+                    self.manager.shorten(self.config.shutdown_timeout)
+                else:
+                    self.manager.hurry()
             self._signals.put(name)
         return handler
 
@@ -195,11 +242,17 @@ class Launcher:
         """Run until stopped (main thread); return the exit code."""
         if install_signals:
             self.install_signal_handlers()
+        self._born = time.monotonic()
+        if self.health is not None:
+            self.health.state = self.health_state
+            self.health.start()
         give_up = threading.Event()
         waiter = threading.Thread(target=self._stop_while_starting, args=(give_up,), daemon=True)
         waiter.start()
         if not self.heartbeat.beat_until_ok(give_up):
             logger.info("stopped before the first heartbeat")
+            if self.health is not None:
+                self.health.stop()
             return 0
         give_up.set()
         waiter.join()
@@ -217,17 +270,39 @@ class Launcher:
             self.ticker.start()
         for companion in self.companions:
             companion.start()
+        self._running = True
+        if self.reporter is not None:
+            self.reporter.ready()
         while True:
             name = self._signals.get()
             if name == "stop":
                 return self._shutdown()
+            if name == "replace":
+                assert self._over is not None
+                logger.warning("%s", self._over.describe(self.config.max_memory_mb, self.config.max_jobs_per_process))
+                return self._shutdown(replaced=self._over.reason)
+            if name == "retire":
+                return self._retire()
             if name == "quiet":
                 self.manager.make_quiet()
+                if self.reporter is not None:
+                    self.reporter.quiet()
             elif name == "dump":
                 dump_threads()
 
     _pending_stop = False
     _shutting_down = False
+    _draining_long = False
+    _running = False
+    _born = 0.0
+
+    def _retire(self) -> int:
+        timeout = self.config.rolling_timeout
+        logger.info("retiring (rolling restart): taking nothing new, %s, then exiting (code %d) to be replaced "
+                    "(a TERM makes it a stop)", "waiting for running jobs as long as they take" if timeout is None
+                    else f"waiting up to {timeout:.1f}s (ROLLING_TIMEOUT) for running jobs", REPLACE_EXIT)
+        self._draining_long = timeout is None or timeout > self.config.shutdown_timeout
+        return self._shutdown(math.inf if timeout is None else timeout, replaced="rolling")
 
     def _stop_while_starting(self, give_up: threading.Event) -> None:
         """Let TERM interrupt a startup still waiting for Redis."""
@@ -243,24 +318,41 @@ class Launcher:
             self._signals.put(name)
             time.sleep(0.2)
 
-    def _shutdown(self) -> int:
+    def _shutdown(self, timeout: float | None = None, replaced: str | None = None) -> int:
+        """Stop in order, waiting up to ``timeout`` (SHUTDOWN_TIMEOUT) for running jobs; return the exit code.
+
+        ``replaced``: why this process exits to be replaced ("memory", "jobs", "rolling"), counted
+        in ``stat:replaced``; it then exits with REPLACE_EXIT.
+        """
         self._shutting_down = True
-        logger.info("shutting down: waiting up to %.1fs for running jobs (a second %s hands them back now)",
-                    self.config.shutdown_timeout, " or ".join(signal.Signals(s).name[3:] for s in self.stop_signals))
+        if self.reporter is not None:
+            self.reporter.quiet()
+        timeout = self.config.shutdown_timeout if timeout is None else timeout
+        if replaced is None:
+            logger.info("shutting down: waiting up to %.1fs for running jobs (a second %s hands them back now)",
+                        timeout, " or ".join(signal.Signals(s).name[3:] for s in self.stop_signals))
         if self.ticker is not None:
             self.ticker.stop()
         for companion in self.companions:
             companion.stop()
-        self.manager.stop(self.config.shutdown_timeout)
+        self.manager.stop(timeout)
         self.timeouts.stop()
         self.poller.stop()
         self.heartbeat.stop()
         run_each((("stats", lambda: self.stats.flush(self.redis)),
                   ("lock releases kept through an outage", lambda: self.run_locks.retry_pending(self.redis)),
                   ("in-progress registry", self._forget),
-                  ("process registry", self.heartbeat.clear)),
+                  ("process registry", self.heartbeat.clear),
+                  *((("replacement count", lambda: self.redis.hincrby(self.keys.stat_replaced, replaced, 1)),)
+                    if replaced else ())),
                  "at shutdown, %s not written", log=logger, raise_outage=False, traceback=False)
+        if self.health is not None:
+            self.health.stop()
         self.stopped.set()
+        if replaced:
+            logger.info("stopped: exiting with code %d to be replaced (%s; %d job(s) started, RSS %.1f MB)",
+                        REPLACE_EXIT, replaced, self.caps.jobs, rss_kb() / 1024)
+            return REPLACE_EXIT
         logger.info("stopped")
         return 0
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -53,7 +54,8 @@ class Manager:
     def __init__(self, config: Config, fetch: Fetch, retry: RetryPolicy, stats: Stats,
                  server_chain: Callable[[Any, dict], Any], run_hook: Callable[[dict, str], Any] | None = None,
                  features: Sequence[Feature] = (),
-                 processor_context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext):
+                 processor_context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
+                 on_job_start: Callable[[], None] | None = None):
         self.config = config
         self.fetch = fetch
         self.retry = retry
@@ -66,7 +68,8 @@ class Manager:
         self._quiet = threading.Event()
         self._stopping = False
         self._hurry = False  # (a plain flag: set from a signal handler, read by stop's wait)
-        self.ledger = Ledger()
+        self._cut_at = math.inf  # (likewise: ``shorten``'s deadline, read by stop's wait)
+        self.ledger = Ledger(on_start=on_job_start)
         self.settler = Settler(fetch, retry, run_hook,
                                runners={kind: runner for f in features for kind, runner in f.step_runners().items()})
         self.acks = AckBatch(fetch, self.settler, cap=config.concurrency)
@@ -125,9 +128,17 @@ class Manager:
         """
         self._hurry = True
 
+    def shorten(self, timeout: float) -> None:
+        """Have ``stop``'s wait end within ``timeout`` s from now, if it would end later.
+
+        A TERM to a process retired by a rolling restart (which waits as long as its jobs take):
+        it then stops as at TERM. Safe from a signal handler (one float written).
+        """
+        self._cut_at = min(self._cut_at, time.monotonic() + timeout)
+
     def _join(self, thread: threading.Thread, deadline: float) -> None:
         while thread.is_alive() and not self._hurry:
-            left = deadline - time.monotonic()
+            left = min(deadline, self._cut_at) - time.monotonic()
             if left <= 0:
                 return
             thread.join(min(left, 0.1))

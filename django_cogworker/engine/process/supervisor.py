@@ -1,91 +1,108 @@
-"""The supervisor of ``runcogworker --processes N``: forks N worker processes and keeps them running.
+"""The supervisor of ``runcogworker --processes N``: keeps N worker processes running, and rolls them.
 
-It exists so one command (one systemd unit, one container) uses every CPU: a
-Python process runs one job's Python at a time, however many threads it has.
+It exists so one command (one systemd unit, one container) uses every CPU: a Python process runs
+one job's Python at a time, however many threads it has. Its children are described, and
+started, by :mod:`.children`; they report to it through :mod:`.report`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import logging
 import os
 import select
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 
+from .caps import REPLACE_EXIT
+from .children import RETIRE, Child, ChildSpec, child_signals, describe_exit, die_with_parent, exec_fresh, logical_cwd
+from .health import Health, HealthServer, beat_verdict
+from .report import BEAT, QUIET, READY
+
+__all__ = ["Slot", "Supervisor", "describe_exit"]
+
 logger = logging.getLogger(__name__)
 
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # Signals the supervisor acts on; blocked around a fork so none lands in a child before it is ready.
-HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN, signal.SIGCHLD)
+HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN, signal.SIGHUP, signal.SIGCHLD)
 
 
 @dataclasses.dataclass
 class Slot:
-    """One of the N places a worker process fills: its index is kept across restarts."""
+    """One of the N places a worker process fills: its index is kept across restarts and rolls."""
 
     index: int
-    pid: int | None = None
-    started_at: float = 0.0
+    current: Child | None = None  # its newest process; None while a restart is due
     delay: float = 0.0  # the wait before the next restart (backoff)
     restart_at: float | None = None
 
 
 class Supervisor:
-    """Forks ``processes`` workers, restarts those that die, and passes signals on to them.
+    """Starts ``processes`` workers, restarts those that die, rolls them on HUP, and passes signals on.
 
-    Created by ``runcogworker`` after Django is set up and the jobs are imported,
-    and before any Redis connection or thread exists in the process: a forked
-    child inherits the parent's sockets and a thread's held locks, neither of
-    which is safe to share. ``run_child(index)`` is what a child runs: it builds
-    its own Redis client and Launcher (its own identity, heartbeat and
-    in-progress list) and returns the exit code, which the child exits with
-    (``os._exit``: nothing of the parent's is torn down twice).
+    Created by ``runcogworker`` after Django is set up and the jobs are imported, and before any
+    Redis connection or thread exists in the process: a forked child inherits the parent's sockets
+    and a thread's held locks, neither of which is safe to share. ``run_child(spec)`` is what a
+    forked child runs: it builds its own Redis client and Launcher and returns the exit code, which
+    the child exits with (``os._exit``: nothing of the parent's is torn down twice).
 
-    ``run`` blocks on the main thread, the only thread here. It forks every
-    slot, then loops: signal handlers only record the signal (the self-pipe of
-    ``signal.set_wakeup_fd`` wakes the loop); the loop reaps exited children
-    with ``waitpid(-1, WNOHANG)`` and restarts them after a backoff (``backoff_min``
-    doubling to ``backoff_max``, back to ``backoff_min`` once a child lived
-    ``stable_after`` seconds), so a crash loop doesn't spin.
+    ``run`` blocks on the main thread, the only thread here. It starts every slot, then loops:
+    signal handlers only record the signal (the self-pipe of ``signal.set_wakeup_fd`` wakes the
+    loop), which also reads the children's reports and answers the health probes; it reaps exited
+    children with ``waitpid(-1, WNOHANG)``. One that crashed is restarted after a backoff
+    (``backoff_min`` doubling to ``backoff_max``, back to ``backoff_min`` once a child lived
+    ``stable_after`` seconds), so a crash loop doesn't spin; one that exited with REPLACE_EXIT
+    (over a cap: caps.py) after it was ready is replaced at once, so the host keeps its N processes.
 
-    * TERM / INT: forward TERM to every child, wait up to ``shutdown_timeout`` +
-      ``stop_grace`` for them to drain and exit, SIGKILL what is left, return 0;
-      a second one forwards a second TERM (each child hands its running jobs
-      back at once). A child ignores INT (its TERM comes from here);
-    * TSTP: forward it (each child quiets); children that die from then on are
-      not restarted (they would fetch again);
-    * TTIN: forward it (each child logs its threads).
+    * TERM / INT: forward TERM to every child, wait up to ``shutdown_timeout`` + ``stop_grace`` for
+      them to drain and exit, SIGKILL what is left, return 0; a second one forwards a second TERM
+      (each child hands its running jobs back at once). A child ignores INT (its TERM comes from here);
+    * TSTP: forward it (each child quiets); children that die from then on are not restarted;
+    * TTIN: log the children, forward it (each child logs its threads);
+    * HUP: a rolling restart. A new generation: each slot gets a fresh process (a new import of
+      the code: ``command`` run again), and once it is ready its older process is retired (RETIRE:
+      it takes nothing new, finishes its running jobs within ROLLING_TIMEOUT, or as long as they
+      take, and exits). Until the fresh one is ready the old one keeps working, so a deploy that
+      doesn't start (an import error) costs nothing but log lines. A HUP during a roll starts
+      one more generation: the newest code wins; processes already retiring go on finishing
+      their jobs; a fresh one not yet ready is stopped (it has taken nothing), and the process
+      that still works in its slot retires once the newest is ready.
 
-    Each child asks the kernel for a TERM when the supervisor dies (Linux
-    ``PR_SET_PDEATHSIG``; elsewhere a thread watching ``getppid``), so a kill -9
-    of the supervisor leaves no worker behind: each drains as on any TERM.
+    Each child asks the kernel for a TERM when the supervisor dies (Linux ``PR_SET_PDEATHSIG``;
+    elsewhere a thread watching ``getppid``), so a kill -9 of the supervisor leaves no worker
+    behind: each drains as on any TERM.
     """
 
-    def __init__(self, processes: int, run_child: Callable[[int], int], *, shutdown_timeout: float,
+    def __init__(self, processes: int, run_child: Callable[[ChildSpec], int], *, shutdown_timeout: float,
                  stop_grace: float = 5.0, backoff_min: float = 1.0, backoff_max: float = 30.0,
-                 stable_after: float = 60.0, clock: Callable[[], float] = time.monotonic):
+                 stable_after: float = 60.0, clock: Callable[[], float] = time.monotonic, identity: str = "",
+                 command: list[str] | None = None, heartbeat_interval: float = 5.0,
+                 health: HealthServer | None = None):
         self.slots = [Slot(index, delay=backoff_min) for index in range(processes)]
         self.run_child = run_child
         self.shutdown_timeout, self.stop_grace = shutdown_timeout, stop_grace
         self.backoff_min, self.backoff_max, self.stable_after = backoff_min, backoff_max, stable_after
         self.clock = clock
+        self.identity, self.command, self.workdir = identity, command, logical_cwd()
+        self.heartbeat_interval = heartbeat_interval
+        self.health = health
         self.pid = os.getpid()
+        self.generation = 0
         self.quiet = self.stopping = False
+        self.children: dict[int, Child] = {}
         self._pending: list[int] = []
-        self._by_pid: dict[int, Slot] = {}
         self._pipe: tuple[int, int] | None = None
 
     # -- the main loop ---------------------------------------------------------------------
 
     def run(self) -> int:
-        """Fork the children and supervise them until a TERM or INT; return the exit code."""
+        """Start the children and supervise them until a TERM or INT; return the exit code."""
         self._install()
+        if self.health is not None:
+            self.health.state = self.health_state
         try:
             for slot in self.slots:
                 self._spawn(slot)
@@ -101,19 +118,19 @@ class Supervisor:
 
     def _stop(self) -> int:
         logger.info("stopping: TERM to %d worker process(es), waiting up to %.1fs (a second INT or TERM: they "
-                    "hand running jobs back now)", len(self._by_pid), self.shutdown_timeout + self.stop_grace)
+                    "hand running jobs back now)", len(self.children), self.shutdown_timeout + self.stop_grace)
         self._forward(signal.SIGTERM)
         deadline = self.clock() + self.shutdown_timeout + self.stop_grace
-        while self._by_pid and self.clock() < deadline:
+        while self.children and self.clock() < deadline:
             self._wait(min(0.5, max(0.0, deadline - self.clock())))
             self._handle_signals()
             self._reap()
-        for pid, slot in list(self._by_pid.items()):
-            logger.warning("worker process %d (pid %d) still running after %.1fs: SIGKILL", slot.index, pid,
+        for pid, child in list(self.children.items()):
+            logger.warning("%s still running after %.1fs: SIGKILL", child.name(),
                            self.shutdown_timeout + self.stop_grace)
             self._kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-        self._by_pid.clear()
+            self._forget(child)
         logger.info("stopped")
         return 0
 
@@ -132,9 +149,52 @@ class Supervisor:
                 self.quiet = True
                 self._forward(signal.SIGTSTP)
             elif signum == signal.SIGTTIN:
-                logger.info("worker processes: %s", ", ".join(
-                    f"{s.index}=pid {s.pid}" if s.pid else f"{s.index}=restarting" for s in self.slots))
+                logger.info("worker processes (generation %d now): %s", self.generation, ", ".join(
+                    f"{c.index}=pid {c.pid} gen {c.generation}" + (" retiring" if c.retiring else "")
+                    for c in sorted(self.children.values(), key=lambda c: (c.index, c.generation))) or "none")
                 self._forward(signal.SIGTTIN)
+            elif signum == signal.SIGHUP:
+                self._roll()
+
+    # -- rolling restarts --------------------------------------------------------------------
+
+    def _roll(self) -> None:
+        if self.stopping or self.quiet:
+            logger.warning("HUP ignored: %s", "stopping" if self.stopping else "quiet (TSTP): fresh processes would "
+                                                                              "fetch")
+            return
+        if self.command is None:
+            logger.error("HUP ignored: this supervisor wasn't started by a runcogworker command line, which a fresh "
+                         "process would run again")
+            return
+        self.generation += 1
+        logger.info("rolling restart: generation %d, %d fresh process(es); each older one retires once the fresh one "
+                    "of its slot is ready", self.generation, len(self.slots))
+        for slot in self.slots:
+            if slot.current is not None and not slot.current.ready:
+                self._retire(slot.current)  # (superseded before it was ready: it has taken nothing)
+            slot.restart_at, slot.delay = None, self.backoff_min
+            self._spawn(slot)
+
+    def _ready(self, child: Child) -> None:
+        slot = self.slots[child.index]
+        logger.info("%s ready", child.name())
+        if child is not slot.current:
+            return
+        for other in list(self.children.values()):
+            if other.index == child.index and other is not child and not other.retiring:
+                self._retire(other)
+
+    def _retire(self, child: Child) -> None:
+        child.retiring = True
+        if child.ready:
+            logger.info("retiring %s: it takes nothing new, finishes its running jobs and exits", child.name())
+            self._kill(child.pid, RETIRE)
+        else:
+            logger.info("stopping %s: superseded before it was ready", child.name())
+            self._kill(child.pid, signal.SIGTERM)
+
+    # -- the children ------------------------------------------------------------------------
 
     def _reap(self) -> None:
         while True:
@@ -144,24 +204,41 @@ class Supervisor:
                 return
             if pid == 0:
                 return
-            slot = self._by_pid.pop(pid, None)
-            if slot is None:
+            child = self.children.get(pid)
+            if child is None:
                 continue
-            slot.pid = None
-            lived = self.clock() - slot.started_at
+            self._read_report(child)  # (what it said last: a READY that came with its exit)
+            self._forget(child)
+            slot = self.slots[child.index]
+            lived = self.clock() - child.started_at
             how = describe_exit(status)
+            if child is not slot.current:
+                logger.info("%s retired: %s after %.1fs", child.name(), how, lived)
+                continue
+            slot.current = None
             if self.stopping:
-                logger.info("worker process %d (pid %d) %s", slot.index, pid, how)
+                logger.info("%s %s", child.name(), how)
                 continue
             if self.quiet:
-                logger.warning("worker process %d (pid %d) %s after %.1fs; not restarted: quiet",
-                               slot.index, pid, how, lived)
+                logger.warning("%s %s after %.1fs; not restarted: quiet", child.name(), how, lived)
+                continue
+            # (One that never got ready was over its cap from its first beat, MAX_MEMORY_MB below what
+            # a fresh process takes: replaced at once, it would be a fork loop. It backs off as a crash.)
+            if os.waitstatus_to_exitcode(status) == REPLACE_EXIT and child.ready:
+                logger.warning("%s exited to be replaced (code %d: over a cap, its figures logged above) after "
+                               "%.1fs: starting a fresh one now", child.name(), REPLACE_EXIT, lived)
+                self._spawn(slot)
                 continue
             if lived >= self.stable_after:
                 slot.delay = self.backoff_min
-            logger.warning("worker process %d (pid %d) %s after %.1fs; restarting it in %.1fs",
-                           slot.index, pid, how, lived, slot.delay)
+            logger.warning("%s %s after %.1fs; restarting it in %.1fs", child.name(), how, lived, slot.delay)
             self._back_off(slot)
+
+    def _forget(self, child: Child) -> None:
+        self.children.pop(child.pid, None)
+        if child.report is not None:
+            os.close(child.report)
+            child.report = None
 
     def _back_off(self, slot: Slot) -> None:
         slot.restart_at = self.clock() + slot.delay
@@ -175,7 +252,7 @@ class Supervisor:
                 self._spawn(slot)
 
     def _forward(self, signum: int) -> None:
-        for pid in list(self._by_pid):
+        for pid in list(self.children):
             self._kill(pid, signum)
 
     @staticmethod
@@ -185,7 +262,25 @@ class Supervisor:
         except ProcessLookupError:
             pass  # exited since the last reap: the next reap sees it
 
-    # -- signals and the self-pipe ---------------------------------------------------------
+    # -- health ------------------------------------------------------------------------------
+
+    def health_state(self) -> Health:
+        """/healthz: every child beats (its last beat, or its start, within 2 intervals); /readyz: each
+        slot's newest child is ready and not quiet, and the supervisor neither quiet nor stopping."""
+        now = self.clock()
+        alive, shown = True, []
+        for child in sorted(self.children.values(), key=lambda c: (c.index, c.generation)):
+            ok, age = beat_verdict(child.last_beat, child.started_at, now, self.heartbeat_interval)
+            alive = alive and ok
+            shown.append({"index": child.index, "pid": child.pid, "generation": child.generation,
+                          "last_beat_age": round(age, 3), "ready": child.ready, "quiet": child.quiet,
+                          "retiring": child.retiring})
+        ready = not (self.quiet or self.stopping) and all(
+            s.current is not None and s.current.ready and not s.current.quiet for s in self.slots)
+        state = "stopping" if self.stopping else "quiet" if self.quiet else "running" if ready else "starting"
+        return Health(alive, ready, {"state": state, "generation": self.generation, "processes": shown})
+
+    # -- signals, reports and the self-pipe -------------------------------------------------
 
     def _install(self) -> None:
         read, write = os.pipe()
@@ -212,95 +307,91 @@ class Supervisor:
         self._pipe = None
 
     def _wait(self, timeout: float) -> None:
-        """Sleep until a signal arrives or ``timeout`` passes; empty the self-pipe."""
+        """Sleep until a signal, a report or a probe arrives, or ``timeout`` passes; handle the last two."""
         assert self._pipe is not None
-        readable, _, _ = select.select([self._pipe[0]], [], [], timeout)
-        if readable:
-            try:
-                while os.read(self._pipe[0], 512):
-                    pass
-            except BlockingIOError:
-                pass
+        reports = {c.report: c for c in self.children.values() if c.report is not None}
+        probe = self.health.fileno() if self.health is not None else -1
+        watched = [self._pipe[0], *reports, *([probe] if self.health is not None else [])]
+        readable, _, _ = select.select(watched, [], [], timeout)
+        for ready in readable:
+            if ready == probe and self.health is not None:
+                self.health.serve_one()
+            elif ready in reports:
+                self._read_report(reports[ready])
+            else:
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(ready, 512):
+                        pass
 
-    # -- the child -------------------------------------------------------------------------
+    def _read_report(self, child: Child) -> None:
+        if child.report is None:
+            return
+        try:
+            data = os.read(child.report, 4096)
+        except BlockingIOError:
+            return
+        if not data:  # (EOF: it exited, or execs no more: its reap follows)
+            os.close(child.report)
+            child.report = None
+            return
+        if BEAT in data:
+            child.last_beat = self.clock()
+        if QUIET in data:
+            child.quiet = True
+        if READY in data and not child.ready:
+            child.ready = True
+            self._ready(child)
+
+    # -- starting a child --------------------------------------------------------------------
 
     def _spawn(self, slot: Slot) -> None:
+        spec = ChildSpec(self.identity, slot.index, self.generation, -1)
+        read, spec.report_fd = os.pipe()
         # Blocked across the fork: a TERM meant for the new child waits until it can act on it.
         signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
         try:
             pid = os.fork()
             if pid == 0:
-                self._child(slot.index)  # never returns
+                self._child(spec, read)  # never returns
         except OSError as exc:
             # (EAGAIN, ENOMEM: out of processes or memory for now) Raising would end the
             # supervisor and, with it, every worker still running.
             logger.error("could not fork worker process %d: %s; trying again in %.1fs", slot.index, exc, slot.delay)
+            os.close(read)
+            os.close(spec.report_fd)
             self._back_off(slot)
             return
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
-        slot.pid, slot.started_at = pid, self.clock()
-        self._by_pid[pid] = slot
-        logger.info("started worker process %d: pid %d", slot.index, pid)
+        os.close(spec.report_fd)
+        os.set_blocking(read, False)
+        child = Child(pid, slot.index, self.generation, self.clock(), read)
+        slot.current = self.children[pid] = child
+        logger.info("started %s%s", child.name(), ": a fresh import" if self.generation else "")
 
-    def _child(self, index: int) -> None:
+    def _child(self, spec: ChildSpec, read: int) -> None:
         code = 1
         try:
             signal.set_wakeup_fd(-1)
             self._close_pipe()
-            for signum in (signal.SIGTERM, signal.SIGCHLD):
-                signal.signal(signum, signal.SIG_DFL)  # until the Launcher installs its own: die
-            for signum in (signal.SIGTSTP, signal.SIGTTIN):
-                signal.signal(signum, signal.SIG_IGN)  # (their default stops the process)
-            # (A Ctrl-C reaches the whole group: with our forwarded TERM, it counted as two stops.)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            os.close(read)
+            for other in self.children.values():
+                if other.report is not None:
+                    os.close(other.report)
+            if self.health is not None:
+                self.health.socket.close()
+            child_signals()
             signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
             die_with_parent(self.pid)
-            code = self.run_child(index)
+            if spec.generation and self.command is not None:
+                exec_fresh(self.command, self.workdir, spec)  # (returns only if it failed: raises)
+            code = self.run_child(spec)
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
         except BaseException:
-            logger.exception("worker process %d failed", index)
+            logger.exception("worker process %d failed", spec.index)
         finally:
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(OSError, ValueError):  # (closed: it must not keep the child alive)
                     stream.flush()
             os._exit(code)
-
-
-def describe_exit(status: int) -> str:
-    """"exited with code 3" or "killed by SIGKILL", from a waitpid status."""
-    code = os.waitstatus_to_exitcode(status)
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exited with code {code}"
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Have this forked process get a TERM when the supervisor ``parent_pid`` dies (even by kill -9)."""
-    if _set_pdeathsig(signal.SIGTERM):
-        if os.getppid() != parent_pid:  # it died between the fork and the prctl: no signal will come
-            os.kill(os.getpid(), signal.SIGTERM)
-        return
-    threading.Thread(target=_watch_parent, args=(parent_pid,), name="cogworker-parent-watch", daemon=True).start()
-
-
-def _set_pdeathsig(signum: int) -> bool:
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def _watch_parent(parent_pid: int, interval: float = 1.0) -> None:
-    """Where prctl isn't there: poll for the reparenting that the supervisor's death causes."""
-    while os.getppid() == parent_pid:
-        time.sleep(interval)
-    logger.warning("supervisor pid %d is gone: stopping", parent_pid)
-    os.kill(os.getpid(), signal.SIGTERM)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import signal
 import sys
@@ -33,15 +34,34 @@ class Command(BaseCommand):
         parser.add_argument("-p", "--processes", metavar="N|auto",
                             help="worker processes under one supervisor; auto: one per CPU (PROCESSES)")
         parser.add_argument("--strict", action="store_true", default=None, help="check queues in order (STRICT_QUEUES)")
+        parser.add_argument("--max-memory-mb", type=int, metavar="MB",
+                            help="replace a worker process whose resident memory passes MB (MAX_MEMORY_MB)")
+        parser.add_argument("--max-jobs-per-process", type=int, metavar="N",
+                            help="replace a worker process once it has started N jobs (MAX_JOBS_PER_PROCESS)")
+        parser.add_argument("--rolling-timeout", type=float, metavar="SECONDS",
+                            help="longest wait for a retired process's jobs in a rolling restart (ROLLING_TIMEOUT)")
+        parser.add_argument("--health-port", type=int, metavar="PORT",
+                            help="serve /healthz and /readyz on this port (HEALTH_PORT)")
+        parser.add_argument("--health-host", metavar="ADDRESS", help="the health server's address (HEALTH_HOST)")
+        # Added by a supervisor to the command line a fresh child runs (engine/process/children.py).
+        parser.add_argument("--supervised", nargs=4, metavar=("SUPERVISOR", "INDEX", "GENERATION", "FD"),
+                            help=argparse.SUPPRESS)
 
     def handle(self, *args, **options):
         from ...engine.process import affinity
+        from ...engine.process.caps import REPLACE_EXIT
+        from ...engine.process.children import RETIRE, ChildSpec, die_with_parent
+        from ...engine.process.health import HealthServer, bind
         from ...engine.process.launcher import Launcher
+        from ...engine.process.report import Reporter
 
         _ensure_logging(options["verbosity"])
         overrides = {field: options[opt] for opt, field in (
             ("concurrency", "concurrency"), ("fetch", "fetch"), ("timeout", "shutdown_timeout"),
-            ("tag", "tag"), ("strict", "strict_queues"), ("processes", "processes")) if options.get(opt) is not None}
+            ("tag", "tag"), ("strict", "strict_queues"), ("processes", "processes"),
+            ("max_memory_mb", "max_memory_mb"), ("max_jobs_per_process", "max_jobs_per_process"),
+            ("rolling_timeout", "rolling_timeout"), ("health_port", "health_port"), ("health_host", "health_host"),
+        ) if options.get(opt) is not None}
         if options.get("queues"):
             overrides["queues"] = [q.strip() for q in options["queues"]]
         try:
@@ -63,7 +83,36 @@ class Command(BaseCommand):
             raise CommandError("invalid configuration:\n  " + "\n  ".join(exc.errors)) from None
         except ImportError as exc:
             raise CommandError(f"invalid configuration: {exc}") from None
+        def run_worker_for(spec: ChildSpec | None, health: HealthServer | None = None) -> int:
+            """Run one worker process: alone (``spec`` None), or a supervisor's child."""
+            extra_info = ({"supervisor": spec.supervisor, "index": spec.index, "generation": spec.generation}
+                          if spec else None)
+            affinity.apply(config.cpu_affinity, spec.index if spec else None, processes)
+            # Under a supervisor, a worker stops on its forwarded TERM only (see children.child_signals).
+            stop_signals = (signal.SIGTERM,) if spec else (signal.SIGTERM, signal.SIGINT)
+            redis = runtime.get_redis_when_up()
+            launcher = Launcher(config, redis, server_middleware=server_middleware,
+                                death_handlers=death_handlers, client_middleware=client_middleware,
+                                periodic_entries=entries, clock=clock, version=__version__, extra_info=extra_info,
+                                stop_signals=stop_signals, processor_context=runtime.own_connection,
+                                companions=_companions(config, redis), retire_signal=RETIRE if spec else signal.SIGHUP,
+                                reporter=Reporter(spec.report_fd) if spec else None, health=health,
+                                features=features)
+            return launcher.run()
+
+        supervised = _supervised_spec(options.get("supervised"))
         processes = config.process_count
+        health: HealthServer | None = None
+        if config.health_port and supervised is None:  # (a supervisor's children: it answers for them)
+            try:
+                health = bind(config.health_host, config.health_port)
+            except OSError as exc:
+                raise CommandError(f"invalid configuration: {exc}") from None
+        if supervised is not None:
+            die_with_parent(int(supervised.supervisor.split(":")[-2]))
+            code = run_worker_for(supervised)
+            sys.stdout.flush()
+            sys.exit(code)
         self.stdout.write(
             f"cogworker {__version__} pid {_pid()} | redis {config.redacted_url} | "
             f"queues {', '.join(f'{n}({w})' for n, w in config.queues)} | concurrency {config.concurrency} | "
@@ -71,23 +120,13 @@ class Command(BaseCommand):
             + (f" | processes {processes}" if processes > 1 else ""))
         self.stdout.flush()
 
-        def run_worker(extra_info: dict | None = None) -> int:
-            affinity.apply(config.cpu_affinity, extra_info["index"] if extra_info else None, processes)
-            # Under a supervisor, a worker stops on its forwarded TERM only (see Supervisor._child).
-            stop_signals = (signal.SIGTERM,) if extra_info else (signal.SIGTERM, signal.SIGINT)
-            redis = runtime.get_redis_when_up()
-            launcher = Launcher(config, redis, server_middleware=server_middleware,
-                                death_handlers=death_handlers, client_middleware=client_middleware,
-                                periodic_entries=entries, clock=clock, version=__version__, extra_info=extra_info,
-                                stop_signals=stop_signals, processor_context=runtime.own_connection,
-                                companions=_companions(config, redis), features=features)
-            return launcher.run()
-
         if processes == 1:
-            code = run_worker()
+            code = run_worker_for(None, health)
         else:
-            code = _supervise(processes, config.shutdown_timeout, run_worker)
+            code = _supervise(config, run_worker_for, health)
         sys.stdout.flush()
+        if code == REPLACE_EXIT:  # (a cap, or a HUP: the process manager starts a fresh one; docs/deployment.md)
+            sys.exit(REPLACE_EXIT)
         if code:
             raise CommandError(f"stopped with code {code}")
 
@@ -103,10 +142,23 @@ def _companions(config, redis) -> list:
     return [Relay(Client(config, redis).hand_over, redis, for_config(config))]
 
 
-def _supervise(processes: int, shutdown_timeout: float, run_worker) -> int:
-    """Fork ``processes`` workers under a Supervisor (Django set up and the jobs imported: once, here)."""
+def _supervised_spec(values: list[str] | None):
+    """The ChildSpec of ``--supervised SUPERVISOR INDEX GENERATION FD`` (a supervisor wrote it)."""
+    if values is None:
+        return None
+    from ...engine.process.children import ChildSpec
+
+    try:
+        return ChildSpec(values[0], int(values[1]), int(values[2]), int(values[3]))
+    except ValueError:
+        raise CommandError(f"--supervised is for a supervisor's own use, got {' '.join(values)!r}") from None
+
+
+def _supervise(config, run_worker, health) -> int:
+    """Fork the workers under a Supervisor (Django set up and the jobs imported: once, here)."""
     from django.db import connections
 
+    from ...engine.process.children import fresh_command
     from ...engine.process.launcher import new_identity
     from ...engine.process.supervisor import Supervisor
 
@@ -115,10 +167,9 @@ def _supervise(processes: int, shutdown_timeout: float, run_worker) -> int:
     runtime.reset()  # (and no Redis client: redis-py's pools are not fork-safe)
     supervisor_identity = new_identity()
 
-    def run_child(index: int) -> int:
-        return run_worker({"supervisor": supervisor_identity, "index": index})
-
-    return Supervisor(processes, run_child, shutdown_timeout=shutdown_timeout).run()
+    return Supervisor(config.process_count, run_worker, shutdown_timeout=config.shutdown_timeout,
+                      identity=supervisor_identity, command=fresh_command(),
+                      heartbeat_interval=config.heartbeat_interval, health=health).run()
 
 
 def _load(setting: str, paths: tuple[str, ...]) -> list:
