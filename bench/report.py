@@ -404,6 +404,10 @@ def render(res: dict[str, Any], png: bool) -> str:
         "`bench/results/latest.json`, this page and `docs/benchmarks.png`.")
     add("")
 
+    fair = BENCH / "sidekiq" / "fair.md"
+    if fair.exists():  # (hand-written: how the Sidekiq comparison is made fair, and its figures; issue 37)
+        add(fair.read_text().rstrip())
+        add("")
     add("## Drain: N jobs pushed in bulk, then drained by one worker")
     add("")
     add("The job is one `INCR bench:done`; the run ends when the counter reaches N. Timing, worker CPU and "

@@ -79,6 +79,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--batches-reps", type=int, help="drains of each way in the batches section (default 3; quick: 1)")
     p.add_argument("--limits-n", type=int, help="jobs per drain of the limits section (default 10,000; quick: 300)")
     p.add_argument("--limits-reps", type=int, help="drains of each way in the limits section (default 3; quick: 1)")
+    p.add_argument("--reps", type=int, default=1,
+                   help="drains of each system in the drain and real-jobs sections, in turn (all systems, then "
+                        "all again): the median by jobs/s is kept, with the range (default 1)")
     p.add_argument("--no-venv", action="store_true", help="run with this interpreter, not bench/.venv")
     p.add_argument("--no-sidekiq", action="store_true", help="don't try to install or run Sidekiq")
     p.add_argument("--no-profile", action="store_true", help="skip the py-spy profile of a cogworker drain")
@@ -125,6 +128,7 @@ def in_bench_venv() -> bool:
 def ensure_sidekiq() -> str | None:
     """Install Debian's ruby-sidekiq if missing and possible; return why not, or None."""
     if shutil.which("sidekiq"):
+        _ensure_ruby_hiredis()
         return None
     if not shutil.which("apt-get"):
         return "no apt-get on this machine"
@@ -141,7 +145,21 @@ def ensure_sidekiq() -> str | None:
                              capture_output=True, text=True)
     if res.returncode != 0 or not shutil.which("sidekiq"):
         return f"apt-get install ruby-sidekiq failed: {(res.stderr or res.stdout).strip()[-300:]}"
+    _ensure_ruby_hiredis()
     return None
+
+
+def _ensure_ruby_hiredis() -> None:
+    """Debian's ruby-hiredis: Sidekiq's C reply parser, as hiredis is redis-py's (bench_jobs.rb loads
+    it when present; without it Sidekiq runs the pure-Ruby driver, and the results' versions say so)."""
+    if subprocess.run(["ruby", "-e", "require 'hiredis'"], capture_output=True).returncode == 0:
+        return
+    sudo = [] if os.geteuid() == 0 else (["sudo", "-n"] if shutil.which("sudo") else None)
+    if sudo is None or not shutil.which("apt-get"):
+        return
+    log("installing ruby-hiredis with apt-get (Sidekiq's C reply parser)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run([*sudo, "apt-get", "install", "-y", "-qq", "ruby-hiredis"], env=env, capture_output=True)
 
 
 # -- the machine and the versions --------------------------------------------------------------
@@ -199,9 +217,21 @@ def versions(redis_version: str) -> dict[str, str]:
             if text:
                 out[name] = text[-1].split(" INFO: ")[-1]
     if shutil.which("dpkg-query") and "sidekiq" in out:
-        res = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "ruby-redis"], capture_output=True, text=True)
-        if res.returncode == 0:
-            out["ruby-redis"] = res.stdout.strip()
+        for pkg in ("ruby-redis", "ruby-hiredis"):
+            res = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", pkg], capture_output=True, text=True)
+            if res.returncode == 0 and res.stdout.strip():
+                out[pkg] = res.stdout.strip()
+    if "sidekiq" in out:
+        # What bench_jobs.rb runs with: its Redis driver, YJIT or not, the warnings silenced or not.
+        res = subprocess.run(["ruby", str(BENCH / "sidekiq" / "bench_jobs.rb")], capture_output=True, text=True,
+                             env={**os.environ, "BENCH_CPU_BURN_LOOPS_RUBY": "1"})
+        try:
+            info = json.loads(res.stdout)
+            out["sidekiq-redis-driver"] = info["driver"]
+            out["sidekiq-yjit"] = str(info["yjit"]).lower()
+            out["sidekiq-deprecation-warnings"] = "silenced" if info["silenced"] else "on"
+        except (ValueError, KeyError):
+            pass
     return out
 
 
@@ -420,6 +450,7 @@ class Bench:
         self.results["drain"] = drains = {}
         self.results["latency"] = lat = {}
         self.results["idle"] = idle = self.results.get("idle", {})
+        ready = []
         for system in systems:
             if self.only and system.key not in self.only:
                 continue
@@ -428,19 +459,26 @@ class Bench:
                 self.results["skipped"][system.key] = why
                 log(f"skipping {system.label}: {why}")
                 continue
-            n = min(self.n, system.n_cap) if system.n_cap else self.n
-            try:
-                res = self.drain(system, n, idle=not self.quick)
-            except Exception as exc:
-                self.results["errors"][system.key] = f"{type(exc).__name__}: {exc}"
-                log(f"{system.label} FAILED: {exc}\n{traceback.format_exc()}")
-                continue
-            if "latency" in res:
-                lat[system.key] = {"label": system.label, **res.pop("latency")}
-            if "idle" in res:
-                idle[system.key] = {"label": system.label, "processes": res["processes"], **res.pop("idle")}
-            drains[system.key] = res
-            self._save_partial()
+            ready.append(system)
+        runs: dict[str, list[dict[str, Any]]] = {s.key: [] for s in ready}
+        # Every system once, then every system again (--reps): a drift of the machine's load falls on all.
+        for rep in range(self.args.reps):
+            for system in ready:
+                n = min(self.n, system.n_cap) if system.n_cap else self.n
+                try:
+                    # (Latency and idle rates once, in the first round: they are not what --reps is for.)
+                    res = self.drain(system, n, idle=not self.quick and rep == 0, latency=rep == 0)
+                except Exception as exc:
+                    self.results["errors"][system.key] = f"{type(exc).__name__}: {exc}"
+                    log(f"{system.label} FAILED: {exc}\n{traceback.format_exc()}")
+                    continue
+                if "latency" in res:
+                    lat[system.key] = {"label": system.label, **res.pop("latency")}
+                if "idle" in res:
+                    idle[system.key] = {"label": system.label, "processes": res["processes"], **res.pop("idle")}
+                runs[system.key].append(res)
+                drains[system.key] = median_of(runs[system.key])
+                self._save_partial()
 
     # -- real jobs: 1 ms of I/O, 200 µs of CPU ------------------------------------------------
 
@@ -484,21 +522,25 @@ class Bench:
         try:
             for kind, default_n in REAL_JOBS_N.items():
                 n = max(1_000, round(default_n * self.n / 100_000))
-                for system in systems:
-                    key = f"{system.key}/{kind}"
-                    try:
-                        res = self.drain(system, n, kind=kind, latency=False, idle=False)
-                    except Exception as exc:
-                        self.results["errors"][f"real-{key}"] = f"{type(exc).__name__}: {exc}"
-                        log(f"{system.label} {kind} FAILED: {exc}\n{traceback.format_exc()}")
-                        continue
-                    res.update(job=kind, concurrency=system.concurrency)
-                    if kind == "IoWait":
-                        # Each job holds a slot for the sleep at least: C slots, C / sleep jobs/s at most.
-                        res["ideal_jobs_per_s"] = system.concurrency / jobs.IO_SLEEP_S
-                        res["vs_ideal"] = rnd(res["jobs_per_s"] / res["ideal_jobs_per_s"])
-                    out["drain"][key] = res
-                    self._save_partial()
+                runs: dict[str, list[dict[str, Any]]] = {}
+                for _rep in range(self.args.reps):
+                    for system in systems:
+                        key = f"{system.key}/{kind}"
+                        try:
+                            res = self.drain(system, n, kind=kind, latency=False, idle=False)
+                        except Exception as exc:
+                            self.results["errors"][f"real-{key}"] = f"{type(exc).__name__}: {exc}"
+                            log(f"{system.label} {kind} FAILED: {exc}\n{traceback.format_exc()}")
+                            continue
+                        runs.setdefault(key, []).append(res)
+                        res = median_of(runs[key])
+                        res.update(job=kind, concurrency=system.concurrency)
+                        if kind == "IoWait":
+                            # Each job holds a slot for the sleep at least: C slots, C / sleep jobs/s at most.
+                            res["ideal_jobs_per_s"] = system.concurrency / jobs.IO_SLEEP_S
+                            res["vs_ideal"] = rnd(res["jobs_per_s"] / res["ideal_jobs_per_s"])
+                        out["drain"][key] = res
+                        self._save_partial()
         finally:
             for name in burn_env:
                 self.ctx.env.pop(name)
@@ -876,6 +918,19 @@ class Bench:
     def _save_partial(self) -> None:
         path = self.workdir / "partial.json"
         path.write_text(json.dumps(self.results, indent=1, default=str))
+
+
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The drain of median jobs/s among ``runs`` (an upper median for an even count: of 2, the faster),
+    its CPU per job the median of the runs', with the number of runs and the range of jobs/s."""
+    ordered = sorted(runs, key=lambda r: r["jobs_per_s"])
+    out = dict(ordered[len(ordered) // 2])
+    if len(runs) > 1:
+        cpu = sorted(r["worker_cpu_us_per_job"] for r in runs)
+        out.update(reps=len(runs), worker_cpu_us_per_job=cpu[len(cpu) // 2],
+                   jobs_per_s_range=[ordered[0]["jobs_per_s"], ordered[-1]["jobs_per_s"]],
+                   worker_cpu_us_per_job_all=[r["worker_cpu_us_per_job"] for r in runs])
+    return out
 
 
 def summarise_profile(raw: str, top: int = 15) -> dict[str, Any]:

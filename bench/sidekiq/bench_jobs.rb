@@ -9,6 +9,28 @@
 require "json"
 require "sidekiq"
 
+# Debian pairs Sidekiq 6.4.1 with redis-rb 4.8, which Sidekiq 6.4 predates: on every BRPOP (a
+# positional timeout) and every single-member SADD, redis-rb 4.8 builds a deprecation message with a
+# `caller` lookup and writes it to stderr. Sidekiq 6.5 and later never trigger them, and an
+# application on 6.4 silences them with these two public settings of redis-rb. Neither changes a
+# command sent: the first only stops the warning, the second only stops SADD's reply being turned
+# into a boolean (Sidekiq ignores it). BENCH_SIDEKIQ_WARNINGS=1 keeps the warnings, to measure them.
+unless ENV["BENCH_SIDEKIQ_WARNINGS"] == "1"
+  Redis.silence_deprecations = true
+  Redis.sadd_returns_boolean = false
+end
+
+# The C reply parser, as redis-py's hiredis on the Python side: redis-rb uses the last driver
+# loaded, and Sidekiq 6 passes `driver: Redis::Connection.drivers.last`. Debian's ruby-hiredis has
+# it; BENCH_SIDEKIQ_HIREDIS=0 runs the pure-Ruby driver.
+unless ENV["BENCH_SIDEKIQ_HIREDIS"] == "0"
+  begin
+    require "redis/connection/hiredis"
+  rescue LoadError
+    nil # (ruby-hiredis not installed: the pure-Ruby driver, said in the results' versions)
+  end
+end
+
 Sidekiq.configure_server do |config|
   config.logger.level = Logger::WARN
 end
@@ -85,5 +107,8 @@ class CpuBurn
 end
 
 if $PROGRAM_NAME == __FILE__
-  puts JSON.generate({ "loops" => CPU_BURN_LOOPS, "us" => CPU_BURN_US&.round(1) })
+  puts JSON.generate({ "loops" => CPU_BURN_LOOPS, "us" => CPU_BURN_US&.round(1),
+                       "driver" => Redis::Connection.drivers.last.name,
+                       "silenced" => Redis.silence_deprecations ? true : false,
+                       "yjit" => defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled? ? true : false })
 end
