@@ -66,7 +66,7 @@ class Config:
     # above the number of crashes an innocent job might sit through.
     max_orphanings: int = 3
     # How many times a job refused by one of its limits goes back to the schedule before its next
-    # refusal counts as a failure (retry, then dead): flow/, engine/run/gate.py.
+    # refusal counts as a failure (retry, then dead): features/limits/, engine/run/gate.py.
     over_limit_max: int = 20
     periodic: tuple[Mapping[str, Any], ...] = ()
     periodic_catch_up: bool = False
