@@ -2,7 +2,8 @@
 
 What a project imports is here. The package is laid out by who uses it (docs/architecture.md):
 ``push/`` is what a view calls, ``engine/`` is ``runcogworker``, ``broker/`` is Redis, ``api/`` the
-object model the admin and the CLI read, and the root holds the Django app itself.
+object model the admin and the CLI read, ``features/`` a folder per feature (batches, limits,
+cancellation, results, expiry), and the root holds the Django app itself.
 """
 
 from . import _moved
@@ -23,10 +24,11 @@ from .errors import (
     UnknownJobError,
     WrongTypeError,
 )
-from .flow import Limiter, cancel
+from .features.cancellation import cancel
+from .features.limits import Limiter
+from .features.results import get_result
 from .push.job import Job, JobSetter
 from .push.periodic import periodic
-from .push.results import get_result
 from .push.runtime import get_redis
 
 __version__ = "0.1.0"

@@ -7,6 +7,10 @@ it through either name patches both. Served by a finder that answers for
 those names only, rather than by a file per old name: the package root keeps
 to the modules a reader should open.
 
+The features' modules moved to a folder each (features/): ``django_cogworker.batches`` stays as
+the public path of Batch and the workflows (a package of its own, no warning); ``flow`` is served
+as features/limits (its ``Limiter``; ``cancel`` is ``django_cogworker.cancel``).
+
 Not served: ``django_cogworker.periodic`` (the decorator of that name is what the root package
 exports, and a module imported under it would replace it), ``django_cogworker.tasks`` (still
 the backend's package: ``django_cogworker.tasks.CogworkerBackend``) and ``django_cogworker.engine.fetch``
@@ -27,7 +31,20 @@ PACKAGE = __name__.rpartition(".")[0]
 # old path -> new path, both under the package
 MOVED: dict[str, str] = {
     "_types": "broker.types",
+    "admin.batch_views": "features.batches.admin_views",
+    "admin.cancel_views": "features.cancellation.admin_views",
+    "admin.limit_views": "features.limits.admin_views",
+    "api.batches": "features.batches.api",
+    "api.limits": "features.limits.api",
+    "api.results": "features.results.api",
     "arguments": "push.arguments",
+    "batches.batch": "features.batches.batch",
+    "batches.delivery": "features.batches.delivery",
+    "batches.steps": "features.batches.steps",
+    "batches.workflows": "features.batches.workflows",
+    "broker.scripts.batches": "features.batches.scripts",
+    "broker.scripts.limits": "features.limits.scripts",
+    "broker.scripts.results": "features.results.scripts",
     "client": "push.client",
     "cluster": "broker.cluster",
     "connection": "broker.connection",
@@ -48,7 +65,10 @@ MOVED: dict[str, str] = {
     "engine.manager": "engine.process.manager",
     "engine.orphans": "engine.recovery.orphans",
     "engine.processor": "engine.run.processor",
-    "engine.results": "engine.run.results",
+    "engine.results": "features.results.writer",
+    "engine.run.results": "features.results.writer",
+    "engine.run.gate": "features.limits.gate",
+    "engine.run.extras": "features.results.hook",
     "engine.retry": "engine.settle.retry",
     "engine.run_locks": "engine.run.run_locks",
     "engine.scheduled": "engine.schedule.poller",
@@ -57,27 +77,33 @@ MOVED: dict[str, str] = {
     "engine.supervisor": "engine.process.supervisor",
     "engine.timeouts": "engine.run.timeouts",
     "engine.wakeups": "engine.schedule.wakeups",
+    "flow": "features.limits",
+    "flow.cancel": "features.cancellation.cancel",
+    "flow.limiter": "features.limits.limiter",
+    "flow.upkeep": "features.limits.upkeep",
     "job": "push.job",
     "keys": "broker.keys",
     "locks": "broker.locks",
     "loops": "engine.loops",
     "middleware": "push.middleware",
     "payload": "push.payload",
+    "push.results": "features.results.records",
     "quarantine": "broker.quarantine",
     "redis_urls": "broker.urls",
-    "results": "push.results",
+    "results": "features.results.records",
     "runtime": "push.runtime",
     "scripts": "broker.scripts",
     "scripts._base": "broker.scripts._base",
     "scripts.admin": "broker.scripts.admin",
     "scripts.jobs": "broker.scripts.jobs",
     "scripts.periodic": "broker.scripts.periodic",
-    "scripts.results": "broker.scripts.results",
+    "scripts.results": "features.results.scripts",
     "scripts.slots": "broker.scripts.slots",
     "sentinel": "broker.sentinel",
     "tasks_api": "tasks.api",
     "unique": "push.unique",
 }
+
 
 
 class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -59,7 +59,7 @@ def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
         errors.extend(_unread_queues(config.queue_names, entries))
     errors.extend(_entry_arguments(entries))
     if config is not None:
-        from .flow.upkeep import problems
+        from .features.limits.upkeep import problems
         from .push.job import registry
 
         errors.extend(checks.Error(message, id="cogworker.E004")
@@ -185,7 +185,7 @@ def _unread_queues(queues: tuple[str, ...], entries: list) -> list[checks.CheckM
     apps_modules = tuple(app.name for app in apps.get_app_configs() if app.name != "django_cogworker")
     warnings = []
     # (Only the classes of the user's installed apps: those a worker imports; a test module's aren't
-    # deployed, and this package's own, a batch's hand-overs, go where its callbacks go: batches/batch.py.)
+    # deployed, and this package's own, a batch's hand-overs, go where its callbacks go: features/batches/batch.py.)
     for name, job_class in sorted(registry().items()):
         module = job_class.__module__
         if job_class.queue not in read and any(module == m or module.startswith(m + ".") for m in apps_modules):

@@ -14,11 +14,11 @@ from typing import Any
 import redis as redis_lib
 
 from django_cogworker import Batch
-from django_cogworker.batches.steps import BatchSteps, step_for
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.recovery.key_guard import KeyGuard
 from django_cogworker.engine.schedule.periodic_ticker import Ticker
 from django_cogworker.engine.settle.stats import day_of
+from django_cogworker.features.batches.steps import BatchSteps, step_for
 from django_cogworker.push import payload as payloads
 from django_cogworker.push import runtime
 from django_cogworker.push.periodic import Entry

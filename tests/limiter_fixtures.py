@@ -2,7 +2,7 @@
 
     from limiter_fixtures import fresh_limiters, unique  # noqa: F401 - the fresh_limiters fixture
 
-Limiters register by name for the whole process (flow/limiter.py ``_defined``): a limiter a test
+Limiters register by name for the whole process (features/limits/limiter.py ``_defined``): a limiter a test
 defines with a 0.3 s lease would be named by ``manage.py check`` (cogworker.E004) in every later
 test that runs the checks, and a name used twice with another size refuses the second. So each
 test gets names of its own (``unique``), and ``fresh_limiters`` forgets, at its end, every limiter
@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from django_cogworker.flow import limiter as limiter_module
+from django_cogworker.features.limits import limiter as limiter_module
 
 
 def unique(tag: str) -> str:

@@ -777,7 +777,7 @@ def test_a_batch_page_shows_its_jobs_where_they_are_its_children_and_callbacks(v
 
 def test_a_batch_page_lists_a_bounded_number_of_jobs_and_counts_the_rest(viewer, monkeypatch):
     from django_cogworker import Batch
-    from django_cogworker.api import batches as api_batches
+    from django_cogworker.features.batches import api as api_batches
     from testproject.demo.jobs import RecordJob
 
     monkeypatch.setattr(api_batches, "JOB_LIMIT", 3)
@@ -958,7 +958,7 @@ def test_cancel_is_a_post_for_who_may_act(viewer, rb):
     assert api.Queue("default").size() == 1
 
 
-# -- cancel (busy/cancel/, django_cogworker.flow.cancel) on jobs pushed with the real client ---------
+# -- cancel (busy/cancel/, django_cogworker.features.cancellation.cancel) on jobs pushed with the real client ---------
 
 CANCEL = f"{BASE}busy/cancel/"
 
@@ -1025,7 +1025,7 @@ def test_cancel_of_an_unknown_jid_is_a_warning_and_changes_nothing(changer, rb):
 
 
 def test_cancel_of_a_chain_s_hand_over_job_says_why_it_is_refused_and_changes_nothing(changer, rb):
-    from django_cogworker.batches import ChainNext
+    from django_cogworker.features.batches import ChainNext
 
     payload = ChainNext.set().build([{"bid": "step-bid", "event": "success"}], {"chain": "chain-bid", "steps": [],
                                                                                 "index": 1})

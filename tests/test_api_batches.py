@@ -1,4 +1,4 @@
-"""api.BatchSet and its reads (django_cogworker/api/batches.py): the listing newest first and its
+"""api.BatchSet and its reads (django_cogworker/features/batches/api.py): the listing newest first and its
 pruning of expired batches, one batch's jobs where they are now, its children and its callbacks,
 and the bounds, against the suite's Redis.
 
@@ -15,9 +15,9 @@ from helpers import FAST_ENV, Worker, wait_until
 
 from django_cogworker import Batch, api
 from django_cogworker.api import _base
-from django_cogworker.api import batches as api_batches
-from django_cogworker.batches.steps import BatchSteps, settle, step_for
 from django_cogworker.broker.keys import Keys, for_config
+from django_cogworker.features.batches import api as api_batches
+from django_cogworker.features.batches.steps import BatchSteps, settle, step_for
 from django_cogworker.push import runtime
 from testproject.demo.jobs import BatchCallbackJob, FailJob, RecordJob
 

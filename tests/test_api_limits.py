@@ -1,4 +1,4 @@
-"""api.LimitSet / LimitState (api/limits.py): what the admin, the CLI and the metrics show of the
+"""api.LimitSet / LimitState (features/limits/api.py): what the admin, the CLI and the metrics show of the
 limiters, read from a real Redis holding their data as the workers write it (admin_fixtures)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from admin_fixtures import KEYS, bucket_count, hold, limiter, recent, redis_time
 
 from django_cogworker import api
-from django_cogworker.api import limits as api_limits
+from django_cogworker.features.limits import api as api_limits
 
 
 @pytest.fixture

@@ -475,7 +475,7 @@ def test_the_walk_of_retry_all_goes_on_after_an_entry_gone_among_others_of_its_s
 
 def test_killing_a_retrying_job_of_a_batch_tells_its_batch_which_fires_its_death_once(rb, r):
     from django_cogworker import Batch
-    from django_cogworker.batches import steps
+    from django_cogworker.features.batches import steps
     from testproject.demo.jobs import BatchCallbackJob, RecordJob
 
     batch = Batch().on("death", BatchCallbackJob, key="cb")

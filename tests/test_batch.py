@@ -1,4 +1,4 @@
-"""Batches (django_cogworker/batches/): jobs pushed together, their callbacks, their status, and the
+"""Batches (django_cogworker/features/batches/): jobs pushed together, their callbacks, their status, and the
 errors a bad call gets at once. Real workers (runcogworker subprocesses) against the suite's Redis."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from helpers import FAST_ENV, Worker, wait_until
 
 from django_cogworker import Batch, BatchError, BatchNotFound, CogworkerError, Job, chain
-from django_cogworker.batches.steps import BatchStep, BatchSteps, settle
 from django_cogworker.broker.keys import Keys
+from django_cogworker.features.batches.steps import BatchStep, BatchSteps, settle
 from django_cogworker.push import runtime
 from django_cogworker.push.client import Client
 from testproject.demo.jobs import AddToOwnBatchJob, BatchCallbackJob, BatchMemberJob, RecordJob
@@ -265,7 +265,7 @@ def test_a_child_s_dead_job_fires_the_parent_s_death_at_once_and_its_complete_on
 
 
 def test_a_status_names_at_most_a_hundred_failing_jobs_and_counts_them_all(r, rb):
-    from django_cogworker.batches import steps
+    from django_cogworker.features.batches import steps
 
     batch = Batch()
     with batch.jobs():
@@ -277,7 +277,7 @@ def test_a_status_names_at_most_a_hundred_failing_jobs_and_counts_them_all(r, rb
     assert len(status.failed) == 100 and set(status.failed) <= set(jids)
 
 
-# -- the worker's steps run together (batches/steps.py: BatchSteps.run_many) ---------------------
+# -- the worker's steps run together (features/batches/steps.py: BatchSteps.run_many) ---------------------
 
 
 def _callbacks_queued(r) -> int:
@@ -343,8 +343,8 @@ def test_a_success_that_fires_nothing_refreshes_the_batch_s_ttl_only_once_it_ran
 
 
 def test_a_job_sent_to_dead_by_no_run_of_its_own_tells_its_batch_once(r, rb):
-    # (What orphan recovery and the admin's kill call: batches/steps.py died.)
-    from django_cogworker.batches import steps
+    # (What orphan recovery and the admin's kill call: features/batches/steps.py died.)
+    from django_cogworker.features.batches import steps
 
     batch = Batch().on("death", BatchCallbackJob, key="cb")
     with batch.jobs():

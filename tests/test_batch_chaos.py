@@ -1,4 +1,4 @@
-"""Batches under chaos (django_cogworker/batches/): real workers killed -9 and started again every
+"""Batches under chaos (django_cogworker/features/batches/): real workers killed -9 and started again every
 few seconds while hundreds of batches run, and Redis killed -9 and restarted once (AOF, fsync
 always); then the same, smaller, on a three-primary cluster. A fault test, as test_faults.py is:
 named for what it does to the whole, not after one module (the crash points inside a step, one

@@ -1,4 +1,4 @@
-"""Cancelling a job by its jid (django_cogworker/flow/cancel.py): a waiting one is removed where it
+"""Cancelling a job by its jid (django_cogworker/features/cancellation/cancel.py): a waiting one is removed where it
 waits, a running one is told through the heartbeat of the real worker that runs it, an unknown
 or dead one is refused. Against the suite's Redis; the running cases with ``runcogworker``
 subprocesses, or an in-process Launcher where a test job of this module is needed."""
@@ -15,9 +15,9 @@ from engine_fixtures import GATES, RUNS, launcher_factory_fixture, new_token, ru
 from helpers import FAST_ENV, Worker, wait_until
 
 from django_cogworker import Batch, CogworkerError, Job, JobNotFound, cancel, chain
-from django_cogworker.batches import ChainNext
 from django_cogworker.broker.keys import Keys
 from django_cogworker.errors import NotCancellable
+from django_cogworker.features.batches import ChainNext
 from django_cogworker.push import payload as payloads
 from testproject.demo.flow_jobs import CancellableJob
 from testproject.demo.jobs import BatchCallbackJob, GatedJob, RecordJob

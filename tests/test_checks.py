@@ -128,7 +128,7 @@ def test_a_periodic_entry_whose_arguments_its_job_can_not_take_is_warned_about()
 
 
 def test_the_package_s_own_jobs_are_not_warned_about():
-    """A user can't route them: a batch's hand-overs go where its callbacks go (batches/batch.py)."""
+    """A user can't route them: a batch's hand-overs go where its callbacks go (features/batches/batch.py)."""
     with override_settings(COGWORKER={"QUEUES": ["mail"]}):
         warned = [msg.split(" is pushed")[0] for code, msg in cogworker_warnings() if code == "cogworker.W001"]
     assert "job testproject.demo.jobs.FailJob" in warned  # (the user's own still are)
@@ -271,7 +271,7 @@ def test_manage_py_runcogworker_bad_option_exits_with_the_setting_named():
     assert "Traceback" not in output and PASSWORD not in output
 
 
-# -- limiters (flow/) ----------------------------------------------------------------------------------
+# -- limiters (features/limits/) ----------------------------------------------------------------------------------
 
 
 def _limiter_errors(name: str) -> list[tuple[str, str]]:

@@ -324,7 +324,7 @@ def test_a_batch_with_a_key_of_the_wrong_type_is_shown_poisoned_never_a_tracebac
 
 def test_a_batch_listing_cut_at_its_bound_says_so(rb, monkeypatch):
     from django_cogworker import Batch
-    from django_cogworker.api import batches as api_batches
+    from django_cogworker.features.batches import api as api_batches
 
     monkeypatch.setattr(api_batches, "JOB_LIMIT", 3)
     big = Batch("big")
@@ -458,7 +458,7 @@ def test_limits_with_none_used_is_an_empty_table(rb):
     assert cli_json("limits")["items"] == []
 
 
-# -- cancel (django_cogworker.flow.cancel) ---------------------------------------------------------
+# -- cancel (django_cogworker.features.cancellation.cancel) ---------------------------------------------------------
 
 
 def test_cancel_takes_a_waiting_job_off_and_an_unknown_jid_fails(rb):
@@ -487,7 +487,7 @@ def test_cancel_of_a_jid_utf8_can_not_carry_is_a_usage_error_not_a_traceback(rb)
 
 
 def test_cancel_of_a_batch_s_hand_over_job_fails_with_the_reason(rb):
-    from django_cogworker.batches import BatchChildDone
+    from django_cogworker.features.batches import BatchChildDone
 
     payload = BatchChildDone.set().build([{"bid": "child-bid", "event": "complete"}], {"parent": "parent-bid"})
     rb.lpush(K.queue("default"), json.dumps(payload, separators=(",", ":")))

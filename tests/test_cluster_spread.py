@@ -198,7 +198,7 @@ def test_a_queue_key_is_quarantined_in_its_slot_and_the_admin_moves_across_slots
 def test_a_batch_s_and_a_limiter_key_s_keys_of_the_wrong_type_are_quarantined_in_their_own_slots(cluster, cr):
     # (Named in the home slot, their quarantine was a RENAME across slots: CROSSSLOT, never moved.)
     from django_cogworker import Limiter
-    from django_cogworker.batches import steps
+    from django_cogworker.features.batches import steps
 
     bk = K.batch("b1")
     cr.hset(bk.meta, mapping={"created_at": "1", "committed": "1"})

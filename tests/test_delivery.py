@@ -1,4 +1,4 @@
-"""Delivering batch callbacks (django_cogworker/batches/delivery.py): once each, and, when the pusher
+"""Delivering batch callbacks (django_cogworker/features/batches/delivery.py): once each, and, when the pusher
 whose jobs() block fired them died before it delivered them, by the workers' housekeeping."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from helpers import FAST_ENV, Worker, wait_until
 
 from django_cogworker import Batch
-from django_cogworker.batches import delivery
 from django_cogworker.broker.keys import Keys
+from django_cogworker.features.batches import delivery
 from testproject.demo.jobs import BatchCallbackJob
 
 K = Keys()

@@ -1,4 +1,4 @@
-"""Limiters across a fleet (django_cogworker/flow/): real workers, four processes in two
+"""Limiters across a fleet (django_cogworker/features/limits/): real workers, four processes in two
 ``runcogworker --processes 2 -c 10`` (two hosts' worth), sharing limits through Redis alone.
 
 A fault test as test_batch_chaos.py is: named for what it does to the whole. What must hold

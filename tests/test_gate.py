@@ -25,7 +25,6 @@ from helpers import refuse, serve_again, wait_until
 from limiter_fixtures import fresh_limiters  # noqa: F401 - the fresh_limiters fixture
 
 from django_cogworker import Batch, Job, Limiter
-from django_cogworker.broker import scripts
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.fetch.contract import Unit
 from django_cogworker.engine.fetch.reliable import ReliableFetch
@@ -35,9 +34,10 @@ from django_cogworker.engine.settle.settlement import ACK
 from django_cogworker.engine.settle.settling import AckBatch, Settler
 from django_cogworker.errors import LimitError, LimitKeyError, OverLimit
 from django_cogworker.features.expiry.hook import Expiry
+from django_cogworker.features.limits import scripts as limit_scripts
 from django_cogworker.features.limits.gate import BACKOFF_MAX, UNREACHABLE_DELAY, LimitGate, Release, Ticket
 from django_cogworker.features.limits.hook import ClassLimits
-from django_cogworker.flow.limiter import HELD, SEEN, holder_token
+from django_cogworker.features.limits.limiter import HELD, SEEN, holder_token
 from django_cogworker.push import payload as payloads
 from django_cogworker.push.job import JobSetter
 
@@ -140,7 +140,7 @@ def parts(redis_url, rb):
 def occupy(rb, limiter: Limiter, key: str | None = None) -> str:
     """Take the place of a concurrency limit as another process's job (30 s lease)."""
     token = holder_token("someone-else")
-    reply = scripts.LIMIT_TAKE(rb, list(K.limit(key or limiter.name)), [token, "", "", *limiter.argv()])
+    reply = limit_scripts.LIMIT_TAKE(rb, list(K.limit(key or limiter.name)), [token, "", "", *limiter.argv()])
     assert int(reply[0]) == 1
     return token
 
@@ -154,7 +154,7 @@ def spend_the_minute(rb, keys: Keys = K) -> float:
         time.sleep(left + 0.01)
         left = 60.0
     for _ in range(2):
-        assert int(scripts.LIMIT_TAKE(rb, list(keys.limit(two_a_minute.name)), [holder_token(None), "", "",
+        assert int(limit_scripts.LIMIT_TAKE(rb, list(keys.limit(two_a_minute.name)), [holder_token(None), "", "",
                                                                               *two_a_minute.argv()])[0])
     return left
 

@@ -33,22 +33,34 @@ def package_modules() -> dict[str, Path]:
     return {module_name(p): p for p in PACKAGE_DIR.rglob("*.py") if "migrations" not in p.parts}
 
 
+def moved_to(name: str) -> str:
+    """Where an old path of _moved.MOVED leads (the longest moved prefix replaced); else ``name``."""
+    parts = name.split(".")
+    for cut in range(len(parts), 1, -1):
+        old = ".".join(parts[1:cut])
+        if parts[0] == PACKAGE and old in _moved.MOVED:
+            return ".".join([PACKAGE, _moved.MOVED[old], *parts[cut:]])
+    return name
+
+
 def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The package's modules that ``name`` imports, at module level or inside functions."""
+    """The package's modules that ``name`` imports, at module level or inside functions (an old
+    path of a moved module counts as an import of the module it leads to: _moved serves it so)."""
     is_package = path.name == "__init__.py"
     here = name.split(".") if is_package else name.split(".")[:-1]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            candidates = [alias.name for alias in node.names]
+            candidates = [moved_to(alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 up = here[: len(here) - (node.level - 1)]
                 base = ".".join(up + ([node.module] if node.module else []))
-            submodules = [f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in modules]
+            named = [moved_to(f"{base}.{alias.name}") for alias in node.names]
+            submodules = [n for n in named if n in modules]
             # (from a package: each name a submodule is an edge to it; any other name, to the package)
-            candidates = submodules + ([base] if len(submodules) < len(node.names) else [])
+            candidates = submodules + ([moved_to(base)] if len(submodules) < len(node.names) else [])
         else:
             continue
         for candidate in candidates:
@@ -132,6 +144,50 @@ def test_the_broker_imports_nothing_above_it():
             assert not above, f"{name} imports {sorted(above)}"
 
 
+# The core: what pushes, runs and settles a job, and the object model's general parts. Features
+# (features/<feature>/) plug into it; the Django side (admin/, metrics/, cli/, checks.py, the root
+# package and api/'s __init__, which gather the features' parts) may import both.
+CORE = ("broker", "push", "engine", "api")
+
+# The core's imports of a feature that remain outside the job's path, each until the feature plugs
+# in there too (the job's path itself, engine/run/, names none: its features are hooks). Shrink it;
+# never grow it.
+CORE_TO_FEATURE = {
+    # a job whose process died: orphans settles its batch step, housekeeping delivers callbacks
+    ("engine.recovery.orphans", "features.batches.steps"),
+    ("engine.recovery.housekeeping", "features.batches.delivery"),
+    # the retry and dead sets' "retry now" of a batch's job, which takes its step back
+    ("api.sorted_sets", "features.batches.steps"),
+    # Job.limits checked at class definition
+    ("push.arguments", "features.limits.limiter"),
+}
+
+
+def _in(name: str, folders: tuple[str, ...]) -> bool:
+    return any(name == f"{PACKAGE}.{f}" or name.startswith(f"{PACKAGE}.{f}.") for f in folders)
+
+
+def test_the_core_imports_no_feature_but_those_it_still_calls_by_name():
+    graph = import_graph()
+    found = set()
+    for name, targets in graph.items():
+        if _in(name, CORE) and name != f"{PACKAGE}.api":
+            found |= {(name[len(PACKAGE) + 1:], t[len(PACKAGE) + 1:]) for t in targets
+                      if _in(t, ("features", "batches"))}
+    assert found - CORE_TO_FEATURE == set(), "the core imports a feature: plug it in instead"
+    assert CORE_TO_FEATURE - found == set(), "gone from the core: take it off CORE_TO_FEATURE"
+
+
+def test_a_feature_imports_the_core_and_other_features_but_not_the_django_side_s_gatherers():
+    # (its admin views use admin/views.py's helpers; nothing of a feature needs what gathers them)
+    graph = import_graph()
+    gatherers = {f"{PACKAGE}.admin.urls", f"{PACKAGE}.metrics.collect", f"{PACKAGE}.checks", PACKAGE,
+                 f"{PACKAGE}.batches"}
+    for name, targets in graph.items():
+        if _in(name, ("features",)):
+            assert not targets & gatherers, f"{name} imports {sorted(targets & gatherers)}"
+
+
 def test_the_engine_imports_neither_django_nor_the_admin_side_at_module_level():
     graph = import_graph()
     for name, targets in graph.items():
@@ -156,6 +212,10 @@ warnings.simplefilter("error")
 import django
 django.setup()
 from django_cogworker import Job, JobSetter, periodic, get_redis, get_result, ConfigError
+from django_cogworker import Batch, Limiter, cancel, chain, chord, group
+from django_cogworker.batches import Batch, BatchChildDone, BatchStatus, Chain, ChainNext, Chord, Group, Signature
+from django_cogworker.batches import chain, chord, group
+from django_cogworker.api import BatchSet, LimitSet, job_result
 from django_cogworker import api, testing, pytest_plugin
 from django_cogworker.api import Queue, DeadSet, RetrySet, ScheduledSet, ProcessSet, Stats
 from django_cogworker.metrics import metrics_view
@@ -177,16 +237,27 @@ print("ok")
 def test_a_moved_module_imports_from_its_old_path_as_the_same_module_with_a_deprecation_warning(old):
     old_name, new_name = f"{PACKAGE}.{old}", f"{PACKAGE}.{_moved.MOVED[old]}"
     sys.modules.pop(old_name, None)
+    _import_parent(old_name)
+    with pytest.warns(DeprecationWarning, match=f"{old_name} has moved to {new_name}"):
+        module = importlib.import_module(old_name)
+    _assert_one_object(old, module)
+    sys.modules.pop(old_name, None)
+
+
+def _import_parent(old_name: str) -> None:
     parent = old_name.rpartition(".")[0]
     if parent != PACKAGE and parent not in sys.modules:  # (its own warning, tested on its own)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             importlib.import_module(parent)
-    with pytest.warns(DeprecationWarning, match=f"{old_name} has moved to {new_name}"):
-        module = importlib.import_module(old_name)
+
+
+def _assert_one_object(old: str, module: object) -> None:
+    new_name = f"{PACKAGE}.{_moved.MOVED[old]}"
     assert module is importlib.import_module(new_name)
-    assert all(m is not module or n in (old_name, new_name) for n, m in list(sys.modules.items()))  # (one object)
-    sys.modules.pop(old_name, None)
+    # (one object: under its new name and old ones only, never loaded a second time)
+    names = {new_name} | {f"{PACKAGE}.{o}" for o, n in _moved.MOVED.items() if n == _moved.MOVED[old]}
+    assert all(m is not module or n in names for n, m in list(sys.modules.items()))
 
 
 def test_from_the_root_package_an_old_module_name_still_imports():

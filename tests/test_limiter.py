@@ -1,4 +1,4 @@
-"""flow/limiter.py: limiter definitions, their keys, and ``within`` against the real scripts on a real Redis.
+"""features/limits/limiter.py: limiter definitions, their keys, and ``within`` against the real scripts on a real Redis.
 
 The rate kinds are measured with Redis's own clock (what the scripts use): a take's time is read
 from the sorted set or hash the script wrote, so the expected ``retry_after`` is computed, not
@@ -19,10 +19,10 @@ from helpers import refuse, serve_again
 from limiter_fixtures import fresh_limiters, unique  # noqa: F401 - the fresh_limiters fixture
 
 from django_cogworker import CogworkerError, Limiter
-from django_cogworker.broker import scripts
 from django_cogworker.broker.keys import Keys
 from django_cogworker.errors import LimitKeyError, OverLimit
-from django_cogworker.flow.limiter import HELD, KEY_MAX, SEEN, defined, holder_token
+from django_cogworker.features.limits import scripts as limit_scripts
+from django_cogworker.features.limits.limiter import HELD, KEY_MAX, SEEN, defined, holder_token
 
 K = Keys()
 
@@ -40,7 +40,7 @@ def stats(r, key: str) -> dict[str, int]:
 
 def take(limiter: Limiter, rb, token: str | None = None) -> tuple[bool, float | None]:
     """One LIMIT_TAKE of ``limiter`` (as within() makes it): (granted, retry_after)."""
-    reply = scripts.LIMIT_TAKE(rb, list(K.limit(limiter.name)), [token or holder_token(None), "", "",
+    reply = limit_scripts.LIMIT_TAKE(rb, list(K.limit(limiter.name)), [token or holder_token(None), "", "",
                                                                     *limiter.argv()])
     if int(reply[0]) == 1:
         return True, None
@@ -356,8 +356,8 @@ def test_within_polls_a_concurrency_limit_however_long_places_were_held_lately(r
     keys, argv = list(K.limit(limiter.name)), limiter.argv()
     # A holder that held its place 20 s, as the scripts see it (its token's ``since``).
     old = json.dumps({"jid": "j1", "process": "h:1", "since": time.time() - 20, "run": "r1"})
-    assert int(scripts.LIMIT_TAKE(rb, keys, [old, "", "", *argv])[0]) == 1
-    assert scripts.LIMIT_RELEASE(rb, keys, [old, "release", *argv])[0] == 1
+    assert int(limit_scripts.LIMIT_TAKE(rb, keys, [old, "", "", *argv])[0]) == 1
+    assert limit_scripts.LIMIT_RELEASE(rb, keys, [old, "release", *argv])[0] == 1
     assert 19 < float(r.hget(K.limit(limiter.name).stats, "hold")) < 21
     holding = threading.Event()
 

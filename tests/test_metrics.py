@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from django_cogworker import api
 from django_cogworker.engine.settle.stats import Stats
+from django_cogworker.features.limits import metrics as limit_metrics
 from django_cogworker.metrics import collect as collect_module
 from django_cogworker.metrics.exposition import CONTENT_TYPE
 from django_cogworker.push import runtime
@@ -229,7 +230,7 @@ def test_a_scrape_counts_batches_and_the_states_of_the_newest(rb, token, monkeyp
     from admin_fixtures import batch_step
 
     from django_cogworker import Batch
-    from django_cogworker.api import batches as api_batches
+    from django_cogworker.features.batches import api as api_batches
 
     expired = Batch("short", ttl=1)
     with expired.jobs():
@@ -306,7 +307,7 @@ def test_limiter_series_are_capped_at_the_families_with_the_most_grants(rb, toke
 
     for n in range(12):
         limiter(rb, f"family-{n:02d}", "window", 5, 1, totals={"granted": n})
-    monkeypatch.setattr(collect_module, "FAMILY_LIMIT", 10)
+    monkeypatch.setattr(limit_metrics, "FAMILY_LIMIT", 10)
     got = samples(scrape())
     kept = {dict(labels)["limiter"] for name, labels in got if name == "cogworker_limit_granted_total"}
     assert kept == {f"family-{n:02d}" for n in range(2, 12)}

@@ -19,8 +19,8 @@ from helpers import RedisServer, in_thread
 from outbox_fixtures import Boom, alias_fixture  # noqa: F401 - a fixture
 
 from django_cogworker import Batch, BatchError, Job, chain, group
-from django_cogworker.batches import batch as batch_module
 from django_cogworker.broker.keys import Keys
+from django_cogworker.features.batches import batch as batch_module
 from django_cogworker.outbox.models import OutboxJob
 from django_cogworker.outbox.relay import relay_once
 from django_cogworker.push import runtime

@@ -1,4 +1,4 @@
-"""Job results (django_cogworker/push/results.py, engine/run/results.py): the opt-in record of a class job
+"""Job results (django_cogworker/features/results/records.py, writer.py): the opt-in record of a class job
 with ``result_ttl``, nothing for a job without it, and the record on the admin's job page."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from helpers import FAST_ENV, Worker, wait_until
 
 from django_cogworker import api
 from django_cogworker.broker.keys import Keys
-from django_cogworker.engine.run.results import ResultWriter
-from django_cogworker.push.results import FAILED, SUCCESSFUL, get_result
+from django_cogworker.features.results.records import FAILED, SUCCESSFUL, get_result
+from django_cogworker.features.results.writer import ResultWriter
 from testproject.demo.jobs import RecordJob, ResultJob
 
 K = Keys()

@@ -6,6 +6,7 @@ import pytest
 import redis
 
 from django_cogworker.broker import scripts
+from django_cogworker.features.limits import scripts as limit_scripts
 
 
 def test_requeue_args_lists_each_queue_key_once_and_points_at_it_from_one():
@@ -60,7 +61,7 @@ def test_forget_identity_checks_the_lists_it_names_and_none_on_a_cluster(rb):
     assert rb.exists("ids", "beats", "lock") == 0
 
 
-# -- limiters (scripts/limits.py) ------------------------------------------------------------------
+# -- limiters (features/limits/scripts.py) ------------------------------------------------------------------
 
 
 def _limit(name, kind, size, per="", lease=""):
@@ -72,19 +73,19 @@ def _limit(name, kind, size, per="", lease=""):
 def test_limit_take_takes_every_limiter_or_none(rb):
     conc_keys, conc = _limit("conc", "concurrent", 2, lease="30")
     full_keys, full = _limit("full", "bucket", 1, per="60")
-    assert scripts.LIMIT_TAKE(rb, full_keys, ["t0", "", "", *full]) == [1, 0]  # the bucket's only start
-    reply = scripts.LIMIT_TAKE(rb, conc_keys + full_keys, ["t1", "reschedule", "", *conc, *full])
+    assert limit_scripts.LIMIT_TAKE(rb, full_keys, ["t0", "", "", *full]) == [1, 0]  # the bucket's only start
+    reply = limit_scripts.LIMIT_TAKE(rb, conc_keys + full_keys, ["t1", "reschedule", "", *conc, *full])
     assert reply[:2] == [0, 2]  # the second limiter refused ...
     assert 0 < float(reply[2]) <= 60
     assert rb.zcard(conc_keys[0]) == 0  # ... so the first, which had room, took nothing
     assert rb.hget(conc_keys[3], "granted") is None
     assert rb.hmget(full_keys[3], "granted", "over", "rescheduled") == [b"1", b"1", b"1"]
     # In the other order the same: the refusal comes first, nothing after it is looked at.
-    assert scripts.LIMIT_TAKE(rb, full_keys + conc_keys, ["t2", "fail", "", *full, *conc])[:2] == [0, 1]
+    assert limit_scripts.LIMIT_TAKE(rb, full_keys + conc_keys, ["t2", "fail", "", *full, *conc])[:2] == [0, 1]
     assert rb.zcard(conc_keys[0]) == 0 and rb.hget(full_keys[3], "failed") == b"1"
     # With room in both, both are taken.
     free_keys, free = _limit("free", "window", 5, per="60")
-    assert scripts.LIMIT_TAKE(rb, conc_keys + free_keys, ["t3", "", "", *conc, *free]) == [1, 0]
+    assert limit_scripts.LIMIT_TAKE(rb, conc_keys + free_keys, ["t3", "", "", *conc, *free]) == [1, 0]
     assert rb.zrange(conc_keys[0], 0, -1) == [b"t3"] and rb.zrange(free_keys[1], 0, -1) == [b"t3:2"]
 
 
@@ -92,7 +93,7 @@ def test_limit_take_of_an_unknown_kind_is_an_error_and_takes_nothing(rb):
     conc_keys, conc = _limit("conc", "concurrent", 2, lease="30")
     odd_keys, odd = _limit("odd", "burst", 1, per="1")
     with pytest.raises(redis.ResponseError, match="unknown limiter kind burst"):
-        scripts.LIMIT_TAKE(rb, conc_keys + odd_keys, ["t", "", "", *conc, *odd])
+        limit_scripts.LIMIT_TAKE(rb, conc_keys + odd_keys, ["t", "", "", *conc, *odd])
     assert rb.zcard(conc_keys[0]) == 0
 
 
@@ -101,32 +102,44 @@ def test_limit_release_undo_gives_each_rate_kind_s_start_back(rb):
              _limit("l", "leaky", 1, per="60")]
     keys = [k for ks, _ in specs for k in ks]
     argv = [a for _, spec in specs for a in spec]
-    assert scripts.LIMIT_TAKE(rb, keys, ["t1", "", "", *argv]) == [1, 0]
-    assert scripts.LIMIT_TAKE(rb, keys, ["t2", "", "", *argv])[:2] == [0, 1]  # all three full
+    assert limit_scripts.LIMIT_TAKE(rb, keys, ["t1", "", "", *argv]) == [1, 0]
+    assert limit_scripts.LIMIT_TAKE(rb, keys, ["t2", "", "", *argv])[:2] == [0, 1]  # all three full
     for ks, spec in specs:
-        assert scripts.LIMIT_TAKE(rb, ks, ["t2", "", "", *spec])[0] == 0, spec[0]
+        assert limit_scripts.LIMIT_TAKE(rb, ks, ["t2", "", "", *spec])[0] == 0, spec[0]
         assert rb.hget(ks[3], "granted") == b"1"
-    assert scripts.LIMIT_RELEASE(rb, keys, ["t1", "undo", *argv])[0] == 3
+    assert limit_scripts.LIMIT_RELEASE(rb, keys, ["t1", "undo", *argv])[0] == 3
     for ks, spec in specs:
         assert rb.hget(ks[3], "granted") == b"0"  # (an undone start was never granted)
-        assert scripts.LIMIT_TAKE(rb, ks, ["t3", "", "", *spec]) == [1, 0], spec[0]  # the start is free again
+        assert limit_scripts.LIMIT_TAKE(rb, ks, ["t3", "", "", *spec]) == [1, 0], spec[0]  # the start is free again
 
 
 def test_limit_release_without_undo_gives_back_only_a_concurrent_place(rb):
     conc_keys, conc = _limit("conc", "concurrent", 1, lease="30")
     rate_keys, rate = _limit("rate", "bucket", 1, per="60")
     token = '{"jid":"j","process":"p","since":1,"run":"r"}'
-    assert scripts.LIMIT_TAKE(rb, conc_keys + rate_keys, [token, "", "", *conc, *rate]) == [1, 0]
-    assert scripts.LIMIT_RELEASE(rb, conc_keys + rate_keys, [token, "release", *conc, *rate])[0] == 1
+    assert limit_scripts.LIMIT_TAKE(rb, conc_keys + rate_keys, [token, "", "", *conc, *rate]) == [1, 0]
+    assert limit_scripts.LIMIT_RELEASE(rb, conc_keys + rate_keys, [token, "release", *conc, *rate])[0] == 1
     assert rb.zcard(conc_keys[0]) == 0
     assert 0 <= float(rb.hget(conc_keys[3], "hold")) <= 3600  # (how long it was held: capped at an hour)
-    assert scripts.LIMIT_TAKE(rb, rate_keys, ["t2", "", "", *rate])[0] == 0  # the start was made: not given back
-    assert scripts.LIMIT_RELEASE(rb, conc_keys, [token, "release", *conc])[0] == 0  # (twice: nothing more)
+    assert limit_scripts.LIMIT_TAKE(rb, rate_keys, ["t2", "", "", *rate])[0] == 0  # the start was made: not given back
+    assert limit_scripts.LIMIT_RELEASE(rb, conc_keys, [token, "release", *conc])[0] == 0  # (twice: nothing more)
 
 
 def test_limit_renew_moves_only_the_leases_still_held(rb):
     rb.zadd("holders", {"mine": 1.0, "other": 2.0})
-    assert scripts.LIMIT_RENEW(rb, ["holders"], ["30", "mine", "lapsed"]) == 1
+    assert limit_scripts.LIMIT_RENEW(rb, ["holders"], ["30", "mine", "lapsed"]) == 1
     now = float(rb.time()[0])
     assert now + 28 < rb.zscore("holders", "mine") <= now + 31
     assert rb.zscore("holders", "other") == 2.0 and rb.zscore("holders", "lapsed") is None
+
+
+def test_every_script_the_core_s_and_the_features_compiles_under_its_sha(rb):
+    # _base.EVERY lists them as they are made: a feature's, from its own folder, too.
+    from django_cogworker.broker.scripts import _base
+    from django_cogworker.features.batches import scripts as batch_scripts
+    from django_cogworker.features.results import scripts as result_scripts
+
+    made = [batch_scripts.BATCH_SETTLE, limit_scripts.LIMIT_TAKE, result_scripts.RESULT_FINISHED, scripts.PUSH]
+    assert all(any(script is listed for listed in _base.EVERY) for script in made)
+    for script in _base.EVERY:
+        assert rb.script_load(script.source) == script.sha

@@ -27,12 +27,12 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from django_cogworker import Batch
-from django_cogworker.batches.steps import BatchStep, BatchSteps
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.fetch.contract import Unit
 from django_cogworker.engine.fetch.reliable import ReliableFetch
 from django_cogworker.engine.settle.retry import Filing, RetryPolicy
 from django_cogworker.engine.settle.settling import AckBatch, Settler
+from django_cogworker.features.batches.steps import BatchStep, BatchSteps
 from django_cogworker.push import payload as payloads
 from testproject.demo.jobs import BatchCallbackJob
 

@@ -1,5 +1,5 @@
-"""The worker's batch step (django_cogworker/batches/steps.py) and the delivery of what it fired
-(batches/delivery.py), cut at each point where a process can die, one point at a time.
+"""The worker's batch step (django_cogworker/features/batches/steps.py) and the delivery of what it fired
+(features/batches/delivery.py), cut at each point where a process can die, one point at a time.
 
 A job of a batch settles its step (BATCH_SETTLE: the counters move and the callbacks it fired go
 onto the batch's outbox, in one script), then delivers the outbox (per callback: BATCH_DELIVER,
@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from django_cogworker import Batch
-from django_cogworker.batches import steps
 from django_cogworker.broker.keys import Keys
+from django_cogworker.features.batches import steps
 from django_cogworker.push import runtime
 from testproject.demo.jobs import BatchCallbackJob, BatchMemberJob
 

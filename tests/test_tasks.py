@@ -21,7 +21,7 @@ from helpers import FAST_ENV, REPO_ROOT, Worker, wait_until
 
 from django_cogworker.broker.keys import Keys
 from django_cogworker.errors import Cancelled, JobExpired, JobTimeout
-from django_cogworker.flow import cancel
+from django_cogworker.features.cancellation import cancel
 from django_cogworker.push import runtime
 from django_cogworker.tasks.api import InvalidTask, TaskResultDoesNotExist, TaskResultStatus, task_backends
 from django_cogworker.tasks.backend import CogworkerBackend

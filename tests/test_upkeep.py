@@ -1,4 +1,4 @@
-"""flow/upkeep.py: what a heartbeat does for limiters (lease renewal, the ``limits`` index), and
+"""features/limits/upkeep.py: what a heartbeat does for limiters (lease renewal, the ``limits`` index), and
 what ``manage.py check`` says of them (``problems``)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from limiter_fixtures import fresh_limiters, unique  # noqa: F401 - the fresh_li
 from django_cogworker import Limiter
 from django_cogworker.broker.keys import Keys
 from django_cogworker.errors import OverLimit
-from django_cogworker.flow.limiter import SEEN
-from django_cogworker.flow.upkeep import beat, problems
+from django_cogworker.features.limits.limiter import SEEN
+from django_cogworker.features.limits.upkeep import beat, problems
 
 K = Keys()
 
@@ -66,7 +66,7 @@ def test_a_lease_that_lapsed_before_the_beat_is_not_brought_back_and_is_logged(r
         time.sleep(0.35)  # (a beat that came too late)
         with limiter.within(wait=0, redis=rb, keys=K):  # another took the lapsed place
             (theirs,) = r.zrange(holders, 0, -1)
-            with caplog.at_level(logging.WARNING, logger="django_cogworker.flow.upkeep"):
+            with caplog.at_level(logging.WARNING, logger="django_cogworker.features.limits.upkeep"):
                 beat(rb, K)
             assert r.zrange(holders, 0, -1) == [theirs]  # (XX: ours not added back beside theirs)
     assert f"limiter {limiter.name!r}: 1 lease(s) of this process lapsed" in caplog.text

@@ -1,4 +1,4 @@
-"""Workflows (django_cogworker/batches/workflows.py): chain, group and chord over batches, with real
+"""Workflows (django_cogworker/features/batches/workflows.py): chain, group and chord over batches, with real
 workers: each step after the previous succeeded, the previous value for a step that asks for it,
 a dying step stopping its chain, nested parts, and bad parts refused at the call."""
 
@@ -11,8 +11,8 @@ from django.test import override_settings
 from helpers import FAST_ENV, Worker, wait_until
 
 from django_cogworker import Batch, BatchError, CogworkerError, Job, chain, chord, group
-from django_cogworker.batches import ChainNext
 from django_cogworker.broker.keys import Keys
+from django_cogworker.features.batches import ChainNext
 from django_cogworker.push.client import Client
 from testproject.demo.jobs import AddJob, BatchCallbackJob, BatchMemberJob, RecordJob, ValueJob
 
@@ -201,7 +201,7 @@ def test_a_500_step_chain_s_hand_over_carries_no_more_than_a_3_step_one_s(r):
 def test_a_hand_over_run_again_before_it_settled_adds_the_same_next_step_and_no_other(r, monkeypatch):
     # Its process killed between adding the next step and settling the finished one, a hand-over
     # is run again (orphan recovery): the chain must not skip a step, nor add one twice.
-    from django_cogworker.batches import steps
+    from django_cogworker.features.batches import steps
     from django_cogworker.push import scope
 
     flow = chain(ValueJob.s(1), ValueJob.s(2), ValueJob.s(3)).perform_async()

@@ -15,8 +15,11 @@ from typing import Any
 from django.urls import path, register_converter
 from django.urls.converters import get_converters
 
+from ..features.batches import admin_views as batch_views
+from ..features.cancellation import admin_views as cancel_views
+from ..features.limits import admin_views as limit_views
 from ..outbox import admin_views as outbox_views
-from . import batch_views, cancel_views, limit_views, set_views, views
+from . import set_views, views
 
 
 class NameConverter:

@@ -57,6 +57,9 @@ The names are defined in one module per part and re-exported here, so
     periodic     PeriodicEntry
     quarantine   Bounded, QuarantinedKey; KEYSPACE_SCAN_LIMIT, QUARANTINE_LIMIT, SAMPLE_ITEMS, SAMPLE_CHARS
     stats        Day, Stats, JobClassStats
+
+and from the features' folders (each feature's ``api.py``, django_cogworker/features/):
+
     results      job_result (a job's result record, when it keeps one)
     batches      BatchSet, BatchSummary, BatchDetail, BatchJob, BatchCallback; JOB_LIMIT, CHILD_LIMIT,
                  MEMBER_SCAN_LIMIT, CALLBACK_LOOKUPS, STATE_SAMPLE, STATES, JOB_STATES
@@ -64,11 +67,11 @@ The names are defined in one module per part and re-exported here, so
 
 The code reads each limit in the module that defines it: to change one (a
 test's monkeypatch), set it there, e.g. ``api.sorted_sets.SCAN_LIMIT``;
-setting ``api.SCAN_LIMIT`` changes only this re-exported name.
+setting ``api.SCAN_LIMIT`` changes only this re-exported name (a feature's: in its ``api.py``,
+e.g. ``features.batches.api.STATE_SAMPLE``).
 """
 
-from ._base import MAX_PER_PAGE, SCAN_COUNT, ActionRefused, Poison, reencode
-from .batches import (
+from ..features.batches.api import (
     CALLBACK_LOOKUPS,
     CHILD_LIMIT,
     JOB_LIMIT,
@@ -82,13 +85,14 @@ from .batches import (
     BatchSet,
     BatchSummary,
 )
-from .limits import FAMILY_KEY_LIMIT, HOLDER_LIMIT, FamilyTotals, Holder, LimitSet, LimitState, Recent
+from ..features.limits.api import FAMILY_KEY_LIMIT, HOLDER_LIMIT, FamilyTotals, Holder, LimitSet, LimitState, Recent
+from ..features.results.api import job_result
+from ._base import MAX_PER_PAGE, SCAN_COUNT, ActionRefused, Poison, reencode
 from .periodic import PeriodicEntry
 from .processes import Process, ProcessSet, Work, Workers
 from .quarantine import KEYSPACE_SCAN_LIMIT, QUARANTINE_LIMIT, SAMPLE_CHARS, SAMPLE_ITEMS, Bounded, QuarantinedKey
 from .queues import Queue, QueueRow
 from .records import JobRecord, Page
-from .results import job_result
 from .sorted_sets import (
     BATCH,
     KILLED_REASON,

@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from ..batches import steps as batch_steps
 from ..broker import crossings, scripts
 from ..broker.keys import Keys
 from ..broker.types import RedisClient
 from ..conf import Config
+from ..features.batches import steps as batch_steps
 from ..push import payload as payloads
 from ..push import unique
 from . import _base, records

@@ -1,14 +1,21 @@
-"""Batches and the workflows built on them (docs/batches.md).
+"""The public path of batches and workflows: ``from django_cogworker.batches import Batch``.
 
-    batch     Batch: jobs pushed together, callbacks on complete, success, death; its status
-    steps     the worker's side: a job of a batch settles its batch step before its ack
-    delivery  fired callbacks, from the batch's outbox to their queues, each once
-    workflows chain, group, chord: thin helpers over batches
+The code is in features/batches/ (docs/batches.md).
 """
 
-from .batch import Batch, BatchStatus
-from .steps import BatchChildDone
-from .workflows import Chain, ChainNext, Chord, Group, Signature, chain, chord, group
+from ..features.batches import (
+    Batch,
+    BatchChildDone,
+    BatchStatus,
+    Chain,
+    ChainNext,
+    Chord,
+    Group,
+    Signature,
+    chain,
+    chord,
+    group,
+)
 
 __all__ = ["Batch", "BatchStatus", "BatchChildDone", "Chain", "ChainNext", "Chord", "Group", "Signature",
            "chain", "chord", "group"]

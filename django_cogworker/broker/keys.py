@@ -65,7 +65,7 @@ batches                       zset    bid -> created_at of every batch (for list
                                       of expired ones as it is read)
 batch_closing                 zset    bid -> when a jobs() block began closing it; taken off  -
                                       once its callbacks are delivered (a sweep delivers
-                                      those of a closer that died: batches/delivery.py)
+                                      those of a closer that died: features/batches/delivery.py)
 batch:<bid>:*                 -       one batch (batches/): meta (hash), jobs, pending, open  BATCH_TTL
                                       (sets), failed (hash), dead (set), outbox (list);       refreshed
                                       cluster: ``{cogworker:b:<bid>}:batch:*`` (its own       each step
@@ -75,7 +75,7 @@ batch_delivered:<jid>         string  a batch callback delivered to its queue (o
                                       cluster: in that queue's slot
 limits                        zset    limiter key -> when last used (heartbeats write it)     -
 limit_specs                   hash    limiter key -> JSON kind, size, per, lease, family      -
-limit:<key>:*                 -       one limiter key (flow/): holders, starts, state,      state,
+limit:<key>:*                 -       one limiter key (features/limits/): holders, starts, state,      state,
                                       stats, waiting, parked; cluster:                        starts:
                                       ``{cogworker:l:<key>}:limit:*`` (its own slot)           ~per
 cancels                       hash    jid -> JSON {at, interrupt}: cancel requests, read by   a day
@@ -375,12 +375,12 @@ class BatchKeys(NamedTuple):
 
 
 class LimitKeys(NamedTuple):
-    """One limiter key's keys (flow/), in the order the limiter scripts take them as KEYS."""
+    """One limiter key's keys (features/limits/), in the order the limiter scripts take them as KEYS."""
 
     holders: str  # zset (concurrent): holder token (JSON: jid, process, since, run) -> lease end
     starts: str  # zset (window): start token -> when it started
     state: str  # hash: bn, bc (bucket: which bucket, its starts); tat (leaky)
-    stats: str  # hash: granted, over, rescheduled, failed, expired; the last hour's ring (scripts/limits.py);
+    stats: str  # hash: granted, over, rescheduled, failed, expired; the last hour's ring (features/limits/scripts.py);
     #             lost:<name> (a key of the limiter moved to quarantine: when)
     waiting: str  # zset (concurrent): jids of refused jobs -> their due time; a release wakes the first
     parked: str  # hash (concurrent): jid -> the job as rescheduled (what a wake-up moves to its queue)

@@ -132,9 +132,9 @@ def signal(name: str, identities: list[str], *, every: bool) -> Outcome:
 def cancel(jid: str, *, interrupt: bool) -> Outcome:
     """Cancel job ``jid`` wherever it is (``django_cogworker.cancel``): taken off a queue, the schedule or the
     retries, or, running, asked to stop (``interrupt``: Cancelled raised in its thread)."""
-    # Imported here: the core's public cancel (flow/cancel.py), needed only by this command.
+    # Imported here: the core's public cancel (features/cancellation/cancel.py), needed only by this command.
     from ..errors import InvalidArgument, JobNotFound, NotCancellable
-    from ..flow.cancel import cancel as cancel_job
+    from ..features.cancellation.cancel import cancel as cancel_job
 
     outcome = Outcome()
     try:

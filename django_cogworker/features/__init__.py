@@ -1,35 +1,24 @@
-"""The features: each plugs into the job's path through the core's hooks (engine/run/hooks.py).
+"""The features, one folder each: what a job can do beyond being pushed, run and settled.
 
-    batches       batches and workflows: a job's batch step settled before its ack
-    limits        concurrency and rate limits: places taken before a run, given back after
-    cancellation  a job cancelled before it runs, or told to stop while it runs
-    expiry        a job fetched past its expires_at dropped unrun
-    results       result records and timeouts, for the classes that keep them
-    locks         a job's unique and periodic locks released when its rule says
+    batches       Batch, and chain, group, chord on it: a job's batch step, delivered callbacks
+    limits        Limiter: concurrency, bucket, window and leaky limits across the fleet, and the
+                  heartbeat's upkeep of their leases
+    cancellation  cancel(jid): a request, then the job taken off where it waits or stopped running
+    results       a job's result record (``result:<jid>``) and get_result
+    expiry        a job dropped unrun past its ``expires_in``
+    locks         a job's unique and periodic locks released when its rule says (start, success, death)
 
-Features depend on the core; the core names no feature (tests/test_layout.py). A worker builds
-them with :func:`standard` (the first entry of ``COGWORKER["FEATURES"]``, always), then a
-project's own (docs/extending.md).
+A folder holds the whole of its feature: its Lua (``scripts.py``), its object model for the admin
+and the CLI (``api.py``, re-exported by ``django_cogworker.api``), its admin views
+(``admin_views.py``, routed by admin/urls.py), its metrics (``metrics.py``, read by
+metrics/collect.py), and the worker's side of it: its hook (``hook.py``), a
+:class:`~django_cogworker.engine.run.hooks.Feature` that plugs into the phases of a job's path.
+:mod:`.standard` builds the package's features for a worker, in the order their hooks run. Its
+templates are the one part elsewhere: Django finds an app's templates in its ``templates/``
+folder only, so they are in ``templates/admin/cogworker/<feature>/``.
+
+Features depend on the core (broker/, push/, engine/, api/'s general parts); the core depends on no
+feature, and broker/ on nothing above it (tests/test_layout.py holds the rule). A feature may use
+another (cancellation reads a batch's hand-over jobs); the Django side (admin/, metrics/, cli/,
+checks.py, the root package) gathers them.
 """
-
-from __future__ import annotations
-
-from ..engine.run.hooks import Feature, WorkerParts
-from ..engine.run.results import ResultWriter
-from .batches.hook import Batches
-from .cancellation.hook import Cancellation
-from .expiry.hook import Expiry
-from .limits.gate import LimitGate
-from .limits.hook import ClassLimits, InlineLimits
-from .locks.hook import RunLockRelease
-from .results.hook import Results
-
-
-def standard(parts: WorkerParts) -> list[Feature]:
-    """The package's features, in the order their hooks run (``around``: the first outermost;
-    ``after``: the last first)."""
-    redis, keys, config = parts.redis, parts.keys, parts.config
-    gate = LimitGate(redis, keys, over_limit_max=config.over_limit_max, retry=parts.retry)
-    return [Expiry(redis, keys), Cancellation(redis, keys, parts.cancels), ClassLimits(gate), InlineLimits(gate),
-            RunLockRelease(parts.run_locks), Results(ResultWriter(redis, keys, parts.identity), parts.timeouts),
-            Batches(redis, keys, config.batch_ttl)]

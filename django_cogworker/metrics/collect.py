@@ -4,11 +4,8 @@ Bounded with many queues: every queue's size is read (one pipeline per 10,000 na
 dashboard does), but per-queue series are kept for the QUEUE_LIMIT largest only: 100,000
 tenant queues would be 200,000 series a scrape, more than a Prometheus server should be asked
 to keep; ``cogworker_queues`` and ``cogworker_enqueued`` still count them all. Job classes
-likewise (``api.stats.CLASS_LIMIT``). Batches: their number, and the states of the newest
-``api.batches.STATE_SAMPLE`` (1,000) only: a field of each read, one pipeline, not a batch's sets.
-Limiters: per family (the label ``limiter``), summed over its keys: a limiter keyed by customer
-has a key per customer, a series each would be unbounded. The FAMILY_LIMIT families with the
-most grants keep series; the keys read are the ``api.limits.FAMILY_KEY_LIMIT`` most recently used.
+likewise (``api.stats.CLASS_LIMIT``). A feature's families are read by its folder's
+``metrics.py`` (features/batches/, features/limits/), each bounded there, and listed in FEATURES.
 """
 
 from __future__ import annotations
@@ -16,14 +13,18 @@ from __future__ import annotations
 import time
 
 from .. import api
-from ..api import batches as api_batches
-from ..api import limits as api_limits
 from ..broker.keys import Keys
 from ..broker.types import RedisClient
+from ..features.batches import metrics as batch_metrics
+from ..features.limits import metrics as limit_metrics
 from .exposition import Family
 
 QUEUE_LIMIT = 500  # queues with series of their own, the largest first
-FAMILY_LIMIT = 100  # limiter families with series of their own, those with the most grants first
+
+# The features whose families follow the core's, each read by its folder's ``families(redis, keys)``
+# (looked up at each scrape: a feature's metrics module imports metrics/exposition.py, so it may be
+# the one still being imported as this module is).
+FEATURES = (batch_metrics, limit_metrics)
 
 
 def collect(*, redis: RedisClient | None = None, keys: Keys | None = None, now: float | None = None,
@@ -61,8 +62,8 @@ def collect(*, redis: RedisClient | None = None, keys: Keys | None = None, now: 
     ]
     families += _queues(stats, redis, keys, now, queue_limit)
     families += _periodic(redis, keys)
-    families += _batches(redis, keys)
-    families += _limits(redis, keys)
+    for feature in FEATURES:
+        families += feature.families(redis, keys)
     families += _outbox(now)
     families += classes
     return families
@@ -102,46 +103,6 @@ def _periodic(redis: RedisClient, keys: Keys) -> list[Family]:
             last.add(entry.last_slot, entry=entry.pjid)
         enabled.add(int(entry.enabled), entry=entry.pjid)
     return [last, enabled]
-
-
-def _batches(redis: RedisClient, keys: Keys) -> list[Family]:
-    batches = api.BatchSet(redis=redis, keys=keys)
-    # Expired batches off the listing first, the oldest (a bid stays listed after its data expires,
-    # until a read meets it): else the count would grow with every batch ever made.
-    batches.prune()
-    sample = api_batches.STATE_SAMPLE  # (read now: a test patches it)
-    by_state = Family("cogworker_recent_batches", "gauge",
-                      f"Of the newest {sample} batches, how many are incomplete, complete with failures (every job "
-                      f"ran, some are failing or dead), or succeeded.")
-    for state, count in batches.states(sample).items():
-        by_state.add(count, state=state)
-    listed = Family("cogworker_batches", "gauge", "Batches listed (those whose data expired are taken off as the "
-                                                  "listing is read, the oldest first).")
-    return [listed.add(batches.size()), by_state]
-
-
-def _limits(redis: RedisClient, keys: Keys) -> list[Family]:
-    found = api.LimitSet(redis=redis, keys=keys).families(api_limits.FAMILY_KEY_LIMIT)  # (read now: a test patches it)
-    kept = sorted(found, key=lambda f: (-f.totals["granted"], f.family))[:FAMILY_LIMIT]
-    in_use = Family("cogworker_limit_in_use", "gauge", "Places of the limiter taken now, over its keys: holders "
-                                                       "(concurrent), starts in the bucket or window, a leaky "
-                                                       "bucket's level.")
-    size = Family("cogworker_limit_size", "gauge", "The limiter's size (a limiter of one static name only).")
-    waiting = Family("cogworker_limit_waiting", "gauge", "Jobs a concurrency limiter refused that wait for a place "
-                                                         "given back, over its keys.")
-    counters = [(name, Family(f"cogworker_limit_{name}_total", "counter", text)) for name, text in (
-        ("granted", "Places the limiter granted, over its keys."),
-        ("over", "Times the limiter refused (at fetch, or a within() block that waited in vain), over its keys."),
-        ("rescheduled", "Jobs sent back to the schedule by the limiter, over its keys."),
-        ("expired", "Concurrency leases of the limiter that lapsed (their holder died), over its keys."))]
-    for family in sorted(kept, key=lambda f: f.family):
-        in_use.add(family.in_use, limiter=family.family)
-        waiting.add(family.waiting, limiter=family.family)
-        if family.size is not None:
-            size.add(family.size, limiter=family.family)
-        for name, counter in counters:
-            counter.add(family.totals[name], limiter=family.family)
-    return [in_use, size, waiting, *(counter for _, counter in counters)]
 
 
 def _outbox(now: float) -> list[Family]:

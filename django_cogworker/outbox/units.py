@@ -27,7 +27,7 @@ from ..push import payload as payloads
 UNIT_CLASS = "django_cogworker.outbox_unit"  # (a row's payload "class": what tells a unit from a job)
 
 # The batch operations a unit's steps run (open_block, count, close_block), handed over by batches/
-# when it is imported (batches/batch.py): batches/ imports this module, and push/client.py does
+# when it is imported (features/batches/batch.py): batches/ imports this module, and push/client.py does
 # through pushing.py, so importing batches/ from here closed a circle (push -> outbox -> batches
 # -> push). A unit is recorded by batches/, and every process that runs one (the committing one,
 # a worker's relay) has imported it.
@@ -35,7 +35,7 @@ _batches: Any = None
 
 
 def use_batch_operations(module: Any) -> None:
-    """Set where a unit's batch steps are run from (batches/batch.py, as it is imported)."""
+    """Set where a unit's batch steps are run from (features/batches/batch.py, as it is imported)."""
     global _batches
     _batches = module
 

@@ -208,7 +208,7 @@ def check_unique(unique_for: Any, unique_until: Any, where: str) -> None:
 
 def check_limits(limits: Any, where: str) -> tuple[Any, ...]:
     """``limits`` as a tuple of Limiters; CogworkerError naming ``where`` and the entry otherwise."""
-    from ..flow.limiter import Limiter
+    from ..features.limits.limiter import Limiter
 
     if isinstance(limits, (str, bytes)) or not isinstance(limits, (list, tuple)):
         raise CogworkerError(f"{where} must be a list of limiters (Limiter.concurrent(...), ...), got {limits!r}")

@@ -70,7 +70,7 @@ class Job:
     ``queue`` (``"default"``), ``retry`` (True: MAX_RETRIES; False or 0: none;
     an int), ``dead`` (False: a job out of retries is discarded, not kept),
     ``backtrace`` (True or a number of lines to keep with the error),
-    ``result_ttl`` (keep a result record this many seconds: :func:`~django_cogworker.push.results.get_result`),
+    ``result_ttl`` (keep a result record this many seconds: ``get_result``),
     ``timeout`` (seconds a run may take; past it the run fails with JobTimeout),
     ``expires_in`` (seconds after it is due that a job still waiting is dropped, never run),
     ``limits`` (a list of :class:`~django_cogworker.Limiter`: places taken before each run;
@@ -86,7 +86,7 @@ class Job:
     backtrace: ClassVar[bool | int] = False
     unique_for: ClassVar[float | None] = None
     unique_until: ClassVar[str] = "success"
-    # Seconds to keep a result record (status, return value, errors; engine/run/results.py) after
+    # Seconds to keep a result record (status, return value, errors; features/results/writer.py) after
     # its last change; None: no record, and nothing paid for one.
     result_ttl: ClassVar[float | None] = None
     # Seconds a run may take before JobTimeout is raised in it (engine/run/timeouts.py); None: no limit.
@@ -94,7 +94,7 @@ class Job:
     # Seconds after it is due (pushed, or its perform_at time) that a job still waiting is
     # dropped at fetch, never run (features/expiry/hook.py); None: never.
     expires_in: ClassVar[float | None] = None
-    # Limiters each run takes a place in first (flow/): over one, the job is rescheduled.
+    # Limiters each run takes a place in first (features/limits/): over one, the job is rescheduled.
     limits: ClassVar[Sequence[Any]] = ()
     _cogworker_startup: ClassVar[bool] = True
     # False for the package's hand-over jobs (batches/: a chain's next step, a child batch telling
@@ -163,7 +163,7 @@ class Job:
 
     @classmethod
     def s(cls, *args: Any, **kwargs: Any) -> Any:
-        """A workflow step of this job with these arguments (batches/workflows.py: chain, group, chord)."""
+        """A workflow step of this job with these arguments (features/batches/workflows.py: chain, group, chord)."""
         return Signature(cls, args, kwargs)
 
     @classmethod

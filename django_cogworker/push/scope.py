@@ -2,11 +2,11 @@
 
 Two context variables, set by their owners and read by the client on each push:
 
-- ``batch``: the innermost open ``Batch.jobs()`` block (batches/batch.py), or None. A push made
+- ``batch``: the innermost open ``Batch.jobs()`` block (features/batches/batch.py), or None. A push made
   in one carries the batch's bid, and the batch counts the job before it is written (and stops
   counting it if it wasn't).
 - ``running``: the job this thread (or task) runs (:class:`Running`), set by the processor around
-  its run. A batch opened inside a job knows it from this (batches/batch.py); a limiter's holder
+  its run. A batch opened inside a job knows it from this (features/batches/batch.py); a limiter's holder
   token names its jid, and ``Job.cancelled`` reads whether it was asked to stop.
 
 Context variables, not thread locals: an ``async def perform`` run through ``async_to_sync``
@@ -58,12 +58,12 @@ batch: ContextVar[BatchScope | None] = ContextVar("cogworker_batch", default=Non
 running: ContextVar[Running | None] = ContextVar("cogworker_running_job", default=None)
 
 
-# The worker process's identity, once runcogworker started (flow/ names lease holders by it).
+# The worker process's identity, once runcogworker started (features/limits/ names lease holders by it).
 identity: str | None = None
 
 
 def open_batch(bid: str) -> Any:
-    """``Batch(bid=bid)``: what ``Job.batch`` returns (set by batches/batch.py, which imports this)."""
+    """``Batch(bid=bid)``: what ``Job.batch`` returns (set by features/batches/batch.py, which imports this)."""
     if _batch_factory is None:  # (the package's __init__ imports batches/: never, in practice)
         raise RuntimeError("django_cogworker.batches is not imported")
     return _batch_factory(bid)
@@ -72,13 +72,13 @@ def open_batch(bid: str) -> Any:
 _batch_factory: Callable[[str], Any] | None = None
 
 
-# What Job.cancel and Job.cancelled call (flow/cancel.py sets them when imported: it reaches
+# What Job.cancel and Job.cancelled call (features/cancellation/cancel.py sets them when imported: it reaches
 # batches/, which imports push/, so push/ can't import it).
 cancel_hooks: dict[str, Callable[..., Any]] = {}
 
 
 def cancel_hook(name: str) -> Callable[..., Any]:
     hook = cancel_hooks.get(name)
-    if hook is None:  # (the package's __init__ imports flow/: never, in practice)
-        raise RuntimeError("django_cogworker.flow is not imported")
+    if hook is None:  # (the package's __init__ imports features/cancellation/: never, in practice)
+        raise RuntimeError("django_cogworker.features.cancellation is not imported")
     return hook

@@ -13,7 +13,7 @@ fetch, orphan recovery, retries, the dead set, unique and periodic use, the admi
 knows only the tasks of the modules it imported at startup (each installed app's ``tasks.py``
 and ``OPTIONS["MODULES"]``): a payload naming any other path is dead on arrival, nothing imported.
 
-Every task keeps a result record (:mod:`django_cogworker.push.results`), read by ``get_result``.
+Every task keeps a result record (:mod:`django_cogworker.features.results.records`), read by ``get_result``.
 
 A task that raises is FAILED, as Django's API has it: no retries unless asked for, per task
 (``@task(retry=3)``) or per backend (``OPTIONS["RETRY"]``). A task out of retries goes where a job
@@ -32,7 +32,7 @@ from typing import Any
 from ..bounds import check_seconds
 from ..broker.keys import Keys
 from ..errors import CogworkerError, ConfigError
-from ..push import results
+from ..features.results import records as results
 from ..push.arguments import check_limits
 from ..push.job import Job, JobSetter, registered
 from . import options

@@ -1,4 +1,4 @@
-"""Demo jobs of flow control (django_cogworker.flow): limited jobs that record how they ran, an
+"""Demo jobs of flow control (django_cogworker.features.limits): limited jobs that record how they ran, an
 expiring one and a cancellable one. Used by `make demo` and by the fleet tests (test_flow_fleet.py).
 
 The leases read DEMO_LIMIT_LEASE (seconds, default 10): a lease must be at least twice

@@ -10,9 +10,12 @@ the writes made before it, so a remove followed by a failing push (the
 destination holding the wrong type) lost the job.
 
 One module per area: :mod:`.push` (a push), :mod:`.jobs` (a job's life after it), :mod:`.periodic` (periodic
-entries and locks), :mod:`.admin` (the api's scripts), :mod:`.batches` (batches), :mod:`.limits`
-(limiters), :mod:`.slots` (the steps of a cluster's crossings between slots); :mod:`._base` runs them.
-Every name is re-exported here: callers write ``scripts.PUSH``.
+entries and locks), :mod:`.admin` (the api's scripts), :mod:`.slots` (the steps of a cluster's
+crossings between slots); :mod:`._base` runs them and lists them all (``_base.EVERY``). Every name is
+re-exported here: callers write ``scripts.PUSH``.
+
+A feature's scripts live in its folder (``features/<feature>/scripts.py``: batches, limits, result
+records) and its modules import them from there: broker/ imports nothing above it.
 """
 
 from __future__ import annotations
@@ -26,15 +29,6 @@ from .admin import (
     RESTORE_QUARANTINED,
     SCAN_PREVIEW,
     requeue_from_zset_batch_args,
-)
-from .batches import (
-    BATCH_ADD,
-    BATCH_CLOSE,
-    BATCH_CLOSED,
-    BATCH_DELIVER,
-    BATCH_OPEN,
-    BATCH_SETTLE,
-    BATCH_SUCCEED,
 )
 from .jobs import (
     CLAIM_AND_REQUEUE,
@@ -51,10 +45,8 @@ from .jobs import (
     REQUEUE,
     requeue_args,
 )
-from .limits import LIMIT_COUNT, LIMIT_PARK, LIMIT_RELEASE, LIMIT_RENEW, LIMIT_TAKE
 from .periodic import HELD_LOCK, PERIODIC_CLAIM, PERIODIC_ENABLE, PERIODIC_ROLLBACK
 from .push import PUSH, RECEIPT_TTL, push_args
-from .results import RESULT_FINISHED, RESULT_STARTED
 from .slots import ADD_TRIMMED, LEASE, UNLEASE
 
 __all__ = [
@@ -86,21 +78,8 @@ __all__ = [
     "PREVIEW",
     "SCAN_PREVIEW",
     "PRUNE_QUEUES",
-    "RESULT_STARTED",
-    "RESULT_FINISHED",
     "ADD_TRIMMED",
     "LEASE",
     "UNLEASE",
-    "BATCH_OPEN",
-    "BATCH_CLOSE",
-    "BATCH_CLOSED",
-    "BATCH_ADD",
-    "BATCH_SETTLE",
-    "BATCH_SUCCEED",
-    "BATCH_DELIVER",
-    "LIMIT_TAKE",
-    "LIMIT_RELEASE",
-    "LIMIT_RENEW",
-    "LIMIT_PARK",
-    "LIMIT_COUNT",
 ]
+

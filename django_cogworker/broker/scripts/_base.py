@@ -1,4 +1,9 @@
-"""The script runner and the Lua and argument pieces several scripts share."""
+"""The script runner and the Lua and argument pieces several scripts share; the list of every script.
+
+Every :class:`Script` made is listed in :data:`EVERY` as it is made (the core's here, a feature's in
+its own folder's ``scripts.py``, django_cogworker/features/): what reads them all (a check of
+every script, a preload) finds the features' scripts without broker/ importing any feature.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ class Script:
     def __init__(self, source: str):
         self.source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
+        EVERY.append(self)
 
     def __call__(self, client: Any, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
         try:
@@ -31,6 +37,9 @@ class Script:
         """
         pipe.execute_command("EVAL", self.source, len(keys), *keys, *args)
 
+
+# Every script made so far, in the order made (those of a feature once its scripts module is imported).
+EVERY: list[Script] = []
 
 def _add_remove_trim(remove: str, below: int, cap: int) -> str:
     """Lua: the tail four scripts share (filing a job in a sorted set).

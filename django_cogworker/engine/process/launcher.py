@@ -45,10 +45,9 @@ from ...broker.keys import for_config
 from ...broker.locks import active_ttl, touch_running
 from ...broker.types import RedisClient
 from ...conf import Config
-from ...flow import upkeep
 from ...push import scope
 from ...push.client import Client
-from ...push.job import call_perform, registry
+from ...push.job import call_perform
 from ...push.middleware import build_chain
 from ..fetch.registry import make_fetch
 from ..loops import run_each
@@ -122,9 +121,6 @@ class Launcher:
         self.keys = for_config(config)
         self.identity = identity or new_identity()
         scope.identity = self.identity  # (a limiter's holder tokens name the process by it)
-        # (runcogworker's system checks refuse to start with these: cogworker.E004, checks.py)
-        for problem in upkeep.problems(config.heartbeat_interval, registry()):
-            logger.error("%s", problem)
         self.stats = Stats(self.keys)
         self.retry = RetryPolicy(config, death_handlers)
         self.fetch = make_fetch(config, redis, self.keys, self.identity)
@@ -149,7 +145,8 @@ class Launcher:
         self.heartbeat = Heartbeat(config, redis, self.keys, self.identity, self.manager, self.fetch, self.stats,
                                    on_signal=self._signals_put, version=version,
                                    extra_chores=(self._touch_periodic_locks, self._reconcile,
-                                                 self.run_locks.retry_pending, self._limits),
+                                                 self.run_locks.retry_pending,
+                                                 *(chore for f in self.features for chore in f.chores())),
                                    extra_info=extra_info, cancels=self.cancels, on_beat=self._beaten)
         self._suspects: collections.Counter[bytes] = collections.Counter()
         self._next_reconcile = time.monotonic() + RECONCILE_INTERVAL
@@ -173,10 +170,6 @@ class Launcher:
         self.companions = tuple(companions)
         self._signals: queue.SimpleQueue[str] = queue.SimpleQueue()
         self.stopped = threading.Event()
-
-    def _limits(self, redis: RedisClient) -> None:
-        """Renew the leases of the limiter places held here; index the limiter keys used (flow/upkeep.py)."""
-        upkeep.beat(redis, self.keys)
 
     def _touch_periodic_locks(self, redis: RedisClient) -> None:
         touch_running(redis, self.keys, self.manager.running_jobs(), active_ttl(self.config.orphan_threshold))

@@ -12,7 +12,7 @@ on its own (only a lost connection fails the round):
 3. unsettled jobs: records that some process handed over at its shutdown
    (jobs that ran but whose retry/dead filing failed) filed where they belong;
 4. batch closings, every 15 s: callbacks fired by a jobs() block's close whose pusher died
-   before it delivered them (batches/delivery.py).
+   before it delivered them (features/batches/delivery.py).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from ...batches import delivery
 from ...broker.keys import Keys
 from ...broker.types import RedisClient
 from ...conf import Config
+from ...features.batches import delivery
 from ..loops import Step
 from ..settle.retry import RetryPolicy
 from ..settle.settling import file_unsettled

@@ -27,13 +27,13 @@ from typing import Any, cast
 
 import redis as redis_lib
 
-from ...batches import steps as batch_steps
 from ...broker import crossings, locks, scripts
 from ...broker.cluster import scan_page
 from ...broker.keys import Keys
 from ...broker.types import RedisClient
 from ...conf import Config
 from ...errors import is_unavailable
+from ...features.batches import steps as batch_steps
 from ...push import payload as payloads
 from ...push import unique
 from ..loops import redis_time

@@ -148,6 +148,11 @@ class Feature:
     def after(self, run: JobRun) -> None:
         return None
 
+    def chores(self) -> Sequence[Callable[[RedisClient], None]]:
+        """Work for the heartbeat thread, called with its Redis client after each beat (a limit's
+        leases renewed); one that raises is logged by the heartbeat, and the next beat calls it again."""
+        return ()
+
     def step_runners(self) -> Mapping[type, StepRunner]:
         """The runners of the Staged steps this feature's ``settling`` makes, by the step's type
         (the Settler runs each step through its runner before the job's ack or filing)."""
@@ -175,7 +180,7 @@ FeatureFactory = Callable[[WorkerParts], "Feature | Sequence[Feature]"]
 
 
 # The package's own features (django_cogworker/features/): always first, before a project's own.
-STANDARD_FEATURES = "django_cogworker.features.standard"
+STANDARD_FEATURES = "django_cogworker.features.standard.build"
 
 
 def load_features(config: Config) -> list[FeatureFactory]:

@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ...batches.steps import BatchStep, BatchSteps, step_for
 from ...broker.keys import Keys
 from ...broker.types import RedisClient
 from ...engine.run.hooks import Call, Decision, Feature, JobRun, Outcome
-from ...engine.run.results import encode_return
 from ...engine.settle.retry import Filing
 from ...engine.settle.settlement import StepRunner
+from ..results.writer import encode_return
+from .steps import BatchStep, BatchSteps, step_for
 
 
 class Batches(Feature):

@@ -23,14 +23,14 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ...broker import scripts
 from ...broker.keys import Keys, Want
 from ...broker.quarantine import run_script
 from ...broker.types import RedisClient
 from ...engine.settle.retry import Filing
 from ...errors import LimitError, OverLimit, is_unavailable
-from ...flow.limiter import HELD, SEEN, Limiter, holder_token, wake
 from ...push import payload as payloads
+from . import scripts
+from .limiter import HELD, SEEN, Limiter, holder_token, wake
 
 if TYPE_CHECKING:
     from ...engine.settle.retry import RetryPolicy

@@ -8,12 +8,14 @@ may call ``Limiter.within`` and raise OverLimit from its run).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ...broker.types import RedisClient
 from ...engine.run.hooks import Decision, Feature, JobRun, Outcome
 from ...engine.settle.settlement import StepRunner
 from ...errors import OverLimit
+from . import upkeep
 from .gate import LimitGate, Release, Releases, Rescheduled, Ticket
 
 NOTE = "limits"  # run.notes: the Ticket of the places taken, or the Rescheduled to park once settled
@@ -52,6 +54,13 @@ class ClassLimits(Feature):
 
     def step_runners(self) -> Mapping[type, StepRunner]:
         return {Release: Releases(self.gate)}
+
+    def chores(self) -> Sequence[Callable[[RedisClient], None]]:
+        return (self.renew,)
+
+    def renew(self, redis: RedisClient) -> None:
+        """Renew the leases of the limiter places held here; index the limiter keys used (upkeep.py)."""
+        upkeep.beat(redis, self.gate.keys)
 
 
 class InlineLimits(Feature):

@@ -15,9 +15,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ...engine.run.hooks import Call, Decision, Feature, JobRun, Outcome
-from ...engine.run.results import ResultWriter, encode_return
 from ...engine.settle.retry import Filing
 from ...push import payload as payloads
+from .writer import ResultWriter, encode_return
 
 if TYPE_CHECKING:
     from ...engine.run.timeouts import Timeouts

@@ -17,16 +17,16 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.urls import reverse
 
-from .views import back, confirm, confirmed, guard
+from ...admin.views import back, confirm, confirmed, guard
 
 
 @guard(actions=True)
 def cancel(request: HttpRequest, *, site: Any) -> HttpResponse:
     if request.method != "POST":  # (the guard lets a viewer GET: there is nothing here to look at)
         return HttpResponseNotAllowed(["POST"])
-    # Imported here: the core's public cancel (flow/cancel.py), needed only when a button is pressed.
-    from ..errors import JobNotFound, NotCancellable
-    from ..flow.cancel import cancel as cancel_job
+    # Imported here: the core's public cancel (features/cancellation/cancel.py), needed only when a button is pressed.
+    from ...errors import JobNotFound, NotCancellable
+    from .cancel import cancel as cancel_job
 
     default = reverse(f"{site.name}:django_cogworker_busy_changelist")
     jid = request.POST.get("jid", "").strip()

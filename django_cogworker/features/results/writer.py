@@ -20,12 +20,12 @@ import time
 import traceback
 from typing import Any
 
-from ...broker import scripts
 from ...broker.keys import Keys, Want
 from ...broker.quarantine import run_script
 from ...broker.types import RedisClient
 from ...push import payload as payloads
-from ...push import results
+from . import records as results
+from . import scripts
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Limiters: how many at once, or how many starts per period, fleet-wide.
 
 A :class:`Limiter` is a definition (kind, name, size, period, lease); its state lives in Redis
-under the limiter's key (broker/scripts/limits.py), so every process and host on the same Redis
+under the limiter's key (features/limits/scripts.py), so every process and host on the same Redis
 shares it. Two ways to use one:
 
 * ``limits = [...]`` on a job class: the processor takes a place in each before the job runs
@@ -29,12 +29,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..bounds import MAX_SECONDS, MAX_SECONDS_TEXT, check_seconds, check_size
-from ..broker import scripts
-from ..broker.keys import Keys, for_config
-from ..broker.quarantine import run_script
-from ..errors import CogworkerError, InvalidArgument, LimitKeyError, OverLimit
-from ..push import scope  # (a leaf: the running job and the process identity, set by the worker)
+from ...bounds import MAX_SECONDS, MAX_SECONDS_TEXT, check_seconds, check_size
+from ...broker import scripts
+from ...broker.keys import Keys, for_config
+from ...broker.quarantine import run_script
+from ...errors import CogworkerError, InvalidArgument, LimitKeyError, OverLimit
+from ...push import scope  # (a leaf: the running job and the process identity, set by the worker)
+from . import scripts as limit_scripts
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +165,7 @@ class Limiter:
         if wait > MAX_SECONDS:  # (10**400 raised OverflowError)
             raise InvalidArgument(f"within(wait=...) takes at most {MAX_SECONDS_TEXT}, got {wait!r}")
         if redis is None or keys is None:
-            from ..push import runtime  # (the Django edge; in a worker, the processor thread's connection)
+            from ...push import runtime  # (the Django edge; in a worker, the processor thread's connection)
 
             redis = redis if redis is not None else runtime.get_redis()
             keys = keys if keys is not None else for_config(runtime.get_config())
@@ -173,7 +174,8 @@ class Limiter:
         deadline = time.monotonic() + wait
         pause = WAIT_SLICE[0]
         while True:
-            reply = run_script(scripts.LIMIT_TAKE, redis, keys, list(lk), [token, "", "", *self.argv()], lk.expected)
+            reply = run_script(limit_scripts.LIMIT_TAKE, redis, keys, list(lk), [token, "", "", *self.argv()],
+                               lk.expected)
             if int(reply[0]) == 1:
                 break
             after = _text(reply[2])
@@ -198,7 +200,7 @@ class Limiter:
         finally:
             HELD.remove(hold)
             try:
-                reply = run_script(scripts.LIMIT_RELEASE, redis, keys, list(lk), [token, "release", *self.argv()],
+                reply = run_script(limit_scripts.LIMIT_RELEASE, redis, keys, list(lk), [token, "release", *self.argv()],
                                    lk.expected)
                 wake(redis, keys, reply[1:])
             except Exception as exc:  # (the block's work is done: failing it would have it done again)
@@ -211,8 +213,8 @@ def wake(redis: Any, keys: Keys, popped: list[Any]) -> int:
     their queues now, each only if still in the schedule as parked (one that ran or was deleted
     meanwhile isn't brought back); return how many moved. A wake-up that fails costs only time:
     the job is still due at its backoff."""
-    from ..broker import crossings
-    from ..push import payload as payloads
+    from ...broker import crossings
+    from ...push import payload as payloads
 
     moved = 0
     now = time.time()

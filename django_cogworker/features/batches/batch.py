@@ -2,7 +2,7 @@
 (success), or the first of them died (death).
 
 The batch's counters live in Redis (broker/keys.py ``batch:<bid>:*``) and move only in the scripts
-of broker/scripts/batches.py: when a block of pushes opens and closes (here), when a job is added
+of features/batches/scripts.py: when a block of pushes opens and closes (here), when a job is added
 before its push (push/client.py through :class:`_Scope`), and when a job of the batch settles
 (steps.py, in the worker). docs/batches.md gives the API and why each callback is pushed once.
 """
@@ -18,37 +18,36 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..bounds import check_seconds, check_text
-from ..broker import scripts
-from ..broker.keys import BatchKeys, Keys
-from ..broker.quarantine import is_wrong_type, run_script
-from ..errors import BatchError, BatchNotFound, InvalidArgument
-from ..outbox import units
-from ..push import payload as payloads
-from ..push import scope as _scope
-from ..push.arguments import check_call, check_json_native
-from ..push.job import Job, JobSetter
-from . import delivery
+from ...bounds import check_seconds, check_text
+from ...broker.keys import BatchKeys, Keys
+from ...broker.quarantine import is_wrong_type, run_script
+from ...errors import BatchError, BatchNotFound, InvalidArgument
+from ...outbox import units
+from ...push import payload as payloads
+from ...push import scope as _scope
+from ...push.arguments import check_call, check_json_native
+from ...push.job import Job, JobSetter
+from . import delivery, scripts
 
 logger = logging.getLogger(__name__)
 
 EVENTS = ("complete", "success", "death")
 FAILED_SHOWN = 100  # failing jobs a status names at most (a batch of 100,000 failing would be 30 MB)
 # The callback's first argument in its stored payload, replaced by the batch's status when it fires
-# (the Lua of broker/scripts/batches.py finds it by its JSON form).
+# (the Lua of features/batches/scripts.py finds it by its JSON form).
 STATUS_PLACEHOLDER = "\x00cogworker-batch-status\x00"
 
 
 def _process_client() -> Any:
-    from ..push import runtime
+    from ...push import runtime
 
     return runtime.get_client()
 
 
 def _context() -> tuple[Any, Keys, float]:
     """The shared Redis client, the keys and the batch TTL of this process's config."""
-    from ..broker.keys import for_config
-    from ..push import runtime
+    from ...broker.keys import for_config
+    from ...push import runtime
 
     config = runtime.get_config()
     return runtime.get_redis(), for_config(config), config.batch_ttl
@@ -63,7 +62,7 @@ def handover_queue() -> str:
     queue = running.payload.get("queue") if running is not None else None
     if isinstance(queue, str) and queue:
         return queue
-    from ..push import runtime
+    from ...push import runtime
 
     return runtime.get_config().queue_names[0]
 

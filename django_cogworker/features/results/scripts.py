@@ -1,4 +1,4 @@
-"""The scripts of a job's result record (``result:<jid>``, a hash; see :mod:`django_cogworker.push.results`).
+"""The scripts of a job's result record (``result:<jid>``, a hash; see :mod:`.records`).
 
 The lists in the record (``worker_ids``, ``errors``) are JSON arrays kept as text, appended to
 here by string splicing of items the caller encoded: no cjson round trip of the record, which
@@ -7,7 +7,7 @@ would turn an empty ``args`` list into ``{}`` and reformat every float.
 
 from __future__ import annotations
 
-from ._base import Script
+from ...broker.scripts._base import Script
 
 # Lua: append the JSON item ARGV[n] to the JSON array text in hash field `field` of KEYS[1].
 _APPEND = """

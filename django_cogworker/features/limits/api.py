@@ -4,7 +4,7 @@ it is in use now, its live holders, its totals and its recent refusals and resch
 
 "Now" is Redis's TIME, never this machine's clock: holders' leases and buckets are scored by the
 workers in Redis time, and a web host whose clock runs a minute behind showed expired leases as
-live. What "in use" means follows the kind (the data model: broker/scripts/limits.py):
+live. What "in use" means follows the kind (the data model: features/limits/scripts.py):
 
 - concurrent: live holders (lease end > now) in ``holders``;
 - bucket: ``bc``, the starts of bucket ``bn`` of ``state``, when ``bn`` is the current bucket
@@ -35,11 +35,11 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from ..broker.keys import Keys, LimitKeys
-from ..broker.quarantine import is_wrong_type
-from ..broker.types import RedisClient
-from ._base import _clamp_page, _defaults, _number, _text
-from .records import Page
+from ...api._base import _clamp_page, _defaults, _number, _text
+from ...api.records import Page
+from ...broker.keys import Keys, LimitKeys
+from ...broker.quarantine import is_wrong_type
+from ...broker.types import RedisClient
 
 HOLDER_LIMIT = 500  # holders a key's page lists at most (in_use counts them all)
 LISTED_HOLDERS = 5  # holders a listing row shows

@@ -1,7 +1,7 @@
 """Delivering fired callbacks from a batch's outbox to their queues, each once.
 
 A step that fires an event writes its callbacks to the batch's outbox in the same script
-(broker/scripts/batches.py). Whoever ran that step delivers them next: each by BATCH_DELIVER,
+(features/batches/scripts.py). Whoever ran that step delivers them next: each by BATCH_DELIVER,
 which pushes it only if its delivery mark is not set yet (and sets it), then takes it off the
 outbox. On a cluster the mark and the queue are in the queue's slot and the outbox in the
 batch's, so these are two steps; one that dies between them leaves the callback on the outbox
@@ -21,9 +21,9 @@ import json
 import logging
 from typing import Any
 
-from ..broker import scripts
-from ..broker.keys import BatchKeys, Keys, Want
-from ..broker.quarantine import guarded, run_script
+from ...broker.keys import BatchKeys, Keys, Want
+from ...broker.quarantine import guarded, run_script
+from . import scripts
 
 # A closing older than this is taken for its closer's death: its own delivery takes milliseconds.
 CLOSING_GRACE = 30.0

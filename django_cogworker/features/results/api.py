@@ -1,11 +1,11 @@
-"""Reading job results (the opt-in records of :mod:`django_cogworker.push.results`) for the admin and shells."""
+"""Reading job results (the opt-in records of :mod:`.records`) for the admin and shells."""
 
 from __future__ import annotations
 
-from ..broker.keys import Keys
-from ..broker.types import RedisClient
-from ..push import results
-from ._base import _defaults
+from ...api._base import _defaults
+from ...broker.keys import Keys
+from ...broker.types import RedisClient
+from . import records as results
 
 
 def job_result(jid: str, redis: RedisClient | None = None, keys: Keys | None = None) -> results.JobResult | None:

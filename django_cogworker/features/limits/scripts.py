@@ -1,4 +1,4 @@
-"""The scripts of limiters (django_cogworker/flow/): take a place, give it back, keep a lease.
+"""The scripts of limiters (django_cogworker/features/limits/): take a place, give it back, keep a lease.
 
 Each limiter key has six keys (:class:`~..keys.LimitKeys`: holders, starts, state, stats,
 waiting, parked), all in one slot (the key's own on a cluster). A script takes them as KEYS, six
@@ -12,7 +12,7 @@ What each kind keeps:
   after that end removes it (counted as ``expired``). ``waiting`` and ``parked``: the jobs it
   refused, by jid, with their due time and their payload as rescheduled (LIMIT_PARK): each place
   given back pops the first, for the releasing process to move it to its queue at once
-  (flow/limiter.py's ``wake``), so a freed place is taken in milliseconds rather than at the end
+  (features/limits/limiter.py's ``wake``), so a freed place is taken in milliseconds rather than at the end
   of a backoff. A job is unparked by jid when it is granted or refused again (its payload then
   differs from the one parked: the poller stamps it as it moves it).
 * bucket: ``state`` fields ``bn`` (the bucket: floor(now / per), clock-aligned) and ``bc`` (its
@@ -35,7 +35,7 @@ many for that period, never a place lost), a release run again finds its place g
 
 from __future__ import annotations
 
-from ._base import Script
+from ...broker.scripts._base import Script
 
 KEYS_PER_LIMIT = 6
 

@@ -23,10 +23,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..broker import scripts
-from ..broker.keys import Keys, Want
-from ..broker.quarantine import is_wrong_type, quarantine_wrong, run_script
-from ..broker.types import RedisClient
+from ...broker.keys import Keys, Want
+from ...broker.quarantine import is_wrong_type, quarantine_wrong, run_script
+from ...broker.types import RedisClient
+from . import scripts
 from .limiter import HELD, SEEN, defined
 
 logger = logging.getLogger(__name__)

@@ -33,15 +33,15 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from ...bounds import check_text
+from ...broker.keys import Keys, Want, for_config, glob_escape
+from ...broker.quarantine import guarded
+from ...broker.types import RedisClient
+from ...errors import Cancelled, InvalidArgument, JobNotFound, NotCancellable
+from ...push import payload as payloads
+from ...push import scope
+from ...push.job import registered
 from ..batches import steps
-from ..bounds import check_text
-from ..broker.keys import Keys, Want, for_config, glob_escape
-from ..broker.quarantine import guarded
-from ..broker.types import RedisClient
-from ..errors import Cancelled, InvalidArgument, JobNotFound, NotCancellable
-from ..push import payload as payloads
-from ..push import scope
-from ..push.job import registered
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def cancel(jid: str, interrupt: bool = False, *, redis: RedisClient | None = Non
         raise InvalidArgument(f"cancel takes a job's jid (a non-empty string), got {jid!r}")
     check_text(jid, "cancel's jid")  # (a lone surrogate raised UnicodeEncodeError from redis-py)
     if redis is None or keys is None or batch_ttl is None:
-        from ..push import runtime
+        from ...push import runtime
 
         config = runtime.get_config()
         redis = redis if redis is not None else runtime.get_redis()
@@ -103,8 +103,8 @@ def asked(payload: dict[str, Any]) -> bool:
     if now - run.checked >= CHECK_EVERY:
         run.checked = now
         try:
-            from ..engine.run.cancels import read_request  # (a worker's: it runs the job)
-            from ..push import runtime
+            from ...engine.run.cancels import read_request  # (a worker's: it runs the job)
+            from ...push import runtime
 
             redis, keys = runtime.get_redis(), for_config(runtime.get_config())
             raw = guarded(redis, keys, {keys.cancels: Want("hash")},
@@ -220,7 +220,7 @@ def _record(redis: RedisClient, keys: Keys, payload: dict[str, Any], error: Base
     if ttl is not None and ttl > 0:
         # (Imported here: this module is imported with the package, by every process that pushes,
         # and a web process must not load the engine; tests/test_client.py checks it.)
-        from ..engine.run.results import ResultWriter
+        from ..results.writer import ResultWriter
 
         ResultWriter(redis, keys, "cancel").finished(payload, ttl, error=error, target="dead")
 

@@ -1,11 +1,11 @@
-"""The scripts of batches (django_cogworker/batches/): every step that moves a batch's counters.
+"""The scripts of batches (django_cogworker/features/batches/): every step that moves a batch's counters.
 
 Every script takes the batch's seven keys as KEYS[1..7], in :class:`~..keys.BatchKeys` order
 (meta, jobs, pending, failed, dead, open, outbox), all in the batch's one slot. A step that
 makes an event due (complete, success, death) writes its callbacks to the batch's outbox in the
 same script, once: the event's ``done_<event>`` stamp is set in that step, right after, so no
 later step can fire it again. The outbox is then delivered to the callbacks' queues by
-BATCH_DELIVER, once per callback whatever the retries (batches/delivery.py).
+BATCH_DELIVER, once per callback whatever the retries (features/batches/delivery.py).
 
 A job's step is idempotent by its jid: a success removes it from ``pending`` (a second one finds
 it gone and moves nothing), a failure records it in ``failed`` only while it is pending. So a job
@@ -25,7 +25,7 @@ jobs fail again: what it then counts is true).
 
 from __future__ import annotations
 
-from ._base import Script
+from ...broker.scripts._base import Script
 
 # The status a callback receives, and what fires an event. ARGV[1] = bid, ARGV[2] = now (epoch
 # seconds), ARGV[3] = TTL of the batch's keys (seconds), in every script below.

@@ -32,10 +32,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..broker.keys import Keys, Want
-from ..broker.quarantine import guarded
-from ..broker.types import RedisClient
-from . import payload as payloads
+from ...broker.keys import Keys, Want
+from ...broker.quarantine import guarded
+from ...broker.types import RedisClient
+from ...push import payload as payloads
 
 READY, RUNNING, SUCCESSFUL, FAILED = "READY", "RUNNING", "SUCCESSFUL", "FAILED"
 STATUSES = (READY, RUNNING, SUCCESSFUL, FAILED)
@@ -131,7 +131,7 @@ def read(redis: RedisClient, keys: Keys, jid: str) -> JobResult | None:
 
 def get_result(jid: str) -> JobResult | None:
     """The result of the job ``jid`` (a task's or a ``result_ttl`` job's), or None; uses the settings' Redis."""
-    from . import runtime
+    from ...push import runtime
 
     return read(runtime.get_redis(), Keys(runtime.get_config().key_prefix), jid)
 

@@ -31,12 +31,12 @@ import json
 from collections.abc import Sequence
 from typing import Any, cast
 
-from ..bounds import MAX_DEPTH, nesting
-from ..errors import BatchError, InvalidArgument
-from ..outbox import units
-from ..push import payload as payloads
-from ..push import scope as _scope
-from ..push.job import Job, Signature, registered
+from ...bounds import MAX_DEPTH, nesting
+from ...errors import BatchError, InvalidArgument
+from ...outbox import units
+from ...push import payload as payloads
+from ...push import scope as _scope
+from ...push.job import Job, Signature, registered
 from .batch import Batch, _context
 
 # Single jobs of a group (or a chain's step) pushed together: one push_bulk, as perform_bulk's calls.
@@ -304,7 +304,7 @@ class ChainNext(Job):
 
     def perform(self, status: dict[str, Any], chain: str, index: int, keep: bool = False,
                 callback_queue: str | None = None) -> None:
-        from ..push import runtime
+        from ...push import runtime
         from .steps import settle
 
         redis, keys, ttl = _context()

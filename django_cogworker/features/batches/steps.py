@@ -20,12 +20,11 @@ import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from ..broker import scripts
-from ..broker.keys import Keys
-from ..broker.quarantine import is_wrong_type, run_script
-from ..push import payload as payloads
-from ..push.job import Job
-from . import delivery
+from ...broker.keys import Keys
+from ...broker.quarantine import is_wrong_type, run_script
+from ...push import payload as payloads
+from ...push.job import Job
+from . import delivery, scripts
 
 logger = logging.getLogger(__name__)
 
@@ -157,8 +156,8 @@ class BatchChildDone(Job):
                 f"work, cancel the jobs of the batches instead")
 
     def perform(self, status: dict[str, Any], parent: str, step: bool = False) -> None:
-        from ..broker.keys import for_config
-        from ..push import runtime
+        from ...broker.keys import for_config
+        from ...push import runtime
 
         config = runtime.get_config()
         event = status["event"]

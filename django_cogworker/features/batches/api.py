@@ -26,15 +26,15 @@ import json
 from collections.abc import Callable
 from typing import Any, cast
 
-from ..batches.batch import EVENTS
-from ..broker.keys import BatchKeys, Keys
-from ..broker.quarantine import is_wrong_type
-from ..broker.types import RedisClient
-from ..push import payload as payloads
-from ..push import results
-from ._base import _Budget, _clamp_page, _defaults, _number, _text, _walk
-from .records import Page, read_leniently
-from .sorted_sets import DeadSet, RetrySet, SortedEntry
+from ...api._base import _Budget, _clamp_page, _defaults, _number, _text, _walk
+from ...api.records import Page, read_leniently
+from ...api.sorted_sets import DeadSet, RetrySet, SortedEntry
+from ...broker.keys import BatchKeys, Keys
+from ...broker.quarantine import is_wrong_type
+from ...broker.types import RedisClient
+from ...push import payload as payloads
+from ..results import records as results
+from .batch import EVENTS
 
 JOB_LIMIT = 500  # jobs a detail lists at most (the counts say how many more)
 CHILD_LIMIT = 100  # child batches a detail lists at most
