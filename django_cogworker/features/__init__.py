@@ -21,4 +21,15 @@ Features depend on the core (broker/, push/, engine/, api/'s general parts); the
 feature, and broker/ on nothing above it (tests/test_layout.py holds the rule). A feature may use
 another (cancellation reads a batch's hand-over jobs); the Django side (admin/, metrics/, cli/,
 checks.py, the root package) gathers them.
+
+A project's own feature subclasses :class:`Feature` (imported from here: the names below are the
+public hook interface) and is named in ``COGWORKER["FEATURES"]`` (docs/extending.md).
 """
+
+from __future__ import annotations
+
+from ..engine.run.hooks import Call, Decision, Feature, JobRun, Outcome, WorkerParts
+from ..engine.settle.settlement import ACK
+
+# The public hook interface, for a project's own features (docs/extending.md).
+__all__ = ["ACK", "Call", "Decision", "Feature", "JobRun", "Outcome", "WorkerParts"]
