@@ -16,6 +16,7 @@ import time
 import pytest
 from engine_fixtures import (
     RUNS,
+    Note,
     launcher_factory_fixture,  # noqa: F401 - the launcher_factory fixture
     make_config,
     new_token,
@@ -468,3 +469,60 @@ def test_jobs_of_a_batch_under_a_concurrency_limit_settle_their_step_and_give_th
     assert (status.total, status.failures, status.complete) == (6, 0, True)
     wait_until(lambda: r.llen(running.in_progress) == 0, message="every job acked")
     assert rb.zcard(K.limit(one_at_a_time.name).holders) == 0  # every place given back
+
+
+def evalshas(rb) -> int:
+    return int(rb.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def test_the_takes_of_the_jobs_one_fetch_brings_go_in_one_round_trip_and_each_job_finds_its_own(parts, rb):
+    SEEN.take()
+    limits = ClassLimits(parts.gate)
+    units = []
+    for n in range(4):
+        raw, _payload = parts.fetched(OneAtATime if n < 3 else RateOnly, "t")
+        units.append(Unit(raw, "default"))
+    plain_raw, _plain = parts.fetched(Note, "t")
+    units.append(Unit(plain_raw, "default"))  # (no limits: never read, nothing taken)
+    rb.script_load(limit_scripts.LIMIT_TAKE.source)  # (as after a worker's first take)
+    before = evalshas(rb)
+
+    limits.fetched(units)
+
+    assert evalshas(rb) - before == 4  # one LIMIT_TAKE each, in one pipeline: one round trip
+    assert units[4].notes is None
+    first, second, third, rate = (u.notes["limits.fetched"] for u in units[:4])
+    assert isinstance(first, Ticket) and isinstance(second, OverLimit) and isinstance(third, OverLimit)
+    assert rate is None  # (a rate limit: nothing held)
+    # Each job's turn: what the fetch got it, no round trip of its own for the take.
+    taken = before_turns = evalshas(rb)
+    run = JobRun(units[0], payloads.decode(units[0].raw), OneAtATime, "j", "OneAtATime")
+    assert limits.before(run) is None and run.notes["limits"] is first
+    refused = JobRun(units[1], payloads.decode(units[1].raw), OneAtATime, "j", "OneAtATime")
+    decision = limits.before(refused)
+    assert decision is not None and decision.outcome is Outcome.RESCHEDULED
+    assert evalshas(rb) == taken == before_turns  # (rescheduling is the settlement's: no script yet)
+    first.release()
+
+
+def test_places_the_fetch_took_for_jobs_that_never_run_here_are_given_back(parts, rb):
+    rb.script_flush()  # (Redis restarted, its scripts forgotten: each take is made again alone, and loads it)
+    limits = ClassLimits(parts.gate)
+    holders = K.limit(one_at_a_time.name).holders
+    raw, _payload = parts.fetched(OneAtATime, "t")
+    handed_back = Unit(raw, "default")
+    limits.fetched([handed_back])
+    assert rb.zcard(holders) == 1
+
+    limits.returned([handed_back])  # (handed back at quiet or stop)
+
+    assert rb.zcard(holders) == 0 and one_at_a_time.name not in HELD.by_key()
+    # A job the fetch took for that a feature before it dropped (expired): its after gives it back.
+    raw, payload = parts.fetched(OneAtATime, "t", expires_at=NOW - 1)
+    dropped = Unit(raw, "default")
+    limits.fetched([dropped])
+    assert rb.zcard(holders) == 1
+    run = JobRun(dropped, payload, OneAtATime, "j", "OneAtATime")
+    assert parts.features[0].before(run) is not None  # (expiry drops it first)
+    limits.after(run)
+    assert rb.zcard(holders) == 0

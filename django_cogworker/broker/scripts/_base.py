@@ -37,6 +37,12 @@ class Script:
         """
         pipe.execute_command("EVAL", self.source, len(keys), *keys, *args)
 
+    def in_pipeline_by_sha(self, pipe: Any, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> None:
+        """Queue on a pipeline as EVALSHA (the source isn't sent: a pipeline of many calls of one
+        script, every fetch). For a caller that runs a call whose reply is an error again alone
+        (``__call__``: a NOSCRIPT reply, after a Redis restart, loads it then)."""
+        pipe.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+
 
 # Every script made so far, in the order made (those of a feature once its scripts module is imported).
 EVERY: list[Script] = []

@@ -57,6 +57,9 @@ class Unit:
     raw: bytes
     queue: str
     taken: float = field(default=0.0, compare=False)
+    # What a feature's ``fetched`` hook kept for this job (a limit's places taken with the fetch's
+    # others), for its ``before`` to find: engine/run/hooks.py.
+    notes: dict[str, Any] | None = field(default=None, compare=False)
 
 
 class Fetch(abc.ABC):

@@ -34,6 +34,7 @@ import time
 from ...conf import Config
 from ...push import payload as payloads
 from ..loops import Watchdog
+from ..run.hooks import FetchHooks
 from ..settle.settling import AckBatch, Settler
 from .contract import Fetch, Unit
 from .ledger import Ledger
@@ -70,8 +71,11 @@ class Fetcher:
     """
 
     def __init__(self, config: Config, fetch: Fetch, ledger: Ledger, acks: AckBatch, settler: Settler,
-                 quiet: threading.Event):
+                 quiet: threading.Event, hooks: FetchHooks | None = None):
         self.config = config
+        # The features' work on a whole fetch (a limit's takes, one round trip), and on jobs fetched
+        # that never run here (what that work took, given back): engine/run/hooks.py.
+        self.hooks = hooks if hooks is not None else FetchHooks(())
         self.fetch = fetch
         self.ledger = ledger
         self.acks = acks
@@ -141,6 +145,7 @@ class Fetcher:
             logger.warning("jid=%s, taken before this process went silent past ORPHAN_THRESHOLD, could not be "
                            "checked (%s: %s): not started here", _jid(unit), type(exc).__name__, exc)
         self.ledger.unit_dropped(unit)
+        self.hooks.returned([unit])
         self._idle.put(None)
         return False
 
@@ -213,6 +218,7 @@ class Fetcher:
                 self._hand_back(units)
                 units = []
             if units:
+                self.hooks.fetched(units)
                 self.ledger.hand(units)
                 for unit in units:
                     unit.taken = sent
@@ -301,6 +307,7 @@ class Fetcher:
         return self._cpu_busy
 
     def _hand_back(self, units: list[Unit]) -> None:
+        self.hooks.returned(units)
         try:
             self.fetch.hand_back(units)
         except Exception:

@@ -24,7 +24,7 @@ from ...conf import Config
 from ..fetch.contract import Fetch
 from ..fetch.fetcher import Fetcher
 from ..fetch.ledger import Ledger
-from ..run.hooks import Feature, Plans
+from ..run.hooks import Feature, FetchHooks, Plans
 from ..run.processor import Processor
 from ..settle.retry import RetryPolicy
 from ..settle.settling import AckBatch, Settlement, Settler
@@ -73,7 +73,8 @@ class Manager:
         self.settler = Settler(fetch, retry, run_hook,
                                runners={kind: runner for f in features for kind, runner in f.step_runners().items()})
         self.acks = AckBatch(fetch, self.settler, cap=config.concurrency)
-        self.fetcher = Fetcher(config, fetch, self.ledger, self.acks, self.settler, self._quiet)
+        self.fetch_hooks = FetchHooks(features)
+        self.fetcher = Fetcher(config, fetch, self.ledger, self.acks, self.settler, self._quiet, self.fetch_hooks)
         self.processors = [self._new_processor(i) for i in range(config.concurrency)]
 
     def _new_processor(self, index: int) -> Processor:
@@ -112,6 +113,7 @@ class Manager:
         if self._hurry:
             logger.warning("stop signal repeated: handing running jobs back now")
         unstarted += self.fetcher.drain()  # (handed over by a fetcher that outlived its join)
+        self.fetch_hooks.returned(unstarted)  # (what a feature took for them at the fetch, given back)
         self.ledger.forget_unstarted(unstarted)
         # In the order they were fetched: the running ones first (basic fetch requeues in this order).
         unfinished = [p.current for p in self.processors if p.thread.is_alive() and p.current] + unstarted

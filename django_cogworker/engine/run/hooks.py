@@ -133,6 +133,18 @@ class Feature:
         asked once per class."""
         return True
 
+    def fetched(self, units: Sequence[Unit]) -> None:
+        """On the fetcher thread, once per fetch, with the jobs it brought, before any of them runs:
+        what a feature does for all of them in one round trip (a limit's takes). What it keeps for a
+        job goes in ``unit.notes``, for its ``before`` to find. One that raises is logged, and each
+        job's ``before`` does the work alone."""
+        return None
+
+    def returned(self, units: Sequence[Unit]) -> None:
+        """Jobs a fetch brought that never run here (handed back at quiet or stop; taken back by
+        orphan recovery after a stall): give back what ``fetched`` took for them."""
+        return None
+
     def before(self, run: JobRun) -> Decision | None:
         return None
 
@@ -199,11 +211,36 @@ def build_features(factories: Sequence[FeatureFactory], parts: WorkerParts) -> l
     return built
 
 
-PHASES = ("before", "around", "decide", "settling", "after")
+PHASES = ("fetched", "returned", "before", "around", "decide", "settling", "after")
 
 
 def _overrides(feature: Feature, phase: str) -> bool:
     return getattr(type(feature), phase) is not getattr(Feature, phase)
+
+
+class FetchHooks:
+    """The ``fetched`` and ``returned`` hooks of every feature that has them, for the fetcher (a
+    fetch brings jobs of several classes: these are per process, not per class). Never raises."""
+
+    def __init__(self, features: Sequence[Feature]):
+        self._fetched = [f.fetched for f in features if _overrides(f, "fetched")]
+        self._returned = [f.returned for f in features if _overrides(f, "returned")]
+
+    def fetched(self, units: Sequence[Unit]) -> None:
+        for hook in self._fetched:
+            _quietly(hook, units)
+
+    def returned(self, units: Sequence[Unit]) -> None:
+        if units:
+            for hook in self._returned:
+                _quietly(hook, units)
+
+
+def _quietly(hook: Callable[[Sequence[Unit]], None], units: Sequence[Unit]) -> None:
+    try:
+        hook(units)
+    except Exception:
+        logger.exception("%s failed for %d job(s)", getattr(hook, "__qualname__", repr(hook)), len(units))
 
 
 @dataclass(frozen=True, slots=True)

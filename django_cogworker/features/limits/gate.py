@@ -21,13 +21,13 @@ import logging
 import random
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
 from ...broker.keys import Keys, Want
 from ...broker.quarantine import run_script
 from ...broker.types import RedisClient
 from ...engine.settle.retry import Filing
-from ...errors import LimitError, OverLimit, is_unavailable
+from ...errors import LimitError, LimitKeyError, OverLimit, is_unavailable
 from ...push import payload as payloads
 from . import scripts
 from .limiter import HELD, SEEN, Limiter, holder_token, wake
@@ -104,17 +104,21 @@ class Releases:
         try:
             pipe = gate.redis.pipeline(transaction=False)
             for ticket, group in calls:
-                scripts.LIMIT_RELEASE.in_pipeline(pipe, *gate._script_args(group, ticket.token, "release"))
+                scripts.LIMIT_RELEASE.in_pipeline_by_sha(pipe, *gate._script_args(group, ticket.token, "release"))
             replies = pipe.execute(raise_on_error=False)
         except Exception as exc:
             logger.error("%d limit release(s) not sent (%s: %s); their places free when their lease lapses",
                          len(calls), type(exc).__name__, payloads.printable(exc))
             return
         for (ticket, group), reply in zip(calls, replies, strict=True):
-            if isinstance(reply, Exception):
+            if isinstance(reply, Exception):  # (a wrong-type key, NOSCRIPT: again alone, which mends either)
                 Ticket(gate, ticket.token, group, []).release()
             elif len(reply) > 1:
                 wake(gate.redis, gate.keys, reply[1:])
+
+
+# What a take got a job: its places (a Ticket), none to hold (None), a refusal, or what failed.
+Taken = Union["Ticket", None, OverLimit, BaseException]  # noqa: UP007
 
 
 class Rescheduled(NamedTuple):
@@ -144,54 +148,121 @@ class LimitGate:
         Raises LimitError (a key function failed: LimitKeyError; Redis refused the take for good)
         or OverLimit (refused once more than OVER_LIMIT_MAX allows): filed as the job's failure.
         """
+        return self.resolve(payload, self._take_one(payload, limits))
+
+    def take_many(self, wanted: Sequence[tuple[dict, Any]]) -> list[Taken]:
+        """The takes of the jobs one fetch brought (``(payload, limits)`` each), in one round trip:
+        each job's LIMIT_TAKE in one pipeline (on a cluster, where a job's keys may be in several
+        slots, one take after another). What each got, for :meth:`resolve` when the job is about
+        to run: its Ticket, None (no place held), the OverLimit refusing it, or what failed."""
+        if self.keys.spread:
+            return [self._take_one(payload, limits) for payload, limits in wanted]
+        asks: list[tuple[int, list[tuple[Limiter, str]], str, str, str]] = []
+        outcomes: list[Taken] = []
+        for index, (payload, limits) in enumerate(wanted):
+            try:
+                keyed, token, refusal, parked = self._ask(payload, limits)
+            except Exception as exc:  # (a key function that raised: LimitKeyError, filed as its failure)
+                outcomes.append(exc)
+                continue
+            outcomes.append(None)
+            asks.append((index, keyed, token, refusal, parked))
+        if not asks:
+            return outcomes
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            for _index, keyed, token, refusal, parked in asks:
+                scripts.LIMIT_TAKE.in_pipeline_by_sha(pipe, *self._script_args(keyed, token, refusal, parked))
+            replies = pipe.execute(raise_on_error=False)
+        except Exception as exc:  # (the round trip failed: every take did, uncounted)
+            for index, *_rest in asks:
+                outcomes[index] = exc
+            return outcomes
+        for (index, keyed, token, refusal, parked), reply in zip(asks, replies, strict=True):
+            if isinstance(reply, Exception):
+                # (A limiter key of the wrong type, say, or a script Redis forgot (NOSCRIPT): the take
+                # again alone, which moves the key aside or loads the script.)
+                outcomes[index] = self._take_keyed(keyed, token, refusal, parked)
+            else:
+                outcomes[index] = self._granted(keyed, token, reply)
+        return outcomes
+
+    def _ask(self, payload: dict, limits: Any) -> tuple[list[tuple[Limiter, str]], str, str, str]:
         args, kwargs = payload.get("args"), payload.get("kwargs")
         keyed = [(limiter, limiter.key_for(args, kwargs)) for limiter in limits]
         over = _count(payload.get("over_limit"))
         refusal = "fail" if over >= self.over_limit_max else "reschedule"
-        token = holder_token(payload.get("jid"))
         # (Refused before, it was parked in its concurrency limits' waiting sets: granted, or
         # refused and parked anew, its entry there goes. Asked of every take, not only of a job
         # counting reschedules: a failure resets the count, and an entry left would waste a wake-up.)
-        parked = str(payload.get("jid"))
+        return keyed, holder_token(payload.get("jid")), refusal, str(payload.get("jid"))
+
+    def _take_one(self, payload: dict, limits: Any) -> Taken:
+        try:
+            keyed, token, refusal, parked = self._ask(payload, limits)
+        except Exception as exc:
+            return exc
+        return self._take_keyed(keyed, token, refusal, parked)
+
+    def _take_keyed(self, keyed: list[tuple[Limiter, str]], token: str, refusal: str, parked: str) -> Taken:
+        """LIMIT_TAKE of ``keyed``, through the quarantine guard (on a cluster one key at a time, a
+        later refusal giving back what the earlier ones took)."""
         taken: list[tuple[Limiter, str]] = []
         try:
             for group in ([keyed] if not self.keys.spread else [[pair] for pair in keyed]):
                 reply = run_script(scripts.LIMIT_TAKE, self.redis, self.keys,
                                    *self._script_args(group, token, refusal, parked),
                                    functools.partial(self._expected, group))
-                if int(reply[0]) != 1:
+                granted = self._granted(group, token, reply, hold=False)
+                if isinstance(granted, OverLimit):
                     if taken:
                         self.give_back(taken, token, "undo")
-                    limiter, key = group[int(reply[1]) - 1]
-                    after = reply[2].decode() if isinstance(reply[2], bytes) else str(reply[2])
-                    refused = OverLimit(key, limiter.kind, float(after) if after else None)
-                    rescheduled = self.reschedule(payload, refused)
-                    if rescheduled is None:
-                        raise refused
-                    return rescheduled
+                    return granted
                 taken += group
-        except OverLimit:
-            raise
         except Exception as exc:
-            if not is_unavailable(exc):
-                # Refused for good (a script error that no waiting mends): rescheduled uncounted,
-                # such a job came back every UNREACHABLE_DELAY for ever. Filed as its failure.
-                if taken:
-                    self._give_back_quietly(taken, token)
-                raise LimitError(f"its limits could not be taken: {type(exc).__name__}: "
-                                 f"{payloads.printable(exc)}") from exc
-            # Redis away or refusing: the job hasn't run; it goes back to the schedule (kept in
-            # memory by the settler until Redis takes it), without counting as over its limit.
-            logger.error("jid=%s: its limits could not be taken (%s: %s); tried again in %.0fs",
-                         payloads.printable(payload.get("jid")), type(exc).__name__, payloads.printable(exc),
-                         UNREACHABLE_DELAY)
-            return Rescheduled(self._schedule(payload, UNREACHABLE_DELAY), None)
+            if taken:
+                self._give_back_quietly(taken, token)
+            return exc
+        return self._granted(keyed, token, [1])
+
+    def _granted(self, keyed: list[tuple[Limiter, str]], token: str, reply: Any, hold: bool = True) -> Taken:
+        """What a LIMIT_TAKE's reply gave: the refusal, or (``hold``) the Ticket of the places held."""
+        if int(reply[0]) != 1:
+            limiter, key = keyed[int(reply[1]) - 1]
+            after = reply[2].decode() if isinstance(reply[2], bytes) else str(reply[2])
+            return OverLimit(key, limiter.kind, float(after) if after else None)
+        if not hold:
+            return None
         for limiter, key in keyed:
             SEEN.add(key, limiter)
         held = [(limiter, key) for limiter, key in keyed if limiter.kind == "concurrent"]
         if not held:
             return None
         return Ticket(self, token, held, [HELD.add(key, limiter.lease or 0.0, token) for limiter, key in held])
+
+    def resolve(self, payload: dict, taken: Taken) -> Ticket | Rescheduled | None:
+        """What a take means for the job about to run: its Ticket (or None), or the Rescheduled to
+        settle instead; raises what is filed as its failure (see :meth:`take`)."""
+        if taken is None or isinstance(taken, Ticket):
+            return taken
+        if isinstance(taken, OverLimit):
+            rescheduled = self.reschedule(payload, taken)
+            if rescheduled is None:
+                raise taken
+            return rescheduled
+        if isinstance(taken, LimitKeyError) or not is_unavailable(taken):
+            if isinstance(taken, LimitError):
+                raise taken
+            # Refused for good (a script error that no waiting mends): rescheduled uncounted,
+            # such a job came back every UNREACHABLE_DELAY for ever. Filed as its failure.
+            raise LimitError(f"its limits could not be taken: {type(taken).__name__}: "
+                             f"{payloads.printable(taken)}") from taken
+        # Redis away or refusing: the job hasn't run; it goes back to the schedule (kept in
+        # memory by the settler until Redis takes it), without counting as over its limit.
+        logger.error("jid=%s: its limits could not be taken (%s: %s); tried again in %.0fs",
+                     payloads.printable(payload.get("jid")), type(taken).__name__, payloads.printable(taken),
+                     UNREACHABLE_DELAY)
+        return Rescheduled(self._schedule(payload, UNREACHABLE_DELAY), None)
 
     def _script_args(self, group: list[tuple[Limiter, str]], token: str, mode: str,
                      parked: str | None = None) -> tuple[list, list]:

@@ -1,6 +1,11 @@
 """The limits feature on the job's path: places taken before a run, given back after, and a job
 that meets its limit inside its run (``within``) sent back to the schedule.
 
+It rides the round trips the core makes anyway: the takes of the jobs one fetch brings go in one
+pipeline on the fetcher thread (``fetched``), and a run's places go back with its ack, held for the
+fetcher's next round trip (``settling``: a Release step). A job dropped before its turn here (an
+expired one), or handed back unrun, gives back what the fetch took for it.
+
 Two hooks, as their jobs differ: :class:`ClassLimits` only for a class that declares ``limits``
 (all a plain job pays is not being in its Plan), :class:`InlineLimits` for every class (any job
 may call ``Limiter.within`` and raise OverLimit from its run).
@@ -8,32 +13,82 @@ may call ``Limiter.within`` and raise OverLimit from its run).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ...broker.types import RedisClient
+from ...engine.fetch.contract import Unit
 from ...engine.run.hooks import Decision, Feature, JobRun, Outcome
 from ...engine.settle.settlement import StepRunner
 from ...errors import OverLimit
+from ...push import payload as payloads
+from ...push.job import registered, registry
 from . import upkeep
 from .gate import LimitGate, Release, Releases, Rescheduled, Ticket
 
 NOTE = "limits"  # run.notes: the Ticket of the places taken, or the Rescheduled to park once settled
+FETCHED = "limits.fetched"  # unit.notes: what the fetch's takes got the job (gate.py's Taken)
 
 
 class ClassLimits(Feature):
-    """Takes the places of a class's ``limits`` before its run (one round trip), gives them back after."""
+    """Takes the places of a class's ``limits`` for the jobs a fetch brings, in one round trip
+    (``fetched``), or for one job before its run (``before``, when the fetch's didn't); gives them
+    back with the job's ack (``settling``: a Release step)."""
 
     name = "limits"
 
     def __init__(self, gate: LimitGate):
         self.gate = gate
+        self._names: tuple[bytes, ...] | None = None
 
     def applies(self, job_class: Any) -> bool:
         return bool(getattr(job_class, "limits", None))
 
+    def fetched(self, units: Sequence[Unit]) -> None:
+        wanted: list[tuple[dict, Any]] = []
+        holders: list[Unit] = []
+        names = self._limited_names()
+        for unit in units:
+            # (A payload names its class as JSON text: one that names no limited class is skipped
+            # unread. A false match is read, and skipped then.)
+            if not names or not any(name in unit.raw for name in names):
+                continue
+            try:
+                payload = payloads.decode(unit.raw)
+            except payloads.PayloadError:
+                continue  # (buried by the processor)
+            limits = getattr(registered(str(payload.get("class"))), "limits", None)
+            if limits:
+                wanted.append((payload, limits))
+                holders.append(unit)
+        if not wanted:
+            return
+        for unit, taken in zip(holders, self.gate.take_many(wanted), strict=True):
+            if unit.notes is None:
+                unit.notes = {}
+            unit.notes[FETCHED] = taken
+
+    def _limited_names(self) -> tuple[bytes, ...]:
+        """The JSON text of each registered class name with ``limits`` (read once: a worker's classes
+        are all registered before its first fetch)."""
+        if self._names is None:
+            self._names = tuple(json.dumps(name).encode() for name, cls in registry().items()
+                                if getattr(cls, "limits", None))
+        return self._names
+
+    def returned(self, units: Sequence[Unit]) -> None:
+        for unit in units:
+            taken = unit.notes.pop(FETCHED, None) if unit.notes else None
+            if isinstance(taken, Ticket):
+                taken.release()
+
     def before(self, run: JobRun) -> Decision | None:
-        taken = self.gate.take(run.payload, run.job_class.limits)
+        notes = run.unit.notes
+        if notes is not None and FETCHED in notes:
+            taken = self.gate.resolve(run.payload, notes.pop(FETCHED))
+        else:
+            taken = self.gate.take(run.payload, run.job_class.limits)
         if taken is None:
             return None
         run.notes[NOTE] = taken
@@ -51,6 +106,7 @@ class ClassLimits(Feature):
 
     def after(self, run: JobRun) -> None:
         _after(self.gate, run)
+        self.returned([run.unit])  # (taken at the fetch for a job dropped before its turn here: expired, say)
 
     def step_runners(self) -> Mapping[type, StepRunner]:
         return {Release: Releases(self.gate)}
