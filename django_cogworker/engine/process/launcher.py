@@ -37,10 +37,11 @@ from ...broker.keys import for_config
 from ...broker.locks import active_ttl, touch_running
 from ...broker.types import RedisClient
 from ...conf import Config
+from ...encryption.keys import KeyRing, ring_for
 from ...flow import upkeep
 from ...push import scope
 from ...push.client import Client
-from ...push.job import call_perform, registry
+from ...push.job import call_perform, perform_arguments, registry
 from ...push.middleware import build_chain
 from ..fetch.registry import make_fetch
 from ..loops import run_each
@@ -70,9 +71,18 @@ def new_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
-def run_job(job: Any, payload: dict) -> Any:
-    """The innermost step of the server chain: the job's own perform."""
-    return call_perform(job, payload.get("args", ()), payload.get("kwargs", {}))
+def run_job(job: Any, payload: dict, ring: KeyRing | None = None) -> Any:
+    """The innermost step of the server chain: the job's own perform, with its arguments opened
+    (``ring``: ENCRYPTION_KEYS) if they are sealed."""
+    args, kwargs = perform_arguments(job, payload, ring)
+    return call_perform(job, args, kwargs)
+
+
+def job_runner(ring: KeyRing | None) -> Callable[[Any, dict], Any]:
+    """``run_job`` with this process's keys (none: a sealed job fails KeyUnavailable, dead at once)."""
+    if ring is None:
+        return run_job
+    return lambda job, payload: run_job(job, payload, ring)
 
 
 class Launcher:
@@ -116,7 +126,9 @@ class Launcher:
         self.timeouts = Timeouts(grace=config.timeout_grace,
                                  replace_when_stuck=bool(extra_info and extra_info.get("supervisor")))
         self.manager = Manager(config, self.fetch, self.retry, self.stats,
-                               build_chain(server_middleware, run_job), run_hook=self.run_locks,
+                               build_chain(server_middleware, job_runner(
+                                   ring_for(config.encryption_keys) if config.encryption_keys else None)),
+                               run_hook=self.run_locks,
                                extras=JobExtras(ResultWriter(redis, self.keys, self.identity), self.timeouts),
                                cancels=Cancels(), processor_context=processor_context)
         self.heartbeat = Heartbeat(config, redis, self.keys, self.identity, self.manager, self.fetch, self.stats,
