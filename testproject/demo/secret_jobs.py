@@ -7,6 +7,7 @@ job was handed the right value.
 
 import hashlib
 import json
+import time
 
 from django_cogworker import Job
 from django_cogworker.push.runtime import get_redis
@@ -18,8 +19,9 @@ def seen(secret: str) -> str:
 
 
 class SecretJob(Job):
-    """RPUSHes {jid, seen(secret), attempt} as JSON onto `key`; fails its first `fails` attempts (an
-    error message that doesn't hold the secret); ``hold``: waits first until `key`:go exists (30 s)."""
+    """RPUSHes {jid, seen(secret), attempt, its payload's args} as JSON onto `key`; ``hold``: then waits
+    until `key`:go exists (30 s at most); fails its first `fails` attempts (-1: all), with an error
+    message that doesn't hold the secret."""
 
     encrypt = True
     retry = 2
@@ -29,14 +31,14 @@ class SecretJob(Job):
 
     def perform(self, key, secret, fails=0, hold=False):
         redis = get_redis()
+        attempt = redis.hincrby(f"{key}:attempts", self.jid, 1)
+        redis.rpush(key, json.dumps({"jid": self.jid, "seen": seen(secret), "attempt": attempt,
+                                     "payload_args": self.payload.get("args")}))
         if hold:
             for _ in range(300):
                 if redis.exists(f"{key}:go"):
                     break
-                __import__("time").sleep(0.1)
-        attempt = redis.hincrby(f"{key}:attempts", self.jid, 1)
-        redis.rpush(key, json.dumps({"jid": self.jid, "seen": seen(secret), "attempt": attempt,
-                                     "payload_args": self.payload.get("args")}))
+                time.sleep(0.1)
         if fails < 0 or attempt <= fails:
             raise RuntimeError(f"failing on purpose (attempt {attempt})")
 
