@@ -32,8 +32,10 @@ from .keys import KeyRing
 FIELD = "encrypted"  # the payload field that holds the sealed arguments
 VERSION = "v1"
 NONCE_BYTES = 12  # GCM's own size: a random one per seal (2**32 seals a key stays far from a clash)
-_AAD = "cogworker args:{}"
+_AAD = "cogworker args:"
 _json = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode
+_parse = json.JSONDecoder().decode
+_InvalidTag: Any = None  # cryptography's, imported at the first open (an optional dependency)
 
 
 class Encrypted(str):
@@ -54,15 +56,16 @@ def seal(args: Sequence[Any], kwargs: dict[str, Any], job_class: str, ring: KeyR
     """The blob of ``args`` and ``kwargs`` (JSON-native, checked by the caller) for ``job_class``."""
     kid, cipher = ring.sealing
     nonce = os.urandom(NONCE_BYTES)
-    sealed = cipher.encrypt(nonce, _json([list(args), kwargs]).encode(), _AAD.format(job_class).encode())
+    sealed = cipher.encrypt(nonce, _json([list(args), kwargs]).encode(), (_AAD + job_class).encode())
     return f"{VERSION}.{kid}.{base64.urlsafe_b64encode(nonce + sealed).decode().rstrip('=')}"
 
 
 def unseal(blob: Any, job_class: str, ring: KeyRing) -> tuple[list[Any], dict[str, Any]]:
     """``(args, kwargs)`` from ``blob``; KeyUnavailable if no key of ``ring`` is the one it names,
     SealBroken if it doesn't open (changed, another class's, not a blob)."""
-    from cryptography.exceptions import InvalidTag
-
+    global _InvalidTag
+    if _InvalidTag is None:
+        from cryptography.exceptions import InvalidTag as _InvalidTag
     if not isinstance(blob, str) or blob.count(".") != 2:
         raise SealBroken(f"its {FIELD!r} field is not a sealed blob ({VERSION}.<key id>.<data>)")
     version, kid, data = blob.split(".")
@@ -73,12 +76,13 @@ def unseal(blob: Any, job_class: str, ring: KeyRing) -> tuple[list[Any], dict[st
         raw = base64.urlsafe_b64decode(data + "=" * (-len(data) % 4))
     except (binascii.Error, ValueError):
         raise SealBroken("its sealed arguments are not base64") from None
+    aad = (_AAD + job_class).encode()
     for cipher in ciphers:
         try:
-            clear = cipher.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], _AAD.format(job_class).encode())
-        except (InvalidTag, ValueError):
+            clear = cipher.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], aad)
+        except (_InvalidTag, ValueError):
             continue
-        args, kwargs = json.loads(clear)
+        args, kwargs = _parse(clear.decode())
         return args, kwargs
     raise SealBroken(f"its sealed arguments don't open with key {kid!r}: changed since they were sealed, "
                      f"or sealed for another job class than {job_class[:200]!r}")
