@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 
 import pytest
 from django.core.management import call_command
@@ -186,3 +187,38 @@ def test_a_key_no_worker_has_files_the_job_in_dead_at_once_even_with_retries_lef
                                                                           "'abcd1234', which is not among ..."))
     assert filing is not None and filing.target == "dead"
     assert filing.payload["dead_reason"].startswith("its arguments were encrypted with key 'abcd1234'")
+
+
+@pytest.mark.django_db
+def test_the_admin_and_the_cli_show_encrypted_for_the_arguments_never_the_clear_text(rb, client):
+    import io
+    import time
+    from html import unescape
+    from urllib.parse import quote
+
+    from django.contrib.auth.models import User
+
+    from django_cogworker import api
+    from django_cogworker.push import payload as payloads
+    from django_cogworker.push.job import JobSetter
+
+    SecretJob.set(on_commit=False).perform_in(600, "k", SECRET)  # (the test runs in a transaction)
+    dead = JobSetter(SecretJob, {}).build(["k", SECRET], {})
+    dead.update(error_class="RuntimeError", error_message="failing on purpose", failed_at=time.time(),
+                dead_reason="retries exhausted")
+    rb.zadd("cogworker:dead", {payloads.encode(dead): time.time()})
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    base = "/admin/django_cogworker/"
+    token = api.DeadSet().page(1, 25).items[0].token
+    pages = [client.get(f"{base}{page}/").content.decode()
+             for page in ("scheduled", "dead", f"dead/job/{quote(token)}")]
+    for page in pages:
+        shown = unescape(page)
+        assert "(encrypted)" in shown, re.findall(r"cw-args.{0,300}", page)
+        assert "Zanzibar" not in page and '"(encrypted)"' not in shown  # (shown as such, not as a JSON string)
+    out = io.StringIO()
+    call_command("cogworker", "dead", stdout=out)
+    assert "(encrypted)" in out.getvalue() and "Zanzibar" not in out.getvalue()
+    out = io.StringIO()
+    call_command("cogworker", "scheduled", "--json", stdout=out)
+    assert [item["args"] for item in json.loads(out.getvalue())["items"]] == ["(encrypted)"]
