@@ -12,7 +12,7 @@ from django.conf import settings
 from django.test import override_settings
 from helpers import FAST_ENV, Worker, wait_until
 
-from django_cogworker import Batch
+from django_cogworker import Batch, chain
 from django_cogworker.encryption.keys import new_key
 from django_cogworker.push import runtime
 from testproject.demo.secret_jobs import SecretCallback, SecretJob, seen
@@ -114,6 +114,20 @@ def test_a_batch_s_jobs_and_its_callback_options_stay_encrypted_and_the_callback
         wait_until(lambda: r.llen("cb") == 1, timeout=30, message="the success callback to run")
     assert records(r, "cb") == [{"event": "success", "bid": batch.bid, "seen": seen(SECRET)}]
     assert_no_clear_secret(rb, "a batch done")
+
+
+def test_a_chain_s_steps_stored_in_its_batch_data_stay_encrypted_and_each_step_gets_its_arguments(tmp_path, r, rb):
+    flow = chain(SecretJob.s("step", SECRET + "-1", hold=True), SecretJob.s("step", SECRET + "-2"))
+    flow.on("success", SecretCallback, key="cb", secret=SECRET).perform_async()
+    assert_no_clear_secret(rb, "a chain pushed (its steps in its batch's data)")
+    with worker(tmp_path, "chain") as w:
+        w.wait_ready()
+        wait_until(lambda: r.llen("step") == 1, timeout=30)
+        assert_no_clear_secret(rb, "a chain's first step running")
+        r.set("step:go", 1)
+        wait_until(lambda: r.llen("cb") == 1, timeout=30, message="the chain's success")
+    assert [g["seen"] for g in records(r, "step")] == [seen(SECRET + "-1"), seen(SECRET + "-2")]
+    assert_no_clear_secret(rb, "a chain done")
 
 
 def test_a_job_pushed_with_the_old_key_runs_on_a_worker_whose_list_has_a_new_key_first(tmp_path, r, rb):

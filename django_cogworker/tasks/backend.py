@@ -125,6 +125,7 @@ class TaskRunner:
     payload: dict[str, Any]
     jid: str | None
     _cogworker_result: results.JobResult | None = None  # the record at this attempt's start (engine/run/extras.py)
+    arguments: tuple[list[Any], dict[str, Any]] | None  # (Job's: opened, if sealed)
 
     def perform(self, *args: Any, **kwargs: Any) -> Any:
         task = type(self).task
@@ -160,9 +161,11 @@ class TaskRunner:
         if record is None:
             count = payload.get("retry_count")
             attempts = count + 2 if type(count) is int and count >= 0 else 1
+            # (A task that encrypts: its payload's arguments are sealed, the opened ones are the job's.)
+            args, kwargs = self.arguments or (payload.get("args", []), payload.get("kwargs") or {})
             record = results.JobResult(
-                jid=str(self.jid), name=type(self).task.module_path, status=status, args=payload.get("args", []),
-                kwargs=payload.get("kwargs") or {}, queue=payload.get("queue", ""), enqueued_at=None,
+                jid=str(self.jid), name=type(self).task.module_path, status=status, args=list(args),
+                kwargs=dict(kwargs), queue=payload.get("queue", ""), enqueued_at=None,
                 started_at=None, finished_at=None, last_attempted_at=None, errors=[], worker_ids=["?"] * attempts,
                 task=payload.get("task") or {})
         task = type(self).task
