@@ -16,6 +16,7 @@ import re
 import pytest
 from django.core.management import call_command
 from django.test import override_settings
+from helpers import every_value
 
 from django_cogworker import testing
 from django_cogworker.conf import build_config
@@ -222,3 +223,27 @@ def test_the_admin_and_the_cli_show_encrypted_for_the_arguments_never_the_clear_
     out = io.StringIO()
     call_command("cogworker", "scheduled", "--json", stdout=out)
     assert [item["args"] for item in json.loads(out.getvalue())["items"]] == ["(encrypted)"]
+
+
+def test_a_unique_job_that_encrypts_is_still_unique_and_its_lock_is_no_plain_hash_of_its_arguments(r):
+    from django_cogworker.push.unique import digest
+
+    unique = SecretJob.set(unique_for=60, on_commit=False)
+    first = unique.perform_async("k", SECRET)
+    assert first is not None and unique.perform_async("k", SECRET) is None  # (the duplicate)
+    assert unique.perform_async("k", SECRET + "-other") is not None
+    locks = r.keys("cogworker:unique:*")
+    plain = digest({"class": SecretJob.name, "args": ["k", SECRET], "kwargs": {}, "queue": "default"})
+    assert len(locks) == 2 and f"cogworker:unique:{plain}" not in locks  # (keyed: a guess can't be tested against it)
+
+
+def test_a_batch_callback_that_encrypts_shows_its_options_as_encrypted(rb):
+    from django_cogworker import Batch, api
+    from testproject.demo.secret_jobs import SecretCallback
+
+    batch = Batch().on("success", SecretCallback, key="cb", secret=SECRET)
+    with batch.jobs():
+        SecretJob.set(on_commit=False).perform_async("k", SECRET)
+    detail = api.BatchSet().get(batch.bid)
+    assert detail is not None and [c.options for c in detail.callbacks] == ["(encrypted)"]
+    assert not [key for key, value in every_value(rb) if b"Zanzibar" in key + value]

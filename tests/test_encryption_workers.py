@@ -10,7 +10,7 @@ import json
 
 from django.conf import settings
 from django.test import override_settings
-from helpers import FAST_ENV, Worker, wait_until
+from helpers import FAST_ENV, Worker, every_value, wait_until
 
 from django_cogworker import Batch, chain
 from django_cogworker.encryption.keys import new_key
@@ -19,30 +19,6 @@ from testproject.demo.secret_jobs import SecretCallback, SecretJob, seen
 
 SECRET = "Quetzalcoatl-7731-secret"  # (distinctive: found nowhere in Redis but by a leak)
 OLD, NEW = new_key(), new_key()
-
-
-def every_value(rb) -> list[tuple[bytes, bytes]]:
-    """(key, value) for every key of the database, whatever its type: each read whole."""
-    found = []
-    for key in rb.scan_iter(count=1000):
-        kind = rb.type(key)
-        if kind == b"string":
-            value = rb.get(key) or b""
-        elif kind == b"list":
-            value = b"\n".join(rb.lrange(key, 0, -1))
-        elif kind == b"set":
-            value = b"\n".join(rb.smembers(key))
-        elif kind == b"zset":
-            value = b"\n".join(member for member, _score in rb.zrange(key, 0, -1, withscores=True))
-        elif kind == b"hash":
-            value = b"\n".join(k + b"=" + v for k, v in rb.hgetall(key).items())
-        elif kind == b"stream":
-            value = b"\n".join(json.dumps({k.decode(): v.decode() for k, v in fields.items()}).encode()
-                               for _id, fields in rb.xrange(key))
-        else:
-            value = rb.dump(key) or b""
-        found.append((key, value))
-    return found
 
 
 def assert_no_clear_secret(rb, step: str, secret: str = SECRET) -> int:
