@@ -85,10 +85,11 @@ def run(server: RedisServer, args: argparse.Namespace) -> dict:
     django.setup()
     from django.db import connection
 
+    from django_cogworker.encryption.codec import perform_arguments
     from django_cogworker.encryption.keys import ring_for
     from django_cogworker.push import payload as payloads
     from django_cogworker.push import runtime
-    from django_cogworker.push.job import JobSetter, perform_arguments
+    from django_cogworker.push.job import JobSetter
 
     connection.ensure_connection()  # (as in a view: the on-commit check looks at open connections)
     redis = runtime.get_redis()

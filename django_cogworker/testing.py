@@ -28,10 +28,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from .encryption.codec import perform_arguments
 from .encryption.keys import KeyRing, ring_for
 from .errors import UnknownJobError
 from .push import runtime
-from .push.job import Job, call_perform, perform_arguments, registered
+from .push.job import Job, call_perform, registered
 
 
 def _run(payload: dict[str, Any]) -> Any:

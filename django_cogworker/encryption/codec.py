@@ -97,6 +97,21 @@ def seal_payload(payload: dict[str, Any], ring: KeyRing, clear_head: int = 0) ->
     return payload
 
 
+def perform_arguments(job: Any, payload: dict[str, Any], ring: KeyRing | None) -> tuple[Sequence[Any], dict[str, Any]]:
+    """The arguments ``job.perform`` is called with: the payload's, opened with ``ring`` if sealed.
+
+    The one place a worker decrypts (the innermost step of its server chain, ``run_job``; the
+    testing modes): the clear arguments go to the job (``job.arguments``) and to ``perform``,
+    never into ``payload``, which stays sealed: it is what a failure files in retry or dead.
+    KeyUnavailable / SealBroken (NotRetried: dead at once) if they can't be opened.
+    """
+    if FIELD not in payload:  # (a job that doesn't encrypt: one dict lookup)
+        return payload.get("args", ()), payload.get("kwargs", {})
+    args, kwargs = open_arguments(payload, ring)
+    job.arguments = (args, kwargs)
+    return args, kwargs
+
+
 def open_arguments(payload: dict[str, Any], ring: KeyRing | None) -> tuple[list[Any], dict[str, Any]]:
     """The arguments ``perform`` is called with: the payload's, opened if sealed. The payload itself
     is left as it is (sealed): it is what gets filed in retry or dead if the run fails."""

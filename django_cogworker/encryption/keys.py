@@ -21,7 +21,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import KeyUnavailable
+from .errors import KeyUnavailable, NoEncryptionKeys
 
 SETTING = 'COGWORKER["ENCRYPTION_KEYS"]'
 KEY_BYTES = 32  # AES-256
@@ -127,6 +127,16 @@ class KeyRing:
         last digits) against it. Rotating the sealing key changes it: a duplicate pushed across the
         rotation is not recognised as one."""
         return hmac.new(self._digest_key, digest.encode(), hashlib.sha256).hexdigest()
+
+
+def sealing_ring(encoded: Sequence[str], job_name: str) -> KeyRing:
+    """The ring a push of ``job_name`` seals with; NoEncryptionKeys (nothing pushed) if ``encoded`` is empty."""
+    if not encoded:
+        raise NoEncryptionKeys([
+            f"{job_name} encrypts its arguments (encrypt=True) but {SETTING} is empty: nothing was pushed (its "
+            f"arguments are never pushed in clear text instead). Set it to a list of keys; `manage.py cogworker "
+            f"genkey` prints one"])
+    return ring_for(encoded)
 
 
 _rings: dict[tuple[str, ...], KeyRing] = {}

@@ -19,8 +19,7 @@ from asgiref.sync import async_to_sync
 
 from ..bounds import check_seconds, check_text
 from ..encryption import codec as _sealing
-from ..encryption.errors import NoEncryptionKeys
-from ..encryption.keys import KeyRing, ring_for
+from ..encryption.keys import KeyRing, sealing_ring
 from ..errors import BatchError, CogworkerError, InvalidArgument
 from . import discovery
 from . import payload as payloads
@@ -61,30 +60,12 @@ async def _await(awaitable: Any) -> Any:
     return await awaitable
 
 
-def perform_arguments(job: Job, payload: dict[str, Any], ring: KeyRing | None) -> tuple[Sequence[Any], dict[str, Any]]:
-    """The arguments ``job.perform`` is called with: the payload's, opened with ``ring`` if sealed
-    (``encrypt``). The one place a worker decrypts: the clear arguments go to the job
-    (``job.arguments``) and to ``perform``, never into ``payload``, which stays sealed: it is what
-    a failure files in retry or dead. KeyUnavailable / SealBroken (dead at once) if it can't open."""
-    if _sealing.FIELD not in payload:  # (a job that doesn't encrypt: one dict lookup)
-        return payload.get("args", ()), payload.get("kwargs", {})
-    args, kwargs = _sealing.open_arguments(payload, ring)
-    job.arguments = (args, kwargs)
-    return args, kwargs
-
-
 def push_ring(job_class: type[Job]) -> KeyRing:
     """The ring a push seals with (the settings' ENCRYPTION_KEYS); NoEncryptionKeys if there is none."""
     global _runtime
     if _runtime is None:
         from . import runtime as _runtime
-    keys = _runtime.get_config().encryption_keys
-    if not keys:
-        raise NoEncryptionKeys([
-            f"{getattr(job_class, 'name', job_class.__qualname__)} encrypts its arguments (encrypt=True) but "
-            f'COGWORKER["ENCRYPTION_KEYS"] is empty: nothing was pushed (its arguments are never pushed in '
-            f"clear text instead). Set it to a list of keys; `manage.py cogworker genkey` prints one"])
-    return ring_for(keys)
+    return sealing_ring(_runtime.get_config().encryption_keys, getattr(job_class, "name", job_class.__qualname__))
 
 
 class Job:

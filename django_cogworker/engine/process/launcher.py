@@ -37,11 +37,12 @@ from ...broker.keys import for_config
 from ...broker.locks import active_ttl, touch_running
 from ...broker.types import RedisClient
 from ...conf import Config
+from ...encryption.codec import perform_arguments
 from ...encryption.keys import KeyRing, ring_for
 from ...flow import upkeep
 from ...push import scope
 from ...push.client import Client
-from ...push.job import call_perform, perform_arguments, registry
+from ...push.job import call_perform, registry
 from ...push.middleware import build_chain
 from ..fetch.registry import make_fetch
 from ..loops import run_each
