@@ -64,6 +64,10 @@ def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
 
         errors.extend(checks.Error(message, id="cogworker.E004")
                       for message in problems(config.heartbeat_interval, registry()))
+        from .features.encryption import checks as encryption_checks
+
+        errors.extend(checks.Error(message, id="cogworker.E020")
+                      for message in encryption_checks.problems(registry(), config.encryption_keys))
     errors.extend(checks.Error(message, id="cogworker.E005")
                   for message in task_option_problems(getattr(settings, "TASKS", None)))
     clock = setting("CLOCK", "clock", "")

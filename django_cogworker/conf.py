@@ -19,6 +19,7 @@ from .bounds import MAX_SECONDS, MAX_SECONDS_TEXT
 from .broker.cluster import has_hash_tag, is_cluster_url, tagged_prefix
 from .broker.urls import URL_SCHEMES, options_problem, redact_url, url_problem
 from .errors import ConfigError
+from .features.encryption import keys as encryption_keys
 
 __all__ = ["URL_SCHEMES", "Config", "build_config", "redact_url", "validate"]  # (redact_url: its old home)
 
@@ -115,6 +116,8 @@ class Config:
     # The bearer token the metrics view accepts (``Authorization: Bearer <token>``); "" accepts
     # none, so only a logged-in user with the view permission can read it. Never shown in repr.
     metrics_token: str = dataclasses.field(default="", repr=False)
+    # Keys of encrypted arguments (features/encryption/): the first seals, every one opens. Never shown.
+    encryption_keys: tuple[str, ...] = dataclasses.field(default=(), repr=False)
 
     @property
     def queue_names(self) -> tuple[str, ...]:
@@ -143,6 +146,9 @@ class Config:
                 value = redact_url(value)
             elif field.name == "metrics_token":
                 value = "***" if value else ""
+            elif field.name == "encryption_keys":
+                shown.append(f"encryption_keys=<{len(value) if isinstance(value, tuple) else '?'} keys>")
+                continue
             elif field.name == "redis_options" and isinstance(value, Mapping):
                 value = {k: "***" if isinstance(k, str) and _SECRET_OPTION.search(k) else v for k, v in value.items()}
             shown.append(f"{field.name}={value!r}")
@@ -199,6 +205,7 @@ SETTINGS = {
     "HEALTH_HOST": "health_host",
     "TAG": "tag",
     "METRICS_TOKEN": "metrics_token",
+    "ENCRYPTION_KEYS": "encryption_keys",
 }
 FIELD_TO_SETTING = {v: k for k, v in SETTINGS.items()}
 
@@ -239,7 +246,8 @@ def build_config(raw: Mapping[str, Any] | None, environ: Mapping[str, str] | Non
     values.update(overrides)
     if "queues" in values:
         values["queues"] = _normalise_queues(values["queues"], errors)
-    for name in ("client_middleware", "server_middleware", "death_handlers", "features", "periodic", "cpu_affinity"):
+    for name in ("client_middleware", "server_middleware", "death_handlers", "features", "periodic", "cpu_affinity",
+                 "encryption_keys"):
         if name in values and isinstance(values[name], list):
             values[name] = tuple(values[name])
     if errors:
@@ -401,6 +409,8 @@ def validate(cfg: Config) -> Config:
                       'characters without spaces (e.g. secrets.token_urlsafe()), got '
                       + (f"a {type(cfg.metrics_token).__name__}" if not isinstance(cfg.metrics_token, str)
                          else f"{len(cfg.metrics_token)} characters"))
+    if cfg.encryption_keys != ():  # (each problem names the entry's position, never a key)
+        errors.extend(encryption_keys.problems(cfg.encryption_keys))
     if errors:
         raise ConfigError(errors)
     if is_cluster_url(cfg.redis_url) and not has_hash_tag(cfg.key_prefix):

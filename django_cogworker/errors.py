@@ -27,6 +27,12 @@ class InvalidArgument(CogworkerError, TypeError, ValueError):
     """
 
 
+class NotRetried(CogworkerError):
+    """A failure no retry can mend (a job's arguments sealed with a key no worker has): the retry
+    policy files the job in dead at once, with the error's message as its reason, whatever its
+    ``retry`` says, and keeps it there even with ``dead=False`` (nobody saw it run)."""
+
+
 class BatchError(CogworkerError):
     """A batch used in a way it can't be: jobs added to a finished batch, a callback that is no job."""
 

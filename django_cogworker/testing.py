@@ -29,6 +29,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from .errors import UnknownJobError
+from .features.encryption.codec import perform_arguments
+from .features.encryption.keys import KeyRing, ring_for
 from .push import runtime
 from .push.job import Job, call_perform, registered
 
@@ -39,7 +41,8 @@ def _run(payload: dict[str, Any]) -> Any:
         raise UnknownJobError(f"no job is registered as {payload['class']!r}")
     job = job_class(payload)
     try:
-        return call_perform(job, payload["args"], payload["kwargs"])
+        args, kwargs = perform_arguments(job, payload, _ring())
+        return call_perform(job, args, kwargs)
     except BaseException:
         # A task's failure is final here (these modes retry nothing): django.tasks is told, as a
         # worker tells it of a task out of retries (tasks.py).
@@ -47,6 +50,12 @@ def _run(payload: dict[str, Any]) -> Any:
         if failed is not None:
             failed(retried=False)
         raise
+
+
+def _ring() -> KeyRing | None:
+    """The settings' keys (a sealed job's arguments are opened as a worker opens them)."""
+    keys = runtime.get_config().encryption_keys
+    return ring_for(keys) if keys else None
 
 
 class FakeJobs:
@@ -74,7 +83,9 @@ class FakeJobs:
         return [p for p in self.pushed if job_class is None or p["class"] == job_class.name]
 
     def args(self, job_class: type[Job]) -> list[list[Any]]:
-        return [p["args"] for p in self.jobs(job_class)]
+        # (a job that encrypts: its arguments opened, as its perform would get them)
+        return [list(perform_arguments(job_class(p), p, _ring())[0]) if "encrypted" in p else p["args"]
+                for p in self.jobs(job_class)]
 
     def __len__(self) -> int:
         return len(self.pushed)

@@ -90,6 +90,11 @@ COGWORKER = {
     "HEARTBEAT_INTERVAL": env.float("COGWORKER_HEARTBEAT_INTERVAL", 5),
     "TIMEOUT_GRACE": env.float("COGWORKER_TIMEOUT_GRACE", 10),
 }
+# The test project's jobs include some that encrypt their arguments (demo/secret_jobs.py): a key
+# made for it, public in this repository, for tests only (a real project keeps its keys out of its
+# code: `manage.py cogworker genkey`). Tests give a worker others (rotation, a key it lacks) with
+# COGWORKER_ENCRYPTION_KEYS, a JSON list.
+COGWORKER["ENCRYPTION_KEYS"] = env.json("COGWORKER_ENCRYPTION_KEYS", ["vNqTyDuuTpNypJIfqoHg4Ykw8jKPm6TjirDDEzuKLvQ="])
 # Only when asked, so the library's own default applies otherwise (tests flip reliable/basic).
 if "COGWORKER_FETCH" in os.environ:
     COGWORKER["FETCH"] = env.str("COGWORKER_FETCH")

@@ -511,6 +511,31 @@ class Worker:
         self._log_file.close()
 
 
+def every_value(rb: redis.Redis) -> list[tuple[bytes, bytes]]:
+    """(key, value) for every key of the database (a bytes client), whatever its type: each read whole, as
+    text (DUMP's compression could hide what a test looks for), a stream's entries as JSON."""
+    found = []
+    for key in rb.scan_iter(count=1000):
+        kind = rb.type(key)
+        if kind == b"string":
+            value = rb.get(key) or b""
+        elif kind == b"list":
+            value = b"\n".join(rb.lrange(key, 0, -1))
+        elif kind == b"set":
+            value = b"\n".join(rb.smembers(key))
+        elif kind == b"zset":
+            value = b"\n".join(member for member, _score in rb.zrange(key, 0, -1, withscores=True))
+        elif kind == b"hash":
+            value = b"\n".join(k + b"=" + v for k, v in rb.hgetall(key).items())
+        elif kind == b"stream":
+            value = b"\n".join(json.dumps({k.decode(): v.decode() for k, v in fields.items()}).encode()
+                               for _id, fields in rb.xrange(key))
+        else:
+            value = rb.dump(key) or b""
+        found.append((key, value))
+    return found
+
+
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 

@@ -10,12 +10,14 @@ import os
 import re
 import subprocess
 import sys
+from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core import checks
 from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
-from django.test import override_settings
+from django.test import override_settings as django_override_settings
 from helpers import REPO_ROOT, free_port
 from limiter_fixtures import fresh_limiters, unique  # noqa: F401 - the fresh_limiters fixture
 
@@ -26,6 +28,15 @@ PASSWORD = "s3cret-Pw"
 
 def cogworker_errors() -> list[tuple[str, str]]:
     return [(m.id, m.msg) for m in checks.run_checks(tags=["cogworker"]) if m.level >= checks.ERROR]
+
+
+def override_settings(**kwargs: Any) -> Any:
+    """Django's, but a COGWORKER given whole keeps the test project's ENCRYPTION_KEYS: its jobs that
+    encrypt (demo/secret_jobs.py) want them, and without them every check here would also report
+    cogworker.E020 (tests/test_encryption.py's)."""
+    if isinstance(kwargs.get("COGWORKER"), dict):
+        kwargs["COGWORKER"] = {"ENCRYPTION_KEYS": settings.COGWORKER["ENCRYPTION_KEYS"], **kwargs["COGWORKER"]}
+    return django_override_settings(**kwargs)
 
 
 def cogworker_warnings() -> list[tuple[str, str]]:

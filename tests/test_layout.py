@@ -160,6 +160,11 @@ CORE_TO_FEATURE = {
     ("api.sorted_sets", "features.batches.steps"),
     # Job.limits checked at class definition
     ("push.arguments", "features.limits.limiter"),
+    # encrypted arguments, sealed as the payload is built (the push side has no hooks: every way a
+    # job is pushed builds its payload in JobSetter), and shown as "(encrypted)" by the records
+    ("push.job", "features.encryption.codec"),
+    ("push.job", "features.encryption.keys"),
+    ("api.records", "features.encryption.codec"),
 }
 
 

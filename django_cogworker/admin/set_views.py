@@ -158,7 +158,7 @@ def sorted_set_job(request: HttpRequest, token: str, *, site: Any, page: str) ->
         return HttpResponseRedirect(page_url)
     shown = {"jid", "class", "args", "kwargs", "queue", "error_class", "error_message", "error_backtrace",
              "created_at", "enqueued_at", "failed_at", "retried_at", "retry_count", "retry", "orphan_count",
-             "dead_reason"}
+             "dead_reason", "encrypted"}  # (encrypted: the sealed blob, its args shown "(encrypted)")
     extra = sorted((k, v) for k, v in entry.payload.items() if k not in shown)
     result = api.job_result(entry.jid) if isinstance(entry.jid, str) and entry.jid else None
     return render_page(request, site, page, "admin/cogworker/job.html", f"{title}: {entry.display_class}",

@@ -11,6 +11,8 @@ from ..engine.run.hooks import Feature, WorkerParts
 from ..push.job import registry
 from .batches.hook import Batches
 from .cancellation.hook import Cancellation
+from .encryption.hook import Encryption
+from .encryption.keys import ring_for
 from .expiry.hook import Expiry
 from .limits import upkeep
 from .limits.gate import LimitGate
@@ -30,6 +32,7 @@ def build(parts: WorkerParts) -> list[Feature]:
     for problem in upkeep.problems(config.heartbeat_interval, registry()):
         logger.error("%s", problem)
     gate = LimitGate(redis, keys, over_limit_max=config.over_limit_max, retry=parts.retry)
+    ring = ring_for(config.encryption_keys) if config.encryption_keys else None
     return [Expiry(redis, keys), Cancellation(redis, keys, parts.cancels), ClassLimits(gate), InlineLimits(gate),
             RunLockRelease(parts.run_locks), Results(ResultWriter(redis, keys, parts.identity), parts.timeouts),
-            Batches(redis, keys, config.batch_ttl)]
+            Batches(redis, keys, config.batch_ttl), Encryption(ring)]

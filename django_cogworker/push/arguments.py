@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import inspect
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from ..bounds import MAX_DEPTH, MAX_SECONDS, MAX_SECONDS_TEXT
@@ -131,7 +132,7 @@ class _Arity:
 _arities: dict[Any, _Arity | None] = {}
 
 
-def check_call(job_class: type, args: list[Any], kwargs: dict[str, Any], where: str = "") -> None:
+def check_call(job_class: type, args: Sequence[Any], kwargs: dict[str, Any], where: str = "") -> None:
     """Raise TypeError naming the job and its ``perform`` signature if ``perform(*args, **kwargs)`` can't bind.
 
     Without it, ``Hello.perform_async(1, 2, 3)`` returned a jid, then failed with a TypeError in

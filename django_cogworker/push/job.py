@@ -19,6 +19,8 @@ from asgiref.sync import async_to_sync
 
 from ..bounds import check_seconds, check_text
 from ..errors import BatchError, CogworkerError, InvalidArgument
+from ..features.encryption import codec as _sealing
+from ..features.encryption.keys import KeyRing, sealing_ring
 from . import discovery
 from . import payload as payloads
 from . import scope as _scope
@@ -31,7 +33,7 @@ _registry_lock = threading.Lock()
 
 # Options that may be given per push with Job.set(...).
 PUSH_OPTIONS = frozenset({"queue", "retry", "dead", "backtrace", "on_commit", "unique_for", "unique_until",
-                          "expires_in"})
+                          "expires_in", "encrypt"})
 
 
 def registered(name: str) -> type[Job] | None:
@@ -58,6 +60,14 @@ async def _await(awaitable: Any) -> Any:
     return await awaitable
 
 
+def push_ring(job_class: type[Job]) -> KeyRing:
+    """The ring a push seals with (the settings' ENCRYPTION_KEYS); NoEncryptionKeys if there is none."""
+    global _runtime
+    if _runtime is None:
+        from . import runtime as _runtime
+    return sealing_ring(_runtime.get_config().encryption_keys, getattr(job_class, "name", job_class.__qualname__))
+
+
 class Job:
     """Base class of every job. Subclass it in an app's ``jobs.py``::
 
@@ -74,7 +84,9 @@ class Job:
     ``timeout`` (seconds a run may take; past it the run fails with JobTimeout),
     ``expires_in`` (seconds after it is due that a job still waiting is dropped, never run),
     ``limits`` (a list of :class:`~django_cogworker.Limiter`: places taken before each run;
-    class only). A running job reads ``self.cancelled`` to stop when asked (``Job.cancel``).
+    class only), ``encrypt`` (True: the arguments are stored AES-256-GCM encrypted with
+    ENCRYPTION_KEYS, docs/encryption.md; ``perform`` gets them clear, ``self.payload`` has them sealed).
+    A running job reads ``self.cancelled`` to stop when asked (``Job.cancel``).
     Override ``retry_in(count, exc)`` to choose the delay before retry
     ``count`` (return seconds, or None for the default backoff).
     """
@@ -96,6 +108,8 @@ class Job:
     expires_in: ClassVar[float | None] = None
     # Limiters each run takes a place in first (features/limits/): over one, the job is rescheduled.
     limits: ClassVar[Sequence[Any]] = ()
+    # True: arguments sealed in every payload, opened only for its run (features/encryption/).
+    encrypt: ClassVar[bool] = False
     _cogworker_startup: ClassVar[bool] = True
     # False for the package's hand-over jobs (batches/: a chain's next step, a child batch telling
     # its parent): a chain or a batch waits for each, and cancelled, it waited for ever. ``cancel``
@@ -109,6 +123,12 @@ class Job:
         for option in ("result_ttl", "timeout", "expires_in"):
             check_seconds(getattr(cls, option), f"{where}.{option}")
         cls.limits = check_limits(cls.limits, f"{where}.limits")
+        if not isinstance(cls.encrypt, bool):
+            raise InvalidArgument(f"{where}.encrypt must be True or False, got {cls.encrypt!r}")
+        if cls.encrypt and any(getattr(limiter, "key_fn", None) is not None for limiter in cls.limits):
+            # (A limiter's key is found before the run, from the payload's arguments: sealed, it has none.)
+            raise InvalidArgument(f"{where}: a job that encrypts its arguments can't have a limit keyed by "
+                                  f"them (its limiters' key functions would see none)")
         check_text(cls.queue, f"{where}.queue")
         if "name" not in cls.__dict__:
             cls.name = where
@@ -122,6 +142,9 @@ class Job:
                     f"job name {cls.name!r} is taken by {existing.__module__}.{existing.__qualname__}; "
                     f"give {cls.__module__}.{cls.__qualname__} a distinct `name`")
             _registry[cls.name] = cls
+
+    # The clear arguments of a run whose payload is sealed (perform_arguments), else None.
+    arguments: tuple[list[Any], dict[str, Any]] | None = None
 
     def __init__(self, payload: dict[str, Any] | None = None):
         self.payload = payload or {}
@@ -204,6 +227,8 @@ class JobSetter:
                 raise TypeError(f"unknown push option(s) {sorted(unknown)}; allowed: {sorted(PUSH_OPTIONS)}")
             if "queue" in options:
                 check_text(options["queue"], "queue")
+            if "encrypt" in options and not isinstance(options["encrypt"], bool):
+                raise InvalidArgument(f"encrypt must be True or False, got {options['encrypt']!r}")
             # (Checked here too, not only when a payload is built: a workflow's step is built in a worker.)
             name = getattr(job_class, "name", job_class.__qualname__)
             if options.get("expires_in") is not None:
@@ -213,13 +238,29 @@ class JobSetter:
         self.job_class = job_class
         self.options = options
 
-    def build(self, args: Sequence[Any], kwargs: dict[str, Any], now: float | None = None) -> dict[str, Any]:
-        """Return a new payload for these arguments, checking they are JSON-native."""
+    def build(self, args: Sequence[Any], kwargs: dict[str, Any], now: float | None = None, *,
+              clear_head: int = 0) -> dict[str, Any]:
+        """Return a new payload for these arguments, checking they are JSON-native; sealed if the
+        job encrypts (its first ``clear_head`` arguments left clear: a batch callback's status)."""
         args = list(args)
         check_json_native(args, "args")
         if kwargs or type(kwargs) is not dict:  # (most pushes have none: nothing to walk)
             check_json_native(kwargs, "kwargs")
-        return self._payload(args, kwargs, time.time() if now is None else now)
+        payload = self._payload(args, kwargs, time.time() if now is None else now)
+        if self.encrypts:
+            self._seal(payload, clear_head)
+        return payload
+
+    @property
+    def encrypts(self) -> bool:
+        return bool(self.options.get("encrypt", self.job_class.encrypt)) if self.options else self.job_class.encrypt
+
+    def _seal(self, payload: dict[str, Any], clear_head: int = 0) -> None:
+        """Seal ``payload``'s arguments (and key its unique digest, which hashes them) in place."""
+        ring = push_ring(self.job_class)
+        if "unique_digest" in payload:
+            payload["unique_digest"] = ring.unique_digest(payload["unique_digest"])
+        _sealing.seal_payload(payload, ring, clear_head)
 
     def _payload(self, args: list[Any], kwargs: Any, created_at: float) -> dict[str, Any]:
         """The payload for arguments already checked."""
@@ -265,7 +306,7 @@ class JobSetter:
         # (One frame for Job.perform_async and this class's: every call is paid on every push.)
         client = self._client() if _runtime is None else _runtime.get_client()
         payload = self.build(args, kwargs)
-        check_call(self.job_class, payload["args"], kwargs)  # (after build: the JSON check names a bad value first)
+        check_call(self.job_class, args, kwargs)  # (after build: the JSON check names a bad value first)
         return client.push(payload, on_commit=self.options.get("on_commit"))
 
     def perform_in(self, delay: float | dt.timedelta, *args: Any, **kwargs: Any) -> str | None:
@@ -284,7 +325,7 @@ class JobSetter:
         payload = self.build(args, kwargs)
         if "expires_at" in payload:
             payload["expires_at"] += max(at - payload["created_at"], 0.0)
-        check_call(self.job_class, payload["args"], kwargs)
+        check_call(self.job_class, args, kwargs)
         return self._client().push(payload, at=at, on_commit=self.options.get("on_commit"))
 
     def perform_bulk(self, items: Iterable[Sequence[Any]]) -> list[str]:
@@ -296,6 +337,7 @@ class JobSetter:
         """
         built = []
         first: dict[str, Any] | None = None
+        encrypts = self.encrypts
         for i, args in enumerate(items):
             kind = type(args)
             if kind is not tuple and kind is not list and (
@@ -316,6 +358,8 @@ class JobSetter:
                 payload["kwargs"] = {}
                 if unique:
                     payload["unique_digest"] = _digest(payload)
+            if encrypts:  # (the copies are of the sealed first: each given its own args, then sealed)
+                self._seal(payload)
             built.append(payload)
         for payload, jid in zip(built, payloads.new_jids(len(built)), strict=True):
             payload["jid"] = jid
@@ -381,8 +425,21 @@ class Signature:
         return payload
 
     def dump(self) -> dict[str, Any]:
-        return {"t": "sig", "c": self.job_class.name, "a": self.args, "k": self.kwargs, "o": self.options,
+        """The step as stored in its workflow's batch data; sealed (``"e"``) if its job encrypts."""
+        data = {"t": "sig", "c": self.job_class.name, "a": self.args, "k": self.kwargs, "o": self.options,
                 "p": self.takes_previous}
+        if JobSetter(self.job_class, self.options).encrypts:
+            data.update(a=[], k={}, e=_sealing.seal(self.args, self.kwargs, self.job_class.name,
+                                                     push_ring(self.job_class)))
+        return data
+
+    @classmethod
+    def load(cls, job_class: type[Job], data: dict[str, Any]) -> Signature:
+        """The step ``dump`` stored (opened with the settings' keys if sealed)."""
+        args, kwargs = data["a"], data["k"]
+        if "e" in data:
+            args, kwargs = _sealing.unseal(data["e"], job_class.name, push_ring(job_class))
+        return cls(job_class, args, kwargs, data["o"], data["p"])
 
 
 def _digest(payload: dict[str, Any]) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 
 from ..bounds import check_seconds
 from ..broker.keys import Keys
-from ..errors import CogworkerError, ConfigError
+from ..errors import CogworkerError, ConfigError, InvalidArgument
 from ..features.results import records as results
 from ..push.arguments import check_limits
 from ..push.job import Job, JobSetter, registered
@@ -64,6 +64,8 @@ class CogworkerTask(Task):
     discards a task out of retries (kept in the dead set by default). ``limits``: limiters each run
     takes a place in first (``Limiter``, docs/flow-control.md); ``expires_in``: seconds after it is
     due that a task still waiting is dropped unrun (its result then reads FAILED, JobExpired).
+    ``encrypt``: its arguments stored encrypted with ENCRYPTION_KEYS (docs/encryption.md); its result
+    record keeps none of them.
     """
 
     retry: bool | int | None = None
@@ -73,6 +75,7 @@ class CogworkerTask(Task):
     dead: bool = True
     limits: tuple[Any, ...] = ()
     expires_in: float | None = None
+    encrypt: bool = False
 
     def __post_init__(self) -> None:
         Task.__post_init__(self)  # (validate_task; zero-argument super() fails in a slots dataclass)
@@ -82,6 +85,9 @@ class CogworkerTask(Task):
         try:
             object.__setattr__(self, "limits", check_limits(self.limits, f"{self.module_path}: @task(limits=...)"))
             check_seconds(self.expires_in, f"{self.module_path}: @task(expires_in=...)")
+            if not isinstance(self.encrypt, bool):
+                raise InvalidArgument(f"{self.module_path}: @task(encrypt=...) must be True or False, "
+                                      f"got {self.encrypt!r}")
         except CogworkerError as exc:
             raise InvalidTask(str(exc)) from None
         job_class_for(self)
@@ -104,6 +110,7 @@ def job_class_for(task: Any) -> type[Job]:
         "unique_for": getattr(task, "unique_for", None), "unique_until": getattr(task, "unique_until", "success"),
         "dead": getattr(task, "dead", True),
         "limits": getattr(task, "limits", ()), "expires_in": getattr(task, "expires_in", None),
+        "encrypt": getattr(task, "encrypt", False),
     }
     return type(task.func.__name__, (TaskRunner, Job), attrs)
 
@@ -118,6 +125,7 @@ class TaskRunner:
     payload: dict[str, Any]
     jid: str | None
     _cogworker_result: results.JobResult | None = None  # the record at this attempt's start (features/results/hook.py)
+    arguments: tuple[list[Any], dict[str, Any]] | None  # (Job's: opened, if sealed)
 
     def perform(self, *args: Any, **kwargs: Any) -> Any:
         task = type(self).task
@@ -153,9 +161,11 @@ class TaskRunner:
         if record is None:
             count = payload.get("retry_count")
             attempts = count + 2 if type(count) is int and count >= 0 else 1
+            # (A task that encrypts: its payload's arguments are sealed, the opened ones are the job's.)
+            args, kwargs = self.arguments or (payload.get("args", []), payload.get("kwargs") or {})
             record = results.JobResult(
-                jid=str(self.jid), name=type(self).task.module_path, status=status, args=payload.get("args", []),
-                kwargs=payload.get("kwargs") or {}, queue=payload.get("queue", ""), enqueued_at=None,
+                jid=str(self.jid), name=type(self).task.module_path, status=status, args=list(args),
+                kwargs=dict(kwargs), queue=payload.get("queue", ""), enqueued_at=None,
                 started_at=None, finished_at=None, last_attempted_at=None, errors=[], worker_ids=["?"] * attempts,
                 task=payload.get("task") or {})
         task = type(self).task

@@ -17,6 +17,8 @@ from typing import Any
 
 from django import template
 
+from ..features.encryption.codec import Encrypted
+
 register = template.Library()
 SHOWN_CHARS = 65_536
 
@@ -86,6 +88,8 @@ def kilobytes(value: Any) -> str:
 @register.filter
 def as_json(value: Any) -> str:
     """Pretty JSON, for args, kwargs and unknown fields (escaped by the template)."""
+    if isinstance(value, Encrypted):  # ("(encrypted)", not a JSON string in quotes)
+        return str(value)
     try:
         return cap(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True))
     except (TypeError, ValueError, RecursionError):
@@ -94,6 +98,8 @@ def as_json(value: Any) -> str:
 
 @register.filter
 def compact_json(value: Any) -> str:
+    if isinstance(value, Encrypted):
+        return str(value)
     try:
         return cap(json.dumps(value, ensure_ascii=False, separators=(", ", ": ")))
     except (TypeError, ValueError, RecursionError):

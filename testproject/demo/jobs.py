@@ -383,3 +383,4 @@ from .flow_jobs import (  # noqa: E402,F401
     SoloJob,
 )
 from .push_jobs import ChainStepJob, CountedChildJob, PushFiveJob, UniqueCountedChildJob  # noqa: E402,F401
+from .secret_jobs import SecretCallback, SecretJob  # noqa: E402,F401

@@ -93,3 +93,12 @@ def limited(key, seconds):
     once in `key`:max, sleep `seconds`, return "done"."""
     run_counted(key, seconds)
     return "done"
+
+
+@task(encrypt=True)
+def secret_task(key, secret):
+    """RPUSH key the SHA-256 of `secret` (its arguments are stored encrypted: tests/test_encryption_workers.py)."""
+    from .secret_jobs import seen
+
+    get_redis().rpush(key, seen(secret))
+    return "ok"

@@ -80,7 +80,11 @@ def new_identity() -> str:
 
 
 def run_job(job: Any, payload: dict) -> Any:
-    """The innermost step of the server chain: the job's own perform."""
+    """The innermost step of the server chain: the job's own perform, with the payload's arguments,
+    or the clear ones a feature opened for this run (``job.arguments``: an encrypted job's)."""
+    opened = job.arguments
+    if opened is not None:
+        return call_perform(job, *opened)
     return call_perform(job, payload.get("args", ()), payload.get("kwargs", {}))
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...conf import Config
+from ...errors import NotRetried
 from ...push import payload as payloads
 
 logger = logging.getLogger(__name__)
@@ -114,6 +115,12 @@ class RetryPolicy:
         if lines:
             n = lines if isinstance(lines, int) and not isinstance(lines, bool) else payloads.BACKTRACE_DEFAULT_LINES
             payload["error_backtrace"] = payloads.backtrace(exc, n)
+        if isinstance(exc, NotRetried):
+            # (A worker that can't open a job's arguments now never will: no key of its list is the
+            # one they were sealed with. Kept even with dead=False: nobody saw it run, and it is
+            # retried from dead once the key is back.)
+            payload.pop("dead", None)
+            return self.exhausted(payload, exc, reason=payloads.error_message(exc))
         if count < payloads.max_retries(payload.get("retry"), self.config.max_retries):
             filing = Filing("retry", now + self._delay(job, count, exc), payload)
             if self.on_retry is not None:

@@ -33,6 +33,7 @@ from ...broker.keys import BatchKeys, Keys
 from ...broker.quarantine import is_wrong_type
 from ...broker.types import RedisClient
 from ...push import payload as payloads
+from ..encryption import codec
 from ..results import records as results
 from .batch import EVENTS
 
@@ -170,7 +171,7 @@ class BatchCallback:
     jid: str
     queue: str
     job_class: str
-    options: dict[str, Any]
+    options: dict[str, Any] | str  # ("(encrypted)" for a callback whose job encrypts: features/encryption/codec.py)
     state: str
     fired_at: float | None = None
     where: str | None = None
@@ -384,8 +385,9 @@ def _callbacks(redis: RedisClient, keys: Keys, bk: BatchKeys, summary: BatchSumm
             payload = read_leniently(template.encode())
             state = "not fired" if not fired[event][0] else "fired" if jid in waiting else "pushed"
             kwargs = payload.get("kwargs")
+            options = codec.SHOWN if codec.FIELD in payload else kwargs if isinstance(kwargs, dict) else {}
             found.append(BatchCallback(event, jid, queue, str(payload.get("class", payloads.UNPARSEABLE_CLASS)),
-                                       kwargs if isinstance(kwargs, dict) else {}, state, fired[event][1]))
+                                       options, state, fired[event][1]))
     retries, dead = RetrySet(redis=redis, keys=keys), DeadSet(redis=redis, keys=keys)
     for callback in [c for c in found if c.state == "pushed"][:CALLBACK_LOOKUPS]:
         callback.looked = True

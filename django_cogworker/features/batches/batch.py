@@ -117,7 +117,7 @@ class Batch:
         except TypeError as exc:  # (of the same class: a nesting too deep is an InvalidArgument)
             raise type(exc)(f"batch callback {job_class.name} on {event!r}: {exc}") from None
         check_call(job_class, [{}], options, f"batch callback {job_class.name} on {event!r}: ")
-        self._add_callback(event, self._setter(job_class).build([STATUS_PLACEHOLDER], options))
+        self._add_callback(event, self._setter(job_class).build([STATUS_PLACEHOLDER], options, clear_head=1))
         return self
 
     def _setter(self, job_class: type[Job]) -> JobSetter:

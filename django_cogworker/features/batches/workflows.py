@@ -276,7 +276,7 @@ def load(data: dict[str, Any]) -> Part:
         job_class = registered(data["c"])
         if job_class is None:
             raise BatchError(f"workflow step {data['c']!r} is no job class registered in this worker")
-        return Signature(job_class, data["a"], data["k"], data["o"], data["p"])
+        return Signature.load(job_class, data)
     if kind == "group":
         return Group([load(m) for m in data["m"]])
     if kind == "chain":

@@ -8,6 +8,8 @@ field                  meaning
 =====================  ==================================================================
 name                   the job's registered name (a task's module path)
 args, kwargs, queue    as pushed (JSON)
+encrypted              "1" for a job whose arguments are sealed (encrypt): args and kwargs are then
+                       empty (the sealed blob is not copied here; docs/encryption.md)
 status                 READY (queued, or waiting for a retry), RUNNING, SUCCESSFUL, FAILED
 enqueued_at            epoch seconds of the push (of the first start, for a class job)
 started_at             the first attempt's start; ``last_attempted_at`` the latest one's
@@ -61,6 +63,7 @@ class JobResult:
     worker_ids: list[str]
     task: dict[str, Any]
     _return_value: Any = None
+    encrypted: bool = False  # (args and kwargs sealed in the job: not kept here)
 
     @property
     def return_value(self) -> Any:
@@ -89,6 +92,7 @@ class JobResult:
             errors=_json(fields.get("errors"), []), worker_ids=_json(fields.get("worker_ids"), []),
             task={name: _json(fields[name], None) for name in TASK_FIELDS if fields.get(name, "") != ""},
             _return_value=_json(fields.get("return_value"), None),
+            encrypted=fields.get("encrypted") == "1",
         )
 
 
@@ -100,6 +104,8 @@ def record_fields(payload: dict[str, Any], status: str | None = None) -> list[st
               "queue", str(payload.get("queue", "")),
               "enqueued_at", repr(float(payload.get("enqueued_at") or payload.get("created_at") or 0.0)),
               "worker_ids", "[]", "errors", "[]"]
+    if "encrypted" in payload:  # (its args and kwargs above are what is clear: none, or a callback's status)
+        fields += ["encrypted", "1"]
     task = payload.get("task")
     if isinstance(task, dict):
         for name in TASK_FIELDS:

@@ -38,7 +38,8 @@ def _page(text: str) -> int:
 
 class Command(BaseCommand):
     help = ("Look at and act on cogworker: stats, queues, processes, scheduled, retries, dead, periodic, batches, "
-            "limits, outbox; pause/unpause and clear queues; retry/delete and cancel jobs; quiet/stop processes.")
+            "limits, outbox; pause/unpause and clear queues; retry/delete and cancel jobs; quiet/stop processes; "
+            "genkey prints a key for ENCRYPTION_KEYS.")
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -85,6 +86,8 @@ class Command(BaseCommand):
         p.add_argument("jid", metavar="JID")
         p.add_argument("--interrupt", action="store_true", help="a running job: raise Cancelled in its thread "
                                                                  "instead of asking it to stop")
+        sub.add_parser("genkey", help="print a new key for COGWORKER['ENCRYPTION_KEYS'] (32 random bytes, URL-safe "
+                                      "base64); nothing is stored or sent")
         for verb in ("quiet", "stop"):
             p = sub.add_parser(verb, help={"quiet": "stop fetching (finish running jobs, stay up)",
                                            "stop": "shut down as on TERM"}[verb] + " at the next heartbeat")
@@ -92,6 +95,11 @@ class Command(BaseCommand):
             p.add_argument("--all", action="store_true", dest="every", help="every live process")
 
     def handle(self, *args, action, **options):
+        if action == "genkey":  # (needs neither Redis nor the settings' keys)
+            from ...features.encryption.keys import new_key
+
+            self.stdout.write(new_key())
+            return
         try:
             if action in LISTINGS:
                 return self._show(action, options)
