@@ -109,7 +109,8 @@ def _utf8_safe(text: str) -> bool:
 
 
 # What differs between the jobs of one perform_bulk; every other field is the same object.
-_PER_JOB = frozenset({"jid", "args", "kwargs", "unique_digest", "encrypted"})  # (encrypted: features/encryption/codec.py)
+# (encrypted: the sealed arguments, features/encryption/codec.py)
+_PER_JOB = frozenset({"jid", "args", "kwargs", "unique_digest", "encrypted"})
 
 
 def encode_many(items: Sequence[dict[str, Any]]) -> list[str]:
