@@ -193,10 +193,10 @@ def fail_acks(fetch: Any, should_fail: Any, monkeypatch: Any = None) -> None:
             raise redis.ConnectionError("Redis went away (injected)")
         real_many(raws)
 
-    def retrieve(n, paused=frozenset(), acks=(), before_block=None):
+    def retrieve(n, paused=frozenset(), acks=(), before_block=None, *ride):
         if any(should_fail(raw) for raw in acks):
             raise redis.ConnectionError("Redis went away (injected)")
-        return real_retrieve(n, paused, acks, before_block)
+        return real_retrieve(n, paused, acks, before_block, *ride)
 
     for name, fn in (("ack", ack), ("ack_many", ack_many), ("retrieve", retrieve)):
         if monkeypatch is not None:

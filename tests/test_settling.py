@@ -23,16 +23,21 @@ from engine_fixtures import (
     runs,
 )
 from helpers import RedisServer, wait_until
+from limiter_fixtures import fresh_limiters, unique  # noqa: F401 - the fresh_limiters fixture
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_cogworker import Batch
+from django_cogworker import Batch, Limiter
+from django_cogworker.broker.connection import make_redis
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.fetch.contract import Unit
 from django_cogworker.engine.fetch.reliable import ReliableFetch
 from django_cogworker.engine.settle.retry import Filing, RetryPolicy
+from django_cogworker.engine.settle.settlement import ACK
 from django_cogworker.engine.settle.settling import AckBatch, Settler
 from django_cogworker.features.batches.steps import BatchStep, BatchSteps
+from django_cogworker.features.limits.gate import LimitGate, Release, Ticket
+from django_cogworker.features.limits.hook import ClassLimits
 from django_cogworker.push import payload as payloads
 from testproject.demo.jobs import BatchCallbackJob
 
@@ -415,3 +420,76 @@ def test_jobs_handed_back_at_shutdown_are_named_in_the_log_at_most_20(launcher_f
     (line,) = [m for m in caplog.messages if m.startswith("requeued 25 job(s) unfinished at shutdown: ")]
     assert line.endswith(" ".join(f"jid=cut-{i:02d}" for i in range(20)) + " (and 5 more)")
     assert r.llen(K.queue("default")) == 25
+
+
+# -- held steps riding the fetch's own round trip (Ride) ---------------------------------------------
+
+
+def _fetch_with(fetch, taken, ride, rb):
+    """One fetch carrying ``ride`` (as the fetcher makes it), with a job waiting so it doesn't block."""
+    rb.lpush(K.queue("default"), job(9))
+    return fetch.retrieve(1, frozenset(), taken, None, ride)
+
+
+def test_batch_steps_ride_the_fetch_and_their_acks_the_next_one(batch, rb):
+    # One round trip for the steps and the fetch: the steps queued on its pipeline before the fetch
+    # script. Their acks wait for the next fetch, once the steps are known to have landed: a step
+    # always goes through before its job's ack.
+    acks, fetch, settler = batch
+    settler.runners[BatchStep] = BatchSteps(fetch.redis, K, 3600.0)
+    bid, steps = _batch_of(2)
+    acks.open()
+    acks.add(job(0), steps[0])
+    acks.add(job(1))
+    acks.add(job(2), steps[1])
+
+    ride = acks.ride()
+    assert ride.acks == [job(1)]
+    units = _fetch_with(fetch, ride.acks, ride, rb)
+
+    assert len(units) == 1
+    assert Batch.status(bid).success  # (the steps landed with the fetch)
+    listed = rb.lrange(fetch.in_progress, 0, -1)
+    assert job(1) not in listed and job(0) in listed and job(2) in listed  # (job 1's ack rode it)
+    assert sorted(acks.held()) == [job(0), job(2)]  # (their acks, for the next fetch)
+    assert sorted(acks.ride().acks) == [job(0), job(2)]
+
+
+@pytest.mark.usefixtures("fresh_limiters")
+def test_a_release_rides_the_fetch_with_its_own_ack(batch, rb):
+    acks, fetch, settler = batch
+    limiter = Limiter.concurrent(unique("ride"), 5, lease=60)
+    gate = LimitGate(rb, K, over_limit_max=3, retry=settler.retry)
+    settler.runners.update(ClassLimits(gate).step_runners())
+    ticket = gate.take({"jid": "j0"}, [limiter])
+    assert isinstance(ticket, Ticket) and rb.zcard(K.limit(limiter.name).holders) == 1
+    acks.open()
+    acks.add(job(0), Release(ticket, "j0", ACK))
+
+    ride = acks.ride()
+    assert ride.acks == [job(0)]  # (unordered: its ack goes with its release)
+    _fetch_with(fetch, ride.acks, ride, rb)
+
+    assert rb.zcard(K.limit(limiter.name).holders) == 0
+    assert job(0) not in rb.lrange(fetch.in_progress, 0, -1) and acks.held() == []
+
+
+def test_steps_riding_a_fetch_redis_refuses_stay_pending_and_their_acks_behind_them(batch, rb, monkeypatch):
+    acks, fetch, settler = batch
+    settler.runners[BatchStep] = BatchSteps(fetch.redis, K, 3600.0)
+    bid, steps = _batch_of(1)
+    acks.open()
+    acks.add(job(0), steps[0])
+    ride = acks.ride()
+    rb.client_pause(30_000, all=False)  # (a real outage of writes: the fetch's round trip times out)
+    slow = ReliableFetch(make_config(fetch.config.redis_url, REDIS_OPTIONS={"socket_timeout": 0.3}),
+                         make_redis(make_config(fetch.config.redis_url, REDIS_OPTIONS={"socket_timeout": 0.3})),
+                         K, fetch.identity)
+    try:
+        with pytest.raises(redis.TimeoutError):
+            slow.retrieve(1, frozenset(), ride.acks, None, ride)
+    finally:
+        rb.client_unpause()
+    assert list(settler.pending_settlements().values()) == [steps[0]]
+    assert settler.retry_pending_settlements() == 0
+    assert Batch.status(bid).success and job(0) not in rb.lrange(fetch.in_progress, 0, -1)

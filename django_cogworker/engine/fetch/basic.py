@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import cast
+from typing import Any, cast
 
 import redis as redis_lib
 
@@ -30,7 +30,7 @@ class BasicFetch(Fetch):
     keeps_held = False  # (what it took lives only in its memory: nothing is taken ahead)
 
     def retrieve(self, n: int, paused: frozenset[str] = frozenset(), acks: Sequence[bytes] = (),
-                 before_block: Callable[[], None] | None = None) -> list[Unit]:
+                 before_block: Callable[[], None] | None = None, ride: Any = None) -> list[Unit]:
         """Pop up to ``n`` jobs (``acks`` need nothing: a popped job has left Redis already)."""
         order = self.queue_order(paused)
         if not order:

@@ -79,6 +79,10 @@ class Fetch(abc.ABC):
     then may a job it holds be taken back while it stalls (``stall``, ``still_ours``).
     """
 
+    # Whether ``retrieve`` can carry the features' held steps on its own round trip (``ride``: see
+    # engine/settle/settling.py's Ride); a fetch that can't has them run first, alone.
+    rides = False
+
     keeps_held = True
 
     def __init__(self, config: Config, redis: RedisClient, keys: Keys, identity: str, rng: random.Random | None = None):
@@ -102,11 +106,12 @@ class Fetch(abc.ABC):
 
     @abc.abstractmethod
     def retrieve(self, n: int, paused: frozenset[str] = frozenset(), acks: Sequence[bytes] = (),
-                 before_block: Callable[[], None] | None = None) -> list[Unit]:
+                 before_block: Callable[[], None] | None = None, ride: Any = None) -> list[Unit]:
         """Acknowledge ``acks`` and take up to ``n`` jobs, in one round trip; block briefly when idle.
 
         Fetcher thread. ``before_block`` is called before a blocking wait (acks
         that arrive during it are then sent on their own rather than held).
+        ``ride`` (only for a fetch that ``rides``): the held steps to carry on the same round trip.
         """
 
     @abc.abstractmethod

@@ -202,12 +202,17 @@ class Fetcher:
             if n == 0:
                 continue
             units: list[Unit] = []
-            taken = acks.take()
+            # (The features' held steps ride the fetch where it can carry them: settling.py's Ride.)
+            ride = acks.ride() if self.fetch.rides else None
+            taken = ride.acks if ride is not None else acks.take()
             sent = stall_clock()  # (before the fetch: a job may be ours from the moment it is sent)
             # (self.fetch.retrieve looked up at each call: tests replace it on the instance.)
             if not watchdog.run_step(lambda: units.extend(  # noqa: B023
-                    self.fetch.retrieve(n, self.paused, taken, acks.before_block))):  # noqa: B023
+                    self.fetch.retrieve(n, self.paused, taken, acks.before_block,  # noqa: B023
+                                        *((ride,) if ride else ())))):  # noqa: B023
                 self.settler.pend_acks(taken, failed=True)
+                if ride:
+                    ride.failed(RuntimeError("the fetch carrying them failed"))
             acks.unblocked()
             deep = len(units) == n
             for _ in range(n - len(units)):

@@ -48,7 +48,7 @@ class ShardedReliableFetch(ReliableFetch):
         return self.keys.in_progress(self.identity, queue)
 
     def retrieve(self, n: int, paused: frozenset[str] = frozenset(), acks: Sequence[bytes] = (),
-                 before_block: Callable[[], None] | None = None) -> list[Unit]:
+                 before_block: Callable[[], None] | None = None, ride: Any = None) -> list[Unit]:
         order = self.queue_order(paused)
         by_queue = self._by_queue(acks)
         if not order:  # (every queue paused: the fetcher sleeps)
@@ -259,7 +259,7 @@ class ShardedBasicFetch(BasicFetch):
     """Basic fetch with each queue in its own slot: the batch pop queue by queue, BRPOP on one."""
 
     def retrieve(self, n: int, paused: frozenset[str] = frozenset(), acks: Sequence[bytes] = (),
-                 before_block: Callable[[], None] | None = None) -> list[Unit]:
+                 before_block: Callable[[], None] | None = None, ride: Any = None) -> list[Unit]:
         order = self.queue_order(paused)
         units: list[Unit] = []
         unfetchable: set[str] = set()

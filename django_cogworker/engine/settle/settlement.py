@@ -47,4 +47,21 @@ class StepRunner(Protocol):
     def run_many(self, steps: Sequence[Any]) -> None: ...
 
 
+class RidingRunner(StepRunner, Protocol):
+    """A StepRunner whose steps can ride the fetch's own round trip: queued on its pipeline before
+    the fetch script (``queue``, returning how many commands it queued), their replies handed back
+    (``landed``: raises when any step didn't go through, which keeps them all pending).
+
+    ``ordered``: the steps must go through before their job's ack (a batch step), so those acks
+    ride the next fetch, once the steps are known to have landed; an unordered step (a limit's
+    release, which never holds up its job) lets its ack ride the same fetch.
+    """
+
+    ordered: bool
+
+    def queue(self, pipe: Any, steps: Sequence[Any]) -> int: ...
+
+    def landed(self, steps: Sequence[Any], replies: Sequence[Any]) -> None: ...
+
+
 Settlement = Union[Ack, Filing, Staged]  # noqa: UP007 - (a Protocol and a Literal: the | form needs a string)

@@ -20,6 +20,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from redis.exceptions import NoScriptError
+
 from ...broker.keys import Keys
 from ...broker.quarantine import is_wrong_type, run_script
 from ...push import payload as payloads
@@ -59,28 +61,53 @@ class BatchSteps:
         """Move the batch's counters for this job, then deliver what fired. Raises when Redis refuses."""
         settle(self.redis, self.keys, step.bid, step.jid, step.outcome, step.record, self.ttl)
 
+    # Held steps ride the fetch's round trip (engine/settle/settling.py's Ride), ordered: a job's
+    # ack goes with the next fetch, once its step is known to have gone through.
+    ordered = True
+
     def run_many(self, steps: Sequence[BatchStep]) -> None:
         """The steps of jobs that succeeded without a result to keep: one BATCH_SUCCEED per batch,
         all in one round trip, then deliver what fired. Raises when Redis refuses any (each step is
         idempotent by jid: running them all again moves nothing twice)."""
-        by_bid: dict[str, list[str]] = {}
-        for step in steps:
-            by_bid.setdefault(step.bid, []).append(step.jid)
-        now, ttl = repr(time.time()), str(max(1, int(self.ttl)))
-        calls = [(bid, jids[start:start + 1000]) for bid, jids in by_bid.items()
-                 for start in range(0, len(jids), 1000)]
+        calls, now, ttl = self._calls(steps)
         if len(calls) == 1:
             replies = [self._succeed(*calls[0], now, ttl)]
         else:
             pipe = self.redis.pipeline(transaction=False)
             for bid, jids in calls:
                 scripts.BATCH_SUCCEED.in_pipeline(pipe, self.keys.batch(bid), [bid, now, ttl, *jids])
-            # A batch's key of the wrong type: that batch's step again, alone, which moves it aside.
-            replies = [self._succeed(bid, jids, now, ttl) if is_wrong_type(reply) else reply
-                       for (bid, jids), reply in zip(calls, pipe.execute(raise_on_error=False), strict=True)]
-            for reply in replies:
-                if isinstance(reply, Exception):
-                    raise reply
+            replies = pipe.execute(raise_on_error=False)
+        self._landed(calls, replies, now, ttl)
+
+    def queue(self, pipe: Any, steps: Sequence[BatchStep]) -> int:
+        """Queue the steps' BATCH_SUCCEED calls on the fetch's pipeline (one per batch)."""
+        calls, now, ttl = self._calls(steps)
+        for bid, jids in calls:
+            scripts.BATCH_SUCCEED.in_pipeline_by_sha(pipe, self.keys.batch(bid), [bid, now, ttl, *jids])
+        return len(calls)
+
+    def landed(self, steps: Sequence[BatchStep], replies: Sequence[Any]) -> None:
+        """Their replies, from the fetch's pipeline; raises when Redis refused any."""
+        calls, now, ttl = self._calls(steps)
+        self._landed(calls, replies, now, ttl)
+
+    def _calls(self, steps: Sequence[BatchStep]) -> tuple[list[tuple[str, list[str]]], str, str]:
+        by_bid: dict[str, list[str]] = {}
+        for step in steps:
+            by_bid.setdefault(step.bid, []).append(step.jid)
+        calls = [(bid, jids[start:start + 1000]) for bid, jids in by_bid.items()
+                 for start in range(0, len(jids), 1000)]
+        return calls, repr(time.time()), str(max(1, int(self.ttl)))
+
+    def _landed(self, calls: list[tuple[str, list[str]]], replies: Sequence[Any], now: str, ttl: str) -> None:
+        # A batch's key of the wrong type, or a script Redis forgot (NOSCRIPT, on a fetch's pipeline):
+        # that batch's step again, alone, which moves the key aside or loads the script.
+        replies = [self._succeed(bid, jids, now, ttl) if isinstance(reply, Exception) and (
+            is_wrong_type(reply) or isinstance(reply, NoScriptError)) else reply
+            for (bid, jids), reply in zip(calls, replies, strict=True)]
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
         for (bid, jids), waiting in zip(calls, replies, strict=True):
             if int(waiting) == -1:
                 logger.warning("%d job(s) of batch %s: the batch is gone (expired: BATCH_TTL); settled without it",

@@ -81,40 +81,65 @@ class Release(NamedTuple):
 
 
 class Releases:
-    """Runs Release steps (the Settler's runner for them): never raises."""
+    """Runs Release steps (the Settler's runner for them): never raises. They ride the fetch's
+    round trip (``queue``, ``landed``), unordered: a job's ack goes with its release."""
+
+    ordered = False
 
     def __init__(self, gate: LimitGate):
         self.gate = gate
+
+    def queue(self, pipe: Any, steps: Sequence[Release]) -> int:
+        calls = self._calls(steps)
+        for ticket, group in calls:
+            scripts.LIMIT_RELEASE.in_pipeline_by_sha(pipe, *self.gate._script_args(group, ticket.token, "release"))
+        return len(calls)
+
+    def landed(self, steps: Sequence[Release], replies: Sequence[Any]) -> None:
+        self._landed(self._calls(steps, forget=False), replies)
+
+    def _calls(self, steps: Sequence[Release], forget: bool = True) -> list[tuple[Ticket, list[tuple[Limiter, str]]]]:
+        """Each release's LIMIT_RELEASE calls (one per key on a cluster); ``forget``: its places are
+        no longer renewed by the heartbeat from now on."""
+        spread = self.gate.keys.spread
+        calls: list[tuple[Ticket, list[tuple[Limiter, str]]]] = []
+        for step in steps:
+            ticket = step.ticket
+            if forget:
+                for hold in ticket.holds:
+                    HELD.remove(hold)
+                ticket.holds = []
+            groups = [ticket.taken] if not spread else [[pair] for pair in ticket.taken]
+            calls += [(ticket, group) for group in groups]
+        return calls
+
+    def _landed(self, calls: list[tuple[Ticket, list[tuple[Limiter, str]]]], replies: Sequence[Any]) -> None:
+        gate = self.gate
+        for (ticket, group), reply in zip(calls, replies, strict=True):
+            if isinstance(reply, Exception):  # (a wrong-type key, NOSCRIPT: again alone, which mends either)
+                Ticket(gate, ticket.token, group, []).release()
+            elif len(reply) > 1:
+                try:
+                    wake(gate.redis, gate.keys, reply[1:])
+                except Exception:  # noqa: BLE001 - (the woken job runs at its backoff all the same)
+                    logger.warning("jobs waiting for a place not woken", exc_info=True)
 
     def run(self, step: Release) -> None:
         step.ticket.release()
 
     def run_many(self, steps: Sequence[Release]) -> None:
-        """Every release in one pipeline; one that failed (a limiter key of the wrong type: moved to
-        quarantine by its own call) is made again alone."""
-        gate = self.gate
-        calls: list[tuple[Ticket, list[tuple[Limiter, str]]]] = []
-        for step in steps:
-            ticket = step.ticket
-            for hold in ticket.holds:
-                HELD.remove(hold)
-            ticket.holds = []
-            calls += [(ticket, group) for group in
-                      ([ticket.taken] if not gate.keys.spread else [[pair] for pair in ticket.taken])]
+        """Every release in one pipeline of its own (a fetch that can't carry them)."""
+        calls = self._calls(steps)
         try:
-            pipe = gate.redis.pipeline(transaction=False)
+            pipe = self.gate.redis.pipeline(transaction=False)
             for ticket, group in calls:
-                scripts.LIMIT_RELEASE.in_pipeline_by_sha(pipe, *gate._script_args(group, ticket.token, "release"))
+                scripts.LIMIT_RELEASE.in_pipeline_by_sha(pipe, *self.gate._script_args(group, ticket.token, "release"))
             replies = pipe.execute(raise_on_error=False)
         except Exception as exc:
             logger.error("%d limit release(s) not sent (%s: %s); their places free when their lease lapses",
                          len(calls), type(exc).__name__, payloads.printable(exc))
             return
-        for (ticket, group), reply in zip(calls, replies, strict=True):
-            if isinstance(reply, Exception):  # (a wrong-type key, NOSCRIPT: again alone, which mends either)
-                Ticket(gate, ticket.token, group, []).release()
-            elif len(reply) > 1:
-                wake(gate.redis, gate.keys, reply[1:])
+        self._landed(calls, replies)
 
 
 # What a take got a job: its places (a Ticket), none to hold (None), a refusal, or what failed.
