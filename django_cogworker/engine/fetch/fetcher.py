@@ -213,6 +213,9 @@ class Fetcher:
                 self.settler.pend_acks(taken, failed=True)
                 if ride:
                     ride.failed(RuntimeError("the fetch carrying them failed"))
+            elif ride and not ride.done:  # (a fetch that left them: run now, else their jobs are never acked)
+                logger.error("%d held step(s) were not carried by the fetch; run on their own", len(ride.steps))
+                self.settler.settle_acks(ride.run_alone())
             acks.unblocked()
             deep = len(units) == n
             for _ in range(n - len(units)):

@@ -37,6 +37,10 @@ logger = logging.getLogger(__name__)
 class ShardedReliableFetch(ReliableFetch):
     """Reliable fetch over per-queue in-progress lists; the threads that call it are :class:`~.fetch.Fetch`'s."""
 
+    # (One script per queue's slot: the held steps run first, alone, rather than ride a pipeline
+    # that would span slots.)
+    rides = False
+
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.in_progress = self.keys.in_progress(self.identity, "*")  # (for the logs: every list of ours)

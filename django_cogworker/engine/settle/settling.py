@@ -420,6 +420,10 @@ class Ride:
     def __bool__(self) -> bool:
         return bool(self.steps)
 
+    @property
+    def done(self) -> bool:
+        return self._done or not self.steps
+
     def queue(self, pipe: Any) -> int:
         """Queue every step's commands on ``pipe``; return how many replies they will have."""
         queued = 0
