@@ -63,9 +63,14 @@ def other_load(drains: dict[str, Any], name: Callable[[Any], str]) -> str | None
     return None
 
 
-def measured_where(add: Callable[[str], None], res: dict[str, Any], source: dict[str, Any] | None,
-                   section: str) -> None:
+def source_of(res: dict[str, Any], section: str) -> dict[str, Any] | None:
+    """The run a section was merged in from (report.merge), or None: it is the first file's."""
+    return res.get("merged", {}).get(section)
+
+
+def measured_where(add: Callable[[str], None], res: dict[str, Any], section: str) -> None:
     """The line saying where a section run on its own was measured: its run, or this one's machine."""
+    source = source_of(res, section)
     if source:
         add(f"Measured in another run than the sections above: {source['timestamp']}, against django-cogworker "
             f"{source['git']}, on {source['machine']}: `python bench/run.py {' '.join(source['argv'])}`.")

@@ -105,7 +105,7 @@ def render(res: dict[str, Any], png: bool) -> str:
 
 def merge(res: dict[str, Any], other: dict[str, Any], file: str = "") -> dict[str, Any]:
     """``res`` with the sections of ``other`` (a run of some sections only, from ``file``) in place of
-    its own; each remembers the run it came from (``merged``, and a section's ``from_run``)."""
+    its own; ``merged`` remembers the run each came from (markdown.source_of)."""
     own = {"meta", "machine", "versions", "skipped", "errors", "merged", "file"}
     m = other["meta"]
     source = {"timestamp": m["timestamp"], "git": other["versions"].get("git", "?"),
@@ -116,7 +116,7 @@ def merge(res: dict[str, Any], other: dict[str, Any], file: str = "") -> dict[st
     for section, value in other.items():
         if section in own:
             continue
-        out[section] = {**value, "from_run": source} if isinstance(value, dict) else value
+        out[section] = value
         out["merged"][section] = source
     out["skipped"].update(other.get("skipped", {}))
     out["errors"].update(other.get("errors", {}))

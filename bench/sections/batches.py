@@ -191,7 +191,7 @@ def report(res: dict[str, Any]) -> str:
     over = bat["overhead_pct"]
     add("## Batches: what a batch adds per job")
     add("")
-    measured_where(add, res, bat.get("from_run"), "batches")
+    measured_where(add, res, "batches")
     add("")
     add(f"{bat['n']:,} no-op jobs (one `INCR bench:done`, `bench.BatchMember`) pushed, then drained by "
         f"{bat['worker']}, three ways: *plain* (`perform_bulk`, 1,000 per call), *batch* (the same calls inside "

@@ -134,7 +134,7 @@ def report(res: dict[str, Any]) -> str:
     added = lim["added_per_job"]
     add("## Limits: what a limiter costs per job")
     add("")
-    measured_where(add, res, lim.get("from_run"), "limits")
+    measured_where(add, res, "limits")
     add("")
     add(f"{lim['n']:,} no-op jobs (one `INCR bench:done`) pushed in bulk, then drained by {lim['worker']}, three "
         "ways: *plain* (`bench.NoopIncr`, no limit), *bucket* (`bench.LimitedBucket`: `limits = "

@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from environment import log as _log
-from markdown import Page, fmt, measured_where, table
+from markdown import Page, fmt, measured_where, source_of, table
 
 NAME = "outbox"
 QUICK = True
@@ -144,8 +144,9 @@ def report(res: dict[str, Any]) -> str:
     box = res["outbox"]
     add("## The transactional outbox")
     add("")
-    measured_where(add, res, box.get("from_run"), "outbox")
-    load = (box.get("from_run") or {}).get("load") or [res["meta"].get("loadavg_start"), res["meta"].get("loadavg_end")]
+    measured_where(add, res, "outbox")
+    meta = res["meta"]
+    load = (source_of(res, "outbox") or {}).get("load") or [meta.get("loadavg_start"), meta.get("loadavg_end")]
     add(f"PostgreSQL {box['postgres']} on the same machine (its defaults: `synchronous_commit` on, so each commit "
         f"waits for its flush to disk). **The machine was shared**: other work ran tests on its 2 CPUs meanwhile "
         f"(load average {load[0]} at the start, {load[1]} at the end), so these figures are noisier than the "

@@ -1,6 +1,6 @@
 """Where a ``perform_async`` spends its time, stage by stage, against a bare redis-py LPUSH loop.
 
-    .venv/bin/python bench/push_stages.py [--n 20000] [--reps 5] [--profile]
+    .venv/bin/python bench/tools/push_stages.py [--n 20000] [--reps 5] [--profile]
 
 Starts a private redis-server, sets Django up with cogworker at its defaults (ENQUEUE_ON_COMMIT on,
 no client middleware, sqlite), and times in one thread, each ``--reps`` times over (median kept):
@@ -34,8 +34,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from harness import RedisServer  # noqa: E402
 
@@ -109,7 +109,7 @@ def run(server: RedisServer, args: argparse.Namespace) -> None:
     # One job to the default queue as the client sends it; each call with a token of its own
     # (the pusher's receipt answers a token it holds without writing: a retry).
     push_keys, push_args = scripts.push_args(client.keys.push_receipt("bench"), "", listing, "",
-                                             [(key, "default", [(raw, None, None, "", 0)])])
+                                             [(key, "default", [(raw, None, None, "", 0, None)])])
     tokens = itertools.count()
 
     def push_script() -> None:
