@@ -71,9 +71,10 @@ distclean: clean
 	rm -rf .venv .venv313
 
 # Benchmark cogworker against rq, dramatiq, huey, celery, Sidekiq and a bare redis-py loop (about
-# 20 minutes): bench/run.py makes bench/.venv and its own redis-server, and writes bench/results/
+# 20 minutes): bench/run.py makes bench/.venv and its own redis-server, and writes bench/results/latest.json
 # and docs/benchmarks.md. BENCH_ARGS="--full" adds the 1,000,000-job run; "--n 20000" is smaller; "--sections
-# batches" runs one section alone (bench/report.py merges its JSON into the page).
+# batches" runs one section (bench/sections/batches.py) alone into bench/results/batches.json, which
+# `python bench/report.py` merges into the page. Only the latest results are kept: commit bench/results/ as is.
 .PHONY: bench
 BENCH_ARGS ?=
 bench:

@@ -7,7 +7,7 @@ time per job: the time no other thread of the worker could run Python, which is 
 worker's throughput (its CPU per job adds the kernel's side of sockets and thread wake-ups).
 Start-up (imports, Django setup) is counted apart and left out of the per-job figures.
 
-Used by run.py (the profile section of docs/benchmarks.md) and on its own, to compare two
+Used by sections/profile.py (the profile section of docs/benchmarks.md) and on its own, to compare two
 profiles: ``python bench/stages.py before.txt after.txt --jobs 50000 --rate 200``.
 """
 

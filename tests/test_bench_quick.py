@@ -145,11 +145,12 @@ def test_limits_plain_bucket_and_concurrent(results):
     # (No job was refused and no place left held: the section checks it, an error otherwise.)
     added = lim["added_per_job"]
     # A take is one script (EVALSHA and the five or six commands it runs) in a round trip of its own;
-    # a concurrency limit's release is another.
+    # a concurrency limit's release is another script, which rides the ack's round trip
+    # (features/limits/gate.py Release): more commands, no round trip of its own.
     assert added["bucket"]["redis_commands_per_job"] >= 5, added
     assert added["concurrent"]["redis_commands_per_job"] >= 10, added
     assert added["bucket"]["redis_round_trips_per_job"] > 0.5, added
-    assert added["concurrent"]["redis_round_trips_per_job"] > 1.5, added
+    assert added["concurrent"]["redis_round_trips_per_job"] > 0.5, added
     assert lim["variants"]["bucket"]["commands_per_job"].get("evalsha", 0) >= 1, lim["variants"]["bucket"]
 
 

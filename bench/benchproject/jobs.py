@@ -6,10 +6,10 @@
 * ``IoWait(t)``: a job that mostly waits: GET ``bench:io``, sleep 1 ms, INCR the counter;
 * ``CpuBurn(t)``: a job that mostly computes: ``CPU_BURN_LOOPS`` turns of a pure-Python loop (about
   200 µs of CPU here), then INCR the counter;
-* ``BatchMember(n)``, ``BatchCallback``: the batches section's (bench/batches.py): a member INCRs the
+* ``BatchMember(n)``, ``BatchCallback``: the batches section's (bench/sections/batches.py): a member INCRs the
   counter like ``NoopIncr``, and the one that brings it to ``n`` stamps its end; the callback stamps
   its start and counts its runs;
-* ``LimitedBucket(t)``, ``LimitedConcurrent(t)``: the limits section's (bench/limits.py): ``NoopIncr``
+* ``LimitedBucket(t)``, ``LimitedConcurrent(t)``: the limits section's (bench/sections/limits.py): ``NoopIncr``
   with a ``bucket`` or a ``concurrent`` limit too large ever to refuse, so a drain measures what a
   take (and, for a concurrency limit, its release) costs a job.
 

@@ -58,7 +58,7 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(STATE_DIR / "bench.sqlite3")}}
-# The outbox section's PostgreSQL (bench/outbox.py makes the database and drops it): the server of
+# The outbox section's PostgreSQL (bench/sections/outbox.py makes the database and drops it): the server of
 # BENCH_POSTGRES_URL, default the local one; connected to only by that section.
 _pg = urlsplit(os.environ.get("BENCH_POSTGRES_URL") or "postgres://postgres@127.0.0.1:5432/postgres")
 # (A name of this process's own: two runs at once, the test-suite's quick one say, don't meet.)

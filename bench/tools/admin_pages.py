@@ -1,6 +1,6 @@
 """How long the admin's list pages take on big sets (a benchmark, not a test).
 
-    .venv/bin/python bench/admin_pages.py [--entries 1000000] [--repeat 5]
+    .venv/bin/python bench/tools/admin_pages.py [--entries 1000000] [--repeat 5]
 
 Starts a private redis-server (no persistence, a free port), fills the dead and
 scheduled sets with ``--entries`` payloads each (pipelined), then times each
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from admin_client import admin_client  # noqa: E402  (the private server and the logged-in client)

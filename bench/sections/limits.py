@@ -1,7 +1,7 @@
 """Limiters in the drain: what a job's ``limits`` cost it (issue 26).
 
 N no-op jobs (one INCR of the counter, as ``NoopIncr``) are pushed in bulk, then drained by
-``runcogworker -c 10 --processes 2`` through ``Bench.drain`` (run.py), as the bench's other drains
+``runcogworker -c 10 --processes 2`` through ``Bench.drain`` (session.py), as the bench's other drains
 are: figures from the first job done to the last. Three ways, each a job class of
 benchproject/jobs.py:
 
@@ -30,7 +30,15 @@ import time
 from typing import Any
 
 import harness
+from environment import log
+from markdown import Page, fmt, measured_where, table
+from session import Bench
 from systems import Cogworker, Ctx
+
+NAME = "limits"
+QUICK = True
+# (quick, default): jobs per drain, drains of each way (--limits-n, --limits-reps).
+PARAMS = {"limits_n": (300, 10_000), "limits_reps": (1, 3)}
 
 # Way -> (job class in benchproject/jobs.py, its limiter's attribute there, or "").
 VARIANTS = {"plain": ("NoopIncr", ""), "bucket": ("LimitedBucket", "BUCKET_LIMIT"),
@@ -78,8 +86,9 @@ def limiter_check(r: Any, how: str, n: int, timeout: float = 5.0) -> dict[str, A
     return {"limit_granted": granted, "limit_over": over}
 
 
-def run(bench: Any, n: int, reps: int, log: Any) -> dict[str, Any]:
+def run(bench: Bench) -> dict[str, Any]:
     """The section: each of VARIANTS drained ``reps`` times, in turn; medians and added costs."""
+    n, reps = bench.p["limits_n"], bench.p["limits_reps"]
     runs: dict[str, list[dict[str, Any]]] = {how: [] for how in VARIANTS}
     for rep in range(reps):
         for how in VARIANTS:
@@ -112,3 +121,59 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     out["overhead_pct"] = {how: {"jobs_per_s": round(100 * (plain["jobs_per_s"] / row["jobs_per_s"] - 1), 1)}
                            for how, row in out["variants"].items() if how != "plain"}
     return out
+
+
+def report(res: dict[str, Any]) -> str:
+    """The same jobs plain, with a bucket limit and with a concurrency limit."""
+    if not res.get("limits", {}).get("variants"):
+        return ""
+    page = Page()
+    add = page.add
+    lim = res["limits"]
+    rows = lim["variants"]
+    added = lim["added_per_job"]
+    add("## Limits: what a limiter costs per job")
+    add("")
+    measured_where(add, res, "limits")
+    add("")
+    add(f"{lim['n']:,} no-op jobs (one `INCR bench:done`) pushed in bulk, then drained by {lim['worker']}, three "
+        "ways: *plain* (`bench.NoopIncr`, no limit), *bucket* (`bench.LimitedBucket`: `limits = "
+        "[Limiter.bucket(\"bench:bucket\", 10**9, per=1)]`, one `LIMIT_TAKE` script before each run) and "
+        "*concurrent* (`bench.LimitedConcurrent`: `limits = [Limiter.concurrent(\"bench:concurrent\", 1000)]`, "
+        "a `LIMIT_TAKE` before and a `LIMIT_RELEASE` after each run). Neither limit ever refuses (checked after "
+        "every drain: `granted` is N, `over` 0, and no place is left held), so the difference is the price of "
+        "taking a place, not of waiting for one. Each way ran "
+        f"{lim['reps']} time(s), in turn; the figures are medians, with the range of jobs/s; *added* is the "
+        "median's difference from plain's. Drain figures as in the drain table.")
+    add("")
+    table_rows = []
+    for how, d in rows.items():
+        a = added.get(how, {})
+        plus = lambda field, a=a: f"+{fmt(a[field])}" if field in a else "–"  # noqa: E731
+        spread = [r["jobs_per_s"] for r in d["runs"]]
+        table_rows.append([how, f"{fmt(d['jobs_per_s'])} ({fmt(min(spread))}–{fmt(max(spread))})",
+                           d["worker_cpu_us_per_job"], plus("worker_cpu_us_per_job"),
+                           d["redis_commands_per_job"], plus("redis_commands_per_job"),
+                           d["redis_round_trips_per_job"], plus("redis_round_trips_per_job"),
+                           d["redis_cpu_us_per_job"], plus("redis_cpu_us_per_job")])
+    add(table(["way", "jobs/s (range)", "worker CPU µs/job", "added", "Redis cmds/job", "added", "round trips/job",
+               "added", "Redis CPU µs/job", "added"], table_rows))
+    add("")
+    add("A take is one round trip of the processor thread, before the job starts (the fetch's acks don't carry "
+        "it: the job may not run); a concurrency limit's release is a second, after it ends. On a no-op job the "
+        "round trip is most of the cost: the thread blocks on its socket, hands over the GIL and is woken again. "
+        "Inside Redis a bucket's take runs five commands (`TIME`, `HMGET`, `HSET`, `PEXPIRE`, `HINCRBY`) in its "
+        "script; a concurrency limit's take eight (`TIME`, `ZREM` and `HDEL` of its jid from the line of "
+        "waiting jobs, `ZREMRANGEBYSCORE`, `ZSCORE`, `ZCARD`, `ZADD`, `HINCRBY`) and its release five "
+        "(`TIME`, `ZREM`, `HGET`, `HSET`, and `ZPOPMIN` for the first job waiting in line, none here); each "
+        "script call counts as one "
+        "command more (`EVALSHA`). A job that calls a rate-limited API "
+        "spends milliseconds there: the limiter's share of it is the *added* column.")
+    add("")
+    other = {how: statistics.median(r.get("other_cpu_cores", 0.0) for r in d["runs"]) for how, d in rows.items()}
+    if any(x >= 0.15 for x in other.values()):
+        add("Other load on the machine during these drains (CPU cores busy outside the worker, Redis and the "
+            "bench, median of each way's runs; the CPU figures are less trustworthy for it, the command counts "
+            "are not): " + ", ".join(f"{how} {fmt(x)}" for how, x in other.items()) + ".")
+        add("")
+    return page.text()

@@ -26,10 +26,20 @@ import statistics
 import time
 from typing import Any
 
+from environment import log as _log
+from markdown import Page, fmt, measured_where, source_of, table
+
+NAME = "outbox"
+QUICK = True
+# (quick, default): jobs pushed one per transaction, in bulk, the relay's backlog; rounds of each way.
+PARAMS = {"outbox_single": (200, 5_000), "outbox_bulk": (2_000, 100_000), "outbox_backlog": (2_000, 100_000),
+          "outbox_reps": (1, 3)}
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/postgres"
 
 
-def run(bench: Any, p: dict[str, Any], log: Any) -> dict[str, Any]:
+def run(bench: Any, p: dict[str, Any] | None = None, log: Any = _log) -> dict[str, Any]:
+    """The section (``p``: the sizes, ``bench.p`` unless given)."""
+    p = bench.p if p is None else p
     import psycopg
     from django.db import connections
     from django.test.utils import override_settings
@@ -123,3 +133,44 @@ def _relay(bench: Any, backlog: int, reps: int, log: Any) -> dict[str, Any]:
         log(f"outbox relay: {backlog:,} rows in {seconds:.1f} s, {backlog / seconds:,.0f} jobs/s")
     return {"backlog": backlog, "jobs_per_s": round(statistics.median(rates)), "min_jobs_per_s": round(min(rates)),
             "max_jobs_per_s": round(max(rates))}
+
+
+def report(res: dict[str, Any]) -> str:
+    """A push inside a PostgreSQL transaction, OUTBOX off and on; the relay's jobs/s."""
+    if not res.get("outbox", {}).get("single"):
+        return ""
+    page = Page()
+    add = page.add
+    box = res["outbox"]
+    add("## The transactional outbox")
+    add("")
+    measured_where(add, res, "outbox")
+    meta = res["meta"]
+    load = (source_of(res, "outbox") or {}).get("load") or [meta.get("loadavg_start"), meta.get("loadavg_end")]
+    add(f"PostgreSQL {box['postgres']} on the same machine (its defaults: `synchronous_commit` on, so each commit "
+        f"waits for its flush to disk). **The machine was shared**: other work ran tests on its 2 CPUs meanwhile "
+        f"(load average {load[0]} at the start, {load[1]} at the end), so these figures are noisier than the "
+        "rest of the page; compare the ways within the table.")
+    add("")
+    add("From one thread, each transaction saves an order (one INSERT) and pushes: *single*, one "
+        "`perform_async` per transaction; *bulk*, one `perform_bulk` of 1,000 jobs per transaction. *Off*: the "
+        "push waits for the commit, then one PUSH. *On* (`OUTBOX = True`): an INSERT of the jobs' rows in the "
+        "transaction; at commit the PUSH (each job with its mark), then a DELETE of the rows. *Order only*: "
+        "the transaction without the push. Time per job, the median of "
+        f"{box['reps']} rounds taken in turn; *push's own*: the time over *order only*.")
+    add("")
+    rows = []
+    for kind, label in (("single", "single, one job per transaction"), ("bulk", "bulk, 1,000 jobs per transaction")):
+        d = box[kind]
+        off_own, on_own = d["off"] - d["empty"], d["on"] - d["empty"]
+        rows.append([f"{label} ({d['jobs']:,} jobs)", d["empty"], d["off"], d["on"], f"{d['ratio']:.2f}×",
+                     off_own, on_own, f"{on_own / off_own:.2f}×" if off_own > 0 else "–"])
+    add(table(["how", "order only µs/job", "off µs/job", "on µs/job", "on/off", "push's own off µs",
+               "push's own on µs", "on/off (push's own)"], rows))
+    add("")
+    relay = box["relay"]
+    add(f"**Relay**: a backlog of {relay['backlog']:,} rows emptied by one relay (its rounds: 500 rows, "
+        f"`SELECT ... FOR UPDATE SKIP LOCKED`, one PUSH, one DELETE, one commit) at **{fmt(relay['jobs_per_s'])} "
+        f"jobs/s** (median; range {fmt(relay['min_jobs_per_s'])}–{fmt(relay['max_jobs_per_s'])}).")
+    add("")
+    return page.text()

@@ -1,7 +1,7 @@
 """Batches in the drain: what a batch adds per job, and how soon its callback runs (issue 25).
 
 N no-op jobs (``benchproject.jobs.BatchMember``: one INCR of the counter, like ``NoopIncr``) are
-pushed, then drained by ``runcogworker -c 10 --processes 2`` through ``Bench.drain`` (run.py), as
+pushed, then drained by ``runcogworker -c 10 --processes 2`` through ``Bench.drain`` (session.py), as
 the bench's other drains are: figures from the first job done to the last. Three ways:
 
 * plain: ``perform_bulk``, 1,000 jobs per call, no batch (the reference);
@@ -33,8 +33,15 @@ import time
 from typing import Any
 
 import harness
+from environment import log
+from markdown import Page, fmt, measured_where, other_load, table
+from session import Bench
 from systems import CHUNK, Cogworker, Ctx
 
+NAME = "batches"
+QUICK = True
+# (quick, default): jobs per drain, drains of each way (--batches-n, --batches-reps).
+PARAMS = {"batches_n": (300, 10_000), "batches_reps": (1, 3)}
 VARIANTS = ("plain", "batch", "chord")
 # Figures of each run whose median is kept (the rest of a run is kept as it was, in "runs").
 MEDIANS = ("jobs_per_s", "worker_cpu_us_per_job", "worker_cpu_cores", "redis_commands_per_job",
@@ -118,9 +125,10 @@ def callback_delay(r: Any, workers: list, how: str, timeout: float, linger: floa
     return {"callback_delay_ms": harness.rnd((start - end) * 1000), "callback_runs": runs}
 
 
-def run(bench: Any, n: int, reps: int, log: Any) -> dict[str, Any]:
+def run(bench: Bench) -> dict[str, Any]:
     """The section: each of VARIANTS drained ``reps`` times, in turn (and by the --baseline
     revision's worker after each, when given); medians and overheads."""
+    n, reps = bench.p["batches_n"], bench.p["batches_reps"]
     workers: list[tuple[str, dict[str, str]]] = [("", {})]
     if bench.args.baseline:
         workers.append(bench.baseline_env())
@@ -170,3 +178,89 @@ def overhead(plain: float, variant: float, kind: str) -> float:
     """% more cost per job than plain: of a rate (``inverse``: jobs/s) or of a cost per job (``direct``)."""
     ratio = plain / variant if kind == "inverse" else variant / plain
     return round(100 * (ratio - 1), 1)
+
+
+def report(res: dict[str, Any]) -> str:
+    """The same jobs plain, in one batch, in a chord; and the callback's delay."""
+    if not res.get("batches", {}).get("variants"):
+        return ""
+    page = Page()
+    add = page.add
+    bat = res["batches"]
+    rows = bat["variants"]
+    over = bat["overhead_pct"]
+    add("## Batches: what a batch adds per job")
+    add("")
+    measured_where(add, res, "batches")
+    add("")
+    add(f"{bat['n']:,} no-op jobs (one `INCR bench:done`, `bench.BatchMember`) pushed, then drained by "
+        f"{bat['worker']}, three ways: *plain* (`perform_bulk`, 1,000 per call), *batch* (the same calls inside "
+        "one `Batch(...).jobs()` block, with a success callback) and *chord* (`chord(group(*[BatchMember.s(n) "
+        "...]), BatchCallback.s())`: the group's jobs pushed 1,000 per call too). Each way ran "
+        f"{bat['reps']} time(s), in turn; the figures are medians, with the range of jobs/s (a drain this short, "
+        "under a second, moves by a fifth from one run to the next even on a quiet machine). Drain figures as "
+        "in the drain table (from the first job done to the last, start-up left out); *+%* is the cost per job "
+        "over plain's (for jobs/s: plain's ÷ this − 1). *Callback delay*: from the end of the last member job "
+        "(the one whose INCR brought the counter to N stamps its time) to the start of the callback (its first "
+        "act), median and max of the runs; the callback ran exactly once in every run (checked).")
+    add("")
+    table_rows = []
+    for how, d in rows.items():
+        o = over.get(how, {})
+        pct = lambda field, o=o: f"+{o[field]:.0f}%" if field in o else "–"  # noqa: E731
+        spread = [r["jobs_per_s"] for r in d["runs"]]
+        table_rows.append([how, f"{fmt(d['jobs_per_s'])} ({fmt(min(spread))}–{fmt(max(spread))})", pct("jobs_per_s"),
+                           d["worker_cpu_us_per_job"],
+                           pct("worker_cpu_us_per_job"), d["redis_commands_per_job"], pct("redis_commands_per_job"),
+                           d["redis_round_trips_per_job"], d["redis_cpu_us_per_job"],
+                           f"{fmt(d['callback_delay_ms'])} ({fmt(d['callback_delay_ms_max'])})"
+                           if "callback_delay_ms" in d else "–"])
+    add(table(["way", "jobs/s (range)", "+%", "worker CPU µs/job", "+%", "Redis cmds/job", "+%", "round trips/job",
+               "Redis CPU µs/job", "callback delay ms (max)"], table_rows))
+    add("")
+    add("Where a job of a batch costs more: its batch step waits in memory with its ack, and before each "
+        "fetch the worker's fetcher runs the steps held, one `BATCH_SUCCEED` script per batch (five Redis "
+        "commands while nothing of the batch fails; about ten jobs per call here), in one round trip more "
+        "per fetch; the acks then ride on the fetch as a plain job's do (engine/settle/settling.py). The push "
+        "adds one `BATCH_ADD` per 1,000 jobs.")
+    add("")
+    base = bat.get("baseline")
+    if base:
+        add(f"Before and after: each drain was run again at once by the worker of `{base['rev']}` (its "
+            "django_cogworker; the same push), in the same run; medians, *+%* over that worker's plain drain:")
+        add("")
+
+        def pair(field: str, how: str, pct: bool = False) -> str:
+            cells = []
+            for res in (base, bat):
+                d, o = res["variants"][how], res["overhead_pct"].get(how, {})
+                if field not in d:
+                    return "–"
+                cells.append(fmt(d[field]) + (f" (+{o[field]:.0f}%)" if pct and field in o else ""))
+            return " → ".join(cells)
+
+        add(table(["way", "jobs/s", "worker CPU µs/job", "Redis cmds/job", "round trips/job", "callback delay ms"],
+                  [[how, pair("jobs_per_s", how, True), pair("worker_cpu_us_per_job", how, True),
+                    pair("redis_commands_per_job", how, True), pair("redis_round_trips_per_job", how),
+                    pair("callback_delay_ms", how)] for how in rows]))
+        add("")
+    add("The push, in the bench's process (one thread), before the worker starts:")
+    add("")
+    add(table(["way", "push jobs/s", "pusher CPU µs/job", "Redis cmds/job", "round trips/job"],
+              [[how, d["push_jobs_per_s"], d["push_cpu_us_per_job"], d["push_redis_commands_per_job"],
+                d["push_round_trips_per_job"]] for how, d in rows.items()]))
+    add("")
+    add("Commands per job, by command (≥ 0.001 per job), in the drain and in the push (Lua scripts' own "
+        "commands counted):")
+    add("")
+    for how, d in rows.items():
+        add(f"- {how}, drain: " + ", ".join(f"{k} {fmt(x)}" for k, x in d["commands_per_job"].items()))
+        add(f"- {how}, push: " + ", ".join(f"{k} {fmt(x)}" for k, x in d["push_commands_per_job"].items()))
+    add("")
+    runs = {f"{how} run {i + 1}": r for how, d in rows.items() for i, r in enumerate(d["runs"])}
+    names = {id(r): name for name, r in runs.items()}
+    note = other_load(runs, lambda r: names[id(r)])
+    if note:
+        add(note)
+        add("")
+    return page.text()

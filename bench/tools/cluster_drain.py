@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Drain throughput on a lone redis-server, a one-shard and a three-shard Redis Cluster.
 
-    .venv/bin/python bench/cluster_drain.py [--n 20000] [--reps 3] [-c 10] [--processes 1] [--queues 3]
+    .venv/bin/python bench/tools/cluster_drain.py [--n 20000] [--reps 3] [-c 10] [--processes 1] [--queues 3]
 
 Starts its own servers on free loopback ports (tests/helpers.py: RedisServer, Cluster), pushes N
 ``bench.NoopIncr`` jobs with perform_bulk, spread evenly over ``--queues`` queues, then times one
@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
+BENCH = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(BENCH.parent / "tests"), str(BENCH.parent), str(BENCH)]
 
 

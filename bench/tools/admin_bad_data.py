@@ -1,6 +1,6 @@
 """What the admin's pages cost on the data of issue 12 (a benchmark, not a test).
 
-    .venv/bin/python bench/admin_bad_data.py [--case all] [--big-mb 10] [--dead 1000000]
+    .venv/bin/python bench/tools/admin_bad_data.py [--case all] [--big-mb 10] [--dead 1000000]
 
 Each case runs in a fresh process, against a private redis-server, through Django's test
 client (in process): the server's time for the page, its HTML size, the bytes Redis sent,
@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
+BENCH = Path(__file__).resolve().parents[1]
 REPO = Path(os.environ.get("COGWORKER_CODE", BENCH.parent))
 sys.path[:0] = [str(REPO), str(BENCH.parent / "tests")]
 

@@ -1,6 +1,6 @@
 """Where a ``perform_async`` spends its time, stage by stage, against a bare redis-py LPUSH loop.
 
-    .venv/bin/python bench/push_stages.py [--n 20000] [--reps 5] [--profile]
+    .venv/bin/python bench/tools/push_stages.py [--n 20000] [--reps 5] [--profile]
 
 Starts a private redis-server, sets Django up with cogworker at its defaults (ENQUEUE_ON_COMMIT on,
 no client middleware, sqlite), and times in one thread, each ``--reps`` times over (median kept):
@@ -11,7 +11,7 @@ no client middleware, sqlite), and times in one thread, each ``--reps`` times ov
   script, every push's; LPUSH alone and LPUSH + SADD pipelined, for comparison). The client
   middleware chain costs nothing here: with none configured the chain is the write itself;
 * the whole ``perform_async`` (the PUSH script, onto a backlog or not), and the bare loop the
-  bench compares it with (``bench/run.py``'s
+  bench compares it with (``bench/sections/enqueue.py``'s
   ``bare_lpush``: a payload of the same size built with ``json.dumps`` and pushed with
   ``r.lpush`` on a client with the bench's connection settings);
 * the server's own time per command (``INFO commandstats``).
@@ -34,8 +34,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from harness import RedisServer  # noqa: E402
 
@@ -109,7 +109,7 @@ def run(server: RedisServer, args: argparse.Namespace) -> None:
     # One job to the default queue as the client sends it; each call with a token of its own
     # (the pusher's receipt answers a token it holds without writing: a retry).
     push_keys, push_args = scripts.push_args(client.keys.push_receipt("bench"), "", listing, "",
-                                             [(key, "default", [(raw, None, None, "", 0)])])
+                                             [(key, "default", [(raw, None, None, "", 0, None)])])
     tokens = itertools.count()
 
     def push_script() -> None:
@@ -126,7 +126,7 @@ def run(server: RedisServer, args: argparse.Namespace) -> None:
         ("bare loop's payload (json.dumps)", lambda: floor_payload(time.time())),
         ("bare loop's LPUSH (bench client)", lambda: bare.lpush("bare:queue", raw)),
         ("perform_async", lambda: NoopIncr.perform_async(time.time())),
-        ("bare LPUSH loop (bench/run.py)", lambda: bare.lpush("bare:queue", floor_payload(time.time()))),
+        ("bare LPUSH loop (bench/sections/enqueue.py)", lambda: bare.lpush("bare:queue", floor_payload(time.time()))),
     ]
     n = args.n
     wall: dict[str, list[float]] = {label: [] for label, _fn in stages}
@@ -144,7 +144,7 @@ def run(server: RedisServer, args: argparse.Namespace) -> None:
     print(f"{'stage':45} {'wall µs':>8} {'calls/s':>10} {'CPU µs':>8}")
     for label, _fn in stages:
         print(f"{label:45} {_median(wall[label]):8.2f} {1e6 / _median(wall[label]):10,.0f} {_median(own[label]):8.2f}")
-    pa, floor = "perform_async", "bare LPUSH loop (bench/run.py)"
+    pa, floor = "perform_async", "bare LPUSH loop (bench/sections/enqueue.py)"
     print(f"perform_async / bare loop: {_median(wall[floor]) / _median(wall[pa]):.2f}x wall, "
           f"client CPU {_median(own[pa]) - _median(own[floor]):+.2f} µs per push")
 
