@@ -19,6 +19,7 @@ from outbox_fixtures import Boom, alias_fixture  # noqa: F401 - a fixture
 
 from django_cogworker import Batch, chain, group
 from django_cogworker.broker.keys import Keys
+from django_cogworker.outbox import relay
 from django_cogworker.outbox.models import OutboxJob
 from django_cogworker.push import runtime
 from testproject.demo.jobs import BatchCallbackJob, RecordJob
@@ -81,7 +82,8 @@ def deletes_held(alias: str):
 
 
 def waiting(alias: str) -> int:
-    return OutboxJob.objects.using(alias).count()
+    """Jobs waiting in ``alias``'s outbox (a row holds the jobs of one push)."""
+    return relay.waiting(alias)[0]
 
 
 def runs(srv) -> collections.Counter:
@@ -103,12 +105,13 @@ def assert_exactly_once(srv, committed, rolled_back=(), timeout=90):
 
 
 def backlog(alias: str, srv, count: int) -> list[str]:
-    """``count`` committed jobs waiting in ``alias``'s outbox: pushed while Redis is away."""
+    """``count`` committed jobs waiting in ``alias``'s outbox: pushed while Redis is away, in rows
+    of 100 (a push's row; a relay's round takes 500 jobs: five rows)."""
     srv.kill()
     jids: list[str] = []
     with transaction.atomic(using=alias):
-        for start in range(0, count, 1000):
-            jids += RecordJob.perform_bulk([(RUNS,)] * min(1000, count - start))
+        for start in range(0, count, 100):
+            jids += RecordJob.perform_bulk([(RUNS,)] * min(100, count - start))
     srv.restart()
     assert waiting(alias) == count
     return jids
