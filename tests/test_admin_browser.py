@@ -35,8 +35,8 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-dev-shm-usage", "--window-size=1280,900"]
 BASE = "/admin/django_cogworker/"
-# (Both databases: the Outbox page reads the outbox of each, "pg" too.)
-pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+# (Every database: the Outbox page reads the outbox of each, "pg" and "mysql" too.)
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg", "mysql"])
 
 
 @pytest.fixture(scope="module")

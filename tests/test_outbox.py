@@ -26,7 +26,7 @@ from django_cogworker.outbox.relay import relay_once, row_jobs
 from django_cogworker.push import runtime
 
 K = Keys()
-pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg", "mysql"])
 
 
 class Note(Job):

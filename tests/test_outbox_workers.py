@@ -26,7 +26,7 @@ from testproject.demo.jobs import BatchCallbackJob, RecordJob
 
 K = Keys()
 RUNS = "runs"
-pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg", "mysql"])
 
 
 @pytest.fixture
@@ -47,6 +47,8 @@ def database_url(alias: str) -> str:
     if s["ENGINE"].endswith("sqlite3"):
         return f"sqlite:///{s['NAME']}"
     auth = s["USER"] + (f":{s['PASSWORD']}" if s["PASSWORD"] else "")
+    if s["ENGINE"].endswith("mysql"):
+        return f"mysql://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 3306}/{s['NAME']}"
     return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
@@ -54,7 +56,8 @@ def worker(tmp_path, srv, name, *args, outbox=True):
     """A worker on ``srv`` and the test databases, with OUTBOX on (its relay relays both) or off
     (it only runs jobs)."""
     env = {**FAST_ENV, "COGWORKER_REDIS_URL": srv.url, "COGWORKER_OUTBOX": str(outbox).lower(),
-           "DATABASE_URL": database_url("default"), "COGWORKER_TEST_POSTGRES_URL": database_url("pg")}
+           "DATABASE_URL": database_url("default"), "COGWORKER_TEST_POSTGRES_URL": database_url("pg"),
+           "COGWORKER_TEST_MYSQL_URL": database_url("mysql")}
     return Worker(*args, env=env, log_path=tmp_path / f"{name}.log")
 
 
@@ -66,12 +69,23 @@ def deletes_held(alias: str):
     (ROW SHARE) passes and its DELETE (ROW EXCLUSIVE) waits for: the relay stops between its push
     and its delete, for as long as the block lasts. SQLite, whose writers wait on one lock (the
     claim's too): a trigger makes the delete fail, and the relay's claim keeps the rows it pushed.
+    MariaDB/MySQL (whose table locks would stop the relay's SELECT ... FOR UPDATE too): a trigger
+    makes the delete fail, which rolls the relay's round back; its next round takes the same rows,
+    and finds them pushed (their marks).
     """
     with connections[alias].cursor() as cursor:
         if alias == "pg":
             with transaction.atomic(using=alias):
                 cursor.execute("LOCK TABLE cogworker_outbox IN SHARE MODE")
                 yield
+            return
+        if alias == "mysql":
+            cursor.execute("CREATE TRIGGER test_no_delete BEFORE DELETE ON cogworker_outbox FOR EACH ROW "
+                           "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'held by the test'")
+            try:
+                yield
+            finally:
+                cursor.execute("DROP TRIGGER test_no_delete")
             return
         cursor.execute("CREATE TRIGGER test_no_delete BEFORE DELETE ON cogworker_outbox "
                        "BEGIN SELECT RAISE(ABORT, 'held by the test'); END")
