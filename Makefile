@@ -30,8 +30,9 @@ demo: venv
 	@PY='$(PY)' bash scripts/demo.sh
 
 # The suite starts its own redis-server processes on free ports; it only needs the binary. The
-# admin's browser tests need Debian's chromium and chromedriver. The outbox tests need a PostgreSQL:
-# scripts/ensure_postgres.sh finds one or starts a private one, and its URL is exported to every
+# admin's browser tests need Debian's chromium and chromedriver. The outbox tests need a PostgreSQL
+# and a MariaDB/MySQL: scripts/ensure_postgres.sh finds one or starts a private one,
+# scripts/ensure_mysql.sh finds one or starts Debian's, and their URLs are exported to every
 # pytest run below (one shell, hence the backslashes; exit status 5 of the serial run: PYTEST_ARGS
 # selected none of them).
 test: venv venv313
@@ -40,8 +41,9 @@ test: venv venv313
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	COGWORKER_TEST_POSTGRES_URL=$$(bash scripts/ensure_postgres.sh); \
-	export COGWORKER_TEST_POSTGRES_URL; \
-	echo "PostgreSQL for the outbox tests: $$COGWORKER_TEST_POSTGRES_URL"; \
+	COGWORKER_TEST_MYSQL_URL=$$(bash scripts/ensure_mysql.sh); \
+	export COGWORKER_TEST_POSTGRES_URL COGWORKER_TEST_MYSQL_URL; \
+	echo "PostgreSQL for the outbox tests: $$COGWORKER_TEST_POSTGRES_URL; MariaDB/MySQL: $$COGWORKER_TEST_MYSQL_URL"; \
 	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile -m "not serial" $(PYTEST_ARGS); \
 	$(PY) -m pytest -m serial $(PYTEST_ARGS) || [[ $$? -eq 5 ]]; \
 	$(PY313) -m pytest -n $(TEST_PROCESSES) --dist loadfile $(TASKS_TESTS)

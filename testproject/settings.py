@@ -71,6 +71,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 # with COGWORKER_TEST_POSTGRES_URL (postgres://user:password@host:port/name; pytest-django creates
 # and drops "test_<name>" there). Nothing else connects to it.
 DATABASES["pg"] = env.db("COGWORKER_TEST_POSTGRES_URL", default="postgres://postgres@127.0.0.1:5432/cogworker")
+# The third: MariaDB/MySQL, "mysql" (its relay's SELECT ... FOR UPDATE SKIP LOCKED: MariaDB 10.6+,
+# MySQL 8). This machine and CI run a MariaDB at 127.0.0.1:3306 (root, no password); `make test`
+# finds it (scripts/ensure_mysql.sh) and passes its URL, COGWORKER_TEST_MYSQL_URL
+# (mysql://user:password@host:port/name). Driven by PyMySQL, installed as MySQLdb here only.
+DATABASES["mysql"] = env.db("COGWORKER_TEST_MYSQL_URL", default="mysql://root@127.0.0.1:3306/cogworker")
+if DATABASES["mysql"]["ENGINE"] == "django.db.backends.mysql":
+    import pymysql
+
+    pymysql.install_as_MySQLdb()
+    DATABASES["mysql"].setdefault("OPTIONS", {}).setdefault("charset", "utf8mb4")
+    DATABASES["mysql"].setdefault("TEST", {}).update(CHARSET="utf8mb4", COLLATION="utf8mb4_bin")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 USE_TZ = True

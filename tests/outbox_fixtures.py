@@ -11,7 +11,7 @@ class Boom(Exception):
     """Raised inside ``transaction.atomic()`` to roll it back."""
 
 
-@pytest.fixture(name="alias", params=["default", "pg"])
+@pytest.fixture(name="alias", params=["default", "pg", "mysql"])
 def alias_fixture(request) -> str:
-    """The database the test's transactions run on: SQLite, then PostgreSQL."""
+    """The database the test's transactions run on: SQLite, PostgreSQL, then MariaDB/MySQL."""
     return request.param

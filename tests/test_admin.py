@@ -18,8 +18,8 @@ from helpers import FAST_ENV, Worker, wait_until
 from django_cogworker import api
 from django_cogworker.push import payload as payloads
 
-# (Both databases: the Outbox page reads the outbox of each, "pg" too.)
-pytestmark = pytest.mark.django_db(databases=["default", "pg"])
+# (Every database: the Outbox page reads the outbox of each, "pg" and "mysql" too.)
+pytestmark = pytest.mark.django_db(databases=["default", "pg", "mysql"])
 
 BASE = "/admin/django_cogworker/"
 PAGES = ["dashboard/", "queue/", "busy/", "scheduled/", "retry/", "dead/", "batches/", "limits/", "periodic/",

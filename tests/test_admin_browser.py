@@ -35,8 +35,8 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-dev-shm-usage", "--window-size=1280,900"]
 BASE = "/admin/django_cogworker/"
-# (Both databases: the Outbox page reads the outbox of each, "pg" too.)
-pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+# (Every database: the Outbox page reads the outbox of each, "pg" and "mysql" too.)
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg", "mysql"])
 
 
 @pytest.fixture(scope="module")
@@ -295,7 +295,7 @@ def test_quiet_a_process(logged_in, live_server, rb):
 def test_relay_now_from_the_outbox_page(logged_in, live_server, rb, settings):
     settings.COGWORKER = {**settings.COGWORKER, "OUTBOX": True}
     # Jobs of committed transactions that Redis was away for: rows, one database each.
-    for alias, jid in (("default", "jid-sqlite"), ("pg", "jid-postgres")):
+    for alias, jid in (("default", "jid-sqlite"), ("pg", "jid-postgres"), ("mysql", "jid-mariadb")):
         OutboxJob.objects.using(alias).create(jid=jid, created=time.time() - 150, payload=json.dumps(
             {"class": RECORD_JOB, "jid": jid, "queue": "default", "args": ["outbox"], "kwargs": {}}))
     b = logged_in
@@ -303,11 +303,11 @@ def test_relay_now_from_the_outbox_page(logged_in, live_server, rb, settings):
     rows = {row.find_element(By.TAG_NAME, "td").text: row.text
             for row in b.find_elements(By.CSS_SELECTOR, "#cw-outbox tbody tr")}
     assert rows["default"].split()[1] == "1" and "2m" in rows["default"], rows
-    assert rows["pg"].split()[1] == "1", rows
+    assert rows["pg"].split()[1] == "1" and rows["mysql"].split()[1] == "1", rows
     click(b, "//button[@id='cw-relay-now']")
     assert_page(b, "Outbox")
-    assert "2 job(s) relayed." in messages(b)
+    assert "3 job(s) relayed." in messages(b)
     assert sorted(json.loads(raw)["jid"] for raw in rb.lrange(KEYS.queue("default"), 0, -1)) == [
-        "jid-postgres", "jid-sqlite"]
-    assert [row.text.split()[1] for row in b.find_elements(By.CSS_SELECTOR, "#cw-outbox tbody tr")] == ["0", "0"]
+        "jid-mariadb", "jid-postgres", "jid-sqlite"]
+    assert [row.text.split()[1] for row in b.find_elements(By.CSS_SELECTOR, "#cw-outbox tbody tr")] == ["0"] * 3
 

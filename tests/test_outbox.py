@@ -22,11 +22,11 @@ from django_cogworker import Batch, BatchError, Job, chain, group
 from django_cogworker.broker.keys import Keys
 from django_cogworker.features.batches import batch as batch_module
 from django_cogworker.outbox.models import OutboxJob
-from django_cogworker.outbox.relay import relay_once
+from django_cogworker.outbox.relay import relay_once, row_jobs
 from django_cogworker.push import runtime
 
 K = Keys()
-pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg", "mysql"])
 
 
 class Note(Job):
@@ -65,7 +65,8 @@ def queued(client, queue="default") -> list[str]:
 
 
 def rows(alias: str) -> list[str]:
-    return list(OutboxJob.objects.using(alias).order_by("id").values_list("jid", flat=True))
+    """The jids of the jobs waiting in ``alias``'s outbox, oldest first."""
+    return [job["jid"] for row in OutboxJob.objects.using(alias).order_by("id") for job in row_jobs(row)]
 
 
 def relay(alias: str) -> int:
@@ -103,10 +104,11 @@ def test_a_rolled_back_transaction_leaves_no_row_and_no_job(outbox, alias, rb):
     assert queued(rb) == [kept]
 
 
-def test_a_bulk_push_is_one_row_per_job_and_one_push_at_commit(outbox, alias, rb):
+def test_a_bulk_push_is_one_row_and_one_push_at_commit(outbox, alias, rb):
     with transaction.atomic(using=alias):
         jids = Note.perform_bulk([(i,) for i in range(1000)])
-        assert len(rows(alias)) == 1000
+        assert OutboxJob.objects.using(alias).count() == 1
+        assert rows(alias) == jids
     assert queued(rb) == jids
     assert rows(alias) == []
 
@@ -185,16 +187,40 @@ def test_garbage_and_wrong_type_rows_go_to_dead_and_the_rows_behind_them_are_pus
     assert rows(alias) == []
 
 
+def test_a_job_of_a_row_of_several_that_cant_be_pushed_goes_to_dead_and_the_others_are_pushed(outbox, alias, rb):
+    jobs = [{"class": Note.name, "jid": jid, "queue": queue, "args": [i]}
+            for i, (jid, queue) in enumerate([("one", "default"), ("stuck", "blocked"), ("two", "default")])]
+    with transaction.atomic(using=alias):
+        OutboxJob.objects.using(alias).create(jid="one", jobs=3, created=0, payload=json.dumps(jobs))
+    rb.set(K.queue("blocked"), "a string, not a list")
+    assert relay(alias) == 3
+    assert queued(rb) == ["one", "two"]
+    [dead] = [json.loads(raw) for raw in rb.zrange(K.dead, 0, -1)]
+    assert dead["jid"] == "stuck" and "jid stuck" in dead["dead_reason"] and dead["args"] == [1]
+    assert rows(alias) == []
+    assert relay(alias) == 0 and queued(rb) == ["one", "two"]  # (nothing pushed twice)
+
+
+def test_a_row_of_several_jobs_that_isnt_an_array_of_jobs_goes_to_dead_whole(outbox, alias, rb):
+    with transaction.atomic(using=alias):
+        OutboxJob.objects.using(alias).create(jid="several", jobs=2, created=0, payload=json.dumps(
+            [{"class": Note.name, "jid": "a", "queue": "default", "args": []}, {"no": "class"}]))
+    assert relay(alias) == 2
+    [dead] = [json.loads(raw) for raw in rb.zrange(K.dead, 0, -1)]
+    assert "jid several" in dead["dead_reason"] and '"no"' in dead["raw"]  # (kept whole, as text)
+    assert queued(rb) == [] and rows(alias) == []
+
+
 def test_a_mark_of_the_wrong_type_is_quarantined_and_the_job_pushed(away, alias, caplog):
     with transaction.atomic(using=alias):
         jid = Note.perform_async(1)
         away.kill()
     away.restart()
     client = away.client()
-    client.lpush(K.outbox_pushed(jid), "a list, not a mark")
+    client.lpush(K.outbox_marks(), "a list, not a mark")
     assert relay(alias) == 1
     assert queued(client) == [jid]
-    assert client.type(K.outbox_pushed(jid)) == b"string"
+    assert client.type(K.outbox_marks()) == b"zset"
     assert "is no outbox mark" in caplog.text
 
 

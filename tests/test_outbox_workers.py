@@ -19,13 +19,14 @@ from outbox_fixtures import Boom, alias_fixture  # noqa: F401 - a fixture
 
 from django_cogworker import Batch, chain, group
 from django_cogworker.broker.keys import Keys
+from django_cogworker.outbox import relay
 from django_cogworker.outbox.models import OutboxJob
 from django_cogworker.push import runtime
 from testproject.demo.jobs import BatchCallbackJob, RecordJob
 
 K = Keys()
 RUNS = "runs"
-pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg", "mysql"])
 
 
 @pytest.fixture
@@ -46,6 +47,8 @@ def database_url(alias: str) -> str:
     if s["ENGINE"].endswith("sqlite3"):
         return f"sqlite:///{s['NAME']}"
     auth = s["USER"] + (f":{s['PASSWORD']}" if s["PASSWORD"] else "")
+    if s["ENGINE"].endswith("mysql"):
+        return f"mysql://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 3306}/{s['NAME']}"
     return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
@@ -53,7 +56,8 @@ def worker(tmp_path, srv, name, *args, outbox=True):
     """A worker on ``srv`` and the test databases, with OUTBOX on (its relay relays both) or off
     (it only runs jobs)."""
     env = {**FAST_ENV, "COGWORKER_REDIS_URL": srv.url, "COGWORKER_OUTBOX": str(outbox).lower(),
-           "DATABASE_URL": database_url("default"), "COGWORKER_TEST_POSTGRES_URL": database_url("pg")}
+           "DATABASE_URL": database_url("default"), "COGWORKER_TEST_POSTGRES_URL": database_url("pg"),
+           "COGWORKER_TEST_MYSQL_URL": database_url("mysql")}
     return Worker(*args, env=env, log_path=tmp_path / f"{name}.log")
 
 
@@ -65,12 +69,23 @@ def deletes_held(alias: str):
     (ROW SHARE) passes and its DELETE (ROW EXCLUSIVE) waits for: the relay stops between its push
     and its delete, for as long as the block lasts. SQLite, whose writers wait on one lock (the
     claim's too): a trigger makes the delete fail, and the relay's claim keeps the rows it pushed.
+    MariaDB/MySQL (whose table locks would stop the relay's SELECT ... FOR UPDATE too): a trigger
+    makes the delete fail, which rolls the relay's round back; its next round takes the same rows,
+    and finds them pushed (their marks).
     """
     with connections[alias].cursor() as cursor:
         if alias == "pg":
             with transaction.atomic(using=alias):
                 cursor.execute("LOCK TABLE cogworker_outbox IN SHARE MODE")
                 yield
+            return
+        if alias == "mysql":
+            cursor.execute("CREATE TRIGGER test_no_delete BEFORE DELETE ON cogworker_outbox FOR EACH ROW "
+                           "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'held by the test'")
+            try:
+                yield
+            finally:
+                cursor.execute("DROP TRIGGER test_no_delete")
             return
         cursor.execute("CREATE TRIGGER test_no_delete BEFORE DELETE ON cogworker_outbox "
                        "BEGIN SELECT RAISE(ABORT, 'held by the test'); END")
@@ -81,7 +96,8 @@ def deletes_held(alias: str):
 
 
 def waiting(alias: str) -> int:
-    return OutboxJob.objects.using(alias).count()
+    """Jobs waiting in ``alias``'s outbox (a row holds the jobs of one push)."""
+    return relay.waiting(alias)[0]
 
 
 def runs(srv) -> collections.Counter:
@@ -103,12 +119,13 @@ def assert_exactly_once(srv, committed, rolled_back=(), timeout=90):
 
 
 def backlog(alias: str, srv, count: int) -> list[str]:
-    """``count`` committed jobs waiting in ``alias``'s outbox: pushed while Redis is away."""
+    """``count`` committed jobs waiting in ``alias``'s outbox: pushed while Redis is away, in rows
+    of 100 (a push's row; a relay's round takes 500 jobs: five rows)."""
     srv.kill()
     jids: list[str] = []
     with transaction.atomic(using=alias):
-        for start in range(0, count, 1000):
-            jids += RecordJob.perform_bulk([(RUNS,)] * min(1000, count - start))
+        for start in range(0, count, 100):
+            jids += RecordJob.perform_bulk([(RUNS,)] * min(100, count - start))
     srv.restart()
     assert waiting(alias) == count
     return jids

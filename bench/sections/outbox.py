@@ -154,8 +154,10 @@ def report(res: dict[str, Any]) -> str:
     add("")
     add("From one thread, each transaction saves an order (one INSERT) and pushes: *single*, one "
         "`perform_async` per transaction; *bulk*, one `perform_bulk` of 1,000 jobs per transaction. *Off*: the "
-        "push waits for the commit, then one PUSH. *On* (`OUTBOX = True`): an INSERT of the jobs' rows in the "
-        "transaction; at commit the PUSH (each job with its mark), then a DELETE of the rows. *Order only*: "
+        "push waits for the commit, then one PUSH. *On* (`OUTBOX = True`): an INSERT of the push's row (one "
+        "row per push, a bulk's payloads in it) in the transaction; at commit the PUSH (each job with its mark), "
+        "then a DELETE of the row (its commit not waiting for its flush). Each costs two round trips to "
+        "PostgreSQL more than *off*: on a loaded machine a round trip waits for a CPU. *Order only*: "
         "the transaction without the push. Time per job, the median of "
         f"{box['reps']} rounds taken in turn; *push's own*: the time over *order only*.")
     add("")
@@ -169,7 +171,8 @@ def report(res: dict[str, Any]) -> str:
                "push's own on µs", "on/off (push's own)"], rows))
     add("")
     relay = box["relay"]
-    add(f"**Relay**: a backlog of {relay['backlog']:,} rows emptied by one relay (its rounds: 500 rows, "
+    add(f"**Relay**: a backlog of {relay['backlog']:,} rows of one job each (what commits that found Redis "
+        "away leave) emptied by one relay (its rounds: 500 rows, "
         f"`SELECT ... FOR UPDATE SKIP LOCKED`, one PUSH, one DELETE, one commit) at **{fmt(relay['jobs_per_s'])} "
         f"jobs/s** (median; range {fmt(relay['min_jobs_per_s'])}–{fmt(relay['max_jobs_per_s'])}).")
     add("")

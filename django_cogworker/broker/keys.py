@@ -54,11 +54,14 @@ unique:<digest>               string  unique-job lock                           
 push_receipt:<pusher>         string  a pushing thread's last push: its token and the reply   10 min
                                       (PUSH), so that a retry of it writes nothing again;
                                       cluster: one per slot pushed to (home, or the queue's)
-outbox_pushed:<jid>           string  a job the outbox handed to Redis (PUSH writes it with   10 min
-                                      the job): a second hand-over of its row (a relay killed
-                                      before it deleted the row) writes nothing; cluster: in
-                                      the slot pushed to (home, or the queue's); one of the
-                                      wrong type is quarantined by the push that finds it
+outbox_marks                  zset    jid -> when its mark runs out: the jobs the outbox      10 min
+                                      handed to Redis (PUSH adds them with the jobs, trims
+                                      the run-out ones): a second hand-over of a row (a relay
+                                      killed before it deleted the row) writes nothing;
+                                      cluster: in the slot pushed to (home, or the queue's);
+                                      one of the wrong type is quarantined by the push that
+                                      finds it
+outbox_pushed:unit-<id>       string  how many steps of an outbox unit are done (units.py)   10 min
 result:<jid>                  hash    a job's result (opt-in: tasks, ``result_ttl``):          result
                                       status, times, return value, errors, worker ids         _ttl
 batches                       zset    bid -> created_at of every batch (for listing; pruned   -
@@ -301,9 +304,13 @@ class Keys:
         """The receipt of ``pusher``'s pushes: in the home slot, or (a cluster) in ``queue``'s."""
         return f"{self.prefix if queue is None else self.queue_prefix(queue)}push_receipt:{pusher}"
 
-    def outbox_pushed(self, jid: str, queue: str | None = None) -> str:
-        """The mark of outbox job ``jid`` handed to Redis: in the home slot, or (a cluster) in ``queue``'s."""
-        return f"{self.prefix if queue is None else self.queue_prefix(queue)}outbox_pushed:{jid}"
+    def outbox_pushed(self, jid: str) -> str:
+        """The progress of outbox unit ``jid`` (outbox/units.py): how many of its steps are done."""
+        return f"{self.prefix}outbox_pushed:{jid}"
+
+    def outbox_marks(self, queue: str | None = None) -> str:
+        """The marks of the outbox jobs handed to Redis (PUSH): in the home slot, or (a cluster) in ``queue``'s."""
+        return f"{self.prefix if queue is None else self.queue_prefix(queue)}outbox_marks"
 
     def result(self, jid: str) -> str:
         return f"{self.prefix}result:{jid}"

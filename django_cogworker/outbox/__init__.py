@@ -6,7 +6,7 @@ even when Redis was away at its commit.
   transaction and hands them to Redis at commit (then deletes them); a push outside one that Redis
   refuses is saved there (autocommit) instead of raising.
 - ``relay.py``: a thread in every ``runcogworker`` process pushing the rows still waiting, oldest
-  first, and deleting them. Every outbox job is written with a mark (``keys.outbox_pushed``) in
+  first, and deleting them. Every outbox job is written with a mark (in ``keys.outbox_marks``) in
   the same PUSH call: a row handed over twice (its pusher or relay killed before the delete) is
   not pushed twice.
 - ``api.py``: what operators see (waiting rows, the oldest's age) and "relay now", for the admin

@@ -11,12 +11,14 @@ from django.db import models
 
 
 class OutboxJob(models.Model):
-    """One job waiting to reach Redis: its payload as the client middleware let it through."""
+    """The jobs of one push waiting to reach Redis: their payloads as the client middleware let them through."""
 
     id = models.BigAutoField(primary_key=True)  # (the relay's order: oldest first)
-    jid = models.CharField(max_length=255)
-    # The payload's JSON, "at" (a scheduled job's epoch seconds) included.
+    jid = models.CharField(max_length=255)  # (the first job's, for a row of several)
+    # The payload's JSON, "at" (a scheduled job's epoch seconds) included; for a row of several
+    # jobs (a perform_bulk), a JSON array of their payloads: one row per push, not per job.
     payload = models.TextField()
+    jobs = models.PositiveIntegerField(default=1)  # how many jobs the payload holds
     created = models.FloatField()  # epoch seconds (the pushing host's clock)
     # Where a database can't skip locked rows (SQLite), a relay claims rows by writing these.
     claimed_by = models.CharField(max_length=32, default="", blank=True)

@@ -18,6 +18,7 @@ round stops, rows kept, and the watchdog backs off.
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import threading
@@ -26,7 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, router, transaction
-from django.db.models import Count, Min
+from django.db.models import Min, Sum
 
 from ..broker.keys import Keys
 from ..broker.types import RedisClient
@@ -38,7 +39,7 @@ from .store import CLAIM  # (seconds a claim on rows holds)
 
 logger = logging.getLogger(__name__)
 
-BATCH = 500  # rows per round (one PUSH call, one DELETE)
+BATCH = 500  # jobs per round (one PUSH call, one DELETE; at least one row, however many jobs it holds)
 IDLE = 1.0  # seconds between two looks at an empty outbox
 # A row younger than this is its pusher's, handed over at its commit right now: a relay taking it
 # too would only find its mark. (Redis away at that commit: the row waits this long at least.)
@@ -53,75 +54,122 @@ def outbox_aliases() -> list[str]:
 
 def relay_once(alias: str, hand_over: Callable[[Sequence[dict[str, Any]]], Any], redis: RedisClient, keys: Keys,
                *, now: float, fresh: float = FRESH, limit: int = BATCH) -> int:
-    """Relay up to ``limit`` rows of ``alias`` older than ``fresh`` seconds, oldest first; return
-    how many were taken (pushed, found pushed before, or sent to dead), all deleted."""
+    """Relay the oldest rows of ``alias`` older than ``fresh`` seconds, up to about ``limit`` jobs
+    (at least one row); return how many jobs were taken (pushed, found pushed before, or sent to
+    dead), their rows all deleted."""
     manager = OutboxJob.objects.using(alias)
     # (Claimed rows are left alone: a relay's where rows can't be locked, a unit being run at its
     # commit by its pushing process, store.py.)
     waiting = manager.filter(created__lte=now - fresh, claimed_until__lt=now).order_by("id")
     if connections[alias].features.has_select_for_update_skip_locked:
         with transaction.atomic(using=alias):
-            rows = list(waiting.select_for_update(skip_locked=True)[:limit])
+            ids = _up_to(list(waiting.select_for_update(skip_locked=True).values_list("id", "jobs")[:limit]), limit)
+            # (The rows past the cut stay locked until the commit: the next round takes them.)
+            rows = list(manager.filter(pk__in=ids).order_by("id")) if ids else []
+            taken = _push_rows(rows, hand_over, redis, keys, now)
             if rows:
-                _push_rows(rows, hand_over, redis, keys, now)
-                manager.filter(pk__in=[row.pk for row in rows]).delete()
-        return len(rows)
+                manager.filter(pk__in=ids).delete()
+        return taken
     token = secrets.token_hex(8)
-    # (One statement: SQLite runs it under its write lock, so two relays never claim one row.)
-    ids = waiting.values("id")[:limit]
-    if not manager.filter(pk__in=ids).update(claimed_by=token, claimed_until=now + CLAIM):
+    ids = _up_to(list(waiting.values_list("id", "jobs")[:limit]), limit)
+    # (One statement: SQLite runs it under its write lock, so two relays never claim one row; one
+    # claimed by another relay since it was read is not claimed again.)
+    if not ids or not manager.filter(pk__in=ids, claimed_until__lt=now).update(claimed_by=token,
+                                                                                claimed_until=now + CLAIM):
         return 0
     rows = list(manager.filter(claimed_by=token).order_by("id"))
     try:
-        _push_rows(rows, hand_over, redis, keys, now)
+        taken = _push_rows(rows, hand_over, redis, keys, now)
     except BaseException:
         # (Let the claim go, or the rows would wait CLAIM more once Redis is back.)
         manager.filter(claimed_by=token).update(claimed_by="", claimed_until=0.0)
         raise
     manager.filter(claimed_by=token).delete()
-    return len(rows)
+    return taken
+
+
+def _up_to(found: list[tuple[Any, int]], limit: int) -> list[Any]:
+    """The ids of the first rows of ``found`` (id, jobs) holding up to ``limit`` jobs (one at least)."""
+    ids: list[Any] = []
+    jobs = 0
+    for pk, count in found:
+        if ids and jobs + count > limit:
+            break
+        ids.append(pk)
+        jobs += count
+    return ids
+
+
+def row_jobs(row: OutboxJob) -> list[dict[str, Any]]:
+    """The jobs of ``row``: one payload, or a JSON array of several. Raise PayloadError."""
+    if row.jobs == 1:
+        return [payloads.decode(row.payload)]
+    try:
+        found = json.loads(row.payload, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise PayloadError(f"unparseable payload: {exc}") from exc
+    if not isinstance(found, list) or not all(map(_is_job, found)):
+        raise PayloadError(f"a row of {row.jobs} jobs that is not a JSON array of jobs")
+    return found
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _is_job(payload: Any) -> bool:
+    """Whether ``payload`` passes payloads.decode's checks (a JSON object with a class, its arguments)."""
+    return (isinstance(payload, dict) and isinstance(payload.get("class"), str)
+            and isinstance(payload.get("args", []), list) and isinstance(payload.get("kwargs", {}), dict))
 
 
 def _push_rows(rows: Sequence[OutboxJob], hand_over: Callable[[Sequence[dict[str, Any]]], Any],
-               redis: RedisClient, keys: Keys, now: float) -> None:
-    """Push the jobs of ``rows`` (one call); a row that can't be pushed goes to dead. Raise an outage."""
-    readable: list[OutboxJob] = []
-    items: list[dict[str, Any]] = []
+               redis: RedisClient, keys: Keys, now: float) -> int:
+    """Push the jobs of ``rows`` (one call); a job (or a row) that can't be pushed goes to dead.
+    Return how many jobs were taken. Raise an outage."""
+    readable: list[tuple[OutboxJob, list[dict[str, Any]]]] = []
+    taken = 0
     for row in rows:
         try:
-            items.append(payloads.decode(row.payload))
+            readable.append((row, row_jobs(row)))
         except PayloadError as exc:
             _to_dead(redis, keys, row, str(exc), now)
-        else:
-            readable.append(row)
+            taken += row.jobs
     if not readable:
-        return
+        return taken
     try:
-        hand_over(items)
-        return
+        hand_over([item for _row, items in readable for item in items])
+        return taken + sum(len(items) for _row, items in readable)
     except Exception as exc:
         if is_unavailable(exc):
             raise
-        logger.warning("outbox: %d job(s) refused together (%s: %s); pushing them one by one", len(readable),
-                       type(exc).__name__, exc)
-    for row in readable:  # (a deterministic refusal: find the rows it was, and push the others)
-        try:
-            hand_over([payloads.decode(row.payload)])
-        except Exception as exc:
-            if is_unavailable(exc):
-                raise
-            _to_dead(redis, keys, row, f"{type(exc).__name__}: {exc}", now)
+        logger.warning("outbox: %d job(s) refused together (%s: %s); pushing them one by one",
+                       sum(len(items) for _row, items in readable), type(exc).__name__, exc)
+    for row, _items in readable:  # (a deterministic refusal: find the jobs it was, and push the others)
+        for item in row_jobs(row):  # (read again: the push took "at" out of each)
+            try:
+                hand_over([item])
+            except Exception as exc:
+                if is_unavailable(exc):
+                    raise
+                _to_dead(redis, keys, row, f"{type(exc).__name__}: {exc}", now, item)
+            taken += 1
+    return taken
 
 
-def _to_dead(redis: RedisClient, keys: Keys, row: OutboxJob, reason: str, now: float) -> None:
-    """File ``row`` in the dead set with ``reason`` (its payload kept as it is, or as text)."""
-    why = f"outbox row {row.pk} (jid {row.jid}) can't be pushed: {reason}"
-    try:
-        entry = payloads.decode(row.payload)
-    except PayloadError:
-        entry = payloads.dead_letter(row.payload, why, now)
+def _to_dead(redis: RedisClient, keys: Keys, row: OutboxJob, reason: str, now: float,
+             item: dict[str, Any] | None = None) -> None:
+    """File job ``item`` of ``row`` (None: the row, whole) in the dead set with ``reason`` (its
+    payload kept as it is, or as text)."""
+    why = f"outbox row {row.pk} (jid {row.jid if item is None else item.get('jid')}) can't be pushed: {reason}"
+    if item is not None:
+        entry = dict(item)
     else:
-        entry.update(error_class="OutboxError", error_message=why, failed_at=now, dead_reason=why)
+        try:
+            entry = payloads.decode(row.payload)
+        except PayloadError:
+            entry = payloads.dead_letter(row.payload, why, now)
+    entry.update(error_class="OutboxError", error_message=why, failed_at=now, dead_reason=why)
     redis.zadd(keys.dead, {payloads.encode(entry): now})
     logger.error("%s: sent to dead", why)
 
@@ -214,5 +262,5 @@ class Relay:
 
 def waiting(alias: str) -> tuple[int, float | None]:
     """How many rows wait in ``alias``'s outbox, and when the oldest was written (None: none)."""
-    found = OutboxJob.objects.using(alias).aggregate(count=Count("id"), oldest=Min("created"))
-    return found["count"], found["oldest"]
+    found = OutboxJob.objects.using(alias).aggregate(count=Sum("jobs"), oldest=Min("created"))
+    return found["count"] or 0, found["oldest"]

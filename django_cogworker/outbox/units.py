@@ -12,13 +12,14 @@ be split between relays racing, nor run after some of its jobs.
 Run again from where it stopped (its runner killed -9, Redis gone mid-way): the number of steps
 done is kept in Redis under the unit's mark (``keys.outbox_pushed(<unit jid>)``, MARK_TTL), set
 after each step, so only the step under way runs again; each is safe to run again right after
-itself. A "jobs" step adds to the batch only the jobs not written before (a job's own mark is
-written with it by PUSH): one pushed by the first run, which may have run and settled since, is not
-counted again.
+itself. A "jobs" step adds to the batch only the jobs not written before (a job's own mark, in
+``keys.outbox_marks``, is written with it by PUSH): one pushed by the first run, which may have
+run and settled since, is not counted again.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from ..broker.scripts.push import MARK_TTL
@@ -122,12 +123,14 @@ def _jobs(client: Any, bid: str, ttl: float, items: list[dict[str, Any]]) -> Non
 
 
 def _marked(redis: Any, keys: Any, items: list[dict[str, Any]]) -> set[str]:
-    """The jids of ``items`` whose outbox mark is set: written to Redis before."""
+    """The jids of ``items`` whose outbox mark is there and not run out: written to Redis before."""
     pipe = redis.pipeline(transaction=False)
     asked: list[str] = []
     for item in items:
         # (On a cluster a job for now is marked in its queue's slot, a scheduled one in the home slot.)
         for queue in (None, item.get("queue")) if keys.spread else (None,):
-            pipe.exists(keys.outbox_pushed(item["jid"], queue))
+            pipe.zscore(keys.outbox_marks(queue), item["jid"])
             asked.append(item["jid"])
-    return {jid for jid, found in zip(asked, pipe.execute(), strict=True) if found}
+    # (A score is Redis's TIME + MARK_TTL; this host's clock is near enough to tell one run out.)
+    now = time.time()
+    return {jid for jid, score in zip(asked, pipe.execute(), strict=True) if score is not None and score > now}

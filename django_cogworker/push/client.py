@@ -271,9 +271,10 @@ class Client(OutboxPushes):
         """The group of ``items`` (encoded: payload, score, lock TTL) to ``destination``; marked if ``marked``."""
         unique_key = self.keys.unique
         slot = queue if self.keys.spread and queue else None
+        marks = self.keys.outbox_marks(slot)
         return _Group(destination, queue, items, [
             (raw, score, unique_key(item["unique_digest"]) if ttl else None, item["jid"], ttl,
-             self.keys.outbox_pushed(item["jid"], slot) if marked else None)
+             marks if marked else None)
             for item, (raw, score, ttl) in zip(items, encoded, strict=True)])
 
     def _push(self, groups: list[_Group], *, repaired: bool = False) -> set[int]:
@@ -306,7 +307,7 @@ class Client(OutboxPushes):
                 lock, key = job[2] or "", {-2: job[2], -3: job[5]}.get(code) or ""
                 unwritten.add(id(item))
                 if code in (-2, -3) and not repaired:
-                    quarantine_key(self.redis, self.keys, key, "string",
+                    quarantine_key(self.redis, self.keys, key, "string" if code == -2 else "zset",
                                    f"is no {'lock' if code == -2 else 'outbox mark'} (the wrong type)")
                     retried = again.setdefault(group.destination, _Group(group.destination, group.queue, [], []))
                     retried.items.append(item)
@@ -374,7 +375,7 @@ class Client(OutboxPushes):
         cause = redis_lib.exceptions.ResponseError(error)
         if error.startswith("WRONGTYPE"):
             kind = "sorted set" if key == self.keys.schedule else "string" if key.startswith(
-                self.keys.unique("")) or "outbox_pushed:" in key else "list"
+                self.keys.unique("")) else "sorted set" if key.endswith("outbox_marks") else "list"
             raise WrongTypeError(key, kind) from cause
         raise cause
 
