@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 TEST_PROCESSES ?= 4
 # The django.tasks tests, run a second time on Python 3.13 with Django 6.1 (.venv runs them on
 # Python 3.11+ with Django 5.2 and the django-tasks backport, with the rest of the suite).
-TASKS_TESTS := tests/test_tasks.py tests/test_results.py tests/test_timeouts.py
+TASKS_TESTS := tests/fast/test_tasks.py tests/fast/test_results.py tests/fast/test_timeouts.py
 
 .PHONY: venv venv313 demo test check screenshots lint clean distclean
 
@@ -53,7 +53,7 @@ check: test
 screenshots: venv
 	@bash scripts/ensure_redis_server.sh
 	@bash scripts/ensure_chromium.sh
-	COGWORKER_SCREENSHOTS=docs/screenshots $(PY) -m pytest tests/test_admin_browser.py
+	COGWORKER_SCREENSHOTS=docs/screenshots $(PY) -m pytest tests/workers/test_admin_browser.py
 
 lint: venv
 	$(PY) -m ruff check .

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "django_cogworker"
 # What a source distribution is built from (MANIFEST.in names the rest of it).
 SOURCES = ("pyproject.toml", "MANIFEST.in", "README.md", "LICENSE", "manage.py", "Makefile", "django_cogworker",

@@ -24,7 +24,7 @@ from django_cogworker.broker.keys import Keys
 from testproject.demo.jobs import RecordJob
 
 K = Keys()
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str) -> tuple[str, str]:
