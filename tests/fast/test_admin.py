@@ -13,7 +13,7 @@ import redis
 from admin_fixtures import KEYS, RECORD_JOB, XSS, XSS_ESCAPED, XSS_QUEUE, failed, fake_process, job, push, seed, zadd
 from django.contrib.auth.models import Permission, User
 from django.test import Client
-from helpers import FAST_ENV, Worker, wait_until
+from helpers import wait_until
 
 from django_cogworker import api
 from django_cogworker.push import payload as payloads
@@ -791,7 +791,6 @@ def test_a_batch_page_lists_a_bounded_number_of_jobs_and_counts_the_rest(viewer,
 
 
 def test_a_batch_page_for_an_unknown_or_expired_bid_is_404(viewer):
-    from helpers import wait_until
 
     from django_cogworker import Batch
 
@@ -1067,35 +1066,6 @@ def test_interrupt_asks_first_and_acts_only_once_confirmed(changer, rb):
     assert f"Job {jid} is running: it is interrupted" in _messages(done)
     assert json.loads(rb.hget(KEYS.cancels, jid))["interrupt"] is True
     assert not rb.exists(KEYS.stat_cancelled)  # (counted by the process that runs it, when it stops)
-
-
-def test_cancel_a_running_job_from_the_processes_page_with_a_real_worker(changer, rb):
-    from testproject.demo.flow_jobs import CancellableJob
-
-    key = "cancel:admin"
-    jid = _now(CancellableJob).perform_async(key, 600, 0.05)  # 30 s of steps unless stopped
-    with Worker("-c", "2", env=FAST_ENV) as worker:
-        worker.wait_ready()
-        wait_until(lambda: rb.lrange(f"{key}:started", 0, -1) == [jid.encode()], timeout=15, message="started")
-
-        def listed() -> str | None:  # (a process lists what it runs at its next beat)
-            page = changer.get(BASE + "busy/").content.decode()
-            return page if f'id="job-{jid}"' in page else None
-
-        busy = wait_until(listed, timeout=10, message="listed on the Processes page")
-        assert f'name="jid" value="{jid}"' in busy and 'name="interrupt" value="yes"' in busy
-        response = changer.post(CANCEL, {"jid": jid, "next": f"{BASE}busy/"}, follow=True)
-        assert response.redirect_chain == [(f"{BASE}busy/", 302)]
-        assert f"Job {jid} is running: asked to stop" in _messages(response)
-        wait_until(lambda: rb.lrange(f"{key}:stopped", 0, -1) == [jid.encode()], timeout=10,
-                   message="the job stopped between two steps")
-        wait_until(lambda: rb.get(KEYS.stat_cancelled) == b"1", timeout=10, message="counted cancelled")
-        wait_until(lambda: not listed(), timeout=10, message="no longer on the Processes page")
-        assert "cancelled jid=" in worker.log()
-        time.sleep(1.5)  # (three beats: a retry or a rerun would show by now)
-        assert worker.alive
-    assert not rb.exists(f"{key}:finished") and rb.llen(f"{key}:started") == 1
-    assert rb.zcard(KEYS.retry) == 0 and rb.zcard(KEYS.dead) == 0 and api.Queue("default").size() == 0
 
 
 # -- links to pages named by a key, a bid or a queue name: quoted -------------------------------------

@@ -11,7 +11,7 @@ batch step run here as a worker's settlement runs it (``step``: ``BatchSteps.run
 from __future__ import annotations
 
 import pytest
-from helpers import FAST_ENV, Worker, wait_until
+from helpers import wait_until
 
 from django_cogworker import Batch, api
 from django_cogworker.api import _base
@@ -19,7 +19,7 @@ from django_cogworker.broker.keys import Keys, for_config
 from django_cogworker.features.batches import api as api_batches
 from django_cogworker.features.batches.steps import BatchSteps, settle, step_for
 from django_cogworker.push import runtime
-from testproject.demo.jobs import BatchCallbackJob, FailJob, RecordJob
+from testproject.demo.jobs import BatchCallbackJob, RecordJob
 
 K = Keys()
 RECORD_JOB = "testproject.demo.jobs.RecordJob"
@@ -192,28 +192,6 @@ def test_states_count_the_newest_batches_by_state(rb):
     made("running", 1)
     assert api.BatchSet().states() == {"incomplete": 1, "complete_with_failures": 1, "succeeded": 1}
     assert api.BatchSet().states(limit=2) == {"incomplete": 1, "complete_with_failures": 1, "succeeded": 0}
-
-
-def test_a_callback_that_raises_is_retried_like_any_job_and_the_detail_shows_where(tmp_path, rb):
-    # A real worker runs the batch's two jobs, then its success callback, which raises.
-    batch, jids = made("with a broken callback", 2, success=FailJob)
-    with Worker("-c", "2", env=FAST_ENV, log_path=tmp_path / "worker.log") as worker:
-        worker.wait_ready()
-
-        def callback_in_retry():
-            (callback,) = api.BatchSet().get(batch.bid).callbacks
-            return callback if callback.where == "retry" else None
-
-        callback = wait_until(callback_in_retry, timeout=30, message="the callback failed and waits in retry")
-        worker.term()
-        worker.wait(30)
-    assert rb.llen("seen") == 2
-    assert (callback.event, callback.state, callback.job_class) == ("success", "pushed",
-                                                                    "testproject.demo.jobs.FailJob")
-    assert callback.entry.jid == callback.jid and callback.entry.error_class == "RuntimeError"
-    assert api.RetrySet().find(callback.entry.token) is not None  # (the admin links it by this token)
-    detail = api.BatchSet().get(batch.bid)
-    assert detail.summary.state == "succeeded" and detail.tally()[3] == ("succeeded", 2, 2)
 
 
 @pytest.mark.parametrize("limit", [1, 3])

@@ -19,7 +19,6 @@ from admin_fixtures import (
     quarantine,
     zadd,
 )
-from helpers import FAST_ENV, Worker, wait_until
 
 from django_cogworker import api
 from django_cogworker.broker import scripts
@@ -267,16 +266,6 @@ def test_workers_lists_running_jobs_and_skips_a_broken_hash(rb):
     assert (work.identity, work.thread, work.queue, work.job.args) == ("a:1:x", "cogworker-processor-1", "mail",
                                                                        ["one"])
     assert work.run_at < time.time()
-
-
-def test_quiet_reaches_a_real_worker(rb):
-    with Worker("-c", "1", env=FAST_ENV) as worker:
-        identity = worker.wait_ready()
-        (process,) = [p for p in api.ProcessSet() if p.identity == identity]
-        assert not process.is_quiet and process.pid == worker.pid
-        process.quiet()
-        wait_until(lambda: api.ProcessSet().get(identity).is_quiet, timeout=10, message="process quiet")
-        assert worker.alive
 
 
 # -- periodic entries -------------------------------------------------------

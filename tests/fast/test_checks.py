@@ -262,15 +262,6 @@ def test_runcogworker_runs_the_system_checks_first(r):
     assert r.dbsize() == 0
 
 
-def test_manage_py_runcogworker_bad_option_exits_with_the_setting_named():
-    result = run_manage("runcogworker", "-c", "0",
-                        env={"COGWORKER_REDIS_URL": f"redis://:{PASSWORD}@127.0.0.1:{free_port()}/0"})
-    output = result.stdout + result.stderr
-    assert result.returncode == 1, output
-    assert 'COGWORKER["CONCURRENCY"] must be a positive integer, got 0' in output
-    assert "Traceback" not in output and PASSWORD not in output
-
-
 # -- limiters (features/limits/) ----------------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ import redis
 from django.db import transaction
 from django.test import override_settings
 from helpers import Proxy
+from peek import queued_payloads
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -34,11 +35,6 @@ class Boom(Exception):
     pass
 
 
-def queued(r, queue="default", prefix="cogworker:"):
-    """Payloads waiting in ``queue``, in the order they will run (the fetch pops the right end)."""
-    return [json.loads(raw) for raw in reversed(r.lrange(f"{prefix}queue:{queue}", 0, -1))]
-
-
 def command_calls(r) -> dict[str, int]:
     return {name.removeprefix("cmdstat_"): stats["calls"] for name, stats in r.info("commandstats").items()}
 
@@ -52,7 +48,7 @@ def test_push_writes_the_documented_payload_to_the_queue_list(r):
     after = time.time()
     assert r.type("cogworker:queue:default") == "list"
     assert r.smembers("cogworker:queues") == {"default"}
-    (payload,) = queued(r)
+    (payload,) = queued_payloads(r)
     assert set(payload) == {"jid", "class", "args", "kwargs", "queue", "retry", "created_at", "enqueued_at"}
     assert (payload["jid"], payload["class"], payload["args"], payload["kwargs"]) == (
         jid, Push.name, [1, "a"], {"k": {"x": [1]}})
@@ -63,7 +59,7 @@ def test_push_writes_the_documented_payload_to_the_queue_list(r):
 
 def test_pushes_run_in_push_order(r):
     jids = [Push.perform_async(i) for i in range(3)]
-    assert [p["jid"] for p in queued(r)] == jids
+    assert [p["jid"] for p in queued_payloads(r)] == jids
     assert json.loads(r.rpop("cogworker:queue:default"))["jid"] == jids[0]  # the end the fetch takes
 
 
@@ -117,7 +113,7 @@ def test_due_time_boundary_with_an_injected_clock(redis_url, r):
         client.push(later, at=1000.5)
     finally:
         conn.close()
-    assert [(p["jid"], p["enqueued_at"]) for p in queued(r)] == [("now", 1000.0)]
+    assert [(p["jid"], p["enqueued_at"]) for p in queued_payloads(r)] == [("now", 1000.0)]
     assert r.zrange("cogworker:schedule", 0, -1, withscores=True)[0][1] == 1000.5
 
 
@@ -129,7 +125,7 @@ def test_perform_bulk_pushes_all_in_one_lpush(r):
     jids = Push.perform_bulk([(1,), [2, "b"], (3,)])
     calls = command_calls(r)
     assert (calls.get("lpush"), calls.get("sadd")) == (1, 1)
-    payloads = queued(r)
+    payloads = queued_payloads(r)
     assert [p["args"] for p in payloads] == [[1], [2, "b"], [3]]
     assert [p["jid"] for p in payloads] == jids and len(set(jids)) == 3
     assert len({p["enqueued_at"] for p in payloads}) == 1
@@ -140,7 +136,7 @@ def test_perform_bulk_batches_large_pushes(r):
     jids = Push.perform_bulk([(i,) for i in range(2500)])
     assert command_calls(r).get("lpush") == 3  # 1000 per LPUSH keeps each command bounded
     assert r.llen("cogworker:queue:default") == 2500 == len(jids)
-    assert [p["args"] for p in queued(r)[:2]] == [[0], [1]]
+    assert [p["args"] for p in queued_payloads(r)[:2]] == [[0], [1]]
 
 
 def test_perform_bulk_checks_every_item_before_pushing_any(r):
@@ -166,7 +162,7 @@ def test_perform_bulk_of_nothing_writes_nothing(r):
 
 def test_outside_a_transaction_the_push_is_immediate(r):
     jid = Push.perform_async(1)
-    assert [p["jid"] for p in queued(r)] == [jid]
+    assert [p["jid"] for p in queued_payloads(r)] == [jid]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -175,7 +171,7 @@ def test_inside_atomic_the_push_waits_for_commit(r):
         jid = Push.perform_async(1)
         scheduled_jid = Push.perform_in(60, 2)
         assert r.dbsize() == 0
-    assert [p["jid"] for p in queued(r)] == [jid]
+    assert [p["jid"] for p in queued_payloads(r)] == [jid]
     assert [json.loads(raw)["jid"] for raw in r.zrange("cogworker:schedule", 0, -1)] == [scheduled_jid]
 
 
@@ -197,7 +193,7 @@ def test_rolled_back_savepoint_drops_only_its_own_pushes(r):
         with pytest.raises(Boom), transaction.atomic():
             Push.perform_async("inner")
             raise Boom
-    assert [p["jid"] for p in queued(r)] == [kept]
+    assert [p["jid"] for p in queued_payloads(r)] == [kept]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -206,7 +202,7 @@ def test_perform_bulk_waits_for_commit(r):
         jids = Push.perform_bulk([(1,), (2,)])
         assert r.dbsize() == 0
         assert len(jids) == 2
-    assert [p["jid"] for p in queued(r)] == jids
+    assert [p["jid"] for p in queued_payloads(r)] == jids
 
 
 @pytest.mark.django_db(transaction=True)
@@ -214,14 +210,14 @@ def test_per_push_opt_out_pushes_inside_atomic(r):
     with transaction.atomic():
         jid = Push.set(on_commit=False).perform_async(1)
         bulk = Push.set(on_commit=False).perform_bulk([(2,)])
-        assert [p["jid"] for p in queued(r)] == [jid, *bulk]
+        assert [p["jid"] for p in queued_payloads(r)] == [jid, *bulk]
 
 
 @pytest.mark.django_db(transaction=True)
 def test_enqueue_on_commit_false_setting_pushes_inside_atomic(r):
     with override_settings(COGWORKER={"ENQUEUE_ON_COMMIT": False}), transaction.atomic():
         jid = Push.perform_async(1)
-        assert [p["jid"] for p in queued(r)] == [jid]
+        assert [p["jid"] for p in queued_payloads(r)] == [jid]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -230,7 +226,7 @@ def test_opt_in_per_push_when_the_setting_is_off(r):
         with transaction.atomic():
             Push.set(on_commit=True).perform_async(1)
             assert r.dbsize() == 0
-        assert len(queued(r)) == 1
+        assert len(queued_payloads(r)) == 1
 
 
 @pytest.mark.django_db(transaction=True)
@@ -239,7 +235,7 @@ def test_bad_arguments_fail_at_the_call_not_at_commit(r):
         with pytest.raises(TypeError, match=r"^args\[0\] is a tuple"):
             Push.perform_async((1,))
         Push.perform_async(2)
-    assert [p["args"] for p in queued(r)] == [[2]]
+    assert [p["args"] for p in queued_payloads(r)] == [[2]]
 
 
 # -- the push path: one command, the on_commit check --------------------------------------------------
@@ -259,7 +255,7 @@ def test_a_push_after_redis_forgot_the_script_still_goes_through(r):
     Push.perform_async(1)
     r.script_flush()  # as after a restart
     jid = Push.perform_async(2)
-    assert [p["jid"] for p in queued(r)][-1] == jid
+    assert [p["jid"] for p in queued_payloads(r)][-1] == jid
     assert r.smembers("cogworker:queues") == {"default"}
 
 
@@ -269,14 +265,14 @@ def test_a_push_onto_a_backlog_lists_a_queue_pruned_since(r):
     r.config_resetstat()
     jid = Push.perform_async("onto the backlog")
     assert command_calls(r).get("evalsha") == 1
-    assert queued(r)[-1]["jid"] == jid
+    assert queued_payloads(r)[-1]["jid"] == jid
     # Drained by the workers, then the admin's prune takes the empty queue off the list:
     # the next push lists it again.
     r.delete("cogworker:queue:default")
     assert api.Queue.prune() == 1 and not r.smembers("cogworker:queues")
     jid = Push.perform_async("after the prune")
     assert r.smembers("cogworker:queues") == {"default"}
-    assert [p["jid"] for p in queued(r)] == [jid]
+    assert [p["jid"] for p in queued_payloads(r)] == [jid]
 
 
 def test_a_refused_listing_leaves_the_push_done_and_the_next_push_lists_the_queue(r, caplog):
@@ -284,7 +280,7 @@ def test_a_refused_listing_leaves_the_push_done_and_the_next_push_lists_the_queu
     with caplog.at_level(logging.ERROR, logger="django_cogworker.push.client"):
         jid = Push.perform_async("x")  # no error: the job is queued, only the listing failed
         bulk = Push.perform_bulk([("y",)])
-    assert [p["jid"] for p in queued(r)] == [jid, *bulk]
+    assert [p["jid"] for p in queued_payloads(r)] == [jid, *bulk]
     assert caplog.text.count("cogworker:queues not updated") == 2 and "WRONGTYPE" in caplog.text
     r.delete("cogworker:queues")  # moved aside: the next push lists the queue
     Push.perform_async("z")
@@ -332,7 +328,7 @@ def test_a_pushing_threads_next_push_is_written_after_its_receipt(redis_url, r):
         assert client.push_bulk([Push.set().build([3], {}), Push.set().build([4], {})], on_commit=False)
     finally:
         conn.close()
-    assert [p["args"] for p in queued(r)] == [[1], [2], [3], [4]]
+    assert [p["args"] for p in queued_payloads(r)] == [[1], [2], [3], [4]]
 
 
 def test_perform_bulk_jobs_share_created_at_and_are_stored_as_encode_writes_them(r):
@@ -375,8 +371,8 @@ def test_a_thread_that_pushed_without_a_connection_waits_for_commit_once_in_a_tr
         Push.perform_async("before")
         with transaction.atomic():
             Push.perform_async("inside")
-            assert [p["args"] for p in queued(r)] == [["before"]]
-        assert [p["args"] for p in queued(r)] == [["before"], ["inside"]]
+            assert [p["args"] for p in queued_payloads(r)] == [["before"]]
+        assert [p["args"] for p in queued_payloads(r)] == [["before"], ["inside"]]
 
     _in_a_thread(pushes)
 
@@ -388,7 +384,7 @@ def test_middleware_can_change_the_payload(r):
     with override_settings(COGWORKER={"CLIENT_MIDDLEWARE": [MIDDLEWARE + "StampTenant"]}):
         Push.perform_async(1)
         Push.perform_in(60, 2)
-    assert queued(r)[0]["tenant"] == "acme"
+    assert queued_payloads(r)[0]["tenant"] == "acme"
     assert json.loads(r.zrange("cogworker:schedule", 0, -1)[0])["tenant"] == "acme"
 
 
@@ -397,13 +393,13 @@ def test_middleware_can_stop_a_push(r):
         assert Push.perform_async("drop") is None
         assert r.dbsize() == 0
         jid = Push.perform_async("keep")
-    assert [p["jid"] for p in queued(r)] == [jid]
+    assert [p["jid"] for p in queued_payloads(r)] == [jid]
 
 
 def test_first_listed_middleware_is_outermost(r):
     with override_settings(COGWORKER={"CLIENT_MIDDLEWARE": [MIDDLEWARE + "TrailOuter", MIDDLEWARE + "TrailInner"]}):
         Push.perform_async(1)
-    assert queued(r)[0]["trail"] == ["outer", "inner"]
+    assert queued_payloads(r)[0]["trail"] == ["outer", "inner"]
 
 
 def test_bulk_pushes_go_through_the_middleware_too(r):
@@ -412,7 +408,7 @@ def test_bulk_pushes_go_through_the_middleware_too(r):
         r.config_resetstat()
         jids = Push.perform_bulk([("keep",), ("drop",), ("also",)])
         assert command_calls(r).get("lpush") == 1
-    payloads = queued(r)
+    payloads = queued_payloads(r)
     assert [p["args"] for p in payloads] == [["keep"], ["also"]]
     assert [p["jid"] for p in payloads] == jids
     assert {p["tenant"] for p in payloads} == {"acme"}
@@ -434,7 +430,7 @@ def test_middleware_runs_at_commit_for_a_deferred_push(r):
         with transaction.atomic():
             Push.perform_async("drop")
             Push.perform_async("keep")
-        assert [p["args"] for p in queued(r)] == [["keep"]]
+        assert [p["args"] for p in queued_payloads(r)] == [["keep"]]
 
 
 # -- scheduled pushes wake the pollers --------------------------------------------------------------
@@ -484,7 +480,7 @@ def test_a_push_for_now_announces_nothing(r, wake):
     Push.perform_async(1)
     Push.perform_at(time.time() - 5, 2)  # due already: straight to its queue
     assert announced(wake) == []
-    assert len(queued(r)) == 2
+    assert len(queued_payloads(r)) == 2
 
 
 def test_a_bulk_push_announces_its_earliest_due_time_once(redis_url, r, wake):

@@ -3,12 +3,11 @@ whose jobs() block fired them died before it delivered them, by the workers' hou
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 
 import pytest
-from helpers import FAST_ENV, Worker, wait_until
+from peek import queued_payloads
 
 from django_cogworker import Batch
 from django_cogworker.broker.keys import Keys
@@ -18,8 +17,8 @@ from testproject.demo.jobs import BatchCallbackJob
 K = Keys()
 
 
-def queued(r, queue):
-    return [json.loads(p)["class"] for p in r.lrange(K.queue(queue), 0, -1)]
+def callback_classes(r) -> list[str]:
+    return [payload["class"] for payload in queued_payloads(r, "callbacks")]
 
 
 def closer_dies_before_delivering(monkeypatch) -> Batch:
@@ -39,13 +38,13 @@ def closer_dies_before_delivering(monkeypatch) -> Batch:
 
 def test_a_closer_that_died_before_delivering_has_its_callbacks_delivered_once_by_the_sweep(monkeypatch, r, rb):
     batch = closer_dies_before_delivering(monkeypatch)
-    assert Batch.status(batch.bid).success and queued(r, "callbacks") == []
+    assert Batch.status(batch.bid).success and callback_classes(r) == []
     assert r.llen(K.batch(batch.bid).outbox) == 2 and r.zscore(K.batch_closing, batch.bid)
     now = time.time()
     assert delivery.sweep_closing(rb, K, 60, now) == 0  # (within the grace: its closer may be delivering)
     assert delivery.sweep_closing(rb, K, 60, now + delivery.CLOSING_GRACE + 1) == 2
     assert delivery.sweep_closing(rb, K, 60, now + delivery.CLOSING_GRACE + 1) == 0
-    assert queued(r, "callbacks") == [BatchCallbackJob.name] * 2
+    assert callback_classes(r) == [BatchCallbackJob.name] * 2
     assert r.llen(K.batch(batch.bid).outbox) == 0 and r.zcard(K.batch_closing) == 0
 
 
@@ -71,7 +70,7 @@ def test_a_batch_closing_of_the_wrong_type_is_moved_aside_and_the_block_closes_f
     with caplog.at_level(logging.WARNING):
         with batch.jobs():
             pass
-    assert Batch.status(batch.bid).success and queued(r, "callbacks") == [BatchCallbackJob.name] * 2
+    assert Batch.status(batch.bid).success and callback_classes(r) == [BatchCallbackJob.name] * 2
     assert r.type(K.batch_closing) in ("none", "zset") and r.zcard(K.batch_closing) == 0
     assert len(list(r.scan_iter(match=f"{K.quarantine_prefix}{K.batch_closing}:*"))) == 1
     assert [rec.name for rec in caplog.records] == ["django_cogworker.broker.quarantine"]
@@ -80,14 +79,3 @@ def test_a_batch_closing_of_the_wrong_type_is_moved_aside_and_the_block_closes_f
     assert r.type(K.batch_closing) == "none"
 
 
-def test_a_worker_s_housekeeping_delivers_a_dead_closer_s_callbacks(monkeypatch, tmp_path, r):
-    batch = closer_dies_before_delivering(monkeypatch)
-    r.zadd(K.batch_closing, {batch.bid: time.time() - delivery.CLOSING_GRACE - 1})  # (its closer died a while ago)
-    with Worker(env=FAST_ENV, log_path=tmp_path / "worker.log") as w:  # (serving default, not "callbacks")
-        w.wait_ready()
-        wait_until(lambda: len(queued(r, "callbacks")) == 2, timeout=20, message="the callbacks delivered")
-        wait_until(lambda: r.zcard(K.batch_closing) == 0, timeout=5)
-        w.term()
-        w.wait(30)
-    assert queued(r, "callbacks") == [BatchCallbackJob.name] * 2
-    assert "delivered 2 batch callback(s) whose pusher died" in w.log()

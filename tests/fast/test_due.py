@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 
 import pytest
 from engine_fixtures import (
     make_config,
 )
-from helpers import FAST_ENV, Worker, wait_until
+from peek import queued_payloads
 from poller_fixtures import (
     NOW,
     K,
@@ -19,14 +18,11 @@ from poller_fixtures import (
     entry,
     make_poller,
     poller_fixture,  # noqa: F401 - the poller fixture
-    queued,
 )
 
 from django_cogworker.broker.connection import make_redis
 from django_cogworker.engine.schedule import due
 from django_cogworker.engine.schedule.due import BATCH
-from django_cogworker.push import payload as payloads
-from testproject.demo.jobs import RecordJob
 
 
 def test_due_entries_move_to_their_queues_and_the_rest_wait(poller, r):
@@ -36,13 +32,13 @@ def test_due_entries_move_to_their_queues_and_the_rest_wait(poller, r):
 
     assert poller.enqueue_due() == 3
 
-    assert [p["jid"] for p in queued(r, "mail")] == ["due-1"]
-    assert [p["jid"] for p in queued(r)] == ["due-2", "retry-due"]
+    assert [p["jid"] for p in queued_payloads(r, "mail")] == ["due-1"]
+    assert [p["jid"] for p in queued_payloads(r)] == ["due-2", "retry-due"]
     assert [json.loads(e)["jid"] for e in r.zrange(K.schedule, 0, -1)] == ["later"]
     assert [json.loads(e)["jid"] for e in r.zrange(K.retry, 0, -1)] == ["retry-later"]
-    moved = queued(r, "mail")[0]
+    moved = queued_payloads(r, "mail")[0]
     assert moved["enqueued_at"] == NOW and "at" not in moved
-    assert queued(r)[1]["retry_count"] == 0  # the failure record travels with the job
+    assert queued_payloads(r)[1]["retry_count"] == 0  # the failure record travels with the job
     assert r.smembers(K.queues) == {"mail", "default"}
 
 
@@ -53,7 +49,7 @@ def test_large_integers_in_args_survive_exactly(poller, r):
 
     poller.enqueue_due()
 
-    for moved in queued(r):
+    for moved in queued_payloads(r):
         assert moved["args"] == args
     assert "12345678901234567890123" in r.lindex(K.queue("default"), 0)
 
@@ -69,7 +65,7 @@ def test_an_entry_whose_queue_key_holds_the_wrong_type_stays_in_the_set(poller, 
     # Push first, then remove: the failed push removed nothing.
     assert r.zrange(K.schedule, 0, -1, withscores=True) == [(stuck, NOW - 2)]
     assert r.zcard(K.retry) == 1
-    assert [p["jid"] for p in queued(r)] == ["fine"]
+    assert [p["jid"] for p in queued_payloads(r)] == ["fine"]
     assert r.get(K.queue("broken")) == "not a list"
 
 
@@ -80,7 +76,7 @@ def test_a_full_batch_of_entries_that_cannot_be_moved_does_not_hold_up_those_beh
 
     assert poller.enqueue_due() == 1
 
-    assert [p["jid"] for p in queued(r)] == ["behind"]
+    assert [p["jid"] for p in queued_payloads(r)] == ["behind"]
     assert r.zcard(K.schedule) == BATCH + 51
     assert poller.next_due() == NOW + 60  # the peek: the first entry not yet due, not a stuck one
 
@@ -91,7 +87,7 @@ def test_a_schedule_set_of_the_wrong_type_does_not_hold_up_the_retries(poller, r
 
     assert poller.enqueue_due() == 1
 
-    assert [p["jid"] for p in queued(r)] == ["retry-due"]
+    assert [p["jid"] for p in queued_payloads(r)] == ["retry-due"]
 
 
 @pytest.mark.parametrize(("raw", "reason"), [
@@ -109,7 +105,7 @@ def test_an_unreadable_due_entry_goes_to_dead_with_its_text(poller, r, raw, reas
     poller.enqueue_due()
 
     assert r.zcard(K.schedule) == 0
-    assert [p["jid"] for p in queued(r)] == ["fine"]
+    assert [p["jid"] for p in queued_payloads(r)] == ["fine"]
     (dead,) = [json.loads(d) for d in r.zrange(K.dead, 0, -1)]
     assert dead["class"] == "(unparseable)"
     assert dead["raw"] == raw
@@ -135,7 +131,7 @@ def test_poison_goes_to_dead_with_its_reason_and_the_entries_around_it_move_in_t
     poller.enqueue_due()
 
     assert r.zcard(K.schedule) == r.zcard(K.retry) == 0
-    moved = {p["jid"]: p for p in queued(r)}
+    moved = {p["jid"]: p for p in queued_payloads(r)}
     assert set(moved) == {f"{what}-{key}" for what in ("before", "surrogate", "after") for key in (K.schedule, K.retry)}
     # Not poison: a lone surrogate in the args is written escaped, and reads back the same.
     assert moved[f"surrogate-{K.retry}"]["args"] == ["caf\udce9.bad"]
@@ -174,37 +170,12 @@ def test_entries_stuck_on_a_key_are_logged_once_a_minute_not_once_per_entry_and_
     assert any(f"{50 * 20 - 1} more like it since the last report" in m for m in errors)
 
 
-def test_a_worker_sends_poison_to_dead_and_runs_the_scheduled_jobs_and_retries_around_it(tmp_path, r):
-    now = time.time()
-
-    def job(jid):
-        return payloads.encode({"jid": jid, "class": RecordJob.name, "args": ["ran", jid], "kwargs": {},
-                                "queue": "default", "retry": True})
-
-    def poisoned(jid):
-        return job(jid).replace(f'"args":["ran","{jid}"]', '"args":["ran",1e309]')
-
-    r.zadd(K.schedule, {poisoned("poison-s"): now - 2, job("scheduled"): now - 1, job("scheduled-later"): now + 1})
-    r.zadd(K.retry, {poisoned("poison-r"): now - 2, job("retry"): now - 1})
-
-    with Worker(env=FAST_ENV, log_path=tmp_path / "worker.log") as w:
-        w.wait_ready()
-        wait_until(lambda: sorted(r.lrange("ran", 0, -1)) == ["retry", "scheduled", "scheduled-later"], timeout=20,
-                   message="the jobs around the poison ran")
-        dead = {json.loads(d)["jid"]: json.loads(d) for d in r.zrange(K.dead, 0, -1)}
-        w.term()
-        assert w.wait(30) == 0
-    assert set(dead) == {"poison-s", "poison-r"}
-    assert all("Out of range float" in d["dead_reason"] and d["args"] == ["ran", float("inf")] for d in dead.values())
-    assert r.zcard(K.schedule) == r.zcard(K.retry) == 0
-
-
 def test_more_than_a_batch_of_due_entries_all_move(poller, r):
     r.zadd(K.schedule, {entry(f"j{i}"): NOW - 1000 + i for i in range(BATCH * 2 + 17)})
 
     assert poller.enqueue_due() == BATCH * 2 + 17
 
-    assert [p["jid"] for p in queued(r)] == [f"j{i}" for i in range(BATCH * 2 + 17)]
+    assert [p["jid"] for p in queued_payloads(r)] == [f"j{i}" for i in range(BATCH * 2 + 17)]
 
 
 def test_two_pollers_racing_move_each_entry_once(redis_url, r):
@@ -227,7 +198,7 @@ def test_two_pollers_racing_move_each_entry_once(redis_url, r):
         for c in clients:
             c.close()
 
-    assert sorted(p["jid"] for p in queued(r)) == sorted(f"j{i}" for i in range(300))
+    assert sorted(p["jid"] for p in queued_payloads(r)) == sorted(f"j{i}" for i in range(300))
 
 
 def test_due_entries_move_even_while_the_queues_set_holds_the_wrong_type(poller, r):
@@ -239,8 +210,8 @@ def test_due_entries_move_even_while_the_queues_set_holds_the_wrong_type(poller,
 
     assert poller.enqueue_due() == 2
 
-    assert [p["jid"] for p in queued(r, "mail")] == ["sched"]
-    assert [p["jid"] for p in queued(r)] == ["retried"]
+    assert [p["jid"] for p in queued_payloads(r, "mail")] == ["sched"]
+    assert [p["jid"] for p in queued_payloads(r)] == ["retried"]
     assert r.zcard(K.schedule) == 0 and r.zcard(K.retry) == 0
     assert r.get(K.queues) == "not a set"  # left to the key guard
 

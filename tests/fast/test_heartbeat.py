@@ -17,6 +17,7 @@ import types
 
 import pytest
 import redis
+from peek import redis_now
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -42,11 +43,6 @@ def make_config(redis_url, **settings):
 @pytest.fixture
 def launcher(redis_url, rb):
     return Launcher(make_config(redis_url), rb, identity=ID, version="9.9.9")
-
-
-def redis_now(r) -> float:
-    seconds, micros = r.time()
-    return seconds + micros / 1e6
 
 
 def test_beat_writes_the_process_hash_with_its_info(launcher, r):

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from peek import queued_payloads
 from poller_fixtures import (
     NOW,
     K,
     bclient_fixture,  # noqa: F401 - the bclient fixture (the poller fixture's)
     entry,
     poller_fixture,  # noqa: F401 - the poller fixture
-    queued,
 )
 
 from django_cogworker.engine.settle.settling import file_unsettled
@@ -43,7 +43,7 @@ def test_the_ticker_is_not_released_while_another_process_recovers_a_dead_list(p
     r.delete(K.orphan_lock("dead:1:abc"))
     poller.housekeeping.orphan_check()
     assert poller.first_orphan_check_done.is_set()
-    assert [q["jid"] for q in queued(r)] == ["interrupted"]
+    assert [q["jid"] for q in queued_payloads(r)] == ["interrupted"]
 
 
 def test_the_key_guard_runs_only_when_due(poller, r):

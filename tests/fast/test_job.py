@@ -10,6 +10,7 @@ import time
 import zoneinfo
 
 import pytest
+from peek import queued_payloads
 
 from django_cogworker import CogworkerError, Job, JobSetter
 from django_cogworker.push.job import registered, registry
@@ -34,11 +35,6 @@ class Disposable(Job):
 
 class Named(Job):
     name = "billing.charge"
-
-
-def queued(r, queue="default"):
-    """Payloads waiting in ``queue``, in the order they will run (the fetch pops the right end)."""
-    return [json.loads(raw) for raw in reversed(r.lrange(f"cogworker:queue:{queue}", 0, -1))]
 
 
 def scheduled(r):
@@ -98,7 +94,7 @@ def test_subclass_gets_its_own_name():
 
 def test_class_options_land_in_the_payload(r):
     jid = Mailer.perform_async(7)
-    (payload,) = queued(r, "mail")
+    (payload,) = queued_payloads(r, "mail")
     assert payload["jid"] == jid
     assert (payload["class"], payload["queue"], payload["retry"], payload["backtrace"]) == (
         Mailer.name, "mail", 5, 10)
@@ -107,7 +103,7 @@ def test_class_options_land_in_the_payload(r):
 
 def test_defaults_are_default_queue_and_retry_true(r):
     Plain.perform_async()
-    (payload,) = queued(r)
+    (payload,) = queued_payloads(r)
     assert (payload["queue"], payload["retry"]) == ("default", True)
     assert "dead" not in payload and "backtrace" not in payload
 
@@ -118,12 +114,13 @@ def test_class_options_are_read_at_each_push(r, monkeypatch):
     monkeypatch.setattr(Plain, "queue", "later")
     monkeypatch.setattr(Plain, "retry", 2)
     Plain.perform_async(2)
-    assert [(p["queue"], p["retry"]) for p in queued(r) + queued(r, "later")] == [("default", True), ("later", 2)]
+    waiting = queued_payloads(r) + queued_payloads(r, "later")
+    assert [(p["queue"], p["retry"]) for p in waiting] == [("default", True), ("later", 2)]
 
 
 def test_dead_false_and_retry_false_are_carried(r):
     Disposable.perform_async()
-    (payload,) = queued(r)
+    (payload,) = queued_payloads(r)
     assert (payload["retry"], payload["dead"]) == (False, False)
 
 
@@ -132,10 +129,10 @@ def test_set_overrides_options_for_one_push_only(r):
     assert isinstance(setter, JobSetter)
     setter.perform_async(1)
     Mailer.perform_async(2)
-    (urgent,) = queued(r, "urgent")
+    (urgent,) = queued_payloads(r, "urgent")
     assert (urgent["queue"], urgent["retry"], urgent["dead"], urgent["backtrace"], urgent["args"]) == (
         "urgent", 1, False, True, [1])
-    (mail,) = queued(r, "mail")
+    (mail,) = queued_payloads(r, "mail")
     assert (mail["queue"], mail["retry"], mail["args"]) == ("mail", 5, [2])
     assert r.smembers("cogworker:queues") == {"urgent", "mail"}
 
@@ -158,7 +155,7 @@ def test_a_job_class_with_a_bad_queue_fails_where_it_is_defined(queue):
 
 def test_perform_async_returns_the_jid_and_keeps_args_and_kwargs(r):
     jid = Plain.perform_async(1, "two", [3], {"four": 4}, flag=True, when=None)
-    (payload,) = queued(r)
+    (payload,) = queued_payloads(r)
     assert payload["jid"] == jid and len(jid) == 24
     assert payload["args"] == [1, "two", [3], {"four": 4}]
     assert payload["kwargs"] == {"flag": True, "when": None}
@@ -219,7 +216,7 @@ def test_a_time_in_the_past_is_enqueued_at_once(r):
     jid1 = Plain.perform_at(time.time() - 10)
     jid2 = Plain.perform_in(-5)
     jid3 = Plain.perform_in(0)
-    assert [p["jid"] for p in queued(r)] == [jid1, jid2, jid3]
+    assert [p["jid"] for p in queued_payloads(r)] == [jid1, jid2, jid3]
     assert r.zcard("cogworker:schedule") == 0
 
 
@@ -228,7 +225,7 @@ def test_set_works_with_every_perform(r):
     Plain.set(queue="later").perform_at(time.time() + 30)
     Plain.set(queue="bulk").perform_bulk([(1,)])
     assert [p["queue"] for p, _ in scheduled(r)] == ["later", "later"]
-    assert [p["queue"] for p in queued(r, "bulk")] == ["bulk"]
+    assert [p["queue"] for p in queued_payloads(r, "bulk")] == ["bulk"]
 
 
 # -- JSON-native arguments only ----------------------------------------------------------------
@@ -304,7 +301,7 @@ def test_arguments_perform_can_not_take_are_refused_at_the_push(r, args, kwargs,
 def test_arguments_perform_takes_are_pushed(r):
     for args, kwargs in ((("ann",), {}), (("ann", "hi"), {}), (("ann",), {"loud": True}), ((), {"name": "ann"})):
         assert Hello.perform_async(*args, **kwargs)
-    assert [(p["args"], p["kwargs"]) for p in queued(r)] == [
+    assert [(p["args"], p["kwargs"]) for p in queued_payloads(r)] == [
         (["ann"], {}), (["ann", "hi"], {}), (["ann"], {"loud": True}), ([], {"name": "ann"})]
 
 
@@ -313,7 +310,7 @@ def test_a_call_shape_that_bound_once_does_not_let_another_through(r):
     for args, kwargs in ((("ann", "hi", "x"), {"loud": True}), ((), {"loud": True}), (("ann",), {"name": "bob"})):
         with pytest.raises(TypeError, match="can't take"):
             Hello.perform_async(*args, **kwargs)
-    assert len(queued(r)) == 2
+    assert len(queued_payloads(r)) == 2
 
 
 def test_perform_bulk_names_the_item_perform_can_not_take(r):
@@ -364,7 +361,7 @@ def test_expires_in_on_the_class_or_per_push_sets_expires_at_from_the_push(r):
     Perishable.set(expires_in=0.5).perform_async(2)
     Plain.perform_async(3)
     Plain.set(expires_in=2).perform_bulk([(4,)])
-    by_args = {tuple(p["args"]): p for p in queued(r)}
+    by_args = {tuple(p["args"]): p for p in queued_payloads(r)}
     assert by_args[(1,)]["expires_at"] == by_args[(1,)]["created_at"] + 30
     assert by_args[(2,)]["expires_at"] == by_args[(2,)]["created_at"] + 0.5
     assert "expires_at" not in by_args[(3,)]  # (none asked: never expires)
@@ -382,7 +379,7 @@ def test_perform_in_and_perform_at_count_expires_in_from_the_due_time(r):
     assert payload["expires_at"] == pytest.approx(due + 5, abs=0.01)
     # A time in the past is due at once: counted from the push, never before it.
     Perishable.perform_at(time.time() - 100, "past")
-    (past,) = queued(r)
+    (past,) = queued_payloads(r)
     assert past["expires_at"] == past["created_at"] + 30
 
 
@@ -448,7 +445,7 @@ def test_expires_in_sets_expires_at_from_the_push_or_the_due_time(r):
     expiring = type("Expiring", (Job,), {"expires_in": 30, "perform": lambda self, n: None, "__module__": __name__})
     expiring.perform_async(1)
     Plain.set(expires_in=2.5).perform_async(2)
-    first, second = queued(r)
+    first, second = queued_payloads(r)
     assert first["expires_at"] == first["created_at"] + 30
     assert second["expires_at"] == second["created_at"] + 2.5
     assert "expires_at" not in Plain.set(queue="other").build([3], {})  # (none unless asked)
@@ -476,7 +473,7 @@ def test_seconds_past_the_bound_are_refused_on_the_class_at_set_and_at_the_push(
         Plain.set(unique_for=value).perform_async(1)
     assert r.dbsize() == 0
     Plain.set(expires_in=1e9).perform_async(1)  # (the bound itself is taken)
-    (payload,) = queued(r)
+    (payload,) = queued_payloads(r)
     assert payload["expires_at"] == payload["created_at"] + 1e9
 
 
@@ -510,7 +507,7 @@ def test_arguments_nested_past_max_depth_are_refused_naming_the_limit(r):
         Plain.perform_bulk([[1], [nested_list(MAX_DEPTH + 1)]])
     assert r.dbsize() == 0
     Plain.perform_async(nested_list(MAX_DEPTH), deep={"a": nested_list(MAX_DEPTH - 1)})  # (the deepest taken)
-    assert queued(r)[0]["args"] == [nested_list(MAX_DEPTH)]
+    assert queued_payloads(r)[0]["args"] == [nested_list(MAX_DEPTH)]
 
 
 def test_a_queue_that_utf8_can_not_carry_is_refused_at_set(r):

@@ -13,7 +13,6 @@ import time
 
 import pytest
 import redis
-from helpers import FAST_ENV, Worker, wait_until
 
 from django_cogworker.broker.keys import Keys, Want
 from django_cogworker.broker.quarantine import QUARANTINE_TTL, guarded, quarantine_key, quarantine_wrong
@@ -229,51 +228,6 @@ def test_a_push_goes_through_while_the_queues_listing_holds_the_wrong_type(r, ca
 
 
 # -- end to end ----------------------------------------------------------------------------
-
-def _beat_stamp(r, identity: str) -> tuple[str | None, str | None]:
-    try:
-        last = r.hget(K.last_beat, identity)
-    except redis.ResponseError:
-        last = None
-    return last, r.hget(K.process(identity), "beat")
-
-
-def test_wrong_types_under_a_running_worker_are_quarantined_and_work_continues(r, tmp_path):
-    env = {**FAST_ENV, "COGWORKER_KEY_GUARD_INTERVAL": "0.3", "COGWORKER_CONCURRENCY": "2"}
-    targets = [*sorted(FIXED.items()), (K.queue("default"), "list")]
-    timings = []
-    with Worker(env=env, log_path=tmp_path / "worker.log") as w:
-        identity = w.wait_ready()
-        for n, (key, expected) in enumerate(targets):
-            planted_at = time.monotonic()
-            plant(r, key, expected)
-            wait_until(lambda key=key: quarantined(r, key), timeout=15, message=f"{key} quarantined")
-            timings.append(time.monotonic() - planted_at)
-            [name] = quarantined(r, key)
-            assert r.ttl(name) > QUARANTINE_TTL - 120
-            assert r.type(key) in ("none", expected)
-            # Work continues: a job pushed now runs.
-            from testproject.demo.jobs import RecordJob
-
-            RecordJob.perform_async("ran", f"after-{n}")
-            wait_until(lambda n=n: f"after-{n}" in r.lrange("ran", 0, -1), timeout=15,
-                       message=f"a job runs after {key} was quarantined")
-            # Heartbeats continue: the process hash and the last-beat stamp move on.
-            before = _beat_stamp(r, identity)
-            wait_until(lambda before=before: all(a and a != b for a, b in zip(_beat_stamp(r, identity), before,
-                                                                                 strict=True)),
-                       timeout=10, message=f"heartbeats continue after {key}")
-        assert w.alive
-        w.term()
-        assert w.wait(30) == 0
-    log = w.log()
-    for key, _ in targets:
-        assert re.search(rf"ERROR .*{re.escape(key)} held a \w+, not a \w+: moved to "
-                         rf"{re.escape(K.quarantine_prefix + key)}:", log), key
-    print(f"\nFIGURES key guard e2e: {len(targets)} keys quarantined, plant->quarantine "
-          f"max {max(timings):.2f}s mean {sum(timings) / len(timings):.2f}s")
-    assert not r.exists(K.process(identity))  # left the registry at exit
-
 
 def test_a_registry_member_that_is_not_utf8_is_skipped_said_once_and_the_rest_still_checked(rb, r, caplog):
     # No name the worker writes; one there (a bad client, a corrupted restore) failed every round

@@ -17,6 +17,7 @@ import time
 
 import pytest
 import redis
+from peek import queued_payloads, redis_now
 
 from django_cogworker.broker.keys import Keys
 from django_cogworker.conf import build_config
@@ -40,11 +41,6 @@ def recoverer(config, client, identity=LIVE) -> OrphanRecovery:
     return OrphanRecovery(config, client, K, identity, RetryPolicy(config))
 
 
-def redis_now(r) -> float:
-    seconds, micros = r.time()
-    return seconds + micros / 1e6
-
-
 def payload(n: int, queue: str = "default", **extra) -> str:
     return payloads.encode({"jid": f"jid{n:05d}", "class": "testproject.demo.jobs.RecordJob", "args": ["k"],
                             "kwargs": {}, "queue": queue, "retry": True, "created_at": 1.0, **extra})
@@ -64,20 +60,16 @@ def forgotten(r, identity: str) -> bool:
             and not r.exists(K.in_progress(identity)) and not r.exists(K.orphan_lock(identity)))
 
 
-def queued(r, queue: str = "default") -> list[dict]:
-    return [json.loads(raw) for raw in r.lrange(K.queue(queue), 0, -1)]
-
-
 def test_stale_beat_list_requeued_with_orphan_count_and_identity_forgotten(config, rb, r):
     r.lpush(K.queue("default"), payload(999))  # waiting before the crash
     in_flight(r, DEAD, [payload(1), payload(2, orphan_count=1), payload(3, queue="mail")], beat_age=THRESHOLD + 2)
     assert recoverer(config, rb).check() == 3
-    default = queued(r)
-    # Back at the end the fetch pops (runs next), behind nothing: the waiting job is now first in line last.
-    assert default[0]["jid"] == "jid00999"
-    assert {p["jid"]: p["orphan_count"] for p in default[1:]} == {"jid00001": 1, "jid00002": 2}
-    assert all(p["orphaned_from"] == DEAD for p in default[1:])
-    [mail] = queued(r, "mail")
+    default = queued_payloads(r)
+    # Back at the end the fetch pops (runs next), ahead of the job that was waiting: it now runs last.
+    assert default[-1]["jid"] == "jid00999"
+    assert {p["jid"]: p["orphan_count"] for p in default[:-1]} == {"jid00001": 1, "jid00002": 2}
+    assert all(p["orphaned_from"] == DEAD for p in default[:-1])
+    [mail] = queued_payloads(r, "mail")
     assert (mail["jid"], mail["orphan_count"]) == ("jid00003", 1)
     assert r.sismember(K.queues, "mail")
     assert forgotten(r, DEAD)
@@ -118,7 +110,7 @@ def test_no_beat_and_no_process_hash_is_dead_once_the_threshold_has_passed_unsee
     assert orphans.check() == 0
     time.sleep(0.7)
     assert orphans.check() == 1
-    assert [p["jid"] for p in queued(r)] == ["jid00001"]
+    assert [p["jid"] for p in queued_payloads(r)] == ["jid00001"]
     assert forgotten(r, DEAD)
 
 
@@ -237,7 +229,7 @@ def test_a_list_missing_from_the_registry_is_found_and_recovered(config, rb, r, 
     r.rpush(K.in_progress(LIVE), payload(2))  # our own list: never touched
     orphans = recoverer(config, rb)
     assert orphans.check() == 1
-    assert [p["jid"] for p in queued(r)] == ["jid00001"]
+    assert [p["jid"] for p in queued_payloads(r)] == ["jid00001"]
     assert "missing from" in caplog.text and DEAD in caplog.text
     assert r.llen(K.in_progress(LIVE)) == 1 and not r.sismember(K.in_progress_identities, LIVE)
 
@@ -255,7 +247,7 @@ def test_no_verdict_until_this_process_has_beaten_steadily_for_the_grace(config,
     assert r.llen(K.in_progress(DEAD)) == 1
     steady["since"] = redis_now(r) - steady_grace(config) - 0.1
     assert orphans.check() == 1 and orphans.settled
-    assert [p["jid"] for p in queued(r)] == ["jid00001"]
+    assert [p["jid"] for p in queued_payloads(r)] == ["jid00001"]
 
 
 def test_the_grace_outlasts_a_beat_and_its_backoff(config):
@@ -298,7 +290,7 @@ def test_concurrent_recoverers_requeue_each_job_exactly_once(config, redis_url, 
         for d in dead:
             in_flight(r, d, jobs[d], beat_age=THRESHOLD + 5)
         handled = _race(config, redis_url, recoverers=4)
-        requeued = queued(r)
+        requeued = queued_payloads(r)
         jids = [p["jid"] for p in requeued]
         assert len(jids) == len(set(jids)) == sum(len(v) for v in jobs.values()) == sum(handled)
         assert {p["orphan_count"] for p in requeued} == {1}
@@ -321,7 +313,7 @@ def test_past_max_orphanings_the_job_goes_to_dead_and_is_recorded(config, rb, r,
     assert dead["error_class"] == "Orphaned"
     [record] = [json.loads(x) for x in r.lrange(K.repeat_orphans, 0, -1)]
     assert (record["jid"], record["orphan_count"], record["from"]) == ("jid00001", 4, DEAD)
-    assert [(p["jid"], p["orphan_count"]) for p in queued(r)] == [("jid00002", 3)]
+    assert [(p["jid"], p["orphan_count"]) for p in queued_payloads(r)] == [("jid00002", 3)]
     assert forgotten(r, DEAD)
     assert any("jid00001" in rec.getMessage() and "dead" in rec.getMessage() for rec in caplog.records)
 
@@ -375,7 +367,7 @@ def test_a_job_is_requeued_max_orphanings_times_then_goes_to_dead(redis_url, rb,
 def test_unparseable_entry_goes_to_dead_and_the_rest_is_requeued(config, rb, r):
     in_flight(r, DEAD, [payload(1), "{not json", payload(2)], beat_age=THRESHOLD + 1)
     assert recoverer(config, rb).check() == 3
-    assert sorted(p["jid"] for p in queued(r)) == ["jid00001", "jid00002"]
+    assert sorted(p["jid"] for p in queued_payloads(r)) == ["jid00001", "jid00002"]
     [dead] = [json.loads(x) for x in r.zrange(K.dead, 0, -1)]
     assert dead["class"] == payloads.UNPARSEABLE_CLASS
     assert dead["raw"] == "{not json"
@@ -396,14 +388,14 @@ def test_a_broken_queue_key_does_not_stop_the_other_recoveries_nor_lose_its_jobs
     rec = recoverer(config, rb)
     with caplog.at_level(logging.ERROR, logger="django_cogworker"):
         assert rec.check() == 4
-    assert sorted(p["jid"] for p in queued(r)) == ["jid00001", "jid00002", "jid00003", "jid00099"]
+    assert sorted(p["jid"] for p in queued_payloads(r)) == ["jid00001", "jid00002", "jid00003", "jid00099"]
     assert r.llen(K.in_progress(first)) == len(stuck)
     assert r.sismember(K.in_progress_identities, first)  # not forgotten while jobs remain
     assert any("150 job(s) left" in m.getMessage() for m in caplog.records), caplog.text
     r.delete(K.queue("broken"))  # what the key guard does (moves it aside)
     assert rec.check() == len(stuck)
-    assert len(queued(r, "broken")) == len(stuck)
-    assert {p["orphan_count"] for p in queued(r, "broken") + queued(r)} == {1}
+    assert len(queued_payloads(r, "broken")) == len(stuck)
+    assert {p["orphan_count"] for p in queued_payloads(r, "broken") + queued_payloads(r)} == {1}
     assert forgotten(r, first) and forgotten(r, second)
 
 
@@ -425,7 +417,7 @@ def test_an_entry_that_cant_be_written_back_goes_to_dead_and_the_rest_is_requeue
     in_flight(r, DEAD, [payload(1), bad, payload(2)], beat_age=THRESHOLD + 1)
     with caplog.at_level(logging.ERROR, logger="django_cogworker"):
         assert recoverer(config, rb).check() == 3
-    assert sorted(p["jid"] for p in queued(r)) == ["jid00001", "jid00002"]
+    assert sorted(p["jid"] for p in queued_payloads(r)) == ["jid00001", "jid00002"]
     [stored] = r.zrange(K.dead, 0, -1)
     assert stored.startswith(bad[:-1])  # kept byte for byte, what dead entries say appended
     dead = json.loads(stored)
@@ -439,7 +431,7 @@ def test_a_lone_surrogate_in_args_is_no_poison_and_reads_back_the_same(config, r
     odd = '{"jid":"odd","class":"testproject.demo.jobs.RecordJob","args":["caf\\udce9"],"kwargs":{},"queue":"default"}'
     in_flight(r, DEAD, [odd], beat_age=THRESHOLD + 1)
     assert recoverer(config, rb).check() == 1
-    [back] = queued(r)
+    [back] = queued_payloads(r)
     assert back["args"] == ["caf\udce9"] and back["orphan_count"] == 1
 
 
@@ -452,7 +444,7 @@ def test_an_entry_that_cant_be_written_back_past_max_orphanings_still_goes_to_de
     dead = json.loads(stored)
     assert stored.startswith(bad[:-1]) and dead["jid"] == "jidpoison"
     assert "orphaned 4 times" in dead["dead_reason"] and dead["error_class"] == "Orphaned"
-    assert [p["jid"] for p in queued(r)] == ["jid00001"]
+    assert [p["jid"] for p in queued_payloads(r)] == ["jid00001"]
     assert forgotten(r, DEAD)
 
 
@@ -462,6 +454,6 @@ def test_an_identity_that_is_not_utf8_is_skipped_and_the_dead_processes_jobs_sti
     in_flight(r, DEAD, [payload(1)], beat_age=THRESHOLD + 2)
     with caplog.at_level(logging.ERROR, logger="django_cogworker.engine.recovery.registry"):
         assert recoverer(config, rb).check() == 1
-    assert [p["jid"] for p in queued(r)] == ["jid00001"]
+    assert [p["jid"] for p in queued_payloads(r)] == ["jid00001"]
     assert forgotten(r, DEAD)
     assert any("not UTF-8" in rec.getMessage() for rec in caplog.records)

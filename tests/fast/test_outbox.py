@@ -17,6 +17,7 @@ import redis
 from django.db import OperationalError, connections, transaction
 from helpers import RedisServer, in_thread
 from outbox_fixtures import Boom, alias_fixture  # noqa: F401 - a fixture
+from peek import queued_jids
 
 from django_cogworker import Batch, BatchError, Job, chain, group
 from django_cogworker.broker.keys import Keys
@@ -60,10 +61,6 @@ def away(settings, tmp_path):
     server.cleanup()
 
 
-def queued(client, queue="default") -> list[str]:
-    return [json.loads(raw)["jid"] for raw in reversed(client.lrange(K.queue(queue), 0, -1))]
-
-
 def rows(alias: str) -> list[str]:
     return list(OutboxJob.objects.using(alias).order_by("id").values_list("jid", flat=True))
 
@@ -84,7 +81,7 @@ def test_a_push_inside_a_transaction_is_a_row_until_commit_then_a_job(outbox, al
         scheduled = Note.perform_in(60, 2)
         assert rows(alias) == [jid, scheduled]
         assert rb.dbsize() == 0
-    assert queued(rb) == [jid]
+    assert queued_jids(rb) == [jid]
     assert [json.loads(raw)["jid"] for raw in rb.zrange(K.schedule, 0, -1)] == [scheduled]
     assert rows(alias) == []
 
@@ -100,14 +97,14 @@ def test_a_rolled_back_transaction_leaves_no_row_and_no_job(outbox, alias, rb):
             raise Boom
         kept = Note.perform_async("kept")
     assert rows(alias) == []
-    assert queued(rb) == [kept]
+    assert queued_jids(rb) == [kept]
 
 
 def test_a_bulk_push_is_one_row_per_job_and_one_push_at_commit(outbox, alias, rb):
     with transaction.atomic(using=alias):
         jids = Note.perform_bulk([(i,) for i in range(1000)])
         assert len(rows(alias)) == 1000
-    assert queued(rb) == jids
+    assert queued_jids(rb) == jids
     assert rows(alias) == []
 
 
@@ -120,7 +117,7 @@ def test_redis_away_at_commit_commits_and_the_rows_wait_for_the_relay(away, alia
     assert "wait in the outbox" in caplog.text
     away.restart()
     assert relay(alias) == 3
-    assert queued(away.client()) == jids
+    assert queued_jids(away.client()) == jids
     assert rows(alias) == []
 
 
@@ -131,7 +128,7 @@ def test_outside_a_transaction_a_push_redis_refuses_is_saved_to_the_outbox(away,
     assert rows("default") == [jid, *jids]
     away.restart()
     assert relay("default") == 3
-    assert queued(away.client()) == [jid, *jids]
+    assert queued_jids(away.client()) == [jid, *jids]
 
 
 def test_a_push_neither_redis_nor_the_database_takes_raises(away):
@@ -157,7 +154,7 @@ def test_a_row_pushed_but_not_deleted_is_not_pushed_again(outbox, alias, rb, cap
     with caplog.at_level(logging.INFO, logger="django_cogworker"):
         # (From another thread: another pusher, as a relay is, whose receipt knows nothing of it.)
         assert in_thread(lambda: relay(alias)) == 1
-    assert queued(rb) == [jid]
+    assert queued_jids(rb) == [jid]
     assert rows(alias) == []
     assert "handed to Redis before" in caplog.text
 
@@ -175,7 +172,7 @@ def test_garbage_and_wrong_type_rows_go_to_dead_and_the_rows_behind_them_are_pus
         OutboxJob.objects.using(alias).create(jid="late", created=0, payload=json.dumps(
             {"class": Note.name, "jid": "late", "queue": "default", "args": [], "kwargs": {}}))
     assert relay(alias) == 4
-    assert queued(rb) == [behind, "late"]
+    assert queued_jids(rb) == [behind, "late"]
     dead = {json.loads(raw).get("dead_reason", ""): json.loads(raw) for raw in rb.zrange(K.dead, 0, -1)}
     assert len(dead) == 3
     reasons = " | ".join(dead)
@@ -193,7 +190,7 @@ def test_a_mark_of_the_wrong_type_is_quarantined_and_the_job_pushed(away, alias,
     client = away.client()
     client.lpush(K.outbox_pushed(jid), "a list, not a mark")
     assert relay(alias) == 1
-    assert queued(client) == [jid]
+    assert queued_jids(client) == [jid]
     assert client.type(K.outbox_pushed(jid)) == b"string"
     assert "is no outbox mark" in caplog.text
 
@@ -208,7 +205,7 @@ def test_a_unique_jobs_lock_is_taken_when_its_row_reaches_redis(away, alias, cap
     assert rows(alias) == [first, second]
     away.restart()
     assert relay(alias) == 2
-    assert queued(away.client()) == [first]
+    assert queued_jids(away.client()) == [first]
     assert "duplicate of unique job" in caplog.text
     assert rows(alias) == []
 
@@ -218,13 +215,13 @@ def test_a_push_in_a_transaction_of_another_database_is_a_row_of_that_database(o
         jid = Note.perform_async(1)
         assert rows("pg") == [jid]
         assert rows("default") == []
-    assert queued(rb) == [jid]
+    assert queued_jids(rb) == [jid]
 
 
 def test_with_outbox_off_no_row_is_written(settings, alias, rb):
     with transaction.atomic(using=alias):
         jid = Note.perform_async(1)
-    assert queued(rb) == [jid]
+    assert queued_jids(rb) == [jid]
     assert rows(alias) == []
 
 
@@ -243,11 +240,11 @@ def test_a_task_enqueued_in_a_transaction_is_a_row_and_its_ready_record_waits_fo
     client = away.client()
     assert not client.exists(K.result(result.id))
     assert relay(alias) == 1
-    assert queued(client) == [result.id]
+    assert queued_jids(client) == [result.id]
     with transaction.atomic(using=alias):
         second = add.enqueue(3, 4)
     assert add.get_result(second.id).status == "READY"
-    assert queued(client) == [result.id, second.id]
+    assert queued_jids(client) == [result.id, second.id]
     assert rows(alias) == []
 
 
@@ -272,7 +269,7 @@ def test_a_batch_committed_is_opened_counted_and_closed_at_commit(outbox, alias,
             with Batch("child").jobs():
                 jids.append(Note.perform_async(5))
         assert rb.dbsize() == 0  # (nothing of it before the commit)
-    assert sorted(queued(rb)) == sorted(jids[:3] + jids[4:])
+    assert sorted(queued_jids(rb)) == sorted(jids[:3] + jids[4:])
     status = Batch.status(batch.bid)
     assert (status.total, status.pending, status.committed) == (5, 5, True)  # (4 jobs and the child)
     assert rows(alias) == []
@@ -296,14 +293,14 @@ def test_a_batch_whose_commit_found_redis_away_is_relayed_once_through_a_relay_s
     monkeypatch.setattr(batch_module, "close_block", dies)
     with pytest.raises(redis.ConnectionError):
         relay(alias)
-    assert sorted(queued(client)) == sorted(jids)
+    assert sorted(queued_jids(client)) == sorted(jids)
     assert not Batch.status(batch.bid).committed
     monkeypatch.setattr(batch_module, "close_block", real_close)
     assert relay(alias) == 1
     # The same row again (relayed, then found undeleted): its steps are done, nothing runs twice.
     OutboxJob.objects.using(alias).create(jid=saved.jid, payload=saved.payload, created=0)
     assert relay(alias) == 1
-    assert sorted(queued(client)) == sorted(jids)
+    assert sorted(queued_jids(client)) == sorted(jids)
     status = Batch.status(batch.bid)
     assert (status.total, status.pending, status.committed) == (3, 3, True)
     assert rows(alias) == []
@@ -333,7 +330,7 @@ def test_a_job_of_a_batch_relayed_again_after_it_ran_is_not_counted_again(away, 
     client.srem(K.batch(batch.bid).pending, jid)
     monkeypatch.setattr(batch_module, "close_block", real_close)
     assert relay(alias) == 1
-    assert queued(client) == []  # (written before, as its mark says)
+    assert queued_jids(client) == []  # (written before, as its mark says)
     status = Batch.status(batch.bid)
     assert (status.total, status.pending, status.committed) == (1, 0, True)
     assert status.complete and status.success
@@ -347,8 +344,8 @@ def test_a_second_block_on_a_batch_made_through_the_outbox_in_the_same_transacti
         with pytest.raises(BatchError, match="made by this transaction through the outbox"):
             with batch.jobs():
                 Note.perform_async(2)
-    assert queued(rb) == [first]
+    assert queued_jids(rb) == [first]
     with batch.jobs():  # (after the commit: added at once, as to any batch)
         second = Note.perform_async(2)
-    assert queued(rb) == [first, second]
+    assert queued_jids(rb) == [first, second]
     assert Batch.status(batch.bid).total == 2

@@ -6,7 +6,6 @@ import asyncio
 import datetime as dt
 import json
 import logging
-import os
 import re
 import sys
 import threading
@@ -24,13 +23,13 @@ from engine_fixtures import (
     new_token,
     runs,
 )
-from helpers import FAST_ENV, Worker, wait_until
+from helpers import wait_until
 
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.settle.stats import day_of
 from django_cogworker.push import payload as payloads
 from django_cogworker.push.job import Job
-from testproject.demo.jobs import HugeErrorJob, ListFolderJob
+from testproject.demo.jobs import HugeErrorJob
 
 K = Keys()
 
@@ -467,39 +466,6 @@ def test_a_death_handler_that_spoils_the_payload_of_an_unknown_job_does_not_keep
 
 
 # -- text a job's failure can't be written with as it is --------------------------------------------
-
-
-def test_a_worker_files_a_failure_whose_message_names_a_file_that_is_not_utf8(tmp_path, r):
-    # os.listdir gives "caf\udce9.bad" for the file b"caf\xe9.bad": its failure message, UTF-8 can't
-    # carry it. Its filing raised on every try, taken for an outage: the job sat on the in-progress
-    # list, "pending settlement still fails" every beat, couldn't be handed over at TERM, and died
-    # "orphaned N times", its real error lost.
-    folder = tmp_path / "inbox"
-    folder.mkdir()
-    (folder / os.fsdecode(b"caf\xe9.bad")).touch()
-    for jid, retry in (("listing", 1), ("listing-no-retry", 0)):
-        r.lpush(K.queue("default"), payloads.encode({"jid": jid, "class": ListFolderJob.name, "args": [str(folder)],
-                                                     "kwargs": {}, "queue": "default", "retry": retry,
-                                                     "backtrace": True}))
-
-    with Worker(env=FAST_ENV, log_path=tmp_path / "worker.log") as w:
-        identity = w.wait_ready()
-        wait_until(lambda: r.zcard(K.retry) == 1 and r.zcard(K.dead) == 1, timeout=20, message="filed")
-        wait_until(lambda: r.llen(K.in_progress(identity)) == 0, message="acknowledged")
-        time.sleep(1.5)  # three beats
-        w.term()
-        assert w.wait(30) == 0
-
-    (retried,), (dead,) = retry_entries(r), dead_entries(r)
-    assert (retried["jid"], dead["jid"]) == ("listing", "listing-no-retry")
-    for filed in (retried, dead):
-        assert (filed["error_class"], filed["error_message"]) == ("ValueError", "cannot process caf\\udce9.bad")
-        assert filed["error_backtrace"][-1] == "ValueError: cannot process caf\\udce9.bad"
-    assert dead["dead_reason"] == "retries exhausted"
-    log = w.log()
-    assert "fail jid=listing class=testproject.demo.jobs.ListFolderJob" in log
-    assert "still fails" not in log and "kept in memory" not in log
-    assert r.llen(K.unsettled) == 0 and not r.exists(K.in_progress(identity))
 
 
 def test_a_jid_or_class_holding_a_line_break_can_not_forge_log_lines(launcher_factory, r, caplog):

@@ -18,7 +18,7 @@ import pytest
 import redis
 import redis.connection
 from cluster_fixtures import cluster_fixture, cr_fixture, on_cluster_fixture  # noqa: F401 - fixtures
-from helpers import RedisServer, Sentinels, in_thread
+from helpers import RedisServer, in_thread
 from redis._parsers import _HiredisParser, _RESP2Parser
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -184,21 +184,6 @@ def test_on_a_cluster_an_interrupted_command_leaves_no_reply_behind(cluster, cr,
         assert client.get("k") == b"v"  # (the SET still held back: a read goes through)
         assert client.get("k") == b"v"
     assert client.get("k") in (b"v", b"w")  # (the interrupted SET ran, or not: never a stray reply)
-
-
-def test_on_sentinel_an_interrupted_command_leaves_no_reply_behind(tmp_path, monkeypatch):
-    sentinels = Sentinels(tmp_path / "servers").start()
-    try:
-        monkeypatch.setenv("COGWORKER_REDIS_URL", sentinels.url)
-        runtime.reset()
-        client = runtime.get_redis()
-        client.set("k", "v")
-        with writes_held_back(sentinels.primary.client()):
-            interrupted_incr(client, monkeypatch)
-            assert client.get("k") == b"v"
-    finally:
-        runtime.reset()
-        sentinels.cleanup()
 
 
 class Target:

@@ -11,7 +11,7 @@ import select
 import threading
 import time
 
-from helpers import RedisServer, Sentinels, in_thread, wait_until
+from helpers import RedisServer, in_thread, wait_until
 
 from django_cogworker import api
 from django_cogworker.broker.keys import Keys
@@ -61,27 +61,6 @@ def test_a_thread_s_own_connection_comes_back_after_redis_restarts(tmp_path, mon
             assert in_thread(work) == 1
         finally:
             runtime.reset()
-
-
-def test_on_sentinel_a_thread_keeps_the_shared_client_so_that_failovers_are_followed(tmp_path, monkeypatch):
-    # A held connection would skip the Sentinel pool's check of the primary on each checkout.
-    sentinels = Sentinels(tmp_path / "servers").start()
-    try:
-        monkeypatch.setenv("COGWORKER_REDIS_URL", sentinels.url)
-        runtime.reset()
-        shared = runtime.get_redis()
-
-        def work():
-            with runtime.own_connection():
-                client = runtime.get_redis()
-                client.set("through", "the primary")
-                return client
-
-        assert in_thread(work) is shared
-        assert sentinels.primary.client().get("through") == b"the primary"
-    finally:
-        runtime.reset()
-        sentinels.cleanup()
 
 
 def test_a_command_interrupted_before_its_reply_is_read_leaves_no_stale_reply_for_the_next(rb):

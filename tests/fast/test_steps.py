@@ -65,7 +65,7 @@ def settle(client: Any, bid: str, jid: str, outcome: str) -> None:
                  runtime.get_config().batch_ttl)
 
 
-def queued(rb) -> list[tuple[str, str]]:
+def callbacks_queued(rb) -> list[tuple[str, str]]:
     """(event, jid) of each callback on the callbacks' queue, every copy."""
     payloads = [json.loads(raw) for raw in rb.lrange(K.queue("default"), 0, -1)]
     return sorted((p["args"][0]["event"], p["jid"]) for p in payloads)
@@ -90,19 +90,19 @@ def test_the_last_job_s_step_run_again_after_a_kill_pushes_each_callback_exactly
     bid, (first, last) = batch_of_two(rb)
     outbox = K.batch(bid).outbox
     settle(rb, bid, first, "success")
-    assert queued(rb) == [] and rb.llen(outbox) == 0  # (the other job still pending: nothing fires)
+    assert callbacks_queued(rb) == [] and rb.llen(outbox) == 0  # (the other job still pending: nothing fires)
     dies_at, left, pushed = CRASHES[crash]
     if dies_at is None:
         settle(rb, bid, last, outcome)
     else:
         with pytest.raises(Killed):
             settle(DiesAt(rb, *dies_at), bid, last, outcome)
-    assert (rb.llen(outbox), len(queued(rb))) == (left, pushed)
+    assert (rb.llen(outbox), len(callbacks_queued(rb))) == (left, pushed)
     settle(rb, bid, last, outcome)  # the job, recovered and run again
     settle(rb, bid, last, outcome)  # and again (killed before its ack once more)
     fired = ["complete", "success"] if outcome == "success" else ["complete", "death"]
     callbacks = Batch.status(bid).callbacks
-    assert queued(rb) == sorted((event, callbacks[event][0]) for event in fired)  # each once
+    assert callbacks_queued(rb) == sorted((event, callbacks[event][0]) for event in fired)  # each once
     assert rb.llen(outbox) == 0
     status = Batch.status(bid)
     assert (status.pending, status.dead, status.complete, status.success) == (
@@ -118,7 +118,7 @@ def test_two_processes_delivering_one_outbox_push_each_callback_once(rb):
         settle(DiesAt(rb, "lrem", 1), bid, last, "success")
     steps.delivery.deliver(rb, K, bid, runtime.get_config().batch_ttl)
     settle(rb, bid, last, "success")
-    assert [event for event, _ in queued(rb)] == ["complete", "success"]
+    assert [event for event, _ in callbacks_queued(rb)] == ["complete", "success"]
     assert rb.llen(K.batch(bid).outbox) == 0
 
 
@@ -146,7 +146,7 @@ def test_an_outbox_of_the_wrong_type_when_the_last_job_ends_loses_no_callback(rb
         settle(rb, bid, last, "success")
     settle(rb, bid, last, "success")  # (run again: nothing twice)
     callbacks = Batch.status(bid).callbacks
-    assert queued(rb) == sorted((event, callbacks[event][0]) for event in ("complete", "success"))
+    assert callbacks_queued(rb) == sorted((event, callbacks[event][0]) for event in ("complete", "success"))
     assert len(quarantined(rb, outbox)) == 1 and rb.llen(outbox) == 0
     assert rb.hget(K.batch(bid).meta, "lost:outbox") is not None
 
@@ -163,5 +163,5 @@ def test_a_callback_s_queue_or_mark_of_the_wrong_type_is_moved_aside_and_the_cal
     rb.hset(key, "x", "not mine")
     settle(rb, bid, last, "success")
     settle(rb, bid, last, "success")
-    assert queued(rb) == sorted((event, callbacks[event][0]) for event in ("complete", "success"))
+    assert callbacks_queued(rb) == sorted((event, callbacks[event][0]) for event in ("complete", "success"))
     assert len(quarantined(rb, key)) == 1 and rb.llen(K.batch(bid).outbox) == 0

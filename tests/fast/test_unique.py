@@ -104,7 +104,7 @@ def waiting(r, queue: str = QUEUE) -> list[dict]:
 
 
 @contextlib.contextmanager
-def worker(redis_url):
+def launcher_in_thread(redis_url):
     """A Launcher working QUEUE in this process (as runcogworker runs one), stopped on exit."""
     config = build_config({"QUEUES": [QUEUE], "CONCURRENCY": 2, "HEARTBEAT_INTERVAL": 0.2,
                            "POLL_INTERVAL_AVERAGE": 0.1, "ORPHAN_THRESHOLD": 1, "SHUTDOWN_TIMEOUT": 2,
@@ -278,7 +278,7 @@ def test_a_lock_without_an_expiry_is_given_one(r, token, caplog):
 
 
 def test_the_lock_is_released_when_the_job_succeeds(redis_url, r, token):
-    with worker(redis_url):
+    with launcher_in_thread(redis_url):
         jid = UniqueNote.perform_async(token)
         wait_until(lambda: EVENTS[token] == [jid], timeout=10)
         wait_until(lambda: r.get(lock_key(UniqueNote, token)) is None, timeout=5)
@@ -288,7 +288,7 @@ def test_the_lock_is_released_when_the_job_succeeds(redis_url, r, token):
 
 
 def test_until_start_releases_the_lock_when_the_job_starts(redis_url, r, token):
-    with worker(redis_url):
+    with launcher_in_thread(redis_url):
         jid = UntilStart.perform_async(token)
         assert UntilStart.perform_async(token) is None  # queued: still unique
         wait_until(lambda: ("start", jid) in EVENTS[token], timeout=10)
@@ -300,7 +300,7 @@ def test_until_start_releases_the_lock_when_the_job_starts(redis_url, r, token):
 
 
 def test_the_lock_is_kept_while_the_job_waits_in_retry(redis_url, r, token):
-    with worker(redis_url):
+    with launcher_in_thread(redis_url):
         jid = FailsThenRetries.perform_async(token)
         wait_until(lambda: r.zcard(K.retry) == 1, timeout=10)
     assert EVENTS[token] == [jid]
@@ -309,7 +309,7 @@ def test_the_lock_is_kept_while_the_job_waits_in_retry(redis_url, r, token):
 
 
 def test_the_lock_is_released_when_the_job_dies(redis_url, r, token):
-    with worker(redis_url):
+    with launcher_in_thread(redis_url):
         jid = FailsToDead.perform_async(token)
         wait_until(lambda: r.zcard(K.dead) == 1, timeout=10)
         wait_until(lambda: r.get(lock_key(FailsToDead, token)) is None, timeout=5)

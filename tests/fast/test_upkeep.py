@@ -10,6 +10,7 @@ import time
 import pytest
 from helpers import refuse, serve_again
 from limiter_fixtures import fresh_limiters, unique  # noqa: F401 - the fresh_limiters fixture
+from peek import redis_now
 
 from django_cogworker import Limiter
 from django_cogworker.broker.keys import Keys
@@ -26,11 +27,6 @@ def nothing_seen():
     SEEN.take()
     yield
     SEEN.take()
-
-
-def redis_now(rb) -> float:
-    seconds, micros = rb.time()
-    return seconds + micros / 1_000_000
 
 
 def test_a_beat_renews_the_lease_of_a_place_held_here(rb, r):

@@ -4,6 +4,8 @@ no rolled-back one ever does, through Redis outages, relays killed -9 and relays
 Jobs are RecordJob: each run RPUSHes its jid to a list, so runs are counted per jid. A "relay"
 worker fetches from a queue nothing is pushed to (``-q idle``): it only relays, and killing it -9
 can't run a job twice through the in-progress recovery of reliable fetch (not the outbox's doing).
+
+Here, the tests that run a real worker process; the in-process ones are in tests/fast/test_outbox.py.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 
 import pytest
 from django.db import connections, transaction
-from helpers import FAST_ENV, RedisServer, Worker, wait_until
+from helpers import RedisServer, wait_until, worker
 from outbox_fixtures import Boom, alias_fixture  # noqa: F401 - a fixture
 
 from django_cogworker import Batch, chain, group
@@ -49,12 +51,12 @@ def database_url(alias: str) -> str:
     return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
-def worker(tmp_path, srv, name, *args, outbox=True):
+def outbox_worker(tmp_path, srv, name, *args, outbox=True):
     """A worker on ``srv`` and the test databases, with OUTBOX on (its relay relays both) or off
     (it only runs jobs)."""
-    env = {**FAST_ENV, "COGWORKER_REDIS_URL": srv.url, "COGWORKER_OUTBOX": str(outbox).lower(),
+    env = {"COGWORKER_REDIS_URL": srv.url, "COGWORKER_OUTBOX": str(outbox).lower(),
            "DATABASE_URL": database_url("default"), "COGWORKER_TEST_POSTGRES_URL": database_url("pg")}
-    return Worker(*args, env=env, log_path=tmp_path / f"{name}.log")
+    return worker(tmp_path, *args, name=name, env=env)
 
 
 @contextlib.contextmanager
@@ -125,7 +127,7 @@ def test_redis_stopped_while_transactions_commit_then_restarted(tmp_path, srv, a
                 rolled_back.append(RecordJob.perform_async(RUNS))
                 raise Boom
 
-    with worker(tmp_path, srv, "w") as w:
+    with outbox_worker(tmp_path, srv, "w") as w:
         w.wait_ready()
         commit_some(10)
         srv.kill()
@@ -139,7 +141,7 @@ def test_redis_stopped_while_transactions_commit_then_restarted(tmp_path, srv, a
 
 
 def test_pushes_outside_transactions_while_redis_is_down_run_once_it_is_back(tmp_path, srv):
-    with worker(tmp_path, srv, "w") as w:
+    with outbox_worker(tmp_path, srv, "w") as w:
         w.wait_ready()
         srv.kill()
         jids = [RecordJob.perform_async(RUNS) for _ in range(10)] + RecordJob.perform_bulk([(RUNS,)] * 10)
@@ -151,9 +153,9 @@ def test_pushes_outside_transactions_while_redis_is_down_run_once_it_is_back(tmp
 
 def test_a_relay_killed_9_between_its_push_and_its_delete_runs_each_job_once(tmp_path, srv, alias):
     jids = backlog(alias, srv, 1200)
-    with worker(tmp_path, srv, "runner", outbox=False) as runner:
+    with outbox_worker(tmp_path, srv, "runner", outbox=False) as runner:
         runner.wait_ready()
-        with deletes_held(alias), worker(tmp_path, srv, "relay", "-q", "idle") as relay:
+        with deletes_held(alias), outbox_worker(tmp_path, srv, "relay", "-q", "idle") as relay:
             relay.wait_ready()
             # Its first round's 500 jobs pushed (and run), their rows not deleted: kill it there.
             wait_until(lambda: len(runs(srv)) >= 500, timeout=60, message="the relay's first push")
@@ -166,7 +168,7 @@ def test_a_relay_killed_9_between_its_push_and_its_delete_runs_each_job_once(tmp
         assert waiting(alias) == 1200
         # (SQLite: the dead relay's claim runs out, as it does CLAIM seconds on.)
         OutboxJob.objects.using(alias).update(claimed_until=0)
-        with worker(tmp_path, srv, "next", "-q", "idle") as following:
+        with outbox_worker(tmp_path, srv, "next", "-q", "idle") as following:
             following.wait_ready()
             assert_exactly_once(srv, jids)
             wait_until(lambda: waiting(alias) == 0, timeout=30, message="the outbox emptied")
@@ -176,17 +178,17 @@ def test_a_relay_killed_9_between_its_push_and_its_delete_runs_each_job_once(tmp
 
 def test_relays_killed_9_while_relaying_a_large_backlog_run_each_job_once(tmp_path, srv, alias):
     jids = backlog(alias, srv, 6000)
-    with worker(tmp_path, srv, "runner", outbox=False) as runner:
+    with outbox_worker(tmp_path, srv, "runner", outbox=False) as runner:
         runner.wait_ready()
         for i in range(3):  # (each killed at another point of its work: between a push and its delete, some)
-            with worker(tmp_path, srv, f"relay{i}", "-q", "idle") as relay:
+            with outbox_worker(tmp_path, srv, f"relay{i}", "-q", "idle") as relay:
                 relay.wait_ready()
                 left = waiting(alias)
                 wait_until(lambda left=left, i=i: waiting(alias) < left - 500 * (i + 1) or waiting(alias) == 0,
                            timeout=60, message="the relay under way")
                 relay.kill9()
                 assert relay.wait(10) == -9
-        with worker(tmp_path, srv, "last", "-q", "idle") as last:
+        with outbox_worker(tmp_path, srv, "last", "-q", "idle") as last:
             last.wait_ready()
             assert_exactly_once(srv, jids, timeout=180)
             wait_until(lambda: waiting(alias) == 0, timeout=30, message="the outbox emptied")
@@ -194,7 +196,7 @@ def test_relays_killed_9_while_relaying_a_large_backlog_run_each_job_once(tmp_pa
 
 def test_two_relays_racing_over_one_backlog_run_each_job_once(tmp_path, srv, alias):
     jids = backlog(alias, srv, 5000)
-    with worker(tmp_path, srv, "a") as a, worker(tmp_path, srv, "b") as b:
+    with outbox_worker(tmp_path, srv, "a") as a, outbox_worker(tmp_path, srv, "b") as b:
         a.wait_ready()
         b.wait_ready()
         assert_exactly_once(srv, jids, timeout=180)
@@ -208,7 +210,7 @@ def test_a_garbage_row_goes_to_dead_and_the_rows_behind_it_run(tmp_path, srv, al
         OutboxJob.objects.using(alias).create(jid="garbage", payload="[1, 2", created=0)
         after = RecordJob.perform_bulk([(RUNS,)] * 5)
     srv.restart()
-    with worker(tmp_path, srv, "w") as w:
+    with outbox_worker(tmp_path, srv, "w") as w:
         w.wait_ready()
         assert_exactly_once(srv, [before, *after])
         wait_until(lambda: waiting(alias) == 0, timeout=30, message="the outbox emptied")
@@ -228,7 +230,7 @@ def test_batches_and_workflows_committed_while_redis_is_away_run_once_with_their
         finally:
             client.close()
 
-    with worker(tmp_path, srv, "a") as a, worker(tmp_path, srv, "b") as b:  # (two relays racing)
+    with outbox_worker(tmp_path, srv, "a") as a, outbox_worker(tmp_path, srv, "b") as b:  # (two relays racing)
         a.wait_ready()
         b.wait_ready()
         srv.kill()

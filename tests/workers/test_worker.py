@@ -14,7 +14,8 @@ import statistics
 import time
 
 import pytest
-from helpers import FAST_ENV, RedisServer, Worker, wait_until
+from helpers import FAST_ENV, RedisServer, Worker, wait_until, worker
+from peek import queued_jids
 
 from django_cogworker import __version__
 from django_cogworker.broker.keys import Keys
@@ -25,18 +26,10 @@ K = Keys()
 FETCH_MODES = ["reliable", "basic"]
 
 
-def worker(tmp_path, *args, name="worker", env=None):
-    return Worker(*args, env={**FAST_ENV, **(env or {})}, log_path=tmp_path / f"{name}.log")
-
-
 def left_no_trace(r, identity: str) -> bool:
     return not (r.sismember(K.processes, identity) or r.exists(K.process(identity)) or r.exists(K.workers(identity))
                 or r.sismember(K.in_progress_identities, identity) or r.hexists(K.last_beat, identity)
                 or r.exists(K.in_progress(identity)))
-
-
-def queued_jids(r, queue: str = "default") -> list[str]:
-    return [json.loads(raw)["jid"] for raw in r.lrange(K.queue(queue), 0, -1)]
 
 
 def test_banner_options_and_a_password_never_shown(tmp_path):
@@ -154,8 +147,8 @@ def test_term_during_a_long_job_hands_it_back_to_the_head_and_it_runs_again(tmp_
         first.term()
         assert first.wait(30) == 0
         took = time.monotonic() - started
-    assert queued_jids(r)[-1] == long_jid  # the end the fetch pops: it runs next
-    assert sorted(queued_jids(r)[:-1]) == sorted(others)
+    assert queued_jids(r)[0] == long_jid  # at the end the fetch pops: it runs next
+    assert sorted(queued_jids(r)[1:]) == sorted(others)
     with worker(tmp_path, name="second", env=env) as second:
         second.wait_ready()
         wait_until(lambda: r.llen("marks") == 6, timeout=30)
