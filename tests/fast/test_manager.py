@@ -6,8 +6,6 @@ Settling (acks, filings, pending settlements, the shutdown hand-off) is tested i
 from __future__ import annotations
 
 import collections
-import json
-import time
 
 import pytest
 from engine_fixtures import (
@@ -21,6 +19,7 @@ from engine_fixtures import (
     runs,
 )
 from helpers import wait_until
+from peek import queued_jids
 
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.fetch.contract import Unit
@@ -33,11 +32,6 @@ K = Keys()
 @pytest.fixture(params=["reliable", "basic"])
 def fetch_mode(request):
     return request.param
-
-
-def queued_jids(r, queue="default"):
-    """jids waiting in ``queue``, the next to run first."""
-    return [json.loads(raw)["jid"] for raw in reversed(r.lrange(K.queue(queue), 0, -1))]
 
 
 def _fail_ack_of(running, monkeypatch, jid):
@@ -80,7 +74,9 @@ def test_quiet_stops_fetching_and_lets_the_running_job_finish(launcher_factory, 
     GATES[token].set()
 
     wait_until(lambda: ("end", held["jid"]) in runs(token))
-    time.sleep(0.5)  # twice the longest fetch wait
+    # The fetch loop ended at the quiet (a blocking fetch in flight then hands back what it got):
+    # from here no job can be taken, so the one pushed after the quiet still waits.
+    wait_until(lambda: not running.manager.fetcher.thread.is_alive(), timeout=15, message="the fetch ended")
     assert queued_jids(r) == [later["jid"]]
     assert len(runs(token)) == 2
 

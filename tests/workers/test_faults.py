@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 import redis
-from helpers import FAST_ENV, RedisServer, Worker, refuse, serve_again, wait_until
+from helpers import FAST_ENV, RedisServer, Worker, poll, refuse, serve_again, wait_until, worker
+from peek import redis_now
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -29,15 +30,6 @@ from testproject.demo.jobs import FileMarkJob, GatedJob, KillSelfJob, RecordJob,
 K = Keys()
 THRESHOLD = float(FAST_ENV["COGWORKER_ORPHAN_THRESHOLD"])
 BEAT = float(FAST_ENV["COGWORKER_HEARTBEAT_INTERVAL"])
-
-
-def worker(tmp_path, *args, name, env=None):
-    return Worker(*args, env={**FAST_ENV, **(env or {})}, log_path=tmp_path / f"{name}.log")
-
-
-def redis_now(r) -> float:
-    seconds, micros = r.time()
-    return seconds + micros / 1e6
 
 
 def marks(path: Path) -> tuple[list[str], list[str]]:
@@ -286,10 +278,7 @@ def test_redis_killed_and_restarted_under_load(tmp_path):
         producer.join(10)
         acked = set(acknowledged)
         stranded: set[str] = set()
-        try:
-            wait_until(lambda: acked <= set(marks(path)[1]), timeout=30, interval=0.2,
-                       message="every acknowledged job done")
-        except AssertionError:
+        if not poll(lambda: acked <= set(marks(path)[1]), timeout=30, interval=0.2):
             # A fetch whose reply died with the server leaves its jobs on the in-progress list,
             # run by no thread; the reconcile (two sightings 30 s apart) or the shutdown hands
             # them back. Take the shutdown's way here, and report them.
