@@ -23,7 +23,7 @@ TASKS_TESTS := tests/fast/test_tasks.py tests/fast/test_results.py tests/fast/te
 # Each run prints its slowest tests (the fast tier's, the worker tier's, the failovers').
 DURATIONS ?= 15
 
-.PHONY: venv venv313 demo test test-fast check screenshots lint clean distclean
+.PHONY: venv venv313 demo test test-fast tiers check screenshots lint clean distclean
 
 venv:
 	@PYTHON='$(PYTHON)' bash scripts/venv.sh
@@ -46,6 +46,7 @@ demo: venv
 test: venv venv313
 	@bash scripts/ensure_redis_server.sh
 	@bash scripts/ensure_chromium.sh
+	@$(MAKE) --no-print-directory tiers
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	COGWORKER_TEST_POSTGRES_URL=$$(bash scripts/ensure_postgres.sh); \
@@ -62,11 +63,17 @@ test: venv venv313
 	$(PY) -m pytest -m serial --durations=$(DURATIONS) $(PYTEST_ARGS) || [[ $$? -eq 5 ]]
 
 # Only the fast tier (no worker process): what to run first after a change, in about 3 minutes.
-test-fast: venv
+test-fast: venv tiers
 	@bash scripts/ensure_redis_server.sh
 	COGWORKER_TEST_POSTGRES_URL=$$(bash scripts/ensure_postgres.sh); \
 	export COGWORKER_TEST_POSTGRES_URL; \
 	$(PY) -m pytest tests/fast -n $(TEST_PROCESSES) --dist loadfile -m "not serial" --durations=$(DURATIONS) $(PYTEST_ARGS)
+
+# A test module left in tests/ itself would be run by neither tier: say where it goes.
+tiers:
+	@if compgen -G 'tests/test_*.py' >/dev/null; then \
+	  echo "$$(ls tests/test_*.py): in neither tier; move to tests/fast/ (no worker process) or tests/workers/ (tests/README.md)"; \
+	  exit 1; fi
 
 # What CI runs (.ci/run is `make test`): the same, by the name other projects give it.
 check: test

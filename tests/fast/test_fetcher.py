@@ -189,6 +189,7 @@ def test_with_prefetch_0_a_process_takes_no_more_than_its_idle_processors_even_w
     _short_then_held(running, token, holds=12)
     time.sleep(0.3)
     assert r.llen(running.in_progress) == 2 and r.llen(K.queue("default")) == 10
+    GATES[token].set()  # (the held jobs end: the launcher stops at once, not at its shutdown timeout)
 
 
 def test_basic_fetch_never_takes_ahead_even_while_jobs_run_short(launcher_factory, r):
@@ -199,3 +200,4 @@ def test_basic_fetch_never_takes_ahead_even_while_jobs_run_short(launcher_factor
     _short_then_held(running, token, holds=12)
     time.sleep(0.3)
     assert r.llen(K.queue("default")) == 10
+    GATES[token].set()  # (the held jobs end: the launcher stops at once, not at its shutdown timeout)
