@@ -93,8 +93,12 @@ def install() -> None:
     from django_cogworker import joblog
     from django_cogworker.engine.fetch import fetcher, ledger, reliable
     from django_cogworker.engine.process import launcher
-    from django_cogworker.engine.run import cancels, db, gate, processor
+    from django_cogworker.engine.run import cancels, db, hooks, processor
     from django_cogworker.engine.settle import settling, stats
+    from django_cogworker.features.batches import hook as batches_hook
+    from django_cogworker.features.cancellation import hook as cancellation_hook
+    from django_cogworker.features.expiry import hook as expiry_hook
+    from django_cogworker.features.locks import hook as locks_hook
     from django_cogworker.push import payload
 
     wrap(fetcher.Fetcher, "next_unit", "processor: hand-over, take a job (next_unit)")
@@ -102,12 +106,16 @@ def install() -> None:
     wrap(processor.Processor, "process", "processor: rest of Processor.process (scope, cancels, gate, timings)")
     wrap(payload, "decode", "processor: payload decode (JSON)")
     wrap(payload, "printable", "processor: jid and class escaped for the log lines (printable)")
-    wrap(gate.Gate, "enter", "processor: gate (expiry, cancel request, limits)")
+    for owner, names in ((expiry_hook.Expiry, ("before",)), (cancellation_hook.Cancellation, ("before", "decide")),
+                         (locks_hook.RunLockRelease, ("after",)), (batches_hook.Batches, ("settling",))):
+        for name in names:
+            wrap(owner, name, "processor: the features' hooks (before, decide, settling, after)")
+    wrap(hooks.Plans, "plan", "processor: the class's plan (a dict lookup)")
+    wrap(processor.Processor, "_conclude", "processor: settling hooks, settle, count, after hooks (rest of)")
     wrap(cancels.Cancels, "started", "processor: cancels registry (started, finished; a lock each)")
     wrap(cancels.Cancels, "finished", "processor: cancels registry (started, finished; a lock each)")
     wrap(ledger.Ledger, "job_started", "processor: ledger (job_started, job_finished)")
     wrap(ledger.Ledger, "job_finished", "processor: ledger (job_started, job_finished)")
-    wrap(processor.Processor, "_hook", "processor: run hook (unique and periodic locks)")
     wrap(joblog, "enter", "processor: job log context and start/done lines (off at WARNING)")
     wrap(joblog, "leave", "processor: job log context and start/done lines (off at WARNING)")
     wrap(db.CloseOldConnections, "__call__", "processor: server middleware chain (DB sweep)")

@@ -10,9 +10,11 @@ from pathlib import Path
 import environ
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-# Local state (sqlite db, private redis, demo scratch files); git-ignored.
-STATE_DIR = BASE_DIR / ".cogworker"
-STATE_DIR.mkdir(exist_ok=True)
+# Local state (sqlite db, private redis, demo scratch files); git-ignored. COGWORKER_STATE_DIR moves
+# it: `make test` runs the django.tasks tests on Python 3.13 beside the worker tier, and two test
+# sessions sharing one SQLite test database (its name is the same in each) wipe each other's.
+STATE_DIR = BASE_DIR / os.environ.get("COGWORKER_STATE_DIR", ".cogworker")
+STATE_DIR.mkdir(parents=True, exist_ok=True)
 
 env = environ.Env()
 

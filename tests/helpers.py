@@ -78,6 +78,19 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10, interval: floa
         time.sleep(interval)
 
 
+def poll(predicate: Callable[[], Any], timeout: float = 10, interval: float = 0.05) -> bool:
+    """Poll ``predicate`` until it holds or ``timeout`` passes; return whether it held.
+
+    For a wait whose end the test then examines either way (what is still missing is counted, or
+    handed to another process); where not holding is the failure, use ``wait_until``."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+    return True
+
+
 def redis_server_binary() -> str:
     """Path of redis-server; fails loudly (never skips): the suite cannot mean anything without it."""
     path = shutil.which("redis-server")
@@ -534,6 +547,11 @@ def every_value(rb: redis.Redis) -> list[tuple[bytes, bytes]]:
             value = rb.dump(key) or b""
         found.append((key, value))
     return found
+
+
+def worker(tmp_path: Path, *args: str, name: str = "worker", env: dict[str, str] | None = None) -> Worker:
+    """`runcogworker *args` on FAST_ENV (plus ``env``), its log at ``tmp_path/<name>.log``."""
+    return Worker(*args, env={**FAST_ENV, **(env or {})}, log_path=tmp_path / f"{name}.log")
 
 
 def _text(value: str | bytes) -> str:

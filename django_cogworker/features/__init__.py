@@ -28,8 +28,24 @@ public hook interface) and is named in ``COGWORKER["FEATURES"]`` (docs/extending
 
 from __future__ import annotations
 
-from ..engine.run.hooks import Call, Decision, Feature, JobRun, Outcome, WorkerParts
-from ..engine.settle.settlement import ACK
+from typing import TYPE_CHECKING, Any
 
-# The public hook interface, for a project's own features (docs/extending.md).
+if TYPE_CHECKING:  # (for type checkers and editors: at run time, __getattr__ below)
+    from ..engine.run.hooks import Call, Decision, Feature, JobRun, Outcome, WorkerParts
+    from ..engine.settle.settlement import ACK
+
+# The public hook interface, for a project's own features (docs/extending.md). Served on first use:
+# a web process imports features/ to push (a job's limits, its sealed arguments), never the engine.
 __all__ = ["ACK", "Call", "Decision", "Feature", "JobRun", "Outcome", "WorkerParts"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ACK":
+        from ..engine.settle.settlement import ACK
+
+        return ACK
+    if name in __all__:
+        from ..engine.run import hooks
+
+        return getattr(hooks, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

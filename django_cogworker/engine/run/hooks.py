@@ -34,6 +34,7 @@ unique lock) applies to every class and returns at once for a payload without it
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import threading
@@ -127,6 +128,10 @@ class Feature:
     """
 
     name = "feature"
+    # The payload fields whose presence makes this feature act (a batch's ``bid``, a unique job's
+    # digest): a job whose payload has none of them runs without its hooks. Empty: every job of
+    # the classes it applies to.
+    fields: tuple[str, ...] = ()
 
     def applies(self, job_class: Any) -> bool:
         """Whether jobs of ``job_class`` (None: a class this worker doesn't know) use this feature;
@@ -253,6 +258,15 @@ class Plan:
     decide: tuple[Callable[[JobRun], Decision | None], ...]
     settling: tuple[Callable[[JobRun, Decision], Decision], ...]
     after: tuple[Callable[[JobRun], None], ...]
+    # The payload fields of the features used only when present (Feature.fields), and this plan
+    # without those features: what a job whose payload has none of them runs through.
+    fields: frozenset[str] = frozenset()
+    bare: Plan | None = None
+
+    def for_payload(self, payload: dict[str, Any]) -> Plan:
+        """This plan, or its ``bare`` one for a payload with none of its features' fields."""
+        bare = self.bare
+        return bare if bare is not None and self.fields.isdisjoint(payload) else self
 
     def run_through(self, run: JobRun, innermost: Call) -> Any:
         """``innermost()`` run inside every ``around`` hook, the first outermost."""
@@ -287,9 +301,16 @@ class Plans:
 
     def _build(self, job_class: Any) -> Plan:
         used = [f for f in self.features if f.applies(job_class)]
+        fields = frozenset(field for f in used for field in f.fields)
+        full = _plan(job_class, used)
+        if not fields:
+            return full
+        return dataclasses.replace(full, fields=fields, bare=_plan(job_class, [f for f in used if not f.fields]))
 
-        def hooks(phase: str) -> tuple[Any, ...]:
-            return tuple(getattr(f, phase) for f in used if _overrides(f, phase))
 
-        return Plan(job_class, hooks("before"), hooks("around"), hooks("decide"), hooks("settling"),
-                    tuple(reversed(hooks("after"))))
+def _plan(job_class: Any, used: list[Feature]) -> Plan:
+    def hooks(phase: str) -> tuple[Any, ...]:
+        return tuple(getattr(f, phase) for f in used if _overrides(f, phase))
+
+    return Plan(job_class, hooks("before"), hooks("around"), hooks("decide"), hooks("settling"),
+                tuple(reversed(hooks("after"))))

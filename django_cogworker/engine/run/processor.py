@@ -118,7 +118,7 @@ class Processor:
         # A class this worker doesn't know fails like a job that raised, and is retried: pushed by
         # code deployed before the workers restarted, it runs once they have. Nothing is imported
         # for it: only the classes discovered at startup ever run.
-        plan = self.plans.plan(registered(payload["class"]))
+        plan = self.plans.plan(registered(payload["class"])).for_payload(payload)
         # (Escaped once for the log lines: a jid holding a newline wrote lines of its own making.)
         run = JobRun(unit, payload, plan.job_class, payloads.printable(payload.get("jid")),
                      payloads.printable(payload["class"]))

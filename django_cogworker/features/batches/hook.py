@@ -26,6 +26,7 @@ class Batches(Feature):
     """Every class: whether a job is in a batch is its payload's to say (a field read per job)."""
 
     name = "batches"
+    fields = ("bid",)
 
     def __init__(self, redis: RedisClient, keys: Keys, ttl: float):
         self.steps = BatchSteps(redis, keys, ttl)

@@ -20,6 +20,7 @@ class Encryption(Feature):
     """Every class: a payload sealed by ``set(encrypt=True)`` may be of any class."""
 
     name = "encryption"
+    fields = ("encrypted",)
 
     def __init__(self, ring: KeyRing | None):
         self.ring = ring

@@ -27,6 +27,7 @@ class Expiry(Feature):
     """Drops a job fetched after its ``expires_at`` (a field any push may set: every class)."""
 
     name = "expiry"
+    fields = ("expires_at",)
 
     def __init__(self, redis: RedisClient, keys: Keys, clock: Any = time.time):
         self.redis = redis

@@ -18,6 +18,7 @@ class RunLockRelease(Feature):
     """Every class: whether a job holds a lock is its payload's to say."""
 
     name = "locks"
+    fields = ("unique_digest", "periodic_pjid")
 
     def __init__(self, run_locks: RunLocks):
         self.run_locks = run_locks
