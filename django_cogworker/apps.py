@@ -18,6 +18,11 @@ class CogworkerConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401 - registers the checks
+        from .api import sorted_sets
+        from .outbox import retry, units
+
+        # (A dead outbox unit names no queue: its retry hands it back to the outbox.)
+        sorted_sets.register_retry(units.UNIT_CLASS, retry.retry_unit)
 
         autodiscover_modules("jobs")
         discover_tasks(getattr(settings, "TASKS", None))

@@ -37,6 +37,25 @@ RETRY_SOME_LIMIT = 100_000
 RETRY_SOME_BUDGET = 10.0  # seconds; no batch starts after
 KILLED_REASON = "killed from the admin"
 
+# The retry of an entry that names no queue, by its payload's class: a feature's own kind of
+# entry plugs in here (the outbox's units, outbox/retry.py, through apps.py), the object model
+# knowing none. Called with the entry, read whole, and the time; returns False if the entry was
+# gone; raises ActionRefused when it can't be retried, or what stopped it (Redis away).
+Retry = Callable[["SortedEntry", float], bool]
+RETRIES: dict[str, Retry] = {}
+
+
+def register_retry(job_class: str, retry: Retry) -> None:
+    """Retry the entries whose payload's class is ``job_class`` with ``retry`` (see RETRIES)."""
+    RETRIES[job_class] = retry
+
+
+def _retry_of(entry: JobRecord) -> Retry | None:
+    """The feature's retry of ``entry`` when it names no queue (RETRIES), else None."""
+    if entry.parse_error or entry.queue is not None:
+        return None
+    return RETRIES.get(entry.payload.get("class"))  # type: ignore[arg-type]
+
 
 @dataclasses.dataclass
 class Moved:
@@ -98,10 +117,12 @@ class SortedEntry(JobRecord):
         entry = self.whole()
         if entry is None:
             return False
+        now = time.time() if now is None else now
+        if (special := _retry_of(entry)) is not None:
+            return special(entry, now)
         queue = entry.queue
         if entry.parse_error or queue is None:
             raise ActionRefused(f"{_printable(entry.display_class)} {entry.ident} names no queue it could run from")
-        now = time.time() if now is None else now
         payload = dict(entry.payload, enqueued_at=now)
         payload.pop("at", None)
         try:
@@ -303,6 +324,12 @@ class SortedSet:
             scores: list[float] = []
             stuck = 0
             for entry in rows:
+                if (special := _retry_of(entry)) is not None:
+                    try:
+                        done.moved += special(entry, stamp)
+                    except ActionRefused:
+                        stuck += 1
+                    continue
                 if entry.parse_error or entry.queue is None:
                     stuck += 1
                     continue
