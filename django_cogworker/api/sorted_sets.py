@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from .. import retries
 from ..broker import crossings, scripts
 from ..broker.keys import Keys
 from ..broker.types import RedisClient
@@ -37,24 +38,11 @@ RETRY_SOME_LIMIT = 100_000
 RETRY_SOME_BUDGET = 10.0  # seconds; no batch starts after
 KILLED_REASON = "killed from the admin"
 
-# The retry of an entry that names no queue, by its payload's class: a feature's own kind of
-# entry plugs in here (the outbox's units, outbox/retry.py, through apps.py), the object model
-# knowing none. Called with the entry, read whole, and the time; returns False if the entry was
-# gone; raises ActionRefused when it can't be retried, or what stopped it (Redis away).
-Retry = Callable[["SortedEntry", float], bool]
-RETRIES: dict[str, Retry] = {}
-
-
-def register_retry(job_class: str, retry: Retry) -> None:
-    """Retry the entries whose payload's class is ``job_class`` with ``retry`` (see RETRIES)."""
-    RETRIES[job_class] = retry
-
-
-def _retry_of(entry: JobRecord) -> Retry | None:
-    """The feature's retry of ``entry`` when it names no queue (RETRIES), else None."""
+def _retry_of(entry: JobRecord) -> retries.Retry | None:
+    """A feature's retry of ``entry`` when it names no queue (django_cogworker/retries.py), else None."""
     if entry.parse_error or entry.queue is not None:
         return None
-    return RETRIES.get(entry.payload.get("class"))  # type: ignore[arg-type]
+    return retries.RETRIES.get(entry.payload.get("class"))  # type: ignore[arg-type]
 
 
 @dataclasses.dataclass

@@ -11,7 +11,7 @@ What the row holds is what the unit had left when it died (``units.left``, writt
 into the dead entry): its recorded progress and its jobs' marks run out after MARK_TTL, and a
 dead entry may wait for days, so resuming from them would run its first steps again.
 
-Plugged into the object model by the app (apps.py: ``sorted_sets.register_retry``): the API,
+Plugged into the object model by the app (apps.py: ``retries.register``): the API,
 the admin's dead set (retry now, retry all) and ``manage.py cogworker dead --retry`` all use it.
 """
 
