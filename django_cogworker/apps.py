@@ -17,7 +17,14 @@ class CogworkerConfig(AppConfig):
     default_auto_field = "django.db.models.AutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401 - registers the checks
+        from . import (
+            checks,  # noqa: F401 - registers the checks
+            retries,
+        )
+        from .outbox import retry, units
+
+        # (A dead outbox unit names no queue: its retry hands it back to the outbox.)
+        retries.register(units.UNIT_CLASS, retry.retry_unit)
 
         autodiscover_modules("jobs")
         discover_tasks(getattr(settings, "TASKS", None))

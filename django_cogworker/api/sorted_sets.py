@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from .. import retries
 from ..broker import crossings, scripts
 from ..broker.keys import Keys
 from ..broker.types import RedisClient
@@ -36,6 +37,12 @@ BATCH = 500  # entries per script call of retry_all
 RETRY_SOME_LIMIT = 100_000
 RETRY_SOME_BUDGET = 10.0  # seconds; no batch starts after
 KILLED_REASON = "killed from the admin"
+
+def _retry_of(entry: JobRecord) -> retries.Retry | None:
+    """A feature's retry of ``entry`` when it names no queue (django_cogworker/retries.py), else None."""
+    if entry.parse_error or entry.queue is not None:
+        return None
+    return retries.RETRIES.get(entry.payload.get("class"))  # type: ignore[arg-type]
 
 
 @dataclasses.dataclass
@@ -98,10 +105,12 @@ class SortedEntry(JobRecord):
         entry = self.whole()
         if entry is None:
             return False
+        now = time.time() if now is None else now
+        if (special := _retry_of(entry)) is not None:
+            return special(entry, now)
         queue = entry.queue
         if entry.parse_error or queue is None:
             raise ActionRefused(f"{_printable(entry.display_class)} {entry.ident} names no queue it could run from")
-        now = time.time() if now is None else now
         payload = dict(entry.payload, enqueued_at=now)
         payload.pop("at", None)
         try:
@@ -303,6 +312,12 @@ class SortedSet:
             scores: list[float] = []
             stuck = 0
             for entry in rows:
+                if (special := _retry_of(entry)) is not None:
+                    try:
+                        done.moved += special(entry, stamp)
+                    except ActionRefused:
+                        stuck += 1
+                    continue
                 if entry.parse_error or entry.queue is None:
                     stuck += 1
                     continue

@@ -12,7 +12,8 @@ marks (PUSH: a job whose mark is there was pushed before, and isn't again), and 
   outlived (its relay died) is taken again; the marks (MARK_TTL, far longer than CLAIM) say so.
 
 A row that can never be pushed (not a job's JSON, a destination of the wrong type) goes to the dead
-set with the reason and is deleted: the rows behind it go on. Redis away (or refusing writes): the
+set with the reason and is deleted: the rows behind it go on (a batch's unit as the steps it has
+left, which the dead set's retry hands back to the outbox: retry.py). Redis away (or refusing writes): the
 round stops, rows kept, and the watchdog backs off.
 """
 
@@ -34,6 +35,7 @@ from ..broker.types import RedisClient
 from ..engine.loops import Watchdog
 from ..errors import PayloadError, is_unavailable
 from ..push import payload as payloads
+from . import units
 from .models import OutboxJob
 from .store import CLAIM  # (seconds a claim on rows holds)
 
@@ -162,7 +164,9 @@ def _to_dead(redis: RedisClient, keys: Keys, row: OutboxJob, reason: str, now: f
     """File job ``item`` of ``row`` (None: the row, whole) in the dead set with ``reason`` (its
     payload kept as it is, or as text)."""
     why = f"outbox row {row.pk} (jid {row.jid if item is None else item.get('jid')}) can't be pushed: {reason}"
-    if item is not None:
+    if item is not None and units.is_unit(item):
+        entry = units.left(redis, keys, item)  # (what it has left: a retry runs that, retry.py)
+    elif item is not None:
         entry = dict(item)
     else:
         try:

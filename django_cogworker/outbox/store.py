@@ -87,21 +87,28 @@ class Outbox:
             logger.warning("at commit, outbox unit %s not claimed in database %r (%s: %s): it waits for a "
                            "worker's relay", jid, alias, type(exc).__name__, exc)
             return
+        self.run_claimed(alias, pk, raw, hand_over)
+
+    def run_claimed(self, alias: str, pk: Any, raw: str, hand_over: HandOver, when: str = "at commit") -> bool:
+        """Run unit row ``pk`` (its payload ``raw``), claimed by the caller, and delete it; its claim
+        let go when Redis refused it, for a relay. Return whether it ran; raise nothing."""
+        row = OutboxJob.objects.using(alias).filter(pk=pk)
         try:
             hand_over([payloads.decode(raw)])
         except Exception as exc:  # noqa: BLE001 - the row waits for a relay: said, not raised
-            logger.warning("at commit, a batch's jobs not handed to Redis (%s: %s): they wait in the outbox of "
-                           "database %r for a worker's relay", type(exc).__name__, exc, alias)
+            logger.warning("%s, a batch's jobs not handed to Redis (%s: %s): they wait in the outbox of "
+                           "database %r for a worker's relay", when, type(exc).__name__, exc, alias)
             try:
                 row.update(claimed_by="", claimed_until=0.0)
             except Exception:  # noqa: BLE001, S110 - its claim runs out
                 pass
-            return
+            return False
         try:
             row.delete()
         except Exception as exc:  # noqa: BLE001 - a relay finds it done (units.py)
-            logger.warning("at commit, a batch's outbox row in database %r not deleted (%s: %s): a worker's "
-                           "relay deletes it", alias, type(exc).__name__, exc)
+            logger.warning("%s, a batch's outbox row in database %r not deleted (%s: %s): a worker's "
+                           "relay deletes it", when, alias, type(exc).__name__, exc)
+        return True
 
     def save(self, items: Sequence[dict[str, Any]]) -> None:
         """Write ``items`` as a row now (autocommit), for a relay: a push outside a transaction that

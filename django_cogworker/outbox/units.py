@@ -106,6 +106,20 @@ def run(client: Any, item: dict[str, Any]) -> None:
         redis.set(progress, index + 1, ex=MARK_TTL)
 
 
+def left(redis: Any, keys: Any, item: dict[str, Any]) -> dict[str, Any]:
+    """Unit ``item`` as what it has left to do, for the dead set (relay.py), where it may wait for
+    days: the steps not done, the one under way without the jobs written before, under a jid of
+    its own (``unit_of``: the one it was). Its progress and its jobs' marks say what was done only
+    for MARK_TTL: a retry (retry.py) runs this, never the whole unit again."""
+    done = int(redis.get(keys.outbox_pushed(item["jid"])) or 0)
+    steps = [list(step) for step in item["unit"][done:]]
+    if steps and steps[0][0] == "jobs":
+        kind, bid, ttl, items = steps[0]
+        written = _marked(redis, keys, items)
+        steps[0] = [kind, bid, ttl, [job for job in items if job["jid"] not in written]]
+    return {**item, "jid": f"unit-{payloads.new_jid()}", "unit": steps, "unit_of": item.get("unit_of", item["jid"])}
+
+
 def _jobs(client: Any, bid: str, ttl: float, items: list[dict[str, Any]]) -> None:
     """Add ``items`` to batch ``bid`` and push them (marked), but those pushed before; uncount the
     unique jobs' duplicates."""

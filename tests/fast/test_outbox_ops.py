@@ -1,5 +1,6 @@
 """What operators see of the outbox: the admin page and its Relay now, ``manage.py cogworker outbox``,
-the metrics, the WARNING for rows waiting over a minute, and the system check (cogworker.E010)."""
+the metrics, the WARNING for rows waiting over a minute, the system check (cogworker.E010), and the
+dead set's retry of an outbox unit (a batch sent to dead half done: back to the outbox, run once)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ from django.core.management import call_command
 from django.db import connections, transaction
 from django.test import Client
 from helpers import RedisServer, wait_until
+from outbox_fixtures import alias_fixture  # noqa: F401 - a fixture
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_cogworker import Job
+from django_cogworker import Batch, Job, api
 from django_cogworker.broker.keys import Keys
 from django_cogworker.outbox.models import OutboxJob
-from django_cogworker.outbox.relay import Relay, waiting
+from django_cogworker.outbox.relay import Relay, relay_once, waiting
 from django_cogworker.push import runtime
 
 K = Keys()
@@ -176,3 +178,83 @@ def test_the_system_check_names_an_outbox_database_without_its_table(settings):
         recorder.record_applied("django_cogworker", "0005_outbox")
         with connections["default"].schema_editor() as editor:
             editor.create_model(OutboxJob)
+
+
+def bury_a_batch(alias: str, server) -> tuple[Batch, list[str], list[str], str]:
+    """A batch committed on ``alias`` while Redis was away, whose unit a relay then sent to dead half
+    done: its first jobs pushed, then a queue key of the wrong type. Its progress and its jobs'
+    marks are then gone, as MARK_TTL later; the queue key is mended. (batch, the jobs pushed, the
+    jobs left, the unit's jid.)"""
+    batch = Batch("buried")
+    with transaction.atomic(using=alias):
+        with batch.jobs():
+            pushed = [Note.set(queue="first").perform_async(1)]
+            left = Note.set(queue="blocked").perform_bulk([(2,), (3,)])
+    unit = OutboxJob.objects.using(alias).get().jid
+    server.restart()
+    client = server.client()
+    client.set(K.queue("blocked"), "a string, not a list")
+    assert relay_once(alias, runtime.get_client().hand_over, client, K, now=time.time(), fresh=0) == 1
+    assert queue_jids(client, "first") == pushed
+    [dead] = [json.loads(raw) for raw in client.zrange(K.dead, 0, -1)]
+    assert dead["unit_of"] == unit and "holds the wrong type" in dead["dead_reason"]
+    # (And the pushers' receipts: each says its last push was written, as long.)
+    client.delete(K.outbox_pushed(unit), K.outbox_marks(), K.queue("blocked"),
+                  *client.scan_iter(K.push_receipt("*")))
+    return batch, pushed, left, unit
+
+
+def queue_jids(client, queue: str) -> list[str]:
+    return [json.loads(raw)["jid"] for raw in reversed(client.lrange(K.queue(queue), 0, -1))]
+
+
+def test_retry_all_from_the_admin_hands_a_dead_batch_back_to_the_outbox_and_it_runs_once(away, alias):
+    batch, pushed, left, _unit = bury_a_batch(alias, away)
+    client = away.client()
+    # A plain job of an outbox row that went dead beside it keeps its retry: back to its queue.
+    plain = {"class": Note.name, "jid": "plain", "queue": "default", "args": [], "kwargs": {},
+             "dead_reason": "outbox row 1 (jid plain) can't be pushed"}
+    client.zadd(K.dead, {json.dumps(plain): time.time()})
+    changer = user("changer", "view_cogworker", "change_cogworker")
+    response = changer.post("/admin/django_cogworker/dead/", {"action": "retry_all", "confirmed": "yes"},
+                            follow=True)
+    assert "Dead: 2 entries moved to their queues" in response.content.decode()
+    assert client.zcard(K.dead) == 0
+    assert queue_jids(client, "first") == pushed  # (not pushed again, its marks long gone)
+    assert sorted(queue_jids(client, "blocked")) == sorted(left)
+    assert queue_jids(client, "default") == ["plain"]
+    status = Batch.status(batch.bid)
+    assert (status.total, status.pending, status.committed) == (3, 3, True)
+    assert OutboxJob.objects.using(alias).count() == 0 and OutboxJob.objects.count() == 0
+
+
+@pytest.mark.parametrize("alias", ["default", "pg"])
+def test_a_dead_unit_retried_twice_at_once_runs_once(away, alias):
+    batch, pushed, left, unit = bury_a_batch(alias, away)
+    client = away.client()
+    [entry] = api.DeadSet().page().items
+    again = api.DeadSet().find(entry.token, whole=True)  # (a second operator's, read before the first retried)
+    assert entry.retry_now() is True
+    assert again.retry_now() is False
+    assert sorted(queue_jids(client, "blocked")) == sorted(left) and queue_jids(client, "first") == pushed
+    assert Batch.status(batch.bid).total == 3
+    assert OutboxJob.objects.count() == 0 and OutboxJob.objects.using(alias).count() == 0
+    assert client.zcard(K.dead) == 0
+
+
+def test_a_dead_unit_retried_while_still_broken_goes_back_to_dead_through_the_relay(away):
+    _batch, _pushed, left, _unit = bury_a_batch("default", away)
+    client = away.client()
+    client.set(K.queue("blocked"), "broken again")
+    [entry] = api.DeadSet().page().items
+    assert entry.retry_now() is True  # (back in the outbox; its run refused: the relay's now)
+    [row] = OutboxJob.objects.all()
+    assert row.claimed_until == 0.0
+    assert relay_once("default", runtime.get_client().hand_over, client, K, now=time.time(), fresh=0) == 1
+    [dead] = [json.loads(raw) for raw in client.zrange(K.dead, 0, -1)]
+    assert [job["jid"] for job in dead["unit"][0][3]] == left  # (still what it had left, no more)
+    client.delete(K.queue("blocked"))
+    out = io.StringIO()
+    call_command("cogworker", "retry", "dead", dead["jid"], stdout=out)
+    assert sorted(queue_jids(client, "blocked")) == sorted(left)
+    assert client.zcard(K.dead) == 0 and OutboxJob.objects.count() == 0

@@ -1,7 +1,8 @@
 """The Cogworker admin in a real browser: headless Debian Chromium (selenium) against the live server.
 
 Logs in through the admin's login form, opens every page (saving a screenshot of each to
-docs/screenshots/), and operates real worker subprocesses: retries a dead job and sees it run,
+docs/screenshots/), and operates real worker subprocesses: retries a dead job and sees it run (and
+a batch the outbox sent to dead: its jobs run once),
 disables a periodic entry the worker published, quiets the worker. Never skipped: without
 chromium and chromedriver (scripts/ensure_chromium.sh installs them) these tests fail.
 """
@@ -311,3 +312,39 @@ def test_relay_now_from_the_outbox_page(logged_in, live_server, rb, settings):
         "jid-mariadb", "jid-postgres", "jid-sqlite"]
     assert [row.text.split()[1] for row in b.find_elements(By.CSS_SELECTOR, "#cw-outbox tbody tr")] == ["0"] * 3
 
+
+
+def test_retry_a_batch_the_outbox_sent_to_dead_and_see_its_jobs_run_once(logged_in, live_server, rb, settings):
+    from django.db import transaction
+
+    from django_cogworker import Batch
+    from django_cogworker.outbox.relay import relay_once
+    from django_cogworker.push import runtime
+    from testproject.demo.jobs import RecordJob
+
+    settings.COGWORKER = {**settings.COGWORKER, "OUTBOX": True}
+    # A batch committed while its queue's key held the wrong type: its unit (the batch's steps,
+    # one outbox row) can't run, and a relay sends it to dead with the reason.
+    rb.set(KEYS.queue("default"), "a string, not a list")
+    batch = Batch("outbox export")
+    with transaction.atomic():
+        with batch.jobs():
+            jids = RecordJob.perform_bulk([("browser:unit",), ("browser:unit",)])
+    assert relay_once("default", runtime.get_client().hand_over, rb, KEYS, now=time.time(), fresh=0) == 1
+    [entry] = api.DeadSet().page().items
+    assert entry.payload["class"] == "django_cogworker.outbox_unit" and not entry.queue
+    rb.delete(KEYS.queue("default"))  # (mended)
+    with Worker("-c", "2", "-q", "default", env=FAST_ENV) as worker:
+        worker.wait_ready()
+        b = logged_in
+        open_page(b, live_server, BASE + "dead/", "Dead")
+        assert "holds the wrong type" in b.find_element(By.TAG_NAME, "main").text
+        click(b, f"//button[@name='row_action' and @value='retry {entry.token}']")
+        assert_page(b, "Dead")
+        assert "1 entry retried" in messages(b)
+        wait_until(lambda: Batch.status(batch.bid).complete, timeout=20, message="the batch's jobs ran")
+        assert sorted(rb.lrange("browser:unit", 0, -1)) == sorted(j.encode() for j in jids)
+        status = Batch.status(batch.bid)
+        assert (status.total, status.pending, status.committed, status.success) == (2, 0, True, True)
+    assert rb.zcard(KEYS.dead) == 0 and OutboxJob.objects.count() == 0
+    assert len(rb.lrange("browser:unit", 0, -1)) == 2

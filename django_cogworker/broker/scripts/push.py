@@ -33,12 +33,16 @@ MARK_TTL = 600
 # ARGV[1] = the push's token (its jid; a bulk's: a digest of its jids), ARGV[2] = its layout, in
 # JSON (push_args): [index of the queues set (0: the caller lists the queues), the channel that
 # wakes the pollers ("": none), then per destination: [its index, its queue name ("" for the
-# schedule, a sorted set), then per job: 0 (a job for now), its score (a scheduled job's, as
-# text) or, for a unique job, [index of its lock, its jid, the lock's TTL, its score if
-# scheduled], or for an outbox job [index of its lock or 0, its jid, the lock's TTL, its score or
-# "", index of its mark]]]; ARGV[3..] = the payloads, in the layout's order. (One JSON argument, not a few
+# schedule, a sorted set), index of its outbox jobs' marks (0: none), then per job: 0 (a job for
+# now), its score (a scheduled job's, as text) or, for a unique job, [index of its lock, its jid,
+# the lock's TTL, its score if scheduled], or for an outbox job its jid (one for now without a
+# lock: a string, in a queue's group) or [index of its lock or 0, its jid, the lock's TTL, its
+# score or "", 1]]]; ARGV[3..] = the payloads, in the layout's order. (One JSON argument, not a few
 # per job: redis-py packs each argument at about a microsecond, the cost of a whole LPUSH's
-# packing for three of them, and decoding the layout costs Redis less than that.)
+# packing for three of them, and decoding the layout costs Redis less than that. An outbox job
+# of a bulk is a bare jid, and its group's marks are read with one ZMSCORE: a five-element
+# table a job and a ZSCORE each cost it 2-3 us a job, a bulk's push with OUTBOX on over twice
+# its push without.)
 # Writes every job of one push, now (LPUSH, 1,000 at a time) or scheduled (ZADD), with its unique
 # lock, in one step. The lock and the job were two round trips, a claim then a push: a push
 # refused in between (a failover under min-replicas-to-write, a connection lost) left the lock
@@ -89,35 +93,66 @@ local now
 local marks = {{}}
 for g = 3, #layout do
   local group = layout[g]
-  local dest, queue = group[1], group[2]
+  local dest, queue, gmark = group[1], group[2], group[3]
   local zset = queue == ""
   local batch = {{}}
-  for k = 3, #group do
+  local seen, bad = {{}}, nil
+  if gmark > 0 then
+    -- The group's marks read with one ZMSCORE per 1,000 jobs (a ZSCORE a job cost more than its LPUSH).
+    if not now then
+      local t = redis.call("TIME")
+      now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+    end
+    local jids = {{}}
+    for k = 4, #group do
+      local job = group[k]
+      if type(job) == "table" then
+        if job[5] ~= 0 then
+          jids[#jids + 1] = job[2]
+        end
+      elseif not zset and type(job) == "string" then
+        jids[#jids + 1] = job
+      end
+    end
+    for first = 1, #jids, 1000 do
+      local last = math.min(first + 999, #jids)
+      local scores = redis.pcall("ZMSCORE", KEYS[gmark], unpack(jids, first, last))
+      if scores.err then
+        bad = scores.err
+        break
+      end
+      for i = 1, last - first + 1 do
+        if scores[i] and tonumber(scores[i]) > now then
+          seen[jids[first + i - 1]] = true
+        end
+      end
+    end
+  end
+  for k = 4, #group do
     entry = entry + 1
     local job, e = group[k], {{entry = entry, payload = ARGV[entry + 2]}}
     local free = true
     if type(job) == "table" then
-      e.lock, e.jid, e.ttl, e.score, e.mark = job[1], job[2], job[3], job[4], job[5]
+      e.lock, e.jid, e.ttl, e.score = job[1], job[2], job[3], job[4]
+      if job[5] ~= nil and job[5] ~= 0 then
+        e.mark = gmark
+      end
       if e.lock == 0 then
         e.lock = nil
       end
-      if e.mark == 0 then
-        e.mark = nil
+    elseif not zset and type(job) == "string" then
+      e.jid, e.mark = job, gmark
+    end
+    if e.mark then
+      if bad then
+        refuse(entry, -3, bad)
+        free = false
+      elseif seen[e.jid] then
+        refuse(entry, 1, e.jid)
+        free = false
       end
-      if e.mark then
-        if not now then
-          local t = redis.call("TIME")
-          now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-        end
-        local seen = redis.pcall("ZSCORE", KEYS[e.mark], e.jid)
-        if type(seen) == "table" then
-          refuse(entry, -3, seen.err)
-          free = false
-        elseif seen and tonumber(seen) > now then
-          refuse(entry, 1, e.jid)
-          free = false
-        end
-      end
+    end
+    if type(job) == "table" then
       if free and e.lock then
         local holder, code = holders[e.lock], 0
         if holder == nil then
@@ -236,12 +271,16 @@ def push_args(receipt: str, token: str, queues: str | None, wake: str,
     layout: list[Any] = [_queue_index(keys, index, queues) if queues else 0, wake]
     payloads: list[Any] = []
     for destination, queue, jobs in groups:
-        group: list[Any] = [_queue_index(keys, index, destination), queue]
+        group: list[Any] = [_queue_index(keys, index, destination), queue, 0]
         for payload, score, lock, jid, ttl, mark in jobs:
             payloads.append(payload)
             if mark:
-                group.append([_queue_index(keys, index, lock) if lock else 0, jid, ttl,
-                              "" if score is None else score, _queue_index(keys, index, mark)])
+                group[2] = _queue_index(keys, index, mark)  # (one marks key per group: its slot's)
+                if lock is None and score is None:
+                    group.append(jid)
+                else:
+                    group.append([_queue_index(keys, index, lock) if lock else 0, jid, ttl,
+                                  "" if score is None else score, 1])
             elif lock:
                 group.append([_queue_index(keys, index, lock), jid, ttl, *([score] if score is not None else [])])
             else:
