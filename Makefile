@@ -57,7 +57,6 @@ test: venv venv313
 	$(PY) -m pytest tests/fast -n $(TEST_PROCESSES) --dist loadfile -m "not serial" --durations=$(DURATIONS) $(PYTEST_ARGS); \
 	tasks_log=$$(mktemp); \
 	COGWORKER_STATE_DIR=.cogworker/py313 COGWORKER_TEST_POSTGRES_URL=$${COGWORKER_TEST_POSTGRES_URL}_py313 \
-	  COGWORKER_TEST_MYSQL_URL=$${COGWORKER_TEST_MYSQL_URL}_py313 \
 	  $(PY313) -m pytest -n 2 --dist loadfile -p no:cacheprovider $(TASKS_TESTS) >"$$tasks_log" 2>&1 & tasks=$$!; \
 	workers=0; $(PY) -m pytest tests/workers -n $(TEST_PROCESSES) --dist loadfile -m "not serial" --durations=$(DURATIONS) $(PYTEST_ARGS) || workers=$$?; \
 	tasks313=0; wait $$tasks || tasks313=$$?; \
