@@ -19,7 +19,7 @@ A section module has::
 
 To add a section: write ``bench/sections/<name>.py`` with the above, then put its name in RUN (the
 order runs go in) and in PAGE (where its report goes on the page). Its arguments, if any, go in
-run.py's parser; tests/test_bench_quick.py runs the QUICK ones (check its figures there).
+run.py's parser; tests/workers/test_bench_quick.py runs the QUICK ones (check its figures there).
 """
 
 from __future__ import annotations

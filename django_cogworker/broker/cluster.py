@@ -83,7 +83,7 @@ def stacked_commands(pipe: Any) -> list[tuple[Any, ...]]:
     """The argument tuples queued on ``pipe``, in order.
 
     A cluster pipeline keeps them in its execution strategy's queue, as objects (redis-py 8
-    exposes no public accessor; tests/test_cluster.py fails if that moves).
+    exposes no public accessor; tests/workers/test_cluster.py fails if that moves).
     """
     strategy = getattr(pipe, "_execution_strategy", None)
     if strategy is not None:

@@ -18,7 +18,7 @@ templates are the one part elsewhere: Django finds an app's templates in its ``t
 folder only, so they are in ``templates/admin/cogworker/<feature>/``.
 
 Features depend on the core (broker/, push/, engine/, api/'s general parts); the core depends on no
-feature, and broker/ on nothing above it (tests/test_layout.py holds the rule). A feature may use
+feature, and broker/ on nothing above it (tests/fast/test_layout.py holds the rule). A feature may use
 another (cancellation reads a batch's hand-over jobs); the Django side (admin/, metrics/, cli/,
 checks.py, the root package) gathers them.
 

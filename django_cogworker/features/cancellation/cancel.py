@@ -219,7 +219,7 @@ def _record(redis: RedisClient, keys: Keys, payload: dict[str, Any], error: Base
     ttl = redis.ttl(keys.result(jid))
     if ttl is not None and ttl > 0:
         # (Imported here: this module is imported with the package, by every process that pushes,
-        # and a web process must not load the engine; tests/test_client.py checks it.)
+        # and a web process must not load the engine; tests/fast/test_client.py checks it.)
         from ..results.writer import ResultWriter
 
         ResultWriter(redis, keys, "cancel").finished(payload, ttl, error=error, target="dead")
