@@ -24,7 +24,7 @@ from ...push import payload as payloads
 from .contract import IDLE_START, BeatWrite, Fetch, Unit
 
 if TYPE_CHECKING:
-    from ..settle.settling import Ride
+    from ..settle.ride import Ride
 
 logger = logging.getLogger(__name__)
 
