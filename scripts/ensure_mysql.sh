@@ -23,8 +23,12 @@ fi
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # can_use PORT USER: may USER (no password) create a database on 127.0.0.1:PORT? Bounded in time.
+# It also makes the database the URL names, "cogworker": Django 6 connects to every database of the
+# settings when it checks the models (MySQL's field checks ask the server's version), so a worker
+# the tests start fails its checks while that database doesn't exist.
 can_use() {
-    local port=$1 user=$2 sql="CREATE DATABASE IF NOT EXISTS test_cogworker_probe; DROP DATABASE test_cogworker_probe"
+    local port=$1 user=$2
+    local sql="CREATE DATABASE IF NOT EXISTS cogworker; CREATE DATABASE IF NOT EXISTS test_cogworker_probe; DROP DATABASE test_cogworker_probe"
     port_open "$port" || return 1
     if command -v mysql >/dev/null 2>&1; then
         mysql --connect-timeout=3 -h 127.0.0.1 -P "$port" -u "$user" -e "$sql" >/dev/null 2>&1
@@ -65,7 +69,8 @@ service mariadb start >&2 || die "service mariadb start failed; $how"
 for _ in $(seq 50); do port_open "$port" && break; sleep 0.2; done
 # (Root gets in through the socket only: a user of the tests' own, over TCP, without a password.)
 mysql -u root -e "CREATE USER IF NOT EXISTS 'cogworker'@'127.0.0.1';
-                  GRANT ALL ON \`test\\_cogworker%\`.* TO 'cogworker'@'127.0.0.1'" >&2 \
+                  GRANT ALL ON \`test\\_cogworker%\`.* TO 'cogworker'@'127.0.0.1';
+                  GRANT ALL ON \`cogworker\`.* TO 'cogworker'@'127.0.0.1'" >&2 \
     || die "could not make the tests' user in the MariaDB started; $how"
 can_use "$port" cogworker || die "the MariaDB started doesn't let the tests' user create its databases; $how"
 echo "mysql://cogworker@127.0.0.1:$port/cogworker"
