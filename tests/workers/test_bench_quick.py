@@ -144,13 +144,15 @@ def test_limits_plain_bucket_and_concurrent(results):
         assert d["commands_per_job"].get("incrby", 0) + d["commands_per_job"].get("incr", 0) >= 0.9, d
     # (No job was refused and no place left held: the section checks it, an error otherwise.)
     added = lim["added_per_job"]
-    # A take is one script (EVALSHA and the five or six commands it runs) in a round trip of its own;
-    # a concurrency limit's release is another script, which rides the ack's round trip
-    # (features/limits/gate.py Release): more commands, no round trip of its own.
+    # A take is one script (EVALSHA and the five or six commands it runs), and a concurrency limit's
+    # release another; both ride round trips the worker makes anyway: the takes of a fetch's jobs go in
+    # one pipeline after it (the limits feature's fetched hook), a release with the job's ack on the
+    # next fetch's pipeline (features/limits/gate.py Release). More commands, and far less than a round
+    # trip of its own per job (each was one: a bucket added 1, a concurrency limit 2).
     assert added["bucket"]["redis_commands_per_job"] >= 5, added
     assert added["concurrent"]["redis_commands_per_job"] >= 10, added
-    assert added["bucket"]["redis_round_trips_per_job"] > 0.5, added
-    assert added["concurrent"]["redis_round_trips_per_job"] > 0.5, added
+    assert added["bucket"]["redis_round_trips_per_job"] < 0.75, added
+    assert added["concurrent"]["redis_round_trips_per_job"] < 0.75, added
     assert lim["variants"]["bucket"]["commands_per_job"].get("evalsha", 0) >= 1, lim["variants"]["bucket"]
 
 
