@@ -2,17 +2,21 @@
 
 The core (:mod:`.processor`) does the same for every job: decode, look up the class, record it as
 running, run it through the server middleware, settle exactly one settlement, release. A feature
-(batches, limits, cancellation, expiry, results and timeouts, run locks, or one of a project's own:
-docs/extending.md) is a :class:`Feature` that overrides the phases it needs:
+(batches, limits, cancellation, expiry, results and timeouts, run locks, encryption, or one of a
+project's own: docs/extending.md) is a :class:`Feature` that overrides the phases it needs:
 
+``fetched(units)`` / ``returned(units)``
+    On the fetcher thread, once per fetch, with the jobs it brought, before any runs: work done for
+    all of them in one round trip (a limit's takes), kept in ``unit.notes``; and, for jobs fetched
+    that never run here, what it took given back.
 ``before(run)``
     Before the job starts, in the features' order. Return a :class:`Decision` to settle it without
     running it (dropped: expired, cancelled; rescheduled: over a limit). Raise to fail it unrun:
     filed like a job that raised (retry, then dead). May keep what it took on ``run`` (a limit's
     places), for ``after`` to give back.
 ``around(run, call)``
-    Around the run, the first feature outermost, inside the server middleware's
-    ``CloseOldConnections``: return ``call()``'s value, or what to keep of it.
+    Around the run, the first feature outermost, the server middleware (``CloseOldConnections``
+    first) innermost: return ``call()``'s value, or what to keep of it.
 ``decide(run)``
     Once a run ended (``run.error`` set, or a value): claim the end as the feature's own and say what
     becomes of the job (a cancelled run: dead, never retried; a job that met its limit inside its
@@ -21,7 +25,7 @@ docs/extending.md) is a :class:`Feature` that overrides the phases it needs:
 ``settling(run, decision)``
     What the settlement carries, in the features' order: record the outcome (a result), or wrap the
     ack or filing in a :class:`~..settle.settlement.Staged` whose step goes through first (a batch
-    step). Returns the decision, changed or not.
+    step, a limit's release). Returns the decision, changed or not.
 ``after(run)``
     Once settled, whatever happened, in reverse order: give back what ``before`` took, release
     locks, count. Never raises into the core (logged).
@@ -29,7 +33,8 @@ docs/extending.md) is a :class:`Feature` that overrides the phases it needs:
 Which phases a feature takes part in is read once from the methods it overrides, and which
 features a job class uses once from :meth:`Feature.applies` (``Plans``): a job pays only for the
 features its class uses. A feature whose use depends on the payload (a job of a batch, one with a
-unique lock) applies to every class and returns at once for a payload without its field.
+unique lock) names its fields (``Feature.fields``): a job whose payload has none of them runs
+through its class's plan without that feature.
 """
 
 from __future__ import annotations
