@@ -30,9 +30,10 @@ from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.fetch.contract import Unit
 from django_cogworker.engine.fetch.reliable import ReliableFetch
 from django_cogworker.engine.run.hooks import JobRun, Outcome
+from django_cogworker.engine.settle.acks import AckBatch
 from django_cogworker.engine.settle.retry import RetryPolicy
 from django_cogworker.engine.settle.settlement import ACK
-from django_cogworker.engine.settle.settling import AckBatch, Settler
+from django_cogworker.engine.settle.settling import Settler
 from django_cogworker.errors import LimitError, LimitKeyError, OverLimit
 from django_cogworker.features.expiry.hook import Expiry
 from django_cogworker.features.limits import scripts as limit_scripts

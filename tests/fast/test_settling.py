@@ -32,9 +32,10 @@ from django_cogworker.broker.connection import make_redis
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.fetch.contract import Unit
 from django_cogworker.engine.fetch.reliable import ReliableFetch
+from django_cogworker.engine.settle.acks import AckBatch
 from django_cogworker.engine.settle.retry import Filing, RetryPolicy
 from django_cogworker.engine.settle.settlement import ACK
-from django_cogworker.engine.settle.settling import AckBatch, Settler
+from django_cogworker.engine.settle.settling import Settler
 from django_cogworker.features.batches.steps import BatchStep, BatchSteps
 from django_cogworker.features.limits.gate import LimitGate, Release, Ticket
 from django_cogworker.features.limits.hook import ClassLimits

@@ -35,7 +35,8 @@ from ...conf import Config
 from ...push import payload as payloads
 from ..loops import Watchdog
 from ..run.hooks import FetchHooks
-from ..settle.settling import AckBatch, Settler
+from ..settle.acks import AckBatch
+from ..settle.settling import Settler
 from .contract import Fetch, Unit
 from .ledger import Ledger
 from .stall import clock as stall_clock

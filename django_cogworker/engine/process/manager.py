@@ -26,8 +26,9 @@ from ..fetch.fetcher import Fetcher
 from ..fetch.ledger import Ledger
 from ..run.hooks import Feature, FetchHooks, Plans
 from ..run.processor import Processor
+from ..settle.acks import AckBatch
 from ..settle.retry import RetryPolicy
-from ..settle.settling import AckBatch, Settlement, Settler
+from ..settle.settling import Settlement, Settler
 from ..settle.stats import Stats
 
 logger = logging.getLogger(__name__)

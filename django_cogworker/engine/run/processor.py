@@ -36,8 +36,9 @@ from .hooks import Decision, JobRun, Outcome, Plan, Plans
 if TYPE_CHECKING:
     from ..fetch.fetcher import Fetcher
     from ..fetch.ledger import Ledger
+    from ..settle.acks import AckBatch
     from ..settle.retry import RetryPolicy
-    from ..settle.settling import AckBatch, Settler
+    from ..settle.settling import Settler
     from ..settle.stats import Stats
 
 logger = logging.getLogger(__name__)

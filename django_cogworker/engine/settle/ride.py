@@ -29,7 +29,7 @@ class Ride:
     """
 
     def __init__(self, batch: Any, acks: list[bytes], steps: list[tuple[bytes, Staged]]):
-        # (``batch``: the AckBatch that made it; not imported here, as it imports this module.)
+        # (``batch``: the AckBatch that made it, acks.py; not imported here, as it imports this module.)
         self.batch = batch
         self.steps = steps
         self._plain = acks
