@@ -137,6 +137,17 @@ class SleepJob(Job):
         _record(key, f"end:{self.jid}")
 
 
+class SpinJob(Job):
+    """Keep its thread running Python for `seconds` (wall time), then INCR `key`: a few at once
+    keep a worker bound by its GIL (tests/workers/test_affinity.py)."""
+
+    def perform(self, seconds, key):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+        get_redis().incr(key)
+
+
 class GatedJob(Job):
     """RPUSH key "start:<jid>", wait until the Redis key `gate` exists (`seconds` at most), RPUSH
     key "end:<jid>" (kill -9 tests: a run that lasts until the test opens the gate, however long

@@ -1,14 +1,16 @@
-"""CPU_AFFINITY: the workers of ``--processes N`` each on a CPU of their own; a lone process left free.
+"""CPU_AFFINITY: the workers of ``--processes N`` each on a CPU of their own; a lone one on one CPU while GIL-bound.
 
 What an operator relies on: the supervisor's workers spread over the CPUs the container allows,
 one each (that is what makes N processes N times faster on a GIL-bound load); a lone worker never
-pinned unless asked (several started by hand would share one CPU); a CPU that doesn't exist refused
-at startup, naming the setting.
+pinned for good unless asked (several started by hand would share one CPU), but kept on one CPU
+while it is bound by its GIL and freed once idle (never with "none": engine/process/confine.py); a
+CPU that doesn't exist refused at startup, naming the setting.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from helpers import FAST_ENV, Worker, pid_alive, wait_until
@@ -16,6 +18,7 @@ from helpers import FAST_ENV, Worker, pid_alive, wait_until
 from django_cogworker.conf import build_config
 from django_cogworker.engine.process import affinity
 from django_cogworker.errors import ConfigError
+from testproject.demo.jobs import SpinJob
 
 ALLOWED = sorted(os.sched_getaffinity(0))
 
@@ -90,3 +93,43 @@ def test_a_lone_worker_is_left_free_unless_a_list_is_given(tmp_path, r):
                 log_path=tmp_path / "pinned.log") as w:
         w.wait_ready()
         assert allowed_cpus(w.pid) == {ALLOWED[-1]}
+
+
+def thread_cpus(pid: int) -> set[frozenset[int]]:
+    """The CPU masks of the threads of ``pid`` (one set: all alike)."""
+    masks = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            masks.add(frozenset(os.sched_getaffinity(int(tid))))
+        except ProcessLookupError:
+            pass
+    return masks
+
+
+@pytest.mark.serial  # (alone: on a machine other tests keep busy, a worker can't use a core of its own)
+def test_a_lone_worker_bound_by_its_gil_is_kept_on_one_cpu_while_busy_then_freed(tmp_path, r):
+    assert len(ALLOWED) >= 2, "this test needs a machine (or cpuset) of at least 2 CPUs"
+    free = {frozenset(ALLOWED)}
+    with Worker("-c", "4", env=FAST_ENV, log_path=tmp_path / "w.log") as w:
+        w.wait_ready()
+        assert thread_cpus(w.pid) == free
+        # 600 jobs of 50 ms of Python, 4 at a time: about 7 s of a worker using one core.
+        SpinJob.perform_bulk([(0.05, "spun:confined")] * 600)
+        confined = wait_until(lambda: (lambda m: m if len(m) == 1 and len(next(iter(m))) == 1 else None)(
+            thread_cpus(w.pid)), timeout=6, interval=0.1, message="its threads kept on one CPU while busy")
+        assert int(r.get("spun:confined") or 0) < 600  # (premise: still busy when confined)
+        assert next(iter(confined)) <= set(ALLOWED)
+        wait_until(lambda: int(r.get("spun:confined") or 0) == 600, timeout=60, message="every job done")
+        wait_until(lambda: thread_cpus(w.pid) == free, timeout=6, interval=0.1, message="freed once idle")
+
+
+@pytest.mark.serial
+def test_a_lone_worker_is_never_confined_with_cpu_affinity_none(tmp_path, r):
+    with Worker("-c", "4", env={**FAST_ENV, "COGWORKER_CPU_AFFINITY": "none"}, log_path=tmp_path / "w.log") as w:
+        w.wait_ready()
+        SpinJob.perform_bulk([(0.05, "spun:none")] * 300)
+        seen = set()
+        while int(r.get("spun:none") or 0) < 300:
+            seen |= thread_cpus(w.pid)
+            time.sleep(0.1)
+        assert seen == {frozenset(ALLOWED)}

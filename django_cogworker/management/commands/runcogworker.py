@@ -48,7 +48,7 @@ class Command(BaseCommand):
                             help=argparse.SUPPRESS)
 
     def handle(self, *args, **options):
-        from ...engine.process import affinity
+        from ...engine.process import affinity, confine
         from ...engine.process.caps import REPLACE_EXIT
         from ...engine.process.children import RETIRE, ChildSpec, die_with_parent
         from ...engine.process.health import HealthServer, bind
@@ -87,15 +87,18 @@ class Command(BaseCommand):
             """Run one worker process: alone (``spec`` None), or a supervisor's child."""
             extra_info = ({"supervisor": spec.supervisor, "index": spec.index, "generation": spec.generation}
                           if spec else None)
-            affinity.apply(config.cpu_affinity, spec.index if spec else None, processes)
+            pinned = affinity.apply(config.cpu_affinity, spec.index if spec else None, processes)
+            # (Left free by "auto": kept on one CPU while bound by its GIL; engine/process/confine.py.)
+            confiner = confine.for_process(config.cpu_affinity, pinned)
             # Under a supervisor, a worker stops on its forwarded TERM only (see children.child_signals).
             stop_signals = (signal.SIGTERM,) if spec else (signal.SIGTERM, signal.SIGINT)
             redis = runtime.get_redis_when_up()
+            companions = [*_companions(config, redis), *([confiner] if confiner else [])]
             launcher = Launcher(config, redis, server_middleware=server_middleware,
                                 death_handlers=death_handlers, client_middleware=client_middleware,
                                 periodic_entries=entries, clock=clock, version=__version__, extra_info=extra_info,
                                 stop_signals=stop_signals, processor_context=runtime.own_connection,
-                                companions=_companions(config, redis), retire_signal=RETIRE if spec else signal.SIGHUP,
+                                companions=companions, retire_signal=RETIRE if spec else signal.SIGHUP,
                                 reporter=Reporter(spec.report_fd) if spec else None, health=health,
                                 features=features)
             return launcher.run()
