@@ -157,11 +157,12 @@ def test_a_thread_s_own_client_handed_to_another_thread_never_drops_a_command_in
         with runtime.own_connection():
             client = runtime.get_redis()
             client.ping()
-            real = client.parse_response
+            conn = client.connection
+            real = conn.read_response
             handed = threading.Thread(target=lambda: got.update(other=client.get("k")))
 
             def slow_to_read(*args, **kwargs):
-                client.parse_response = real  # (once: the other thread reads as usual)
+                conn.read_response = real  # (once: the other thread reads as usual)
                 wait_until(lambda: select.select((client.connection._sock,), (), (), 0)[0],
                            message="the reply waiting, unread")
                 handed.start()
@@ -169,7 +170,7 @@ def test_a_thread_s_own_client_handed_to_another_thread_never_drops_a_command_in
                 return real(*args, **kwargs)
 
             time.sleep(runtime.QUIET_CHECK)  # (quiet that long: the next command is checked first)
-            client.parse_response = slow_to_read
+            conn.read_response = slow_to_read
             try:
                 got["mine"] = client.incr("counter")
             finally:
