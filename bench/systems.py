@@ -88,7 +88,8 @@ class System:
 class Cogworker(System):
     """``runcogworker``: ``processes`` > 1 runs them under one supervisor (``--processes N``, each
     worker pinned to a CPU of its own by CPU_AFFINITY's default), unless ``by_hand``: N separate
-    commands, left free. ``affinity`` sets CPU_AFFINITY ("0": a lone worker pinned to CPU 0)."""
+    commands (each kept on one CPU while GIL-bound, as a lone worker is: engine/process/confine.py).
+    ``affinity`` sets CPU_AFFINITY ("0": a lone worker pinned to CPU 0; "none": left free)."""
 
     def __init__(self, fetch: str = "reliable", concurrency: int = 10, processes: int = 1, *,
                  by_hand: bool = False, affinity: str | None = None):
@@ -98,17 +99,19 @@ class Cogworker(System):
         self.by_hand = by_hand
         self.affinity = affinity
         suffix = (f"-x{processes}" + ("-by-hand" if by_hand else "")) if processes > 1 else ""
-        self.key = f"cogworker-{fetch}-c{concurrency}{suffix}" + (f"-cpu{affinity}" if affinity else "")
+        free = affinity == "none"
+        self.key = f"cogworker-{fetch}-c{concurrency}{suffix}" + (
+            "-free" if free else f"-cpu{affinity}" if affinity else "")
         self.label = f"cogworker {fetch} c{concurrency}" + (
             (f" ×{processes} processes" + (" (by hand)" if by_hand else " (--processes)")) if processes > 1 else "") + (
-            f" pinned to CPU {affinity}" if affinity else "")
+            " left free (CPU_AFFINITY none)" if free else f" pinned to CPU {affinity}" if affinity else "")
         one = f"`manage.py runcogworker -c {concurrency} --fetch {fetch}"
         if processes > 1 and not by_hand:
             self.worker_desc = f"{one} --processes {processes}`"
         else:
             self.worker_desc = (f"{processes} × " if processes > 1 else "") + f"{one}`"
         if affinity:
-            self.worker_desc += f' with `CPU_AFFINITY = [{affinity}]`'
+            self.worker_desc += ' with `CPU_AFFINITY = "none"`' if free else f' with `CPU_AFFINITY = [{affinity}]`'
 
     def argv(self) -> list[str]:
         supervised = ["--processes", str(self.processes)] if self.processes > 1 and not self.by_hand else []
@@ -391,7 +394,7 @@ def _need(module: str, script: str) -> str | None:
 def all_systems(n_caps: dict[str, int]) -> list[System]:
     return [
         Cogworker("reliable", 10), Cogworker("reliable", 25), Cogworker("basic", 10), Cogworker("basic", 25),
-        Cogworker("reliable", 10, affinity="0"),
+        Cogworker("reliable", 10, affinity="0"), Cogworker("reliable", 10, affinity="none"),
         Cogworker("reliable", 10, processes=2), Cogworker("reliable", 10, processes=2, by_hand=True),
         Floor(),
         Sidekiq(), Sidekiq(processes=2),

@@ -275,8 +275,11 @@ class Plan:
 
     def run_through(self, run: JobRun, innermost: Call) -> Any:
         """``innermost()`` run inside every ``around`` hook, the first outermost."""
+        around = self.around
+        if len(around) == 1:  # (most classes: one hook, no closure to build per job)
+            return around[0](run, innermost)
         call = innermost
-        for hook in reversed(self.around):
+        for hook in reversed(around):
             call = _bind(hook, run, call)
         return call()
 
