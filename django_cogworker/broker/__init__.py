@@ -2,6 +2,7 @@
 
     connection   make_redis: the one factory that turns the config into a redis-py client
     replies      reply accounting: a command interrupted before its reply never leaves it for the next
+    direct       a plain command on a held connection, without redis-py's wrapping (a job's own)
     urls         the forms REDIS_URL takes, checked without connecting; redact_url
     sentinel     redis+sentinel:// URLs and a client that follows the primary
     cluster      redis+cluster:// URLs, the hash-tagged prefix, the home node

@@ -20,10 +20,7 @@ attempt more than redis-py alone makes (none where its Retry makes none).
 
 from __future__ import annotations
 
-import logging
 from typing import Any
-
-logger = logging.getLogger(__name__)
 
 _pack: Any
 try:

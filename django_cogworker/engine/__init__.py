@@ -3,7 +3,8 @@
 No Django import at module level; every object is handed a Config. One folder per stage:
 
     process/     launcher (builds one worker process), manager (its threads), heartbeat,
-                 supervisor (``--processes N``), affinity (CPU pinning)
+                 supervisor (``--processes N``), affinity (CPU pinning), confine (one CPU
+                 while bound by the GIL)
     fetch/       the fetch contract and its strategies (reliable, basic, sharded on a cluster),
                  the fetcher thread, the ledger of jobs held
     run/         the processor thread: a job through the server middleware, with its

@@ -5,4 +5,5 @@
     heartbeat    this process's presence in Redis, and the chores that ride on each beat
     supervisor   ``runcogworker --processes N``: forks N worker processes and keeps them running
     affinity     CPU affinity of worker processes
+    confine      a process left free kept on one CPU while bound by its GIL
 """

@@ -18,7 +18,9 @@ N-CPU machine or cpuset): each CPU then has one worker and nothing is taken from
 anyone else. Fewer workers than CPUs (``--processes 2`` in a container that sees
 a 32-CPU host, as a Kubernetes pod without a dedicated cpuset does) stay free:
 every such pod would otherwise pin its first worker to the same CPU. A lone
-``runcogworker`` is left free too (several started by hand would share a CPU).
+``runcogworker`` is not pinned either (several started by hand would share a CPU). A process
+"auto" leaves free instead keeps its threads on one CPU while it is bound by its GIL, and only
+then (confine.py).
 A list of CPU numbers pins a lone process (to those CPUs), or deals them out to
 a supervisor's workers in turn: for when the operator knows the machine.
 
