@@ -77,6 +77,9 @@ class Row:
 
 ROWS = {
     "cogworker": Row("cogworker", "cogworker reliable -c 10 (hiredis)", "cogworker"),
+    # (By default a lone worker bound by its GIL keeps its threads on one CPU: engine/process/confine.py.)
+    "cogworker-free": Row("cogworker-free", "cogworker reliable -c 10, left free (CPU_AFFINITY none)", "cogworker",
+                          env={"BENCH_CPU_AFFINITY": "none"}),
     "sidekiq": Row("sidekiq", "Sidekiq -c 10, fair (no warnings, hiredis)", "sidekiq"),
     "sidekiq-ruby-driver": Row("sidekiq-ruby-driver", "Sidekiq -c 10, no warnings, pure-Ruby driver", "sidekiq",
                                env={"BENCH_SIDEKIQ_HIREDIS": "0"}),
@@ -344,7 +347,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=20000, help="jobs per drain (default 20,000)")
     p.add_argument("--runs", type=int, default=2, help="drains per row, in turn; the median kept (default 2)")
-    p.add_argument("--only", default="cogworker,sidekiq,sidekiq-ruby-driver,sidekiq-stock,sidekiq-yjit",
+    p.add_argument("--only", default="cogworker,cogworker-free,sidekiq,sidekiq-ruby-driver,sidekiq-stock,sidekiq-yjit",
                    help=f"comma-separated rows, of {', '.join(ROWS)}")
     p.add_argument("--stages", action="store_true", help="also py-spy stages of a cogworker drain (on-CPU threads)")
     p.add_argument("--clock", action="store_true", help="also thread-CPU per stage of cogworker (stage_clock.py)")

@@ -11,7 +11,9 @@ For each row: N ``NoopIncr`` jobs (one INCR each) pushed in bulk to a private re
 * with ``perf`` on PATH, CPU migrations per job (a thread woken on another CPU than it last ran
   on: ``perf stat -e cpu-migrations -p``), the software counter every kernel has.
 
-Pinned rows run the same command under ``taskset -c 1``. Rows run one after the other; the
+Pinned rows run the same command under ``taskset -c 1``. Both run with ``CPU_AFFINITY = "none"``:
+by default a lone worker bound by its GIL keeps itself on one CPU after its first second
+(engine/process/confine.py), which would make the unpinned row a pinned one. Rows run one after the other; the
 figures compare within a run, on one machine: say which (``lscpu``'s model name and the cpuidle
 driver, both printed first).
 
@@ -76,7 +78,7 @@ def threads_snapshot(pid: int) -> tuple[float, float, int, int]:
 def drain(url: str, n: int, concurrency: int, pinned: bool) -> dict[str, float]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COGWORKER_", "DJANGO_SETTINGS"))}
     env.update(PYTHONPATH=os.pathsep.join([str(BENCH), str(ROOT)]), COGWORKER_REDIS_URL=url, BENCH_REDIS_URL=url,
-               DJANGO_SETTINGS_MODULE="benchproject.settings", PYTHONUNBUFFERED="1")
+               DJANGO_SETTINGS_MODULE="benchproject.settings", PYTHONUNBUFFERED="1", BENCH_CPU_AFFINITY="none")
     r = redis.Redis.from_url(url)
     r.flushdb()
     push = subprocess.run([sys.executable, "-c", (
