@@ -16,7 +16,7 @@ process that "auto" leaves free (a lone ``runcogworker``; a supervisor's workers
 its CPUs) watches itself instead, once a WINDOW (jittered, so that processes on one host don't
 decide in step), and keeps its threads on one CPU only while that pays:
 
-* free, and using about a core over the window (BOUND: its GIL's worth, no more, so nothing runs
+* free, and using about a core over the last window (BOUND: its GIL's worth, no more, so nothing runs
   in parallel) → every thread onto the CPU that was idlest;
 * on one CPU, and using less than IDLE_BELOW of a core (idle, or its jobs wait on I/O) → free;
 * on one CPU that other work takes more than CROWDED of → onto the idlest other CPU with ROOM for
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
 
-WINDOW = 1.0  # seconds between two looks (× 0.8-1.2)
+WINDOW = 0.25  # seconds between two looks (× 0.8-1.2): a burst of a few thousand jobs gains too
 BOUND = (0.75, 1.25)  # cores used while free: bound by its GIL, nothing in parallel
 IDLE_BELOW = 0.5  # cores used on one CPU under which it is freed
 CROWDED = 0.3  # share of its CPU other work takes, over which it moves or is freed
