@@ -1,8 +1,8 @@
 """The Redis layer: every client, key name and Lua script of the package, and nothing above them.
 
     connection   make_redis: the one factory that turns the config into a redis-py client
-    replies      reply accounting: a command interrupted before its reply never leaves it for the next
-    direct       a plain command on a held connection, without redis-py's wrapping (a job's own)
+    replies      reply accounting: a command interrupted before its reply never leaves it for the next;
+                 a held connection's plain commands sent without redis-py's wrapping
     urls         the forms REDIS_URL takes, checked without connecting; redact_url
     sentinel     redis+sentinel:// URLs and a client that follows the primary
     cluster      redis+cluster:// URLs, the hash-tagged prefix, the home node

@@ -127,7 +127,7 @@ def _held_client_class() -> Any:
     if _HeldClient is None:
         import redis
 
-        from ..broker import direct
+        from ..broker import replies
 
         class HeldClient(redis.Redis):
             """A client on one held connection, checked before a command as the pool checks a
@@ -148,7 +148,7 @@ def _held_client_class() -> Any:
 
             def __init__(self, *args: Any, **kwargs: Any):
                 super().__init__(*args, **kwargs)
-                self._direct = direct.usable(self)  # (broker/direct.py: which commands skip redis-py's wrapping)
+                self._direct = replies.usable(self)  # (broker/replies.py: which commands skip redis-py's wrapping)
 
             def _execute_command(self, *args: Any, **options: Any) -> Any:
                 # Under the client's lock (redis-py's part takes it again: an RLock), so that no
@@ -165,9 +165,9 @@ def _held_client_class() -> Any:
                         if sock is not None and select.select((sock,), (), (), 0)[0]:
                             conn.disconnect()  # type: ignore[union-attr]  # (the server's close, or data it sent: reconnects to send)
                     try:
-                        command = direct.packed(args, options) if self._direct else None
+                        command = replies.packed(args, options) if self._direct else None
                         if command is not None:  # (a plain command: sent and read as redis-py would, leaner)
-                            return direct.execute(self, conn, command, args, options)
+                            return replies.execute(self, conn, command, args, options)
                         return super()._execute_command(*args, **options)
                     finally:
                         self._used = time.monotonic()

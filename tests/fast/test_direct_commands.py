@@ -1,4 +1,4 @@
-"""broker/direct.py: a plain command on a processor thread's held connection, without redis-py's wrapping.
+"""broker/replies.py's direct commands: a plain command on a held connection, without redis-py's wrapping.
 
 What a job relies on: ``get_redis()`` in a worker answers exactly as redis-py does (values,
 callbacks and their options, decoding, error replies and their classes), packs exactly the
@@ -14,7 +14,7 @@ from helpers import in_thread
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_cogworker.broker import direct
+from django_cogworker.broker import replies as direct
 from django_cogworker.broker.replies import accounted
 from django_cogworker.push import runtime
 
