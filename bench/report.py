@@ -118,6 +118,8 @@ def merge(res: dict[str, Any], other: dict[str, Any], file: str = "") -> dict[st
             continue
         out[section] = value
         out["merged"][section] = source
+        out["errors"].pop(section, None)  # (measured since: a failure of the older run no longer stands)
+        out["skipped"].pop(section, None)
     out["skipped"].update(other.get("skipped", {}))
     out["errors"].update(other.get("errors", {}))
     return out

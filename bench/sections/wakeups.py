@@ -56,7 +56,8 @@ def report(res: dict[str, Any]) -> str:
         add("")
         return page.text()
     add(f"`bench/wakeups.py`'s table, in this run, against the same `redis-server` ({wake['machine']}): "
-        f"{wake['n']:,} no-op jobs pushed in bulk, then one `runcogworker -c C` drains them, free to run on "
+        f"{wake['n']:,} no-op jobs pushed in bulk, then one `runcogworker -c C` drains them, with "
+        "`CPU_AFFINITY = \"none\"` (by default a worker bound by its GIL keeps itself on one CPU), free to run on "
         "either CPU (unpinned) or under `taskset -c 1` (pinned). From the first job done to the last: jobs/s; "
         "the worker's CPU per job (user + sys); context switches per job over its threads, voluntary (a "
         "thread blocked: on the GIL, a queue, a socket) and involuntary (preempted); CPU migrations (a thread "
