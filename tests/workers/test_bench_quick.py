@@ -147,10 +147,14 @@ def test_limits_plain_bucket_and_concurrent(results):
     # A take is one script (EVALSHA and the five or six commands it runs), and a concurrency limit's
     # release another; both ride round trips the worker makes anyway: the takes of a fetch's jobs go in
     # one pipeline after it (the limits feature's fetched hook), a release with the job's ack on the
-    # next fetch's pipeline (features/limits/gate.py Release). More commands, and far less than a round
-    # trip of its own per job (each was one: a bucket added 1, a concurrency limit 2).
-    assert added["bucket"]["redis_commands_per_job"] >= 5, added
-    assert added["concurrent"]["redis_commands_per_job"] >= 10, added
+    # next fetch's pipeline (features/limits/gate.py Release). Each job took its place (the scripts'
+    # own commands, counted per job: a few of the first jobs' takes fall before the window), and far
+    # less than a round trip of its own was added per job (each was one: a bucket added 1, a
+    # concurrency limit 2). (Not the commands added over the plain drain: in a drain this short, the
+    # plain run's idle and background commands per job moved that difference by more than one.)
+    bucket, concurrent = (lim["variants"][how]["commands_per_job"] for how in ("bucket", "concurrent"))
+    assert min(bucket.get(c, 0) for c in ("hincrby", "hmget", "pexpire", "hset")) >= 0.8, bucket
+    assert min(concurrent.get(c, 0) for c in ("zadd", "zrem", "zpopmin", "hincrby")) >= 0.8, concurrent
     assert added["bucket"]["redis_round_trips_per_job"] < 0.75, added
     assert added["concurrent"]["redis_round_trips_per_job"] < 0.75, added
     assert lim["variants"]["bucket"]["commands_per_job"].get("evalsha", 0) >= 1, lim["variants"]["bucket"]
