@@ -9,6 +9,7 @@ none). Against a real Redis: the suite's, and a private one for the connection t
 
 from __future__ import annotations
 
+import pytest
 import redis
 from helpers import in_thread
 from redis.backoff import NoBackoff
@@ -89,32 +90,30 @@ def test_a_held_client_answers_as_redis_py_does(rb):
     assert expected[-4][0] is redis.exceptions.NoScriptError
 
 
-def test_a_connection_closed_under_a_command_is_made_again_as_redis_py_retries(rb, redis_url):
+INCR = ("INCRBY", "n", 1)
+
+
+def cut_client(rb, redis_url: str, retries: int) -> redis.Redis:
+    """A held client with ``retries`` retries whose connection the server has just closed."""
     pool = redis.ConnectionPool.from_url(redis_url, connection_class=accounted(redis.Connection),
-                                         retry=Retry(NoBackoff(), 2))
-    client = redis.Redis(connection_pool=pool, single_connection_client=True, retry=Retry(NoBackoff(), 2))
+                                         retry=Retry(NoBackoff(), retries))
+    client = redis.Redis(connection_pool=pool, single_connection_client=True, retry=Retry(NoBackoff(), retries))
     client.ping()
-    conn = client.connection
     rb.client_kill_filter(_id=client.client_id())
-    assert direct.execute(client, conn, direct.packed(("INCRBY", "n", 1), {}), ("INCRBY", "n", 1), {}) == 1
+    return client
+
+
+def test_a_connection_closed_under_a_command_is_made_again_as_redis_py_retries(rb, redis_url):
+    client = cut_client(rb, redis_url, retries=2)
+    assert direct.execute(client, client.connection, direct.packed(INCR, {}), INCR, {}) == 1
     assert rb.get("n") == b"1"  # (once: the first send never reached the server)
     client.close()
 
 
 def test_with_no_retries_a_connection_closed_under_a_command_raises(rb, redis_url):
-    pool = redis.ConnectionPool.from_url(redis_url, connection_class=accounted(redis.Connection),
-                                         retry=Retry(NoBackoff(), 0))
-    client = redis.Redis(connection_pool=pool, single_connection_client=True, retry=Retry(NoBackoff(), 0))
-    client.ping()
-    conn = client.connection
-    rb.client_kill_filter(_id=client.client_id())
-    command = direct.packed(("INCRBY", "n", 1), {})
-    try:
-        direct.execute(client, conn, command, ("INCRBY", "n", 1), {})
-    except redis.ConnectionError:
-        pass
-    else:
-        raise AssertionError("a closed connection with no retries answered")
+    client = cut_client(rb, redis_url, retries=0)
+    with pytest.raises(redis.ConnectionError):
+        direct.execute(client, client.connection, direct.packed(INCR, {}), INCR, {})
     assert rb.get("n") is None  # (never made again)
     assert client.incr("n") == 1  # (the client reconnects for the next)
     client.close()
