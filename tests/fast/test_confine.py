@@ -103,7 +103,7 @@ def test_the_watch_reads_its_own_cpu_time_and_each_cpus_idle_share():
     def step(reading: Reading, now: float) -> None:
         seen.append((reading, now))
         if len(seen) == 2:
-            c._stopping.set()
+            c.stop_event.set()
 
     c.step = step  # type: ignore[method-assign]
     c.start()

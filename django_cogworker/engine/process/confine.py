@@ -35,10 +35,11 @@ from __future__ import annotations
 import logging
 import os
 import random
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+
+from ..loops import LoopThread
 
 logger = logging.getLogger(__name__)
 
@@ -108,8 +109,8 @@ def move_threads(cpus: frozenset[int]) -> None:
             pass
 
 
-class Confiner:
-    """The watch, on its own daemon thread (a Launcher companion: ``start`` and ``stop``).
+class Confiner(LoopThread):
+    """The watch, on its own daemon thread (a Launcher companion: LoopThread's ``start`` and ``stop``).
 
     ``allowed`` is what the process may run on, as it started; the clocks and the mover are
     injected for the tests.
@@ -127,16 +128,7 @@ class Confiner:
         self._move = move
         self.cpu: int | None = None  # where its threads are kept (None: free)
         self._since = 0.0
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="cogworker-confiner", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._thread.ident is not None:
-            self._thread.join(5)
+        self._init_thread("cogworker-confiner")
 
     def _run(self) -> None:
         try:
@@ -148,7 +140,7 @@ class Confiner:
     def _watch(self) -> None:
         cpus = sorted(self.allowed)
         then, cpu_then, ticks_then = self._clock(), self._process_time(), self._read_cpus(cpus)
-        while not self._stopping.wait(self.window * random.uniform(0.8, 1.2)):
+        while not self.stop_event.wait(self.window * random.uniform(0.8, 1.2)):
             now, cpu_now, ticks_now = self._clock(), self._process_time(), self._read_cpus(cpus)
             reading = Reading((cpu_now - cpu_then) / (now - then), idle_shares(ticks_then, ticks_now))
             then, cpu_then, ticks_then = now, cpu_now, ticks_now
