@@ -100,6 +100,30 @@ def check_outbox(app_configs: Any = None, databases: Any = None, **kwargs: Any) 
     return table_problems()
 
 
+@checks.register("cogworker", deploy=True)
+def check_outbox_off(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """``check --deploy`` only, as Django's deploy checks warn of insecure settings: pushes inside a
+    transaction wait for its commit (ENQUEUE_ON_COMMIT) but the outbox is off, so a commit that
+    finds Redis away loses its jobs (cogworker.W012)."""
+    import os
+
+    from django.conf import settings
+
+    from .conf import build_config
+
+    try:
+        config = build_config(getattr(settings, "COGWORKER", None), os.environ)
+    except ConfigError:
+        return []  # (cogworker.E001 says what is wrong first)
+    if config.outbox or not config.enqueue_on_commit:
+        return []
+    return [checks.Warning(
+        'COGWORKER["OUTBOX"] is off while pushes inside a transaction wait for its commit (ENQUEUE_ON_COMMIT): a '
+        "commit that finds Redis away is kept and its jobs are lost (PushLostAtCommit raised out of atomic())",
+        hint='set COGWORKER["OUTBOX"] = True and run manage.py migrate (docs/outbox.md); or, if losing them is '
+             'acceptable, add "cogworker.W012" to SILENCED_SYSTEM_CHECKS', id="cogworker.W012")]
+
+
 BACKEND_PATH = "django_cogworker.tasks.CogworkerBackend"
 
 

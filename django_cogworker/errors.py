@@ -161,6 +161,21 @@ class Cancelled(BaseException):
         return super().__str__() or "the job was cancelled"
 
 
+class PushLostAtCommit(CogworkerError):
+    """A push waiting for its transaction's commit (OUTBOX off) failed at the commit: raised out of
+    the ``atomic()`` block's exit, after the transaction committed. ``jobs``: (class, jid) of each
+    job lost, this push's and those of the same commit that Django then never ran (it runs no
+    ``on_commit`` callback after one that raises); ``database``: the alias committed; the push's own
+    error is the ``__cause__``. ``COGWORKER["OUTBOX"] = True`` keeps them (docs/outbox.md)."""
+
+    def __init__(self, message: str, jobs: list[tuple[str, str]], database: str):
+        super().__init__(message)
+        self.jobs, self.database = jobs, database
+
+    def __reduce__(self) -> Any:
+        return type(self), (str(self), self.jobs, self.database)
+
+
 class RedisUnavailable(CogworkerError):
     """Redis refused, server-wide, a command a script ran with ``pcall`` (its reply was data, not an error)."""
 

@@ -38,7 +38,8 @@ from .middleware import build_chain
 
 logger = logging.getLogger(__name__)
 
-Defer = Callable[[Callable[[], Any]], bool]
+# (push, the payloads it pushes) -> whether it waits for a commit (runtime.defer_to_commit).
+Defer = Callable[[Callable[[], Any], Sequence[dict[str, Any]]], bool]
 
 # A job as PUSH takes it: (payload, score or None, lock key or None, jid, lock TTL, mark key or None).
 Job = tuple[str, str | None, str | None, str, int, str | None]
@@ -113,7 +114,7 @@ class Client(OutboxPushes):
             on_commit = self.config.enqueue_on_commit
         if (alias := self._outbox_alias(on_commit)) is not None:
             return next(iter(self._stash(alias, [payload])), None)
-        if on_commit and self.defer is not None and self.defer(lambda: self._chain(payload)):
+        if on_commit and self.defer is not None and self.defer(lambda: self._chain(payload), [payload]):
             return payload["jid"]
         return self._chain(payload)
 
@@ -192,7 +193,7 @@ class Client(OutboxPushes):
             on_commit = self.config.enqueue_on_commit
         if (alias := self._outbox_alias(on_commit)) is not None:
             return self._stash(alias, items, at)
-        if on_commit and self.defer is not None and self.defer(lambda: self._push_bulk_now(items, at)):
+        if on_commit and self.defer is not None and self.defer(lambda: self._push_bulk_now(items, at), items):
             return [item["jid"] for item in items]
         return self._push_bulk_now(items, at)
 

@@ -12,13 +12,15 @@ import os
 import select
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from django.core.signals import setting_changed
 from django.db import connections, transaction
 
 from ..conf import Config, build_config
+from ..errors import PushLostAtCommit
+from . import commit
 from .client import Client
 
 logger = logging.getLogger(__name__)
@@ -224,8 +226,9 @@ def get_client() -> Any:
         return _client
 
 
-def defer_to_commit(push: Any) -> bool:
-    """Run ``push`` when the current transaction commits; return False outside one."""
+def defer_to_commit(push: Any, jobs: Sequence[dict[str, Any]] = ()) -> bool:
+    """Run ``push`` (of ``jobs``: their payloads, to name them) when the current transaction
+    commits; return False outside one. A push that fails then raises PushLostAtCommit."""
     # Any database's transaction, not only "default": a push made inside
     # atomic(using="other") must wait for that commit. (About 4 µs of a perform_async's 130:
     # asgiref's Local, asked through Django's public call, looks for a running event loop per
@@ -234,9 +237,31 @@ def defer_to_commit(push: Any) -> bool:
     # a job against rows that aren't there yet.)
     for conn in connections.all(initialized_only=True):
         if conn.in_atomic_block:
-            transaction.on_commit(push, using=conn.alias)
+            transaction.on_commit(commit.waiting(conn.alias, jobs, lambda member: _push_at_commit(member, push)),
+                                  using=conn.alias)
             return True
     return False
+
+
+def _push_at_commit(member: commit.Waiting, push: Any) -> Any:
+    """Run ``push`` at its commit. Its failure is raised as PushLostAtCommit, logged at ERROR: the
+    transaction committed, and the job is gone, with the commit's pushes after it (Django runs no
+    ``on_commit`` callback after one that raises). It was a bare ConnectionError out of ``atomic()``,
+    which said neither."""
+    try:
+        return push()
+    except Exception as exc:
+        members = [member, *member.commit.left(member)]
+        lost = [job for other in members for job in other.jobs]
+        unnamed = sum(1 for other in members if not other.jobs)  # (a caller that didn't say its jobs)
+        what = ", ".join(part for part in (commit.describe(lost), f"{unnamed} push(es) of unnamed jobs" if unnamed
+                                           else "") if part)
+        message = (f"the transaction on database {member.commit.alias!r} committed, but its job(s) were not pushed "
+                   f"({type(exc).__name__}: {exc}); lost: {what}. Set COGWORKER[\"OUTBOX\"] = True to keep a "
+                   f"committed transaction's jobs through a Redis outage (docs/outbox.md)")
+        logger.error("%s", message)
+        raise PushLostAtCommit(message, [(job.get("class", "?"), job.get("jid", "?")) for job in lost],
+                               member.commit.alias) from exc
 
 
 def set_override(client: Any) -> Any:

@@ -252,7 +252,7 @@ class CogworkerBackend(BaseTaskBackend):
             _enqueue_in_outbox(client, alias, redis, keys, payload, at, ttl, now)
         else:
             defer = getattr(client, "defer", None)
-            if not (on_commit and defer is not None and defer(send)):
+            if not (on_commit and defer is not None and defer(send, [payload])):
                 send()
         result = TaskResult(task=task, id=payload["jid"], status=TaskResultStatus.READY,
                             enqueued_at=dt.datetime.fromtimestamp(now, tz=dt.UTC), started_at=None,

@@ -190,6 +190,29 @@ def test_check_deploy_is_quiet_when_redis_answers(redis_url):
     assert deploy_errors() == []
 
 
+def deploy_warnings() -> list[tuple[str, str, str]]:
+    return [(m.id, m.msg, m.hint or "") for m in checks.run_checks(tags=["cogworker"], include_deployment_checks=True)
+            if m.level == checks.WARNING]
+
+
+@pytest.mark.django_db(databases=["default", "pg", "mysql"])  # (OUTBOX on: cogworker.E010 looks for its table)
+def test_check_deploy_warns_when_pushes_wait_for_commits_without_the_outbox(redis_url):
+    """A commit that finds Redis away loses its jobs unless the outbox is on: ``check --deploy`` says
+    so, as Django's deploy checks warn of insecure settings; plain ``check`` doesn't."""
+    with override_settings(COGWORKER={"QUEUES": settings.COGWORKER["QUEUES"]}):  # (ENQUEUE_ON_COMMIT on, OUTBOX off)
+        [(code, message, hint)] = deploy_warnings()
+        assert cogworker_warnings() == []
+        out = io.StringIO()
+        call_command("check", deploy=True, tags=["cogworker"], stdout=out, stderr=out)
+    assert code == "cogworker.W012"
+    assert 'COGWORKER["OUTBOX"] is off' in message and "its jobs are lost" in message
+    assert 'COGWORKER["OUTBOX"] = True' in hint
+    assert "(cogworker.W012)" in out.getvalue()
+    for quiet in ({"OUTBOX": True}, {"ENQUEUE_ON_COMMIT": False}):  # (the outbox; or pushes that never wait)
+        with override_settings(COGWORKER=quiet):
+            assert [w for w in deploy_warnings() if w[0] == "cogworker.W012"] == []
+
+
 def test_check_reports_middleware_that_cannot_be_imported():
     cogworker = {"CLIENT_MIDDLEWARE": ["middleware_fixtures.StampTenant", "middleware_fixtures.Missing"],
                  "SERVER_MIDDLEWARE": ["no_such_module.Timing"]}

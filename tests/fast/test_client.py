@@ -12,7 +12,7 @@ import pytest
 import redis
 from django.db import transaction
 from django.test import override_settings
-from helpers import Proxy
+from helpers import Proxy, RedisServer
 from peek import queued_payloads
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -236,6 +236,45 @@ def test_bad_arguments_fail_at_the_call_not_at_commit(r):
             Push.perform_async((1,))
         Push.perform_async(2)
     assert [p["args"] for p in queued_payloads(r)] == [[2]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_push_that_fails_at_commit_says_the_transaction_committed_and_names_the_jobs_lost(
+        settings, tmp_path, caplog):
+    """OUTBOX off: Redis away at the commit. The order is committed and its jobs are gone (the push's
+    and those Django never runs after it): the error raised out of atomic() says so, names them,
+    and says what prevents it. It was a bare ConnectionError."""
+    from django.contrib.auth.models import Group
+
+    from django_cogworker.errors import PushLostAtCommit
+    from django_cogworker.push import runtime
+
+    server = RedisServer(tmp_path / "redis").start()
+    settings.COGWORKER = {**settings.COGWORKER, "REDIS_URL": server.url,
+                          "REDIS_OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 2}}
+    try:
+        with caplog.at_level(logging.ERROR, logger="django_cogworker"), pytest.raises(PushLostAtCommit) as caught:
+            with transaction.atomic():
+                Group.objects.create(name="the order")
+                first = Push.perform_async(1)
+                rest = Push.perform_bulk([(2,), (3,)])
+                with pytest.raises(Boom), transaction.atomic():
+                    Push.perform_async("rolled back: not lost, never made")
+                    raise Boom
+                server.kill()
+    finally:
+        runtime.reset()
+        server.cleanup()
+    assert Group.objects.filter(name="the order").exists()  # (committed)
+    error = caught.value
+    assert error.jobs == [(Push.name, first), *((Push.name, jid) for jid in rest)]
+    assert error.database == "default"
+    assert isinstance(error.__cause__, redis.ConnectionError)
+    message = str(error)
+    assert "the transaction on database 'default' committed" in message
+    assert f"{Push.name} (jid {first})" in message and f"(jid {rest[1]})" in message
+    assert 'COGWORKER["OUTBOX"] = True' in message
+    assert [record.getMessage() for record in caplog.records if record.levelno == logging.ERROR] == [message]
 
 
 # -- the push path: one command, the on_commit check --------------------------------------------------
