@@ -15,6 +15,10 @@ logging configuration has (:func:`add_context`: its format may then use the fiel
 the configuration) and on the handler it adds to a root logger that has none; a web process's
 handlers get it from the project's ``LOGGING`` (see docs/jobs.md). :class:`MarkPrinted` and
 :class:`NotPrinted` keep that added handler from printing a record a second time.
+
+A line about a job (the processor's start, done, fail) names it with a :class:`Mention`, which a
+handler whose format shows the job already leaves out (:class:`JobShown`): the job's jid and
+class once on each line, whatever the handler's format.
 """
 
 from __future__ import annotations
@@ -66,6 +70,59 @@ class JobContextFilter(logging.Filter):
         return True
 
 
+class Mention:
+    """`` jid=<jid> class=<class>`` as an argument of a message about a job, printed unless the
+    handler printing the record shows the job already (:class:`JobShown`, put there by
+    :func:`add_context`).
+
+    With the job's context in a handler's format (runcogworker's own, or a project's with
+    ``%(job_context)s``), each start and done line had the jid and the class twice; without it
+    (a format of the project's that doesn't use the fields, pytest's caplog) a bare "start" would
+    name no job. The message is formatted per handler, so the choice is made per handler: the
+    JobShown filter, last on its handler, hides the mention for that handler's formatting only.
+    """
+
+    __slots__ = ("jid", "job_class", "_hidden")
+
+    def __init__(self, jid: str, job_class: str):
+        self.jid = jid
+        self.job_class = job_class
+        self._hidden = False
+
+    def hide_once(self) -> None:
+        """Leave the mention out of the next formatting of its message (the next handler's own)."""
+        self._hidden = True
+
+    def __str__(self) -> str:
+        if self._hidden:
+            self._hidden = False  # (another handler, formatting the same record next, decides for itself)
+            return ""
+        return f" jid={self.jid} class={self.job_class}"
+
+
+class JobShown(logging.Filter):
+    """Last on a handler whose format shows the running job: a record it prints leaves out the
+    :class:`Mention` in its message.
+
+    Last, so it acts only for a record its handler prints: an earlier filter dropping it would
+    leave the mention hidden for the next handler, whose format may show no job.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for arg in record.args if isinstance(record.args, tuple) else ():
+            if isinstance(arg, Mention):
+                arg.hide_once()
+        return True
+
+
+def shows_job(handler: logging.Handler) -> bool:
+    """Whether ``handler``'s format prints the running job (``job_context``, or ``jid`` and
+    ``job_class``). False for a formatter with no format string (a JSON one, say): a line then
+    names the job twice rather than not at all."""
+    fmt = getattr(handler.formatter, "_fmt", None)
+    return isinstance(fmt, str) and ("job_context" in fmt or ("jid" in fmt and "job_class" in fmt))
+
+
 # Set on a record by MarkPrinted: a console handler printed it.
 _PRINTED = "_cogworker_printed"
 
@@ -107,10 +164,16 @@ def add_context(handlers: Iterable[logging.Handler]) -> None:
     Filters of the handlers, not a record factory: a factory sets the fields on the record before
     ``extra=`` is applied, and logging raises KeyError for an ``extra={"jid": ...}`` then (a job
     logging the jid of a job it pushed would fail). The filter leaves those their own.
+
+    A handler whose format shows the job also gets a :class:`JobShown`, last, so that a line
+    about a job names it once (see :class:`Mention`): add_context comes after the handler's
+    formatter and its other filters are set.
     """
     for handler in handlers:
         if not any(isinstance(f, JobContextFilter) for f in handler.filters):
             handler.filters.insert(0, JobContextFilter())
+        if shows_job(handler) and not any(isinstance(f, JobShown) for f in handler.filters):
+            handler.addFilter(JobShown())
 
 
 def is_console(handler: logging.Handler) -> bool:

@@ -113,3 +113,57 @@ def test_add_context_gives_every_handler_the_fields_and_leaves_extra_its_own():
         "pushed1 shop.jobs.Hello class=shop.jobs.Hello jid=abc123: given"]
 
 
+
+
+def test_a_line_about_a_job_names_it_once_whatever_each_handler_s_format():
+    # The processor's start, done and fail lines name the job with a Mention: under a format that
+    # shows the job's context (runcogworker's own, a project's with %(job_context)s) they had the jid
+    # and class twice; under one that doesn't, the message alone names the job.
+    shown, plain, dropping, unfiltered = (io.StringIO() for _ in range(4))
+    with_context = logging.StreamHandler(shown)
+    with_context.setFormatter(logging.Formatter("%(levelname)s%(job_context)s %(name)s: %(message)s"))
+    without = logging.StreamHandler(plain)
+    without.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    # (Its format shows the job, but its own filter drops the record: the next handler isn't affected.)
+    drops = logging.StreamHandler(dropping)
+    drops.setFormatter(logging.Formatter("[%(job_class)s %(jid)s] %(message)s"))
+    drops.addFilter(lambda record: False)
+    bare = logging.StreamHandler(unfiltered)  # (no JobContextFilter: pytest's caplog, a handler added later)
+    logger = logging.getLogger("joblogmention")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    handlers = [with_context, drops, without, bare]
+    for handler in handlers:
+        logger.addHandler(handler)
+    joblog.add_context([with_context, drops, without])
+    token = joblog.enter("abc123", "orders.jobs.Hello")
+    try:
+        logger.info("start%s", joblog.Mention("abc123", "orders.jobs.Hello"))
+        logger.info("done%s elapsed=%.3fs", joblog.Mention("abc123", "orders.jobs.Hello"), 0.004)
+    finally:
+        joblog.leave(token)
+        for handler in handlers:
+            logger.removeHandler(handler)
+        logger.propagate = True
+    assert shown.getvalue().splitlines() == [
+        "INFO class=orders.jobs.Hello jid=abc123 joblogmention: start",
+        "INFO class=orders.jobs.Hello jid=abc123 joblogmention: done elapsed=0.004s"]
+    assert plain.getvalue().splitlines() == [
+        "INFO joblogmention: start jid=abc123 class=orders.jobs.Hello",
+        "INFO joblogmention: done jid=abc123 class=orders.jobs.Hello elapsed=0.004s"]
+    assert unfiltered.getvalue().splitlines() == [
+        "start jid=abc123 class=orders.jobs.Hello", "done jid=abc123 class=orders.jobs.Hello elapsed=0.004s"]
+    assert dropping.getvalue() == ""
+
+
+def test_a_handler_shows_the_job_when_its_format_uses_the_context_or_both_fields():
+    def handler(fmt: str | None, style: str = "%") -> logging.Handler:
+        made = logging.StreamHandler(io.StringIO())
+        if fmt is not None:
+            made.setFormatter(logging.Formatter(fmt, style=style))  # type: ignore[arg-type]
+        return made
+
+    assert [joblog.shows_job(h) for h in (
+        handler("%(levelname)s%(job_context)s %(message)s"), handler("[%(job_class)s %(jid)s] %(message)s"),
+        handler("{levelname} {jid} {job_class} {message}", style="{"), handler("%(jid)s %(message)s"),
+        handler("%(message)s"), handler(None))] == [True, True, True, False, False, False]

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from helpers import wait_until, worker
 
 from django_cogworker.broker.keys import Keys
 from django_cogworker.tasks.api import SOURCE, TaskResultStatus
-from testproject.demo.jobs import LoggerJob, LogJob
+from testproject.demo.jobs import LoggerJob, LogJob, RecordJob
 from testproject.demo.tasks import fail
 
 K = Keys()
@@ -86,3 +87,20 @@ def test_with_startproject_s_logging_each_django_line_prints_once_with_the_job_s
     assert [line for line in lines if "a django line from a job" in line] == [
         AnyMatch(rf"{STAMP} INFO class=testproject\.demo\.jobs\.LoggerJob jid={jid} django\.tasks: "
                  rf"a django line from a job")]
+
+
+@pytest.mark.parametrize("env", [{}, {"TESTPROJECT_NO_LOGGING": "1"}], ids=["project-logging", "no-logging"])
+def test_a_job_s_start_and_done_lines_name_it_once(tmp_path, r, env):
+    # Under testproject's LOGGING (its handler's format shows the job's context, through the
+    # filter) and under runcogworker's own handler alike, each line had the jid and the class twice:
+    # "INFO class=... jid=... ...processor: start jid=... class=...".
+    with worker(tmp_path, env=env) as w:
+        w.wait_ready()
+        jid = RecordJob.perform_async("once")
+        wait_until(lambda: r.llen("once") == 1 and "processor: done" in w.log(), timeout=15)
+        w.term()
+        assert w.wait(30) == 0
+    lines = [line for line in w.log().splitlines() if jid in line and "processor:" in line]
+    job = rf"INFO (pid=\d+ )?(cogworker-processor-\d+ )?class=testproject\.demo\.jobs\.RecordJob jid={jid}"
+    assert lines == [AnyMatch(rf".* {job} django_cogworker\.engine\.run\.processor: start"),
+                     AnyMatch(rf".* {job} django_cogworker\.engine\.run\.processor: done elapsed=\d+\.\d{{3}}s")]

@@ -51,6 +51,6 @@ def test_a_worker_files_a_failure_whose_message_names_a_file_that_is_not_utf8(tm
         assert filed["error_backtrace"][-1] == "ValueError: cannot process caf\\udce9.bad"
     assert dead["dead_reason"] == "retries exhausted"
     log = w.log()
-    assert "fail jid=listing class=testproject.demo.jobs.ListFolderJob" in log
+    assert "class=testproject.demo.jobs.ListFolderJob jid=listing django_cogworker.engine.run.processor: fail" in log
     assert "still fails" not in log and "kept in memory" not in log
     assert r.llen(K.unsettled) == 0 and not r.exists(K.in_progress(identity))

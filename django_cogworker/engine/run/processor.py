@@ -156,7 +156,8 @@ class Processor:
     def _run(self, plan: Plan, run: JobRun) -> None:
         """Run the job through the ``around`` hooks and the server middleware; its error raises."""
         run.started = time.monotonic()
-        logger.info("start jid=%s class=%s", run.jid, run.shown_class)
+        # (The job named once: not again where the handler's format shows it; joblog.Mention.)
+        logger.info("start%s", joblog.Mention(run.jid, run.shown_class))
         payload = run.payload
         try:
             run.job = (plan.job_class or _unknown_job)(payload)
@@ -171,10 +172,10 @@ class Processor:
             if decision is not None:
                 return decision
         if run.error is None:
-            logger.info("done jid=%s class=%s elapsed=%.3fs", run.jid, run.shown_class, run.elapsed)
+            logger.info("done%s elapsed=%.3fs", joblog.Mention(run.jid, run.shown_class), run.elapsed)
             return Decision(Outcome.SUCCESS, ACK)
         decision = self._failure(run, run.error)
-        log_safely(logger.warning, "fail jid=%s class=%s elapsed=%.3fs: %s: %s (%s)", run.jid, run.shown_class,
+        log_safely(logger.warning, "fail%s elapsed=%.3fs: %s: %s (%s)", joblog.Mention(run.jid, run.shown_class),
                    run.elapsed, payloads.printable(payloads.error_class(run.error)),
                    payloads.printable(payloads.error_message(run.error), payloads.ERROR_MESSAGE_LIMIT),
                    payloads.printable(decision.fate, payloads.ERROR_MESSAGE_LIMIT), exc_info=run.error)
@@ -184,7 +185,7 @@ class Processor:
         """A job a ``before`` hook failed (its limiter's key function raised; over its limit once
         more than OVER_LIMIT_MAX allows): filed as its failure, retry then dead."""
         decision = self._failure(run, exc)
-        log_safely(logger.warning, "fail jid=%s class=%s before its run: %s: %s (%s)", run.jid, run.shown_class,
+        log_safely(logger.warning, "fail%s before its run: %s: %s (%s)", joblog.Mention(run.jid, run.shown_class),
                    payloads.error_class(exc), payloads.printable(payloads.error_message(exc)),
                    payloads.printable(decision.fate))
         return decision

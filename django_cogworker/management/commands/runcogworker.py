@@ -272,3 +272,4 @@ def _is_djangos_default_console(handler: logging.Handler) -> bool:
 
     return (type(handler) is logging.StreamHandler and handler.get_name() == "console" and handler.formatter is None
             and any(isinstance(f, RequireDebugTrue) for f in handler.filters))
+    handler.addFilter(joblog.JobShown())  # (last: its format shows the job, which a line then names once)
