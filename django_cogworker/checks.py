@@ -131,6 +131,26 @@ def cogworker_backends(tasks_setting: object) -> dict[str, Mapping[str, Any]]:
     """The entries of ``settings.TASKS`` whose backend is this package's, by alias."""
     if not isinstance(tasks_setting, Mapping):
         return {}
+@checks.register("cogworker")
+def check_job_modules(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """A ``jobs.py`` or ``tasks.py`` of the project package, in no installed app, that defines jobs:
+    no worker imports it, and each push of its jobs is refused (cogworker.W004; push/discovery.py)."""
+    from django.conf import settings
+
+    from .push.discovery import stray_job_modules
+
+    # (A tasks.py is this package's only with its tasks backend: another's, Celery's, is none of its business.)
+    stems = ("jobs", "tasks") if cogworker_backends(getattr(settings, "TASKS", None)) else ("jobs",)
+    return [checks.Warning(
+        f"{file} defines {', '.join(names)} but is in no installed app and nothing imports it while Django "
+        f"starts: workers never import it, so each push of {'its tasks' if module.endswith('.tasks') else 'its jobs'} "
+        "is refused",
+        hint=("move it into an installed app (manage.py startapp; every worker imports the jobs.py and tasks.py of "
+              "each app in INSTALLED_APPS)"
+              + (', or list it in the backend\'s OPTIONS["MODULES"]' if module.endswith(".tasks") else "")),
+        obj=module, id="cogworker.W004") for module, file, names in stray_job_modules(stems)]
+
+
     return {str(alias): params for alias, params in tasks_setting.items()
             if isinstance(params, Mapping) and params.get("BACKEND") == BACKEND_PATH}
 

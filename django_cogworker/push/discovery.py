@@ -102,3 +102,68 @@ def _test_code(module: str) -> bool:
     name = parts[-1]
     return bool(folders & TEST_FOLDERS) or name in TEST_FOLDERS or name == "conftest" or name.startswith(
         "test_") or name.endswith(("_test", "_tests"))
+
+
+def stray_job_modules(stems: tuple[str, ...]) -> list[tuple[str, Path, list[str]]]:
+    """Each module of the project package named in ``stems`` (``jobs``, and ``tasks`` with the
+    tasks backend: what apps.py autodiscovers in each installed app) that defines jobs or tasks,
+    yet is in no installed app and not imported while Django starts: ``(module, file, names)``.
+
+    No worker imports such a module, so a push of its jobs is refused (:func:`check`); ``manage.py
+    check`` says so before the first push (cogworker.W004). The project package is the one
+    ``startproject`` made, holding the settings and the root URLconf. Its files are read, never
+    imported (importing them would make the checking process, a worker, define their classes);
+    the root URLconf is imported first, as a worker's own checks do, so a module it imports counts
+    as imported.
+    """
+    from django.apps import apps
+    from django.conf import settings
+    from django.urls import get_resolver
+
+    try:
+        get_resolver().url_patterns  # noqa: B018 - imports the URLconfs
+    except Exception:  # noqa: BLE001 - (the urls check reports it; what it would import unknown, say nothing)
+        return []
+    packages = {name.partition(".")[0] for name in (settings.SETTINGS_MODULE, getattr(settings, "ROOT_URLCONF", None))
+                if isinstance(name, str) and "." in name}
+    found = []
+    for package in sorted(packages):
+        folders = getattr(sys.modules.get(package), "__path__", None) or ()
+        for stem in stems:
+            module = f"{package}.{stem}"
+            if module in sys.modules or apps.get_containing_app_config(module) is not None:
+                continue
+            for folder in folders:
+                file = Path(folder) / f"{stem}.py"
+                names = _declared_jobs(file) if file.is_file() else []
+                if names:
+                    found.append((module, file, names))
+    return found
+
+
+def _declared_jobs(file: Path) -> list[str]:
+    """The job classes and ``@task`` functions ``file`` defines at its top level, read from its
+    source: a class with a ``perform`` method, or a base named ``...Job`` or found here before it;
+    a function decorated with ``task`` (or ``something.task``, called or not)."""
+    import ast
+
+    try:
+        tree = ast.parse(file.read_bytes(), filename=str(file))
+    except (SyntaxError, ValueError, OSError):
+        return []  # (importing it would fail too: not this check's to say)
+
+    def name_of(node: ast.expr) -> str:
+        node = node.func if isinstance(node, ast.Call) else node
+        return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and (
+                any(name_of(base).endswith("Job") or name_of(base) in names for base in node.bases)
+                or any(isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == "perform"
+                       for item in node.body)):
+            names.append(node.name)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                name_of(decorator) == "task" for decorator in node.decorator_list):
+            names.append(node.name)
+    return names

@@ -154,6 +154,76 @@ def test_jobs_outside_installed_apps_are_not_warned_about():
     assert cogworker_warnings() == []  # testproject's QUEUES list every queue its jobs use
 
 
+PROJECT_JOBS = """\
+from django_cogworker import Job
+
+
+class SendReceipt(Job):
+    def perform(self, order_id):
+        pass
+
+
+class Nightly(SendReceipt):
+    queue = "low"
+
+
+def helper():
+    pass
+"""
+
+
+@pytest.fixture
+def project_package(tmp_path, monkeypatch):
+    """A project package beside testproject, as ``startproject shop`` makes one (no app): its root
+    URLconf is the one in use, and ``shop/jobs.py``, ``shop/tasks.py`` as a newcomer writes them."""
+    from django.urls import clear_url_caches
+
+    package = tmp_path / "shopproj"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "urls.py").write_text("urlpatterns = []\n")
+    (package / "jobs.py").write_text(PROJECT_JOBS)
+    (package / "tasks.py").write_text("from django_cogworker.tasks.api import task\n\n\n@task()\n"
+                                      "def send_receipt(order_id):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield package
+    for name in [m for m in sys.modules if m == "shopproj" or m.startswith("shopproj.")]:
+        del sys.modules[name]
+    clear_url_caches()
+
+
+def test_a_jobs_module_of_the_project_package_that_no_worker_imports_is_warned_about(project_package):
+    # docs/tasks.md headed its example "# shop/tasks.py", flow-control.md "# shop/jobs.py", where
+    # getting-started made "shop" the project package: each push was refused, and check said nothing.
+    with override_settings(ROOT_URLCONF="shopproj.urls"):
+        found = [(m.id, m.obj, m.msg, m.hint) for m in checks.run_checks(tags=["cogworker"])
+                 if m.id == "cogworker.W004"]
+    jobs, tasks = project_package / "jobs.py", project_package / "tasks.py"
+    assert found == [
+        ("cogworker.W004", "shopproj.jobs", f"{jobs} defines SendReceipt, Nightly but is in no installed app and "
+         "nothing imports it while Django starts: workers never import it, so each push of its jobs is refused",
+         "move it into an installed app (manage.py startapp; every worker imports the jobs.py and tasks.py of each "
+         "app in INSTALLED_APPS)"),
+        ("cogworker.W004", "shopproj.tasks", f"{tasks} defines send_receipt but is in no installed app and "
+         "nothing imports it while Django starts: workers never import it, so each push of its tasks is refused",
+         "move it into an installed app (manage.py startapp; every worker imports the jobs.py and tasks.py of each "
+         'app in INSTALLED_APPS), or list it in the backend\'s OPTIONS["MODULES"]')]
+    assert "shopproj.jobs" not in sys.modules  # (read, never imported: a worker's checks would define its jobs)
+
+
+def test_a_jobs_module_of_the_project_package_its_urlconf_imports_is_not_warned_about(project_package):
+    # (A worker's own checks import the root URLconf, and with it the jobs module: workers know its jobs.)
+    (project_package / "urls.py").write_text("from . import jobs, tasks  # noqa: F401\n\nurlpatterns = []\n")
+    with override_settings(ROOT_URLCONF="shopproj.urls"):
+        assert [m for m in checks.run_checks(tags=["cogworker"]) if m.id == "cogworker.W004"] == []
+
+
+def test_only_a_tasks_module_of_this_backend_is_looked_at(project_package):
+    # (Without CogworkerBackend in TASKS, a project's tasks.py is another library's: Celery's, say.)
+    with override_settings(ROOT_URLCONF="shopproj.urls", TASKS={}):
+        assert [m.obj for m in checks.run_checks(tags=["cogworker"]) if m.id == "cogworker.W004"] == ["shopproj.jobs"]
+
+
 def deploy_errors() -> list[tuple[str, str]]:
     return [(m.id, m.msg) for m in checks.run_checks(tags=["cogworker"], include_deployment_checks=True)
             if m.level >= checks.ERROR]
