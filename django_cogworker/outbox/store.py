@@ -16,7 +16,10 @@ from typing import Any
 
 from django.db import connections, router, transaction
 
+from ..errors import is_unavailable
+from ..push import commit
 from ..push import payload as payloads
+from . import units
 from .models import OutboxJob
 
 logger = logging.getLogger(__name__)
@@ -49,16 +52,24 @@ class Outbox:
         """Write ``items`` as one row in the transaction open on ``alias``; at its commit, hand them
         to ``hand_over`` and delete the row. A rollback leaves no row and hands nothing over."""
         pk = _insert(alias, self.row(items))
-        transaction.on_commit(lambda: self._hand_over(alias, pk, items, hand_over), using=alias)
+        transaction.on_commit(commit.waiting(alias, items, lambda member: self._hand_over(member, pk, hand_over)),
+                              using=alias)
 
-    def _hand_over(self, alias: str, pk: Any, items: Sequence[dict[str, Any]], hand_over: HandOver) -> None:
+    def _hand_over(self, member: commit.Waiting, pk: Any, hand_over: HandOver) -> None:
         """At commit: push the row's jobs, then delete the row. Raises nothing (the transaction is
-        committed: its caller must not see a failure); a row not handed over waits for a relay."""
+        committed: its caller must not see a failure); a row not handed over waits for a relay, as
+        do the rest of its commit's once one found Redis away (:func:`_left_to_the_relay`)."""
+        alias, items = member.commit.alias, member.jobs
+        if member.commit.failure is not None:
+            return  # (said with the first)
         try:
             hand_over(items)
         except Exception as exc:  # noqa: BLE001 - the row waits for a relay: said, not raised
-            logger.warning("at commit, %d job(s) not handed to Redis (%s: %s): they wait in the outbox of "
-                           "database %r for a worker's relay", len(items), type(exc).__name__, exc, alias)
+            if is_unavailable(exc):
+                _left_to_the_relay(member, exc)
+            else:
+                logger.warning("at commit, %d job(s) not handed to Redis (%s: %s): they wait in the outbox of "
+                               "database %r for a worker's relay", len(items), type(exc).__name__, exc, alias)
             return
         try:
             _delete(alias, pk)
@@ -72,12 +83,16 @@ class Outbox:
         row = self.row([item])
         raw = row.payload
         pk = _insert(alias, row)
-        transaction.on_commit(lambda: self._run_unit(alias, pk, item["jid"], raw, hand_over), using=alias)
+        transaction.on_commit(commit.waiting(alias, [item], lambda member: self._run_unit(member, pk, raw, hand_over)),
+                              using=alias)
 
-    def _run_unit(self, alias: str, pk: Any, jid: str, raw: str, hand_over: HandOver) -> None:
+    def _run_unit(self, member: commit.Waiting, pk: Any, raw: str, hand_over: HandOver) -> None:
         """At commit: run the unit's row, claimed first (CLAIM seconds) so that no relay runs it at
         the same time (a unit's steps, unlike a job's push, are not safe run twice at once); its
         claim is let go when Redis refused it, for a relay. Raises nothing, as :meth:`_hand_over`."""
+        alias, jid = member.commit.alias, member.jobs[0]["jid"]
+        if member.commit.failure is not None:
+            return  # (left unclaimed, to a relay: said with the first)
         row = OutboxJob.objects.using(alias).filter(pk=pk)
         try:
             now = self.clock()
@@ -87,17 +102,22 @@ class Outbox:
             logger.warning("at commit, outbox unit %s not claimed in database %r (%s: %s): it waits for a "
                            "worker's relay", jid, alias, type(exc).__name__, exc)
             return
-        self.run_claimed(alias, pk, raw, hand_over)
+        self.run_claimed(alias, pk, raw, hand_over, member=member)
 
-    def run_claimed(self, alias: str, pk: Any, raw: str, hand_over: HandOver, when: str = "at commit") -> bool:
+    def run_claimed(self, alias: str, pk: Any, raw: str, hand_over: HandOver, when: str = "at commit",
+                    member: commit.Waiting | None = None) -> bool:
         """Run unit row ``pk`` (its payload ``raw``), claimed by the caller, and delete it; its claim
-        let go when Redis refused it, for a relay. Return whether it ran; raise nothing."""
+        let go when Redis refused it, for a relay. Return whether it ran; raise nothing. ``member``:
+        at a commit, the push it is of that commit's."""
         row = OutboxJob.objects.using(alias).filter(pk=pk)
         try:
             hand_over([payloads.decode(raw)])
         except Exception as exc:  # noqa: BLE001 - the row waits for a relay: said, not raised
-            logger.warning("%s, a batch's jobs not handed to Redis (%s: %s): they wait in the outbox of "
-                           "database %r for a worker's relay", when, type(exc).__name__, exc, alias)
+            if member is not None and is_unavailable(exc):
+                _left_to_the_relay(member, exc)
+            else:
+                logger.warning("%s, a batch's jobs not handed to Redis (%s: %s): they wait in the outbox of "
+                               "database %r for a worker's relay", when, type(exc).__name__, exc, alias)
             try:
                 row.update(claimed_by="", claimed_until=0.0)
             except Exception:  # noqa: BLE001, S110 - its claim runs out
@@ -114,6 +134,20 @@ class Outbox:
         """Write ``items`` as a row now (autocommit), for a relay: a push outside a transaction that
         Redis refused. Raises what the database refused."""
         _insert(router.db_for_write(OutboxJob), self.row(items))
+
+
+def _left_to_the_relay(member: commit.Waiting, exc: Exception) -> None:
+    """Redis away at a commit, found by ``member``'s hand-over: its row and every other of the commit
+    (those its commit runs next) are left to a worker's relay, untried, in one line. Each tried in
+    turn waited its socket timeout on a Redis that doesn't answer (stopped, not refusing): five rows
+    held the commit's caller 50 s, and 2,000 rows refused wrote 2,000 lines."""
+    member.commit.failure = exc
+    rows = [member, *member.commit.left(member)]
+    blocks = sum(1 for row in rows if units.is_unit(row.jobs[0]))
+    jobs = sum(len(row.jobs) for row in rows if not units.is_unit(row.jobs[0]))
+    logger.warning("at commit, Redis didn't take the outbox rows of this transaction (%s: %s): %d row(s), %d job(s)%s, "
+                   "wait in the outbox of database %r for a worker's relay", type(exc).__name__, exc, len(rows), jobs,
+                   f" and {blocks} batch block(s)" if blocks else "", member.commit.alias)
 
 
 def row_payload(items: Sequence[dict[str, Any]]) -> str:

@@ -16,7 +16,7 @@ import pytest
 import redis
 from django.db import OperationalError, connections, transaction
 from helpers import RedisServer, in_thread
-from outbox_fixtures import Boom, alias_fixture  # noqa: F401 - a fixture
+from outbox_fixtures import Boom, alias_fixture, stopped  # noqa: F401 - a fixture
 from peek import queued_jids
 
 from django_cogworker import Batch, BatchError, Job, chain, group
@@ -120,6 +120,26 @@ def test_redis_away_at_commit_commits_and_the_rows_wait_for_the_relay(away, alia
     away.restart()
     assert relay(alias) == 3
     assert queued_jids(away.client()) == jids
+    assert rows(alias) == []
+
+
+def test_a_commit_that_finds_redis_stopped_waits_for_it_once_and_leaves_every_row_to_the_relay(away, alias, caplog):
+    """Redis stopped (SIGSTOP), not refusing: a hand-over waits out its socket timeout. The first to
+    fail leaves the commit's other rows to the relay, untried, in one line with the count. Each was
+    tried in turn (five pushes held the commit 50 s), each with a line of its own."""
+    warm = Note.perform_async("warm-up")  # (a connection made: the commit's pushes wait for a reply)
+    with caplog.at_level(logging.WARNING, logger="django_cogworker"), stopped(away):
+        with transaction.atomic(using=alias):  # (its pushes are rows: nothing reaches Redis before the commit)
+            jids = [Note.perform_async(i) for i in range(4)] + Note.perform_bulk([(4,), (5,)])
+            with Batch("a block").jobs():
+                jids.append(Note.perform_async("in a batch"))
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1, lines
+    assert "6 row(s), 6 job(s) and 1 batch block(s), wait in the outbox of database" in lines[0]
+    assert "Timeout" in lines[0]
+    assert OutboxJob.objects.using(alias).count() == 6
+    assert relay(alias) == 7  # (Redis woken: the relay takes them, each once)
+    assert sorted(queued_jids(away.client())) == sorted([warm, *jids])
     assert rows(alias) == []
 
 
