@@ -239,28 +239,29 @@ class JobSetter:
         self.options = options
 
     def build(self, args: Sequence[Any], kwargs: dict[str, Any], now: float | None = None, *,
-              clear_head: int = 0) -> dict[str, Any]:
+              head: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
         """Return a new payload for these arguments, checking they are JSON-native; sealed if the
-        job encrypts (its first ``clear_head`` arguments left clear: a batch callback's status)."""
+        job encrypts (its first ``len(head)`` arguments left clear, each the (kind, bound) its seal
+        names: a batch callback's status, codec.open_arguments)."""
         args = list(args)
         check_json_native(args, "args")
         if kwargs or type(kwargs) is not dict:  # (most pushes have none: nothing to walk)
             check_json_native(kwargs, "kwargs")
         payload = self._payload(args, kwargs, time.time() if now is None else now)
         if self.encrypts:
-            self._seal(payload, clear_head)
+            self._seal(payload, head)
         return payload
 
     @property
     def encrypts(self) -> bool:
         return bool(self.options.get("encrypt", self.job_class.encrypt)) if self.options else self.job_class.encrypt
 
-    def _seal(self, payload: dict[str, Any], clear_head: int = 0) -> None:
+    def _seal(self, payload: dict[str, Any], head: Sequence[tuple[str, str]] = ()) -> None:
         """Seal ``payload``'s arguments (and key its unique digest, which hashes them) in place."""
         ring = push_ring(self.job_class)
         if "unique_digest" in payload:
             payload["unique_digest"] = ring.unique_digest(payload["unique_digest"])
-        _sealing.seal_payload(payload, ring, clear_head)
+        _sealing.seal_payload(payload, ring, head)
 
     def _payload(self, args: list[Any], kwargs: Any, created_at: float) -> dict[str, Any]:
         """The payload for arguments already checked."""

@@ -3,7 +3,8 @@
 What users rely on: sealed arguments round-trip to the job exactly; a key rotation still opens
 what the old key sealed; a missing key, a changed blob or another class's blob never opens (and
 says which); a bad ENCRYPTION_KEYS entry is named by position, the key itself never shown; a job
-that encrypts is never pushed in clear text, even with no keys configured.
+that encrypts is never pushed in clear text, even with no keys configured; arguments written
+beside a seal (in Redis, after it) are refused, never run.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from django_cogworker.engine.settle.retry import RetryPolicy
 from django_cogworker.errors import ConfigError, NotRetried
 from django_cogworker.features.encryption import checks as encryption_checks
 from django_cogworker.features.encryption import codec
-from django_cogworker.features.encryption.errors import KeyUnavailable, NoEncryptionKeys, SealBroken
+from django_cogworker.features.encryption.errors import KeyUnavailable, NoEncryptionKeys, SealBroken, UnsealedArguments
 from django_cogworker.features.encryption.keys import KeyRing, key_id, new_key, problems
 from django_cogworker.push import runtime
 from testproject.demo.secret_jobs import SecretJob
@@ -88,19 +89,94 @@ def test_a_changed_blob_does_not_open(tamper):
         codec.unseal(blob, job_class, ring)
 
 
+def status(event: str = "success", **changed) -> dict:
+    """A batch status as the batch's script writes it into a callback's payload when ``event`` fires."""
+    return {"bid": "b1", "event": event, "total": 2, "pending": 0, "failures": 0, "dead": 0, "created_at": 1.7e9,
+            "description": "", **changed}
+
+
 def test_a_payload_sealed_keeps_its_own_fields_clear_and_its_callback_status_head():
     ring = KeyRing([NEW])
     payload = {"jid": "j1", "class": "app.Job", "args": ["STATUS", SECRET], "kwargs": {"who": SECRET},
                "queue": "q", "retry": 3}
-    codec.seal_payload(payload, ring, clear_head=1)
+    codec.seal_payload(payload, ring, head=[(codec.BATCH_STATUS, "success")])
     assert payload["args"] == ["STATUS"] and payload["kwargs"] == {}
     assert {k: payload[k] for k in ("jid", "class", "queue", "retry")} == {"jid": "j1", "class": "app.Job",
                                                                              "queue": "q", "retry": 3}
     assert SECRET not in json.dumps(payload)
-    payload["args"][0] = {"event": "success"}  # (what the batch's script puts in place of the placeholder)
-    assert codec.open_arguments(payload, ring) == ([{"event": "success"}, SECRET], {"who": SECRET})
+    payload["args"][0] = status()  # (what the batch's script puts in place of the placeholder)
+    assert codec.open_arguments(payload, ring) == ([status(), SECRET], {"who": SECRET})
     with pytest.raises(KeyUnavailable):
         codec.open_arguments(payload, None)  # (a worker with no keys at all)
+
+
+def sealed(head=(), **clear) -> dict:
+    """A payload of SecretJob's arguments ("k", SECRET) sealed as a push seals it, then ``clear``
+    written beside the seal (what someone who can write to Redis can do)."""
+    payload = {"jid": "j1", "class": SecretJob.name, "args": [*(["PLACEHOLDER"] * len(head)), "k", SECRET],
+               "kwargs": {}, "queue": "default"}
+    codec.seal_payload(payload, KeyRing([NEW]), head=head)
+    payload.update(clear)
+    return payload
+
+
+CALLBACK = [(codec.BATCH_STATUS, "success")]
+
+
+@pytest.mark.parametrize("payload, said", [
+    (sealed(kwargs={"mode": "raise_with_arg"}), "clear kwargs beside its sealed arguments ('mode')"),
+    (sealed(kwargs={"fails": -1}, args=[]), "clear kwargs beside its sealed arguments ('fails')"),
+    (sealed(args=["elsewhere"]), "1 clear argument(s) beside its sealed ones, where its seal allows none"),
+    (sealed(args=[status()]), "1 clear argument(s) beside its sealed ones, where its seal allows none"),
+    (sealed(CALLBACK, args=[status(), "more"]), "2 clear argument(s) beside its sealed ones, where its seal "
+                                                "allows a batch status (success)"),
+    (sealed(CALLBACK, args=[status()], kwargs={"secret": "mine"}), "clear kwargs beside its sealed arguments"),
+    (sealed(CALLBACK, args=[status("death")]), "not of event 'success', the event this callback was set for"),
+    (sealed(CALLBACK, args=[status(mode="raise_with_arg")]), "field(s) no batch writes: 'mode'"),
+    (sealed(CALLBACK, args=[status(total="many")]), "has total of a type or value no batch writes"),
+    (sealed(CALLBACK, args=["elsewhere"]), "a batch status, is a str"),
+    (sealed(CALLBACK, args=["PLACEHOLDER"]), "a batch status, is a str"),  # (fired by no batch)
+], ids=["kwargs", "kwargs-and-empty-args", "an-arg", "a-status-where-none-is-sealed", "an-arg-after-the-status",
+        "kwargs-beside-a-status", "another-event", "a-field-added-to-the-status", "a-count-not-a-number",
+        "not-a-status", "the-placeholder"])
+def test_arguments_written_beside_a_seal_are_refused_never_merged_in(payload, said):
+    # (They were merged in unchecked: kwargs written next to a blob ran the job with them, and an
+    # error message quoting one carried the secret into the dead set.)
+    with pytest.raises(UnsealedArguments) as caught:
+        codec.open_arguments(payload, KeyRing([NEW]))
+    message = str(caught.value)
+    assert said in message and "refused, never run" in message
+    assert SECRET not in message and "raise_with_arg" not in message and "elsewhere" not in message
+    assert isinstance(caught.value, SealBroken) and isinstance(caught.value, NotRetried)  # (dead at once)
+    filing = RetryPolicy(build_config({})).filing({**payload, "retry": 25, "dead": False}, caught.value)
+    assert filing is not None and filing.target == "dead" and filing.payload["dead_reason"] == message
+
+
+def test_what_the_package_itself_puts_beside_a_seal_still_opens():
+    assert codec.open_arguments(sealed(), KeyRing([NEW])) == (["k", SECRET], {})
+    for absent in ("args", "kwargs"):  # (a payload written without them: nothing beside the seal)
+        payload = sealed()
+        del payload[absent]
+        assert codec.open_arguments(payload, KeyRing([NEW])) == (["k", SECRET], {})
+    for event in ("complete", "success", "death"):
+        payload = sealed([(codec.BATCH_STATUS, event)])
+        # (created_at left out, as the script does for a batch without it)
+        payload["args"] = [{k: v for k, v in status(event).items() if k != "created_at"}]
+        assert codec.open_arguments(payload, KeyRing([NEW]))[0] == [payload["args"][0], "k", SECRET]
+
+
+def test_a_seal_with_a_head_relabelled_as_one_without_does_not_open():
+    # (v2 names its clear head; relabelled v1, which has none, it would drop that check: its version is
+    # authenticated with it.)
+    payload = sealed(CALLBACK, args=[status()])
+    assert payload["encrypted"].startswith("v2.")
+    payload["encrypted"] = "v1" + payload["encrypted"][2:]
+    with pytest.raises(SealBroken, match="don't open"):
+        codec.open_arguments(payload, KeyRing([NEW]))
+    plain = sealed()
+    plain["encrypted"] = "v2" + plain["encrypted"][2:]
+    with pytest.raises(SealBroken, match="don't open"):
+        codec.open_arguments(plain, KeyRing([NEW]))
 
 
 def test_key_problems_name_each_entry_by_position_and_never_show_the_key():

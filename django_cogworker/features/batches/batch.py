@@ -27,6 +27,7 @@ from ...push import payload as payloads
 from ...push import scope as _scope
 from ...push.arguments import check_call, check_json_native
 from ...push.job import Job, JobSetter
+from ..encryption.codec import BATCH_STATUS
 from . import delivery, scripts
 
 logger = logging.getLogger(__name__)
@@ -117,7 +118,9 @@ class Batch:
         except TypeError as exc:  # (of the same class: a nesting too deep is an InvalidArgument)
             raise type(exc)(f"batch callback {job_class.name} on {event!r}: {exc}") from None
         check_call(job_class, [{}], options, f"batch callback {job_class.name} on {event!r}: ")
-        self._add_callback(event, self._setter(job_class).build([STATUS_PLACEHOLDER], options, clear_head=1))
+        # (Its status stays clear beside a sealed payload, the seal naming it: codec.open_arguments.)
+        head = ((BATCH_STATUS, event),)
+        self._add_callback(event, self._setter(job_class).build([STATUS_PLACEHOLDER], options, head=head))
         return self
 
     def _setter(self, job_class: type[Job]) -> JobSetter:
