@@ -280,6 +280,15 @@ def reset() -> None:
         _config = _redis = _client = None
 
 
+def use_config(config: Config) -> None:
+    """Make ``config`` this process's, in place of the settings' (until :func:`reset`): ``manage.py
+    cogworker``'s listings, which read a few settings while another is wrong (cli/checks.py)."""
+    global _config
+    reset()
+    with _lock:
+        _config = config
+
+
 def _on_setting_changed(setting: str, **kwargs: Any) -> None:
     if setting == "COGWORKER":
         reset()

@@ -376,6 +376,56 @@ def test_the_exit_codes_seen_from_a_shell(redis_url):
     assert f"{jid}: no such job waiting, scheduled, retrying or running" in nowhere.stderr
 
 
+def test_genkey_and_the_listings_answer_while_a_system_check_fails_and_a_write_is_checked(redis_url, rb, tmp_path):
+    # A job class with encrypt = True and no key yet: cogworker.E020 says to run `cogworker genkey`,
+    # which that very check refused, with every listing (--skip-checks was refused after the action).
+    (tmp_path / "cli_keyless_settings.py").write_text(
+        f"from {os.environ['DJANGO_SETTINGS_MODULE']} import *  # noqa: F403\n"
+        "COGWORKER = {**COGWORKER, 'ENCRYPTION_KEYS': []}  # noqa: F405\n")
+    env = {**os.environ, "COGWORKER_REDIS_URL": redis_url, "DJANGO_SETTINGS_MODULE": "cli_keyless_settings",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=60)
+
+    check = run("check")
+    assert check.returncode == 1 and "cogworker.E020" in check.stderr  # (the premise)
+    key = run("cogworker", "genkey")
+    assert key.returncode == 0 and key.stderr == ""
+    from django_cogworker.features.encryption.keys import problems
+
+    assert problems([key.stdout.strip()]) == []
+    rb.set(K.stat_processed, 7)
+    stats = run("cogworker", "stats", "--json")
+    assert stats.returncode == 0 and json.loads(stats.stdout)["processed"] == 7
+    assert run("cogworker", "queues").returncode == 0
+    # A write runs every check (it acts on what the config may be wrong about), unless skipped,
+    # before or after the action's name.
+    refused = run("cogworker", "pause", "default")
+    assert refused.returncode == 1 and "cogworker.E020" in refused.stderr and not rb.smembers(K.paused_queues)
+    assert run("cogworker", "pause", "default", "--skip-checks").returncode == 0
+    assert rb.smembers(K.paused_queues) == {b"default"}
+    assert run("cogworker", "--skip-checks", "unpause", "default").returncode == 0
+    assert rb.smembers(K.paused_queues) == set()
+
+
+def test_a_listing_reads_past_a_wrong_setting_it_does_not_need_and_names_it(rb):
+    from django.conf import settings
+    from django.test import override_settings
+
+    rb.set(K.stat_processed, 7)
+    with override_settings(COGWORKER={**settings.COGWORKER, "MAX_ORPHANINGS": 0}):
+        out, err = cli("stats")
+        assert "processed          7" in out.splitlines()
+        assert "read with the default of MAX_ORPHANINGS" in err
+        assert 'COGWORKER["MAX_ORPHANINGS"] must be a positive integer, got 0' in err
+    with override_settings(COGWORKER={**settings.COGWORKER, "KEY_PREFIX": ""}):
+        with pytest.raises(CommandError, match=r"can't be read:\nCOGWORKER\[\"KEY_PREFIX\"\] must be") as caught:
+            cli("stats")  # (where its keys are: no default can stand in for the project's)
+        assert caught.value.returncode == 1
+
+
 def test_an_unreachable_redis_is_a_clear_error(monkeypatch):
     from django_cogworker.push import runtime
 

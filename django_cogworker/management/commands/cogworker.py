@@ -4,16 +4,20 @@ limiters and jobs (cancel).
 The edge only: arguments in, ``cli.listings`` / ``cli.actions`` (through ``api``), text out.
 Exit codes: 0 done; 1 something named isn't there or was refused (the rest was done); 2 a
 usage error (argparse's own code; a bulk or destructive action without ``--yes``).
+
+Checks: as few as the action needs (``cli.checks``): none for ``genkey``, the settings a listing
+reads for a listing, every system check for an action that changes something.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 
 import redis
 from django.core.management.base import BaseCommand, CommandError
 
-from ...cli import actions, listings
+from ...cli import actions, checks, listings
 from ...cli.output import FAILED, USAGE, as_json, table
 
 LISTINGS = ("stats", "queues", "processes", "scheduled", "retries", "dead", "periodic", "batches", "limits",
@@ -40,9 +44,19 @@ class Command(BaseCommand):
     help = ("Look at and act on cogworker: stats, queues, processes, scheduled, retries, dead, periodic, batches, "
             "limits, outbox; pause/unpause and clear queues; retry/delete and cancel jobs; quiet/stop processes; "
             "genkey prints a key for ENCRYPTION_KEYS.")
+    # Run by handle, as each action needs (cli/checks.py): all of them first locked out genkey and
+    # the listings whenever a check failed, E020's "run `cogworker genkey`" included.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):
-        sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+        # (Django adds --skip-checks only to a command that asks for checks. Each action's own parser
+        # takes it too: after the action's name, it was refused. SUPPRESS there: not given after the
+        # name, it leaves the value given before it.)
+        parser.add_argument("--skip-checks", action="store_true", help="skip the system checks")
+        common = argparse.ArgumentParser(add_help=False)
+        common.add_argument("--skip-checks", action="store_true", default=argparse.SUPPRESS,
+                            help="skip the system checks (an action that changes something runs them all)")
+        sub = _Subparsers(parser.add_subparsers(dest="action", required=True, metavar="ACTION"), common)
         listing = argparse.ArgumentParser(add_help=False)
         listing.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
         paged = argparse.ArgumentParser(add_help=False)
@@ -95,14 +109,16 @@ class Command(BaseCommand):
             p.add_argument("--all", action="store_true", dest="every", help="every live process")
 
     def handle(self, *args, action, **options):
-        if action == "genkey":  # (needs neither Redis nor the settings' keys)
+        if action == "genkey":  # (needs neither Redis nor the settings: checks nothing)
             from ...features.encryption.keys import new_key
 
             self.stdout.write(new_key())
             return
         try:
             if action in LISTINGS:
-                return self._show(action, options)
+                return self._read(action, options)
+            if not options["skip_checks"]:
+                self.check()
             outcome = self._act(action, options)
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             raise CommandError(f"can't reach Redis: {exc}", returncode=FAILED) from None
@@ -110,6 +126,22 @@ class Command(BaseCommand):
             self.stdout.write(line)
         if outcome.failed:
             raise CommandError("\n".join(outcome.failed), returncode=FAILED)
+
+    def _read(self, action: str, options: dict) -> None:
+        """Show a listing, having checked only the settings it reads (cli/checks.py)."""
+        from django.conf import settings
+
+        from ...push import runtime
+
+        config, set_aside = checks.reading_config(getattr(settings, "COGWORKER", None), os.environ)
+        if not set_aside:
+            return self._show(action, options)
+        self.stderr.write(checks.set_aside_note(set_aside))
+        runtime.use_config(config)
+        try:
+            return self._show(action, options)
+        finally:
+            runtime.reset()
 
     def _show(self, action: str, options: dict) -> None:
         if action == "stats":
@@ -154,3 +186,14 @@ class Command(BaseCommand):
         if action in ("quiet", "stop"):
             return actions.signal(action, options["identities"], every=options["every"])
         raise CommandError(f"unknown action {action!r}", returncode=USAGE)
+
+
+class _Subparsers:
+    """``add_subparsers()``'s action, each parser it adds given ``common``'s options (--skip-checks)."""
+
+    def __init__(self, action: argparse._SubParsersAction, common: argparse.ArgumentParser):
+        self.action, self.common = action, common
+
+    def add_parser(self, name: str, **kwargs) -> argparse.ArgumentParser:
+        kwargs["parents"] = [*kwargs.get("parents", ()), self.common]
+        return self.action.add_parser(name, **kwargs)
