@@ -30,9 +30,20 @@ def confirm(yes: bool, what: str) -> None:
 
 def pause(names: list[str], *, unpause: bool, force: bool) -> Outcome:
     """Pause or unpause each queue. An unknown name is refused (a typo paused nothing anyone
-    noticed); ``force`` pauses it ahead of its first push."""
+    noticed); ``force`` pauses it ahead of its first push.
+
+    Each line says when it takes effect ("default: paused", and a job pushed right after ran all
+    the same): a process reads the paused queues at each heartbeat, and a fetch of its already
+    waiting on the queue (BLOCK_TIMEOUT at most) may still take a job; what it took runs.
+    """
+    from ..engine.fetch.contract import BLOCK_TIMEOUT
+    from ..push import runtime
+
     outcome, known = Outcome(), known_queues()
     verb = "unpaused" if unpause else "paused"
+    within = f"at its next heartbeat, within {runtime.get_config().heartbeat_interval + BLOCK_TIMEOUT:g}s"
+    when = (f"each process fetches from it again {within}" if unpause else
+            f"each process stops fetching from it {within}; the jobs it took by then still run")
     for name in names:
         if name not in known and not force:
             outcome.failed.append(f"no such queue {cell(name)!r} (nothing was pushed to it and QUEUES doesn't "
@@ -40,7 +51,7 @@ def pause(names: list[str], *, unpause: bool, force: bool) -> Outcome:
             continue
         queue = api.Queue(name)
         queue.unpause() if unpause else queue.pause()
-        outcome.done.append(f"{cell(name)}: {verb}")
+        outcome.done.append(f"{cell(name)}: {verb} ({when})")
     return outcome
 
 

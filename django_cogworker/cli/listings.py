@@ -65,6 +65,17 @@ def queues(names: list[str], page: int, limit: int) -> Listing:
                    more_note(result.number, result.per_page, result.total, len(items)))
 
 
+def _entry_queue(entry: api.PeriodicEntry) -> str | None:
+    """The queue an entry's runs go to: its own, else its job class's (an entry on its job's queue
+    showed "-"); None for a class this process doesn't know."""
+    from ..push.job import registered
+
+    if entry.queue:
+        return str(entry.queue)
+    job_class = registered(entry.job)
+    return job_class.queue if job_class is not None else None
+
+
 def _page(everything: list[Any], page: int, limit: int) -> api.Page:
     """Page ``page`` of ``limit`` rows of a listing read whole (processes, periodic entries: a few)."""
     start = (page - 1) * limit
@@ -124,7 +135,7 @@ def sorted_set(kind: str, page: int, limit: int, job: str | None, grep: str | No
 def periodic(page: int, limit: int) -> Listing:
     now = time.time()
     result = _page(api.PeriodicEntry.all(), page, limit)
-    items = [{"name": e.pjid, "cron": e.cron, "tz": e.tz, "job": e.job, "queue": e.queue, "enabled": e.enabled,
+    items = [{"name": e.pjid, "cron": e.cron, "tz": e.tz, "job": e.job, "queue": _entry_queue(e), "enabled": e.enabled,
               "last_run": e.last_slot, "next_run": e.next_run(now) if e.enabled else None,
               "declared": not e.stale(now)} for e in result.items]
     rows = [[i["name"], i["cron"], i["tz"], i["job"], i["queue"], i["enabled"], when(i["last_run"]),

@@ -157,9 +157,14 @@ def test_pause_refuses_an_unknown_queue_unless_forced_and_unpause_undoes_it(rb):
         cli("pause", "mail", "reprots")  # mail is in the test project's QUEUES
     assert caught.value.returncode == 1
     assert rb.smembers(K.paused_queues) == {b"mail"}  # the known one was paused all the same
-    assert cli("pause", "reports", "--force")[0] == "reports: paused\n"
+    # Said when it takes effect, as quiet does: "default: paused", and a job pushed right after ran.
+    assert cli("pause", "reports", "--force")[0] == (
+        "reports: paused (each process stops fetching from it at its next heartbeat, within 7s; the jobs it took by "
+        "then still run)\n")
     assert rb.smembers(K.paused_queues) == {b"mail", b"reports"}
-    assert cli("unpause", "mail", "reports")[0] == "mail: unpaused\nreports: unpaused\n"
+    assert cli("unpause", "mail", "reports")[0] == "".join(
+        f"{name}: unpaused (each process fetches from it again at its next heartbeat, within 7s)\n"
+        for name in ("mail", "reports"))
     assert rb.smembers(K.paused_queues) == set()
 
 
@@ -219,6 +224,20 @@ def test_periodic_lists_entries_with_last_and_next_run(rb):
     assert "2023-11-14 22:13:20" in out
     item = cli_json("periodic")["items"][0]
     assert item["name"] == "nightly" and item["last_run"] == 1_700_000_000 and item["next_run"] > time.time()
+
+
+def test_periodic_shows_the_queue_an_entry_s_runs_go_to(rb):
+    # An entry with no queue of its own runs on its job's: the listing printed "-" there, where
+    # docs/cli.md shows "default".
+    spec = {"cron": "0 3 * * *", "tz": "UTC", "published_at": time.time()}
+    for name, own in (("a_receipts", {"job": "testproject.demo.jobs.SendReceipt"}),
+                      ("b_records", {"job": "testproject.demo.jobs.RecordJob"}),
+                      ("c_moved", {"job": "testproject.demo.jobs.RecordJob", "queue": "low"}),
+                      ("d_unknown", {"job": "gone.jobs.Report"})):
+        rb.hset(K.periodic_schedule, name, json.dumps({**spec, **own}))
+    out, _ = cli("periodic")
+    assert [columns(line)[4] for line in out.splitlines()[1:]] == ["mail", "default", "low", "-"]
+    assert [item["queue"] for item in cli_json("periodic")["items"]] == ["mail", "default", "low", None]
 
 
 def columns(line: str) -> list[str]:
