@@ -42,10 +42,17 @@ def check_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
             if not isinstance(path, str) or "." not in path:
                 continue  # (reported above)
             try:
-                import_string(path)
+                imported = import_string(path)
             except ImportError as exc:
                 errors.append(checks.Error(f'COGWORKER["{name}"] entry {path!r} cannot be imported: {exc}',
                                            id="cogworker.E002"))
+                continue
+            if name == "FEATURES":  # (a Feature class given for its factory; one returning None: at startup)
+                from .engine.run.factories import factory_problem
+
+                problem = factory_problem(path, imported)
+                if problem:
+                    errors.append(checks.Error(problem, id="cogworker.E007"))
     from .push.periodic import build_entries
 
     periodic = setting("PERIODIC", "periodic", ())

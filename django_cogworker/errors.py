@@ -136,6 +136,12 @@ class LimitKeyError(LimitError):
     """A limiter's key function raised, or returned something other than a non-empty string."""
 
 
+class FeatureError(CogworkerError):
+    """A feature's hook raised where the job's path can't do without its answer (``applies``,
+    ``decide``): the job is filed as this failure (retry, then dead), its message naming the
+    feature and the hook, the hook's own error as its ``__cause__``."""
+
+
 class JobExpired(CogworkerError):
     """A job still waiting when its ``expires_in`` ran out: dropped at fetch, never run."""
 

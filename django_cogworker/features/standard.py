@@ -1,5 +1,5 @@
 """The package's own features, as a worker builds them: the first entry of its features, always
-(engine/run/hooks.py's STANDARD_FEATURES names :func:`build`), before a project's own
+(engine/run/factories.py's STANDARD_FEATURES names :func:`build`), before a project's own
 (``COGWORKER["FEATURES"]``, docs/extending.md).
 """
 

@@ -15,6 +15,7 @@ import operator
 import os
 import re
 from collections.abc import Mapping, Sequence
+from types import TracebackType
 from typing import Any
 
 from ..errors import PayloadError
@@ -333,9 +334,10 @@ def error_class(exc: BaseException) -> str:
         return "Exception"
 
 
-def backtrace(exc: BaseException, frames: int) -> list[str]:
-    """The traceback of ``exc`` as lines, with its innermost ``frames`` frames (and as many of each
-    exception it was raised from), each line cut at ERROR_MESSAGE_LIMIT and safe to encode; never raises.
+def backtrace(exc: BaseException, frames: int, tb: TracebackType | None = None) -> list[str]:
+    """The traceback of ``exc`` (``tb`` if given: a part of it) as lines, with its innermost ``frames``
+    frames (and as many of each exception it was raised from), each line cut at ERROR_MESSAGE_LIMIT
+    and safe to encode; never raises.
 
     Counted in frames, as ``backtrace = 5`` reads (Sidekiq's five lines are five frames): counted in
     lines, it kept two frames and a half, two of the five lines the column markers (``^^^^``) that
@@ -344,11 +346,12 @@ def backtrace(exc: BaseException, frames: int) -> list[str]:
     import traceback
 
     limit = -max(frames, 1)  # (negative: the innermost frames)
+    tb = tb if tb is not None else exc.__traceback__
     try:
-        text = "".join(traceback.TracebackException(type(exc), exc, exc.__traceback__, limit=limit).format())
+        text = "".join(traceback.TracebackException(type(exc), exc, tb, limit=limit).format())
     except BaseException:
         try:
-            text = "".join(traceback.format_tb(exc.__traceback__, limit=limit))
+            text = "".join(traceback.format_tb(tb, limit=limit))
         except BaseException:
             return []
     return [safe_string(line, ERROR_MESSAGE_LIMIT) for line in text.splitlines() if not _COLUMN_MARKERS.match(line)]

@@ -6,6 +6,7 @@ The example is testproject/demo/audit.py: an audit trail of each job's outcome i
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -14,9 +15,11 @@ from django.test import override_settings
 from engine_fixtures import Boom, Note, launcher_factory_fixture, new_token, runs  # noqa: F401 - launcher_factory
 from helpers import wait_until
 
+from django_cogworker.broker.connection import make_redis
 from django_cogworker.conf import build_config
 from django_cogworker.engine.process.launcher import Launcher
-from django_cogworker.errors import ConfigError
+from django_cogworker.engine.run.hooks import Plans
+from django_cogworker.errors import ConfigError, FeatureError
 from django_cogworker.features import Decision, Feature, JobRun, Outcome
 from django_cogworker.push.job import JobSetter
 
@@ -97,3 +100,126 @@ def test_a_features_entry_that_can_not_be_imported_stops_the_worker_at_startup_n
 def test_features_must_be_a_list_of_dotted_paths():
     with pytest.raises(ConfigError, match=r'COGWORKER\["FEATURES"\]'):
         build_config({"FEATURES": "testproject.demo.audit.audit"}, {})
+
+
+class DecideRaises(Feature):
+    """Counts each ``decide`` it is asked, then raises: a feature's bug where the job's end is decided."""
+
+    name = "misfit"
+    asked: list[str] = []
+
+    def decide(self, run: JobRun) -> Decision | None:
+        DecideRaises.asked.append(run.jid)
+        raise ValueError("decide is broken")
+
+
+class AppliesRaises(Feature):
+    """Raises when asked whether it applies: a feature's bug before any job of the class runs."""
+
+    name = "misfit"
+
+    def applies(self, job_class) -> bool:
+        raise ValueError("applies is broken")
+
+
+def decide_raises(parts):
+    return DecideRaises()
+
+
+def applies_raises(parts):
+    return AppliesRaises()
+
+
+@pytest.mark.parametrize("hook", ["decide", "applies"])
+def test_a_feature_hook_that_raises_files_its_jobs_retry_then_dead_naming_it_and_no_processor_dies(
+        launcher_factory, r, caplog, hook):
+    # decide raising killed the processor ("processor 3 died; replacing it") with the job unfiled: it
+    # ran again at each restart, never reached retry or dead; applies raising killed every processor
+    # on every job.
+    token = new_token()
+    running = launcher_factory(FEATURES=[f"test_extending.{hook}_raises"], CONCURRENCY=2)
+    processors = list(running.manager.processors)
+    pushed = running.push(Note, token, 1, retry=1)
+    failed = running.push(Boom, token, "its own error", retry=0)
+
+    wait_until(lambda: r.zcard("cogworker:retry") == 1 and r.zcard("cogworker:dead") == 1, message="filed")
+    r.zadd("cogworker:retry", {r.zrange("cogworker:retry", 0, 0)[0]: 0}, xx=True)  # (its retry due now)
+    wait_until(lambda: r.zcard("cogworker:dead") == 2, message="the retried one dead")
+    dead = {entry["jid"]: entry for entry in map(json.loads, r.zrange("cogworker:dead", 0, -1))}
+    said = f"feature 'misfit' (test_extending.{hook.title()}Raises) raised in {hook}: ValueError: {hook} is broken"
+    assert dead[pushed["jid"]]["error_class"] == "django_cogworker.errors.FeatureError"
+    assert dead[pushed["jid"]]["error_message"] == said
+    assert (dead[pushed["jid"]]["retry_count"], dead[pushed["jid"]]["dead_reason"]) == (1, "retries exhausted")
+    if hook == "decide":  # (it ran each attempt; the feature's decision failed, not the job)
+        assert runs(token).count((pushed["jid"], [1])) == 2 and DecideRaises.asked.count(pushed["jid"]) == 2
+        assert dead[failed["jid"]]["error_message"] == said + " (the job had raised RuntimeError: its own error)"
+    else:  # (never run: its plan can't be made)
+        assert runs(token) == []
+        assert dead[failed["jid"]]["error_message"] == said
+    wait_until(lambda: r.llen(running.in_progress) == 0, message="all acknowledged")
+    running.launcher.stats.flush(running.redis)
+    assert (r.get("cogworker:stat:failed"), r.get("cogworker:stat:processed")) == ("3", "3")  # (once per attempt)
+    assert "died" not in caplog.text
+    assert running.manager.processors == processors and all(p.thread.is_alive() for p in processors)
+
+
+def test_a_plan_a_feature_s_applies_raised_for_is_made_again_for_the_next_job():
+    # Kept, a passing failure (a database away as applies read it) would fail every job of the
+    # class until a restart.
+    class Flaky(Feature):
+        name = "flaky"
+        answers = iter([ConnectionError("the database is away"), True])
+
+        def applies(self, job_class) -> bool:
+            answer = next(self.answers)
+            if isinstance(answer, BaseException):
+                raise answer
+            return answer
+
+        def before(self, run: JobRun) -> Decision | None:
+            return None
+
+    plans = Plans([Flaky()])
+    refused = plans.plan(Note)
+    assert refused.refused and len(refused.before) == 1  # (its refusal alone: Flaky's before not in it)
+    with pytest.raises(FeatureError, match=r"feature 'flaky' \(.*Flaky\) raised in applies: ConnectionError") as \
+            caught:
+        refused.before[0](None)  # type: ignore[arg-type]
+    assert isinstance(caught.value.__cause__, ConnectionError)
+    made = plans.plan(Note)
+    assert not made.refused and [hook.__func__.__name__ for hook in made.before] == ["before"]
+    assert plans.plan(Note) is made  # (kept, once made)
+
+
+class TakesItsParts(Feature):
+    def __init__(self, parts):
+        self.parts = parts
+
+
+def returns_none(parts):
+    return None
+
+
+@pytest.mark.parametrize("entry, problem", [
+    ("testproject.demo.audit.Audit", "is a Feature class, whose constructor can't take the worker's parts: name a "
+                                     "function that takes them and returns the feature (docs/extending.md)"),
+    ("test_extending.AUDIT", "is str 'testproject.demo.audit.audit', not a callable that takes the worker's parts "
+                             "and returns a Feature"),
+])
+def test_a_features_entry_that_is_no_factory_fails_check_naming_it(entry, problem):
+    # (A Feature class whose constructor takes the parts is a factory: TakesItsParts passes.)
+    with override_settings(COGWORKER={"FEATURES": [entry, "test_extending.TakesItsParts"]}):
+        errors = [(m.id, m.msg) for m in checks.run_checks(tags=["cogworker"]) if m.id in ("cogworker.E002",
+                                                                                           "cogworker.E007")]
+    assert errors == [("cogworker.E007", f'COGWORKER["FEATURES"] entry {entry!r} {problem}')]
+
+
+def test_a_feature_factory_that_returns_none_stops_the_worker_at_startup_naming_its_entry(redis_url):
+    config = build_config({"FEATURES": ["test_extending.returns_none"]}, {"COGWORKER_REDIS_URL": redis_url})
+    client = make_redis(config)
+    try:
+        with pytest.raises(ConfigError, match=r"""COGWORKER\["FEATURES"\] entry 'test_extending.returns_none' """
+                                              r"returned None: it must return a Feature or a list of them"):
+            Launcher(config, client)
+    finally:
+        client.close()

@@ -10,6 +10,7 @@ import re
 import sys
 import threading
 import time
+import traceback
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -516,3 +517,62 @@ def test_10_mb_that_are_not_utf8_go_to_dead_without_growing(launcher_factory, rb
     assert (entry["class"], entry["raw_size"]) == ("(unparseable)", len(raw))
     assert "unparseable payload" in entry["dead_reason"]
     wait_until(lambda: not running.manager.busy and not running.manager.pending_settlements())
+
+
+class CallsThePackage(Job):
+    """Fails inside the package, in a call its perform makes (a payload that isn't JSON decoded)."""
+
+    retry = 0
+
+    def perform(self):
+        payloads.decode(b"{not json")
+
+
+def frames(backtrace: list[str]) -> list[str]:
+    """The frame lines of a stored backtrace ("File ..., line N, in name"), in order."""
+    return [line.strip() for line in backtrace if line.lstrip().startswith("File ")]
+
+
+def test_a_failure_s_backtrace_and_log_start_at_the_user_s_code_and_its_exception_keeps_every_frame(
+        launcher_factory, r, caplog):
+    # The worker's own way to perform (the processor, the hooks, the cancellation feature's around,
+    # run_job, call_perform) came first: with backtrace = 5, four of the five frames kept were the
+    # package's, and the log's traceback showed eight of them before the user's.
+    caplog.set_level(logging.WARNING, logger="django_cogworker")
+    handed: list[BaseException] = []
+    running = launcher_factory(death_handlers=[lambda payload, exc: handed.append(exc)])
+    boom = running.push(Boom, new_token(), "from perform", backtrace=5)
+    inner = running.push(CallsThePackage, backtrace=5)
+
+    wait_until(lambda: r.zcard(K.retry) == 1 and r.zcard(K.dead) == 1, message="both filed")
+    (retried,), (dead,) = retry_entries(r), dead_entries(r)
+    assert retried["jid"] == boom["jid"] and dead["jid"] == inner["jid"]
+    (only,) = frames(retried["error_backtrace"])  # (backtrace = 5: the user's frame, none of the package's)
+    assert only.startswith('File "') and "engine_fixtures.py" in only and only.endswith("in perform")
+    assert retried["error_backtrace"][-1] == "RuntimeError: from perform"
+    # A frame of the package inside the user's call stays: where perform called it, then the package's.
+    called = frames(dead["error_backtrace"][dead["error_backtrace"].index("Traceback (most recent call last):", 1):])
+    assert "test_processor.py" in called[0] and called[0].endswith("in perform")
+    assert "django_cogworker/push/payload.py" in called[1] and called[1].endswith("in decode")
+
+    (record,) = [rec for rec in caplog.records if rec.getMessage().startswith("fail") and boom["jid"] in
+                 rec.getMessage()]
+    shown = logging.Formatter().formatException(record.exc_info)
+    assert "django_cogworker" not in shown and "engine_fixtures.py" in shown and "RuntimeError: from perform" in shown
+    # The exception itself is untouched: a death handler (or a debugger) sees the worker's frames too.
+    (exc,) = handed
+    assert [(f.name, "processor.py" in f.filename) for f in traceback.extract_tb(exc.__traceback__)][:1] == [
+        ("process", True)]
+    wait_until(lambda: settled(running, r))
+
+
+def test_a_failure_with_no_frame_of_the_user_s_keeps_its_whole_backtrace(launcher_factory, r):
+    running = launcher_factory()
+    running.client.push({"jid": "unknown", "class": "testproject.nowhere.Job", "args": [], "kwargs": {},
+                         "queue": "default", "retry": 0, "backtrace": True})
+
+    wait_until(lambda: r.zcard(K.dead) == 1, message="filed")
+    (dead,) = dead_entries(r)
+    shown = frames(dead["error_backtrace"])
+    assert shown[0].endswith("in process") and shown[-1].endswith("in _unknown_job")  # (nothing left out)
+    wait_until(lambda: settled(running, r))

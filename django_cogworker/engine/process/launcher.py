@@ -54,7 +54,8 @@ from ..loops import run_each
 from ..recovery.key_guard import KeyGuard
 from ..recovery.orphans import OrphanRecovery
 from ..run.cancels import Cancels
-from ..run.hooks import FeatureFactory, WorkerParts, build_features, load_features
+from ..run.factories import FeatureFactory, build_features, load_features
+from ..run.hooks import WorkerParts
 from ..run.run_locks import RunLocks
 from ..run.timeouts import Timeouts
 from ..schedule.periodic_ticker import Ticker

@@ -1,9 +1,11 @@
 """Running a job: the processor thread and what it does around ``perform``.
 
-    processor    a fetched job through the server middleware, then handed to settling
-    extras       what runs around a job that opts in to a result record or a timeout
+    processor    a fetched job through its phases: before, run (around), decide, settling, settle, after
+    hooks        the phases features plug into, and each job class's Plan of them
+    factories    the features a worker makes: COGWORKER["FEATURES"] loaded, checked and called
+    tracebacks   a failed job's traceback from the user's code in, for its log line and its backtrace
     timeouts     a job past its timeout interrupted in its thread, or its process replaced
-    results      recording the result of the jobs that keep one
+    cancels      the cancel requests each heartbeat reads, told to the runs concerned
     run_locks    a job's unique and periodic locks, released as it ends, even through an outage
     db           Django database hygiene around each job, as around a request
 

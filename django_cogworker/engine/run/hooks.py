@@ -32,7 +32,11 @@ project's own: docs/extending.md) is a :class:`Feature` that overrides the phase
 
 Which phases a feature takes part in is read once from the methods it overrides, and which
 features a job class uses once from :meth:`Feature.applies` (``Plans``): a job pays only for the
-features its class uses. A feature whose use depends on the payload (a job of a batch, one with a
+features its class uses. A hook that raises costs no processor and no job: in ``applies``,
+``before`` or ``decide`` it fails the job (retry, then dead; ``applies`` and ``decide`` as a
+:class:`~...errors.FeatureError` naming the feature and the hook), in ``around`` it is the job's
+failure, in ``settling``, ``after``, ``fetched`` and ``returned`` it is logged and the job settles
+as it would have. A feature whose use depends on the payload (a job of a batch, one with a
 unique lock) names its fields (``Feature.fields``): a job whose payload has none of them runs
 through its class's plan without that feature.
 """
@@ -46,6 +50,8 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from ...errors import FeatureError
 
 if TYPE_CHECKING:
     from ...broker.keys import Keys
@@ -198,27 +204,22 @@ class WorkerParts:
     run_locks: RunLocks
 
 
-FeatureFactory = Callable[[WorkerParts], "Feature | Sequence[Feature]"]
+def feature_error(feature: Any, phase: str, error: BaseException,
+                  job_error: BaseException | None = None) -> FeatureError:
+    """The failure a job is filed with when ``feature``'s ``phase`` hook raised ``error`` (a hook's
+    feature, if a hook is given), caused by it; ``job_error``: what the job's run had raised, if it had."""
+    from ...push import payload as payloads
 
-
-# The package's own features (django_cogworker/features/): always first, before a project's own.
-STANDARD_FEATURES = "django_cogworker.features.standard.build"
-
-
-def load_features(config: Config) -> list[FeatureFactory]:
-    """The factories of the package's features and of ``COGWORKER["FEATURES"]``, imported by name."""
-    from ...push.middleware import import_string
-
-    return [import_string(path) for path in (STANDARD_FEATURES, *config.features)]
-
-
-def build_features(factories: Sequence[FeatureFactory], parts: WorkerParts) -> list[Feature]:
-    """Call each factory with ``parts``; their features in the order given."""
-    built: list[Feature] = []
-    for factory in factories:
-        made = factory(parts)
-        built += [made] if isinstance(made, Feature) else list(made)
-    return built
+    feature = getattr(feature, "__self__", feature)  # (a Plan's hooks are the features' bound methods)
+    kind = type(feature)
+    said = (f"feature {getattr(feature, 'name', '?')!r} ({kind.__module__}.{kind.__qualname__}) raised in {phase}: "
+            f"{payloads.error_class(error)}: {payloads.error_message(error)}")
+    if job_error is not None:
+        said += f" (the job had raised {payloads.error_class(job_error)}: {payloads.error_message(job_error)})"
+    failure = FeatureError(said)
+    failure.__cause__ = error  # (as ``raise ... from error``: the hook's traceback is shown with it)
+    failure.__suppress_context__ = True
+    return failure
 
 
 PHASES = ("fetched", "returned", "before", "around", "decide", "settling", "after")
@@ -255,7 +256,8 @@ def _quietly(hook: Callable[[Sequence[Unit]], None], units: Sequence[Unit]) -> N
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """The hooks one job class uses, phase by phase (built once per class)."""
+    """The hooks one job class uses, phase by phase (built once per class; a plan a feature's
+    ``applies`` raised for, ``refused``, is built again for each job until it builds)."""
 
     job_class: Any
     before: tuple[Callable[[JobRun], Decision | None], ...]
@@ -267,6 +269,7 @@ class Plan:
     # without those features: what a job whose payload has none of them runs through.
     fields: frozenset[str] = frozenset()
     bare: Plan | None = None
+    refused: bool = False
 
     def for_payload(self, payload: dict[str, Any]) -> Plan:
         """This plan, or its ``bare`` one for a payload with none of its features' fields."""
@@ -303,22 +306,45 @@ class Plans:
         except KeyError:
             pass
         with self._lock:
-            if job_class not in self._plans:
-                self._plans[job_class] = self._build(job_class)
-            return self._plans[job_class]
+            plan = self._plans.get(job_class)
+            if plan is None:
+                plan = self._build(job_class)
+                if not plan.refused:
+                    self._plans[job_class] = plan
+            return plan
 
     def _build(self, job_class: Any) -> Plan:
-        used = [f for f in self.features if f.applies(job_class)]
+        """The class's plan. A feature whose ``applies`` raises gives a ``refused`` plan, of the
+        features that answered, whose first ``before`` fails the job naming that feature: raised
+        to the processor, it killed the thread on every job of the class, none ever filed.
+        (Not kept: a plan lives as long as the process, and an ``applies`` that failed for a
+        moment, a database away, would have failed every job of its class until a restart.)"""
+        used: list[Feature] = []
+        refusal: tuple[Callable[[JobRun], Decision | None], ...] = ()
+        for feature in self.features:
+            try:
+                if feature.applies(job_class):
+                    used.append(feature)
+            except BaseException as exc:  # noqa: BLE001 - a feature's bug: its jobs are filed, no thread dies
+                refusal = refusal or (_refuse(feature, exc),)
         fields = frozenset(field for f in used for field in f.fields)
-        full = _plan(job_class, used)
+        full = _plan(job_class, used, refusal)
         if not fields:
             return full
-        return dataclasses.replace(full, fields=fields, bare=_plan(job_class, [f for f in used if not f.fields]))
+        return dataclasses.replace(full, fields=fields,
+                                   bare=_plan(job_class, [f for f in used if not f.fields], refusal))
 
 
-def _plan(job_class: Any, used: list[Feature]) -> Plan:
+def _refuse(feature: Feature, error: BaseException) -> Callable[[JobRun], Decision | None]:
+    def refuse(run: JobRun) -> Decision | None:
+        raise feature_error(feature, "applies", error)  # (a new one each time: a raise grows its traceback)
+
+    return refuse
+
+
+def _plan(job_class: Any, used: list[Feature], refusal: tuple[Callable[[JobRun], Decision | None], ...] = ()) -> Plan:
     def hooks(phase: str) -> tuple[Any, ...]:
         return tuple(getattr(f, phase) for f in used if _overrides(f, phase))
 
-    return Plan(job_class, hooks("before"), hooks("around"), hooks("decide"), hooks("settling"),
-                tuple(reversed(hooks("after"))))
+    return Plan(job_class, refusal + hooks("before"), hooks("around"), hooks("decide"), hooks("settling"),
+                tuple(reversed(hooks("after"))), refused=bool(refusal))

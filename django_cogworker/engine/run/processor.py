@@ -21,17 +21,19 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ... import joblog
-from ...errors import PayloadError, UnknownJobError
+from ...errors import FeatureError, PayloadError, UnknownJobError
 from ...push import payload as payloads
 from ...push import scope as _scope
 from ...push.job import registered
 from ..fetch.contract import Unit
 from ..settle.retry import Filing
 from ..settle.settlement import ACK
-from .hooks import Decision, JobRun, Outcome, Plan, Plans
+from .hooks import Decision, JobRun, Outcome, Plan, Plans, feature_error
+from .tracebacks import ExcInfo, from_user_code, trimmed
 
 if TYPE_CHECKING:
     from ..fetch.fetcher import Fetcher
@@ -166,19 +168,28 @@ class Processor:
             run.elapsed = time.monotonic() - run.started
 
     def _decide(self, plan: Plan, run: JobRun) -> Decision:
-        """What becomes of a job that ran: a feature's claim on how it ended, else the core's."""
+        """What becomes of a job that ran: a feature's claim on how it ended, else the core's.
+
+        A ``decide`` hook that raises files the job as a failure naming it (FeatureError): raised
+        to ``process``, it killed the processor and left the job to run again at every restart,
+        never filed."""
+        error = run.error
         for hook in plan.decide:
-            decision = hook(run)
+            try:
+                decision = hook(run)
+            except BaseException as exc:  # noqa: BLE001 - a feature's bug, even a SystemExit: the job is filed
+                error = feature_error(hook, "decide", exc, run.error)
+                break
             if decision is not None:
                 return decision
-        if run.error is None:
+        if error is None:
             logger.info("done%s elapsed=%.3fs", joblog.Mention(run.jid, run.shown_class), run.elapsed)
             return Decision(Outcome.SUCCESS, ACK)
-        decision = self._failure(run, run.error)
+        decision = self._failure(run, error)
         log_safely(logger.warning, "fail%s elapsed=%.3fs: %s: %s (%s)", joblog.Mention(run.jid, run.shown_class),
-                   run.elapsed, payloads.printable(payloads.error_class(run.error)),
-                   payloads.printable(payloads.error_message(run.error), payloads.ERROR_MESSAGE_LIMIT),
-                   payloads.printable(decision.fate, payloads.ERROR_MESSAGE_LIMIT), exc_info=run.error)
+                   run.elapsed, payloads.printable(payloads.error_class(error)),
+                   payloads.printable(payloads.error_message(error), payloads.ERROR_MESSAGE_LIMIT),
+                   payloads.printable(decision.fate, payloads.ERROR_MESSAGE_LIMIT), exc_info=trimmed(error))
         return decision
 
     def _unrun(self, run: JobRun, exc: BaseException) -> Decision:
@@ -187,11 +198,13 @@ class Processor:
         decision = self._failure(run, exc)
         log_safely(logger.warning, "fail%s before its run: %s: %s (%s)", joblog.Mention(run.jid, run.shown_class),
                    payloads.error_class(exc), payloads.printable(payloads.error_message(exc)),
-                   payloads.printable(decision.fate))
+                   payloads.printable(decision.fate),
+                   exc_info=trimmed(exc) if isinstance(exc, FeatureError) else None)  # (a feature's bug: its trace)
         return decision
 
     def _failure(self, run: JobRun, exc: BaseException) -> Decision:
-        filing = self.filing(run.unit, run.payload, exc, run.job)
+        # (Its error_backtrace from the user's code in, without the worker's frames that led there.)
+        filing = self.filing(run.unit, run.payload, exc, run.job, from_user_code(exc.__traceback__))
         outcome = Outcome.RETRY if filing is not None and filing.target == "retry" else Outcome.DEAD
         return Decision(outcome, filing if filing is not None else ACK, exc, _fate(filing), failure=True)
 
@@ -219,7 +232,8 @@ class Processor:
             for after in plan.after:
                 _guarded(after, run)
 
-    def filing(self, unit: Unit, payload: dict, exc: BaseException, job: Any) -> Filing | None:
+    def filing(self, unit: Unit, payload: dict, exc: BaseException, job: Any,
+               traceback: TracebackType | None = None) -> Filing | None:
         """Where a failed job goes (None: discarded); never raises.
 
         The failure path must not fail in turn: a payload field it can't use
@@ -230,7 +244,7 @@ class Processor:
         once, so a settlement can only fail for Redis, never forever.
         """
         try:
-            filing = self.retry.filing(payload, exc, job)
+            filing = self.retry.filing(payload, exc, job, traceback)
             if filing is not None:
                 filing.raw()
                 if not math.isfinite(filing.score):
@@ -318,7 +332,8 @@ def dead_filing(raw: bytes, reason: str, exc: BaseException | None) -> Filing:
         return Filing("dead", now, payloads.dead_letter(raw, reason, now))
 
 
-def log_safely(log: Callable[..., None], message: str, *args: Any, exc_info: BaseException | None = None) -> None:
+def log_safely(log: Callable[..., None], message: str, *args: Any,
+               exc_info: BaseException | ExcInfo | None = None) -> None:
     """Log, never raise: an exception whose traceback can't be formatted (a ``__notes__`` that
     raises, say) made the logging call itself raise and killed the processor mid-filing.
 
@@ -327,8 +342,10 @@ def log_safely(log: Callable[..., None], message: str, *args: Any, exc_info: Bas
     its stack and its message, without ``exc_info``.
     """
     try:
-        if exc_info is not None and not _fits_a_log(exc_info):
-            message, args, exc_info = message + "\n%s", (*args, _short_traceback(exc_info)), None
+        if isinstance(exc_info, BaseException):
+            exc_info = (type(exc_info), exc_info, exc_info.__traceback__)
+        if exc_info is not None and not _fits_a_log(exc_info[1]):
+            message, args, exc_info = message + "\n%s", (*args, _short_traceback(exc_info[1], exc_info[2])), None
         log(message, *args, exc_info=exc_info)
     except BaseException:  # noqa: BLE001
         try:
@@ -352,12 +369,12 @@ def _fits_a_log(exc: BaseException) -> bool:
     return True
 
 
-def _short_traceback(exc: BaseException) -> str:
-    """The stack of ``exc`` and its message cut at ERROR_MESSAGE_LIMIT (chained exceptions left out)."""
+def _short_traceback(exc: BaseException, tb: TracebackType | None) -> str:
+    """The stack ``tb`` of ``exc`` and its message cut at ERROR_MESSAGE_LIMIT (chained exceptions left out)."""
     import traceback
 
     try:
-        stack = "".join(traceback.format_tb(exc.__traceback__))
+        stack = "".join(traceback.format_tb(tb))
     except BaseException:  # noqa: BLE001
         stack = ""
     message = payloads.error_message(exc)

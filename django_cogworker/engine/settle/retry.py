@@ -13,6 +13,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 from ...conf import Config
@@ -94,8 +95,12 @@ class RetryPolicy:
         # Told the due time of each retry decided here (the poller wakes for it), when set.
         self.on_retry: Callable[[float], Any] | None = None
 
-    def filing(self, payload: dict[str, Any], exc: BaseException, job: Any = None) -> Filing | None:
-        """Record the failure on ``payload``; return where it goes, or None to discard it."""
+    def filing(self, payload: dict[str, Any], exc: BaseException, job: Any = None,
+               traceback: TracebackType | None = None) -> Filing | None:
+        """Record the failure on ``payload``; return where it goes, or None to discard it.
+
+        ``traceback``: the part of the error's traceback its ``error_backtrace`` keeps (the
+        processor's: from the user's code in, engine/run/tracebacks.py); by default all of it."""
         now = self.clock()
         previous = payload.get("retry_count")
         if type(previous) is int and previous >= 0:
@@ -114,7 +119,7 @@ class RetryPolicy:
         lines = payload.get("backtrace")
         if lines:
             n = lines if isinstance(lines, int) and not isinstance(lines, bool) else payloads.BACKTRACE_DEFAULT_LINES
-            payload["error_backtrace"] = payloads.backtrace(exc, n)
+            payload["error_backtrace"] = payloads.backtrace(exc, n, traceback)
         if isinstance(exc, NotRetried):
             # (A worker that can't open a job's arguments now never will: no key of its list is the
             # one they were sealed with. Kept even with dead=False: nobody saw it run, and it is

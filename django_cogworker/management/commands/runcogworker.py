@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandError
 from ... import __version__
 from ...checks import task_option_problems
 from ...engine.run.db import CloseOldConnections
-from ...engine.run.hooks import STANDARD_FEATURES
+from ...engine.run.factories import STANDARD_FEATURES
 from ...errors import ConfigError
 from ...push import runtime
 from ...push.middleware import load
