@@ -131,13 +131,6 @@ def check_outbox_off(app_configs: Any = None, **kwargs: Any) -> list[checks.Chec
              'acceptable, add "cogworker.W012" to SILENCED_SYSTEM_CHECKS', id="cogworker.W012")]
 
 
-BACKEND_PATH = "django_cogworker.tasks.CogworkerBackend"
-
-
-def cogworker_backends(tasks_setting: object) -> dict[str, Mapping[str, Any]]:
-    """The entries of ``settings.TASKS`` whose backend is this package's, by alias."""
-    if not isinstance(tasks_setting, Mapping):
-        return {}
 @checks.register("cogworker")
 def check_job_modules(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """A ``jobs.py`` or ``tasks.py`` of the project package, in no installed app, that defines jobs:
@@ -158,6 +151,13 @@ def check_job_modules(app_configs: Any = None, **kwargs: Any) -> list[checks.Che
         obj=module, id="cogworker.W004") for module, file, names in stray_job_modules(stems)]
 
 
+BACKEND_PATH = "django_cogworker.tasks.CogworkerBackend"
+
+
+def cogworker_backends(tasks_setting: object) -> dict[str, Mapping[str, Any]]:
+    """The entries of ``settings.TASKS`` whose backend is this package's, by alias."""
+    if not isinstance(tasks_setting, Mapping):
+        return {}
     return {str(alias): params for alias, params in tasks_setting.items()
             if isinstance(params, Mapping) and params.get("BACKEND") == BACKEND_PATH}
 

@@ -260,6 +260,7 @@ def _ensure_logging(verbosity: int) -> None:
     handler.addFilter(joblog.NotPrinted())
     handler.setFormatter(logging.Formatter(
         "%(asctime)s %(process)d %(threadName)s %(levelname)s%(job_context)s %(name)s: %(message)s"))
+    handler.addFilter(joblog.JobShown())  # (last: its format shows the job, which a line then names once)
     root.addHandler(handler)
     if root.level > level:  # (a lower one the project set stays: the handler's level applies)
         root.setLevel(level)
@@ -272,4 +273,3 @@ def _is_djangos_default_console(handler: logging.Handler) -> bool:
 
     return (type(handler) is logging.StreamHandler and handler.get_name() == "console" and handler.formatter is None
             and any(isinstance(f, RequireDebugTrue) for f in handler.filters))
-    handler.addFilter(joblog.JobShown())  # (last: its format shows the job, which a line then names once)
