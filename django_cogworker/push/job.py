@@ -426,12 +426,15 @@ class Signature:
         return payload
 
     def dump(self) -> dict[str, Any]:
-        """The step as stored in its workflow's batch data; sealed (``"e"``) if its job encrypts."""
+        """The step as stored in its workflow's batch data; sealed (``"e"``) if its job encrypts, its
+        clear options and ``with_previous`` bound to the seal: changed in Redis, ``"p"`` put the previous
+        step's value before its sealed arguments, and ``"o"`` ``{"encrypt": false}`` pushed them in clear."""
         data = {"t": "sig", "c": self.job_class.name, "a": self.args, "k": self.kwargs, "o": self.options,
                 "p": self.takes_previous}
         if JobSetter(self.job_class, self.options).encrypts:
+            bound = _sealing.binding([self.options, bool(self.takes_previous)])
             data.update(a=[], k={}, e=_sealing.seal(self.args, self.kwargs, self.job_class.name,
-                                                     push_ring(self.job_class)))
+                                                     push_ring(self.job_class), bound=bound))
         return data
 
     @classmethod
@@ -439,7 +442,8 @@ class Signature:
         """The step ``dump`` stored (opened with the settings' keys if sealed)."""
         args, kwargs = data["a"], data["k"]
         if "e" in data:
-            args, kwargs = _sealing.unseal(data["e"], job_class.name, push_ring(job_class))
+            args, kwargs = _sealing.unseal(data["e"], job_class.name, push_ring(job_class),
+                                           _sealing.binding([data["o"], bool(data["p"])]))
         return cls(job_class, args, kwargs, data["o"], data["p"])
 
 

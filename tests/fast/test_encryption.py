@@ -323,3 +323,23 @@ def test_a_batch_callback_that_encrypts_shows_its_options_as_encrypted(rb):
     detail = api.BatchSet().get(batch.bid)
     assert detail is not None and [c.options for c in detail.callbacks] == ["(encrypted)"]
     assert not [key for key, value in every_value(rb) if b"Zanzibar" in key + value]
+
+
+@pytest.mark.parametrize("change", [{"p": True}, {"o": {"encrypt": False}}, {"o": {"queue": "elsewhere"}}],
+                         ids=["with-previous-turned-on", "encryption-turned-off", "another-queue"])
+def test_a_sealed_workflow_step_opens_only_with_the_options_it_was_stored_with(change):
+    # (Stored clear beside its seal in its chain's batch data: "p" turned on put the previous step's
+    # value, which Redis holds clear, before its sealed arguments; "encrypt": false pushed them clear.)
+    from django_cogworker.push.job import Signature
+
+    step = SecretJob.s("k", SECRET).set(queue="mail")
+    stored = json.loads(json.dumps(step.dump()))  # (as the chain's batch data holds it)
+    assert SECRET not in json.dumps(stored) and stored["p"] is False
+    loaded = Signature.load(SecretJob, stored)
+    assert (loaded.args, loaded.options, loaded.takes_previous) == (["k", SECRET], {"queue": "mail"}, False)
+    with pytest.raises(SealBroken, match="don't open"):
+        Signature.load(SecretJob, {**stored, **change})
+    taking = json.loads(json.dumps(step.with_previous().dump()))
+    assert Signature.load(SecretJob, taking).takes_previous is True
+    with pytest.raises(SealBroken, match="don't open"):
+        Signature.load(SecretJob, {**taking, "p": False})

@@ -148,3 +148,28 @@ def test_a_task_that_encrypts_keeps_its_arguments_out_of_its_result_record_and_i
         wait_until(lambda: r.hget(f"cogworker:result:{result.id}", "status") == "SUCCESSFUL", timeout=30)
     assert r.lrange("tasked", 0, -1) == [seen(SECRET)]
     assert_no_clear_secret(rb, "a task done")
+
+
+def test_arguments_written_beside_a_sealed_payload_send_it_to_dead_unrun_saying_so(tmp_path, r, rb):
+    # Someone who can write to Redis, not the key: a keyword set on a queued payload (it ran the job with
+    # it: here, failing each attempt), an argument put before the sealed ones (it shifted them).
+    keyword = SecretJob.perform_async("injected", SECRET)
+    argument = SecretJob.perform_async("injected", SECRET)
+    queue = "cogworker:queue:default"
+    for index, raw in enumerate(r.lrange(queue, 0, -1)):
+        payload = json.loads(raw)
+        payload.update({keyword: {"kwargs": {"fails": -1}}, argument: {"args": ["elsewhere"]}}[payload["jid"]])
+        r.lset(queue, index, json.dumps(payload))
+    with keyed_worker(tmp_path, "injected") as w:
+        w.wait_ready()
+        wait_until(lambda: r.zcard("cogworker:dead") == 2, timeout=30, message="both jobs in dead")
+        assert "Quetzalcoatl" not in w.log()
+    dead = {entry["jid"]: entry for entry in map(json.loads, r.zrange("cogworker:dead", 0, -1))}
+    for jid, said in ((keyword, "clear kwargs beside its sealed arguments ('fails')"),
+                      (argument, "1 clear argument(s) beside its sealed ones, where its seal allows none")):
+        assert dead[jid]["error_class"] == "django_cogworker.features.encryption.errors.UnsealedArguments"
+        assert said in dead[jid]["dead_reason"] and "refused, never run" in dead[jid]["dead_reason"]
+        assert dead[jid]["retry_count"] == 0 and "elsewhere" not in dead[jid]["dead_reason"]
+    assert r.llen("injected") == 0 and r.llen("elsewhere") == 0  # (perform never called)
+    assert r.zcard("cogworker:retry") == 0
+    assert_no_clear_secret(rb, "refused for what was written beside its seal")

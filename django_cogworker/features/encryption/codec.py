@@ -63,27 +63,39 @@ def is_sealed(payload: dict[str, Any]) -> bool:
 
 
 def seal(args: Sequence[Any], kwargs: dict[str, Any], job_class: str, ring: KeyRing,
-         head: Sequence[tuple[str, str]] = ()) -> str:
+         head: Sequence[tuple[str, str]] = (), bound: str = "") -> str:
     """The blob of ``args`` and ``kwargs`` (JSON-native, checked by the caller) for ``job_class``;
-    ``head``: the clear arguments its payload will carry before them, each as (kind, bound)."""
+    ``head``: the clear arguments its payload will carry before them, each as (kind, bound);
+    ``bound``: clear text stored beside the blob that it opens only with (a workflow step's options)."""
     kid, cipher = ring.sealing
     nonce = os.urandom(NONCE_BYTES)
     if head:
         version, aad, clear = HEAD_VERSION, _AAD_HEAD, [list(args), kwargs, [[kind, bound] for kind, bound in head]]
     else:  # (v1 unchanged: a worker of the previous release opens what a job without a head is sealed in)
         version, aad, clear = VERSION, _AAD, [list(args), kwargs]
-    sealed = cipher.encrypt(nonce, _json(clear).encode(), (aad + job_class).encode())
+    sealed = cipher.encrypt(nonce, _json(clear).encode(), _aad(aad, job_class, bound))
     return f"{version}.{kid}.{base64.urlsafe_b64encode(nonce + sealed).decode().rstrip('=')}"
 
 
-def unseal(blob: Any, job_class: str, ring: KeyRing) -> tuple[list[Any], dict[str, Any]]:
+def unseal(blob: Any, job_class: str, ring: KeyRing, bound: str = "") -> tuple[list[Any], dict[str, Any]]:
     """``(args, kwargs)`` from ``blob``; KeyUnavailable if no key of ``ring`` is the one it names,
-    SealBroken if it doesn't open (changed, another class's, not a blob)."""
-    args, kwargs, _head = open_blob(blob, job_class, ring)
+    SealBroken if it doesn't open (changed, another class's, not a blob, ``bound`` not what it was sealed with)."""
+    args, kwargs, _head = open_blob(blob, job_class, ring, bound)
     return args, kwargs
 
 
-def open_blob(blob: Any, job_class: str, ring: KeyRing) -> tuple[list[Any], dict[str, Any], list[list[str]]]:
+def binding(value: Any) -> str:
+    """``value`` (JSON-native) as the ``bound`` text of :func:`seal`: one text for equal values."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def _aad(prefix: str, job_class: str, bound: str) -> bytes:
+    # (Without ``bound``, v1's own: what a worker of the previous release seals and opens.)
+    return (prefix + job_class + ("\x00" + bound if bound else "")).encode()
+
+
+def open_blob(blob: Any, job_class: str, ring: KeyRing,
+              bound: str = "") -> tuple[list[Any], dict[str, Any], list[list[str]]]:
     """``(args, kwargs, head)`` from ``blob`` (``head``: what the clear arguments before them must be)."""
     global _InvalidTag
     if _InvalidTag is None:
@@ -98,7 +110,7 @@ def open_blob(blob: Any, job_class: str, ring: KeyRing) -> tuple[list[Any], dict
         raw = base64.urlsafe_b64decode(data + "=" * (-len(data) % 4))
     except (binascii.Error, ValueError):
         raise SealBroken("its sealed arguments are not base64") from None
-    aad = ((_AAD_HEAD if version == HEAD_VERSION else _AAD) + job_class).encode()
+    aad = _aad(_AAD_HEAD if version == HEAD_VERSION else _AAD, job_class, bound)
     for cipher in ciphers:
         try:
             clear = cipher.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], aad)
