@@ -67,8 +67,12 @@ class Unit:
 def begin(client: Any) -> Unit | None:
     """A new unit when a push through ``client`` (the process's: ``runtime.get_client()``, asked by
     the caller, as push/ imports this module) would be an outbox row (OUTBOX on, inside a
-    transaction), else None."""
-    alias = client._outbox_alias(client.config.enqueue_on_commit)
+    transaction), else None. None too for the test helpers' stand-in (testing.fake/inline), which
+    has no outbox: it takes each push as it is made, and a batch's own writes go to Redis at once."""
+    outbox_alias = getattr(client, "_outbox_alias", None)
+    if outbox_alias is None:
+        return None
+    alias = outbox_alias(client.config.enqueue_on_commit)
     return None if alias is None else Unit(client, alias)
 
 

@@ -271,6 +271,12 @@ def set_override(client: Any) -> Any:
     return previous
 
 
+def get_override() -> Any:
+    """The testing client installed (testing.fake/inline), or None: asked by what pushes other
+    than through the client (a batch's callbacks, features/batches/delivery.py), to hand it those."""
+    return _override
+
+
 def reset() -> None:
     """Forget the config and clients; the next use rebuilds them from settings and environment."""
     global _config, _redis, _client

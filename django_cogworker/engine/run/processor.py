@@ -58,11 +58,16 @@ class Processor:
     quiet doesn't concern it (no more jobs come). A processor that dies of a bug
     tells ``on_death`` (the Manager replaces it); the job it held stays on the
     in-progress list (reliable fetch) for reconciliation or orphan recovery.
+
+    Built without a ``handover`` and ``acks``, a processor is called, not started: ``process(unit)``
+    runs one job on the caller's thread and settles it at once through its settler, then returns
+    its JobRun (``run.decision``: the settlement made, ``run.error``: what the job raised). The
+    test helpers (django_cogworker/testing/) run every job so, through the same phases and hooks.
     """
 
-    def __init__(self, index: int, *, handover: Fetcher, ledger: Ledger, acks: AckBatch, settler: Settler,
-                 retry: RetryPolicy, stats: Stats, server_chain: Callable[[Any, dict], Any], plans: Plans,
-                 on_death: Callable[[Processor], None],
+    def __init__(self, index: int, *, ledger: Ledger, settler: Settler, retry: RetryPolicy, stats: Stats,
+                 server_chain: Callable[[Any, dict], Any], plans: Plans, handover: Fetcher | None = None,
+                 acks: AckBatch | None = None, on_death: Callable[[Processor], None] | None = None,
                  thread_context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext):
         self.index = index
         self.handover = handover
@@ -86,12 +91,15 @@ class Processor:
     def run(self) -> None:
         """Take and process units until handed None; on a bug of our own, log and tell ``on_death``."""
         handover = self.handover
+        if handover is None:
+            raise RuntimeError("a processor built without a handover is called (process), not started")
         try:
             with self.thread_context():
                 self._loop(handover)
         except BaseException as exc:
             log_safely(logger.error, "processor %d died; replacing it", self.index, exc_info=exc)
-            self.on_death(self)
+            if self.on_death is not None:
+                self.on_death(self)
 
     def _loop(self, handover: Fetcher) -> None:
         while True:
@@ -108,8 +116,9 @@ class Processor:
                     self.thread.name = self.name  # (a job renamed it: logs and the workers hash use it)
                 handover.processor_idle(time.monotonic() - taken)
 
-    def process(self, unit: Unit) -> None:
-        """Run one unit through the phases: before, run (around), decide, settling, settle, after."""
+    def process(self, unit: Unit) -> JobRun | None:
+        """Run one unit through the phases: before, run (around), decide, settling, settle, after;
+        return its JobRun (None for a payload that can't be read: buried in dead)."""
         try:
             payload = payloads.decode(unit.raw)
         except PayloadError as exc:
@@ -117,7 +126,7 @@ class Processor:
                 self.bury(unit, exc)
             finally:
                 self.ledger.unit_dropped(unit)
-            return
+            return None
         # A class this worker doesn't know fails like a job that raised, and is retried: pushed by
         # code deployed before the workers restarted, it runs once they have. Nothing is imported
         # for it: only the classes discovered at startup ever run.
@@ -146,6 +155,8 @@ class Processor:
             if running is not None:
                 _scope.running.reset(running)
             joblog.leave(context)
+        return run
+
     def _before(self, plan: Plan, run: JobRun) -> Decision | None:
         """The first ``before`` hook's Decision (the job doesn't run), or None; a hook that raises
         fails the job unrun (raised to ``process``, which files it)."""
@@ -215,10 +226,13 @@ class Processor:
         run.decision = decision
         settlement, raw = decision.settlement, run.unit.raw
         try:
-            if settlement == ACK:
-                self.acks.add(raw)
+            acks = self.acks
+            if acks is None:  # (called, not started: settled now)
+                self.settler.settle(raw, settlement)
+            elif settlement == ACK:
+                acks.add(raw)
             elif not isinstance(settlement, (str, Filing)) and settlement.holdable:
-                self.acks.add(raw, settlement)  # (its step runs with the others held, before its ack)
+                acks.add(raw, settlement)  # (its step runs with the others held, before its ack)
             else:
                 self.settler.settle(raw, settlement)
             if decision.outcome is not Outcome.RESCHEDULED and (run.ran or decision.failure):
