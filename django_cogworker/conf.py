@@ -17,7 +17,7 @@ from typing import Any
 
 from .bounds import MAX_SECONDS, MAX_SECONDS_TEXT
 from .broker.cluster import has_hash_tag, is_cluster_url, tagged_prefix
-from .broker.urls import URL_SCHEMES, options_problem, redact_url, url_problem
+from .broker.urls import URL_SCHEMES, options_problem, redact_url, url_problem, url_sources
 from .errors import ConfigError
 from .features.encryption import keys as encryption_keys
 
@@ -240,9 +240,9 @@ def build_config(raw: Mapping[str, Any] | None, environ: Mapping[str, str] | Non
             continue
         values[field] = value
     if "redis_url" not in values:
-        url = environ.get("COGWORKER_REDIS_URL") or environ.get("REDIS_URL")
-        if url:
-            values["redis_url"] = url
+        from_environment = url_sources(None, environ)  # (the setting, when given, won: broker/urls.py)
+        if from_environment:
+            values["redis_url"] = from_environment[0][1]
     values.update(overrides)
     if "queues" in values:
         values["queues"] = _normalise_queues(values["queues"], errors)

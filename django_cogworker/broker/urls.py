@@ -1,4 +1,5 @@
-"""The forms ``REDIS_URL`` takes, what is checked of each at startup, and the URL as it is shown.
+"""The forms ``REDIS_URL`` takes, where it is read from, what is checked of each at startup, and
+the URL as it is shown.
 
 ``redis://[user:password@]host:port/db``, ``rediss://`` (TLS), ``unix:///path?db=0``;
 ``redis+sentinel://`` / ``rediss+sentinel://`` (:mod:`.sentinel`); ``redis+cluster://`` /
@@ -21,6 +22,20 @@ from .sentinel import SentinelURLError, is_sentinel_url, make_sentinel_redis, pa
 URL_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster")
 URL_FORMS = ("a redis://, rediss://, unix://, redis+sentinel://, rediss+sentinel://, redis+cluster:// or "
              "rediss+cluster:// URL")
+
+# Where the Redis URL is read, the first set winning (conf.build_config): the setting, then the environment.
+URL_SOURCES = ('COGWORKER["REDIS_URL"]', "COGWORKER_REDIS_URL", "REDIS_URL")
+
+
+def url_sources(setting: object, environ: Mapping[str, str]) -> list[tuple[str, Any]]:
+    """Each source of the Redis URL that is set, as ``(name, url)`` in URL_SOURCES' order: the first
+    is used. ``setting`` is ``settings.COGWORKER`` (a REDIS_URL there is used whatever its value:
+    validation names a bad one); an empty environment variable counts as unset."""
+    found: list[tuple[str, Any]] = []
+    if isinstance(setting, Mapping) and "REDIS_URL" in setting:
+        found.append((URL_SOURCES[0], setting["REDIS_URL"]))
+    found.extend((name, environ[name]) for name in URL_SOURCES[1:] if environ.get(name))
+    return found
 
 
 def redact_url(url: str) -> str:

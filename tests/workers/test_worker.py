@@ -14,7 +14,7 @@ import statistics
 import time
 
 import pytest
-from helpers import FAST_ENV, RedisServer, Worker, wait_until, worker
+from helpers import FAST_ENV, RedisServer, Worker, free_port, wait_until, worker
 from peek import queued_jids
 
 from django_cogworker import __version__
@@ -36,8 +36,12 @@ def test_banner_options_and_a_password_never_shown(tmp_path):
     password = "s3cret-pa55word"
     with RedisServer(tmp_path / "redis", password=password) as srv:
         r = srv.client(decode_responses=True)
-        args = ("-c", "3", "-q", "alpha,3", "-q", "beta", "--fetch", "basic", "--timeout", "2", "--tag", "blue")
-        with worker(tmp_path, *args, env={"COGWORKER_REDIS_URL": srv.url}) as w:
+        health_port = free_port()
+        args = ("-c", "3", "-q", "alpha,3", "-q", "beta", "--fetch", "basic", "--timeout", "2", "--tag", "blue",
+                "--max-memory-mb", "4096", "--max-jobs-per-process", "100000", "--health-port", str(health_port))
+        # (A REDIS_URL that differs too, as a deployment may leave one: the worker says which it uses.)
+        ignored = "redis://:other-pa55@10.9.9.9:6390/0"
+        with worker(tmp_path, *args, env={"COGWORKER_REDIS_URL": srv.url, "REDIS_URL": ignored}) as w:
             identity = w.wait_ready()
             info = json.loads(r.hget(K.process(identity), "info"))
             w.term()
@@ -51,7 +55,11 @@ def test_banner_options_and_a_password_never_shown(tmp_path):
     assert "queues alpha(3), beta(1)" in banner
     assert "concurrency 3" in banner
     assert "fetch basic" in banner
-    assert password not in log
+    assert banner.endswith(f" | outbox off | max memory 4096 MB | max jobs 100000 per process | "
+                           f"health 127.0.0.1:{health_port}")
+    assert (f"Redis URL from COGWORKER_REDIS_URL: redis://:***@127.0.0.1:{srv.port}/0; also set, and ignored: "
+            "REDIS_URL (redis://:***@10.9.9.9:6390/0)") in log
+    assert password not in log and "other-pa55" not in log
     assert (info["concurrency"], info["queues"], info["weights"], info["fetch"], info["tag"], info["pid"]) == (
         3, ["alpha", "beta"], {"alpha": 3, "beta": 1}, "basic", "blue", w.pid)
     assert "waiting up to 2.0s" in log  # --timeout

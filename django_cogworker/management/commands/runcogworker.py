@@ -116,12 +116,9 @@ class Command(BaseCommand):
             code = run_worker_for(supervised)
             sys.stdout.flush()
             sys.exit(code)
-        self.stdout.write(
-            f"cogworker {__version__} pid {_pid()} | redis {config.redacted_url} | "
-            f"queues {', '.join(f'{n}({w})' for n, w in config.queues)} | concurrency {config.concurrency} | "
-            f"fetch {config.fetch} | periodic entries {len(entries)}"
-            + (f" | processes {processes}" if processes > 1 else ""))
+        self.stdout.write(banner(config, len(entries), processes))
         self.stdout.flush()
+        _log_redis_url_source()  # (after the banner, the first line, whose "redis" it explains)
 
         if processes == 1:
             code = run_worker_for(None, health)
@@ -132,6 +129,40 @@ class Command(BaseCommand):
             sys.exit(REPLACE_EXIT)
         if code:
             raise CommandError(f"stopped with code {code}")
+
+
+def banner(config, periodic_entries: int, processes: int) -> str:
+    """The line a worker prints at startup: what it runs with, the password of its Redis URL masked.
+
+    The outbox, the caps and the health port too: a worker started without the caps a deployment
+    counts on (a typo in an environment variable) looked like any other."""
+    caps = [f"max memory {config.max_memory_mb} MB" if config.max_memory_mb else "",
+            f"max jobs {config.max_jobs_per_process} per process" if config.max_jobs_per_process else ""]
+    return " | ".join(part for part in (
+        f"cogworker {__version__} pid {_pid()}", f"redis {config.redacted_url}",
+        f"queues {', '.join(f'{n}({w})' for n, w in config.queues)}", f"concurrency {config.concurrency}",
+        f"fetch {config.fetch}", f"periodic entries {periodic_entries}",
+        f"processes {processes}" if processes > 1 else "", f"outbox {'on' if config.outbox else 'off'}", *caps,
+        f"health {config.health_host}:{config.health_port}" if config.health_port else "") if part)
+
+
+def _log_redis_url_source() -> None:
+    """Say which Redis URL the worker uses when another source names a different one (a WARNING: one
+    of them is a mistake). A COGWORKER["REDIS_URL"] hard-coded in the settings silently beat a
+    COGWORKER_REDIS_URL set for the deployment, and the worker served another Redis than the web."""
+    import os
+
+    from ...broker.urls import URL_SOURCES, redact_url, url_sources
+
+    sources = url_sources(getattr(settings, "COGWORKER", None), os.environ)
+    if not sources:
+        return
+    (used, url), *others = sources
+    ignored = [f"{name} ({redact_url(str(other))})" for name, other in others if other != url]
+    if ignored:
+        logging.getLogger(__name__).warning(
+            "Redis URL from %s: %s; also set, and ignored: %s (the first set of %s wins)", used, redact_url(str(url)),
+            ", ".join(ignored), ", ".join(URL_SOURCES))
 
 
 def _companions(config, redis) -> list:
