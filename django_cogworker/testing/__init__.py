@@ -17,8 +17,7 @@ recorded (or run) when it is made.
             jobs.drain()
 
 A plain job needs no Redis. A batch or a workflow keeps its bookkeeping in the project's Redis
-(``COGWORKER_REDIS_URL`` / ``REDIS_URL``) under the helpers too, as Sidekiq Pro's batches do in
-its tests.
+(``COGWORKER_REDIS_URL`` / ``REDIS_URL``) under the helpers too.
 
 pytest fixtures ``cogworker_fake`` and ``cogworker_inline`` are installed with
 the package (a pytest plugin); for ``unittest`` / Django ``TestCase`` use

@@ -36,6 +36,14 @@ class AsyncCollect(Job):
         ran.append((self.jid, list(args), {}))
 
 
+class PushesThenFails(Job):
+    """Pushes a FailJob, then records that it went on: a child's failure is not its parent's."""
+
+    def perform(self, message):
+        FailJob.perform_async(message)
+        ran.append((self.jid, ["after the push"], {}))
+
+
 ran: list = []
 
 
@@ -144,6 +152,28 @@ def test_inline_passes_json_round_tripped_arguments():
         Collect.perform_async([1, {"a": None}], key="v")
         Collect.perform_bulk([(2,), (3,)])
     assert [(args, kwargs) for _, args, kwargs in ran] == [([[1, {"a": None}]], {"key": "v"}), ([2], {}), ([3], {})]
+
+
+def test_inline_runs_a_job_s_pushes_once_it_is_settled_and_raises_their_failure_to_the_caller():
+    # (As a worker: the child runs after its parent, whose run its failure doesn't end. Run inside
+    # the parent, a chain of 300 steps nested 300 runs, and a child's exception failed its parent.)
+    with testing.inline(), pytest.raises(RuntimeError, match="child failed"):
+        PushesThenFails.perform_async("child failed")
+    assert [args for _, args, _ in ran] == [["after the push"]]
+
+
+def test_a_project_s_feature_runs_under_both_modes(settings, r):
+    # The helpers run the worker's path: a project's COGWORKER["FEATURES"] sees their jobs too
+    # (testproject/demo/audit.py: an entry per job settled, in the stream <prefix>audit).
+    settings.COGWORKER = {**settings.COGWORKER, "FEATURES": ["testproject.demo.audit.audit"]}
+    with testing.fake() as jobs:
+        done = Collect.perform_async(1)
+        jobs.drain()
+    with testing.inline(), pytest.raises(RuntimeError):
+        FailJob.perform_async("audited")
+    outcomes = {fields["jid"]: fields["outcome"] for _id, fields in r.xrange("cogworker:audit")}
+    assert len(outcomes) == 2 and outcomes[done] == "success"
+    assert list(outcomes.values())[1] == "dead"  # (a failure is final here: FailJob's 2 retries aren't made)
 
 
 def test_modes_nest_and_restore_the_previous_one():
