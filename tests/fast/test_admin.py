@@ -1103,3 +1103,17 @@ def test_links_to_a_limiter_key_a_batch_or_a_queue_named_with_slashes_or_dots_op
             opened = _follow(viewer, BASE + listing, links[name])
             assert opened.status_code == 200, (listing, name, links[name])
             assert f"<title>{escape(f'{title} {name}')} |" in opened.content.decode(), (listing, name, links[name])
+
+
+def test_admin_md_lists_the_url_of_every_page():
+    # (admin.md's list of URLs missed outbox/.)
+    from django.urls import reverse
+    from helpers import REPO_ROOT
+
+    from django_cogworker.models import PAGES
+
+    doc = (REPO_ROOT / "docs" / "admin.md").read_text()
+    listed = doc.split("URLs: `/admin/django_cogworker/<page>/` with `<page>` one of ", 1)[1].split("; plus", 1)[0]
+    segments = {reverse(f"admin:django_cogworker_{page._meta.model_name}_changelist").rstrip("/").rsplit("/", 1)[1]
+                for page in PAGES}
+    assert set(re.findall(r"`([a-z]+)`", listed)) == segments
