@@ -4,7 +4,8 @@ or ``@task(encrypt=True)``.
     keys.py     ENCRYPTION_KEYS checked (errors name the entry's position, never the key), the
                 KeyRing (first key seals, every key opens), ``new_key`` (``manage.py cogworker genkey``)
     codec.py    seal a payload's arguments (AES-256-GCM, the key's id in the blob), open them
-    errors.py   NoEncryptionKeys (a push refused), KeyUnavailable and SealBroken (dead at once)
+    errors.py   NoEncryptionKeys (a push refused), KeyUnavailable and SealBroken (dead at once),
+                UnsealedArguments (a SealBroken: clear arguments written beside a seal)
     checks.py   cogworker.E020: a job class that encrypts, and no keys to do it with
 
 Where it plugs in: ``push/job.py`` seals when a payload is built (``JobSetter.build``; the
