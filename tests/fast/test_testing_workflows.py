@@ -67,6 +67,15 @@ class Sealed(Job):
         return secret
 
 
+class SealedCallback(Job):
+    """A batch callback that encrypts: its options sealed, its status clear beside them."""
+
+    encrypt = True
+
+    def perform(self, status, secret):
+        ran.append(("SealedCallback", [secret, status["event"]]))
+
+
 @pytest.fixture(autouse=True)
 def clear_ran():
     ran.clear()
@@ -220,10 +229,11 @@ def test_a_chain_stops_at_a_step_that_fails(mode, outbox, r):
 def test_an_encrypted_job_gets_its_arguments_opened(mode, outbox, r):
     def start():
         Sealed.perform_async("Zanzibar")
-        group(Sealed.s("in a group")).perform_async()
+        group(Sealed.s("in a group")).on("success", SealedCallback, secret="in its callback").perform_async()
 
     run_all(mode, outbox, start)
     assert sorted(names("Sealed")) == [["Zanzibar"], ["in a group"]]
+    assert names("SealedCallback") == [["in its callback", "success"]]
 
 
 def test_an_encrypted_step_s_value_is_handed_on(mode, outbox, r):
