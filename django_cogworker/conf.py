@@ -147,7 +147,8 @@ class Config:
             elif field.name == "metrics_token":
                 value = "***" if value else ""
             elif field.name == "encryption_keys":
-                shown.append(f"encryption_keys=<{len(value) if isinstance(value, tuple) else '?'} keys>")
+                count = len(value) if isinstance(value, tuple) else "?"
+                shown.append(f"encryption_keys=<{count} key{'' if count == 1 else 's'}>")
                 continue
             elif field.name == "redis_options" and isinstance(value, Mapping):
                 value = {k: "***" if isinstance(k, str) and _SECRET_OPTION.search(k) else v for k, v in value.items()}

@@ -16,7 +16,7 @@ from django.urls import reverse
 from .. import api
 from ..api import records, sorted_sets
 from ..push.job import registry
-from .views import back, confirm, confirmed, guard, int_param, paged, render_page, result_times
+from .views import all_of, back, confirm, confirmed, counted, guard, int_param, paged, render_page, result_times
 
 SETS: dict[str, tuple[type[api.SortedSet], str]] = {
     "scheduled": (api.ScheduledSet, "Scheduled"),
@@ -81,10 +81,10 @@ def _act(request: HttpRequest, site: Any, page: str, zset: api.SortedSet, title:
     if action in (move_all, delete_all):
         if not confirmed(request):
             verb = "Delete" if action == delete_all else ("Enqueue" if page == "scheduled" else "Retry")
-            return confirm(request, site, page, f"{verb} all {zset.size():,} entries of {title}?",
+            return confirm(request, site, page, f"{verb} {all_of(zset.size(), 'entry')} of {title}?",
                            f"Yes, {verb.lower()} all")
         if action == delete_all:
-            messages.success(request, f"{title}: {zset.delete_all():,} entries deleted.")
+            messages.success(request, f"{title}: {counted(zset.delete_all(), 'entry')} deleted.")
             return back(request, page_url)
         return _move_some(request, site, page, zset, title, page_url)
     if action not in ROW_ACTIONS[page]:
@@ -129,7 +129,8 @@ def _move_some(request: HttpRequest, site: Any, page: str, zset: api.SortedSet, 
     if not done.left:
         return back(request, page_url)
     verb = "enqueue" if page == "scheduled" else "retry"
-    return confirm(request, site, page, f"{done.left:,} entries of {title} are left to look at (one request "
+    return confirm(request, site, page, f"{counted(done.left, 'entry')} of {title} {'is' if done.left == 1 else 'are'} "
+                   "left to look at (one request "
                    f"moves at most {sorted_sets.RETRY_SOME_LIMIT:,}, for at most "
                    f"{sorted_sets.RETRY_SOME_BUDGET:g} s). Go on?", f"Yes, {verb} the next ones",
                    resume=str(done.resume))

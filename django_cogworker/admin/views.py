@@ -163,9 +163,9 @@ def queues(request: HttpRequest, *, site: Any) -> HttpResponse:
         elif action == "clear":
             if not confirmed(request):
                 return confirm(request, site, "queue",
-                               f"Delete all {queue.size():,} jobs waiting in queue {name}? They will not run.",
+                               f"Delete {all_of(queue.size(), 'job')} waiting in queue {name}? They will not run.",
                                "Yes, clear the queue")
-            messages.success(request, f"Queue {name} cleared: {queue.clear():,} jobs deleted.")
+            messages.success(request, f"Queue {name} cleared: {counted(queue.clear(), 'job')} deleted.")
         else:
             messages.error(request, f"Unknown action {action!r}.")
         return back(request, page_url)
@@ -173,6 +173,16 @@ def queues(request: HttpRequest, *, site: Any) -> HttpResponse:
     _count_readers(result.items)
     return render_page(request, site, "queue", "admin/cogworker/queues.html", "Queues", result=result,
                        query="")
+
+
+def counted(count: int, noun: str) -> str:
+    """``1 job``, ``3 jobs``, ``1 entry``, ``2 entries``: a count as a message says it (not "1 jobs deleted")."""
+    return f"{count:,} {noun if count == 1 else noun[:-1] + 'ies' if noun.endswith('y') else noun + 's'}"
+
+
+def all_of(count: int, noun: str) -> str:
+    """``the 1 job``, ``all 3 jobs``: what a confirmation asks to act on."""
+    return f"{'the' if count == 1 else 'all'} {counted(count, noun)}"
 
 
 def _count_readers(rows: list[api.QueueRow]) -> None:

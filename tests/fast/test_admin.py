@@ -1117,3 +1117,17 @@ def test_admin_md_lists_the_url_of_every_page():
     segments = {reverse(f"admin:django_cogworker_{page._meta.model_name}_changelist").rstrip("/").rsplit("/", 1)[1]
                 for page in PAGES}
     assert set(re.findall(r"`([a-z]+)`", listed)) == segments
+
+
+def test_one_job_or_entry_is_counted_as_one(changer, rb):
+    # ("Delete all 1 jobs", "1 jobs deleted": the admin's messages counted a lone one as many.)
+    push(rb, job(queue="solo"))
+    asked = changer.post(BASE + "queue/", {"action": "clear", "queue": "solo"}).content.decode()
+    assert "Delete the 1 job waiting in queue solo?" in asked
+    done = changer.post(BASE + "queue/", {"action": "clear", "queue": "solo", "confirmed": "yes"}, follow=True)
+    assert "Queue solo cleared: 1 job deleted." in done.content.decode()
+    zadd(rb, KEYS.dead, failed(), time.time())
+    asked = changer.post(BASE + "dead/", {"action": "delete_all"}).content.decode()
+    assert "Delete the 1 entry of Dead?" in asked
+    done = changer.post(BASE + "dead/", {"action": "delete_all", "confirmed": "yes"}, follow=True)
+    assert "Dead: 1 entry deleted." in done.content.decode()

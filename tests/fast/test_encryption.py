@@ -343,3 +343,12 @@ def test_a_sealed_workflow_step_opens_only_with_the_options_it_was_stored_with(c
     assert Signature.load(SecretJob, taking).takes_previous is True
     with pytest.raises(SealBroken, match="don't open"):
         Signature.load(SecretJob, {**taking, "p": False})
+
+
+def test_a_ring_of_one_key_is_counted_as_one():
+    # ("COGWORKER["ENCRYPTION_KEYS"] (1 keys)" in the error of a job sealed with a key the worker lacks.)
+    blob = codec.seal([SECRET], {}, "app.Job", KeyRing([OLD]))
+    with pytest.raises(KeyUnavailable, match=r'COGWORKER\["ENCRYPTION_KEYS"\] \(1 key\); add that key'):
+        codec.unseal(blob, "app.Job", KeyRing([NEW]))
+    assert repr(KeyRing([NEW])) == "KeyRing(1 key)" and repr(KeyRing([NEW, OLD])) == "KeyRing(2 keys)"
+    assert "encryption_keys=<1 key>" in repr(build_config({"ENCRYPTION_KEYS": [NEW]}))

@@ -62,6 +62,11 @@ def problems(value: Any) -> list[str]:
     return found
 
 
+def _keys(count: int) -> str:
+    """``1 key``, ``2 keys`` (a worker with one key said "(1 keys)")."""
+    return f"{count} key" if count == 1 else f"{count} keys"
+
+
 def _decode(entry: Any) -> tuple[bytes, str]:
     """The key's bytes, or what is wrong with ``entry`` (its type or length, never its characters)."""
     if not isinstance(entry, str):
@@ -105,7 +110,7 @@ class KeyRing:
         return bool(self._ciphers)
 
     def __repr__(self) -> str:
-        return f"KeyRing({len(self._ciphers)} keys)"  # (never the keys: this is what a traceback's locals show)
+        return f"KeyRing({_keys(len(self._ciphers))})"  # (never the keys: this is what a traceback's locals show)
 
     @property
     def sealing(self) -> tuple[str, Any]:
@@ -118,7 +123,7 @@ class KeyRing:
         if not found:
             raise KeyUnavailable(
                 f"its arguments were encrypted with key {kid!r}, which is not among this worker's "
-                f"{SETTING} ({len(self._ciphers)} keys); add that key to the list and retry it from dead")
+                f"{SETTING} ({_keys(len(self._ciphers))}); add that key to the list and retry it from dead")
         return found
 
     def unique_digest(self, digest: str) -> str:
