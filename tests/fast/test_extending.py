@@ -87,6 +87,22 @@ def test_a_feature_s_before_settles_a_job_unrun_and_its_bug_in_after_is_logged_n
     assert r.zcard("cogworker:retry") == 0 and r.zcard("cogworker:dead") == 0  # acked, as the Decision said
 
 
+def test_the_kill_switch_example_drops_a_switched_off_class_s_jobs_unrun(launcher_factory, r, caplog):
+    # docs/extending.md's `before` example (testproject/demo/switch.py), its imports from
+    # django_cogworker.features alone.
+    token = new_token()
+    r.sadd("cogworker:switched_off", Note.name)
+    running = launcher_factory(FEATURES=["testproject.demo.switch.kill_switch"])
+    dropped = running.push(Note, token, 1)
+    failed = running.push(Boom, token)  # (a class not switched off runs: here, it fails and is retried)
+
+    wait_until(lambda: r.zcard("cogworker:retry") == 1 and r.llen(running.in_progress) == 0, timeout=15,
+               message="the Boom retried, the Note acked")
+    assert runs(token) == [failed["jid"]]  # the Note never ran
+    assert r.zcard("cogworker:dead") == 0  # dropped: acked, as its Decision said
+    assert any(f"switched off: {dropped['jid']} dropped, never run" in m for m in caplog.messages)
+
+
 def test_a_features_entry_that_can_not_be_imported_stops_the_worker_at_startup_naming_the_setting(redis_url):
     with override_settings(COGWORKER={"FEATURES": ["no_such_module.audit"]}):
         errors = [(m.id, m.msg) for m in checks.run_checks(tags=["cogworker"]) if m.level >= checks.ERROR]

@@ -57,3 +57,23 @@ def test_errors_share_one_base():
 
 def test_version_matches_the_installed_distribution():
     assert django_cogworker.__version__ == importlib.metadata.version("django-cogworker")
+
+
+def test_features_exports_the_hook_interface_a_project_s_feature_imports():
+    # (docs/extending.md's examples import these from django_cogworker.features alone.)
+    import subprocess
+    import sys
+
+    from django_cogworker import features
+    from django_cogworker.engine.run import hooks
+    from django_cogworker.engine.settle.settlement import ACK
+
+    assert features.__all__ == sorted(features.__all__)
+    assert {"ACK", "Decision", "Feature", "JobRun", "Outcome", "WorkerParts"} <= set(features.__all__)
+    assert [getattr(features, name) for name in ("ACK", "Decision", "Feature", "JobRun", "Outcome")] == [
+        ACK, hooks.Decision, hooks.Feature, hooks.JobRun, hooks.Outcome]
+    # A star import finds them all (they are served on first use: features/__init__.py's __getattr__).
+    code = ("from django_cogworker.features import *; "
+            "print(sorted(n for n in ('ACK', 'Decision', 'Feature', 'JobRun', 'Outcome') if n in globals()))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout == "['ACK', 'Decision', 'Feature', 'JobRun', 'Outcome']\n"
