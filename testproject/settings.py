@@ -1,8 +1,14 @@
-"""Settings for the demo / test project. Everything tunable comes from the environment
-(django-environ), so `make demo`, the test-suite and its worker subprocesses share one file.
+"""Settings of the test project: a Django project using cogworker, as a newcomer's would be, which
+`make demo` runs. SQLite by default (DATABASE_URL names another database), no server but Redis.
+Everything tunable comes from the environment (django-environ).
 
-django-environ is the `testproject` extra (and in `dev`), not a dependency of the library: the
-library reads its own two environment variables (COGWORKER_REDIS_URL, REDIS_URL) itself."""
+`pip install '.[testproject]'` is all it needs, on Django 5.2 and 6.x: django-environ for this file,
+cryptography for the demo's encrypted jobs (demo/secret_jobs.py). django-environ is not a
+dependency of the library: the library reads its own two environment variables
+(COGWORKER_REDIS_URL, REDIS_URL) itself.
+
+The test-suite runs on testproject/suite_settings.py, these plus what only the suite needs: its
+PostgreSQL and MariaDB databases (the outbox tests) and the switches its workers are started with."""
 
 import os
 from pathlib import Path
@@ -63,27 +69,9 @@ TEMPLATES = [
 
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{STATE_DIR / 'db.sqlite3'}")}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # A file, not pytest-django's in-memory database: the outbox tests' workers (other processes)
-    # read the rows the test writes. A writer waits up to 20 s for another's lock (the relays').
-    DATABASES["default"].setdefault("TEST", {"NAME": str(STATE_DIR / "test_db.sqlite3")})
+    # The worker and the web process write to one file (the outbox's relays, a view's push): a
+    # writer waits up to 20 s for another's lock, not the 5 s default.
     DATABASES["default"].setdefault("OPTIONS", {"timeout": 20})
-# The second database: the outbox tests run on PostgreSQL as well as on SQLite (tests/test_outbox*.py),
-# as a second alias, "pg". This machine and CI run one at 127.0.0.1:5432 (user postgres); `make test`
-# finds or starts one and passes its URL (scripts/ensure_postgres.sh). Point the tests at another
-# with COGWORKER_TEST_POSTGRES_URL (postgres://user:password@host:port/name; pytest-django creates
-# and drops "test_<name>" there). Nothing else connects to it.
-DATABASES["pg"] = env.db("COGWORKER_TEST_POSTGRES_URL", default="postgres://postgres@127.0.0.1:5432/cogworker")
-# The third: MariaDB/MySQL, "mysql" (its relay's SELECT ... FOR UPDATE SKIP LOCKED: MariaDB 10.6+,
-# MySQL 8). This machine and CI run a MariaDB at 127.0.0.1:3306 (root, no password); `make test`
-# finds it (scripts/ensure_mysql.sh) and passes its URL, COGWORKER_TEST_MYSQL_URL
-# (mysql://user:password@host:port/name). Driven by PyMySQL, installed as MySQLdb here only.
-DATABASES["mysql"] = env.db("COGWORKER_TEST_MYSQL_URL", default="mysql://root@127.0.0.1:3306/cogworker")
-if DATABASES["mysql"]["ENGINE"] == "django.db.backends.mysql":
-    import pymysql
-
-    pymysql.install_as_MySQLdb()
-    DATABASES["mysql"].setdefault("OPTIONS", {}).setdefault("charset", "utf8mb4")
-    DATABASES["mysql"].setdefault("TEST", {}).update(CHARSET="utf8mb4", COLLATION="utf8mb4_bin")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 USE_TZ = True
@@ -103,10 +91,11 @@ COGWORKER = {
     "HEARTBEAT_INTERVAL": env.float("COGWORKER_HEARTBEAT_INTERVAL", 5),
     "TIMEOUT_GRACE": env.float("COGWORKER_TIMEOUT_GRACE", 10),
 }
-# The test project's jobs include some that encrypt their arguments (demo/secret_jobs.py): a key
-# made for it, public in this repository, for tests only (a real project keeps its keys out of its
-# code: `manage.py cogworker genkey`). Tests give a worker others (rotation, a key it lacks) with
-# COGWORKER_ENCRYPTION_KEYS, a JSON list.
+# The demo's jobs include some that encrypt their arguments (demo/secret_jobs.py), so the project
+# has a key, as it has a SECRET_KEY: this default is public in this repository, for development
+# only, never for a deployment, which sets its own in COGWORKER_ENCRYPTION_KEYS (a JSON list: the
+# first seals, every one opens; `manage.py cogworker genkey` makes one). Tests give a worker others
+# (rotation, a key it lacks) the same way.
 COGWORKER["ENCRYPTION_KEYS"] = env.json("COGWORKER_ENCRYPTION_KEYS", ["vNqTyDuuTpNypJIfqoHg4Ykw8jKPm6TjirDDEzuKLvQ="])
 # Only when asked, so the library's own default applies otherwise (tests flip reliable/basic).
 if "COGWORKER_FETCH" in os.environ:
@@ -129,13 +118,6 @@ LOGGING = {
         "testproject": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }
-if env.bool("TESTPROJECT_NO_LOGGING", False):
-    LOGGING = {}  # as a project that configures none (tests/test_worker.py, test_joblog.py: what runcogworker shows)
-if env.bool("TESTPROJECT_LOGGING_PLAIN", False):
-    # As many projects write it (tests/test_joblog.py): no filter on the handler whose format uses
-    # the job's fields, and a logger that propagates (still no root handler).
-    del LOGGING["handlers"]["console"]["filters"]
-    del LOGGING["loggers"]["testproject"]["propagate"]
 # Optional settings, only when the environment names them (tests set them per worker), so the
 # library's own defaults apply otherwise.
 if "COGWORKER_PERIODIC" in os.environ:
@@ -147,7 +129,7 @@ if "COGWORKER_CPU_AFFINITY" in os.environ:  # "auto", "none" or CPU numbers: "0,
 for _name, _cast in {"KEY_PREFIX": env.str, "OUTBOX": env.bool, "CLOCK": env.str, "PERIODIC_CATCH_UP": env.bool,
                      "PERIODIC_TICK_INTERVAL": env.float, "MAX_ORPHANINGS": env.int, "KEY_GUARD_INTERVAL": env.float,
                      "OVER_LIMIT_MAX": env.int,
-                     "PREFETCH": env.int}.items():
+                     "PREFETCH": env.int, "FEATURES": env.list}.items():
     if f"COGWORKER_{_name}" in os.environ:
         COGWORKER[_name] = _cast(f"COGWORKER_{_name}")
 

@@ -408,7 +408,9 @@ class Worker:
         cwd: str | os.PathLike = REPO_ROOT,
     ):
         self.args = [str(a) for a in args]
-        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "DJANGO_SETTINGS_MODULE": "testproject.settings"}
+        # The suite's settings (the test project's plus its PostgreSQL and MariaDB databases), as in the
+        # test process: a worker reads the outbox rows a test wrote in any of them.
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "DJANGO_SETTINGS_MODULE": "testproject.suite_settings"}
         self.env.update({k: str(v) for k, v in (env or {}).items()})
         self.redis_url = self.env.get("COGWORKER_REDIS_URL") or self.env.get("REDIS_URL")
         self.prefix = prefix

@@ -1,6 +1,8 @@
 """The distribution: `python -m build` makes an sdist and a wheel without a warning, the wheel
 holds the templates, py.typed and the license and declares what PyPI shows, and, installed in a
-fresh virtualenv, it serves `manage.py cogworker` against a real Redis.
+fresh virtualenv, it serves `manage.py cogworker` against a real Redis; with its `testproject`
+extra, the test project's check, migrate and `make demo` run on Django 5.2 and 6.1 with no
+database server.
 
 Built once for the module, from a copy of the sources (the build leaves nothing in the checkout),
 with `--no-isolation` (build and setuptools come from the dev extra: no download).
@@ -9,10 +11,12 @@ with `--no-isolation` (build and setuptools come from the dev extra: no download
 from __future__ import annotations
 
 import email
+import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -21,6 +25,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import redis
+from helpers import FAST_ENV, poll
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "django_cogworker"
@@ -93,6 +99,10 @@ def test_the_metadata_is_ready_to_publish(built):
     assert sorted(r for r in requires if r.startswith("django-environ")) == [
         'django-environ>=0.11; extra == "dev"', 'django-environ>=0.11; extra == "testproject"']
     assert {r.split(">")[0] for r in requires if "extra" not in r} == {"Django", "redis", "croniter"}
+    # `make demo` runs on .venv, which has the dev extra: all the test project needs is in it too.
+    extra = {name: {r.split(";")[0] for r in requires if r.endswith(f'extra == "{name}"')}
+             for name in ("testproject", "dev")}
+    assert extra["testproject"] and extra["testproject"] <= extra["dev"]
 
 
 SETTINGS = """
@@ -146,3 +156,83 @@ def test_the_wheel_installs_in_a_fresh_virtualenv_and_serves_the_cli(built, tmp_
     assert probe["file"].startswith(str(venv)) and probe["template"].startswith(str(venv))
     assert probe["typed"] is True
     assert probe["stats"]["processed"] == 7
+
+
+# The test project as a newcomer runs it: `pip install '.[testproject]'` in a fresh virtualenv, then
+# `manage.py check` and `make demo` (migrate, enqueue the demo's jobs, runcogworker), with neither
+# DATABASE_URL nor DJANGO_SETTINGS_MODULE set. Django 6's checks open every database the settings
+# name, so the PostgreSQL and MariaDB named there for the suite's sake failed `check` (issue 42):
+# no driver installed, then no server to answer.
+NEWCOMER_VENVS = {"5.2": ".venv", "6.1": ".venv313"}  # Django series -> the venv whose Python runs it
+PROJECT = ("manage.py", "testproject", "scripts/demo.sh", "scripts/ensure_redis.sh")  # a clone's, for `make demo`
+DEMO_PREFIX = "cogworker-demo:"
+SECRET = "the newcomer's secret"
+
+# Run by `manage.py shell -c`: pushes one of the demo's encrypted jobs and says what databases the
+# settings name and which of their drivers the venv holds.
+SHELL = f"""
+import json
+from importlib.util import find_spec
+from django.conf import settings
+from testproject.demo.secret_jobs import SecretJob
+SecretJob.perform_async("{DEMO_PREFIX}secret", {SECRET!r})
+print(json.dumps({{"engines": {{alias: db["ENGINE"] for alias, db in settings.DATABASES.items()}},
+                  "drivers": [m for m in ("psycopg", "psycopg2", "MySQLdb", "pymysql") if find_spec(m)]}}))
+"""
+
+
+@pytest.mark.parametrize("django_series", sorted(NEWCOMER_VENVS))
+def test_the_test_project_runs_on_its_extra_alone_with_no_database_server(built, tmp_path, redis_url, django_series):
+    wheel, _ = built
+    python = ROOT / NEWCOMER_VENVS[django_series] / "bin" / "python"  # (make test makes both; its venv's base Python)
+    venv = tmp_path / "venv"
+    subprocess.run([str(python), "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    fresh = venv / "bin" / "python"
+    # From the machine's index, as `make venv` installs, and pip's cache: a few seconds.
+    pip = subprocess.run([str(python), "-m", "pip", "--python", str(fresh), "install", "--quiet", "--no-compile",
+                          f"{wheel}[testproject]", f"Django~={django_series}.0"],
+                         capture_output=True, text=True, timeout=600)
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    project = tmp_path / "project"
+    for name in PROJECT:
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, project / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(ROOT / name, project / name)
+    url = redis_url.rsplit("/", 1)[0] + "/8"  # (a database of its own, as test_demo.py's)
+    r = redis.Redis.from_url(url, decode_responses=True)
+    r.flushdb()
+    # Nothing of the suite's environment: no DATABASE_URL, no DJANGO_SETTINGS_MODULE, no PYTHONPATH.
+    # (The demo's key prefix from the start, as demo.sh sets it: the job pushed below is one of its.)
+    env = {"PATH": os.environ["PATH"], "PYTHONUNBUFFERED": "1", "COGWORKER_REDIS_URL": url,
+           "COGWORKER_KEY_PREFIX": DEMO_PREFIX, **FAST_ENV}
+
+    def manage(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(fresh), "manage.py", *args], cwd=project, env=env, capture_output=True, text=True,
+                              timeout=120)
+
+    check = manage("check")
+    assert check.returncode == 0 and "System check identified no issues" in check.stdout, check.stdout + check.stderr
+    shell = manage("shell", "-c", SHELL)
+    assert shell.returncode == 0, shell.stdout + shell.stderr
+    said = json.loads(shell.stdout.splitlines()[-1])
+    assert said == {"engines": {"default": "django.db.backends.sqlite3"}, "drivers": []}  # no server to consult
+
+    log = tmp_path / "demo.log"
+    with open(log, "wb") as out:
+        demo = subprocess.Popen(["bash", "scripts/demo.sh"], cwd=project, env={**env, "PY": str(fresh)},
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        # (The six limited PartnerCallJobs, the demo's last to run but the scheduled ones.)
+        ran = poll(lambda: r.llen(f"{DEMO_PREFIX}partner-calls:done") == 6 and r.llen(f"{DEMO_PREFIX}secret") == 1,
+                   timeout=90)
+    finally:
+        demo.send_signal(signal.SIGTERM)  # (the worker: the script exec'd it)
+        demo.wait(60)
+    assert ran, f"the demo's jobs didn't all run; its output:\n{log.read_text()}"
+    [record] = [json.loads(item) for item in r.lrange(f"{DEMO_PREFIX}secret", 0, -1)]
+    r.flushdb()
+    r.close()
+    assert record["seen"] == hashlib.sha256(SECRET.encode()).hexdigest()  # decrypted with the project's key
+    assert demo.returncode == 0, log.read_text()
