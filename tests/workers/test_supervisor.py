@@ -180,9 +180,9 @@ def test_a_crash_loop_backs_off_doubling_to_the_cap_and_a_long_life_resets_it(mo
 
     monkeypatch.setattr(os, "waitpid", waitpid)
 
-    def die(after: float, status: int = signal.SIGKILL, ready: bool = True) -> float | None:
-        """The child started now dies ``after`` seconds later; return the wait before its restart."""
-        slot.current = sup.children[4242] = Child(4242, 0, 0, clock.now, None, ready=ready)
+    def die(after: float, status: int = signal.SIGKILL, worked: bool = False) -> float | None:
+        """The child started now (ready) dies ``after`` seconds later; return the wait before its restart."""
+        slot.current = sup.children[4242] = Child(4242, 0, 0, clock.now, None, ready=True, worked=worked)
         clock.now += after
         exits.append((4242, status))
         sup._reap()
@@ -196,15 +196,15 @@ def test_a_crash_loop_backs_off_doubling_to_the_cap_and_a_long_life_resets_it(mo
     clock.now = slot.restart_at
     sup._restart_due()  # fork failed: tried again later, the supervisor (and the other workers) stay up
     assert slot.current is None and slot.restart_at == clock.now + 4
-    # Exited to be replaced (a cap) once it was ready: a fresh one at once (here: the fork attempt,
-    # which fails and backs off), not after the crash backoff; over its cap before it was ready (a
-    # cap below what a fresh process takes), a crash loop.
+    # Exited to be replaced (a cap) having run a job: a fresh one at once (here: the fork attempt,
+    # which fails and backs off), not after the crash backoff; over its cap having run nothing (a
+    # cap below what a fresh process grows to), a crash loop (each exit: tests/fast/test_caps.py).
     slot.restart_at = None
     forks = []
     monkeypatch.setattr(os, "fork", lambda: forks.append(1) or (_ for _ in ()).throw(BlockingIOError(11, "EAGAIN")))
-    assert die(0.5, status=REPLACE_EXIT << 8) is not None and forks == [1]
+    assert die(0.5, status=REPLACE_EXIT << 8, worked=True) is not None and forks == [1]
     slot.restart_at = None
-    assert die(0.5, status=REPLACE_EXIT << 8, ready=False) == 16 and forks == [1]
+    assert die(0.5, status=REPLACE_EXIT << 8) == 16 and forks == [1]
     sup.quiet = True  # a quiet supervisor restarts nothing: a new child would fetch
     slot.restart_at = None
     assert die(100, status=0) is None

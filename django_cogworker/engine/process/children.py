@@ -5,11 +5,13 @@ before any thread or connection existed: it starts in a moment and shares the im
 child of a later generation (after a SIGHUP: a rolling restart) is a fork that at once runs the
 command line again (``execv``): a fresh interpreter that imports the code as it is on disk now,
 which is the point of the restart; it runs ``runcogworker --supervised ...`` (a lone worker that
-knows its supervisor).
+knows its supervisor). Either way its life in the forked process is ``run_forked``'s. Each of the
+N places a child fills is a ``Slot``, which keeps the crash backoff of its successive children.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import logging
@@ -18,6 +20,11 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable
+from typing import NoReturn
+
+from ...errors import ConfigError
+from .caps import REFUSE_EXIT
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +59,26 @@ class Child:
     quiet: bool = False
     retiring: bool = False
     last_beat: float | None = None
+    worked: bool = False  # it started a job (report.WORKED)
+    refusal: str | None = None  # why it refused to run (report.REFUSED)
 
     def name(self) -> str:
         return f"worker process {self.index} (pid {self.pid}, generation {self.generation})"
+
+
+@dataclasses.dataclass
+class Slot:
+    """One of the N places a worker process fills: its index is kept across restarts and rolls."""
+
+    index: int
+    current: Child | None = None  # its newest process; None while a restart is due
+    delay: float = 0.0  # the wait before the next restart (backoff)
+    restart_at: float | None = None
+
+    def back_off(self, now: float, longest: float) -> None:
+        """Start the next one ``delay`` from ``now``; double the delay after it, up to ``longest``."""
+        self.restart_at = now + self.delay
+        self.delay = min(self.delay * 2, longest)
 
 
 def child_signals() -> None:
@@ -95,6 +119,38 @@ def logical_cwd() -> str:
     except OSError:
         pass
     return os.getcwd()
+
+
+def run_forked(spec: ChildSpec, detach: Callable[[], None], blocked: Iterable[int], parent_pid: int,
+               run: Callable[[ChildSpec], int], fresh: tuple[list[str], str] | None) -> NoReturn:
+    """Be the worker of ``spec`` in a process just forked from its supervisor; end here (``os._exit``).
+
+    ``detach`` closes what is the supervisor's; the signal dispositions are then reset before the
+    ``blocked`` signals (blocked across the fork) are let in, so one meant for this child acts on
+    it. A child of a later generation runs the command line afresh (``fresh``: the command and its
+    directory). Whatever happens, it never returns into the supervisor's loop, nor tears down
+    anything of the parent's (``os._exit``).
+    """
+    code = 1
+    try:
+        detach()
+        child_signals()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
+        die_with_parent(parent_pid)
+        if fresh is not None:
+            exec_fresh(*fresh, spec)  # (returns only if it failed: raises)
+        code = run(spec)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except ConfigError:  # (the Launcher refused to run: it said why on the report pipe)
+        code = REFUSE_EXIT
+    except BaseException:
+        logger.exception("worker process %d failed", spec.index)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # (closed: it must not keep the child alive)
+                stream.flush()
+        os._exit(code)
 
 
 def exec_fresh(command: list[str], workdir: str, spec: ChildSpec) -> None:

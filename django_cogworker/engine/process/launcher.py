@@ -16,7 +16,8 @@ fetcher), the heartbeat and the poller, then handles signals until a stop:
   a fresh one. A TERM meanwhile makes it a stop: SHUTDOWN_TIMEOUT from then.
 
 Over MAX_MEMORY_MB or MAX_JOBS_PER_PROCESS (caps.py), it stops as at TERM and exits with
-REPLACE_EXIT too, the cap's figures logged and counted (``stat:replaced``).
+REPLACE_EXIT too, the cap's figures logged and counted (``stat:replaced``). Over MAX_MEMORY_MB
+already as its processors are about to start, it refuses to run: ConfigError, naming both figures.
 
 The same requests come from the admin as remote signals, read by the heartbeat.
 """
@@ -39,12 +40,13 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 from ...broker.keys import for_config
 from ...broker.locks import active_ttl, touch_running
 from ...broker.types import RedisClient
 from ...conf import Config
+from ...errors import ConfigError
 from ...push import scope
 from ...push.client import Client
 from ...push.job import call_perform
@@ -117,7 +119,8 @@ class Launcher:
         self.reporter = reporter  # (a supervised process's pipe to its supervisor: report.py)
         self.health = health
         # (built without caps too: its count of jobs started is a replaced process's figure)
-        self.caps = Caps(config.max_memory_mb, config.max_jobs_per_process, self._over_cap)
+        self.caps = Caps(config.max_memory_mb, config.max_jobs_per_process, self._over_cap,
+                         on_first_job=reporter.worked if reporter is not None else None)
         self._over: Over | None = None
         # (A worker under a supervisor stops on TERM only: a Ctrl-C reaches every process of the
         # terminal's group, and the supervisor forwards it as a TERM; counted twice, it would hurry.)
@@ -256,6 +259,9 @@ class Launcher:
         waiter.join()
         if self._pending_stop:
             return self._shutdown()
+        refusal = self.caps.refusal()  # (up, and nothing fetched yet: caps.py)
+        if refusal is not None:
+            self._refuse(refusal)
         self.timeouts.start()
         # Said before the processors start: after them, a job waiting at startup had its "start"
         # line logged before the worker said it was ready.
@@ -302,6 +308,17 @@ class Launcher:
         self._draining_long = timeout is None or timeout > self.config.shutdown_timeout
         return self._shutdown(math.inf if timeout is None else timeout, replaced="rolling")
 
+    def _refuse(self, why: str) -> NoReturn:
+        """Leave as at a stop, having taken nothing, and raise ConfigError: this process can't run here.
+
+        A supervisor hears why on the report pipe and stops (caps.after_exit); a lone worker's
+        command exits with REFUSE_EXIT, naming the setting and the figures.
+        """
+        if self.reporter is not None:
+            self.reporter.refuse(why)
+        self._shutdown(refused=True)
+        raise ConfigError([why])
+
     def _stop_while_starting(self, give_up: threading.Event) -> None:
         """Let TERM interrupt a startup still waiting for Redis."""
         while not give_up.is_set():
@@ -316,7 +333,7 @@ class Launcher:
             self._signals.put(name)
             time.sleep(0.2)
 
-    def _shutdown(self, timeout: float | None = None, replaced: str | None = None) -> int:
+    def _shutdown(self, timeout: float | None = None, replaced: str | None = None, refused: bool = False) -> int:
         """Stop in order, waiting up to ``timeout`` (SHUTDOWN_TIMEOUT) for running jobs; return the exit code.
 
         ``replaced``: why this process exits to be replaced ("memory", "jobs", "rolling"), counted
@@ -326,7 +343,7 @@ class Launcher:
         if self.reporter is not None:
             self.reporter.quiet()
         timeout = self.config.shutdown_timeout if timeout is None else timeout
-        if replaced is None:
+        if replaced is None and not refused:
             logger.info("shutting down: waiting up to %.1fs for running jobs (a second %s hands them back now)",
                         timeout, " or ".join(signal.Signals(s).name[3:] for s in self.stop_signals))
         if self.ticker is not None:

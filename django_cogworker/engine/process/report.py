@@ -7,6 +7,11 @@ supervisor made for it: READY once it has beaten and started its processors, BEA
 heartbeat, QUIET once it takes nothing new. A byte is atomic on a pipe, and the supervisor's
 select loop reads them as they come; a full pipe (a supervisor stuck) drops bytes, never blocks
 a worker.
+
+WORKED is said once, as the first job starts: a supervisor replaces a process that exits to be
+replaced (a cap) at once only if it ran something. REFUSED is the one message with text: the
+marker, why the process refuses to run (caps.REFUSE_EXIT), a newline, in one write (atomic under
+PIPE_BUF), its last; the supervisor stops with that text (``split_refusal``).
 """
 
 from __future__ import annotations
@@ -15,6 +20,17 @@ import contextlib
 import os
 
 READY, BEAT, QUIET = b"r", b"b", b"q"
+WORKED, REFUSED = b"w", b"!"
+REFUSAL_MAX = 2048  # bytes of a refusal's text (a pipe write up to PIPE_BUF, 4096 on Linux, is atomic)
+
+
+def split_refusal(data: bytes) -> tuple[bytes, str | None]:
+    """``data`` without a refusal's text (whose letters are no messages), and that text, or None."""
+    head, marker, tail = data.partition(REFUSED)
+    if not marker:
+        return data, None
+    text, _, after = tail.partition(b"\n")
+    return head + after, text.decode(errors="replace")
 
 
 class Reporter:
@@ -42,3 +58,11 @@ class Reporter:
 
     def quiet(self) -> None:
         self._send(QUIET)
+
+    def worked(self) -> None:
+        """As the first job starts (on its processor's thread: Caps.on_first_job)."""
+        self._send(WORKED)
+
+    def refuse(self, why: str) -> None:
+        """Why this process won't run (the main thread, before it exits with caps.REFUSE_EXIT)."""
+        self._send(REFUSED + " ".join(why.split()).encode()[:REFUSAL_MAX] + b"\n")

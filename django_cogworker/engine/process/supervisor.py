@@ -8,19 +8,18 @@ started, by :mod:`.children`; they report to it through :mod:`.report`.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import select
 import signal
-import sys
 import time
 from collections.abc import Callable
 
-from .caps import REPLACE_EXIT
-from .children import RETIRE, Child, ChildSpec, child_signals, describe_exit, die_with_parent, exec_fresh, logical_cwd
+from ...errors import ConfigError
+from .caps import REPLACE_EXIT, Then, after_exit
+from .children import RETIRE, Child, ChildSpec, Slot, describe_exit, logical_cwd, run_forked
 from .health import Health, HealthServer, beat_verdict
-from .report import BEAT, QUIET, READY
+from .report import BEAT, QUIET, READY, WORKED, split_refusal
 
 __all__ = ["Slot", "Supervisor", "describe_exit"]
 
@@ -28,16 +27,6 @@ logger = logging.getLogger(__name__)
 
 # Signals the supervisor acts on; blocked around a fork so none lands in a child before it is ready.
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN, signal.SIGHUP, signal.SIGCHLD)
-
-
-@dataclasses.dataclass
-class Slot:
-    """One of the N places a worker process fills: its index is kept across restarts and rolls."""
-
-    index: int
-    current: Child | None = None  # its newest process; None while a restart is due
-    delay: float = 0.0  # the wait before the next restart (backoff)
-    restart_at: float | None = None
 
 
 class Supervisor:
@@ -54,8 +43,9 @@ class Supervisor:
     loop), which also reads the children's reports and answers the health probes; it reaps exited
     children with ``waitpid(-1, WNOHANG)``. One that crashed is restarted after a backoff
     (``backoff_min`` doubling to ``backoff_max``, back to ``backoff_min`` once a child lived
-    ``stable_after`` seconds), so a crash loop doesn't spin; one that exited with REPLACE_EXIT
-    (over a cap: caps.py) after it was ready is replaced at once, so the host keeps its N processes.
+    ``stable_after`` seconds), so a crash loop doesn't spin, whatever the exit; only one with
+    REPLACE_EXIT (over a cap) after it ran a job is replaced at once, so the host keeps its N
+    processes; a refusal before any was ready stops it (``caps.after_exit``; ``run`` raises).
 
     * TERM / INT: forward TERM to every child, wait up to ``shutdown_timeout`` + ``stop_grace`` for
       them to drain and exit, SIGKILL what is left, return 0; a second one forwards a second TERM
@@ -93,6 +83,8 @@ class Supervisor:
         self.generation = 0
         self.quiet = self.stopping = False
         self.children: dict[int, Child] = {}
+        self.any_ready = False  # (a child of this supervisor was ready: a refusal is no longer the config's)
+        self.refusal: str | None = None  # why a child refused to run, which stopped this supervisor
         self._pending: list[int] = []
         self._pipe: tuple[int, int] | None = None
 
@@ -112,7 +104,10 @@ class Supervisor:
                 self._handle_signals()
                 self._reap()
                 self._restart_due()
-            return self._stop()
+            code = self._stop()
+            if self.refusal is not None:
+                raise ConfigError([self.refusal])
+            return code
         finally:
             self._uninstall()
 
@@ -179,6 +174,7 @@ class Supervisor:
     def _ready(self, child: Child) -> None:
         slot = self.slots[child.index]
         logger.info("%s ready", child.name())
+        self.any_ready = True
         if child is not slot.current:
             return
         for other in list(self.children.values()):
@@ -222,9 +218,17 @@ class Supervisor:
             if self.quiet:
                 logger.warning("%s %s after %.1fs; not restarted: quiet", child.name(), how, lived)
                 continue
-            # (One that never got ready was over its cap from its first beat, MAX_MEMORY_MB below what
-            # a fresh process takes: replaced at once, it would be a fork loop. It backs off as a crash.)
-            if os.waitstatus_to_exitcode(status) == REPLACE_EXIT and child.ready:
+            then = after_exit(os.waitstatus_to_exitcode(status), child.worked, self.any_ready)
+            if child.refusal is not None:
+                logger.error("%s refused to run: %s", child.name(), child.refusal)
+            if then is Then.STOP:
+                logger.error("%s %s before any was ready: stopping, as each fresh one would refuse", child.name(), how)
+                self.refusal = child.refusal or f"{child.name()} refused to run ({how})"
+                self.stopping = True
+                for other in self.slots:
+                    other.restart_at = None
+                continue
+            if then is Then.AT_ONCE:
                 logger.warning("%s exited to be replaced (code %d: over a cap, its figures logged above) after "
                                "%.1fs: starting a fresh one now", child.name(), REPLACE_EXIT, lived)
                 self._spawn(slot)
@@ -232,17 +236,13 @@ class Supervisor:
             if lived >= self.stable_after:
                 slot.delay = self.backoff_min
             logger.warning("%s %s after %.1fs; restarting it in %.1fs", child.name(), how, lived, slot.delay)
-            self._back_off(slot)
+            slot.back_off(self.clock(), self.backoff_max)
 
     def _forget(self, child: Child) -> None:
         self.children.pop(child.pid, None)
         if child.report is not None:
             os.close(child.report)
             child.report = None
-
-    def _back_off(self, slot: Slot) -> None:
-        slot.restart_at = self.clock() + slot.delay
-        slot.delay = min(slot.delay * 2, self.backoff_max)
 
     def _restart_due(self) -> None:
         now = self.clock()
@@ -334,6 +334,9 @@ class Supervisor:
             os.close(child.report)
             child.report = None
             return
+        data, refusal = split_refusal(data)
+        child.refusal = refusal or child.refusal
+        child.worked = child.worked or WORKED in data
         if BEAT in data:
             child.last_beat = self.clock()
         if QUIET in data:
@@ -359,7 +362,7 @@ class Supervisor:
             logger.error("could not fork worker process %d: %s; trying again in %.1fs", slot.index, exc, slot.delay)
             os.close(read)
             os.close(spec.report_fd)
-            self._back_off(slot)
+            slot.back_off(self.clock(), self.backoff_max)
             return
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
@@ -370,8 +373,7 @@ class Supervisor:
         logger.info("started %s%s", child.name(), ": a fresh import" if self.generation else "")
 
     def _child(self, spec: ChildSpec, read: int) -> None:
-        code = 1
-        try:
+        def detach() -> None:  # (what is the supervisor's: its self-pipe, the other children's, the probes')
             signal.set_wakeup_fd(-1)
             self._close_pipe()
             os.close(read)
@@ -380,18 +382,6 @@ class Supervisor:
                     os.close(other.report)
             if self.health is not None:
                 self.health.socket.close()
-            child_signals()
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
-            die_with_parent(self.pid)
-            if spec.generation and self.command is not None:
-                exec_fresh(self.command, self.workdir, spec)  # (returns only if it failed: raises)
-            code = self.run_child(spec)
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        except BaseException:
-            logger.exception("worker process %d failed", spec.index)
-        finally:
-            for stream in (sys.stdout, sys.stderr):
-                with contextlib.suppress(OSError, ValueError):  # (closed: it must not keep the child alive)
-                    stream.flush()
-            os._exit(code)
+
+        fresh = (self.command, self.workdir) if spec.generation and self.command is not None else None
+        run_forked(spec, detach, HANDLED, self.pid, self.run_child, fresh)  # (never returns)

@@ -113,7 +113,7 @@ class Command(BaseCommand):
                 raise CommandError(f"invalid configuration: {exc}") from None
         if supervised is not None:
             die_with_parent(int(supervised.supervisor.split(":")[-2]))
-            code = run_worker_for(supervised)
+            code = _or_refuse(run_worker_for, supervised)
             sys.stdout.flush()
             sys.exit(code)
         self.stdout.write(banner(config, len(entries), processes))
@@ -121,9 +121,9 @@ class Command(BaseCommand):
         _log_redis_url_source()  # (after the banner, the first line, whose "redis" it explains)
 
         if processes == 1:
-            code = run_worker_for(None, health)
+            code = _or_refuse(run_worker_for, None, health)
         else:
-            code = _supervise(config, run_worker_for, health)
+            code = _or_refuse(_supervise, config, run_worker_for, health)
         sys.stdout.flush()
         if code == REPLACE_EXIT:  # (a cap, or a HUP: the process manager starts a fresh one; docs/deployment.md)
             sys.exit(REPLACE_EXIT)
@@ -163,6 +163,18 @@ def _log_redis_url_source() -> None:
         logging.getLogger(__name__).warning(
             "Redis URL from %s: %s; also set, and ignored: %s (the first set of %s wins)", used, redact_url(str(url)),
             ", ".join(ignored), ", ".join(URL_SOURCES))
+
+
+def _or_refuse(run, *args) -> int:
+    """Run a worker (or a supervisor's); a setting it found it can't honour as it started (MAX_MEMORY_MB
+    below its size) is the command's error, with EX_CONFIG: a process manager restarting it would
+    only see it refuse again (caps.REFUSE_EXIT)."""
+    from ...engine.process.caps import REFUSE_EXIT
+
+    try:
+        return run(*args)
+    except ConfigError as exc:
+        raise CommandError("invalid configuration:\n  " + "\n  ".join(exc.errors), returncode=REFUSE_EXIT) from None
 
 
 def _companions(config, redis) -> list:
