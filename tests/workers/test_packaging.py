@@ -80,7 +80,8 @@ def test_the_sdist_holds_what_its_test_suite_needs(built):
     (sdist,) = wheel.parent.glob("*.tar.gz")
     names = {name.split("/", 1)[1] for name in tarfile.open(sdist).getnames() if "/" in name}
     assert {"LICENSE", "README.md", "pyproject.toml", "manage.py", "tests/conftest.py", "tests/helpers.py",
-            "testproject/settings.py", "docs/cli.md", "django_cogworker/py.typed"} <= names
+            "testproject/settings.py", "testproject/suite_settings.py", "docs/cli.md",
+            "django_cogworker/py.typed"} <= names
     assert not [n for n in names if "__pycache__" in n or n.startswith("bench/")]
 
 
