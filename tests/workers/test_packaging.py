@@ -185,8 +185,8 @@ print(json.dumps({{"engines": {{alias: db["ENGINE"] for alias, db in settings.DA
 @pytest.mark.parametrize("django_series", sorted(NEWCOMER_VENVS))
 def test_the_test_project_runs_on_its_extra_alone_with_no_database_server(built, tmp_path, redis_url, django_series):
     wheel, _ = built
-    python = ROOT / NEWCOMER_VENVS[django_series] / "bin" / "python"  # (make test makes both; its venv's base Python)
-    venv = tmp_path / "venv"
+    python = ROOT / NEWCOMER_VENVS[django_series] / "bin" / "python"  # (make test makes both)
+    venv = tmp_path / "venv"  # (on that venv's base Python, nothing of its site-packages)
     subprocess.run([str(python), "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     fresh = venv / "bin" / "python"
     # From the machine's index, as `make venv` installs, and pip's cache: a few seconds.
