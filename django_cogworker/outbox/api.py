@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 
 from django.db import DatabaseError
 
-from .relay import BATCH, outbox_aliases, relay_once, waiting
+from .relay import BATCH, FRESH, outbox_aliases, relay_once, waiting
 
 logger = logging.getLogger(__name__)
 
@@ -19,12 +20,28 @@ RELAY_NOW_MAX = 20 * BATCH
 
 @dataclasses.dataclass(frozen=True)
 class OutboxState:
-    """One database's outbox: rows waiting, the oldest's age; ``error``: why it couldn't be read."""
+    """One database's outbox: rows waiting, the oldest's age; ``error``: why it couldn't be read;
+    ``ahead``: how far ahead of this host's clock the latest row is dated, when more than the relay's
+    grace (FRESH): a pushing host's clock ahead (the relays take such rows at once; the ages of
+    the others are as wrong as that clock)."""
 
     database: str
     waiting: int
     oldest_age: float | None  # seconds (None: no row)
     error: str | None = None
+    ahead: float | None = None  # seconds
+
+    @property
+    def note(self) -> str:
+        """What an operator should know besides the figures ("": nothing)."""
+        if self.error:
+            return self.error
+        if self.ahead == math.inf:
+            return "a row dated in no time a clock gives (NaN, Infinity): relayed at once, said in the relay's log"
+        if self.ahead is not None:
+            return (f"rows dated up to {self.ahead:.0f}s ahead of this host's clock (a pushing host's clock ahead?): "
+                    f"relayed at once, their ages unknown")
+        return ""
 
 
 def states(now: float | None = None) -> list[OutboxState]:
@@ -33,11 +50,15 @@ def states(now: float | None = None) -> list[OutboxState]:
     found = []
     for alias in outbox_aliases():
         try:
-            count, oldest = waiting(alias)
+            count, oldest, newest = waiting(alias)
         except DatabaseError as exc:  # (a database away, or not migrated: said on its line)
             found.append(OutboxState(alias, 0, None, f"{type(exc).__name__}: {exc}"))
             continue
-        found.append(OutboxState(alias, count, None if oldest is None else max(0.0, now - oldest)))
+        # (A date no clock gives, NaN or Infinity on PostgreSQL, is "ahead" without end: never a figure.)
+        ahead = (None if newest is None else math.inf if not math.isfinite(newest)
+                 else newest - now if newest - now > FRESH else None)
+        age = None if oldest is None or not math.isfinite(oldest) else max(0.0, now - oldest)
+        found.append(OutboxState(alias, count, age, ahead=ahead))
     return found
 
 

@@ -6,7 +6,10 @@ round. The check connects to those databases (``manage.py check``, ``runserver``
 ``migrate``, which makes it, runs the checks first and stops at an error. (It was skipped when
 the checks were given their databases, as migrate gives them; Django 6 gives every check the
 list of databases, so it never ran there.) A table gone while its migration is recorded applied
-is an error (``cogworker.E010``): migrate won't make it again.
+is an error (``cogworker.E010``): migrate won't make it again. A database that doesn't answer
+(refused, or silent past connect.CONNECT_TIMEOUT) is a warning (``cogworker.W011``): it was an
+error, and ``runcogworker`` refused to start, its relays unable to serve the other databases
+either; one that accepted and never answered hung the check, and the worker's start, silently.
 """
 
 from __future__ import annotations
@@ -14,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from django.core import checks
-from django.db import DatabaseError, connections
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
 from django.db.migrations.recorder import MigrationRecorder
 
 from .models import OutboxJob
-from .relay import outbox_aliases
+from .relay import connect, outbox_aliases
 
 
 def table_problems(aliases: Iterable[str] | None = None) -> list[checks.CheckMessage]:
@@ -27,8 +30,16 @@ def table_problems(aliases: Iterable[str] | None = None) -> list[checks.CheckMes
     found: list[checks.CheckMessage] = []
     for alias in outbox_aliases() if aliases is None else aliases:
         try:
-            with connections[alias].cursor() as cursor:
-                present = table in connections[alias].introspection.table_names(cursor)
+            # (A connection of the check's own, that gives up connecting: connect.py.)
+            with connect.bounded(alias) as conn, conn.cursor() as cursor:
+                present = table in conn.introspection.table_names(cursor)
+        except (OperationalError, InterfaceError) as exc:
+            found.append(checks.Warning(
+                f'COGWORKER["OUTBOX"] is on, but database {alias!r} is unreachable ({type(exc).__name__}: '
+                f'{str(exc).strip()}): its outbox rows wait until it answers', id="cogworker.W011",
+                hint="workers start all the same: their relays relay the other databases' rows, and try this one "
+                     "again every second, saying when it is back"))
+            continue
         except DatabaseError as exc:
             found.append(checks.Error(f'COGWORKER["OUTBOX"] is on, but database {alias!r} can\'t be asked for its '
                                       f'outbox table {table!r} ({type(exc).__name__}: {exc})', id="cogworker.E010"))

@@ -343,6 +343,12 @@ class Client(OutboxPushes):
         jids = [job[3] for group in groups for job in group.jobs]
         # (What tells this push from the pusher's last one: a retry of it sends the same.)
         token = jids[0] if len(jids) == 1 else hashlib.sha1("\n".join(jids).encode()).hexdigest()
+        if any(job[5] for group in groups for job in group.jobs):
+            # Outbox jobs: a jid may come again in another call (a second row holding it), which
+            # the receipt took for a retry of the last and answered "written": the row was deleted,
+            # its job never pushed, nothing said. Their marks make such a push write nothing
+            # twice, and say so; the receipt answers only redis-py's resending of this very call.
+            token += ":" + secrets.token_hex(6)
         wake = self.keys.schedule_wake if any(not group.queue for group in groups) else ""
         keys, args = scripts.push_args(receipt, token, queues, wake,
                                        [(group.destination, group.queue, group.jobs) for group in groups])

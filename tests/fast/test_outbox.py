@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import re
 import threading
 import time
 
@@ -395,3 +397,85 @@ def test_a_second_block_on_a_batch_made_through_the_outbox_in_the_same_transacti
         second = Note.perform_async(2)
     assert queued_jids(rb) == [first, second]
     assert Batch.status(batch.bid).total == 2
+
+
+# -- rows no pusher of ours writes: each relayed, dead-lettered or said, never kept unseen nor lost --
+
+
+def job_json(jid: str, *args, **extra) -> str:
+    return json.dumps({"class": Note.name, "jid": jid, "queue": "default", "args": list(args), "kwargs": {}, **extra})
+
+
+def warnings_of(caplog) -> str:
+    return "\n".join(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+
+
+def test_a_row_dated_ahead_of_this_hosts_clock_is_relayed_at_once_and_said(outbox, alias, rb, caplog):
+    """Its pusher's clock 10 minutes ahead: the row waited those 10 minutes, unseen."""
+    OutboxJob.objects.using(alias).create(jid="ahead", payload=job_json("ahead"), created=time.time() + 600)
+    client = runtime.get_client()
+    with caplog.at_level(logging.WARNING, logger="django_cogworker"):
+        assert relay_once(alias, client.hand_over, runtime.get_redis(), K, now=time.time()) == 1  # (the 5 s grace)
+    assert queued_jids(rb) == ["ahead"] and rows(alias) == []
+    assert re.search(r"row \d+ dated (599|600)s ahead of this host's clock", warnings_of(caplog))
+
+
+def test_rows_dated_or_claimed_in_no_time_a_clock_gives_or_miscounted_are_relayed_and_said(outbox, rb, caplog):
+    """PostgreSQL keeps NaN and Infinity in a float column: such a row never compared below now."""
+    manager = OutboxJob.objects.using("pg")
+    manager.create(jid="infinite", payload=job_json("infinite"), created=math.inf)
+    manager.create(jid="nan-claim", payload=job_json("nan-claim"), created=0, claimed_until=math.nan,
+                   claimed_by="nobody")
+    manager.create(jid="miscounted", payload=job_json("miscounted"), created=0, jobs=1_000_000)
+    with caplog.at_level(logging.WARNING, logger="django_cogworker"):
+        assert relay("pg") == 2  # (a round takes up to 500 jobs, as their rows count them)
+        assert relay("pg") == 1
+    assert sorted(queued_jids(rb)) == ["infinite", "miscounted", "nan-claim"]
+    said = warnings_of(caplog)
+    assert "whose dates or count no pusher writes, relayed now" in said
+    assert "created inf" in said and "claimed until nan" in said
+    assert "says it holds 1000000 job(s), holds 1" in said
+    assert rows("pg") == []
+
+
+def test_a_job_whose_at_is_no_time_goes_to_dead_with_the_reason(outbox, alias, rb):
+    """``"at": 1e309`` reads as infinity: it was scheduled with the score inf, never due, never dead."""
+    payload = job_json("never", 1)[:-1] + ', "at": 1e309}'
+    with transaction.atomic(using=alias):
+        OutboxJob.objects.using(alias).create(jid="never", payload=payload, created=0)
+        OutboxJob.objects.using(alias).create(jid="fine", payload=job_json("fine"), created=0)
+    assert relay(alias) == 2
+    assert rb.zcard(K.schedule) == 0
+    assert queued_jids(rb) == ["fine"]
+    [dead] = [json.loads(raw) for raw in rb.zrange(K.dead, 0, -1)]
+    assert dead["jid"] == "never" and dead["args"] == [1]
+    assert "jid never" in dead["dead_reason"] and "is not a time" in dead["dead_reason"]
+
+
+def test_a_row_holding_a_jid_already_used_is_pushed_once_sent_to_dead_or_said_never_lost_silently(
+        outbox, alias, rb, caplog):
+    manager = OutboxJob.objects.using(alias)
+    with transaction.atomic(using=alias):
+        copied = [manager.create(jid="same", payload=job_json("same", 1), created=0) for _ in range(2)]
+        twins = [manager.create(jid="twin", payload=job_json("twin", n), created=0) for n in (1, 2)]
+    with caplog.at_level(logging.WARNING, logger="django_cogworker"):
+        assert relay(alias) == 4
+        # The same job twice: pushed once, the copy said. Another job under a used jid: to dead.
+        assert queued_jids(rb) == ["same", "twin"]
+        said = warnings_of(caplog)
+        assert f"outbox rows {copied[0].pk} and {copied[1].pk} both hold job same" in said
+        [dead] = [json.loads(raw) for raw in rb.zrange(K.dead, 0, -1)]
+        assert dead["jid"] == "twin" and dead["args"] == [2]
+        assert f"outbox row {twins[1].pk} (jid twin)" in dead["dead_reason"]
+        assert f"also outbox row {twins[0].pk}'s job" in dead["dead_reason"]
+        # A row holding a jid pushed in an earlier round, by this same relay: the pusher's receipt
+        # took it for a retry of its last push and answered "written"; it vanished, nothing said.
+        relay(alias)
+        first = manager.create(jid="later", payload=job_json("later", 1), created=0)
+        assert relay(alias) == 1
+        second = manager.create(jid="later", payload=job_json("later", 2), created=0)
+        assert relay(alias) == 1
+    assert queued_jids(rb) == ["same", "twin", "later"]
+    assert re.search(rf"1 job\(s\) of row\(s\) {second.pk} were handed to Redis before", warnings_of(caplog))
+    assert str(first.pk) not in warnings_of(caplog).split("handed to Redis before")[0].rsplit("row(s)", 1)[-1]
+    assert rows(alias) == []

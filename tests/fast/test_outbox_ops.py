@@ -7,7 +7,10 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import re
+import subprocess
+import sys
 import time
 
 import pytest
@@ -16,8 +19,8 @@ from django.core import checks
 from django.core.management import call_command
 from django.db import connections, transaction
 from django.test import Client
-from helpers import RedisServer, wait_until
-from outbox_fixtures import alias_fixture  # noqa: F401 - a fixture
+from helpers import REPO_ROOT, RedisServer, wait_until
+from outbox_fixtures import alias_fixture, silent_port  # noqa: F401 - a fixture
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_cogworker import Batch, Job, api
@@ -125,6 +128,27 @@ def test_the_cli_lists_each_databases_outbox(away):
     assert lines[1].split()[:2] == ["default", "4"]
 
 
+def test_rows_dated_ahead_of_this_hosts_clock_are_flagged_and_relay_now_takes_them(away):
+    """A pushing host's clock 10 minutes ahead: the listing showed OLDEST 0.0s and nothing else, and
+    Relay now relayed nothing (it took rows dated up to now)."""
+    jids = wait_rows("default", 2, age=-600)
+    out = io.StringIO()
+    call_command("cogworker", "outbox", "--json", stdout=out)
+    [default] = [d for d in json.loads(out.getvalue())["databases"] if d["database"] == "default"]
+    assert default["waiting"] == 2 and 590 <= default["ahead"] <= 600
+    assert "ahead of this host's clock" in default["note"]
+    out = io.StringIO()
+    call_command("cogworker", "outbox", stdout=out)
+    assert "ahead of this host's clock" in out.getvalue()
+    away.restart()
+    changer = user("changer", "view_cogworker", "change_cogworker")
+    assert "ahead of this host&#x27;s clock" in changer.get(URL).content.decode()
+    response = changer.post(URL, {"action": "relay"}, follow=True)
+    assert "2 job(s) relayed." in response.content.decode()
+    assert sorted(json.loads(raw)["jid"] for raw in away.client().lrange(K.queue("default"), 0, -1)) == sorted(jids)
+    assert waiting("default")[0] == 0
+
+
 def test_the_metrics_show_each_databases_rows_waiting_and_the_oldests_age(away):
     wait_rows("pg", 2, age=90)
     away.restart()  # (Redis away, the page is a 503, a scrape that says "down": test_metrics.py)
@@ -178,6 +202,20 @@ def test_the_system_check_names_an_outbox_database_without_its_table(settings):
         recorder.record_applied("django_cogworker", "0005_outbox")
         with connections["default"].schema_editor() as editor:
             editor.create_model(OutboxJob)
+
+
+def test_the_system_check_gives_up_on_an_outbox_database_that_never_answers_with_a_warning():
+    """A database host that accepts and never answers: ``manage.py check`` (and runcogworker's start,
+    which runs it) hung there silently, for good. Now it waits CONNECT_TIMEOUT and warns
+    (cogworker.W011): an unreachable database is no reason to refuse to start."""
+    with silent_port() as port:
+        done = subprocess.run([sys.executable, "manage.py", "check"], cwd=REPO_ROOT, capture_output=True, text=True,
+                              timeout=120, env={**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.suite_settings",
+                                                "COGWORKER_OUTBOX": "true",
+                                                "COGWORKER_TEST_POSTGRES_URL": f"postgres://postgres@127.0.0.1:{port}/x"})
+    assert done.returncode == 0, done.stderr
+    assert "?: (cogworker.W011) COGWORKER[\"OUTBOX\"] is on, but database 'pg' is unreachable" in done.stderr
+    assert "timeout" in done.stderr.split("database 'pg' is unreachable")[1].split("\n")[0]
 
 
 def bury_a_batch(alias: str, server) -> tuple[Batch, list[str], list[str], str]:

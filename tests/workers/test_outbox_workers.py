@@ -16,8 +16,8 @@ import json
 
 import pytest
 from django.db import connections, transaction
-from helpers import RedisServer, wait_until, worker
-from outbox_fixtures import Boom, alias_fixture  # noqa: F401 - a fixture
+from helpers import RedisServer, free_port, wait_until, worker
+from outbox_fixtures import Boom, alias_fixture, silent_port  # noqa: F401 - a fixture
 
 from django_cogworker import Batch, chain, group
 from django_cogworker.broker.keys import Keys
@@ -55,11 +55,11 @@ def database_url(alias: str) -> str:
     return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
-def outbox_worker(tmp_path, srv, name, *args, outbox=True):
+def outbox_worker(tmp_path, srv, name, *args, outbox=True, pg=None):
     """A worker on ``srv`` and the test databases, with OUTBOX on (its relay relays both) or off
-    (it only runs jobs)."""
+    (it only runs jobs). ``pg``: the URL its "pg" database is at, instead of the test's."""
     env = {"COGWORKER_REDIS_URL": srv.url, "COGWORKER_OUTBOX": str(outbox).lower(),
-           "DATABASE_URL": database_url("default"), "COGWORKER_TEST_POSTGRES_URL": database_url("pg"),
+           "DATABASE_URL": database_url("default"), "COGWORKER_TEST_POSTGRES_URL": pg or database_url("pg"),
            "COGWORKER_TEST_MYSQL_URL": database_url("mysql")}
     return worker(tmp_path, *args, name=name, env=env)
 
@@ -280,3 +280,45 @@ def test_batches_and_workflows_committed_while_redis_is_away_run_once_with_their
         wait_until(lambda: sum(callbacks().values()) >= len(batches), timeout=60, message="the callbacks")
         wait_until(lambda: waiting(alias) == 0, timeout=30, message="the outbox emptied")
         assert callbacks() == collections.Counter(batches)
+
+
+def waiting_row(alias: str) -> str:
+    """A committed job's row in ``alias``'s outbox, as its pusher died before pushing it; its jid."""
+    payload = RecordJob.set(queue="default").build([RUNS], {})
+    OutboxJob.objects.using(alias).create(jid=payload["jid"], payload=json.dumps(payload), created=0)
+    return payload["jid"]
+
+
+def test_an_outbox_database_refusing_connections_is_a_warning_and_the_others_rows_are_relayed(tmp_path, srv):
+    """Its port closed: the system check was an error (cogworker.E010) and runcogworker refused to start."""
+    jid = waiting_row("default")
+    with outbox_worker(tmp_path, srv, "w", pg=f"postgres://postgres@127.0.0.1:{free_port()}/cogworker") as w:
+        w.wait_ready()
+        assert_exactly_once(srv, [jid])
+        wait_until(lambda: "outbox relay (pg): the database is unreachable" in w.log(), timeout=30,
+                   message="the relay's line about pg")
+    assert "(cogworker.W011) " in w.log() and "database 'pg' is unreachable" in w.log()
+    assert waiting("default") == 0
+
+
+def test_an_outbox_database_that_never_answers_holds_back_no_other_databases_rows_nor_the_stop(tmp_path, srv):
+    """Its host accepts and never answers. With the checks skipped (the check's own wait:
+    test_outbox_ops.py), the one relay thread hung on it: rows of "default" waited for ever, and a
+    TERM reached the fetch 30 s late (the relay's stop waited for it first)."""
+    first = waiting_row("default")
+    with silent_port() as port, outbox_worker(tmp_path, srv, "w", "--skip-checks",
+                                              pg=f"postgres://postgres@127.0.0.1:{port}/cogworker") as w:
+        w.wait_ready()
+        assert_exactly_once(srv, [first])
+        # (pg's relay gives up connecting, says so, and tries again: its rows wait, no one else's do.)
+        wait_until(lambda: "outbox relay (pg): the database is unreachable" in w.log(), timeout=60,
+                   message="pg's connect given up")
+        second = waiting_row("default")
+        assert_exactly_once(srv, [first, second])
+        w.term()
+        # (SHUTDOWN_TIMEOUT is 5 s, the relay's wait for its threads 5 s: the old 30 s wait is past both.)
+        assert w.wait(25) == 0
+    log = w.log()
+    quiet = log.index("quiet: no new jobs will be fetched")  # (the fetch stopped first, then the relay)
+    assert log.index("shutting down") < quiet
+    assert "still in a round" not in log or quiet < log.index("still in a round")

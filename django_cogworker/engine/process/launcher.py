@@ -346,6 +346,10 @@ class Launcher:
         if replaced is None and not refused:
             logger.info("shutting down: waiting up to %.1fs for running jobs (a second %s hands them back now)",
                         timeout, " or ".join(signal.Signals(s).name[3:] for s in self.stop_signals))
+        # The fetch stops first: a companion's stop waits for its thread (the outbox relay's round,
+        # on a database that may not answer), and the fetch went on taking jobs meanwhile, a TERM
+        # reaching it 30 s late.
+        self.manager.make_quiet()
         if self.ticker is not None:
             self.ticker.stop()
         for companion in self.companions:
