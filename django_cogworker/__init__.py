@@ -21,6 +21,7 @@ from .errors import (
     LimitKeyError,
     OverLimit,
     PayloadError,
+    PushLostAtCommit,
     UnknownJobError,
     WrongTypeError,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "Limiter",
     "OverLimit",
     "PayloadError",
+    "PushLostAtCommit",
     "UnknownJobError",
     "WrongTypeError",
     "__version__",

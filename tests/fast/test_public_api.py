@@ -23,6 +23,7 @@ EXPECTED = [
     "Limiter",
     "OverLimit",
     "PayloadError",
+    "PushLostAtCommit",
     "UnknownJobError",
     "WrongTypeError",
     "__version__",
@@ -48,7 +49,8 @@ def test_every_exported_name_exists():
 
 
 def test_errors_share_one_base():
-    for name in ("ConfigError", "InvalidArgument", "PayloadError", "UnknownJobError", "WrongTypeError"):
+    for name in ("ConfigError", "InvalidArgument", "PayloadError", "PushLostAtCommit", "UnknownJobError",
+                 "WrongTypeError"):
         assert issubclass(getattr(django_cogworker, name), django_cogworker.CogworkerError)
     assert issubclass(django_cogworker.UnknownJobError, django_cogworker.PayloadError)
     # The one exception outside it, on purpose: a job's `except Exception` must not swallow it.
