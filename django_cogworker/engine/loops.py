@@ -35,9 +35,9 @@ Step = tuple[str, Callable[[], object]]
 class Watchdog:
     """Run a loop's steps, logging and backing off what fails; one per loop thread.
 
-    Created by the thread body it guards (on that thread), and only used there:
+    Created by the thread body it guards, or by its owner, and only run there:
     ``run_step`` for each step, ``succeeded`` when a step that does its own
-    error handling got through. It keeps no thread of its own; a ``stop`` event
+    error handling got through; other threads may read ``failing``. It keeps no thread of its own; a ``stop`` event
     set during its pause ends the pause at once.
     """
 
@@ -59,6 +59,11 @@ class Watchdog:
             return False
         self.succeeded()
         return True
+
+    @property
+    def failing(self) -> bool:
+        """Whether the last step failed (read from other threads: one int)."""
+        return self.failures > 0
 
     def succeeded(self) -> None:
         if self.outage_since is not None:

@@ -301,10 +301,11 @@ def test_cancel_requests_of_the_wrong_type_are_moved_aside_by_the_beat_that_read
     assert launcher.cancels.requested("j1")
 
 
-def test_stats_are_flushed_with_the_beat(launcher, r):
+def test_stats_are_flushed_by_the_chores_after_a_beat(launcher, r):
     for failed in (False, False, True):
         launcher.stats.job_done(failed=failed)
     launcher.heartbeat.beat()
+    launcher.heartbeat.run_chores()
     assert (r.get(K.stat_processed), r.get(K.stat_failed)) == ("3", "1")
 
 
@@ -315,6 +316,7 @@ def test_process_count_and_stale_registry_entries(launcher, r):
     r.sadd(K.processes, "ghost:1:000000", "other:2:111111")
     r.hset(K.process("other:2:111111"), "info", "{}")
     launcher.heartbeat.beat()
+    launcher.heartbeat.run_chores()
     assert r.smembers(K.processes) == {ID, "other:2:111111"}
     launcher.heartbeat.beat()
     assert launcher.heartbeat.process_count == 2

@@ -273,7 +273,7 @@ def test_a_running_lock_outlives_orphan_detection(rb, config):
     raw = payloads.encode(payload).encode()
     rb.set(K.periodic_running("e"), "j1", ex=QUEUED_TTL)
     launcher.manager.ledger.job_started(Unit(raw, "default"), payload)
-    launcher.heartbeat.beat()  # renews the running locks of this process's runs
+    launcher.heartbeat.run_chores()  # renews the running locks of this process's runs
     assert 300 + 30 < rb.ttl(K.periodic_running("e")) <= active_ttl(300)
     rb.set(K.periodic_running("other"), "someone-else", ex=50)
     touch_running(rb, K, [payloads.encode({**payload, "periodic_pjid": "other"})], 500)

@@ -80,7 +80,7 @@ def test_a_health_port_in_use_fails_at_startup_naming_the_setting(r):
                                                r"'127.0.0.1': .*in use"):
             call_command("runcogworker", health_port=port)
     finally:
-        taken.server_close()
+        taken.close()
     assert r.dbsize() == 0
 
 

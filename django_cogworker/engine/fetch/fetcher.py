@@ -101,6 +101,8 @@ class Fetcher:
         self._low_water = self._ahead // 2
         self._cpu_busy = False
         self._load_mark = (time.monotonic(), time.process_time())
+        # (its ``failing`` is the fetcher's part of readiness: engine/process/health.py)
+        self.watchdog = Watchdog("fetcher", quiet)
         self.thread = threading.Thread(target=self._run, name="cogworker-fetcher", daemon=True)
 
     def start(self) -> None:
@@ -194,7 +196,7 @@ class Fetcher:
             self.settler.settle_acks(self.acks.take())
 
     def _fetch_until_quiet(self) -> None:
-        watchdog = Watchdog("fetcher", self.quiet)
+        watchdog = self.watchdog
         acks, deep = self.acks, False
         while not self.quiet.is_set():
             if not self._awake():

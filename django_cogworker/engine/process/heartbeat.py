@@ -9,8 +9,12 @@ one essential write, what makes the process alive to everyone else. The
 process registry, the workers hash, the in-progress registry and the last-beat
 stamp are each written best-effort: one shared key of the wrong type used to
 fail every beat of every process, so no process could start anywhere in the
-fleet. A lost connection still fails the beat as a whole. Then: flush stats,
-retry pending settlements, read the paused queues and remote signals.
+fleet. A lost connection still fails the beat as a whole. The same round trip
+reads the paused queues, the remote signals and the cancel requests.
+
+Then the chores (flush stats, retry pending settlements, prune the registry,
+the launcher's and the features' own) are poked, never run: each group runs
+on a thread of its own (chores.py), so a slow one never delays a beat.
 """
 
 from __future__ import annotations
@@ -31,9 +35,10 @@ from ...conf import Config
 from ...errors import is_unavailable
 from ..fetch.contract import Fetch
 from ..fetch.stall import clock as stall_clock
-from ..loops import BACKOFF_MAX, LoopThread, Watchdog, redis_time, run_each
+from ..loops import BACKOFF_MAX, LoopThread, Watchdog, redis_time
 from ..run.cancels import Cancels
 from ..settle.stats import Stats
+from .chores import Chores
 from .manager import Manager
 
 logger = logging.getLogger(__name__)
@@ -59,18 +64,22 @@ class Heartbeat(LoopThread):
 
     Created by the Launcher with the manager (what runs, quiet, the paused
     queues it is told, its pending settlements), the fetch (its own writes to
-    each beat: ``heartbeat_writes``), the stats (flushed each beat) and extra
-    chores (the Launcher's periodic-lock renewal and reconcile).
-    ``beat_until_ok`` runs on the main thread before anything starts;
-    ``start`` then beats on the ``cogworker-heartbeat`` daemon thread, under a
-    Watchdog, until ``stop``; quiet doesn't stop it (a quiet process is still
-    alive). ``clear`` leaves the registry at a clean exit.
+    each beat: ``heartbeat_writes``), the stats (flushed after each beat), extra
+    chores (the Launcher's periodic-lock renewal and reconcile) and the
+    features' chores. ``beat_until_ok`` runs on the main thread before
+    anything starts; ``start`` then beats on the ``cogworker-heartbeat``
+    daemon thread, under a Watchdog, until ``stop``; quiet doesn't stop it (a
+    quiet process is still alive). Each good beat pokes the chores, which run
+    on the ``cogworker-chores`` and ``cogworker-feature-chores`` threads
+    (started and stopped with this one); ``run_chores`` runs them once on the
+    caller's thread. ``clear`` leaves the registry at a clean exit.
     """
 
     def __init__(self, config: Config, redis: RedisClient, keys: Keys, identity: str, manager: Manager, fetch: Fetch,
                  stats: Stats, on_signal: Callable[[str], None], version: str, started_at: float | None = None,
                  extra_chores: tuple[Callable[[Any], None], ...] = (), extra_info: Mapping[str, Any] | None = None,
-                 cancels: Cancels | None = None, on_beat: Callable[[], None] | None = None):
+                 cancels: Cancels | None = None, on_beat: Callable[[], None] | None = None,
+                 feature_chores: tuple[Callable[[Any], None], ...] = ()):
         self.config = config
         self.redis = redis
         self.keys = keys
@@ -79,7 +88,13 @@ class Heartbeat(LoopThread):
         self.fetch = fetch
         self.stats = stats
         self.on_signal = on_signal
-        self.extra_chores = extra_chores
+        self.chores = (
+            Chores("cogworker-chores", (("stats", lambda: self.stats.flush(self.redis)),
+                                        ("pending settlements", self.manager.retry_pending_settlements),
+                                        ("stale processes", self.prune_processes),
+                                        *self._named(extra_chores))),
+            # (a feature's: this package doesn't know how long they take, so they hold back no core one)
+            Chores("cogworker-feature-chores", self._named(feature_chores)))
         self.cancels = cancels  # (told the cancel requests each beat reads: engine/run/cancels.py)
         self._init_thread("cogworker-heartbeat")
         self.process_count = 1
@@ -103,6 +118,27 @@ class Heartbeat(LoopThread):
         # caps; ``on_beat`` is told of each (the supervisor's report: engine/process/report.py).
         self.last_ok: float | None = None
         self.on_beat = on_beat
+        self.failing = False  # whether the last beat failed (readiness: engine/process/health.py)
+
+    def _named(self, chores: tuple[Callable[[Any], None], ...]) -> tuple[tuple[str, Callable[[], object]], ...]:
+        return tuple((getattr(c, "__name__", "chore"), lambda c=c: c(self.redis)) for c in chores)
+
+    def start(self) -> None:
+        for chores in self.chores:
+            chores.start()
+        super().start()
+
+    def stop(self) -> None:
+        for chores in self.chores:
+            chores.ask_stop()  # (all at once: a chore stuck in a call costs one wait, not one per group)
+        super().stop()
+        for chores in self.chores:
+            chores.stop()
+
+    def run_chores(self) -> None:
+        """Run every chore once on the caller's thread, as the chore threads do after a beat."""
+        for chores in self.chores:
+            chores.run_round()
 
     def beat_until_ok(self, give_up: threading.Event) -> bool:
         """Beat until one succeeds (startup waits for it); False if ``give_up`` was set first."""
@@ -124,7 +160,9 @@ class Heartbeat(LoopThread):
 
     def _beat_once(self, watchdog: Watchdog) -> bool:
         if watchdog.run_step(self.beat):
+            self.failing = False
             return True
+        self.failing = True
         self.steady_since = None
         return False
 
@@ -196,13 +234,14 @@ class Heartbeat(LoopThread):
         if self.steady_since is None or (gap is not None and gap > self.overdue_after()):
             # The first good beat after failed ones, or one that hung (Redis stalled for less than
             # the socket timeout) and then went through: the others' beats hung alike, so the
-            # grace starts again. (Chores failing for a lost connection fail the beat: None again.)
+            # grace starts again.
             self.steady_since = now
         self.last_beat = now
         self.last_ok = time.monotonic()
         if self.on_beat is not None:
             self.on_beat()
-        self._chores()
+        for chores in self.chores:
+            chores.poke()
 
     def overdue_after(self) -> float:
         """Seconds after which this process's own last beat is late: two intervals and a second."""
@@ -215,13 +254,6 @@ class Heartbeat(LoopThread):
         if self.last_beat is None or now - self.last_beat > self.overdue_after():
             return None
         return self.steady_since
-
-    def _chores(self) -> None:
-        run_each((("stats", lambda: self.stats.flush(self.redis)),
-                  ("pending settlements", self.manager.retry_pending_settlements),
-                  ("stale processes", self.prune_processes),
-                  *((getattr(c, "__name__", "chore"), lambda c=c: c(self.redis)) for c in self.extra_chores)),
-                 "heartbeat chore %s failed", log=logger)
 
     def prune_processes(self) -> None:
         """Drop registry entries whose process hash has expired, at most once per ``ttl``.

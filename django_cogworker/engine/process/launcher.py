@@ -65,7 +65,7 @@ from ..schedule.poller import Poller
 from ..settle.retry import RetryPolicy
 from ..settle.stats import Stats
 from .caps import REPLACE_EXIT, Caps, Over
-from .health import Health, HealthServer, beat_verdict
+from .health import Health, HealthServer, beat_verdict, worker_verdict
 from .heartbeat import Heartbeat, rss_kb
 from .manager import Manager
 from .report import Reporter
@@ -153,8 +153,8 @@ class Launcher:
         self.heartbeat = Heartbeat(config, redis, self.keys, self.identity, self.manager, self.fetch, self.stats,
                                    on_signal=self._signals_put, version=version,
                                    extra_chores=(self._touch_periodic_locks, self._reconcile,
-                                                 self.run_locks.retry_pending,
-                                                 *(chore for f in self.features for chore in f.chores())),
+                                                 self.run_locks.retry_pending),
+                                   feature_chores=tuple(chore for f in self.features for chore in f.chores()),
                                    extra_info=extra_info, cancels=self.cancels, on_beat=self._beaten)
         self._suspects: collections.Counter[bytes] = collections.Counter()
         self._next_reconcile = time.monotonic() + RECONCILE_INTERVAL
@@ -196,6 +196,8 @@ class Launcher:
         """After each good heartbeat (on its thread): tell the supervisor, and look at the RSS."""
         if self.reporter is not None:
             self.reporter.beat()
+            if self._running:  # (whether it can fetch: a fetcher failing while the beats go through)
+                self.reporter.able(not self._failing())
         self.caps.check()
 
     def _over_cap(self, over: Over) -> None:
@@ -204,14 +206,19 @@ class Launcher:
         self.manager.make_quiet()
         self._signals.put("replace")
 
+    def _failing(self) -> tuple[str, ...]:
+        """Which of this process's Redis round trips failed last: its beat's, its fetcher's."""
+        return (*(("heartbeat",) if self.heartbeat.failing else ()),
+                *(("fetcher",) if self.manager.fetch_failing else ()))
+
     def health_state(self) -> Health:
         """What /healthz and /readyz answer (the health server's thread)."""
         alive, age = beat_verdict(self.heartbeat.last_ok, self._born, time.monotonic(),
                                   self.config.heartbeat_interval)
         state = ("stopping" if self._shutting_down else "quiet" if self.manager.quiet
                  else "running" if self._running else "starting")
-        return Health(alive, state == "running", {"state": state, "last_beat_age": round(age, 3),
-                                                  "identity": self.identity})
+        return worker_verdict(state, alive, self._failing(), {"last_beat_age": round(age, 3),
+                                                              "identity": self.identity})
 
     def install_signal_handlers(self) -> None:
         for ignored in {signal.SIGTERM, signal.SIGINT} - set(self.stop_signals):

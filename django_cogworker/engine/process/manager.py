@@ -166,6 +166,11 @@ class Manager:
         self.fetcher.paused = queues
 
     @property
+    def fetch_failing(self) -> bool:
+        """Whether the fetcher's last round trip to Redis failed (readiness: engine/process/health.py)."""
+        return self.fetcher.watchdog.failing
+
+    @property
     def busy(self) -> int:
         return self.ledger.busy
 

@@ -4,7 +4,9 @@ The supervisor holds no Redis connection (its children are forked from it: redis
 not fork-safe), yet it decides when an old process may be retired (once its replacement is
 ready) and answers the health probes for all of them. Each child writes, on the pipe the
 supervisor made for it: READY once it has beaten and started its processors, BEAT at each good
-heartbeat, QUIET once it takes nothing new. A byte is atomic on a pipe, and the supervisor's
+heartbeat, QUIET once it takes nothing new; after READY, UNREADY when its fetcher's round trips
+to Redis fail while its beats go through, READY again when they don't (a beat that fails sends
+nothing: the supervisor sees the silence). A byte is atomic on a pipe, and the supervisor's
 select loop reads them as they come; a full pipe (a supervisor stuck) drops bytes, never blocks
 a worker.
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-READY, BEAT, QUIET = b"r", b"b", b"q"
+READY, BEAT, QUIET, UNREADY = b"r", b"b", b"q", b"u"
 WORKED, REFUSED = b"w", b"!"
 REFUSAL_MAX = 2048  # bytes of a refusal's text (a pipe write up to PIPE_BUF, 4096 on Linux, is atomic)
 
@@ -36,12 +38,13 @@ def split_refusal(data: bytes) -> tuple[bytes, str | None]:
 class Reporter:
     """The child's end: created by ``runcogworker`` for a supervised process; None-safe to share.
 
-    Called from the main thread (``ready``, ``quiet``) and the heartbeat thread (``beat``): each is
+    Called from the main thread (``ready``, ``quiet``) and the heartbeat thread (``beat``, ``able``): each is
     one ``write`` of one byte, which needs no lock.
     """
 
     def __init__(self, fd: int):
         self.fd = fd
+        self._able = True  # (as READY says)
         os.set_blocking(fd, False)
 
     def _send(self, byte: bytes) -> None:
@@ -66,3 +69,9 @@ class Reporter:
     def refuse(self, why: str) -> None:
         """Why this process won't run (the main thread, before it exits with caps.REFUSE_EXIT)."""
         self._send(REFUSED + " ".join(why.split()).encode()[:REFUSAL_MAX] + b"\n")
+
+    def able(self, can_fetch: bool) -> None:
+        """Whether it can fetch (the heartbeat's thread, after READY); said when it changes."""
+        if can_fetch != self._able:
+            self._able = can_fetch
+            self._send(READY if can_fetch else UNREADY)

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from ...errors import ConfigError
 from .caps import REPLACE_EXIT, Then, after_exit
 from .children import RETIRE, Child, ChildSpec, Slot, describe_exit, logical_cwd, run_forked
-from .health import Health, HealthServer, beat_verdict
-from .report import BEAT, QUIET, READY, WORKED, split_refusal
+from .health import Health, HealthServer, fleet_verdict
+from .report import BEAT, QUIET, READY, UNREADY, WORKED, split_refusal
 
 __all__ = ["Slot", "Supervisor", "describe_exit"]
 
@@ -40,12 +40,13 @@ class Supervisor:
 
     ``run`` blocks on the main thread, the only thread here. It starts every slot, then loops:
     signal handlers only record the signal (the self-pipe of ``signal.set_wakeup_fd`` wakes the
-    loop), which also reads the children's reports and answers the health probes; it reaps exited
-    children with ``waitpid(-1, WNOHANG)``. One that crashed is restarted after a backoff
-    (``backoff_min`` doubling to ``backoff_max``, back to ``backoff_min`` once a child lived
-    ``stable_after`` seconds), so a crash loop doesn't spin, whatever the exit; only one with
-    REPLACE_EXIT (over a cap) after it ran a job is replaced at once, so the host keeps its N
-    processes; a refusal before any was ready stops it (``caps.after_exit``; ``run`` raises).
+    loop), which also reads the children's reports and answers the health probes (never waiting
+    on a client: health.py); it reaps exited children with ``waitpid(-1, WNOHANG)``. One that
+    crashed is restarted after a backoff (``backoff_min`` doubling to ``backoff_max``, back to
+    ``backoff_min`` once a child lived ``stable_after`` seconds), so a crash loop doesn't spin,
+    whatever the exit; only one with REPLACE_EXIT (over a cap) after it ran a job is replaced at
+    once, so the host keeps its N processes; a refusal before any was ready stops it
+    (``caps.after_exit``; ``run`` then raises ConfigError).
 
     * TERM / INT: forward TERM to every child, wait up to ``shutdown_timeout`` + ``stop_grace`` for
       them to drain and exit, SIGKILL what is left, return 0; a second one forwards a second TERM
@@ -85,6 +86,7 @@ class Supervisor:
         self.children: dict[int, Child] = {}
         self.any_ready = False  # (a child of this supervisor was ready: a refusal is no longer the config's)
         self.refusal: str | None = None  # why a child refused to run, which stopped this supervisor
+        self._cut_off: set[int] = set()  # children whose fetcher fails (UNREADY since their last READY)
         self._pending: list[int] = []
         self._pipe: tuple[int, int] | None = None
 
@@ -240,6 +242,7 @@ class Supervisor:
 
     def _forget(self, child: Child) -> None:
         self.children.pop(child.pid, None)
+        self._cut_off.discard(child.pid)
         if child.report is not None:
             os.close(child.report)
             child.report = None
@@ -265,20 +268,10 @@ class Supervisor:
     # -- health ------------------------------------------------------------------------------
 
     def health_state(self) -> Health:
-        """/healthz: every child beats (its last beat, or its start, within 2 intervals); /readyz: each
-        slot's newest child is ready and not quiet, and the supervisor neither quiet nor stopping."""
-        now = self.clock()
-        alive, shown = True, []
-        for child in sorted(self.children.values(), key=lambda c: (c.index, c.generation)):
-            ok, age = beat_verdict(child.last_beat, child.started_at, now, self.heartbeat_interval)
-            alive = alive and ok
-            shown.append({"index": child.index, "pid": child.pid, "generation": child.generation,
-                          "last_beat_age": round(age, 3), "ready": child.ready, "quiet": child.quiet,
-                          "retiring": child.retiring})
-        ready = not (self.quiet or self.stopping) and all(
-            s.current is not None and s.current.ready and not s.current.quiet for s in self.slots)
-        state = "stopping" if self.stopping else "quiet" if self.quiet else "running" if ready else "starting"
-        return Health(alive, ready, {"state": state, "generation": self.generation, "processes": shown})
+        """What /healthz and /readyz answer: health.fleet_verdict of the children as reported."""
+        return fleet_verdict(self.children.values(), [s.current for s in self.slots], self._cut_off,
+                             now=self.clock(), interval=self.heartbeat_interval, quiet=self.quiet,
+                             stopping=self.stopping, generation=self.generation)
 
     # -- signals, reports and the self-pipe -------------------------------------------------
 
@@ -310,18 +303,20 @@ class Supervisor:
         """Sleep until a signal, a report or a probe arrives, or ``timeout`` passes; handle the last two."""
         assert self._pipe is not None
         reports = {c.report: c for c in self.children.values() if c.report is not None}
-        probe = self.health.fileno() if self.health is not None else -1
-        watched = [self._pipe[0], *reports, *([probe] if self.health is not None else [])]
+        watched = [self._pipe[0], *reports]
+        if self.health is not None:
+            watched.append(self.health.fileno())
+            timeout = min(timeout, self.health.next_deadline())
         readable, _, _ = select.select(watched, [], [], timeout)
         for ready in readable:
-            if ready == probe and self.health is not None:
-                self.health.serve_one()
-            elif ready in reports:
+            if ready in reports:
                 self._read_report(reports[ready])
-            else:
+            elif ready == self._pipe[0]:
                 with contextlib.suppress(BlockingIOError):
                     while os.read(ready, 512):
                         pass
+        if self.health is not None:
+            self.health.serve()  # (what arrived, and the requests out of time: never waits)
 
     def _read_report(self, child: Child) -> None:
         if child.report is None:
@@ -341,6 +336,10 @@ class Supervisor:
             child.last_beat = self.clock()
         if QUIET in data:
             child.quiet = True
+        if UNREADY in data and data.rfind(UNREADY) > data.rfind(READY):
+            self._cut_off.add(child.pid)
+        elif READY in data:
+            self._cut_off.discard(child.pid)
         if READY in data and not child.ready:
             child.ready = True
             self._ready(child)
@@ -381,7 +380,7 @@ class Supervisor:
                 if other.report is not None:
                     os.close(other.report)
             if self.health is not None:
-                self.health.socket.close()
+                self.health.discard()
 
         fresh = (self.command, self.workdir) if spec.generation and self.command is not None else None
         run_forked(spec, detach, HANDLED, self.pid, self.run_child, fresh)  # (never returns)

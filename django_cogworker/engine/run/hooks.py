@@ -177,8 +177,9 @@ class Feature:
         return None
 
     def chores(self) -> Sequence[Callable[[RedisClient], None]]:
-        """Work for the heartbeat thread, called with its Redis client after each beat (a limit's
-        leases renewed); one that raises is logged by the heartbeat, and the next beat calls it again."""
+        """Work after each heartbeat, called with the Redis client on the features' chore thread
+        (engine/process/chores.py: never delaying a beat) (a limit's leases renewed); one that
+        raises is logged, and the round after the next beat calls it again."""
         return ()
 
     def step_runners(self) -> Mapping[type, StepRunner]:
