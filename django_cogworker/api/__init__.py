@@ -50,9 +50,9 @@ The names are defined in one module per part and re-exported here, so
     _base        ActionRefused, Poison, reencode, SCAN_COUNT, MAX_PER_PAGE, the shared private helpers
     records      Page, JobRecord; HEAD_BYTES, TAIL_BYTES, DETAIL_BYTES, CALL_BYTES
     queues       Queue, QueueRow (Queue.page, Queue.prune, Queue.exists)
-    sorted_sets  SortedEntry, SortedSet, ScheduledSet, RetrySet, DeadSet, Moved (retry_some);
-                 SCAN_LIMIT, SCAN_BUDGET, MATCH_LIMIT, BATCH, RETRY_SOME_LIMIT, RETRY_SOME_BUDGET,
-                 KILLED_REASON
+    sorted_sets  SortedSet, ScheduledSet, RetrySet, DeadSet, Moved (retry_some);
+                 SCAN_LIMIT, SCAN_BUDGET, MATCH_LIMIT, BATCH, RETRY_SOME_LIMIT, RETRY_SOME_BUDGET
+    sorted_entry SortedEntry (one entry's actions: delete, enqueue_now, kill), KILLED_REASON
     processes    Process, ProcessSet (ProcessSet.readers: who reads each queue), Work, Workers
     periodic     PeriodicEntry
     quarantine   Bounded, QuarantinedKey; KEYSPACE_SCAN_LIMIT, QUARANTINE_LIMIT, SAMPLE_ITEMS, SAMPLE_CHARS
@@ -93,9 +93,9 @@ from .processes import Process, ProcessSet, Work, Workers
 from .quarantine import KEYSPACE_SCAN_LIMIT, QUARANTINE_LIMIT, SAMPLE_CHARS, SAMPLE_ITEMS, Bounded, QuarantinedKey
 from .queues import Queue, QueueRow
 from .records import JobRecord, Page
+from .sorted_entry import KILLED_REASON, SortedEntry
 from .sorted_sets import (
     BATCH,
-    KILLED_REASON,
     MATCH_LIMIT,
     RETRY_SOME_BUDGET,
     RETRY_SOME_LIMIT,
@@ -105,7 +105,6 @@ from .sorted_sets import (
     Moved,
     RetrySet,
     ScheduledSet,
-    SortedEntry,
     SortedSet,
 )
 from .stats import Day, JobClassStats, Stats

@@ -1,5 +1,6 @@
-"""The scheduled, retry and dead sets: ``SortedSet`` (paging, bounded filters and lookups, bulk actions),
-its three kinds ``ScheduledSet``, ``RetrySet``, ``DeadSet``, and ``SortedEntry``, one entry with its actions.
+"""The scheduled, retry and dead sets: ``SortedSet`` (paging, bounded filters and lookups, bulk actions)
+and its three kinds ``ScheduledSet``, ``RetrySet``, ``DeadSet``. One entry and its own actions are
+``sorted_entry.SortedEntry`` (re-exported here, where it was defined before).
 
 The limits below are read from this module at call time: a test patches them here
 (``monkeypatch.setattr(api.sorted_sets, "SCAN_LIMIT", ...)``), not on ``api``.
@@ -13,17 +14,19 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from .. import retries
 from ..broker import crossings, scripts
 from ..broker.keys import Keys
 from ..broker.types import RedisClient
 from ..conf import Config
-from ..features.batches import steps as batch_steps
 from ..push import payload as payloads
-from ..push import unique
 from . import _base, records
-from ._base import ActionRefused, Poison, _clamp_page, _defaults, _printable, _score, reencode
-from .records import DETAIL_BYTES, HEAD_BYTES, TAIL_BYTES, JobRecord, Page
+from ._base import ActionRefused, Poison, _clamp_page, _defaults, _score, reencode
+from .records import DETAIL_BYTES, HEAD_BYTES, TAIL_BYTES, Page
+from .sorted_entry import KILLED_REASON, SortedEntry, _retry_of, poison_letter
+
+__all__ = ["BATCH", "KILLED_REASON", "MATCH_LIMIT", "RETRY_SOME_BUDGET", "RETRY_SOME_LIMIT", "SCAN_BUDGET",
+           "SCAN_LIMIT", "SEARCH_WINDOW", "DeadSet", "Moved", "RetrySet", "ScheduledSet", "SortedEntry",
+           "SortedSet", "poison_letter"]
 
 SCAN_LIMIT = 50_000  # entries a filter or a jid lookup examines at most
 # Seconds a filter or a jid lookup scans at most: the entry cap alone kept a page under 200 ms on
@@ -36,13 +39,6 @@ BATCH = 500  # entries per script call of retry_all
 # entries it ran 23 s in one request, past a 30 s gateway's patience on a slower day.
 RETRY_SOME_LIMIT = 100_000
 RETRY_SOME_BUDGET = 10.0  # seconds; no batch starts after
-KILLED_REASON = "killed from the admin"
-
-def _retry_of(entry: JobRecord) -> retries.Retry | None:
-    """A feature's retry of ``entry`` when it names no queue (django_cogworker/retries.py), else None."""
-    if entry.parse_error or entry.queue is not None:
-        return None
-    return retries.RETRIES.get(entry.payload.get("class"))  # type: ignore[arg-type]
 
 
 @dataclasses.dataclass
@@ -56,110 +52,6 @@ class Moved:
     stuck: int = 0
     resume: int = 0
     left: int = 0
-
-
-def poison_letter(entry: JobRecord, reason: str, now: float) -> dict[str, Any]:
-    """The dead entry for a payload that can't be written back: its stored text kept, and its jid."""
-    letter = payloads.dead_letter(entry.raw, reason, now)
-    if not entry.ident.startswith("sha1:"):
-        letter["jid"] = entry.ident
-    return letter
-
-
-class SortedEntry(JobRecord):
-    """A payload in a sorted set, with its score (when it is due, or when it died)."""
-
-    def __init__(self, parent: SortedSet, raw: bytes | str, score: float, **kwargs: Any):
-        super().__init__(raw, **kwargs)
-        self.parent = parent
-        self.score = float(score)
-
-    def __repr__(self) -> str:
-        return f"{super().__repr__()[:-1]} in {self.parent.name} at {self.score:.3f}>"
-
-    @property
-    def token(self) -> str:
-        """A stable reference to this entry for forms and URLs; see :meth:`SortedSet.find`."""
-        return f"{self.score!r}|{self.ident}"
-
-    def whole(self) -> SortedEntry | None:
-        """This entry with every byte read (itself when it was); None if it is gone."""
-        return self if self.complete else self.parent.find(self.token, whole=True)
-
-    def delete(self) -> bool:
-        """Remove it; False if it was no longer there. A unique job's lock goes with it."""
-        entry = self.whole()
-        if entry is None:
-            return False
-        removed = bool(self.parent.redis.zrem(self.parent.key, entry.raw))
-        if removed and entry.payload.get("unique_digest") and entry.jid:
-            unique.release(self.parent.redis, self.parent.keys, entry.payload)
-        return removed
-
-    def enqueue_now(self, now: float | None = None) -> bool:
-        """Move it to the end of its queue now; False if it was no longer there (the poller took it).
-
-        A payload that can't be written back goes to dead with the reason (or, in dead, stays),
-        and ActionRefused says so.
-        """
-        entry = self.whole()
-        if entry is None:
-            return False
-        now = time.time() if now is None else now
-        if (special := _retry_of(entry)) is not None:
-            return special(entry, now)
-        queue = entry.queue
-        if entry.parse_error or queue is None:
-            raise ActionRefused(f"{_printable(entry.display_class)} {entry.ident} names no queue it could run from")
-        payload = dict(entry.payload, enqueued_at=now)
-        payload.pop("at", None)
-        try:
-            text = reencode(payload)
-        except Poison as exc:
-            raise entry.bury(exc.reason, now) from exc
-        p = self.parent
-        if p.keys.spread:  # (a cluster: the queue is in another slot; leased, pushed, then removed)
-            outcome = crossings.zset_to_queues(p.redis, p.keys, p.key, [(entry.raw, entry.score, queue, text)], now)[0]
-            if isinstance(outcome, Exception):
-                raise outcome
-            return outcome == crossings.MOVED
-        return bool(scripts.CLAIM_AND_REQUEUE(p.redis, [p.key, p.keys.queues, p.keys.queue(queue)],
-                                              [entry.raw, queue, text]))
-
-    retry_now = enqueue_now
-
-    def bury(self, reason: str, now: float) -> ActionRefused:
-        """Send this poison entry to dead with ``reason`` (in dead, leave it); return the refusal to raise."""
-        p, what = self.parent, f"{_printable(self.display_class)} {self.ident}"
-        if p.name == "dead":
-            return Poison(f"{what} {reason}: it stays in dead")
-        below, cap = p.dead_limits(now)
-        scripts.MOVE_BETWEEN_ZSETS(p.redis, [p.key, p.keys.dead],
-                                   [self.raw, now, reencode(poison_letter(self, reason, now)), below, cap])
-        return Poison(f"{what} {reason}: sent to dead with the reason")
-
-    def kill(self, now: float | None = None) -> bool:
-        """Move it to the dead set (retries only); False if it was no longer there."""
-        p = self.parent
-        if not p.can_kill:
-            raise ActionRefused(f"entries of {p.name} can't be killed")
-        entry = self.whole()
-        if entry is None:
-            return False
-        now = time.time() if now is None else now
-        if entry.parse_error:
-            dead = payloads.dead_letter(entry.raw, f"{KILLED_REASON} ({entry.parse_error})", now)
-        else:
-            dead = dict(entry.payload, dead_reason=KILLED_REASON)
-            dead.setdefault("failed_at", now)
-        try:
-            text = reencode(dead)
-        except Poison as exc:
-            text = reencode(poison_letter(entry, f"{KILLED_REASON}; it {exc.reason}", now))
-        below, cap = p.dead_limits(now)
-        if not entry.parse_error:  # (its batch first, as when a worker sends a job to dead)
-            batch_steps.died(p.redis, p.keys, entry.payload, "Killed", KILLED_REASON, p.batch_ttl())
-        return bool(scripts.MOVE_BETWEEN_ZSETS(p.redis, [p.key, p.keys.dead], [entry.raw, now, text, below, cap]))
 
 
 class SortedSet:

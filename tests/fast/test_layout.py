@@ -157,7 +157,7 @@ CORE_TO_FEATURE = {
     ("engine.recovery.orphans", "features.batches.steps"),
     ("engine.recovery.housekeeping", "features.batches.delivery"),
     # the retry and dead sets' "retry now" of a batch's job, which takes its step back
-    ("api.sorted_sets", "features.batches.steps"),
+    ("api.sorted_entry", "features.batches.steps"),
     # Job.limits checked at class definition
     ("push.arguments", "features.limits.limiter"),
     # encrypted arguments, sealed as the payload is built (the push side has no hooks: every way a

@@ -28,7 +28,8 @@ from typing import Any, cast
 
 from ...api._base import _Budget, _clamp_page, _defaults, _number, _text, _walk
 from ...api.records import Page, read_leniently
-from ...api.sorted_sets import DeadSet, RetrySet, SortedEntry
+from ...api.sorted_entry import SortedEntry
+from ...api.sorted_sets import DeadSet, RetrySet
 from ...broker.keys import BatchKeys, Keys
 from ...broker.quarantine import is_wrong_type
 from ...broker.types import RedisClient
