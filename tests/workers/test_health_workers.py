@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 from helpers import DEFAULT_PREFIX, FAST_ENV, RedisServer, Worker, free_port, pid_alive, wait_until, worker
@@ -74,19 +75,25 @@ def test_readyz_follows_the_reach_to_redis(tmp_path, how):
                     srv.kill()
                 else:
                     os.kill(frozen, signal.SIGSTOP)
-                wait_until(lambda: probe(port, "/readyz").status == 503, timeout=30, interval=0.2,
+                away = time.monotonic()
+                wait_until(lambda: probe(port, "/readyz").status == 503, timeout=30, interval=0.1,
                            message="not ready with Redis away")
+                unready_after = time.monotonic() - away
                 assert probe(port, "/readyz").status == 503  # (stays so)
             finally:
                 if how.endswith("kill"):
                     srv.restart()
                 else:
                     os.kill(frozen, signal.SIGCONT)
-            answer = wait_until(lambda: (a := probe(port, "/readyz")).status == 200 and a, timeout=60, interval=0.2,
+                back = time.monotonic()
+            answer = wait_until(lambda: (a := probe(port, "/readyz")).status == 200 and a, timeout=60, interval=0.1,
                                 message="ready again with Redis back")
+            ready_after = time.monotonic() - back
             assert answer.body["state"] == "running"
             w.term()
             assert w.wait(30) == 0
+    print(f"\nFIGURES readyz ({how}, HEARTBEAT_INTERVAL 0.5): 503 {unready_after:.2f}s after Redis went away, "
+          f"200 again {ready_after:.2f}s after it was back")
 
 
 def test_a_feature_chore_slower_than_the_orphan_threshold_delays_neither_beats_nor_readiness(tmp_path, r):
