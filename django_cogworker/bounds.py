@@ -5,7 +5,7 @@ A value past them failed halfway through, in Redis or in Python, after keys were
 limiter's ``per=1e300`` at every take; ``10**400`` as OverflowError; arguments nested 2,000 deep
 as RecursionError; a lone surrogate as UnicodeEncodeError from redis-py. Each check raises
 :class:`~django_cogworker.errors.InvalidArgument` naming the parameter and the value, before
-anything is written. A leaf: the settings (conf.py), the push side, batches and limiters use it.
+anything is written. A leaf: the settings (conf/rules.py), the push side, batches and limiters use it.
 """
 
 from __future__ import annotations
