@@ -1,11 +1,15 @@
-"""Shared pieces of the in-process engine tests: fast configs, clients, test jobs, a running Launcher.
+"""Shared pieces of the in-process engine tests: fast configs, clients, test jobs, a processor
+called on the test's thread, a running Launcher.
 
-    from engine_fixtures import launcher_factory_fixture  # noqa: F401 - the launcher_factory fixture
+    from engine_fixtures import make_processor_fixture  # noqa: F401 - the make_processor fixture
 
-    def test_x(launcher_factory, r):
-        running = launcher_factory(FETCH="basic")
-        running.push(Note, token, 1)
-        wait_until(lambda: runs(token))
+    def test_x(make_processor, r):
+        called = make_processor(FETCH="basic")
+        run = called.run(Note, token, 1)  # (pushed, taken, run and settled: nothing to wait for)
+        assert run.decision.outcome is Outcome.SUCCESS and called.clear()
+
+A test of the job's path calls a processor (``make_processor``); one of threads, of the fetcher
+or of the whole process starts a Launcher (``launcher_factory``) and polls with ``wait_until``.
 
 Everything talks to a real Redis (the suite's, or a RedisServer a fault test starts). The jobs
 here keep what they see in this process's memory, keyed by a per-test token, so a test can use a
@@ -17,7 +21,7 @@ from __future__ import annotations
 import collections
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -27,9 +31,23 @@ from helpers import wait_until
 from django_cogworker.broker.connection import make_redis
 from django_cogworker.broker.keys import Keys
 from django_cogworker.conf import Config, build_config
-from django_cogworker.engine.process.launcher import Launcher
+from django_cogworker.engine.fetch.contract import Unit
+from django_cogworker.engine.fetch.ledger import Ledger
+from django_cogworker.engine.fetch.registry import make_fetch
+from django_cogworker.engine.process.launcher import Launcher, new_identity, run_job
+from django_cogworker.engine.run.cancels import Cancels
+from django_cogworker.engine.run.factories import FeatureFactory, build_features, load_features
+from django_cogworker.engine.run.hooks import JobRun, Plans, WorkerParts
+from django_cogworker.engine.run.processor import Processor
+from django_cogworker.engine.run.run_locks import RunLocks
+from django_cogworker.engine.run.timeouts import Timeouts
+from django_cogworker.engine.settle.retry import RetryPolicy
+from django_cogworker.engine.settle.settlement import Settlement
+from django_cogworker.engine.settle.settling import Settler
+from django_cogworker.engine.settle.stats import Stats
 from django_cogworker.push.client import Client
 from django_cogworker.push.job import Job, JobSetter
+from django_cogworker.push.middleware import build_chain
 
 # Tiny intervals keep the engine tests fast. The socket timeout caps a blocking fetch at 0.25 s
 # (half a second under it), so a stop never waits long for the fetcher.
@@ -172,6 +190,123 @@ def launcher_factory_fixture(redis_url: str) -> Iterator[Any]:
 
 
 launcher_factory = launcher_factory_fixture  # the first name it had (tests/test_fetch_reconcile.py imports it)
+
+
+# -- a processor called on the test's thread ---------------------------------------------------------
+
+
+class Recording(Settler):
+    """The worker's Settler, which also keeps each settlement it is asked for, in order (``asked``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.asked: list[tuple[bytes, Settlement]] = []
+
+    def settle(self, raw: bytes, how: Settlement) -> None:
+        self.asked.append((raw, how))
+        super().settle(raw, how)
+
+
+class Called:
+    """A Processor built from its parts as a worker builds it, and called on the test's thread.
+
+    Its parts are a worker's (the config's fetch on a real Redis, the retry policy, the features'
+    Plans, the server middleware around ``run_job``), but no Manager, fetcher or thread: a test
+    pushes a job, ``run_next`` takes it with the real fetch (reliable: onto this process's
+    in-progress list) and hands it to ``processor.process``, which runs it through every phase
+    and settles it before returning. Nothing to wait for: when ``run_next`` returns, Redis holds
+    the settlement (the in-progress list, the retry and dead sets) and ``settled`` what the
+    Settler was asked for. ``processor.process`` returns, rather than raises, whatever a job,
+    a hook or a handler did: a raise there is what kills a worker's processor thread.
+    """
+
+    def __init__(self, config: Config, client: redis.Redis, *, features: Sequence[FeatureFactory] | None,
+                 server_middleware: Sequence[Callable], death_handlers: Sequence[Callable]):
+        self.config = config
+        self.redis = client
+        self.keys = Keys(config.key_prefix)
+        self.identity = new_identity()
+        self.client = Client(config, client)
+        self.retry = RetryPolicy(config, death_handlers)
+        self.fetch = make_fetch(config, client, self.keys, self.identity)
+        self.stats = Stats(self.keys)
+        run_locks = RunLocks(client, self.keys)
+        parts = WorkerParts(config, client, self.keys, self.identity, self.retry, Cancels(),
+                            Timeouts(grace=config.timeout_grace), run_locks)
+        made = build_features(load_features(config) if features is None else features, parts)
+        self.settler = Recording(self.fetch, self.retry, run_locks,
+                                 runners={kind: runner for f in made for kind, runner in f.step_runners().items()})
+        self.processor = Processor(0, ledger=Ledger(), settler=self.settler, retry=self.retry, stats=self.stats,
+                                   server_chain=build_chain(server_middleware, run_job), plans=Plans(made))
+
+    @property
+    def in_progress(self) -> str:
+        """This process's in-progress list (with basic fetch a key never written)."""
+        return self.fetch.in_progress
+
+    @property
+    def settled(self) -> list[tuple[bytes, Settlement]]:
+        """(raw, settlement) for each settlement the processor made, in order."""
+        return self.settler.asked
+
+    def push(self, job: type[Job], *args: Any, **options: Any) -> dict[str, Any]:
+        return push(self.client, job, *args, **options)
+
+    def take(self) -> Unit:
+        """The next job waiting in the queues, fetched as the fetcher would (a test pushed it first)."""
+        units = self.fetch.retrieve(1)
+        assert units, "no job waiting in the queues"
+        return units[0]
+
+    def run_next(self) -> JobRun | None:
+        """Take the next job and process it: its JobRun (None: a payload it couldn't read, buried)."""
+        return self.processor.process(self.take())
+
+    def run(self, job: type[Job], *args: Any, **options: Any) -> JobRun:
+        """Push one job, take it and process it; its JobRun."""
+        pushed = self.push(job, *args, **options)
+        run = self.run_next()
+        assert run is not None and run.payload["jid"] == pushed["jid"], "another job was waiting"
+        return run
+
+    def waiting(self) -> int:
+        return sum(self.redis.llen(self.keys.queue(name)) for name in self.config.queue_names)
+
+    def drain(self) -> list[JobRun | None]:
+        """Process every job waiting, in the order the fetch takes them."""
+        return [self.run_next() for _ in iter(self.waiting, 0)]
+
+    def clear(self) -> bool:
+        """Nothing running, nothing pending, nothing left on the in-progress list."""
+        return (not self.processor.ledger.busy and not self.settler.pending_settlements()
+                and self.redis.llen(self.in_progress) == 0)
+
+    def flush_stats(self) -> None:
+        """Write the counts to Redis, as each heartbeat does."""
+        self.stats.flush(self.redis)
+
+
+@pytest.fixture(name="make_processor")
+def make_processor_fixture(redis_url: str) -> Iterator[Callable[..., Called]]:
+    """The ``make_processor`` fixture: ``factory(url=None, features=None, server_middleware=(),
+    death_handlers=(), **settings)`` returns a :class:`Called` processor on a fresh config (FAST,
+    then ``settings``), its Plans from ``features`` (factories) or the configured ones (the
+    package's and ``FEATURES``). Import ``make_processor_fixture``, as ``launcher_factory_fixture``.
+    """
+    clients: list[redis.Redis] = []
+
+    def factory(*, url: str | None = None, features: Sequence[FeatureFactory] | None = None,
+                server_middleware: Sequence[Callable] = (), death_handlers: Sequence[Callable] = (),
+                **settings: Any) -> Called:
+        config = make_config(url or redis_url, **settings)
+        client = make_redis(config)
+        clients.append(client)
+        return Called(config, client, features=features, server_middleware=server_middleware,
+                      death_handlers=death_handlers)
+
+    yield factory
+    for client in clients:
+        client.close()
 
 
 def fail_acks(fetch: Any, should_fail: Any, monkeypatch: Any = None) -> None:
