@@ -19,7 +19,9 @@ Redis of its own without the jobs writing to the suite's one.
 from __future__ import annotations
 
 import collections
+import random
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -41,6 +43,7 @@ from django_cogworker.engine.run.hooks import JobRun, Plans, WorkerParts
 from django_cogworker.engine.run.processor import Processor
 from django_cogworker.engine.run.run_locks import RunLocks
 from django_cogworker.engine.run.timeouts import Timeouts
+from django_cogworker.engine.schedule.due import DueSweep
 from django_cogworker.engine.settle.retry import RetryPolicy
 from django_cogworker.engine.settle.settlement import Settlement
 from django_cogworker.engine.settle.settling import Settler
@@ -284,6 +287,11 @@ class Called:
     def flush_stats(self) -> None:
         """Write the counts to Redis, as each heartbeat does."""
         self.stats.flush(self.redis)
+
+    def sweep(self) -> int:
+        """Move the due entries of the schedule and retry sets to their queues, as the poller's
+        rounds do; return how many moved."""
+        return DueSweep(self.redis, self.keys, self.retry, random.Random(), time.time, threading.Event()).enqueue_due()
 
 
 @pytest.fixture(name="make_processor")

@@ -12,8 +12,7 @@ import time
 import pytest
 from django.core import checks
 from django.test import override_settings
-from engine_fixtures import Boom, Note, launcher_factory_fixture, new_token, runs  # noqa: F401 - launcher_factory
-from helpers import wait_until
+from engine_fixtures import Boom, Note, make_processor_fixture, new_token, runs  # noqa: F401 - make_processor
 
 from django_cogworker.broker.connection import make_redis
 from django_cogworker.conf import build_config
@@ -31,17 +30,19 @@ def audited(r) -> dict[str, dict[str, str]]:
     return {fields["jid"]: fields for _id, fields in r.xrange("cogworker:audit")}
 
 
-def test_an_audit_feature_sees_every_job_s_outcome_run_or_not(launcher_factory, r):
+def test_an_audit_feature_sees_every_job_s_outcome_run_or_not(make_processor, r):
     token = new_token()
-    running = launcher_factory(FEATURES=[AUDIT])
-    ok = running.push(Note, token, 1)
-    failed = running.push(Boom, token)
+    called = make_processor(FEATURES=[AUDIT])
+    ok = called.push(Note, token, 1)
+    failed = called.push(Boom, token)
     expired = JobSetter(Note, {}).build([token, 2], {})
     expired["expires_at"] = time.time() - 60  # (as a push with expires_in, a minute after it)
-    running.client.push(expired)
+    called.client.push(expired)
 
-    wait_until(lambda: len(audited(r)) == 3, timeout=15, message="three jobs audited")
+    called.drain()
+
     entries = audited(r)
+    assert len(entries) == 3
     assert (entries[ok["jid"]]["outcome"], entries[ok["jid"]]["ran"], entries[ok["jid"]]["error"]) == \
         ("success", "1", "")
     assert (entries[failed["jid"]]["outcome"], entries[failed["jid"]]["error"]) == ("retry", "RuntimeError")
@@ -73,31 +74,34 @@ def refuses_boom(parts):
     return [Refuses(Boom.name)]
 
 
-def test_a_feature_s_before_settles_a_job_unrun_and_its_bug_in_after_is_logged_not_the_job_s(launcher_factory, r,
+def test_a_feature_s_before_settles_a_job_unrun_and_its_bug_in_after_is_logged_not_the_job_s(make_processor, r,
                                                                                               caplog):
     token = new_token()
-    running = launcher_factory(FEATURES=["test_extending.refuses_boom"])
-    note = running.push(Note, token, 1)
-    boom = running.push(Boom, token)
+    called = make_processor(FEATURES=["test_extending.refuses_boom"])
+    note = called.push(Note, token, 1)
+    boom = called.push(Boom, token)
 
-    wait_until(lambda: all(f"Refuses.after failed for jid={job['jid']}" in caplog.text for job in (note, boom)),
-               timeout=15, message="both settled, the feature's bug logged for each")
-    wait_until(lambda: r.llen(running.in_progress) == 0, message="both acked")
+    assert [run.decision.outcome for run in called.drain()] == [Outcome.SUCCESS, Outcome.DEAD]
+
+    # Both settled, the feature's bug logged for each.
+    assert all(f"Refuses.after failed for jid={job['jid']}" in caplog.text for job in (note, boom))
+    assert r.llen(called.in_progress) == 0  # both acked
     assert runs(token) == [(note["jid"], [1])]  # Boom never ran
     assert r.zcard("cogworker:retry") == 0 and r.zcard("cogworker:dead") == 0  # acked, as the Decision said
 
 
-def test_the_kill_switch_example_drops_a_switched_off_class_s_jobs_unrun(launcher_factory, r, caplog):
+def test_the_kill_switch_example_drops_a_switched_off_class_s_jobs_unrun(make_processor, r, caplog):
     # docs/extending.md's `before` example (testproject/demo/switch.py), its imports from
     # django_cogworker.features alone.
     token = new_token()
     r.sadd("cogworker:switched_off", Note.name)
-    running = launcher_factory(FEATURES=["testproject.demo.switch.kill_switch"])
-    dropped = running.push(Note, token, 1)
-    failed = running.push(Boom, token)  # (a class not switched off runs: here, it fails and is retried)
+    called = make_processor(FEATURES=["testproject.demo.switch.kill_switch"])
+    dropped = called.push(Note, token, 1)
+    failed = called.push(Boom, token)  # (a class not switched off runs: here, it fails and is retried)
 
-    wait_until(lambda: r.zcard("cogworker:retry") == 1 and r.llen(running.in_progress) == 0, timeout=15,
-               message="the Boom retried, the Note acked")
+    called.drain()
+
+    assert r.zcard("cogworker:retry") == 1 and r.llen(called.in_progress) == 0  # the Boom retried, the Note acked
     assert runs(token) == [failed["jid"]]  # the Note never ran
     assert r.zcard("cogworker:dead") == 0  # dropped: acked, as its Decision said
     assert any(f"switched off: {dropped['jid']} dropped, never run" in m for m in caplog.messages)
@@ -148,19 +152,21 @@ def applies_raises(parts):
 
 @pytest.mark.parametrize("hook", ["decide", "applies"])
 def test_a_feature_hook_that_raises_files_its_jobs_retry_then_dead_naming_it_and_no_processor_dies(
-        launcher_factory, r, caplog, hook):
+        make_processor, r, caplog, hook):
     # decide raising killed the processor ("processor 3 died; replacing it") with the job unfiled: it
     # ran again at each restart, never reached retry or dead; applies raising killed every processor
-    # on every job.
+    # on every job. (A processor thread dies when ``process`` raises: here, each call returns.)
     token = new_token()
-    running = launcher_factory(FEATURES=[f"test_extending.{hook}_raises"], CONCURRENCY=2)
-    processors = list(running.manager.processors)
-    pushed = running.push(Note, token, 1, retry=1)
-    failed = running.push(Boom, token, "its own error", retry=0)
+    called = make_processor(FEATURES=[f"test_extending.{hook}_raises"])
+    pushed = called.push(Note, token, 1, retry=1)
+    failed = called.push(Boom, token, "its own error", retry=0)
 
-    wait_until(lambda: r.zcard("cogworker:retry") == 1 and r.zcard("cogworker:dead") == 1, message="filed")
+    assert [run.decision.outcome for run in called.drain()] == [Outcome.RETRY, Outcome.DEAD]
+    assert r.zcard("cogworker:retry") == 1 and r.zcard("cogworker:dead") == 1
     r.zadd("cogworker:retry", {r.zrange("cogworker:retry", 0, 0)[0]: 0}, xx=True)  # (its retry due now)
-    wait_until(lambda: r.zcard("cogworker:dead") == 2, message="the retried one dead")
+    assert called.sweep() == 1
+    assert [run.decision.outcome for run in called.drain()] == [Outcome.DEAD]
+    assert r.zcard("cogworker:dead") == 2 and r.zcard("cogworker:retry") == 0  # the retried one dead
     dead = {entry["jid"]: entry for entry in map(json.loads, r.zrange("cogworker:dead", 0, -1))}
     said = f"feature 'misfit' (test_extending.{hook.title()}Raises) raised in {hook}: ValueError: {hook} is broken"
     assert dead[pushed["jid"]]["error_class"] == "django_cogworker.errors.FeatureError"
@@ -172,11 +178,10 @@ def test_a_feature_hook_that_raises_files_its_jobs_retry_then_dead_naming_it_and
     else:  # (never run: its plan can't be made)
         assert runs(token) == []
         assert dead[failed["jid"]]["error_message"] == said
-    wait_until(lambda: r.llen(running.in_progress) == 0, message="all acknowledged")
-    running.launcher.stats.flush(running.redis)
+    assert r.llen(called.in_progress) == 0  # all acknowledged
+    called.flush_stats()
     assert (r.get("cogworker:stat:failed"), r.get("cogworker:stat:processed")) == ("3", "3")  # (once per attempt)
     assert "died" not in caplog.text
-    assert running.manager.processors == processors and all(p.thread.is_alive() for p in processors)
 
 
 def test_a_plan_a_feature_s_applies_raised_for_is_made_again_for_the_next_job():
