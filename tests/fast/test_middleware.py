@@ -9,11 +9,11 @@ from engine_fixtures import (
     RUNS,
     Boom,
     Note,
-    launcher_factory_fixture,  # noqa: F401 - the launcher_factory fixture
+    make_processor_fixture,  # noqa: F401 - the make_processor fixture
     new_token,
     runs,
 )
-from helpers import in_thread, wait_until
+from helpers import in_thread
 
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.run import db
@@ -111,28 +111,30 @@ def test_middleware_is_loaded_by_dotted_path_only_from_the_config():
         import_string("no_such_module_anywhere.Thing")
 
 
-def test_a_running_process_wraps_every_job_first_listed_outermost(launcher_factory):
+def test_a_running_process_wraps_every_job_first_listed_outermost(make_processor):
     token = new_token()
-    running = launcher_factory(server_middleware=[Outer, Inner])
+    called = make_processor(server_middleware=[Outer, Inner])
 
-    pushed = running.push(Note, token, "alter me")
+    run = called.run(Note, token, "alter me")
 
-    wait_until(lambda: "outer-out" in runs(token))
     assert runs(token) == [("outer-in", "Note", True), ("inner-in", "Note", True),
-                           (pushed["jid"], ["altered by Inner"]), "inner-out", "outer-out"]
+                           (run.payload["jid"], ["altered by Inner"]), "inner-out", "outer-out"]
 
 
-def test_what_a_middleware_does_decides_the_outcome(launcher_factory, r):
+def test_what_a_middleware_does_decides_the_outcome(make_processor, r):
     token = new_token()
-    running = launcher_factory(server_middleware=[Behaves])
+    called = make_processor(server_middleware=[Behaves])
 
-    raised = running.push(Note, token, "raise")
-    skipped = running.push(Note, token, "skip")
-    swallowed = running.push(Boom, token, "swallow")
-    seen = running.push(Boom, token, "see")
+    raised = called.push(Note, token, "raise")
+    skipped = called.push(Note, token, "skip")
+    swallowed = called.push(Boom, token, "swallow")
+    seen = called.push(Boom, token, "see")
 
-    wait_until(lambda: r.zcard(K.retry) == 2)
-    wait_until(lambda: r.get(K.stat_processed) == "4")
+    called.drain()
+    called.flush_stats()
+
+    assert r.zcard(K.retry) == 2
+    assert r.get(K.stat_processed) == "4"
     retried = {json.loads(raw)["jid"]: json.loads(raw) for raw in r.zrange(K.retry, 0, -1)}
     # A middleware's own error is the job's failure.
     assert retried[raised["jid"]]["error_class"] == "ValueError"
