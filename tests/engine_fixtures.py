@@ -39,7 +39,7 @@ from django_cogworker.engine.fetch.registry import make_fetch
 from django_cogworker.engine.process.launcher import Launcher, new_identity, run_job
 from django_cogworker.engine.run.cancels import Cancels
 from django_cogworker.engine.run.factories import FeatureFactory, build_features, load_features
-from django_cogworker.engine.run.hooks import JobRun, Plans, WorkerParts
+from django_cogworker.engine.run.hooks import FetchHooks, JobRun, Plans, WorkerParts
 from django_cogworker.engine.run.processor import Processor
 from django_cogworker.engine.run.run_locks import RunLocks
 from django_cogworker.engine.run.timeouts import Timeouts
@@ -241,6 +241,7 @@ class Called:
                                  runners={kind: runner for f in made for kind, runner in f.step_runners().items()})
         self.processor = Processor(0, ledger=Ledger(), settler=self.settler, retry=self.retry, stats=self.stats,
                                    server_chain=build_chain(server_middleware, run_job), plans=Plans(made))
+        self.fetch_hooks = FetchHooks(made)  # (what the fetcher calls with what it fetched: a limit's takes)
 
     @property
     def in_progress(self) -> str:
@@ -259,6 +260,7 @@ class Called:
         """The next job waiting in the queues, fetched as the fetcher would (a test pushed it first)."""
         units = self.fetch.retrieve(1)
         assert units, "no job waiting in the queues"
+        self.fetch_hooks.fetched(units)
         return units[0]
 
     def run_next(self) -> JobRun | None:

@@ -1,9 +1,10 @@
 """features/limits: what a processor checks before a job runs, for its limits (and expiry).
 
 First the Gate on its own, with the real ReliableFetch, Settler and AckBatch on the suite's Redis
-(a fixed clock and a seeded rng: scores are exact); then through a real in-process Launcher, for
-what the processor files (a key function that raises, a job refused once more than OVER_LIMIT_MAX
-allows, an OverLimit raised by ``within`` in a job).
+(a fixed clock and a seeded rng: scores are exact); then through a processor called on the test's
+thread, for what it files (a key function that raises, a job refused once more than OVER_LIMIT_MAX
+allows, an OverLimit raised by ``within`` in a job); last, a batch's jobs under a limit through a
+running Launcher (their steps held for the fetch's round trip).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from engine_fixtures import (
     Note,
     launcher_factory_fixture,  # noqa: F401 - the launcher_factory fixture
     make_config,
+    make_processor_fixture,  # noqa: F401 - the make_processor fixture
     new_token,
     runs,
 )
@@ -371,29 +373,40 @@ def test_a_concurrency_refusal_waits_longer_with_each_count_and_no_longer_than_b
         assert BACKOFF_MAX / 2 - 1 < low and high <= BACKOFF_MAX, (retry_after, count, low, high)
 
 
-# -- through a real Launcher -----------------------------------------------------------------------
+def due_now(r) -> None:
+    """Make the one job rescheduled in the schedule due now (its wait over)."""
+    (raw,) = r.zrange(K.schedule, 0, -1)
+    r.zadd(K.schedule, {raw: 0}, xx=True)
 
 
-def test_a_key_function_that_raises_files_the_job_in_retry_never_drops_it(launcher_factory, r):
+# -- through a called processor ----------------------------------------------------------------------
+
+
+def test_a_key_function_that_raises_files_the_job_in_retry_never_drops_it(make_processor, r):
     token = new_token()
-    running = launcher_factory()
-    pushed = running.push(PerCustomer, "no id here", token)
+    called = make_processor()
 
-    wait_until(lambda: r.zcard(K.retry) == 1, message="filed in retry")
+    run = called.run(PerCustomer, "no id here", token)
+
+    assert run.decision.outcome is Outcome.RETRY
     (filed,) = [json.loads(raw) for raw in r.zrange(K.retry, 0, -1)]
-    assert filed["jid"] == pushed["jid"] and filed["error_class"] == "django_cogworker.errors.LimitKeyError"
+    assert filed["jid"] == run.payload["jid"] and filed["error_class"] == "django_cogworker.errors.LimitKeyError"
     assert "the key function of limiter 'test:gate:cust' raised TypeError" in filed["error_message"]
     assert filed["retry_count"] == 0 and runs(token) == []
-    wait_until(lambda: r.llen(running.in_progress) == 0, message="acknowledged")
+    assert r.llen(called.in_progress) == 0  # acknowledged
 
 
-def test_a_job_refused_once_more_than_over_limit_max_is_filed_in_retry_with_over_limit(launcher_factory, r, rb):
+def test_a_job_refused_once_more_than_over_limit_max_is_filed_in_retry_with_over_limit(make_processor, r, rb):
     token = new_token()
     occupy(rb, one_at_a_time)
-    running = launcher_factory(OVER_LIMIT_MAX=1)
-    pushed = running.push(OneAtATime, token)
+    called = make_processor(OVER_LIMIT_MAX=1)
+    pushed = called.push(OneAtATime, token)
 
-    wait_until(lambda: r.zcard(K.retry) == 1, message="filed in retry")
+    # Refused: rescheduled (counted over its limit), then, once due, refused once more than the max.
+    assert called.run_next().decision.outcome is Outcome.RESCHEDULED
+    due_now(r)
+    assert called.sweep() == 1
+    assert called.run_next().decision.outcome is Outcome.RETRY
     (filed,) = [json.loads(raw) for raw in r.zrange(K.retry, 0, -1)]
     assert filed["jid"] == pushed["jid"] and filed["error_class"] == "django_cogworker.errors.OverLimit"
     assert filed["retry_count"] == 0 and "over_limit" not in filed  # (its next refusals count afresh)
@@ -401,13 +414,16 @@ def test_a_job_refused_once_more_than_over_limit_max_is_filed_in_retry_with_over
     assert (stat(rb, one_at_a_time.name, "rescheduled"), stat(rb, one_at_a_time.name, "failed")) == (1, 1)
 
 
-def test_over_limit_raised_by_within_in_a_job_reschedules_it_then_fails_it_past_the_max(launcher_factory, r, rb):
+def test_over_limit_raised_by_within_in_a_job_reschedules_it_then_fails_it_past_the_max(make_processor, r, rb):
     token = new_token()
     occupy(rb, one_at_a_time)
-    running = launcher_factory(OVER_LIMIT_MAX=1)
-    pushed = running.push(WaitsWithin, token)
+    called = make_processor(OVER_LIMIT_MAX=1)
+    pushed = called.push(WaitsWithin, token)
 
-    wait_until(lambda: r.zcard(K.retry) == 1, message="filed in retry")
+    assert called.run_next().decision.outcome is Outcome.RESCHEDULED
+    due_now(r)
+    assert called.sweep() == 1
+    assert called.run_next().decision.outcome is Outcome.RETRY
     (filed,) = [json.loads(raw) for raw in r.zrange(K.retry, 0, -1)]
     assert filed["jid"] == pushed["jid"] and filed["error_class"] == "django_cogworker.errors.OverLimit"
     assert filed["retry_count"] == 0 and "over_limit" not in filed
