@@ -68,7 +68,7 @@ and from the features' folders (each feature's ``api.py``, django_cogworker/feat
 The code reads each limit in the module that defines it: to change one (a
 test's monkeypatch), set it there, e.g. ``api.sorted_sets.SCAN_LIMIT``;
 setting ``api.SCAN_LIMIT`` changes only this re-exported name (a feature's: in its ``api.py``,
-e.g. ``features.batches.api.STATE_SAMPLE``).
+e.g. ``features.batches.api.STATE_SAMPLE``, or ``features.batches.api.detail.JOB_LIMIT``).
 """
 
 from ..features.batches.api import (

@@ -777,10 +777,10 @@ def test_a_batch_page_shows_its_jobs_where_they_are_its_children_and_callbacks(v
 
 def test_a_batch_page_lists_a_bounded_number_of_jobs_and_counts_the_rest(viewer, monkeypatch):
     from django_cogworker import Batch
-    from django_cogworker.features.batches import api as api_batches
+    from django_cogworker.features.batches.api import detail
     from testproject.demo.jobs import RecordJob
 
-    monkeypatch.setattr(api_batches, "JOB_LIMIT", 3)
+    monkeypatch.setattr(detail, "JOB_LIMIT", 3)
     big = Batch("big")
     with big.jobs():
         RecordJob.perform_bulk([["seen", n] for n in range(10)])

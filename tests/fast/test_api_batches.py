@@ -17,6 +17,7 @@ from django_cogworker import Batch, api
 from django_cogworker.api import _base
 from django_cogworker.broker.keys import Keys, for_config
 from django_cogworker.features.batches import api as api_batches
+from django_cogworker.features.batches.api import detail as batch_detail
 from django_cogworker.features.batches.steps import BatchSteps, settle, step_for
 from django_cogworker.push import runtime
 from testproject.demo.jobs import BatchCallbackJob, RecordJob
@@ -130,7 +131,7 @@ def test_a_detail_lists_each_job_where_it_is_the_dead_and_failing_first_with_the
 
 
 def test_a_detail_is_bounded_and_says_how_many_it_does_not_list(rb, monkeypatch):
-    monkeypatch.setattr(api_batches, "JOB_LIMIT", 5)
+    monkeypatch.setattr(batch_detail, "JOB_LIMIT", 5)
     batch = Batch("big")
     with batch.jobs():
         jids = RecordJob.perform_bulk([["seen", n] for n in range(300)])
@@ -144,9 +145,9 @@ def test_a_detail_is_bounded_and_says_how_many_it_does_not_list(rb, monkeypatch)
     assert [job.state for job in detail.jobs] == ["dead"] * 3 + ["failing"] * 2
     assert detail.tally() == [("dead", 3, 3), ("failing", 7, 2), ("waiting", 280, 0), ("succeeded", 10, 0)]
     # A walk of the batch's members stops at MEMBER_SCAN_LIMIT, and says so; the counts stay exact.
-    monkeypatch.setattr(api_batches, "JOB_LIMIT", 500)
+    monkeypatch.setattr(batch_detail, "JOB_LIMIT", 500)
     monkeypatch.setattr(_base, "SCAN_COUNT", 10)
-    monkeypatch.setattr(api_batches, "MEMBER_SCAN_LIMIT", 20)
+    monkeypatch.setattr(batch_detail, "MEMBER_SCAN_LIMIT", 20)
     detail = api.BatchSet().get(batch.bid)
     assert not detail.complete and len(detail.jobs) < 300
     assert detail.tally()[2][:2] == ("waiting", 280) and detail.summary.total == 300

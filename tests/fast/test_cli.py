@@ -343,9 +343,9 @@ def test_a_batch_with_a_key_of_the_wrong_type_is_shown_poisoned_never_a_tracebac
 
 def test_a_batch_listing_cut_at_its_bound_says_so(rb, monkeypatch):
     from django_cogworker import Batch
-    from django_cogworker.features.batches import api as api_batches
+    from django_cogworker.features.batches.api import detail
 
-    monkeypatch.setattr(api_batches, "JOB_LIMIT", 3)
+    monkeypatch.setattr(detail, "JOB_LIMIT", 3)
     big = Batch("big")
     with big.jobs():
         RecordJob.perform_bulk([["seen", n] for n in range(10)])

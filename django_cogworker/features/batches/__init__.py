@@ -5,7 +5,8 @@
     delivery     fired callbacks, from the batch's outbox to their queues, each once
     workflows    chain, group, chord: thin helpers over batches
     scripts      the Lua of every step that moves a batch's counters
-    api          BatchSet, BatchDetail...: the object model the admin and the CLI read
+    api/         the object model the admin and the CLI read: BatchSet (the listing), and
+                 detail.py: one batch (BatchSummary, BatchDetail)
     admin_views  the admin's Batches pages (templates/admin/cogworker/batches/)
     metrics      what a scrape reads of batches
 
