@@ -1,28 +1,29 @@
 """Unique jobs: one push of the same job, arguments and queue at a time, with a lock that can't outlive its TTL.
 
 Pushes go through the project's client (`perform_async`, on the suite's Redis); the lock's
-release is watched through a real Launcher running in this process on its own queue.
+release is watched through a processor called on the test's thread (``make_processor``) working
+its own queue.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
 import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 import pytest
 import redis
-from helpers import Proxy, RedisServer, refuse, serve_again, wait_until
+from engine_fixtures import make_processor_fixture  # noqa: F401 - the make_processor fixture
+from helpers import Proxy, RedisServer, refuse, serve_again
 
 from django_cogworker import Job
 from django_cogworker.broker.connection import make_redis
 from django_cogworker.broker.keys import Keys
 from django_cogworker.conf import build_config
-from django_cogworker.engine.process.launcher import Launcher
 from django_cogworker.errors import CogworkerError
 from django_cogworker.push import payload as payloads
 from django_cogworker.push import unique
@@ -32,7 +33,8 @@ from django_cogworker.push.job import JobSetter
 K = Keys()
 QUEUE = "uniq"
 EVENTS: dict[str, list] = collections.defaultdict(list)
-GATES: dict[str, threading.Event] = collections.defaultdict(threading.Event)
+# What an UntilStart job calls while it runs (once), to look at its lock from inside its run.
+WHILE_RUNNING: dict[str, Callable[[], None]] = {}
 
 
 class UniqueNote(Job):
@@ -58,7 +60,7 @@ class UntilStart(Job):
 
     def perform(self, token):
         EVENTS[token].append(("start", self.jid))
-        GATES[token].wait(10)
+        WHILE_RUNNING.pop(token, lambda: None)()
         EVENTS[token].append(("end", self.jid))
 
 
@@ -103,24 +105,10 @@ def waiting(r, queue: str = QUEUE) -> list[dict]:
     return [payloads.decode(raw) for raw in reversed(r.lrange(K.queue(queue), 0, -1))]
 
 
-@contextlib.contextmanager
-def launcher_in_thread(redis_url):
-    """A Launcher working QUEUE in this process (as runcogworker runs one), stopped on exit."""
-    config = build_config({"QUEUES": [QUEUE], "CONCURRENCY": 2, "HEARTBEAT_INTERVAL": 0.2,
-                           "POLL_INTERVAL_AVERAGE": 0.1, "ORPHAN_THRESHOLD": 1, "SHUTDOWN_TIMEOUT": 2,
-                           "FETCH_IDLE_MAX_INTERVAL": 0.1, "REDIS_OPTIONS": {"socket_timeout": 1.0}},
-                          {"COGWORKER_REDIS_URL": redis_url})
-    client = make_redis(config)
-    launcher = Launcher(config, client)
-    thread = threading.Thread(target=launcher.run, kwargs={"install_signals": False}, daemon=True)
-    thread.start()
-    try:
-        yield launcher
-    finally:
-        launcher.stop()
-        thread.join(15)
-        client.close()
-    assert not thread.is_alive()
+@pytest.fixture
+def called(make_processor):
+    """A processor working QUEUE, called on the test's thread."""
+    return make_processor(QUEUES=[QUEUE])
 
 
 # -- declaring -------------------------------------------------------------------------------------
@@ -277,42 +265,49 @@ def test_a_lock_without_an_expiry_is_given_one(r, token, caplog):
 # -- releasing -------------------------------------------------------------------------------------
 
 
-def test_the_lock_is_released_when_the_job_succeeds(redis_url, r, token):
-    with launcher_in_thread(redis_url):
-        jid = UniqueNote.perform_async(token)
-        wait_until(lambda: EVENTS[token] == [jid], timeout=10)
-        wait_until(lambda: r.get(lock_key(UniqueNote, token)) is None, timeout=5)
-        again = UniqueNote.perform_async(token)
-        assert again not in (None, jid)
-        wait_until(lambda: EVENTS[token] == [jid, again], timeout=10)
+def test_the_lock_is_released_when_the_job_succeeds(called, r, token):
+    jid = UniqueNote.perform_async(token)
+    assert r.get(lock_key(UniqueNote, token)) == jid
+    called.run_next()
+    assert EVENTS[token] == [jid]
+    assert r.get(lock_key(UniqueNote, token)) is None
+    again = UniqueNote.perform_async(token)
+    assert again not in (None, jid)
+    called.run_next()
+    assert EVENTS[token] == [jid, again]
 
 
-def test_until_start_releases_the_lock_when_the_job_starts(redis_url, r, token):
-    with launcher_in_thread(redis_url):
-        jid = UntilStart.perform_async(token)
-        assert UntilStart.perform_async(token) is None  # queued: still unique
-        wait_until(lambda: ("start", jid) in EVENTS[token], timeout=10)
-        assert r.get(lock_key(UntilStart, token)) is None  # running: the same push is accepted
-        second = UntilStart.perform_async(token)
-        assert second is not None
-        GATES[token].set()
-        wait_until(lambda: ("end", second) in EVENTS[token], timeout=10)
+def test_until_start_releases_the_lock_when_the_job_starts(called, r, token):
+    jid = UntilStart.perform_async(token)
+    assert UntilStart.perform_async(token) is None  # queued: still unique
+    seen = []
+
+    def while_running():  # running: released, and the same push is accepted
+        seen.extend([r.get(lock_key(UntilStart, token)), UntilStart.perform_async(token)])
+
+    WHILE_RUNNING[token] = while_running
+    called.run_next()
+    lock, second = seen
+    assert lock is None and second is not None
+    assert EVENTS[token] == [("start", jid), ("end", jid)]
+    called.run_next()
+    assert ("end", second) in EVENTS[token]
 
 
-def test_the_lock_is_kept_while_the_job_waits_in_retry(redis_url, r, token):
-    with launcher_in_thread(redis_url):
-        jid = FailsThenRetries.perform_async(token)
-        wait_until(lambda: r.zcard(K.retry) == 1, timeout=10)
+def test_the_lock_is_kept_while_the_job_waits_in_retry(called, r, token):
+    jid = FailsThenRetries.perform_async(token)
+    called.run_next()
+    assert r.zcard(K.retry) == 1
     assert EVENTS[token] == [jid]
     assert r.get(lock_key(FailsThenRetries, token)) == jid
     assert FailsThenRetries.perform_async(token) is None
 
 
-def test_the_lock_is_released_when_the_job_dies(redis_url, r, token):
-    with launcher_in_thread(redis_url):
-        jid = FailsToDead.perform_async(token)
-        wait_until(lambda: r.zcard(K.dead) == 1, timeout=10)
-        wait_until(lambda: r.get(lock_key(FailsToDead, token)) is None, timeout=5)
+def test_the_lock_is_released_when_the_job_dies(called, r, token):
+    jid = FailsToDead.perform_async(token)
+    called.run_next()
+    assert r.zcard(K.dead) == 1
+    assert r.get(lock_key(FailsToDead, token)) is None
     assert EVENTS[token] == [jid]
     assert FailsToDead.perform_async(token) is not None
 
