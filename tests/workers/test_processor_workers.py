@@ -1,6 +1,7 @@
-"""Processors (engine/run/processor.py) through a real in-process Launcher: run, settle, survive.
+"""Processors (engine/run/processor.py) in a real worker process: run, settle, survive.
 
-Here, the tests that run a real worker process; the in-process ones are in tests/fast/test_processor.py.
+The job's path on its own is tested on a processor called on the test's thread, in
+tests/fast/test_processor.py; here, the whole of it in a ``runcogworker`` process.
 """
 
 from __future__ import annotations
@@ -20,9 +21,35 @@ from test_processor import dead_entries, retry_entries
 
 from django_cogworker.broker.keys import Keys
 from django_cogworker.push import payload as payloads
-from testproject.demo.jobs import ListFolderJob, RecordJob
+from testproject.demo.jobs import FailJob, ListFolderJob, RecordJob
 
 K = Keys()
+
+
+def test_a_worker_acks_retries_and_buries_what_it_runs_and_counts_it(tmp_path, r):
+    # The whole path once, in a real process: the fetch, the processors' runs, the acks held for the
+    # fetch's round trip, the heartbeat's counts and the TERM that ends it with nothing left behind.
+    key = "test:processor:whole"
+    jobs = [{"jid": f"ok-{i}", "class": RecordJob.name, "args": [key], "kwargs": {}, "queue": "default"}
+            for i in range(3)]
+    jobs.append({"jid": "fails", "class": FailJob.name, "args": ["on fire"], "kwargs": {}, "queue": "default",
+                 "retry": 2})
+    r.lpush(K.queue("default"), *(payloads.encode(job) for job in jobs), "{this is not json")
+
+    with worker(tmp_path) as w:
+        identity = w.wait_ready()
+        wait_until(lambda: r.zcard(K.retry) == 1 and r.zcard(K.dead) == 1, timeout=20, message="filed")
+        wait_until(lambda: r.get(K.stat_processed) == "4", timeout=20, message="counted")
+        wait_until(lambda: r.llen(K.in_progress(identity)) == 0, message="acknowledged")
+        w.term()
+        assert w.wait(30) == 0
+
+    assert sorted(r.lrange(key, 0, -1)) == ["ok-0", "ok-1", "ok-2"]
+    (retried,), (dead,) = retry_entries(r), dead_entries(r)
+    assert (retried["jid"], retried["error_message"], retried["retry_count"]) == ("fails", "on fire", 0)
+    assert (dead["class"], dead["raw"]) == ("(unparseable)", "{this is not json")
+    assert r.get(K.stat_failed) == "1" and r.llen(K.queue("default")) == 0
+    assert "died" not in w.log() and not r.exists(K.in_progress(identity))
 
 
 def test_a_worker_files_a_failure_whose_message_names_a_file_that_is_not_utf8(tmp_path, r):
