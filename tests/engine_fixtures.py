@@ -44,7 +44,7 @@ from django_cogworker.engine.run.processor import Processor
 from django_cogworker.engine.run.run_locks import RunLocks
 from django_cogworker.engine.run.timeouts import Timeouts
 from django_cogworker.engine.schedule.due import DueSweep
-from django_cogworker.engine.settle.retry import RetryPolicy
+from django_cogworker.engine.settle.retry import Filing, RetryPolicy
 from django_cogworker.engine.settle.settlement import Settlement
 from django_cogworker.engine.settle.settling import Settler
 from django_cogworker.engine.settle.stats import Stats
@@ -253,6 +253,11 @@ class Called:
         """(raw, settlement) for each settlement the processor made, in order."""
         return self.settler.asked
 
+    def ends(self) -> list[str]:
+        """Where each settlement made left its job, in order: "ack", or the set it was filed in
+        ("retry", "dead"); the features' steps before it left out."""
+        return [_end(how) for _raw, how in self.settled]
+
     def push(self, job: type[Job], *args: Any, **options: Any) -> dict[str, Any]:
         return push(self.client, job, *args, **options)
 
@@ -294,6 +299,13 @@ class Called:
         """Move the due entries of the schedule and retry sets to their queues, as the poller's
         rounds do; return how many moved."""
         return DueSweep(self.redis, self.keys, self.retry, random.Random(), time.time, threading.Event()).enqueue_due()
+
+
+def _end(how: Any) -> str:
+    end = getattr(how, "end", how)  # (a settlement's ack or filing)
+    while getattr(end, "then", None) is not None:  # (wrapped in a feature's step, as settlements were before issue 44)
+        end = end.then
+    return end.target if isinstance(end, Filing) else "ack"
 
 
 @pytest.fixture(name="make_processor")

@@ -35,7 +35,7 @@ from helpers import wait_until
 
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.settle.stats import day_of
-from django_cogworker.features import ACK, Outcome
+from django_cogworker.features import Outcome
 from django_cogworker.push import payload as payloads
 from django_cogworker.push.job import Job
 from testproject.demo.jobs import HugeErrorJob
@@ -154,8 +154,7 @@ def test_a_job_that_succeeds_is_acked_and_counted(make_processor, fetch_mode, r)
     done = called.drain()
 
     assert outcomes(done) == [Outcome.SUCCESS] * 3
-    assert [run.decision.settlement for run in done] == [ACK] * 3 and all(run.error is None for run in done)
-    assert [how for _raw, how in called.settled] == [ACK] * 3
+    assert called.ends() == ["ack"] * 3 and all(run.error is None for run in done)
     assert sorted(runs(token)) == sorted((p["jid"], [i]) for i, p in enumerate(pushed))
     assert called.clear()
     called.flush_stats()
@@ -175,6 +174,7 @@ def test_a_job_that_raises_goes_to_retry_with_the_error(make_processor, fetch_mo
     run = called.run(Boom, token, "the printer is on fire")
 
     assert run.decision.outcome is Outcome.RETRY and str(run.error) == "the printer is on fire"
+    assert called.ends() == ["retry"]
     ((raw, score),) = r.zrange(K.retry, 0, -1, withscores=True)
     filed = json.loads(raw)
     assert filed["jid"] == run.payload["jid"] and filed["args"] == run.payload["args"]
@@ -232,6 +232,7 @@ def test_malformed_payloads_go_to_dead_with_their_text_and_the_process_survives(
     assert outcomes(done) == [None] * len(MALFORMED) + [Outcome.SUCCESS]  # (buried, then the next job ran)
     assert len(runs(token)) == 1
     assert sorted(raw for raw, _how in called.settled[:-1]) == sorted(MALFORMED)
+    assert called.ends() == ["dead"] * len(MALFORMED) + ["ack"]
     dead = dead_entries(r)
     assert sorted(d["raw"] for d in dead) == sorted(raw.decode("utf-8", "replace") for raw in MALFORMED)
     assert {d["class"] for d in dead} == {"(unparseable)"}
