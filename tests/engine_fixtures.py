@@ -37,12 +37,9 @@ from django_cogworker.engine.fetch.contract import Unit
 from django_cogworker.engine.fetch.ledger import Ledger
 from django_cogworker.engine.fetch.registry import make_fetch
 from django_cogworker.engine.process.launcher import Launcher, new_identity, run_job
-from django_cogworker.engine.run.cancels import Cancels
-from django_cogworker.engine.run.factories import FeatureFactory, build_features, load_features
+from django_cogworker.engine.run.factories import FeatureFactory, build_features, load_features, requeue_hook
 from django_cogworker.engine.run.hooks import FetchHooks, JobRun, Plans, WorkerParts
 from django_cogworker.engine.run.processor import Processor
-from django_cogworker.engine.run.run_locks import RunLocks
-from django_cogworker.engine.run.timeouts import Timeouts
 from django_cogworker.engine.schedule.due import DueSweep
 from django_cogworker.engine.settle.retry import Filing, RetryPolicy
 from django_cogworker.engine.settle.settlement import Settlement
@@ -233,11 +230,9 @@ class Called:
         self.retry = RetryPolicy(config, death_handlers)
         self.fetch = make_fetch(config, client, self.keys, self.identity)
         self.stats = Stats(self.keys)
-        run_locks = RunLocks(client, self.keys)
-        parts = WorkerParts(config, client, self.keys, self.identity, self.retry, Cancels(),
-                            Timeouts(grace=config.timeout_grace), run_locks)
+        parts = WorkerParts(config, client, self.keys, self.identity, self.retry)
         made = build_features(load_features(config) if features is None else features, parts)
-        self.settler = Recording(self.fetch, self.retry, run_locks,
+        self.settler = Recording(self.fetch, self.retry, requeue_hook(made),
                                  runners={kind: runner for f in made for kind, runner in f.step_runners().items()})
         self.processor = Processor(0, ledger=Ledger(), settler=self.settler, retry=self.retry, stats=self.stats,
                                    server_chain=build_chain(server_middleware, run_job), plans=Plans(made))

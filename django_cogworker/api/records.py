@@ -20,7 +20,6 @@ from typing import Any
 from ..broker import scripts
 from ..broker.types import RedisClient
 from ..errors import PayloadError
-from ..features.encryption import codec
 from ..push import payload as payloads
 from ._base import Poison, _number, reencode
 
@@ -216,17 +215,17 @@ class JobRecord:
     @property
     def encrypted(self) -> bool:
         """Whether its arguments are sealed (encrypt): ``args`` is then "(encrypted)", ``kwargs`` empty."""
-        return codec.FIELD in self.payload
+        return payloads.SEALED in self.payload
 
     @property
     def args(self) -> Any:
-        if codec.FIELD in self.payload:
-            return codec.SHOWN
+        if payloads.SEALED in self.payload:
+            return payloads.SEALED_SHOWN
         return self.payload.get("args", [])
 
     @property
     def kwargs(self) -> Any:
-        if codec.FIELD in self.payload:
+        if payloads.SEALED in self.payload:
             return {}
         return self.payload.get("kwargs", {})
 

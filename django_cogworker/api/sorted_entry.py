@@ -9,11 +9,10 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
-from .. import retries
+from .. import declarations, retries
 from ..broker import crossings, scripts
 from ..broker.keys import Keys
 from ..broker.types import RedisClient
-from ..features.batches import steps as batch_steps
 from ..push import payload as payloads
 from ..push import unique
 from ._base import ActionRefused, Poison, _printable, reencode
@@ -150,5 +149,5 @@ class SortedEntry(JobRecord):
             text = reencode(poison_letter(entry, f"{KILLED_REASON}; it {exc.reason}", now))
         below, cap = p.dead_limits(now)
         if not entry.parse_error:  # (its batch first, as when a worker sends a job to dead)
-            batch_steps.died(p.redis, p.keys, entry.payload, "Killed", KILLED_REASON, p.batch_ttl())
+            declarations.died(p.redis, p.keys, entry.payload, "Killed", KILLED_REASON, p.batch_ttl())
         return bool(scripts.MOVE_BETWEEN_ZSETS(p.redis, [p.key, p.keys.dead], [entry.raw, now, text, below, cap]))

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import logging
 
+from ..engine.run.cancels import Cancels
 from ..engine.run.hooks import Feature, WorkerParts
+from ..engine.run.run_locks import RunLocks
+from ..engine.run.timeouts import Timeouts
 from ..push.job import registry
 from .batches.hook import Batches
 from .cancellation.hook import Cancellation
@@ -33,6 +36,9 @@ def build(parts: WorkerParts) -> list[Feature]:
         logger.error("%s", problem)
     gate = LimitGate(redis, keys, over_limit_max=config.over_limit_max, retry=parts.retry)
     ring = ring_for(config.encryption_keys) if config.encryption_keys else None
-    return [Expiry(redis, keys), Cancellation(redis, keys, parts.cancels), ClassLimits(gate), InlineLimits(gate),
-            RunLockRelease(parts.run_locks), Results(ResultWriter(redis, keys, parts.identity), parts.timeouts),
+    # A job past its timeout under a supervisor (--processes) that ignores it: this process exits and
+    # is replaced; alone, it can only log it (see engine/run/timeouts.py).
+    timeouts = Timeouts(grace=config.timeout_grace, replace_when_stuck=parts.supervised)
+    return [Expiry(redis, keys), Cancellation(redis, keys, Cancels()), ClassLimits(gate), InlineLimits(gate),
+            RunLockRelease(RunLocks(redis, keys)), Results(ResultWriter(redis, keys, parts.identity), timeouts),
             Batches(redis, keys, config.batch_ttl), Encryption(ring)]

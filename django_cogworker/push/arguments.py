@@ -3,9 +3,10 @@
 A payload is JSON; an argument that doesn't survive the round trip (a tuple, a
 date, a Decimal, a dict with int keys, infinity) would reach the job as
 something else, or not be written at all. Checked where it is pushed (and where
-a periodic entry is declared), naming the offending path. The options of a job class and of a
-push are checked here too (``check_unique``, ``check_limits``, ``epoch``; durations and text by
-``check_seconds`` and ``check_text`` of bounds.py, held to its bounds).
+a periodic entry is declared), naming the offending path. The core's options of a job class and of
+a push are checked here too (``check_unique``, ``epoch``; durations and text by ``check_seconds``
+and ``check_text`` of bounds.py, held to its bounds); a feature's options, by its declaration
+(features/<feature>/declaration.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from ..bounds import MAX_DEPTH, MAX_SECONDS, MAX_SECONDS_TEXT
 from ..bounds import check_seconds as check_seconds  # (re-exported: imported from here before bounds.py)
 from ..bounds import short_repr as _short_repr
-from ..errors import CogworkerError, InvalidArgument
+from ..errors import InvalidArgument
 
 
 def check_json_native(value: Any, where: str) -> None:
@@ -205,16 +206,3 @@ def check_unique(unique_for: Any, unique_until: Any, where: str) -> None:
         raise InvalidArgument(f"{where}: unique_for must be at most {MAX_SECONDS_TEXT}, got {_short_repr(unique_for)}")
     if unique_until not in ("success", "start"):
         raise InvalidArgument(f'{where}: unique_until must be "success" or "start", got {unique_until!r}')
-
-
-def check_limits(limits: Any, where: str) -> tuple[Any, ...]:
-    """``limits`` as a tuple of Limiters; CogworkerError naming ``where`` and the entry otherwise."""
-    from ..features.limits.limiter import Limiter
-
-    if isinstance(limits, (str, bytes)) or not isinstance(limits, (list, tuple)):
-        raise CogworkerError(f"{where} must be a list of limiters (Limiter.concurrent(...), ...), got {limits!r}")
-    for i, entry in enumerate(limits):
-        if not isinstance(entry, Limiter):
-            raise CogworkerError(f"{where}[{i}] must be a Limiter (Limiter.concurrent, bucket, window or leaky), "
-                                 f"got {entry!r}")
-    return tuple(limits)

@@ -4,7 +4,9 @@ A payload is one JSON object: ``jid``, ``class`` (a registered job name),
 ``args``, ``kwargs``, ``queue``, ``retry``, ``created_at``, ``enqueued_at``
 (float seconds), and as its life goes on ``retry_count``, ``failed_at``,
 ``retried_at``, ``error_class``, ``error_message``, ``error_backtrace``,
-``orphan_count``, ``dead_reason``...
+``orphan_count``, ``dead_reason``... A job that encrypts (features/encryption/) carries its
+arguments sealed in ``encrypted`` (``SEALED``) instead, its ``args`` and ``kwargs`` empty: what a
+reader of a payload shows for them is ``SEALED_SHOWN``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,17 @@ from typing import Any
 from ..errors import PayloadError
 
 UNPARSEABLE_CLASS = "(unparseable)"
+SEALED = "encrypted"  # the payload field that holds the sealed arguments (features/encryption/codec.py)
+
+
+class Encrypted(str):
+    """What the admin and the CLI show for sealed arguments: "(encrypted)" (a str, so that it prints
+    as such anywhere; the admin's filters show it without quotes)."""
+
+    __slots__ = ()
+
+
+SEALED_SHOWN = Encrypted("(encrypted)")
 ERROR_MESSAGE_LIMIT = 10_000
 BACKTRACE_DEFAULT_LINES = 50  # (frames, for backtrace=True)
 # Longest jid, class or queue name put in a log line (longer ones are cut).

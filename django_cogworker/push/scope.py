@@ -9,13 +9,15 @@ Two context variables, set by their owners and read by the client on each push:
   its run. A batch opened inside a job knows it from this (features/batches/batch.py); a limiter's holder
   token names its jid, and ``Job.cancelled`` reads whether it was asked to stop.
 
+What a job asks of a feature (``Job.batch``, ``Job.cancel``) is served by the feature's declaration
+(declarations.py), not set here by the feature as it is imported.
+
 Context variables, not thread locals: an ``async def perform`` run through ``async_to_sync``
 sees the values of the thread that runs it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, Protocol
 
@@ -60,25 +62,3 @@ running: ContextVar[Running | None] = ContextVar("cogworker_running_job", defaul
 
 # The worker process's identity, once runcogworker started (features/limits/ names lease holders by it).
 identity: str | None = None
-
-
-def open_batch(bid: str) -> Any:
-    """``Batch(bid=bid)``: what ``Job.batch`` returns (set by features/batches/batch.py, which imports this)."""
-    if _batch_factory is None:  # (the package's __init__ imports batches/: never, in practice)
-        raise RuntimeError("django_cogworker.batches is not imported")
-    return _batch_factory(bid)
-
-
-_batch_factory: Callable[[str], Any] | None = None
-
-
-# What Job.cancel and Job.cancelled call (features/cancellation/cancel.py sets them when imported: it reaches
-# batches/, which imports push/, so push/ can't import it).
-cancel_hooks: dict[str, Callable[..., Any]] = {}
-
-
-def cancel_hook(name: str) -> Callable[..., Any]:
-    hook = cancel_hooks.get(name)
-    if hook is None:  # (the package's __init__ imports features/cancellation/: never, in practice)
-        raise RuntimeError("django_cogworker.features.cancellation is not imported")
-    return hook

@@ -32,8 +32,8 @@ from typing import Any
 from ..bounds import check_seconds
 from ..broker.keys import Keys
 from ..errors import CogworkerError, ConfigError, InvalidArgument
+from ..features.limits.declaration import check_limits
 from ..features.results import records as results
-from ..push.arguments import check_limits
 from ..push.job import Job, JobSetter, registered
 from . import options
 from .api import (

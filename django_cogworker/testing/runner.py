@@ -29,12 +29,9 @@ from ..broker.keys import for_config
 from ..engine.fetch.contract import Fetch, Unit
 from ..engine.fetch.ledger import Ledger
 from ..engine.process.launcher import run_job
-from ..engine.run.cancels import Cancels
 from ..engine.run.factories import build_features, load_features
 from ..engine.run.hooks import Feature, JobRun, Plans, WorkerParts
 from ..engine.run.processor import Processor
-from ..engine.run.run_locks import RunLocks
-from ..engine.run.timeouts import Timeouts
 from ..engine.settle.retry import Filing, RetryPolicy
 from ..engine.settle.settlement import Settlement
 from ..engine.settle.settling import Settler
@@ -87,9 +84,7 @@ def _build() -> Processor:
     redis = runtime.get_shared_redis()  # (no connection made until a command needs one)
     keys = for_config(config)
     retry = Final(config)
-    parts = WorkerParts(config=config, redis=redis, keys=keys, identity=f"testing:{os.getpid()}", retry=retry,
-                        cancels=Cancels(), timeouts=Timeouts(grace=config.timeout_grace),
-                        run_locks=RunLocks(redis, keys))
+    parts = WorkerParts(config=config, redis=redis, keys=keys, identity=f"testing:{os.getpid()}", retry=retry)
     features = [f for f in build_features(load_features(config), parts) if not isinstance(f, LEFT_OUT)]
     settler = AtOnce(cast(Fetch, Nowhere()), retry,
                      runners={kind: runner for f in features for kind, runner in f.step_runners().items()})

@@ -265,20 +265,29 @@ def test_paused_queues_reach_the_manager(launcher, r):
     assert launcher.manager.paused == frozenset()
 
 
-def test_a_beat_tells_the_manager_s_cancels_and_deletes_stale_requests(launcher, r):
+def _cancellation(launcher):
+    from django_cogworker.features.cancellation.hook import Cancellation
+
+    return next(f for f in launcher.features if isinstance(f, Cancellation))
+
+
+def test_the_chores_after_a_beat_tell_the_cancels_and_delete_stale_requests(launcher, r):
+    # (The cancellation feature's chore, which the heartbeat asked it for: the beat names no feature.)
     from django_cogworker.engine.run.cancels import REQUEST_TTL
     from django_cogworker.push.scope import Running
 
-    cancels = launcher.cancels
+    cancels = _cancellation(launcher).cancels
     asked, other = Running({"jid": "j1"}), Running({"jid": "j2"})
     cancels.started("j1", asked)
     cancels.started("j2", other)
     launcher.heartbeat.beat()
+    launcher.heartbeat.run_chores()
     assert not asked.cancelled and not cancels.requested("j1")  # (nobody cancels: nothing told)
     r.hset(K.cancels, mapping={"j1": json.dumps({"at": time.time(), "interrupt": False}),
                                "old": json.dumps({"at": time.time() - REQUEST_TTL - 1, "interrupt": False})})
 
     launcher.heartbeat.beat()
+    launcher.heartbeat.run_chores()
 
     assert asked.cancelled and not other.cancelled
     assert cancels.requested("j1") and not cancels.requested("old")
@@ -287,18 +296,20 @@ def test_a_beat_tells_the_manager_s_cancels_and_deletes_stale_requests(launcher,
     cancels.finished("j2")
 
 
-def test_cancel_requests_of_the_wrong_type_are_moved_aside_by_the_beat_that_reads_them(launcher, r, caplog):
+def test_cancel_requests_of_the_wrong_type_are_moved_aside_by_the_chore_that_reads_them(launcher, r, caplog):
     # (Each beat logged an ERROR until the key guard's next round, KEY_GUARD_INTERVAL later: the
     # requests are a feature's key, moved aside by whoever meets it.)
     r.set(K.cancels, "wrong type")
     with caplog.at_level(logging.WARNING, logger="django_cogworker"):
-        launcher.heartbeat.beat()
-        launcher.heartbeat.beat()
+        for _ in range(2):
+            launcher.heartbeat.beat()
+            launcher.heartbeat.run_chores()
     assert [rec.name for rec in caplog.records] == ["django_cogworker.broker.quarantine"]
     assert len(list(r.scan_iter(match=f"{K.quarantine_prefix}{K.cancels}:*"))) == 1
     r.hset(K.cancels, "j1", json.dumps({"at": time.time(), "interrupt": False}))
     launcher.heartbeat.beat()
-    assert launcher.cancels.requested("j1")
+    launcher.heartbeat.run_chores()
+    assert _cancellation(launcher).cancels.requested("j1")
 
 
 def test_stats_are_flushed_by_the_chores_after_a_beat(launcher, r):

@@ -233,7 +233,7 @@ def test_until_executed_skips_slots_while_its_run_holds_the_lock(make, rb, confi
     assert rb.get(K.periodic_last_slot("e")) == str(minute(4)).encode()
 
     # The worker's hook: nothing at start, released when the run ends.
-    hook = Launcher(config, rb).run_locks
+    hook = _run_locks(Launcher(config, rb))
     hook(run, "start")
     assert rb.get(lock) == run["jid"].encode()
     hook(run, "success")
@@ -242,13 +242,20 @@ def test_until_executed_skips_slots_while_its_run_holds_the_lock(make, rb, confi
     assert slots(rb) == [minute(1), minute(5)]
 
 
+def _run_locks(launcher):
+    """The worker's run locks: the locks feature's (features/locks/hook.py)."""
+    from django_cogworker.features.locks.hook import RunLockRelease
+
+    return next(f for f in launcher.features if isinstance(f, RunLockRelease)).run_locks
+
+
 @pytest.mark.parametrize("moment", ["retry", "dead"])
 def test_until_executed_lock_is_released_when_the_run_fails(make, rb, config, moment):
     ticker = make([entry(until_executed=True)])
     ticker.tick(now=T0)
     ticker.tick(now=T0 + 60)
     [run] = jobs(rb)
-    Launcher(config, rb).run_locks(run, moment)
+    _run_locks(Launcher(config, rb))(run, moment)
     assert rb.get(K.periodic_running("e")) is None
 
 

@@ -10,11 +10,12 @@ process registry, the workers hash, the in-progress registry and the last-beat
 stamp are each written best-effort: one shared key of the wrong type used to
 fail every beat of every process, so no process could start anywhere in the
 fleet. A lost connection still fails the beat as a whole. The same round trip
-reads the paused queues, the remote signals and the cancel requests.
+reads the paused queues and the remote signals.
 
 Then the chores (flush stats, retry pending settlements, prune the registry,
-the launcher's and the features' own) are poked, never run: each group runs
-on a thread of its own (chores.py), so a slow one never delays a beat.
+the launcher's, and those each feature asks for: ``Feature.chores``, such as the
+cancellation's read of the cancel requests) are poked, never run: each group
+runs on a thread of its own (chores.py), so a slow one never delays a beat.
 """
 
 from __future__ import annotations
@@ -25,18 +26,17 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ...broker.keys import Keys, Want, presence_ttl
-from ...broker.quarantine import is_wrong_type, quarantine_wrong
+from ...broker.keys import Keys, presence_ttl
 from ...broker.types import RedisClient
 from ...conf import Config
 from ...errors import is_unavailable
 from ..fetch.contract import Fetch
 from ..fetch.stall import clock as stall_clock
 from ..loops import BACKOFF_MAX, LoopThread, Watchdog, redis_time
-from ..run.cancels import Cancels
+from ..run.hooks import Feature
 from ..settle.stats import Stats
 from .chores import Chores
 from .manager import Manager
@@ -66,7 +66,7 @@ class Heartbeat(LoopThread):
     queues it is told, its pending settlements), the fetch (its own writes to
     each beat: ``heartbeat_writes``), the stats (flushed after each beat), extra
     chores (the Launcher's periodic-lock renewal and reconcile) and the
-    features' chores. ``beat_until_ok`` runs on the main thread before
+    features, whose chores it asks for. ``beat_until_ok`` runs on the main thread before
     anything starts; ``start`` then beats on the ``cogworker-heartbeat``
     daemon thread, under a Watchdog, until ``stop``; quiet doesn't stop it (a
     quiet process is still alive). Each good beat pokes the chores, which run
@@ -78,8 +78,7 @@ class Heartbeat(LoopThread):
     def __init__(self, config: Config, redis: RedisClient, keys: Keys, identity: str, manager: Manager, fetch: Fetch,
                  stats: Stats, on_signal: Callable[[str], None], version: str, started_at: float | None = None,
                  extra_chores: tuple[Callable[[Any], None], ...] = (), extra_info: Mapping[str, Any] | None = None,
-                 cancels: Cancels | None = None, on_beat: Callable[[], None] | None = None,
-                 feature_chores: tuple[Callable[[Any], None], ...] = ()):
+                 on_beat: Callable[[], None] | None = None, features: Sequence[Feature] = ()):
         self.config = config
         self.redis = redis
         self.keys = keys
@@ -94,8 +93,7 @@ class Heartbeat(LoopThread):
                                         ("stale processes", self.prune_processes),
                                         *self._named(extra_chores))),
             # (a feature's: this package doesn't know how long they take, so they hold back no core one)
-            Chores("cogworker-feature-chores", self._named(feature_chores)))
-        self.cancels = cancels  # (told the cancel requests each beat reads: engine/run/cancels.py)
+            Chores("cogworker-feature-chores", self._named(tuple(c for f in features for c in f.chores()))))
         self._init_thread("cogworker-heartbeat")
         self.process_count = 1
         self.beats = 0
@@ -187,7 +185,6 @@ class Heartbeat(LoopThread):
                      # LPUSHed by the sender: RPOP, so they are acted on in the order sent.
                      ("remote signals", lambda p: p.rpop(k.signals(self.identity), 10)),
                      ("paused queues", lambda p: p.smembers(k.paused_queues)),
-                     *((("cancel requests", lambda p: p.hgetall(k.cancels)),) if self.cancels is not None else ()),
                      # Reliable fetch: the in-progress registry and the last-beat stamp, for orphan recovery.
                      *fetch_writes]
         for _what, add in secondary:
@@ -204,11 +201,6 @@ class Heartbeat(LoopThread):
                 if is_unavailable(result):
                     raise result
                 stamped = stamped and i < fetch_first
-                if what == "cancel requests" and is_wrong_type(result):
-                    # (a feature's key, which the key guard checked only every KEY_GUARD_INTERVAL:
-                    # moved aside now, once; read afresh by the next beat)
-                    quarantine_wrong(r, k, {k.cancels: Want("hash")})
-                    continue
                 logger.error("heartbeat: %s not written: %s: %s", what, type(result).__name__, result)
                 if what == "paused queues":
                     manager.paused = frozenset()  # unreadable: count as none paused, logged
@@ -219,10 +211,6 @@ class Heartbeat(LoopThread):
                     self._signal(sig.decode() if isinstance(sig, bytes) else str(sig))
             elif what == "paused queues":
                 manager.paused = frozenset(m.decode() if isinstance(m, bytes) else m for m in result)
-            elif what == "cancel requests":
-                stale = self.cancels.update(result)  # type: ignore[union-attr]
-                if stale:
-                    self.redis.hdel(k.cancels, *stale)
         if stamped:  # (what orphan recovery reads went through: nobody takes this process for dead for a while)
             self.fetch.stall.stamped(sent)
         self.beats += 1

@@ -55,11 +55,8 @@ from ..fetch.registry import make_fetch
 from ..loops import run_each
 from ..recovery.key_guard import KeyGuard
 from ..recovery.orphans import OrphanRecovery
-from ..run.cancels import Cancels
-from ..run.factories import FeatureFactory, build_features, load_features
+from ..run.factories import FeatureFactory, build_features, load_features, requeue_hook, stop_features
 from ..run.hooks import WorkerParts
-from ..run.run_locks import RunLocks
-from ..run.timeouts import Timeouts
 from ..schedule.periodic_ticker import Ticker
 from ..schedule.poller import Poller
 from ..settle.retry import RetryPolicy
@@ -132,30 +129,22 @@ class Launcher:
         self.stats = Stats(self.keys)
         self.retry = RetryPolicy(config, death_handlers)
         self.fetch = make_fetch(config, redis, self.keys, self.identity)
-        self.run_locks = RunLocks(redis, self.keys)
-        # A job past its timeout under a supervisor (--processes) that ignores it: this process
-        # exits and is replaced; alone, it can only log it (see engine/run/timeouts.py).
-        self.timeouts = Timeouts(grace=config.timeout_grace,
-                                 replace_when_stuck=bool(extra_info and extra_info.get("supervisor")))
-        # (Read by each beat, told to the runs concerned: the cancellation feature's requests.)
-        self.cancels = Cancels()
         # The features the job's path runs through, each made once for this process with the parts it
         # may use: by default the package's own, then COGWORKER["FEATURES"] (loaded by name, as
-        # middleware is: the engine imports no feature).
+        # middleware is: the engine imports no feature). Each makes the services it needs; the worker
+        # drives them (chores, housekeeping, start, stop, requeued) without naming any.
         if features is None:
             features = load_features(config)
         self.features = build_features(features, WorkerParts(config, redis, self.keys, self.identity, self.retry,
-                                                             self.cancels, self.timeouts, self.run_locks))
+                                                             bool(extra_info and extra_info.get("supervisor"))))
         self.manager = Manager(config, self.fetch, self.retry, self.stats,
-                               build_chain(server_middleware, run_job), run_hook=self.run_locks,
+                               build_chain(server_middleware, run_job), run_hook=requeue_hook(self.features),
                                features=self.features, processor_context=processor_context,
                                on_job_start=self.caps.job_started)
         self.heartbeat = Heartbeat(config, redis, self.keys, self.identity, self.manager, self.fetch, self.stats,
                                    on_signal=self._signals_put, version=version,
-                                   extra_chores=(self._touch_periodic_locks, self._reconcile,
-                                                 self.run_locks.retry_pending),
-                                   feature_chores=tuple(chore for f in self.features for chore in f.chores()),
-                                   extra_info=extra_info, cancels=self.cancels, on_beat=self._beaten)
+                                   extra_chores=(self._touch_periodic_locks, self._reconcile),
+                                   features=self.features, extra_info=extra_info, on_beat=self._beaten)
         self._suspects: collections.Counter[bytes] = collections.Counter()
         self._next_reconcile = time.monotonic() + RECONCILE_INTERVAL
         self.poller = Poller(config, redis, self.keys, self.retry,
@@ -163,7 +152,8 @@ class Launcher:
                                       periodic=[entry.pjid for entry in periodic_entries]),
                              OrphanRecovery(config, redis, self.keys, self.identity, self.retry,
                                             steady_since=self.heartbeat.steady_at),
-                             process_count=lambda: self.heartbeat.process_count)
+                             process_count=lambda: self.heartbeat.process_count,
+                             housekeeping=tuple(step for f in self.features for step in f.housekeeping()))
         # A retry this process files wakes its own poller when due (no message needed).
         self.retry.on_retry = self.poller.expect
         self.ticker = None
@@ -269,7 +259,8 @@ class Launcher:
         refusal = self.caps.refusal()  # (up, and nothing fetched yet: caps.py)
         if refusal is not None:
             self._refuse(refusal)
-        self.timeouts.start()
+        for feature in self.features:  # (a feature's own thread: the timeout watcher)
+            feature.start()
         # Said before the processors start: after them, a job waiting at startup had its "start"
         # line logged before the worker said it was ready.
         logger.info("cogworker %s ready: %d processor(s), %s fetch, queues %s", self.identity,
@@ -362,11 +353,10 @@ class Launcher:
         for companion in self.companions:
             companion.stop()
         self.manager.stop(timeout)
-        self.timeouts.stop()
+        stop_features(self.features)  # (their threads, and what they kept through an outage: lock releases)
         self.poller.stop()
         self.heartbeat.stop()
         run_each((("stats", lambda: self.stats.flush(self.redis)),
-                  ("lock releases kept through an outage", lambda: self.run_locks.retry_pending(self.redis)),
                   ("in-progress registry", self._forget),
                   ("process registry", self.heartbeat.clear),
                   *((("replacement count", lambda: self.redis.hincrby(self.keys.stat_replaced, replaced, 1)),)

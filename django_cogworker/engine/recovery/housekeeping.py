@@ -11,8 +11,9 @@ on its own (only a lost connection fails the round):
    interrupted ``until_executed`` run is requeued before its next slot can fire;
 3. unsettled jobs: records that some process handed over at its shutdown
    (jobs that ran but whose retry/dead filing failed) filed where they belong;
-4. batch closings, every 15 s: callbacks fired by a jobs() block's close whose pusher died
-   before it delivered them (features/batches/delivery.py).
+4. the features' own steps (``Feature.housekeeping``, engine/run/hooks.py): the batches' closings,
+   every 15 s (callbacks fired by a jobs() block's close whose pusher died before it delivered
+   them: features/batches/delivery.py).
 """
 
 from __future__ import annotations
@@ -20,12 +21,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ...broker.keys import Keys
 from ...broker.types import RedisClient
-from ...conf import Config
-from ...features.batches import delivery
 from ..loops import Step
 from ..settle.retry import RetryPolicy
 from ..settle.settling import file_unsettled
@@ -45,7 +44,7 @@ class Housekeeping:
     """
 
     def __init__(self, redis: RedisClient, keys: Keys, retry: RetryPolicy, key_guard: KeyGuard, orphans: OrphanRecovery,
-                 key_guard_interval: float, batch_ttl: float = Config.batch_ttl,
+                 key_guard_interval: float, features: Sequence[Step] = (),
                  monotonic: Callable[[], float] = time.monotonic):
         self.redis = redis
         self.keys = keys
@@ -53,16 +52,15 @@ class Housekeeping:
         self.key_guard = key_guard
         self.orphans = orphans
         self.key_guard_interval = key_guard_interval
-        self.batch_ttl = batch_ttl
+        self.features = tuple(features)  # (the features' own steps, each timed by its feature)
         self.monotonic = monotonic
         self.first_orphan_check_done = threading.Event()
         self._next_guard = 0.0  # (monotonic) the first round checks at once
-        self._next_closings = 0.0  # (monotonic) likewise
 
     def steps(self) -> tuple[Step, ...]:
         """The round's housekeeping steps, in order, named for the log."""
         return (("key guard", self.guard), ("orphan check", self.orphan_check),
-                ("unsettled filing", self.file_unsettled), ("batch closings", self.sweep_batch_closings))
+                ("unsettled filing", self.file_unsettled), *self.features)
 
     def guard(self) -> None:
         """Run the key guard if KEY_GUARD_INTERVAL has passed since it last ran."""
@@ -83,10 +81,3 @@ class Housekeeping:
 
     def file_unsettled(self) -> int:
         return file_unsettled(self.redis, self.keys, self.retry)
-
-    def sweep_batch_closings(self) -> int:
-        """Every CLOSING_GRACE / 2 at most: a closing is looked at only once it is that old."""
-        if self.monotonic() < self._next_closings:
-            return 0
-        self._next_closings = self.monotonic() + delivery.CLOSING_GRACE / 2
-        return delivery.sweep_closing(self.redis, self.keys, self.batch_ttl, time.time())

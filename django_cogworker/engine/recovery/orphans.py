@@ -27,13 +27,13 @@ from typing import Any, cast
 
 import redis as redis_lib
 
+from ... import declarations
 from ...broker import crossings, locks, scripts
 from ...broker.cluster import scan_page
 from ...broker.keys import Keys
 from ...broker.types import RedisClient
 from ...conf import Config
 from ...errors import is_unavailable
-from ...features.batches import steps as batch_steps
 from ...push import payload as payloads
 from ...push import unique
 from ..loops import redis_time
@@ -365,7 +365,7 @@ class OrphanRecovery:
                      payloads.printable(payload.get("class")),
                      payloads.printable(payload.get("dead_reason") or payload.get("error_message")))
         dead = payloads.encode(payload) if stored is None else stored
-        batch_steps.died(self.redis, self.keys, payload, "Orphaned", "orphaned too many times", self.config.batch_ttl)
+        declarations.died(self.redis, self.keys, payload, "Orphaned", "orphaned too many times", self.config.batch_ttl)
         if self.keys.spread:
             # Dead (home slot) first, then off the list (its queue's slot): under the orphan lock,
             # a crash between the two leaves it on the list, to be judged again. The record is best-effort.

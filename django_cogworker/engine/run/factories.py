@@ -1,5 +1,7 @@
 """How a worker makes its features: the factories the package's and ``COGWORKER["FEATURES"]`` name,
-imported, checked and called once per process with its :class:`~.hooks.WorkerParts`.
+imported, checked and called once per process with its :class:`~.hooks.WorkerParts`; and how it
+drives the services they ask of it that no phase of a job's path covers (``requeue_hook``,
+``stop_features``; their chores and housekeeping steps are asked by the heartbeat and the poller).
 
 A factory that is no factory, or one that returns what isn't a Feature, stops the worker at
 startup with an error naming the ``FEATURES`` entry; ``manage.py check`` reports what can be told
@@ -9,6 +11,7 @@ without calling it (checks.py, cogworker.E007: a Feature class given for its fac
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +20,8 @@ from .hooks import Feature, WorkerParts
 
 if TYPE_CHECKING:
     from ...conf import Config
+
+logger = logging.getLogger(__name__)
 
 FeatureFactory = Callable[[WorkerParts], "Feature | Sequence[Feature]"]
 
@@ -75,3 +80,26 @@ def entry_of(factory: Any) -> str:
     """The dotted path a factory is named by in ``FEATURES``: its module and name, as imported."""
     module, name = getattr(factory, "__module__", None), getattr(factory, "__qualname__", None)
     return f"{module}.{name}" if isinstance(module, str) and isinstance(name, str) else repr(factory)
+
+
+def requeue_hook(features: Sequence[Feature]) -> Callable[[dict[str, Any], str], None] | None:
+    """What the Settler calls for each job handed back at shutdown (``run_hook(payload, "requeued")``):
+    the ``requeued`` hook of every feature that has one, in order; None if none has."""
+    hooks = [f.requeued for f in features if type(f).requeued is not Feature.requeued]
+    if not hooks:
+        return None
+
+    def requeued(payload: dict[str, Any], moment: str) -> None:
+        for hook in hooks:
+            hook(payload)
+
+    return requeued
+
+
+def stop_features(features: Sequence[Feature]) -> None:
+    """Stop each feature (the last first); one that raises is logged, and the others stop all the same."""
+    for feature in reversed(features):
+        try:
+            feature.stop()
+        except Exception:
+            logger.exception("feature %r failed to stop", getattr(feature, "name", feature))

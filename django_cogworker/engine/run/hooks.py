@@ -61,9 +61,6 @@ if TYPE_CHECKING:
     from ..fetch.contract import Unit
     from ..settle.retry import RetryPolicy
     from ..settle.settlement import Settlement, StepRunner
-    from .cancels import Cancels
-    from .run_locks import RunLocks
-    from .timeouts import Timeouts
 
 logger = logging.getLogger(__name__)
 
@@ -176,11 +173,33 @@ class Feature:
     def after(self, run: JobRun) -> None:
         return None
 
+    # -- the services a feature asks of the worker: none, unless it overrides them ---------------
+
     def chores(self) -> Sequence[Callable[[RedisClient], None]]:
         """Work after each heartbeat, called with the Redis client on the features' chore thread
-        (engine/process/chores.py: never delaying a beat) (a limit's leases renewed); one that
-        raises is logged, and the round after the next beat calls it again."""
+        (engine/process/chores.py: never delaying a beat) (a limit's leases renewed, the cancel
+        requests read); one that raises is logged, and the round after the next beat calls it again."""
         return ()
+
+    def housekeeping(self) -> Sequence[tuple[str, Callable[[], object]]]:
+        """Steps of the poller's timed rounds, each named for the log (a batch's closings swept); on
+        the poller's thread, after the core's. A step times itself (most need not run every round)."""
+        return ()
+
+    def start(self) -> None:
+        """Start what the feature runs beside the processors (a thread of its own: the timeout
+        watcher); called by the Launcher once the first beat went through, before any job runs."""
+        return None
+
+    def stop(self) -> None:
+        """At shutdown, once the processors stopped: stop its thread, write what it kept through an
+        outage (lock releases). One that raises is logged (stop_features)."""
+        return None
+
+    def requeued(self, payload: dict[str, Any]) -> None:
+        """A job handed back to its queue at shutdown (one running or not yet started): what it holds
+        while it waits again (a periodic run keeps its lock)."""
+        return None
 
     def step_runners(self) -> Mapping[type, StepRunner]:
         """The runners of the Staged steps this feature's ``settling`` makes, by the step's type
@@ -191,18 +210,19 @@ class Feature:
 @dataclass(frozen=True)
 class WorkerParts:
     """What a worker process hands the features it is built with (``COGWORKER["FEATURES"]``: each
-    entry is called with these and returns a Feature, or several). Services the heartbeat and the
-    launcher drive are made once here and shared: the cancel requests each beat reads, the timeout
-    watcher's thread, the lock releases kept through an outage."""
+    entry is called with these and returns a Feature, or several). A feature makes the services it
+    needs from them (the cancel requests it reads, the timeout watcher's thread, the lock releases
+    it keeps through an outage) and asks the worker to drive them through its ``chores``,
+    ``housekeeping``, ``start`` and ``stop``: the worker names none of them."""
 
     config: Config
     redis: RedisClient
     keys: Keys
     identity: str
     retry: RetryPolicy
-    cancels: Cancels
-    timeouts: Timeouts
-    run_locks: RunLocks
+    # Whether a supervisor (``--processes``) replaces this process when asked: a job stuck past its
+    # timeout can then be ended with its process (engine/run/timeouts.py).
+    supervised: bool = False
 
 
 def feature_error(feature: Any, phase: str, error: BaseException,

@@ -30,13 +30,13 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ...broker.keys import Keys
 from ...broker.types import RedisClient
 from ...conf import Config
 from ...errors import is_unavailable
-from ..loops import LoopThread, Watchdog, run_each
+from ..loops import LoopThread, Step, Watchdog, run_each
 from ..recovery.housekeeping import Housekeeping
 from ..recovery.key_guard import KeyGuard
 from ..recovery.orphans import OrphanRecovery
@@ -63,7 +63,7 @@ class Poller(LoopThread):
 
     def __init__(self, config: Config, redis: RedisClient, keys: Keys, retry: RetryPolicy, key_guard: KeyGuard,
                  orphans: OrphanRecovery, process_count: Callable[[], int], rng: random.Random | None = None,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, housekeeping: Sequence[Step] = ()):
         self.config = config
         self.redis = redis
         self.keys = keys
@@ -74,8 +74,9 @@ class Poller(LoopThread):
         self.rng = rng or random.Random()
         self.clock = clock
         self._init_thread("cogworker-poller")
+        # (``housekeeping``: the features' own steps of each round: Feature.housekeeping)
         self.housekeeping = Housekeeping(redis, keys, retry, key_guard, orphans, config.key_guard_interval,
-                                         config.batch_ttl)
+                                         housekeeping)
         self.due = DueSweep(redis, keys, retry, self.rng, clock, self.stop_event)
         self.wakeups = Wakeups(redis, keys, self.due.expect, clock, self.stop_event,
                                timed_every=lambda: config.poll_interval_average * max(self.process_count(), 1))

@@ -377,7 +377,4 @@ class _Scope:
             count(self.redis, self.keys, self.bid, self.ttl, how, jids)
 
 
-_scope._batch_factory = lambda bid: Batch(bid=bid)
-
-
 units.use_batch_operations(sys.modules[__name__])  # (the steps of an outbox unit: outbox/units.py)

@@ -10,7 +10,8 @@ kept as JSON (one JSON can't hold fails the job), written with its step.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ...broker.keys import Keys
@@ -19,6 +20,7 @@ from ...engine.run.hooks import Call, Decision, Feature, JobRun, Outcome
 from ...engine.settle.retry import Filing
 from ...engine.settle.settlement import StepRunner
 from ..results.writer import encode_return
+from . import delivery
 from .steps import BatchStep, BatchSteps, step_for
 
 
@@ -28,8 +30,22 @@ class Batches(Feature):
     name = "batches"
     fields = ("bid",)
 
-    def __init__(self, redis: RedisClient, keys: Keys, ttl: float):
+    def __init__(self, redis: RedisClient, keys: Keys, ttl: float, monotonic: Callable[[], float] = time.monotonic):
         self.steps = BatchSteps(redis, keys, ttl)
+        self.redis, self.keys, self.ttl = redis, keys, ttl
+        self.monotonic = monotonic
+        self._next_closings = 0.0  # (monotonic) the first round sweeps at once
+
+    def housekeeping(self) -> Sequence[tuple[str, Callable[[], object]]]:
+        return (("batch closings", self.sweep_closings),)
+
+    def sweep_closings(self) -> int:
+        """Deliver the callbacks a jobs() block's close fired whose pusher died before it delivered
+        them (delivery.py); every CLOSING_GRACE / 2 at most: a closing is looked at only once it is that old."""
+        if self.monotonic() < self._next_closings:
+            return 0
+        self._next_closings = self.monotonic() + delivery.CLOSING_GRACE / 2
+        return delivery.sweep_closing(self.redis, self.keys, self.ttl, time.time())
 
     def step_runners(self) -> Mapping[type, StepRunner]:
         return {BatchStep: self.steps}

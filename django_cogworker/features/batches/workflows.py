@@ -36,8 +36,11 @@ from ...errors import BatchError, InvalidArgument
 from ...outbox import units
 from ...push import payload as payloads
 from ...push import scope as _scope
-from ...push.job import Job, Signature, registered
+from ...push.job import Job, registered
+from ..encryption import codec
+from ..encryption.declaration import encrypts, push_ring
 from .batch import Batch, _context
+from .signature import Signature
 
 # Single jobs of a group (or a chain's step) pushed together: one push_bulk, as perform_bulk's calls.
 BULK = 1000
@@ -106,7 +109,7 @@ class Group(Node):
         _launch_members(self.members, previous, keep)
 
     def dump(self) -> dict[str, Any]:
-        return {"t": "group", "m": [m.dump() for m in self.members]}
+        return {"t": "group", "m": [dump_part(m) for m in self.members]}
 
 
 class Chain(Node):
@@ -129,7 +132,7 @@ class Chain(Node):
                     previous, keep, batch.callback_queue)
 
     def dump(self) -> dict[str, Any]:
-        return {"t": "chain", "s": [s.dump() for s in self.steps]}
+        return {"t": "chain", "s": [dump_part(s) for s in self.steps]}
 
 
 class Chord(Chain):
@@ -167,7 +170,7 @@ def _depth(parts: Sequence[Part]) -> int:
     part is made, so a chain nested 2,000 deep is refused at its 50th level, not walked (its
     describe and dump recursed, and raised RecursionError).
     """
-    depth = 2 + max((p.depth if isinstance(p, Node) else nesting(p.dump()) for p in parts), default=0)
+    depth = 2 + max((p.depth if isinstance(p, Node) else nesting(dump_part(p)) for p in parts), default=0)
     if depth + 1 > MAX_DEPTH:
         raise InvalidArgument(f"a workflow may nest {MAX_DEPTH} lists and dicts deep as its steps travel (each "
                               f"chain or group around a step adds 2, a step 2 over its arguments): this one nests "
@@ -208,7 +211,7 @@ def _store_steps(chain_bid: str, steps: Sequence[Part]) -> None:
     pipe = redis.pipeline(transaction=False)
     hset = pipe.hset if unit is None else lambda key, mapping: unit.record("hset", key, mapping)
     for i, step in enumerate(steps):
-        fields[f"chain:{i}"] = payloads.encode(step.dump())
+        fields[f"chain:{i}"] = payloads.encode(dump_part(step))
         if len(fields) >= STORED:
             hset(meta, mapping=fields)
             fields = {}
@@ -269,6 +272,18 @@ def _value(raw: bytes | None) -> Any:
     return None if raw is None else json.loads(raw)
 
 
+def dump_part(part: Part) -> dict[str, Any]:
+    """A part as stored in its workflow's batch data: a step sealed (``"e"``) if its job encrypts, its
+    clear options and ``with_previous`` bound to the seal: changed in Redis, ``"p"`` put the previous
+    step's value before its sealed arguments, and ``"o"`` ``{"encrypt": false}`` pushed them in clear."""
+    data = part.dump()
+    if isinstance(part, Signature) and encrypts(part.job_class, part.options):
+        bound = codec.binding([part.options, bool(part.takes_previous)])
+        data.update(a=[], k={}, e=codec.seal(part.args, part.kwargs, part.job_class.name, push_ring(part.job_class),
+                                             bound=bound))
+    return data
+
+
 def load(data: dict[str, Any]) -> Part:
     """A node from :meth:`Node.dump` (a chain's steps are stored so: :func:`_store_steps`)."""
     kind = data["t"]
@@ -276,6 +291,10 @@ def load(data: dict[str, Any]) -> Part:
         job_class = registered(data["c"])
         if job_class is None:
             raise BatchError(f"workflow step {data['c']!r} is no job class registered in this worker")
+        if "e" in data:  # (sealed: opened with the settings' keys, and the clear options it was stored with)
+            args, kwargs = codec.unseal(data["e"], job_class.name, push_ring(job_class),
+                                        codec.binding([data["o"], bool(data["p"])]))
+            data = {**data, "a": args, "k": kwargs}
         return Signature.load(job_class, data)
     if kind == "group":
         return Group([load(m) for m in data["m"]])

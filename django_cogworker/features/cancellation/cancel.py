@@ -196,7 +196,7 @@ def _refuse_if_not_cancellable(redis: RedisClient, keys: Keys, jid: str, raw: by
     cancelled, left its chain or batch waiting for ever."""
     payload = json.loads(raw)
     job_class = registered(payload["class"]) if isinstance(payload.get("class"), str) else None
-    if job_class is not None and not job_class.cancellable:
+    if job_class is not None and not getattr(job_class, "cancellable", True):  # (declaration.py)
         redis.hdel(keys.cancels, jid)
         raise NotCancellable(job_class.cancel_refusal(payload))
 
@@ -224,5 +224,3 @@ def _record(redis: RedisClient, keys: Keys, payload: dict[str, Any], error: Base
 
         ResultWriter(redis, keys, "cancel").finished(payload, ttl, error=error, target="dead")
 
-
-scope.cancel_hooks.update(cancel=cancel, asked=asked)

@@ -1,4 +1,5 @@
-"""Cancellation on the job's path (requests: engine/run/cancels.py; the API: flow/cancel.py).
+"""Cancellation on the job's path (requests: engine/run/cancels.py, read after each heartbeat by this
+feature's chore; the API: cancel.py).
 
 * A job with a cancel request is dropped before it runs: acknowledged, counted in
   ``stat:cancelled``, logged, never run; dead for its batch, FAILED for its result.
@@ -14,9 +15,11 @@ found what it was and withdrew it).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...broker.keys import Keys
+from ...broker.keys import Keys, Want
+from ...broker.quarantine import is_wrong_type, quarantine_wrong
 from ...broker.types import RedisClient
 from ...engine.run.cancels import Cancels
 from ...engine.run.hooks import Call, Decision, Feature, JobRun, Outcome
@@ -29,6 +32,9 @@ logger = logging.getLogger(__name__)
 
 
 class Cancellation(Feature):
+    """Made by features/standard.py with the process's :class:`Cancels`, which its chore fills from
+    the ``cancels`` hash after each heartbeat (one HGETALL: an empty reply while nobody cancels)."""
+
     name = "cancellation"
 
     def __init__(self, redis: RedisClient, keys: Keys, cancels: Cancels):
@@ -38,6 +44,24 @@ class Cancellation(Feature):
 
     def applies(self, job_class: Any) -> bool:
         return job_class is None or bool(job_class.cancellable)
+
+    def chores(self) -> Sequence[Callable[[RedisClient], None]]:
+        return (self.read_requests,)
+
+    def read_requests(self, redis: RedisClient) -> None:
+        """Read the cancel requests; tell the runs concerned; delete those older than REQUEST_TTL."""
+        try:
+            stored = redis.hgetall(self.keys.cancels)
+        except Exception as exc:
+            if not is_wrong_type(exc):
+                raise
+            # (a feature's key, which the key guard checks only every KEY_GUARD_INTERVAL: moved aside
+            # now, once; read afresh after the next beat)
+            quarantine_wrong(redis, self.keys, {self.keys.cancels: Want("hash")})
+            return
+        stale = self.cancels.update(stored)
+        if stale:
+            redis.hdel(self.keys.cancels, *stale)
 
     def before(self, run: JobRun) -> Decision | None:
         if not self.cancels.requested(run.payload.get("jid")):

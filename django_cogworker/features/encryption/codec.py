@@ -32,10 +32,12 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from ...push.payload import SEALED, SEALED_SHOWN
+from ...push.payload import Encrypted as Encrypted  # (re-exported: its home before push/payload.py)
 from .errors import KeyUnavailable, SealBroken, UnsealedArguments
 from .keys import KeyRing
 
-FIELD = "encrypted"  # the payload field that holds the sealed arguments
+FIELD = SEALED  # the payload field that holds the sealed arguments (the payload schema's: push/payload.py)
 VERSION = "v1"  # sealed: [args, kwargs]; no clear argument beside it
 HEAD_VERSION = "v2"  # sealed: [args, kwargs, head]; the clear arguments ``head`` names come first
 BATCH_STATUS = "batch status"  # the kind of clear argument a batch callback's status is
@@ -48,14 +50,7 @@ _parse = json.JSONDecoder().decode
 _InvalidTag: Any = None  # cryptography's, imported at the first open (an optional dependency)
 
 
-class Encrypted(str):
-    """What the admin and the CLI show for sealed arguments: "(encrypted)" (a str, so that it prints
-    as such anywhere; the admin's filters show it without quotes)."""
-
-    __slots__ = ()
-
-
-SHOWN = Encrypted("(encrypted)")
+SHOWN = SEALED_SHOWN  # what the admin and the CLI show for sealed arguments: "(encrypted)"
 
 
 def is_sealed(payload: dict[str, Any]) -> bool:

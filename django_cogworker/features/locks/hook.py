@@ -5,8 +5,10 @@ refused and tries it again with each heartbeat)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from ...broker.types import RedisClient
 from ...engine.run.hooks import Call, Feature, JobRun, Outcome
 from ...engine.run.run_locks import RunLocks
 from ...push import payload as payloads
@@ -22,6 +24,20 @@ class RunLockRelease(Feature):
 
     def __init__(self, run_locks: RunLocks):
         self.run_locks = run_locks
+
+    def chores(self) -> Sequence[Callable[[RedisClient], None]]:
+        return (self.run_locks.retry_pending,)  # (releases Redis refused, tried again after each beat)
+
+    def stop(self) -> None:
+        try:
+            self.run_locks.retry_pending(self.run_locks.redis)
+        except Exception as exc:  # (Redis away at shutdown: they expire at their TTL)
+            logger.warning("at shutdown, lock releases kept through an outage not written: %s: %s",
+                           type(exc).__name__, payloads.printable(exc))
+
+    def requeued(self, payload: dict[str, Any]) -> None:
+        if _locked(payload):
+            self.run_locks(payload, "requeued")  # (a periodic run waits in its queue again: others kept out)
 
     def around(self, run: JobRun, call: Call) -> Any:
         if _locked(run.payload):

@@ -26,7 +26,8 @@ logger = logging.getLogger(__name__)
 
 
 class Results(Feature):
-    """Created by the Launcher with the process's ResultWriter and Timeouts; shared by the processor
+    """Made by features/standard.py with the process's ResultWriter and Timeouts (the watcher's
+    thread, started and stopped with the worker: ``start``, ``stop``); shared by the processor
     threads (what it keeps per job lives on the job)."""
 
     name = "results"
@@ -34,6 +35,14 @@ class Results(Feature):
     def __init__(self, results: ResultWriter, timeouts: Timeouts | None):
         self.results = results
         self.timeouts = timeouts
+
+    def start(self) -> None:
+        if self.timeouts is not None:
+            self.timeouts.start()
+
+    def stop(self) -> None:
+        if self.timeouts is not None:
+            self.timeouts.stop()
 
     def applies(self, job_class: Any) -> bool:
         return job_class is not None and (job_class.result_ttl is not None or job_class.timeout is not None)

@@ -1,0 +1,115 @@
+"""What the features declare to the core: the class options they read, what they do to a payload as
+it is pushed, and the services they offer a job and the object model, each under the feature's name.
+
+The core names none of them. A feature's folder holds a ``declaration.py`` with one
+:class:`Declaration` (features/results/declaration.py: ``result_ttl`` and ``timeout``, with their
+defaults and their checks), and the package's own are listed in ``features/declared.py``, named here
+by its dotted path (as engine/run/factories.py names the features a worker builds) and read on first
+use: a job class defined, a push made, ``Job.cancel`` called. Nothing is filled in at import. (A
+module of the root, as retries.py: the core reads it, and it imports nothing of a feature.)
+
+Who reads what:
+
+- :class:`~.push.job.Job` checks each declared option of a class as it is defined (its message, its
+  default when the class gives none), and a ``set(...)``'s per-push options (``Option.push``).
+- :class:`~.push.job.JobSetter` runs the ``on_push`` hooks that apply to its class and options
+  (``pushes``, asked once per setter: the setter a plain ``perform_async`` reuses asks once per
+  class), on each payload it builds: the expiry's ``expires_at``, the encryption's seal.
+- a job that dies off the job's path (orphaned too many times, killed from the admin) is told to
+  each ``died`` hook (a batch counts it dead), and ``provided(name)`` serves a feature's function
+  to the core's public API (``Job.batch``, ``Job.cancel``, ``Job.cancelled``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# The package's features' declarations: a tuple of Declaration (imported on first use, by name).
+STANDARD = "django_cogworker.features.declared.STANDARD"
+
+# Checks a declared option's value (``where`` names it in the message); returns the value to keep.
+Check = Callable[[Any, str], Any]
+# ``on_push(payload, job_class, options, head, due)``: change the payload as it is built (options: the
+# push's own, ``set(...)``; head: the clear arguments a seal names; due: its perform_at time, or None).
+PushHook = Callable[[dict[str, Any], Any, Mapping[str, Any], Sequence[tuple[str, str]], "float | None"], None]
+
+
+@dataclass(frozen=True)
+class Option:
+    """A class option a feature reads: ``name`` on a Job class (or its default), checked as the class is
+    defined; with ``push``, also given per push with ``set(...)``, checked by ``check_push`` there."""
+
+    name: str
+    default: Any = None
+    check: Check | None = None
+    push: bool = False
+    check_push: Callable[[Any, str, Any], None] | None = None  # (value, the class's name, the class)
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """One feature's declaration (the fields it has no use for left empty)."""
+
+    name: str
+    options: tuple[Option, ...] = ()
+    # Checks of a class as a whole, once its options are set (``rule(cls, where)``): an option that
+    # rules another out (a sealed job's limiter keyed by its arguments).
+    rules: tuple[Callable[[Any, str], None], ...] = ()
+    # ``pushes(job_class, options)``: whether ``on_push`` applies to pushes of this class with these options.
+    pushes: Callable[[Any, Mapping[str, Any]], bool] | None = None
+    on_push: PushHook | None = None
+    # ``died(redis, keys, payload, error_class, message, batch_ttl)``: a job that ends off the job's path.
+    died: Callable[..., None] | None = None
+    provides: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+
+
+class Declared:
+    """The declarations in force: the options by name, and the hooks of each kind, in their order."""
+
+    def __init__(self, declarations: Sequence[Declaration]):
+        self.declarations = tuple(declarations)
+        self.options = tuple(o for d in self.declarations for o in d.options)
+        self.by_name = {o.name: o for o in self.options}
+        self.push_options = frozenset(o.name for o in self.options if o.push)
+        self.rules = tuple(r for d in self.declarations for r in d.rules)
+        self.pushers = tuple((d.pushes, d.on_push) for d in self.declarations
+                             if d.pushes is not None and d.on_push is not None)
+        self.deaths = tuple(d.died for d in self.declarations if d.died is not None)
+        self.provided = {name: f for d in self.declarations for name, f in d.provides.items()}
+
+    def push_hooks(self, job_class: Any, options: Mapping[str, Any]) -> tuple[PushHook, ...]:
+        """The ``on_push`` hooks that apply to pushes of ``job_class`` with ``options``."""
+        return tuple(hook for pushes, hook in self.pushers if pushes(job_class, options))
+
+
+_declared: Declared | None = None
+_lock = threading.Lock()
+
+
+def declared() -> Declared:
+    """The declarations in force: the package's features' (``STANDARD``), read on first use."""
+    global _declared
+    if _declared is None:
+        with _lock:
+            if _declared is None:
+                from .push.middleware import import_string
+
+                _declared = Declared(import_string(STANDARD))
+    return _declared
+
+
+def provided(name: str) -> Callable[..., Any]:
+    """The function a feature provides as ``name`` (RuntimeError naming it if none does)."""
+    function = declared().provided.get(name)
+    if function is None:
+        raise RuntimeError(f"no feature provides {name!r} (django_cogworker/features/declared.py lists them)")
+    return function
+
+
+def died(redis: Any, keys: Any, payload: dict[str, Any], error: str, message: str, batch_ttl: float) -> None:
+    """Tell each feature of a job that died off the job's path (a batch counts it dead)."""
+    for hook in declared().deaths:
+        hook(redis, keys, payload, error, message, batch_ttl)
