@@ -1,7 +1,7 @@
 """Cancel requests as a worker process sees them: the jobs it must not start, and those it runs that
 were asked to stop.
 
-``cancel(jid)`` (flow/cancel.py) removes a job still waiting; for one already fetched it writes a
+``cancel(jid)`` (features/cancellation/cancel.py) removes a job still waiting; for one already fetched it writes a
 request to the ``cancels`` hash, which every heartbeat reads (one HGETALL in the beat's pipeline,
 an empty reply while nobody cancels). From then on this process:
 
