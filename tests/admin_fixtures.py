@@ -145,7 +145,7 @@ def batch_step(bid: str, jid: str, outcome: str, message: str = "", klass: str =
     worker's settlement runs it (``BatchSteps.run`` of the processor's ``step_for``), without the job."""
     config = runtime.get_config()
     steps = BatchSteps(runtime.get_redis(), Keys(config.key_prefix), config.batch_ttl)
-    steps.run(step_for({"bid": bid, "jid": jid, "class": klass}, outcome, "ack",
+    steps.run(step_for({"bid": bid, "jid": jid, "class": klass}, outcome,
                        exc=None if outcome == "success" else ValueError(message)))
 
 

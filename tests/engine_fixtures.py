@@ -41,6 +41,7 @@ from django_cogworker.engine.run.factories import FeatureFactory, build_features
 from django_cogworker.engine.run.hooks import FetchHooks, JobRun, Plans, WorkerParts
 from django_cogworker.engine.run.processor import Processor
 from django_cogworker.engine.schedule.due import DueSweep
+from django_cogworker.engine.settle.queue import SettlementQueue
 from django_cogworker.engine.settle.retry import Filing, RetryPolicy
 from django_cogworker.engine.settle.settlement import Settlement
 from django_cogworker.engine.settle.settling import Settler
@@ -234,7 +235,8 @@ class Called:
         made = build_features(load_features(config) if features is None else features, parts)
         self.settler = Recording(self.fetch, self.retry, requeue_hook(made),
                                  runners={kind: runner for f in made for kind, runner in f.step_runners().items()})
-        self.processor = Processor(0, ledger=Ledger(), settler=self.settler, retry=self.retry, stats=self.stats,
+        self.processor = Processor(0, ledger=Ledger(), settlements=SettlementQueue(self.settler), retry=self.retry,
+                                   stats=self.stats,
                                    server_chain=build_chain(server_middleware, run_job), plans=Plans(made))
         self.fetch_hooks = FetchHooks(made)  # (what the fetcher calls with what it fetched: a limit's takes)
 
@@ -329,28 +331,24 @@ def make_processor_fixture(redis_url: str) -> Iterator[Callable[..., Called]]:
 def fail_acks(fetch: Any, should_fail: Any, monkeypatch: Any = None) -> None:
     """Make acknowledging the raws ``should_fail(raw)`` picks fail as if Redis were away.
 
-    Acks travel on three paths: alone (``ack``), in a pipeline while the fetcher blocks
-    (``ack_many``), and riding on the next fetch (``retrieve(..., acks)``); all three fail, the
-    last one before Redis sees anything, as a connection cut before the round trip would.
+    Acks travel two ways: alone, through the Settler (``ack_many``: one that can't wait, those held
+    past the cap or while the fetcher waits, pending ones), and riding on a fetch (the acks of the
+    ``outgoing`` given to ``retrieve``); both fail, the second before Redis sees anything, as a
+    connection cut before the round trip would.
     """
-    real_ack, real_many, real_retrieve = fetch.ack, fetch.ack_many, fetch.retrieve
-
-    def ack(raw):
-        if should_fail(raw):
-            raise redis.ConnectionError("Redis went away (injected)")
-        real_ack(raw)
+    real_many, real_retrieve = fetch.ack_many, fetch.retrieve
 
     def ack_many(raws):
         if any(should_fail(raw) for raw in raws):
             raise redis.ConnectionError("Redis went away (injected)")
         real_many(raws)
 
-    def retrieve(n, paused=frozenset(), acks=(), before_block=None, *ride):
-        if any(should_fail(raw) for raw in acks):
+    def retrieve(n, paused=frozenset(), outgoing=None):
+        if outgoing is not None and any(should_fail(raw) for raw in outgoing.acks):
             raise redis.ConnectionError("Redis went away (injected)")
-        return real_retrieve(n, paused, acks, before_block, *ride)
+        return real_retrieve(n, paused, outgoing)
 
-    for name, fn in (("ack", ack), ("ack_many", ack_many), ("retrieve", retrieve)):
+    for name, fn in (("ack_many", ack_many), ("retrieve", retrieve)):
         if monkeypatch is not None:
             monkeypatch.setattr(fetch, name, fn)
         else:

@@ -32,6 +32,7 @@ from ..engine.process.launcher import run_job
 from ..engine.run.factories import build_features, load_features
 from ..engine.run.hooks import Feature, JobRun, Plans, WorkerParts
 from ..engine.run.processor import Processor
+from ..engine.settle.queue import SettlementQueue
 from ..engine.settle.retry import Filing, RetryPolicy
 from ..engine.settle.settlement import Settlement
 from ..engine.settle.settling import Settler
@@ -88,8 +89,8 @@ def _build() -> Processor:
     features = [f for f in build_features(load_features(config), parts) if not isinstance(f, LEFT_OUT)]
     settler = AtOnce(cast(Fetch, Nowhere()), retry,
                      runners={kind: runner for f in features for kind, runner in f.step_runners().items()})
-    return Processor(0, ledger=Ledger(), settler=settler, retry=retry, stats=Stats(keys), server_chain=run_job,
-                     plans=Plans(features))
+    return Processor(0, ledger=Ledger(), settlements=SettlementQueue(settler), retry=retry, stats=Stats(keys),
+                     server_chain=run_job, plans=Plans(features))
 
 
 def _raise(run: JobRun) -> None:
@@ -131,7 +132,7 @@ class Nowhere:
 class AtOnce(Settler):
     """Settles at once and raises what refused it (Redis away): no heartbeat will try it again."""
 
-    def settle(self, raw: bytes, how: Settlement) -> None:
-        _left, error = self._settle_once(raw, how)
+    def settle(self, raw: bytes, settlement: Settlement) -> None:
+        _left, error = self._settle_once(raw, settlement)
         if error is not None:
             raise error

@@ -31,7 +31,7 @@ def step(bid: str, jid: str, outcome: str, message: str = "") -> None:
     exc = ValueError(message) if outcome != "success" else None
     config = runtime.get_config()
     steps = BatchSteps(runtime.get_redis(), for_config(config), config.batch_ttl)
-    steps.run(step_for({"bid": bid, "jid": jid, "class": RECORD_JOB}, outcome, "ack", exc=exc))
+    steps.run(step_for({"bid": bid, "jid": jid, "class": RECORD_JOB}, outcome, exc=exc))
 
 
 def made(description: str, count: int, **callbacks) -> tuple[Batch, list[str]]:

@@ -157,7 +157,7 @@ def test_steps_run_together_move_each_job_once_and_fire_once_whatever_the_reruns
     settle(redis, K, batch.bid, jids[0], "failure", json.dumps({"error": "RuntimeError"}), 3600.0)
     assert Batch.status(batch.bid).failures == 1
     steps = BatchSteps(redis, K, 3600.0)
-    succeeded = [BatchStep(batch.bid, jid, "success", "", "ack") for jid in jids]
+    succeeded = [BatchStep(batch.bid, jid, "success", "") for jid in jids]
     steps.run_many(succeeded[:2])
     status = Batch.status(batch.bid)
     assert (status.pending, status.failures, status.success) == (1, 0, False)
@@ -178,7 +178,7 @@ def test_steps_of_several_batches_go_in_one_round_trip_each_batch_its_own_step(r
     with second.jobs():
         two = [RecordJob.perform_async("x") for _ in range(2)]
     BatchSteps(runtime.get_redis(), K, 3600.0).run_many(
-        [BatchStep(first.bid, one, "success", "", "ack"), BatchStep(second.bid, two[0], "success", "", "ack")])
+        [BatchStep(first.bid, one, "success", ""), BatchStep(second.bid, two[0], "success", "")])
     assert Batch.status(first.bid).success and _callbacks_queued(r) == 1
     assert (Batch.status(second.bid).pending, Batch.status(second.bid).success) == (1, False)
 
@@ -195,13 +195,13 @@ def test_a_success_that_fires_nothing_refreshes_the_batch_s_ttl_only_once_it_ran
             r.expire(key, seconds)
 
     ran_down_to(3590)  # (within the slack: a hundredth of a 1-hour TTL, 36 s)
-    steps.run_many([BatchStep(batch.bid, jids[0], "success", "", "ack")])
+    steps.run_many([BatchStep(batch.bid, jids[0], "success", "")])
     assert r.ttl(keys.meta) <= 3590
     ran_down_to(3500)
-    steps.run_many([BatchStep(batch.bid, jids[1], "success", "", "ack")])
+    steps.run_many([BatchStep(batch.bid, jids[1], "success", "")])
     assert all(r.ttl(key) > 3590 for key in (keys.meta, keys.jobs, keys.pending))
     ran_down_to(3590)
-    steps.run_many([BatchStep(batch.bid, jids[2], "success", "", "ack")])  # fires success: writes, so refreshes
+    steps.run_many([BatchStep(batch.bid, jids[2], "success", "")])  # fires success: writes, so refreshes
     assert all(r.ttl(key) > 3590 for key in (keys.meta, keys.jobs))
     assert Batch.status(batch.bid).success and _callbacks_queued(r) == 1
 

@@ -28,7 +28,7 @@ from django_cogworker.engine.run.cancels import Cancels
 from django_cogworker.engine.run.hooks import Decision, Feature, JobRun, Outcome
 from django_cogworker.engine.run.run_locks import RunLocks
 from django_cogworker.engine.settle.retry import Filing, RetryPolicy
-from django_cogworker.engine.settle.settlement import ACK
+from django_cogworker.engine.settle.settlement import ACK, Settlement
 from django_cogworker.engine.settle.settling import Settler
 from django_cogworker.errors import Cancelled, JobExpired, OverLimit
 from django_cogworker.features.batches.hook import Batches
@@ -126,7 +126,7 @@ def test_an_expired_job_is_dropped_unrun_acknowledged_and_counted(c, rb):
     expiry = c.use(Expiry(rb, K, clock=lambda: later))
     run = c.fetched(Plain, expires_in=60)
     decision = expiry.before(run)
-    assert decision is not None and decision.outcome is Outcome.DEAD and decision.settlement == ACK
+    assert decision is not None and decision.outcome is Outcome.DEAD and decision.settlement == Settlement(ACK)
     assert isinstance(decision.error, JobExpired) and not decision.failure  # (not counted as a failure)
     assert c.counter(K.stat_expired) == 1
     c.settle(run, decision)
@@ -154,7 +154,7 @@ def test_a_job_with_a_cancel_request_is_dropped_unrun_and_counted(c, rb):
     asked, other = c.fetched(Plain), c.fetched(Plain)
     cancels.update(request(asked.jid))
     decision = cancellation.before(asked)
-    assert decision is not None and (decision.outcome, decision.settlement) == (Outcome.DEAD, ACK)
+    assert decision is not None and (decision.outcome, decision.settlement) == (Outcome.DEAD, Settlement(ACK))
     assert isinstance(decision.error, Cancelled)
     assert cancellation.before(other) is None
     assert c.counter(K.stat_cancelled) == 1
@@ -206,12 +206,14 @@ def test_a_limited_job_holds_its_place_until_its_ack_carries_the_release(c, rb):
 
     refused = limits.before(second)  # its one place is held: back to the schedule, not failed
     assert refused is not None and refused.outcome is Outcome.RESCHEDULED
-    assert isinstance(refused.settlement, Filing) and refused.settlement.target == "schedule"
+    end = refused.settlement.end
+    assert isinstance(end, Filing) and end.target == "schedule" and not refused.settlement.steps
     c.settle(second, refused)
     limits.after(second)
 
     decision = limits.settling(first, Decision(Outcome.SUCCESS, ACK))
-    assert isinstance(decision.settlement, Release) and decision.settlement.then == ACK
+    (release,) = decision.settlement.steps
+    assert isinstance(release, Release) and decision.settlement.end is ACK
     assert decision.settlement.holdable  # (it may wait with the acks for the fetcher's next round trip)
     third = c.fetched(Limited)
     assert limits.before(third) is not None  # still held: the release travels with the ack
@@ -323,10 +325,10 @@ def test_a_batch_job_s_success_is_a_batch_step_wrapping_its_ack(c, rb):
     batches = c.use(Batches(rb, K, ttl=3600))
     bid, run = batch_job(c, rb)
     decision = batches.settling(run, Decision(Outcome.SUCCESS, ACK))
-    step = decision.settlement
-    assert isinstance(step, BatchStep) and (step.bid, step.jid, step.outcome, step.then) == (bid, run.jid, "success",
-                                                                                            ACK)
-    assert step.holdable  # (rides the fetcher's next round trip with the acks)
+    (step,) = decision.settlement.steps
+    assert isinstance(step, BatchStep) and (step.bid, step.jid, step.outcome) == (bid, run.jid, "success")
+    # (rides the fetcher's next round trip with the acks)
+    assert decision.settlement.end is ACK and decision.settlement.holdable
     assert Batch.status(bid).pending == 1  # nothing moved until it settles
     c.settle(run, decision)
     status = Batch.status(bid)
@@ -338,13 +340,14 @@ def test_a_batch_job_dropped_unrun_is_dead_for_its_batch_and_a_retry_only_a_fail
     bid, run = batch_job(c, rb)
     retried = batches.settling(run, Decision(Outcome.RETRY, Filing("retry", time.time() + 30, run.payload),
                                              RuntimeError("boom"), failure=True))
-    assert isinstance(retried.settlement, BatchStep) and retried.settlement.outcome == "failure"
+    (step,) = retried.settlement.steps
+    assert isinstance(step, BatchStep) and step.outcome == "failure"
     assert not retried.settlement.holdable
     dropped = batches.settling(run, Decision(Outcome.DEAD, ACK, JobExpired("expired")))
-    assert dropped.settlement.outcome == "dead"
+    assert dropped.settlement.steps[0].outcome == "dead"
     c.settle(run, dropped)
     status = Batch.status(bid)
     assert (status.dead, status.pending, status.success) == (1, 1, False)  # (dead: pending, never a success)
     plain = c.fetched(Plain)
     untouched = Decision(Outcome.SUCCESS, ACK)
-    assert batches.settling(plain, untouched).settlement == ACK  # a job of no batch settles as it was
+    assert batches.settling(plain, untouched).settlement == Settlement(ACK)  # a job of no batch settles as it was

@@ -25,6 +25,7 @@ from django_cogworker.engine.fetch.contract import Fetch, Unit
 from django_cogworker.engine.fetch.registry import make_fetch as make_strategy
 from django_cogworker.engine.fetch.reliable import ReliableFetch
 from django_cogworker.engine.loops import Watchdog
+from django_cogworker.engine.settle.outgoing import Outgoing
 from django_cogworker.engine.settle.retry import Filing
 from django_cogworker.push import payload as payloads
 
@@ -143,6 +144,7 @@ def test_paused_queues_are_not_fetched(make_fetch, mode, r):
     assert r.llen(K.queue("a")) == 3
     # Everything paused: nothing taken, and no blocking wait either.
     assert fetch.retrieve(10, paused=frozenset({"a", "b"})) == []
+    assert fetch.wait(paused=frozenset({"a", "b"})) == []
     assert r.llen(K.queue("a")) == 3
 
 
@@ -200,7 +202,7 @@ def test_the_blocking_wait_returns_a_job_pushed_during_it(make_fetch, mode, r):
     raw = job(n=7)
     pusher = _push_later(r, "default", raw)
     try:
-        units = fetch.retrieve(1)  # nothing waiting: blocks, and the push wakes it
+        units = fetch.retrieve(1) or fetch.wait()  # nothing waiting: the wait blocks, and the push wakes it
     finally:
         pusher.join()
 
@@ -217,7 +219,7 @@ def test_the_blocking_wait_still_works_beside_a_queue_of_the_wrong_type(make_fet
     raw = job("good", 1)
     pusher = _push_later(r, "good", raw)
     try:
-        units = fetch.retrieve(1)
+        units = fetch.retrieve(1) or fetch.wait()
     finally:
         pusher.join()
 
@@ -396,9 +398,9 @@ def test_redis_refusing_writes_is_an_outage_logged_once_not_a_queue_to_quarantin
             deadline = time.monotonic() + 1.5
             while time.monotonic() < deadline:
                 attempts += 1
-                assert not watchdog.run_step(lambda: got.extend(fetch.retrieve(1, acks=acks)))
+                assert not watchdog.run_step(lambda: got.extend(fetch.retrieve(1, outgoing=Outgoing(acks))))
             serve_again(client)
-            assert watchdog.run_step(lambda: got.extend(fetch.retrieve(1, acks=acks)))
+            assert watchdog.run_step(lambda: got.extend(fetch.retrieve(1, outgoing=Outgoing(acks))))
     finally:
         client.close()
         server.cleanup()
@@ -419,7 +421,7 @@ def test_a_fetch_failing_for_another_reason_is_still_logged_with_its_traceback_o
     watchdog = Watchdog("fetcher", threading.Event())
     with caplog.at_level(logging.ERROR, logger="django_cogworker"):
         for _ in range(2):
-            assert not watchdog.run_step(lambda: fetch.retrieve(1, acks=[b"done"]))
+            assert not watchdog.run_step(lambda: fetch.retrieve(1, outgoing=Outgoing([b"done"])))
     records = [rec for rec in caplog.records if rec.name.startswith("django_cogworker")]
     assert [rec.getMessage() for rec in records] == ["fetcher failed (attempt 1); backing off",
                                                      "fetcher failed (attempt 2); backing off"]

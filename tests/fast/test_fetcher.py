@@ -22,6 +22,7 @@ from helpers import wait_until
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.recovery.orphans import OrphanRecovery
 from django_cogworker.engine.settle.retry import RetryPolicy
+from django_cogworker.engine.settle.settlement import ACK, Settlement
 from django_cogworker.push import payload as payloads
 from django_cogworker.push.job import Job
 
@@ -88,14 +89,14 @@ def test_acks_held_when_the_fetcher_ends_at_quiet_go_out_then_not_at_the_stop(la
     raw = payloads.encode({"jid": "finished", "class": Hold.name, "args": [], "kwargs": {},
                            "queue": "default"}).encode()
     r.lpush(running.in_progress, raw)
-    running.manager.acks.add(raw)  # as a processor finishing it does
-    assert running.manager.acks.held() == [raw]
+    running.manager.settlements.put(raw, Settlement(ACK))  # as a processor finishing it does
+    assert running.manager.settlements.held() == [raw]
 
     running.manager.make_quiet()
 
     wait_until(lambda: raw.decode() not in r.lrange(running.in_progress, 0, -1), timeout=5,
                message="the held ack sent when the fetcher ended")
-    assert running.manager.acks.held() == [] and running.manager.pending_settlements() == {}
+    assert running.manager.settlements.held() == [] and running.manager.pending_settlements() == {}
     GATES[token].set()
 
 

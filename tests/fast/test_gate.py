@@ -1,6 +1,6 @@
 """features/limits: what a processor checks before a job runs, for its limits (and expiry).
 
-First the Gate on its own, with the real ReliableFetch, Settler and AckBatch on the suite's Redis
+First the Gate on its own, with the real ReliableFetch, Settler and SettlementQueue on the suite's Redis
 (a fixed clock and a seeded rng: scores are exact); then through a processor called on the test's
 thread, for what it files (a key function that raises, a job refused once more than OVER_LIMIT_MAX
 allows, an OverLimit raised by ``within`` in a job); last, a batch's jobs under a limit through a
@@ -32,9 +32,9 @@ from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.fetch.contract import Unit
 from django_cogworker.engine.fetch.reliable import ReliableFetch
 from django_cogworker.engine.run.hooks import JobRun, Outcome
-from django_cogworker.engine.settle.acks import AckBatch
+from django_cogworker.engine.settle.queue import SettlementQueue
 from django_cogworker.engine.settle.retry import RetryPolicy
-from django_cogworker.engine.settle.settlement import ACK
+from django_cogworker.engine.settle.settlement import ACK, Settlement
 from django_cogworker.engine.settle.settling import Settler
 from django_cogworker.errors import LimitError, LimitKeyError, OverLimit
 from django_cogworker.features.expiry.hook import Expiry
@@ -431,26 +431,31 @@ def test_over_limit_raised_by_within_in_a_job_reschedules_it_then_fails_it_past_
 
 
 def test_a_run_s_places_go_back_with_its_ack_in_the_fetch_s_round_trip_not_one_of_their_own(redis_url, rb):
-    # Held with the acks (settlement.py): the place stays taken until the fetcher's next round trip,
-    # where every release held goes in one pipeline just before the acks; a job of a batch holds
-    # its batch step around it (BatchStep(then=Release(then=ACK))), still held, still one trip each.
+    # Held with the acks (engine/settle/queue.py): the place stays taken until the fetcher's next
+    # round trip, where every release held goes on the fetch's own pipeline with the acks; a job of
+    # a batch has its batch step too (Settlement(ACK, (BatchStep, Release))), still held, still one
+    # trip each.
     parts = make_parts(redis_url, rb)
     settler = parts.settler
     settler.runners.update(ClassLimits(parts.gate).step_runners())
-    acks = AckBatch(parts.fetch, settler, cap=10)
-    acks.open()
+    settlements = SettlementQueue(settler, cap=10)
+    settlements.open()
     holders = K.limit(one_at_a_time.name).holders
     raw, payload = parts.fetched(OneAtATime, "t")
     ticket = parts.enter(raw, payload, OneAtATime)
-    release = Release(ticket, payload["jid"], ACK)
-    assert release.holdable
+    settlement = Settlement(ACK).first(Release(ticket, payload["jid"]))
+    assert settlement.holdable
 
-    acks.add(raw, release)
+    settlements.put(raw, settlement)
 
     assert rb.zcard(holders) == 1 and rb.llen(parts.fetch.in_progress) == 1  # no round trip of its own
-    assert acks.take() == [raw]  # (released: its ack may ride the fetch)
+    outgoing = settlements.take(parts.fetch.rides)
+    assert outgoing.acks == [raw]  # (unordered: its ack rides with its release)
+    assert parts.fetch.retrieve(1, frozenset(), outgoing) == []  # (the one round trip: release, ack, fetch)
+    settlements.sent(outgoing)
     assert rb.zcard(holders) == 0 and one_at_a_time.name not in HELD.by_key()
-    assert rb.llen(parts.fetch.in_progress) == 1  # (the ack itself goes with the fetch, as any other)
+    assert rb.llen(parts.fetch.in_progress) == 0 and settlements.held() == []
+    assert settler.pending_settlements() == {}
 
 
 def test_a_release_redis_refuses_costs_the_job_nothing_its_place_lapses_with_its_lease(redis_url, rb, caplog):
@@ -461,12 +466,12 @@ def test_a_release_redis_refuses_costs_the_job_nothing_its_place_lapses_with_its
     refuse(rb, "noreplicas")
     try:
         with caplog.at_level(logging.ERROR):
-            parts.settler.settle(raw, Release(ticket, payload["jid"], ACK))
+            parts.settler.settle(raw, Settlement(ACK, (Release(ticket, payload["jid"]),)))
     finally:
         serve_again(rb)
     # (Refused, the release is logged and not kept: the ack went on, which Redis refused too.)
     assert "places not given back" in caplog.text
-    assert list(parts.settler.pending_settlements().values()) == [ACK]
+    assert list(parts.settler.pending_settlements().values()) == [Settlement(ACK)]
     assert parts.settler.retry_pending_settlements() == 0 and rb.llen(parts.fetch.in_progress) == 0
 
 

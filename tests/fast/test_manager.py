@@ -24,6 +24,7 @@ from peek import queued_jids
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.fetch.contract import Unit
 from django_cogworker.engine.process.launcher import Launcher
+from django_cogworker.engine.settle.settlement import ACK, Settlement
 from django_cogworker.push import payload as payloads
 
 K = Keys()
@@ -46,7 +47,7 @@ def test_stop_requeues_a_running_job_to_the_head_of_its_queue_and_drops_pending_
     _fail_ack_of(running, monkeypatch, "finished")
     running.client.push({"jid": "finished", "class": Note.name, "args": [token, "done"], "kwargs": {},
                          "queue": "default"})
-    wait_until(lambda: list(running.manager.pending_settlements().values()) == ["ack"])
+    wait_until(lambda: list(running.manager.pending_settlements().values()) == [Settlement(ACK)])
     running.client.push({"jid": "long", "class": Hold.name, "args": [token], "kwargs": {}, "queue": "default"})
     wait_until(lambda: ("start", "long") in runs(token))
     for jid in ("waiting-1", "waiting-2"):
@@ -88,7 +89,7 @@ def test_known_raws_counts_what_runs_what_is_pending_and_the_held_acks(redis_url
     handed, pending, held = (payloads.encode({"jid": jid, "class": Note.name, "args": [], "queue": "default"}
                                              ).encode() for jid in ("handed", "pending", "held"))
     manager.ledger.hand([Unit(handed, "default"), Unit(handed, "default")])
-    manager.settler.pend_acks([pending])
-    manager.acks.open()
-    manager.acks.add(held)
+    manager.settler.pend([(pending, Settlement(ACK))])
+    manager.settlements.open()
+    manager.settlements.put(held, Settlement(ACK))
     assert manager.known_raws() == collections.Counter({handed: 2, pending: 1, held: 1})

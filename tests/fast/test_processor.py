@@ -569,7 +569,7 @@ def settled(running, r):
 
 
 def test_a_running_launcher_settles_what_its_processors_run(launcher_factory, fetch_mode, r):
-    # The whole path once, its settlements held for the fetch's round trip (the AckBatch), which a
+    # The whole path once, its settlements held for the fetch's round trip (the SettlementQueue), which a
     # called processor settles at once: a success acked and counted, a failure in retry, a payload
     # that can't be read in dead, every processor alive.
     token = new_token()

@@ -1,6 +1,7 @@
-"""Settling (engine/settle/settling.py): acks, filings, pending settlements and the hand-off at shutdown.
+"""Settling (engine/settle/): acks, filings, pending settlements and the hand-off at shutdown.
 
-Through a real in-process Launcher, and the ack batch on its own against the suite's Redis.
+Through a real in-process Launcher, and the settlement queue (queue.py, outgoing.py) on its own
+against the suite's Redis.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from django_cogworker.broker.connection import make_redis
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.fetch.contract import Unit
 from django_cogworker.engine.fetch.reliable import ReliableFetch
-from django_cogworker.engine.settle.acks import AckBatch
+from django_cogworker.engine.settle.queue import SettlementQueue
 from django_cogworker.engine.settle.retry import Filing, RetryPolicy
-from django_cogworker.engine.settle.settlement import ACK
+from django_cogworker.engine.settle.settlement import ACK, Settlement
 from django_cogworker.engine.settle.settling import Settler
 from django_cogworker.features.batches.steps import BatchStep, BatchSteps
 from django_cogworker.features.limits.gate import LimitGate, Release, Ticket
@@ -61,7 +62,8 @@ def test_a_failed_filing_is_kept_in_memory_and_filed_later_by_the_heartbeat(laun
 
     pending = wait_until(running.manager.pending_settlements, message="a pending settlement")
     ((raw, how),) = pending.items()
-    assert isinstance(how, Filing) and how.target == "retry" and how.payload["jid"] == pushed["jid"]
+    assert not how.steps and isinstance(how.end, Filing)
+    assert how.end.target == "retry" and how.end.payload["jid"] == pushed["jid"]
     if fetch_mode == "reliable":
         assert r.lrange(running.in_progress, 0, -1) == [raw.decode()]  # not filed, so not acked
     time.sleep(0.5)  # a few beats that still fail
@@ -91,7 +93,7 @@ def test_an_ack_lost_to_a_redis_outage_is_made_once_redis_is_back(launcher_facto
             srv.stop()  # graceful: the AOF keeps the in-progress list
             GATES[token].set()
             pending = wait_until(running.manager.pending_settlements, message="the ack is pending")
-            assert list(pending.values()) == ["ack"]
+            assert list(pending.values()) == [Settlement(ACK)]
 
             srv.start()
             wait_until(lambda: not running.manager.pending_settlements(), timeout=15, message="ack retried")
@@ -195,7 +197,7 @@ def test_a_filing_that_can_never_be_sent_is_filed_as_fetched_with_its_error_neve
     payload.update(retry_count=0, failed_at=time.time(), error_class="RuntimeError", error_message="boom",
                    spoiled=float("inf"))  # (a value JSON can't hold, put there by a middleware, say)
 
-    running.manager.settler.settle(raw, Filing("retry", time.time() + 60, payload))
+    running.manager.settler.settle(raw, Settlement(Filing("retry", time.time() + 60, payload)))
 
     assert not running.manager.pending_settlements()
     (filed,) = r.zrange(K.retry, 0, -1)
@@ -205,64 +207,83 @@ def test_a_filing_that_can_never_be_sent_is_filed_as_fetched_with_its_error_neve
     assert r.llen(running.in_progress) == 0
 
 
-# -- the ack batch on its own --------------------------------------------------------------------------
+# -- the settlement queue on its own -------------------------------------------------------------------
 
 
 @pytest.fixture
 def batch(redis_url, rb):
-    """An AckBatch over a reliable fetch whose in-progress list holds three jobs: (batch, fetch, settler)."""
+    """A SettlementQueue over a reliable fetch whose in-progress list holds three jobs: (queue, fetch, settler)."""
     fetch = ReliableFetch(make_config(redis_url), rb, K, "host:1:acks")
     settler = Settler(fetch, RetryPolicy(fetch.config))
     rb.lpush(fetch.in_progress, *(job(n) for n in range(3)))
-    return AckBatch(fetch, settler, cap=3), fetch, settler
+    return SettlementQueue(settler, cap=3), fetch, settler
 
 
 def job(n):
     return payloads.encode({"jid": f"j{n}", "class": "x.Job", "args": [], "kwargs": {}, "queue": "default"}).encode()
 
 
+ACKED = Settlement(ACK)
+
+
 def test_an_ack_goes_out_at_once_while_no_fetcher_runs(batch, rb):
-    acks, fetch, _settler = batch
-    acks.add(job(0))  # never opened: no fetcher loop to ride on
+    queue, fetch, _settler = batch
+    queue.put(job(0), ACKED)  # never opened: no fetcher loop to ride on
     assert rb.lrange(fetch.in_progress, 0, -1) == [job(2), job(1)]
-    acks.open()
-    acks.close()  # the fetcher's loop ended
-    acks.add(job(1))
-    assert rb.lrange(fetch.in_progress, 0, -1) == [job(2)] and acks.take() == []
+    queue.open()
+    queue.close()  # the fetcher's loop ended
+    queue.put(job(1), ACKED)
+    assert rb.lrange(fetch.in_progress, 0, -1) == [job(2)] and queue.held() == []
 
 
 def test_an_ack_waits_for_the_next_fetch_while_the_fetcher_runs(batch, rb):
-    acks, fetch, _settler = batch
-    acks.open()
-    acks.add(job(0))
-    acks.add(job(1))
+    queue, fetch, _settler = batch
+    queue.open()
+    queue.put(job(0), ACKED)
+    queue.put(job(1), ACKED)
     assert rb.llen(fetch.in_progress) == 3  # no round trip of its own
-    assert acks.held() == [job(0), job(1)]
-    assert acks.take() == [job(0), job(1)]
-    assert acks.take() == [] and acks.held() == []
+    assert queue.held() == [job(0), job(1)]
+    assert queue.take(fetch.rides).acks == [job(0), job(1)]
+    assert not queue.take(fetch.rides) and queue.held() == []
+
+
+def test_a_filing_is_never_held_it_goes_out_at_once(batch, rb):
+    queue, fetch, _settler = batch
+    queue.open()
+    queue.put(job(0), Settlement(Filing("dead", time.time(), payloads.decode(job(0)))))
+    assert rb.lrange(fetch.in_progress, 0, -1) == [job(2), job(1)] and rb.zcard(K.dead) == 1
+    assert queue.held() == []
+
+
+def test_held_acks_that_closing_sends_go_out_once_and_closed_ones_at_once(batch, rb):
+    # The fetcher's loop ended (quiet): what it held goes now, not at the stop.
+    queue, fetch, _settler = batch
+    queue.open()
+    queue.put(job(0), ACKED)
+    queue.close()
+    assert rb.lrange(fetch.in_progress, 0, -1) == [job(2), job(1)] and queue.held() == []
 
 
 def test_before_a_blocking_fetch_the_held_acks_go_out_and_later_ones_at_once(batch, rb):
-    acks, fetch, _settler = batch
-    acks.open()
-    acks.add(job(0))
-    acks.before_block()
+    queue, fetch, _settler = batch
+    queue.open()
+    queue.put(job(0), ACKED)
+    queue.waiting()
     assert rb.lrange(fetch.in_progress, 0, -1) == [job(2), job(1)]
-    acks.add(job(1))  # while the fetcher blocks
+    queue.put(job(1), ACKED)  # while the fetcher blocks
     assert rb.lrange(fetch.in_progress, 0, -1) == [job(2)]
-    acks.unblocked()
-    acks.add(job(2))
-    assert rb.lrange(fetch.in_progress, 0, -1) == [job(2)] and acks.take() == [job(2)]
+    queue.fetching()
+    queue.put(job(2), ACKED)
+    assert rb.lrange(fetch.in_progress, 0, -1) == [job(2)] and queue.take(fetch.rides).acks == [job(2)]
 
 
 def test_held_acks_that_fail_before_a_block_are_kept_pending(batch, rb, monkeypatch):
-    acks, fetch, settler = batch
-    acks.open()
-    acks.add(job(0))
+    queue, fetch, settler = batch
+    queue.open()
+    queue.put(job(0), ACKED)
     fail_acks(fetch, lambda raw: True, monkeypatch)
-    with pytest.raises(redis.ConnectionError):
-        acks.before_block()  # (the fetcher's watchdog logs it and backs off)
-    assert settler.pending_settlements() == {job(0): "ack"}
+    queue.waiting()  # (never raises: the blocking call that follows meets the outage, and the watchdog)
+    assert settler.pending_settlements() == {job(0): ACKED}
     assert rb.llen(fetch.in_progress) == 3
 
 
@@ -270,33 +291,33 @@ def test_no_more_acks_are_held_than_the_cap_the_one_beyond_sends_them_all_itself
     # A process killed, or taken for dead after a stall, runs again each finished job whose ack it
     # still held: a -c 2 worker taking 4 ahead per processor held up to 25 of them. The cap (the
     # concurrency: 3 here) bounds that to one per processor.
-    acks, fetch, _settler = batch
+    queue, fetch, _settler = batch
     rb.lpush(fetch.in_progress, *(job(n) for n in range(3, 6)))
-    acks.open()
+    queue.open()
     for n in range(3):
-        acks.add(job(n))
-    assert rb.llen(fetch.in_progress) == 6 and acks.held() == [job(0), job(1), job(2)]  # (up to the cap: held)
-    acks.add(job(3))  # one more than the cap: the adding processor sends them all, in one round trip
-    assert rb.lrange(fetch.in_progress, 0, -1) == [job(5), job(4)] and acks.held() == []
-    acks.add(job(4))
-    assert acks.held() == [job(4)] and rb.llen(fetch.in_progress) == 2
+        queue.put(job(n), ACKED)
+    assert rb.llen(fetch.in_progress) == 6 and queue.held() == [job(0), job(1), job(2)]  # (up to the cap: held)
+    queue.put(job(3), ACKED)  # one more than the cap: the adding processor sends them all, in one round trip
+    assert rb.lrange(fetch.in_progress, 0, -1) == [job(5), job(4)] and queue.held() == []
+    queue.put(job(4), ACKED)
+    assert queue.held() == [job(4)] and rb.llen(fetch.in_progress) == 2
 
 
 def test_acks_sent_at_the_cap_that_fail_are_kept_pending_and_the_job_that_sent_them_goes_on(batch, rb, monkeypatch):
-    acks, fetch, settler = batch
+    queue, fetch, settler = batch
     rb.lpush(fetch.in_progress, job(3))
-    acks.open()
+    queue.open()
     fail_acks(fetch, lambda raw: True, monkeypatch)
     for n in range(4):
-        acks.add(job(n))  # (the fourth sends: no exception reaches its processor)
-    assert settler.pending_settlements() == {job(n): "ack" for n in range(4)} and acks.held() == []
+        queue.put(job(n), ACKED)  # (the fourth sends: no exception reaches its processor)
+    assert settler.pending_settlements() == {job(n): ACKED for n in range(4)} and queue.held() == []
     assert rb.llen(fetch.in_progress) == 4
     monkeypatch.undo()
     assert settler.retry_pending_settlements() == 0 and rb.llen(fetch.in_progress) == 0
 
 
 def _batch_of(count, callbacks=False):
-    """A committed batch of ``count`` jobs (pushed, never run): (bid, their success steps). With
+    """A committed batch of ``count`` jobs (pushed, never run): (bid, their success settlements). With
     ``callbacks``, one on each event (pushed to ``default``, never run here)."""
     from testproject.demo.jobs import RecordJob
 
@@ -305,52 +326,53 @@ def _batch_of(count, callbacks=False):
         batch.on(event, BatchCallbackJob, key="cb")
     with batch.jobs():
         jids = [RecordJob.perform_async("x") for _ in range(count)]
-    return batch.bid, [BatchStep(batch.bid, jid, "success", "", "ack") for jid in jids]
+    return batch.bid, [ACKED.first(BatchStep(batch.bid, jid, "success", "")) for jid in jids]
 
 
 def test_a_batch_job_s_step_waits_with_its_ack_and_goes_through_before_the_fetch_that_acks_it(batch, rb):
-    acks, fetch, settler = batch
+    # (A fetch that can't carry the steps on its pipeline: they run just before it, and their acks go with it.)
+    queue, fetch, settler = batch
     settler.runners[BatchStep] = BatchSteps(fetch.redis, K, 3600.0)
     bid, steps = _batch_of(2)
-    acks.open()
-    acks.add(job(0), steps[0])
-    acks.add(job(1))
-    acks.add(job(2), steps[1])
+    queue.open()
+    queue.put(job(0), steps[0])
+    queue.put(job(1), ACKED)
+    queue.put(job(2), steps[1])
     assert Batch.status(bid).pending == 2 and rb.llen(fetch.in_progress) == 3  # no round trip of its own
-    assert sorted(acks.held()) == [job(0), job(1), job(2)]
-    assert sorted(acks.take()) == [job(0), job(1), job(2)]  # (their steps ran: the acks may ride now)
+    assert sorted(queue.held()) == [job(0), job(1), job(2)]
+    assert sorted(queue.take(riding=False).acks) == [job(0), job(1), job(2)]  # (their steps ran: the acks may ride)
     assert Batch.status(bid).success and rb.llen(fetch.in_progress) == 3
-    assert acks.take() == [] and acks.held() == []
+    assert not queue.take(riding=False) and queue.held() == []
 
 
 def test_held_steps_go_through_before_a_blocking_fetch_and_later_ones_at_once_with_their_ack(batch, rb):
-    acks, fetch, settler = batch
+    queue, fetch, settler = batch
     settler.runners[BatchStep] = BatchSteps(fetch.redis, K, 3600.0)
     bid, steps = _batch_of(2)
-    acks.open()
-    acks.add(job(0), steps[0])
-    acks.before_block()
+    queue.open()
+    queue.put(job(0), steps[0])
+    queue.waiting()
     assert Batch.status(bid).pending == 1 and rb.lrange(fetch.in_progress, 0, -1) == [job(2), job(1)]
-    acks.add(job(1), steps[1])  # while the fetcher blocks
+    queue.put(job(1), steps[1])  # while the fetcher blocks
     assert Batch.status(bid).success and rb.lrange(fetch.in_progress, 0, -1) == [job(2)]
 
 
 def test_held_steps_at_the_cap_go_through_before_the_acks_sent_with_them(batch, rb):
-    acks, fetch, settler = batch
+    queue, fetch, settler = batch
     settler.runners[BatchStep] = BatchSteps(fetch.redis, K, 3600.0)
     bid, steps = _batch_of(2)
     rb.lpush(fetch.in_progress, job(3))
-    acks.open()
-    acks.add(job(0), steps[0])
-    acks.add(job(1))
-    acks.add(job(2))
+    queue.open()
+    queue.put(job(0), steps[0])
+    queue.put(job(1), ACKED)
+    queue.put(job(2), ACKED)
     assert Batch.status(bid).pending == 2 and rb.llen(fetch.in_progress) == 4
-    acks.add(job(3), steps[1])  # one more than the cap
-    assert Batch.status(bid).success and rb.llen(fetch.in_progress) == 0 and acks.held() == []
+    queue.put(job(3), steps[1])  # one more than the cap
+    assert Batch.status(bid).success and rb.llen(fetch.in_progress) == 0 and queue.held() == []
 
 
 def test_held_steps_redis_refuses_stay_pending_with_their_acks_behind_them(batch, rb, monkeypatch):
-    acks, fetch, settler = batch
+    queue, fetch, settler = batch
     settler.runners[BatchStep] = BatchSteps(fetch.redis, K, 3600.0)
     bid, steps = _batch_of(1)
 
@@ -358,10 +380,10 @@ def test_held_steps_redis_refuses_stay_pending_with_their_acks_behind_them(batch
         raise redis.ConnectionError("Redis is away")
 
     monkeypatch.setattr(BatchSteps, "run_many", refused)
-    acks.open()
-    acks.add(job(0), steps[0])
-    acks.add(job(1))
-    assert acks.take() == [job(1)]  # (a plain ack rides on as ever; the other waits for its step)
+    queue.open()
+    queue.put(job(0), steps[0])
+    queue.put(job(1), ACKED)
+    assert queue.take(riding=False).acks == [job(1)]  # (a plain ack rides on as ever; the other waits for its step)
     assert settler.pending_settlements() == {job(0): steps[0]}
     assert Batch.status(bid).pending == 1 and rb.llen(fetch.in_progress) == 3
     monkeypatch.undo()
@@ -378,17 +400,18 @@ VOUCHED = {"meta": False, "jobs": True, "pending": False, "failed": True, "dead"
 def test_a_batch_key_of_the_wrong_type_costs_its_jobs_nothing_it_is_quarantined_at_once(batch, rb, r, caplog, name):
     # (Its steps failed at every try: their jobs stayed on the in-progress list, each settlement
     # tried again every beat for ever, a WARNING each time; no guard round knows a batch's keys.)
-    acks, fetch, settler = batch
+    queue, fetch, settler = batch
     settler.runners[BatchStep] = BatchSteps(fetch.redis, K, 3600.0)
     bid, steps = _batch_of(3, callbacks=True)
     bk = K.batch(bid)
     r.set(getattr(bk, name), "not mine")
-    acks.open()
+    queue.open()
     with caplog.at_level(logging.INFO):
-        acks.add(job(0), steps[0])
-        acks.add(job(1), steps[1])
-        settler.settle(job(2), steps[2]._replace(outcome="dead", record='{"error": "x"}'))  # (alone)
-        assert sorted(acks.take()) == [job(0), job(1)]
+        queue.put(job(0), steps[0])
+        queue.put(job(1), steps[1])
+        dead = steps[2].steps[0]._replace(outcome="dead", record='{"error": "x"}')
+        settler.settle(job(2), ACKED.first(dead))  # (alone)
+        assert sorted(queue.take(riding=False).acks) == [job(0), job(1)]
     fetch.ack_many([job(0), job(1)])
     assert settler.pending_settlements() == {} and rb.llen(fetch.in_progress) == 0  # every job settled
     (moved,) = r.scan_iter(match=f"{K.quarantine_prefix}{getattr(bk, name)}:*")
@@ -423,74 +446,98 @@ def test_jobs_handed_back_at_shutdown_are_named_in_the_log_at_most_20(launcher_f
     assert r.llen(K.queue("default")) == 25
 
 
-# -- held steps riding the fetch's own round trip (Ride) ---------------------------------------------
+# -- held steps riding the fetch's own round trip (Outgoing) -----------------------------------------
 
 
-def _fetch_with(fetch, taken, ride, rb):
-    """One fetch carrying ``ride`` (as the fetcher makes it), with a job waiting so it doesn't block."""
+def _fetch_with(fetch, queue, outgoing, rb):
+    """One fetch carrying ``outgoing`` (as the fetcher makes it), with a job waiting; the queue told."""
     rb.lpush(K.queue("default"), job(9))
-    return fetch.retrieve(1, frozenset(), taken, None, ride)
+    units = fetch.retrieve(1, frozenset(), outgoing)
+    queue.sent(outgoing)
+    return units
 
 
 def test_batch_steps_ride_the_fetch_and_their_acks_the_next_one(batch, rb):
     # One round trip for the steps and the fetch: the steps queued on its pipeline before the fetch
     # script. Their acks wait for the next fetch, once the steps are known to have landed: a step
     # always goes through before its job's ack.
-    acks, fetch, settler = batch
+    queue, fetch, settler = batch
     settler.runners[BatchStep] = BatchSteps(fetch.redis, K, 3600.0)
     bid, steps = _batch_of(2)
-    acks.open()
-    acks.add(job(0), steps[0])
-    acks.add(job(1))
-    acks.add(job(2), steps[1])
+    queue.open()
+    queue.put(job(0), steps[0])
+    queue.put(job(1), ACKED)
+    queue.put(job(2), steps[1])
 
-    ride = acks.ride()
-    assert ride.acks == [job(1)]
-    units = _fetch_with(fetch, ride.acks, ride, rb)
+    outgoing = queue.take(fetch.rides)
+    assert outgoing.acks == [job(1)]
+    units = _fetch_with(fetch, queue, outgoing, rb)
 
     assert len(units) == 1
     assert Batch.status(bid).success  # (the steps landed with the fetch)
     listed = rb.lrange(fetch.in_progress, 0, -1)
     assert job(1) not in listed and job(0) in listed and job(2) in listed  # (job 1's ack rode it)
-    assert sorted(acks.held()) == [job(0), job(2)]  # (their acks, for the next fetch)
-    assert sorted(acks.ride().acks) == [job(0), job(2)]
+    assert sorted(queue.held()) == [job(0), job(2)]  # (their acks, for the next fetch)
+    assert sorted(queue.take(fetch.rides).acks) == [job(0), job(2)]
 
 
 @pytest.mark.usefixtures("fresh_limiters")
 def test_a_release_rides_the_fetch_with_its_own_ack(batch, rb):
-    acks, fetch, settler = batch
+    queue, fetch, settler = batch
     limiter = Limiter.concurrent(unique("ride"), 5, lease=60)
     gate = LimitGate(rb, K, over_limit_max=3, retry=settler.retry)
     settler.runners.update(ClassLimits(gate).step_runners())
     ticket = gate.take({"jid": "j0"}, [limiter])
     assert isinstance(ticket, Ticket) and rb.zcard(K.limit(limiter.name).holders) == 1
-    acks.open()
-    acks.add(job(0), Release(ticket, "j0", ACK))
+    queue.open()
+    queue.put(job(0), ACKED.first(Release(ticket, "j0")))
 
-    ride = acks.ride()
-    assert ride.acks == [job(0)]  # (unordered: its ack goes with its release)
-    _fetch_with(fetch, ride.acks, ride, rb)
+    outgoing = queue.take(fetch.rides)
+    assert outgoing.acks == [job(0)]  # (unordered: its ack goes with its release)
+    _fetch_with(fetch, queue, outgoing, rb)
 
     assert rb.zcard(K.limit(limiter.name).holders) == 0
-    assert job(0) not in rb.lrange(fetch.in_progress, 0, -1) and acks.held() == []
+    assert job(0) not in rb.lrange(fetch.in_progress, 0, -1) and queue.held() == []
+
+
+def test_a_job_of_a_batch_under_a_limit_has_both_steps_ride_one_fetch_and_its_ack_the_next(batch, rb):
+    # Both features add a step: the batch's (ordered) and the release (unordered), on one pipeline.
+    queue, fetch, settler = batch
+    settler.runners[BatchStep] = BatchSteps(fetch.redis, K, 3600.0)
+    limiter = Limiter.concurrent(unique("both"), 5, lease=60)
+    gate = LimitGate(rb, K, over_limit_max=3, retry=settler.retry)
+    settler.runners.update(ClassLimits(gate).step_runners())
+    bid, (step,) = _batch_of(1)
+    ticket = gate.take({"jid": "j0"}, [limiter])
+    queue.open()
+    queue.put(job(0), step.first(Release(ticket, "j0")))
+
+    outgoing = queue.take(fetch.rides)
+    assert outgoing.acks == []  # (its batch step is ordered: its ack waits for it to land)
+    _fetch_with(fetch, queue, outgoing, rb)
+
+    assert Batch.status(bid).success and rb.zcard(K.limit(limiter.name).holders) == 0
+    assert queue.held() == [job(0)] and job(0) in rb.lrange(fetch.in_progress, 0, -1)
+    assert queue.take(fetch.rides).acks == [job(0)]
 
 
 def test_steps_riding_a_fetch_redis_refuses_stay_pending_and_their_acks_behind_them(batch, rb, monkeypatch):
-    acks, fetch, settler = batch
+    queue, fetch, settler = batch
     settler.runners[BatchStep] = BatchSteps(fetch.redis, K, 3600.0)
     bid, steps = _batch_of(1)
-    acks.open()
-    acks.add(job(0), steps[0])
-    ride = acks.ride()
+    queue.open()
+    queue.put(job(0), steps[0])
+    outgoing = queue.take(fetch.rides)
     rb.client_pause(30_000, all=False)  # (a real outage of writes: the fetch's round trip times out)
     slow = ReliableFetch(make_config(fetch.config.redis_url, REDIS_OPTIONS={"socket_timeout": 0.3}),
                          make_redis(make_config(fetch.config.redis_url, REDIS_OPTIONS={"socket_timeout": 0.3})),
                          K, fetch.identity)
     try:
-        with pytest.raises(redis.TimeoutError):
-            slow.retrieve(1, frozenset(), ride.acks, None, ride)
+        with pytest.raises(redis.TimeoutError) as raised:
+            slow.retrieve(1, frozenset(), outgoing)
     finally:
         rb.client_unpause()
+    queue.sent(outgoing, raised.value)
     assert list(settler.pending_settlements().values()) == [steps[0]]
     assert settler.retry_pending_settlements() == 0
     assert Batch.status(bid).success and job(0) not in rb.lrange(fetch.in_progress, 0, -1)

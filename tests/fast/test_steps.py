@@ -140,8 +140,8 @@ def test_an_outbox_of_the_wrong_type_when_the_last_job_ends_loses_no_callback(rb
     if together:  # (the fetcher's round: BATCH_SUCCEED for the steps held, in one pipeline)
         other, other_jids = batch_of_two(rb)
         steps.BatchSteps(rb, K, runtime.get_config().batch_ttl).run_many([
-            steps.BatchStep(bid, last, "success", "", "ack"),
-            steps.BatchStep(other, other_jids[0], "success", "", "ack")])
+            steps.BatchStep(bid, last, "success", ""),
+            steps.BatchStep(other, other_jids[0], "success", "")])
     else:
         settle(rb, bid, last, "success")
     settle(rb, bid, last, "success")  # (run again: nothing twice)

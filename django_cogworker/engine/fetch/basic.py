@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, cast
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, cast
 
 import redis as redis_lib
 
 from ...broker import scripts
 from ...errors import is_unavailable
 from .contract import BeatWrite, Fetch, Unit
+
+if TYPE_CHECKING:
+    from ..settle.outgoing import Outgoing
 
 logger = logging.getLogger(__name__)
 
@@ -29,17 +32,16 @@ class BasicFetch(Fetch):
 
     keeps_held = False  # (what it took lives only in its memory: nothing is taken ahead)
 
-    def retrieve(self, n: int, paused: frozenset[str] = frozenset(), acks: Sequence[bytes] = (),
-                 before_block: Callable[[], None] | None = None, ride: Any = None) -> list[Unit]:
-        """Pop up to ``n`` jobs (``acks`` need nothing: a popped job has left Redis already)."""
+    def retrieve(self, n: int, paused: frozenset[str] = frozenset(), outgoing: Outgoing | None = None) -> list[Unit]:
+        """Pop up to ``n`` jobs (the acks of ``outgoing`` need nothing: a popped job has left Redis already)."""
         order = self.queue_order(paused)
         if not order:
             return []
         queue_keys = [self.keys.queue(q) for q in order]
-        units = self._parse(scripts.FETCH_BASIC(self.redis, queue_keys, [n]), order)
-        if units:
-            return units
-        waitable = self._waitable(order)
+        return self._parse(scripts.FETCH_BASIC(self.redis, queue_keys, [n]), order)
+
+    def wait(self, paused: frozenset[str] = frozenset()) -> list[Unit]:
+        waitable = self._waitable(self.queue_order(paused))
         if not waitable:
             return []
         try:

@@ -36,6 +36,7 @@ from ...broker.keys import Keys
 from ...broker.types import RedisClient
 from ...conf import Config
 from ...errors import UNAVAILABLE_CODES, RedisUnavailable, error_code
+from ..settle.outgoing import Outgoing
 from ..settle.retry import Filing
 from .stall import StallWatch
 
@@ -79,8 +80,8 @@ class Fetch(abc.ABC):
     then may a job it holds be taken back while it stalls (``stall``, ``still_ours``).
     """
 
-    # Whether ``retrieve`` can carry the features' held steps on its own round trip (``ride``: see
-    # engine/settle/settling.py's Ride); a fetch that can't has them run first, alone.
+    # Whether ``retrieve`` can carry the features' held steps on its own round trip (engine/settle/
+    # outgoing.py); a fetch that can't has them run first, alone.
     rides = False
 
     keeps_held = True
@@ -105,26 +106,28 @@ class Fetch(abc.ABC):
     # -- the contract ----------------------------------------------------------
 
     @abc.abstractmethod
-    def retrieve(self, n: int, paused: frozenset[str] = frozenset(), acks: Sequence[bytes] = (),
-                 before_block: Callable[[], None] | None = None, ride: Any = None) -> list[Unit]:
-        """Acknowledge ``acks`` and take up to ``n`` jobs, in one round trip; block briefly when idle.
+    def retrieve(self, n: int, paused: frozenset[str] = frozenset(), outgoing: Outgoing | None = None) -> list[Unit]:
+        """Take up to ``n`` jobs and send ``outgoing`` (finished jobs' settlements), in one round trip;
+        never blocks (``wait`` does).
 
-        Fetcher thread. ``before_block`` is called before a blocking wait (acks
-        that arrive during it are then sent on their own rather than held).
-        ``ride`` (only for a fetch that ``rides``): the held steps to carry on the same round trip.
+        Fetcher thread. Sends every ack of ``outgoing`` and, for a fetch that ``rides``, its riding
+        steps (queued on the same pipeline: ``outgoing.queue``, ``landed``, or ``failed`` when the
+        round trip didn't happen; ``run_alone`` when it makes none), or raises.
         """
 
     @abc.abstractmethod
-    def ack(self, raw: bytes) -> None:
-        """Acknowledge one finished job.
+    def wait(self, paused: frozenset[str] = frozenset()) -> list[Unit]:
+        """Nothing was waiting: block on one queue for up to ``block_cap`` so that a push wakes this
+        process at once; return the job it brought, if any. Fetcher thread."""
 
-        Processor threads (an ack that can't wait for the next fetch), the
-        heartbeat thread (pending settlements), the main thread (at shutdown).
-        """
+    @abc.abstractmethod
+    def ack(self, raw: bytes) -> None:
+        """Acknowledge one finished job (the Settler sends every ack through ``ack_many``)."""
 
     def ack_many(self, raws: Sequence[bytes]) -> None:
-        """Acknowledge finished jobs held for a fetch that is about to block instead (fetcher thread),
-        or held up to AckBatch's cap (the processor thread whose ack would pass it)."""
+        """Acknowledge finished jobs in one round trip: every ack the Settler sends alone (one that
+        can't wait for a fetch, those held past the settlement queue's cap or when the fetcher waits,
+        pending ones): processor threads, the fetcher's, the heartbeat's, the main thread at shutdown."""
         for raw in raws:
             self.ack(raw)
 

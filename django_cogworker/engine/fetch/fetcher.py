@@ -3,8 +3,10 @@
 It waits for an idle processor, counts how many are idle (n), and asks the
 fetch for up to n jobs: what it can't start now stays in Redis for the others.
 Jobs go to the processors, and idle tokens come back, through C-level queues
-(``queue.SimpleQueue``). The acks of the jobs that finished since the last
-round ride on the same round trip (see :mod:`.settling`).
+(``queue.SimpleQueue``). What the jobs that finished since the last round
+settled rides on the same round trip (the settlement queue's Outgoing:
+engine/settle/queue.py); with nothing waiting, the fetcher blocks on one
+queue (``Fetch.wait``), and what settles meanwhile goes out at once.
 
 While its jobs run short (under SHORT_RUN on average), a process with a fetch
 that keeps what it holds in Redis (reliable) also takes up to ``PREFETCH`` jobs
@@ -26,6 +28,7 @@ then is started only once found still its own (stall.py, ``next_unit``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -35,8 +38,8 @@ from ...conf import Config
 from ...push import payload as payloads
 from ..loops import Watchdog
 from ..run.hooks import FetchHooks
-from ..settle.acks import AckBatch
-from ..settle.settling import Settler
+from ..settle.outgoing import Outgoing
+from ..settle.queue import SettlementQueue
 from .contract import Fetch, Unit
 from .ledger import Ledger
 from .stall import clock as stall_clock
@@ -68,10 +71,11 @@ class Fetcher:
     ``None`` per processor, which returns on taking it).
 
     Processor threads call ``next_unit`` and, once done with it,
-    ``processor_idle``; the heartbeat sets ``paused``.
+    ``processor_idle``; the heartbeat sets ``paused``. The fetcher owns the draining side of the
+    settlement queue: it opens it, takes what goes out with each fetch, and closes it at its end.
     """
 
-    def __init__(self, config: Config, fetch: Fetch, ledger: Ledger, acks: AckBatch, settler: Settler,
+    def __init__(self, config: Config, fetch: Fetch, ledger: Ledger, settlements: SettlementQueue,
                  quiet: threading.Event, hooks: FetchHooks | None = None):
         self.config = config
         # The features' work on a whole fetch (a limit's takes, one round trip), and on jobs fetched
@@ -79,8 +83,8 @@ class Fetcher:
         self.hooks = hooks if hooks is not None else FetchHooks(())
         self.fetch = fetch
         self.ledger = ledger
-        self.acks = acks
-        self.settler = settler
+        # What the processors settled, sent with each fetch (engine/settle/queue.py).
+        self.settlements = settlements
         self.quiet = quiet
         self.paused: frozenset[str] = frozenset()  # queues not to fetch from, read at each beat
         # Hand-over from the fetcher to the processors, and back: C-level queues rather than a
@@ -179,7 +183,7 @@ class Fetcher:
     # -- the loop ----------------------------------------------------------------
 
     def _run(self) -> None:
-        self.acks.open()
+        self.settlements.open()
         try:
             self._fetch_until_quiet()
             # Taken ahead, not started: back to the head of their queues for any process (at the
@@ -189,15 +193,14 @@ class Fetcher:
                 self.ledger.forget_unstarted(ahead)
                 self._hand_back(ahead)
         finally:
-            self.acks.close()  # (acks from now on go out at once: no round trip left to ride on)
-            # Held for a fetch that won't come: sent now. Left held until the stop, a long quiet
-            # (TSTP before a deploy) kept those finished jobs on the in-progress list, and a kill -9
-            # meanwhile ran them again.
-            self.settler.settle_acks(self.acks.take())
+            # Held for a fetch that won't come: sent now, and later ones at once. Left held until the
+            # stop, a long quiet (TSTP before a deploy) kept those finished jobs on the in-progress
+            # list, and a kill -9 meanwhile ran them again.
+            self.settlements.close()
 
     def _fetch_until_quiet(self) -> None:
         watchdog = self.watchdog
-        acks, deep = self.acks, False
+        deep = False
         while not self.quiet.is_set():
             if not self._awake():
                 continue
@@ -205,21 +208,8 @@ class Fetcher:
             if n == 0:
                 continue
             units: list[Unit] = []
-            # (The features' held steps ride the fetch where it can carry them: settling.py's Ride.)
-            ride = acks.ride() if self.fetch.rides else None
-            taken = ride.acks if ride is not None else acks.take()
             sent = stall_clock()  # (before the fetch: a job may be ours from the moment it is sent)
-            # (self.fetch.retrieve looked up at each call: tests replace it on the instance.)
-            if not watchdog.run_step(lambda: units.extend(  # noqa: B023
-                    self.fetch.retrieve(n, self.paused, taken, acks.before_block,  # noqa: B023
-                                        *((ride,) if ride else ())))):  # noqa: B023
-                self.settler.pend_acks(taken, failed=True)
-                if ride:
-                    ride.failed(RuntimeError("the fetch carrying them failed"))
-            elif ride and not ride.done:  # (a fetch that left them: run now, else their jobs are never acked)
-                logger.error("%d held step(s) were not carried by the fetch; run on their own", len(ride.steps))
-                self.settler.settle_acks(ride.run_alone())
-            acks.unblocked()
+            watchdog.run_step(functools.partial(self._fetch, n, units))
             deep = len(units) == n
             for _ in range(n - len(units)):
                 self._idle.put(None)
@@ -236,6 +226,25 @@ class Fetcher:
                     self._units.put(unit)
             elif watchdog.failures == 0 and not self.fetch.queue_order(self.paused):
                 self.quiet.wait(self.config.fetch_idle_max_interval)  # every queue paused: don't spin
+
+    def _fetch(self, n: int, units: list[Unit]) -> None:
+        """One fetch of up to ``n`` jobs into ``units``, carrying what the processors settled; with
+        nothing waiting, a blocking wait on one queue (what settles meanwhile goes out at once)."""
+        outgoing: Outgoing = self.settlements.take(self.fetch.rides)
+        try:
+            # (self.fetch looked up at each call: tests replace its methods on the instance.)
+            units += self.fetch.retrieve(n, self.paused, outgoing)
+        except BaseException as exc:
+            self.settlements.sent(outgoing, exc)
+            raise
+        self.settlements.sent(outgoing)
+        if units or not self.fetch.queue_order(self.paused):
+            return
+        self.settlements.waiting()
+        try:
+            units += self.fetch.wait(self.paused)
+        finally:
+            self.settlements.fetching()
 
     def _awake(self) -> bool:
         """Wait until a processor is idle, or what waits for the processors runs low; hold one token.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import redis as redis_lib
@@ -24,7 +24,7 @@ from ...push import payload as payloads
 from .contract import IDLE_START, BeatWrite, Fetch, Unit
 
 if TYPE_CHECKING:
-    from ..settle.ride import Ride
+    from ..settle.outgoing import Outgoing
 
 logger = logging.getLogger(__name__)
 
@@ -34,30 +34,31 @@ class ReliableFetch(Fetch):
 
     rides = True
 
-    def retrieve(self, n: int, paused: frozenset[str] = frozenset(), acks: Sequence[bytes] = (),
-                 before_block: Callable[[], None] | None = None, ride: Ride | None = None) -> list[Unit]:
+    def retrieve(self, n: int, paused: frozenset[str] = frozenset(), outgoing: Outgoing | None = None) -> list[Unit]:
         order = self.queue_order(paused)
+        acks = outgoing.acks if outgoing is not None else []
         if not order:
-            if ride:
-                acks = ride.run_alone()
+            if outgoing is not None:
+                outgoing.run_alone()
             if acks:
                 self.ack_many(acks)
             return []
         queue_keys = [self.keys.queue(q) for q in order]
         keys, argv = [self.in_progress, *queue_keys], [n, len(acks), *acks]
         try:
-            reply = self._fetch_riding(ride, keys, argv) if ride else scripts.FETCH_RELIABLE(self.redis, keys, argv)
-            units = self._parse(reply, order)
+            if outgoing is not None and outgoing.riding:
+                reply = self._fetch_riding(outgoing, keys, argv)
+            else:
+                reply = scripts.FETCH_RELIABLE(self.redis, keys, argv)
+            return self._parse(reply, order)
         except RedisUnavailable:
             if acks:
                 return []  # the acks went through: failing would have them settled again; the next call raises
             raise
-        if units:
-            return units
-        if before_block is not None:
-            before_block()
+
+    def wait(self, paused: frozenset[str] = frozenset()) -> list[Unit]:
         # Nothing waiting anywhere: wait on one queue so a push wakes us at once.
-        waitable = self._waitable(order)
+        waitable = self._waitable(self.queue_order(paused))
         if not waitable:
             return []
         try:
@@ -73,17 +74,17 @@ class ReliableFetch(Fetch):
         self._idle_wait = IDLE_START
         return [Unit(cast(bytes, raw), waitable[0])]  # (a bytes client)
 
-    def _fetch_riding(self, ride: Ride, keys: list[Any], argv: list[Any]) -> Any:
+    def _fetch_riding(self, outgoing: Outgoing, keys: list[Any], argv: list[Any]) -> Any:
         """FETCH_RELIABLE on one pipeline behind the steps that ride it: one round trip for both."""
         pipe = self.redis.pipeline(transaction=False)
-        queued = ride.queue(pipe)
+        queued = outgoing.queue(pipe)
         scripts.FETCH_RELIABLE.in_pipeline_by_sha(pipe, keys, argv)
         try:
             replies = pipe.execute(raise_on_error=False)
         except Exception as exc:
-            ride.failed(exc)
+            outgoing.failed(exc)
             raise
-        ride.landed(replies[:queued])
+        outgoing.landed(replies[:queued])
         reply = replies[queued]
         if isinstance(reply, redis_lib.exceptions.NoScriptError):  # (nothing ran: again, alone, which loads it)
             return scripts.FETCH_RELIABLE(self.redis, keys, argv)
@@ -110,8 +111,8 @@ class ReliableFetch(Fetch):
     def ack_many(self, raws: Sequence[bytes]) -> None:
         """Acknowledge ``raws`` in one round trip: the fetch's script, fetching none.
 
-        (One command, not a pipeline of LREMs: a processor sends them when the acks held reach
-        AckBatch's cap, and a pipeline of 11 cost the worker twice the CPU of the script.)
+        (One command, not a pipeline of LREMs: a processor sends them when the settlements held
+        reach the settlement queue's cap, and a pipeline of 11 cost the worker twice the CPU of the script.)
         """
         scripts.FETCH_RELIABLE(self.redis, [self.in_progress], [0, len(raws), *raws])
 

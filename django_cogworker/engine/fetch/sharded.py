@@ -19,8 +19,8 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, cast
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import redis as redis_lib
 
@@ -30,6 +30,9 @@ from ..settle.retry import Filing
 from .basic import BasicFetch
 from .contract import IDLE_START, Unit
 from .reliable import ReliableFetch, _queue_of
+
+if TYPE_CHECKING:
+    from ..settle.outgoing import Outgoing
 
 logger = logging.getLogger(__name__)
 
@@ -51,9 +54,9 @@ class ShardedReliableFetch(ReliableFetch):
     def list_of(self, queue: str) -> str:
         return self.keys.in_progress(self.identity, queue)
 
-    def retrieve(self, n: int, paused: frozenset[str] = frozenset(), acks: Sequence[bytes] = (),
-                 before_block: Callable[[], None] | None = None, ride: Any = None) -> list[Unit]:
+    def retrieve(self, n: int, paused: frozenset[str] = frozenset(), outgoing: Outgoing | None = None) -> list[Unit]:
         order = self.queue_order(paused)
+        acks = outgoing.acks if outgoing is not None else []
         by_queue = self._by_queue(acks)
         if not order:  # (every queue paused: the fetcher sleeps)
             self._ack_grouped(by_queue)
@@ -78,10 +81,10 @@ class ShardedReliableFetch(ReliableFetch):
         self.unfetchable = unfetchable
         if units:
             self._idle_wait = IDLE_START
-            return self._hold(units)
-        if before_block is not None:
-            before_block()
-        waitable = self._waitable(order)
+        return self._hold(units)
+
+    def wait(self, paused: frozenset[str] = frozenset()) -> list[Unit]:
+        waitable = self._waitable(self.queue_order(paused))
         if not waitable:
             return []
         queue = waitable[0]
@@ -262,8 +265,7 @@ class ShardedReliableFetch(ReliableFetch):
 class ShardedBasicFetch(BasicFetch):
     """Basic fetch with each queue in its own slot: the batch pop queue by queue, BRPOP on one."""
 
-    def retrieve(self, n: int, paused: frozenset[str] = frozenset(), acks: Sequence[bytes] = (),
-                 before_block: Callable[[], None] | None = None, ride: Any = None) -> list[Unit]:
+    def retrieve(self, n: int, paused: frozenset[str] = frozenset(), outgoing: Outgoing | None = None) -> list[Unit]:
         order = self.queue_order(paused)
         units: list[Unit] = []
         unfetchable: set[str] = set()
@@ -275,8 +277,10 @@ class ShardedBasicFetch(BasicFetch):
         self.unfetchable = unfetchable
         if units:
             self._idle_wait = IDLE_START
-            return units
-        waitable = self._waitable(order)
+        return units
+
+    def wait(self, paused: frozenset[str] = frozenset()) -> list[Unit]:
+        waitable = self._waitable(self.queue_order(paused))
         if not waitable:
             return []
         queue = waitable[0]

@@ -1,9 +1,10 @@
 """The manager: wires this process's processors, fetcher, ledger and settling, and owns their lifecycle.
 
-Each part has a module of its own: :mod:`.fetcher` (the thread that fetches
-and hands jobs over), :mod:`.processor` (the threads that run them),
-:mod:`.ledger` (the in-memory record of what runs) and :mod:`.settling`
-(acks, filings, pending settlements, the hand-off at shutdown). The manager
+Each part has a module of its own: ``fetch/fetcher.py`` (the thread that fetches
+and hands jobs over), ``run/processor.py`` (the threads that run them),
+``fetch/ledger.py`` (the in-memory record of what runs), ``settle/queue.py`` (the
+settlements on their way, riding the fetches) and ``settle/settling.py`` (what is
+applied alone, what is pending, the hand-off at shutdown). The manager
 builds them, starts them, quiets and stops them, and answers for them to the
 heartbeat and the launcher.
 """
@@ -26,9 +27,10 @@ from ..fetch.fetcher import Fetcher
 from ..fetch.ledger import Ledger
 from ..run.hooks import Feature, FetchHooks, Plans
 from ..run.processor import Processor
-from ..settle.acks import AckBatch
+from ..settle.queue import SettlementQueue
 from ..settle.retry import RetryPolicy
-from ..settle.settling import Settlement, Settler
+from ..settle.settlement import Settlement
+from ..settle.settling import Settler
 from ..settle.stats import Stats
 
 logger = logging.getLogger(__name__)
@@ -73,13 +75,13 @@ class Manager:
         self.ledger = Ledger(on_start=on_job_start)
         self.settler = Settler(fetch, retry, run_hook,
                                runners={kind: runner for f in features for kind, runner in f.step_runners().items()})
-        self.acks = AckBatch(fetch, self.settler, cap=config.concurrency)
+        self.settlements = SettlementQueue(self.settler, cap=config.concurrency)
         self.fetch_hooks = FetchHooks(features)
-        self.fetcher = Fetcher(config, fetch, self.ledger, self.acks, self.settler, self._quiet, self.fetch_hooks)
+        self.fetcher = Fetcher(config, fetch, self.ledger, self.settlements, self._quiet, self.fetch_hooks)
         self.processors = [self._new_processor(i) for i in range(config.concurrency)]
 
     def _new_processor(self, index: int) -> Processor:
-        return Processor(index, handover=self.fetcher, ledger=self.ledger, acks=self.acks, settler=self.settler,
+        return Processor(index, handover=self.fetcher, ledger=self.ledger, settlements=self.settlements,
                          retry=self.retry, stats=self.stats, server_chain=self.server_chain, plans=self.plans,
                          on_death=self.processor_died, thread_context=self.processor_context)
 
@@ -105,7 +107,7 @@ class Manager:
         self.make_quiet()
         self.fetcher.join()  # (not bounded by the deadline: see Fetcher.join)
         self._stopping = True
-        self.acks.close()  # a fetcher that outlived its join takes no more acks to hold
+        self.settlements.close()  # a fetcher that outlived its join holds no more settlements
         unstarted = self.fetcher.drain()
         self.fetcher.release(len(self.processors))
         for p in self.processors:
@@ -120,7 +122,6 @@ class Manager:
         unfinished = [p.current for p in self.processors if p.thread.is_alive() and p.current] + unstarted
         if unfinished:
             logger.warning("%d job(s) still running or unstarted at the shutdown deadline", len(unfinished))
-        self.settler.pend_acks(self.acks.take())  # held for a fetch that won't come
         return self.settler.requeue_unfinished(unfinished)
 
     def hurry(self) -> None:
@@ -185,12 +186,12 @@ class Manager:
 
         Read in the order a job moves through them (the ledger, then pending, then held acks): a
         job that finishes meanwhile is added to the later ones before it leaves the earlier. (An
-        ack in a round trip under way, riding on a fetch or sent at AckBatch's cap, is in none of
-        them: the reconcile requeues only what is unknown at two of its rounds in a row.)
+        ack in a round trip under way, riding on a fetch or sent at the settlement queue's cap, is in
+        none of them: the reconcile requeues only what is unknown at two of its rounds in a row.)
         """
         known = self.ledger.held()
         known.update(self.settler.pending_settlements().keys())  # (its values are settlements, not counts)
-        known.update(self.acks.held())
+        known.update(self.settlements.held())
         return known
 
     def pending_settlements(self) -> dict[bytes, Settlement]:

@@ -23,9 +23,10 @@ project's own: docs/extending.md) is a :class:`Feature` that overrides the phase
     run: rescheduled). The first Decision wins; with none, the core acks a success and files a
     failure through the retry policy.
 ``settling(run, decision)``
-    What the settlement carries, in the features' order: record the outcome (a result), or wrap the
-    ack or filing in a :class:`~..settle.settlement.Staged` whose step goes through first (a batch
-    step, a limit's release). Returns the decision, changed or not.
+    What the settlement carries, in the features' order: record the outcome (a result), or add a
+    step of the feature's own that goes through before the ack or filing
+    (``decision.settlement = decision.settlement.first(step)``: a batch step, a limit's release).
+    Returns the decision, changed or not.
 ``after(run)``
     Once settled, whatever happened, in reverse order: give back what ``before`` took, release
     locks, count. Never raises into the core (logged).
@@ -52,6 +53,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...errors import FeatureError
+from ..settle.retry import Filing
+from ..settle.settlement import Ack, Settlement
 
 if TYPE_CHECKING:
     from ...broker.keys import Keys
@@ -60,7 +63,7 @@ if TYPE_CHECKING:
     from ...push.scope import Running
     from ..fetch.contract import Unit
     from ..settle.retry import RetryPolicy
-    from ..settle.settlement import Settlement, StepRunner
+    from ..settle.settlement import StepRunner
 
 logger = logging.getLogger(__name__)
 
@@ -78,19 +81,31 @@ class Outcome(enum.Enum):
         return self is Outcome.RETRY or self is Outcome.DEAD
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Decision:
-    """What becomes of a job: its outcome, the settlement that carries it, and the error if any."""
+    """What becomes of a job: its outcome, the settlement that carries it, and the error if any.
+
+    Made with a bare ACK or Filing (``Decision(Outcome.DEAD, ACK)``), its settlement is that with
+    no steps: a :class:`~..settle.settlement.Settlement` in every case.
+    """
 
     outcome: Outcome
     settlement: Settlement
-    error: BaseException | None = None
+    error: BaseException | None
     # Why, for the log line a failure gets ("retry 1 in 17s", "dead: retries exhausted"); a Decision a
     # feature makes logs its own line and leaves this empty.
-    fate: str = ""
+    fate: str
     # Filed by the core as a failure (the job raised, or a ``before`` hook did): counted as failed in
     # the stats. A feature's Decision (dropped, cancelled, rescheduled) is not.
-    failure: bool = False
+    failure: bool
+
+    def __init__(self, outcome: Outcome, settlement: Settlement | Ack | Filing, error: BaseException | None = None,
+                 fate: str = "", failure: bool = False):
+        self.outcome = outcome
+        self.settlement = settlement if isinstance(settlement, Settlement) else Settlement(settlement)
+        self.error = error
+        self.fate = fate
+        self.failure = failure
 
 
 @dataclass(slots=True, eq=False)
@@ -202,7 +217,7 @@ class Feature:
         return None
 
     def step_runners(self) -> Mapping[type, StepRunner]:
-        """The runners of the Staged steps this feature's ``settling`` makes, by the step's type
+        """The runners of the steps this feature's ``settling`` adds, by the step's type
         (the Settler runs each step through its runner before the job's ack or filing)."""
         return {}
 

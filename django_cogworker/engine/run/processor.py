@@ -7,8 +7,9 @@ it (a feature's ``decide``, else the core's: a success is acked, a failure filed
 policy), let the ``settling`` hooks shape the settlement, settle it exactly once, count it, and
 run the ``after`` hooks. This module names no feature.
 
-Settling: success acks; failure files in retry or dead atomically with the ack. A settle that
-fails (Redis away) is kept by the Settler as a pending settlement and retried by the heartbeat:
+Settling: the job's one Settlement (an ack or a filing, after the features' steps) goes into the
+settlement queue (engine/settle/queue.py), which sends it with the fetcher's next round trip or at
+once. One Redis refuses is kept by the Settler as a pending settlement and retried by the heartbeat:
 the job already ran, so it is never put back to run again by that path.
 """
 
@@ -31,16 +32,15 @@ from ...push import scope as _scope
 from ...push.job import registered
 from ..fetch.contract import Unit
 from ..settle.retry import Filing
-from ..settle.settlement import ACK
+from ..settle.settlement import ACK, Settlement
 from .hooks import Decision, JobRun, Outcome, Plan, Plans, feature_error
 from .tracebacks import ExcInfo, from_user_code, trimmed
 
 if TYPE_CHECKING:
     from ..fetch.fetcher import Fetcher
     from ..fetch.ledger import Ledger
-    from ..settle.acks import AckBatch
+    from ..settle.queue import SettlementQueue
     from ..settle.retry import RetryPolicy
-    from ..settle.settling import Settler
     from ..settle.stats import Stats
 
 logger = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class Processor:
 
     Created by the Manager, ``concurrency`` of them, each handed what it works
     with: the fetcher's hand-over (``next_unit``, ``processor_idle``), the
-    ledger (what runs), the ack batch and the settler (settling), the retry
+    ledger (what runs), the settlement queue (where each settlement goes), the retry
     policy (where a failure goes), the stats, the server middleware chain and
     the features' Plans. ``start`` runs ``run`` on the ``cogworker-processor-<index>``
     daemon thread, which loops until it is handed ``None`` (the Manager's stop);
@@ -59,21 +59,21 @@ class Processor:
     tells ``on_death`` (the Manager replaces it); the job it held stays on the
     in-progress list (reliable fetch) for reconciliation or orphan recovery.
 
-    Built without a ``handover`` and ``acks``, a processor is called, not started: ``process(unit)``
-    runs one job on the caller's thread and settles it at once through its settler, then returns
-    its JobRun (``run.decision``: the settlement made, ``run.error``: what the job raised). The
+    Built without a ``handover``, a processor is called, not started: ``process(unit)`` runs one
+    job on the caller's thread and puts its settlement in the queue it was given (one never
+    opened by a fetcher settles at once, through its Settler), then returns its JobRun
+    (``run.decision.settlement``: the Settlement made, ``run.error``: what the job raised). The
     test helpers (django_cogworker/testing/) run every job so, through the same phases and hooks.
     """
 
-    def __init__(self, index: int, *, ledger: Ledger, settler: Settler, retry: RetryPolicy, stats: Stats,
-                 server_chain: Callable[[Any, dict], Any], plans: Plans, handover: Fetcher | None = None,
-                 acks: AckBatch | None = None, on_death: Callable[[Processor], None] | None = None,
+    def __init__(self, index: int, *, ledger: Ledger, settlements: SettlementQueue, retry: RetryPolicy,
+                 stats: Stats, server_chain: Callable[[Any, dict], Any], plans: Plans, handover: Fetcher | None = None,
+                 on_death: Callable[[Processor], None] | None = None,
                  thread_context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext):
         self.index = index
         self.handover = handover
         self.ledger = ledger
-        self.acks = acks
-        self.settler = settler
+        self.settlements = settlements
         self.retry = retry
         self.stats = stats
         self.server_chain = server_chain
@@ -195,7 +195,7 @@ class Processor:
                 return decision
         if error is None:
             logger.info("done%s elapsed=%.3fs", joblog.Mention(run.jid, run.shown_class), run.elapsed)
-            return Decision(Outcome.SUCCESS, ACK)
+            return Decision(Outcome.SUCCESS, Settlement(ACK))
         decision = self._failure(run, error)
         log_safely(logger.warning, "fail%s elapsed=%.3fs: %s: %s (%s)", joblog.Mention(run.jid, run.shown_class),
                    run.elapsed, payloads.printable(payloads.error_class(error)),
@@ -217,24 +217,15 @@ class Processor:
         # (Its error_backtrace from the user's code in, without the worker's frames that led there.)
         filing = self.filing(run.unit, run.payload, exc, run.job, from_user_code(exc.__traceback__))
         outcome = Outcome.RETRY if filing is not None and filing.target == "retry" else Outcome.DEAD
-        return Decision(outcome, filing if filing is not None else ACK, exc, _fate(filing), failure=True)
+        return Decision(outcome, Settlement(filing if filing is not None else ACK), exc, _fate(filing), failure=True)
 
     def _conclude(self, plan: Plan, run: JobRun, decision: Decision) -> None:
         """Shape the settlement (``settling`` hooks), settle it once, count, and run the ``after`` hooks."""
         for shape in plan.settling:
             decision = _guarded(shape, run, decision)
         run.decision = decision
-        settlement, raw = decision.settlement, run.unit.raw
         try:
-            acks = self.acks
-            if acks is None:  # (called, not started: settled now)
-                self.settler.settle(raw, settlement)
-            elif settlement == ACK:
-                acks.add(raw)
-            elif not isinstance(settlement, (str, Filing)) and settlement.holdable:
-                acks.add(raw, settlement)  # (its step runs with the others held, before its ack)
-            else:
-                self.settler.settle(raw, settlement)
+            self.settlements.put(run.unit.raw, decision.settlement)
             if decision.outcome is not Outcome.RESCHEDULED and (run.ran or decision.failure):
                 self.stats.job_done(decision.failure, run.payload["class"] if plan.job_class else None,
                                     run.elapsed)
@@ -291,11 +282,11 @@ class Processor:
             filing = dead_filing(unit.raw, reason, exc)
         logger.error("dead on arrival (queue %r): %s", unit.queue,
                      payloads.printable(reason, payloads.ERROR_MESSAGE_LIMIT))
-        self.settler.settle(unit.raw, filing)
+        self.settlements.put(unit.raw, Settlement(filing))
         if readable:  # (its unique and periodic locks go now, not at their TTL)
             run = JobRun(unit, payload, None, payloads.printable(payload.get("jid")),
                          payloads.printable(payload.get("class")))
-            run.decision = Decision(Outcome.DEAD, filing, exc, failure=True)
+            run.decision = Decision(Outcome.DEAD, Settlement(filing), exc, failure=True)
             for after in self.plans.plan(None).after:
                 _guarded(after, run)
 

@@ -1,41 +1,95 @@
-"""What settles a finished job: an ack, a filing, or either behind a feature's step.
+"""What settles a finished job: one :class:`Settlement`, an ack or a filing after the features' steps.
 
-A job is settled exactly once, by one :data:`Settlement`:
+A job is settled exactly once, by one value the processor hands on:
 
-* :data:`ACK`: acknowledged (a success; a job dropped unrun; a failure a death handler discarded);
-* a :class:`~.retry.Filing`: filed in retry, dead or the schedule, atomically with its ack;
-* a :class:`Staged`: a step a feature must see through first (a batch step), then its ``then``
-  (the ack or the filing). A feature says how its steps run through a :class:`StepRunner`, which
-  the Settler looks up by the step's type: the core names no feature.
+* its ``end``: :data:`ACK` (a success; a job dropped unrun; a failure a death handler discarded) or
+  a :class:`~.retry.Filing` (filed in retry, dead or the schedule, atomically with its ack);
+* its ``steps``: what features must see through first, in the order they run (a batch's step, a
+  limit's release). A feature says how its steps run through a :class:`StepRunner`, which the
+  Settler looks up by the step's type: the core names no feature.
 
-A step that is ``holdable`` (its job succeeded, nothing but the step to write first) may wait with
-the acks for the fetcher's next round trip, where the steps held are run together, grouped by
-runner (engine/settle/settling.py's AckBatch).
+A settlement whose end is an ack and whose every step is ``holdable`` may wait for the fetcher's
+next round trip (queue.py), where those held are sent together: the steps of a :class:`RidingRunner`
+on the fetch's own pipeline (outgoing.py), the others just before it, grouped by runner.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from typing import Any, Final, Literal, Protocol, Union, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 from .retry import Filing
 
-Ack = Literal["ack"]
-ACK: Final[Ack] = "ack"
+
+class Ack:
+    """The end of a settlement that acknowledges the job (one instance: :data:`ACK`)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ACK"
+
+    def __reduce__(self) -> str:
+        return "ACK"
+
+
+ACK: Final = Ack()
 
 
 @runtime_checkable
-class Staged(Protocol):
-    """A feature's step, settled before ``then``; ``jid`` names the job in log lines."""
+class Step(Protocol):
+    """A feature's step, seen through before its job's end; ``jid`` names the job in log lines."""
 
     @property
     def jid(self) -> str: ...
 
     @property
-    def then(self) -> Ack | Filing: ...
+    def holdable(self) -> bool: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Settlement:
+    """How one finished job is settled: ``steps`` in order, then ``end`` (its ack or filing)."""
+
+    end: Ack | Filing
+    steps: tuple[Any, ...] = ()  # (each a Step of some feature's type: its runner is found by it)
+
+    def first(self, step: Step) -> Settlement:
+        """This settlement with ``step`` to go through before the rest (a feature's ``settling``)."""
+        return Settlement(self.end, (step, *self.steps))
 
     @property
-    def holdable(self) -> bool: ...
+    def acks(self) -> bool:
+        return self.end is ACK
+
+    @property
+    def holdable(self) -> bool:
+        """An ack whose steps may all wait: it may wait for the fetcher's next round trip."""
+        return self.end is ACK and all(step.holdable for step in self.steps)
+
+    def jid(self, raw: bytes) -> str:
+        """The job's jid, for a log line."""
+        from ...push import payload as payloads
+
+        if isinstance(self.end, Filing):
+            return payloads.printable(self.end.payload.get("jid"))
+        if self.steps:
+            return payloads.printable(self.steps[0].jid)
+        return jid_of(raw)
+
+
+Item = tuple[bytes, Settlement]  # (a finished job's raw payload, its settlement)
+
+
+def jid_of(raw: bytes) -> str:
+    """The jid in a payload, for a log line ("?" when it can't be read)."""
+    from ...push import payload as payloads
+
+    try:
+        return payloads.printable(payloads.decode(raw).get("jid"))
+    except Exception:
+        return "?"
 
 
 class StepRunner(Protocol):
@@ -64,4 +118,6 @@ class RidingRunner(StepRunner, Protocol):
     def landed(self, steps: Sequence[Any], replies: Sequence[Any]) -> None: ...
 
 
-Settlement = Union[Ack, Filing, Staged]  # noqa: UP007 - (a Protocol and a Literal: the | form needs a string)
+def rides(runner: StepRunner | None) -> bool:
+    """Whether ``runner``'s steps can ride a fetch's round trip."""
+    return callable(getattr(runner, "queue", None))

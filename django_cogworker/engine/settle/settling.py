@@ -1,13 +1,12 @@
-"""Settling finished jobs: acks, filings in retry/dead, what is pending, and the hand-off at shutdown.
+"""The Settler: applies settlements on their own, keeps those Redis refused, and hands over at shutdown.
 
-A finished job is settled once: acknowledged (success, or discarded with
-``dead=False``) or filed in retry or dead atomically with its ack (the fetch's
-``file``). A settle that fails (Redis away, or refusing: a key of the wrong
-type) is kept in memory as a **pending settlement** and retried on each beat:
-the job already ran, so that path never puts it back to run again.
-
-Acks held for the fetch's round trip, and the features' steps held with them, are acks.py's
-(:class:`~.acks.AckBatch`); what rides one fetch is ride.py's.
+A finished job is settled once, by its :class:`~.settlement.Settlement`: its features' steps, then
+its ack or its filing in retry or dead (atomically with the ack: the fetch's ``file``). Most acks
+ride the fetcher's round trips (queue.py); what can't wait, or finds no fetch to ride, is applied
+here alone: one settlement (``settle``), or those held, together (``settle_many``: one round trip
+per runner for the steps, one for the acks). One Redis refuses (away, or a key of the wrong type)
+is kept in memory as a **pending settlement**, what is left of it (the steps not taken, then its
+end), and tried again on each beat: the job already ran, so that path never puts it back to run.
 
 At shutdown (``Settler.requeue_unfinished``) a filing that still fails is
 parked in ``unsettled`` for any live process to file
@@ -19,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ...broker import scripts
@@ -29,7 +28,7 @@ from ...errors import is_unsendable
 from ...push import payload as payloads
 from ..fetch.contract import Fetch, Unit
 from .retry import Filing, RetryPolicy
-from .settlement import ACK, Ack, Settlement, Staged, StepRunner
+from .settlement import ACK, Item, Settlement, StepRunner, jid_of
 
 logger = logging.getLogger(__name__)
 
@@ -37,14 +36,14 @@ UNSETTLED_BATCH = 100  # unsettled records filed per housekeeping round at most
 
 
 class Settler:
-    """Settles finished jobs through the fetch, and keeps those Redis refused until it takes them.
+    """Applies settlements through the fetch, and keeps those Redis refused until it takes them.
 
-    Created by the Manager with the fetch, the retry policy (the dead set's
-    trim) and the Launcher's run hook. No thread of its own: processor threads
-    call ``settle``, the heartbeat thread ``retry_pending_settlements`` on
-    each beat, and the main thread ``requeue_unfinished`` once, from the
-    Manager's ``stop``. Its lock guards only the pending settlements, which a
-    job that settles at the first try never touches.
+    Created by the Manager with the fetch, the retry policy (the dead set's trim), the Launcher's
+    run hook and the features' step runners. No thread of its own: the settlement queue calls
+    ``settle`` and ``settle_many`` (on a processor's thread, or the fetcher's) and ``pend`` (what a
+    fetch's round trip didn't carry), the heartbeat thread ``retry_pending_settlements`` on each
+    beat, and the main thread ``requeue_unfinished`` once, from the Manager's ``stop``. Its lock
+    guards only the pending settlements, which a job that settles at the first try never touches.
     """
 
     def __init__(self, fetch: Fetch, retry: RetryPolicy, run_hook: Callable[[dict, str], Any] | None = None,
@@ -56,114 +55,111 @@ class Settler:
         # Told "requeued" for each job handed back at shutdown (an until_executed run keeps its periodic lock).
         self.run_hook = run_hook
         self._lock = threading.Lock()
-        # raw payload -> its settlement: finished, not yet settled in Redis
+        # raw payload -> what is left of its settlement: finished, not yet settled in Redis
         self._pending: dict[bytes, Settlement] = {}
 
-    def settle(self, raw: bytes, how: Settlement) -> None:
-        """Ack or file a finished job; if Redis refuses, remember it and retry on later beats."""
-        how, error = self._settle_once(raw, how)
+    def settle(self, raw: bytes, settlement: Settlement) -> None:
+        """Apply one settlement now; if Redis refuses, keep what is left of it and retry on later beats."""
+        left, error = self._settle_once(raw, settlement)
         if error is not None:
-            logger.error("settling jid=%s failed (%s: %s); kept in memory and retried",
-                         _jid(how, raw), type(error).__name__, payloads.printable(error, payloads.ERROR_MESSAGE_LIMIT))
-            with self._lock:
-                self._pending[raw] = how
+            self.pend([(raw, left)], error)
 
-    def _settle_once(self, raw: bytes, how: Settlement) -> tuple[Settlement, Exception | None]:
-        """Apply ``how``; return the settlement to keep trying (None when done) and why it failed.
-
-        A filing that can't be written as built (:func:`is_unsendable`) is no outage: waiting changes
-        nothing. It is filed once more at once, as the payload was fetched with the failure's fields
-        appended (:meth:`Filing.as_stored`), so the job still ends in retry or dead with its error.
-
-        A Staged settlement runs its step first; once that went through, what is left to keep trying
-        is its ack or filing alone.
-        """
-        while not isinstance(how, (str, Filing)):  # (a step, maybe wrapping another: each in turn)
+    def settle_many(self, items: Sequence[Item]) -> None:
+        """Apply several settlements now: their steps grouped by runner (one ``run_many`` each), then
+        their acks in one round trip, their filings one by one. What Redis refuses is kept pending."""
+        if not items:
+            return
+        through = self.run_steps(items)
+        acks = [raw for raw, settlement in through if settlement.end is ACK]
+        for raw, settlement in through:
+            if settlement.end is not ACK:
+                self.settle(raw, settlement)
+        if acks:
             try:
-                self._runner(how).run(how)
+                self.fetch.ack_many(acks)
             except Exception as exc:
-                return how, exc
-            how = how.then
+                self.pend([(raw, Settlement(ACK)) for raw in acks], exc)
+
+    def pend(self, items: Sequence[Item], error: BaseException | None = None) -> None:
+        """Keep ``items`` as pending settlements (``error``: why Redis didn't take them, logged)."""
+        if error is not None:
+            for raw, settlement in items:
+                logger.error("settling jid=%s failed (%s: %s); kept in memory and retried", settlement.jid(raw),
+                             type(error).__name__, payloads.printable(error, payloads.ERROR_MESSAGE_LIMIT))
+        with self._lock:
+            for raw, settlement in items:
+                self._pending[raw] = settlement
+
+    def run_steps(self, items: Sequence[Item]) -> list[Item]:
+        """Run the steps of ``items``, grouped by runner; return the items whose steps all went
+        through, as their end alone. Those Redis refused are kept pending with the steps it refused."""
+        groups: dict[type, list[tuple[int, Any]]] = {}
+        for i, (_raw, settlement) in enumerate(items):
+            for step in settlement.steps:
+                groups.setdefault(type(step), []).append((i, step))
+        refused: dict[int, list[Any]] = {}
+        for group in groups.values():
+            try:
+                self._runner(group[0][1]).run_many([step for _i, step in group])
+            except Exception as exc:
+                logger.error("the steps of %d job(s) failed (%s: %s); kept in memory and retried", len(group),
+                             type(exc).__name__, payloads.printable(exc, payloads.ERROR_MESSAGE_LIMIT))
+                for i, step in group:
+                    refused.setdefault(i, []).append(step)
+        self.pend([(raw, Settlement(settlement.end, tuple(s for s in settlement.steps
+                                                           if any(s is r for r in refused[i]))))
+                   for i, (raw, settlement) in enumerate(items) if i in refused])
+        return [(raw, Settlement(settlement.end) if settlement.steps else settlement)
+                for i, (raw, settlement) in enumerate(items) if i not in refused]
+
+    def _settle_once(self, raw: bytes, settlement: Settlement) -> tuple[Settlement, Exception | None]:
+        """Apply ``settlement``; return what is left of it to keep trying and why it failed (None: done).
+
+        Its steps run first, in order; once one went through, what is left is the rest. A filing that
+        can't be written as built (:func:`is_unsendable`) is no outage: waiting changes nothing. It is
+        filed once more at once, as the payload was fetched with the failure's fields appended
+        (:meth:`Filing.as_stored`), so the job still ends in retry or dead with its error.
+        """
+        steps = settlement.steps
+        while steps:
+            try:
+                self._runner(steps[0]).run(steps[0])
+            except Exception as exc:
+                return Settlement(settlement.end, steps), exc
+            steps = steps[1:]
+        end = settlement.end
         try:
-            self._apply(raw, how)
-            return how, None
+            self._apply(raw, end)
+            return Settlement(end), None
         except Exception as exc:
-            if not (isinstance(how, Filing) and how.text is None and is_unsendable(exc)):
-                return how, exc
+            if not (isinstance(end, Filing) and end.text is None and is_unsendable(exc)):
+                return Settlement(end), exc
             unsendable = exc
         try:
-            how = how.as_stored(raw)
+            end = end.as_stored(raw)
         except Exception as exc:  # (raw that isn't a JSON object: the processor buries those itself)
-            logger.error("jid=%s could not be filed (%s: %s), nor as it was fetched (%s)", _jid(how, raw),
+            logger.error("jid=%s could not be filed (%s: %s), nor as it was fetched (%s)", settlement.jid(raw),
                          type(unsendable).__name__, payloads.printable(unsendable), payloads.printable(exc))
-            return how, unsendable
+            return Settlement(end), unsendable
         logger.error("jid=%s could not be filed as built (%s: %s); filed as it was fetched, with its error",
-                     _jid(how, raw), type(unsendable).__name__, payloads.printable(unsendable))
+                     settlement.jid(raw), type(unsendable).__name__, payloads.printable(unsendable))
         try:
-            self._apply(raw, how)
-            return how, None
+            self._apply(raw, end)
+            return Settlement(end), None
         except Exception as exc:
-            return how, exc
+            return Settlement(end), exc
 
-    def _runner(self, step: Staged) -> StepRunner:
+    def _runner(self, step: Any) -> StepRunner:
         runner = self.runners.get(type(step))
         if runner is None:
             raise RuntimeError(f"no runner for a {type(step).__name__} step (its feature is not installed)")
         return runner
 
-    def _apply(self, raw: bytes, how: Ack | Filing) -> None:
-        if isinstance(how, Filing):
-            self.fetch.file(raw, how, self.retry.dead_trim() if how.target == "dead" else None)
+    def _apply(self, raw: bytes, end: Any) -> None:
+        if isinstance(end, Filing):
+            self.fetch.file(raw, end, self.retry.dead_trim() if end.target == "dead" else None)
         else:
-            self.fetch.ack(raw)
-
-    def settle_steps(self, steps: list[tuple[bytes, Staged]]) -> list[bytes]:
-        """Run the held steps of finished jobs (see AckBatch.add), one ``run_many`` per runner, in as
-        many round trips; return the raw payloads whose steps went through, whose acks may go now. If
-        Redis refuses a runner's, each of its steps is kept as a pending settlement instead: the step,
-        then its ack."""
-        through: list[bytes] = []
-        while steps:  # (a step wrapping another: the inner ones in a round of their own after)
-            by_type: dict[type, list[tuple[bytes, Staged]]] = {}
-            for raw, step in steps:
-                by_type.setdefault(type(step), []).append((raw, step))
-            steps = []
-            for group in by_type.values():
-                try:
-                    self._runner(group[0][1]).run_many([step for _raw, step in group])
-                except Exception as exc:
-                    logger.error("the steps of %d job(s) failed (%s: %s); kept in memory and retried", len(group),
-                                 type(exc).__name__, payloads.printable(exc, payloads.ERROR_MESSAGE_LIMIT))
-                    with self._lock:
-                        for raw, step in group:
-                            self._pending[raw] = step
-                    continue
-                for raw, step in group:
-                    if isinstance(step.then, str):
-                        through.append(raw)
-                    else:
-                        steps.append((raw, step.then))  # type: ignore[arg-type]  # (holdable: a step)
-        return through
-
-    def settle_acks(self, acks: list[bytes]) -> None:
-        """Send ``acks`` in one round trip; if that fails, keep them as pending settlements."""
-        if not acks:
-            return
-        try:
-            self.fetch.ack_many(acks)
-        except Exception:
-            self.pend_acks(acks, failed=True)
-
-    def pend_acks(self, acks: list[bytes], failed: bool = False) -> None:
-        """Keep acks as pending settlements: retried every beat, and dropped atomically at shutdown."""
-        if failed:
-            for raw in acks:
-                logger.error("settling jid=%s failed (its ack didn't reach Redis); kept in memory and retried",
-                             _jid("ack", raw))
-        if acks:
-            with self._lock:
-                for raw in acks:
-                    self._pending[raw] = ACK
+            self.fetch.ack_many([raw])  # (every ack sent alone goes this one way)
 
     def pending_settlements(self) -> dict[bytes, Settlement]:
         """raw payload -> its settlement, for each finished job Redis hasn't taken yet."""
@@ -172,17 +168,17 @@ class Settler:
 
     def retry_pending_settlements(self) -> int:
         """One more try at every pending settlement; return how many are still pending."""
-        for raw, how in self.pending_settlements().items():
-            settled, error = self._settle_once(raw, how)
+        for raw, settlement in self.pending_settlements().items():
+            left, error = self._settle_once(raw, settlement)
             with self._lock:
-                if self._pending.get(raw) is not how:
+                if self._pending.get(raw) is not settlement:
                     continue
                 if error is None:
                     del self._pending[raw]
                 else:
-                    self._pending[raw] = settled
+                    self._pending[raw] = left
             if error is not None:
-                logger.warning("pending settlement of jid=%s still fails: %s", _jid(how, raw),
+                logger.warning("pending settlement of jid=%s still fails: %s", settlement.jid(raw),
                                payloads.printable(error, payloads.ERROR_MESSAGE_LIMIT))
         return len(self._pending)
 
@@ -203,9 +199,10 @@ class Settler:
             pending = self.pending_settlements()
             # (A job whose step still fails stays for orphan recovery: acked or filed without it, its
             # batch would wait for it for ever.)
-            keep = [raw for raw, how in pending.items() if not isinstance(how, (str, Filing))]
-            keep += self._park_unsettled({raw: how for raw, how in pending.items() if isinstance(how, Filing)})
-            acks = [raw for raw, how in pending.items() if how == ACK]
+            keep = [raw for raw, left in pending.items() if left.steps]
+            keep += self._park_unsettled({raw: left.end for raw, left in pending.items()
+                                          if not left.steps and isinstance(left.end, Filing)})
+            acks = [raw for raw, left in pending.items() if not left.steps and left.end is ACK]
             moved = self.fetch.requeue(unfinished, acks=acks, keep=keep)
             self._tell_requeued(unfinished)
             with self._lock:
@@ -246,21 +243,9 @@ class Settler:
         return keep
 
 
-def _jid(how: Settlement, raw: bytes) -> str:
-    """The job's jid, for a log line."""
-    if isinstance(how, Filing):
-        return payloads.printable(how.payload.get("jid"))
-    if not isinstance(how, str):
-        return payloads.printable(how.jid)
-    try:
-        return payloads.printable(json.loads(raw).get("jid"))
-    except Exception:
-        return "?"
-
-
 def _jids(units: list[Unit], cap: int = 20) -> str:
     """"jid=a jid=b ... (and 7 more)": which jobs, capped so thousands handed back don't flood the log."""
-    shown = " ".join(f"jid={_jid('ack', unit.raw)}" for unit in units[:cap])
+    shown = " ".join(f"jid={jid_of(unit.raw)}" for unit in units[:cap])
     return shown + (f" (and {len(units) - cap} more)" if len(units) > cap else "")
 
 

@@ -62,13 +62,13 @@ class Batches(Feature):
         payload = run.payload
         if not isinstance(payload.get("bid"), str) or decision.outcome is Outcome.RESCHEDULED:
             return decision
-        then = decision.settlement
+        end = decision.settlement.end
         if decision.outcome is Outcome.SUCCESS:
-            step = step_for(payload, "success", then, result=run.value if payload.get("keep_result") else None)
+            step = step_for(payload, "success", result=run.value if payload.get("keep_result") else None)
         else:
             # (A job the core failed counts as dead only once filed in dead; one a death handler
             # discarded, as a failure. One a feature dropped or ended (expired, cancelled) is dead.)
-            died = isinstance(then, Filing) and then.target == "dead" if decision.failure else True
-            step = step_for(payload, "dead" if died else "failure", then, exc=decision.error)
-        decision.settlement = step
+            died = isinstance(end, Filing) and end.target == "dead" if decision.failure else True
+            step = step_for(payload, "dead" if died else "failure", exc=decision.error)
+        decision.settlement = decision.settlement.first(step)
         return decision

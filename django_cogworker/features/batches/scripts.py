@@ -195,7 +195,7 @@ return redis.call("LLEN", KEYS[7])
 # batch that succeeded (no result kept).
 # BATCH_SETTLE's "success" step for each of them, in one call: a worker runs the steps of the jobs
 # that finished since its last fetch together, before the fetch that carries their acks
-# (engine/settle/settling.py, AckBatch). Idempotent by jid as BATCH_SETTLE is.
+# (engine/settle/outgoing.py, queue.py). Idempotent by jid as BATCH_SETTLE is.
 # The common case costs Redis five commands per call, not seventeen per job: while nothing of the
 # batch is failing, dead or waiting on the outbox, a success only takes its jid off pending (one
 # SREM for them all), and a call that fires nothing writes no key, so it refreshes the keys' TTL

@@ -1,11 +1,11 @@
 """The worker's side of batches: a job of a batch settles its batch step before its ack or filing.
 
-The processor wraps the settlement of a job whose payload carries a ``bid`` in a
-:class:`BatchStep`; the Settler (engine/settle/settling.py) runs :meth:`BatchSteps.run` first,
-then the ack or the filing, and keeps the whole as a pending settlement while Redis refuses it.
-A success (without a result to keep) is held with the acks instead (AckBatch): the fetcher runs
-the steps held, grouped by batch (:meth:`BatchSteps.run_many`, one round trip), before the fetch
-that carries their acks. One script per batch and fetch, not two round trips per job: a job of a
+The batches feature adds a :class:`BatchStep` to the settlement of a job whose payload carries a
+``bid``; the Settler (engine/settle/settling.py) runs :meth:`BatchSteps.run` first, then the ack or
+the filing, and keeps what is left as a pending settlement while Redis refuses it. A success
+(without a result to keep) is held with the acks instead (engine/settle/queue.py): the steps held
+ride the fetcher's next round trip, grouped by batch (:meth:`BatchSteps.queue`, on its pipeline),
+and their acks the fetch after. One script per batch and fetch, not two round trips per job: a job of a
 batch cost three times a plain one's worker CPU when each ran its own step and sent its own ack.
 A process killed between the step and the ack has the job recovered and run again: its step
 moves no counter twice (the scripts are idempotent by jid), and delivers what the first left on
@@ -32,21 +32,17 @@ logger = logging.getLogger(__name__)
 
 
 class BatchStep(NamedTuple):
-    """A settlement: the batch step of a job (``outcome``: "success", "failure" or "dead"), then
-    ``then`` ("ack" or a Filing)."""
+    """A step of a settlement: the batch step of a job (``outcome``: "success", "failure" or "dead")."""
 
     bid: str
     jid: str
     outcome: str
     record: str  # the failure's record (JSON), or the kept result ("" for none)
-    then: Any
 
     @property
     def holdable(self) -> bool:
         """A success with no result to write first: it may wait with the acks for the next fetch."""
-        then = self.then
-        return self.outcome == "success" and not self.record and (
-            then == "ack" or getattr(then, "holdable", False))
+        return self.outcome == "success" and not self.record
 
 
 class BatchSteps:
@@ -61,7 +57,7 @@ class BatchSteps:
         """Move the batch's counters for this job, then deliver what fired. Raises when Redis refuses."""
         settle(self.redis, self.keys, step.bid, step.jid, step.outcome, step.record, self.ttl)
 
-    # Held steps ride the fetch's round trip (engine/settle/settling.py's Ride), ordered: a job's
+    # Held steps ride the fetch's round trip (engine/settle/outgoing.py), ordered: a job's
     # ack goes with the next fetch, once its step is known to have gone through.
     ordered = True
 
@@ -121,7 +117,7 @@ class BatchSteps:
                           lambda: bk.expected(self.ttl))
 
 
-def step_for(payload: dict[str, Any], outcome: str, then: Any, exc: BaseException | None = None,
+def step_for(payload: dict[str, Any], outcome: str, exc: BaseException | None = None,
              result: str | None = None) -> BatchStep:
     """The BatchStep of a settled job of a batch (``exc``: its failure)."""
     if exc is not None:
@@ -131,7 +127,7 @@ def step_for(payload: dict[str, Any], outcome: str, then: Any, exc: BaseExceptio
                                   "at": time.time()})
     else:
         record = result or ""
-    return BatchStep(str(payload["bid"]), str(payload.get("jid")), outcome, record, then)
+    return BatchStep(str(payload["bid"]), str(payload.get("jid")), outcome, record)
 
 
 def settle(redis: Any, keys: Keys, bid: str, jid: str, outcome: str, record: str, ttl: float) -> None:

@@ -62,7 +62,7 @@ class Ticket:
 
 
 class Release(NamedTuple):
-    """A settlement: the places a run held given back, then ``then`` (its ack or filing).
+    """A step of a settlement: the places a run held given back (before its ack or filing).
 
     A run's places go back with its ack: held with it for the fetcher's next round trip
     (settlement.py), where every release held goes in one pipeline (:class:`Releases`), instead of
@@ -72,12 +72,10 @@ class Release(NamedTuple):
 
     ticket: Ticket
     jid: str
-    then: Any
 
     @property
     def holdable(self) -> bool:
-        then = self.then
-        return then == "ack" or getattr(then, "holdable", False)
+        return True  # (never writes what the job's end waits for)
 
 
 class Releases:

@@ -100,7 +100,7 @@ class ClassLimits(Feature):
         # (Its places go back with its ack, riding the round trip that carries it: gate.py's Release.)
         taken = run.notes.get(NOTE)
         if isinstance(taken, Ticket):
-            decision.settlement = Release(taken, run.jid, decision.settlement)
+            decision.settlement = decision.settlement.first(Release(taken, run.jid))
             del run.notes[NOTE]
         return decision
 

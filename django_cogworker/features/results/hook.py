@@ -77,7 +77,8 @@ class Results(Feature):
                 if decision.outcome is Outcome.SUCCESS:
                     self.results.finished(run.payload, cls.result_ttl, value=run.value)
                 else:
-                    filing = decision.settlement if isinstance(decision.settlement, Filing) else None
+                    end = decision.settlement.end
+                    filing = end if isinstance(end, Filing) else None
                     self.results.finished(run.payload, cls.result_ttl, error=decision.error or RuntimeError("?"),
                                           target=filing.target if filing is not None else None)
         except Exception:
@@ -86,7 +87,8 @@ class Results(Feature):
             # A task's task_finished waits for this: whether it runs again is known only once filed.
             failed = getattr(run.job, "_cogworker_failed", None)
             if failed is not None:
-                filing = decision.settlement if isinstance(decision.settlement, Filing) else None
+                end = decision.settlement.end
+                filing = end if isinstance(end, Filing) else None
                 try:
                     failed(retried=filing is not None and filing.target in ("retry", "schedule"))
                 except Exception:
