@@ -28,7 +28,7 @@ from ..push import payload as payloads
 UNIT_CLASS = "django_cogworker.outbox_unit"  # (a row's payload "class": what tells a unit from a job)
 
 # The batch operations a unit's steps run (open_block, count, close_block), handed over by batches/
-# when it is imported (features/batches/batch.py): batches/ imports this module, and push/client.py does
+# when it is imported (features/batches/batch.py): batches/ imports this module, and push/client/ does
 # through pushing.py, so importing batches/ from here closed a circle (push -> outbox -> batches
 # -> push). A unit is recorded by batches/, and every process that runs one (the committing one,
 # a worker's relay) has imported it.

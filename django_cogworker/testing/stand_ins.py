@@ -2,7 +2,7 @@
 
 Both take a push as the client would: the payload JSON round-tripped (a job sees exactly what a
 worker would), and, inside a batch's ``jobs()`` block, given the block's jid and bid and counted by
-the batch first (push/client.py's ``_push_in_batch``; once taken here a job is the batch's for
+the batch first (push/client/'s ``Client._push_in_batch``; once taken here a job is the batch's for
 good: it is never lost at a write). Neither waits for a transaction's commit nor goes through the
 outbox: a push is taken when it is made. What a worker's feature pushes other than through the
 client (a batch's callbacks) is handed here too (features/batches/delivery.py).

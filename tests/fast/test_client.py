@@ -548,9 +548,9 @@ def channel_less_url(redis_url, r):
 
 
 def test_a_refused_announcement_does_not_fail_the_push(channel_less_url, r, caplog, monkeypatch):
-    from django_cogworker.push import client as client_module
+    from django_cogworker.push.client import writes
 
-    monkeypatch.setattr(client_module, "_wake_warned", False)
+    monkeypatch.setattr(writes, "_wake_warned", False)
     conn = redis.Redis.from_url(channel_less_url)
     try:
         client = Client(build_config({}, {}), conn)

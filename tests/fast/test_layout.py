@@ -199,6 +199,28 @@ def test_the_root_and_every_folder_hold_at_most_a_dozen_modules():
         assert len(modules) <= 12, f"{folder.relative_to(PACKAGE_DIR.parent)}: {sorted(modules)}"
 
 
+# A module a reader takes in at one sitting (STYLE.md 1: aim for 80-300 lines): past it, split by
+# concept (a folder of its parts, the old module re-exporting what moved), never by line count.
+MODULE_LINES_MAX = 400
+
+
+def lines_over(limit: int, modules: dict[str, Path]) -> dict[str, int]:
+    counts = {name: len(path.read_text().splitlines()) for name, path in modules.items()}
+    return {name: count for name, count in sorted(counts.items()) if count > limit}
+
+
+def test_no_module_of_the_package_passes_400_lines():
+    assert lines_over(MODULE_LINES_MAX, package_modules()) == {}
+
+
+def test_the_line_count_sees_a_module_one_line_over(tmp_path):
+    # (so the check above can fail)
+    (tmp_path / "long.py").write_text("x = 1\n" * (MODULE_LINES_MAX + 1))
+    (tmp_path / "short.py").write_text("x = 1\n" * MODULE_LINES_MAX)
+    modules = {"pkg.long": tmp_path / "long.py", "pkg.short": tmp_path / "short.py"}
+    assert lines_over(MODULE_LINES_MAX, modules) == {"pkg.long": MODULE_LINES_MAX + 1}
+
+
 def test_the_imports_users_have_keep_working_without_a_warning():
     code = """
 import warnings

@@ -11,7 +11,7 @@ key of the wrong type is no such refusal: it is moved to quarantine at once and 
 again (broker/quarantine.py).
 
 The concurrency places a run took are given back when it ends (:meth:`Ticket.release`); if its
-process dies first, their leases lapse (flow/upkeep.py).
+process dies first, their leases lapse (upkeep.py).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class Release(NamedTuple):
     A run's places go back with its ack: held with it for the fetcher's next round trip
     (settlement.py), where every release held goes in one pipeline (:class:`Releases`), instead of
     a round trip of each job's own. A release is never worth the job's settlement: one Redis
-    refuses is logged, and its places lapse with their lease (flow/upkeep.py).
+    refuses is logged, and its places lapse with their lease (upkeep.py).
     """
 
     ticket: Ticket
@@ -301,7 +301,7 @@ class LimitGate:
 
     def give_back(self, taken: list[tuple[Limiter, str]], token: str, mode: str) -> None:
         """LIMIT_RELEASE of ``taken`` (one call per key on a cluster); a job waiting for a place given
-        back goes to its queue at once (flow/limiter.py's ``wake``)."""
+        back goes to its queue at once (limiter.py's ``wake``)."""
         for group in ([taken] if not self.keys.spread else [[pair] for pair in taken]):
             reply = run_script(scripts.LIMIT_RELEASE, self.redis, self.keys, *self._script_args(group, token, mode),
                                functools.partial(self._expected, group))

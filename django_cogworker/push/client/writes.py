@@ -1,14 +1,14 @@
-"""Push jobs into Redis: one, in bulk, now or scheduled, through the client middleware.
+"""The Client's writes: what a push sends to Redis, in one round trip however many jobs.
 
-A Client is built once per process from the config (``runtime.get_client()``)
-and is thread-safe: it asks for its Redis client at each push (``runtime.get_redis``: the pool's,
-or a worker's processor thread's own connection), never keeping one thread's. ``defer`` is injected by the Django edge:
-it returns True when it has taken the push to run at transaction commit.
+Every write is the PUSH script (broker/scripts/push.py): the jobs, their unique locks, the queues
+listing and a scheduled job's wake-up message, in one step, and answered from the pushing thread's
+receipt when redis-py sends it again (``_pusher``, ``_call``). On a cluster, one call per slot
+written to, pipelined: the home slot's and each queue's (``_calls``). A lock or outbox mark key of
+the wrong type is quarantined and its jobs pushed again; what Redis refused is raised after the
+rest is written (``_push``).
 
-Every write is the PUSH script (broker/scripts/push.py), one round trip however many jobs: the jobs,
-their unique locks, the queues listing and a scheduled job's wake-up message, in one step, and
-answered from the pushing thread's receipt when redis-py sends it again. On a cluster, one call
-per slot written to, pipelined: the home slot's and each queue's (``_calls``).
+A mixin of :class:`~django_cogworker.push.client.Client`, which chooses when and what to write
+(middleware, a commit, a batch, the outbox); this module only writes.
 """
 
 from __future__ import annotations
@@ -18,28 +18,22 @@ import logging
 import os
 import secrets
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import redis as redis_lib
 
-from ..broker import scripts
-from ..broker.keys import for_config
-from ..broker.quarantine import quarantine_key
-from ..broker.types import RedisClient
-from ..conf import Config
-from ..errors import WrongTypeError
-from ..outbox.pushing import OutboxPushes
-from . import payload as payloads
-from . import scope as _scope
-from . import unique
-from .middleware import build_chain
+from ...broker import scripts
+from ...broker.keys import Keys
+from ...broker.quarantine import quarantine_key
+from ...broker.types import RedisClient
+from ...conf import Config
+from ...errors import WrongTypeError
+from .. import payload as payloads
+from .. import unique
 
+# (A child of the client's logger: what a project's LOGGING sets for the client applies here too.)
 logger = logging.getLogger(__name__)
-
-# (push, the payloads it pushes) -> whether it waits for a commit (runtime.defer_to_commit).
-Defer = Callable[[Callable[[], Any], Sequence[dict[str, Any]]], bool]
 
 # A job as PUSH takes it: (payload, score or None, lock key or None, jid, lock TTL, mark key or None).
 Job = tuple[str, str | None, str | None, str, int, str | None]
@@ -62,104 +56,23 @@ class _Call(NamedTuple):
     groups: list[_Group]
 
 
-class Client(OutboxPushes):
-    """Pushes jobs through ``redis``: a client, or a function returning the client to push through
-    now (``runtime.get_redis``), asked at each push."""
+class PushWrites:
+    """How the Client writes (see the module's docstring)."""
 
-    def __init__(self, config: Config, redis: RedisClient | Callable[[], RedisClient], *,
-                 middleware: Sequence[Callable] = (), defer: Defer | None = None,
-                 clock: Callable[[], float] = time.time, outbox: Any = None):
-        self.config = config
-        # The process-wide client is shared by every thread, so it keeps no thread's connection
-        # (STYLE.md 20): it asks runtime.get_redis per push, which in a worker's processor thread
-        # is that thread's own. Built once on what the first pusher's get_redis returned, it had
-        # every thread push over one processor thread's connection, and a command checking that
-        # connection dropped it under another thread's command in flight: jobs failed with
-        # "Connection closed by server" after pushing, ran again and pushed their children twice.
-        self._source: Callable[[], RedisClient] | None = redis if callable(redis) else None
-        self._fixed = None if callable(redis) else redis
-        self.keys = for_config(config)
-        self.defer = defer
-        self.outbox = outbox  # (OUTBOX on: outbox/store.py's Outbox, see outbox/pushing.py; off: None)
-        self.clock = clock
-        # Bulk pushes collect what the chain lets through here (per thread: the client is shared).
-        self._bulk = threading.local()
-        # Without middleware the chain is the write itself: a bulk push, the only thing
-        # _terminal tells apart, doesn't run the chain then (it would let every item through).
-        self._chain_is_terminal = not middleware
-        self._chain = build_chain(middleware, self._write if self._chain_is_terminal else self._terminal)
-        # This client's part of its pushers' receipt keys (see _pusher).
-        self._name = secrets.token_hex(6)
+    # (The Client's own.)
+    config: Config
+    keys: Keys
+    clock: Callable[[], float]
+    _source: Callable[[], RedisClient] | None
+    _fixed: RedisClient | None
+    _bulk: threading.local  # (per thread: the calls of _single_call)
+    _name: str  # this client's part of its pushers' receipt keys
 
     @property
     def redis(self) -> RedisClient:
         """The client this thread pushes through now."""
         source = self._source
         return self._fixed if source is None else source()  # type: ignore[return-value]
-
-    def push(self, payload: dict[str, Any], *, at: float | None = None, on_commit: bool | None = None) -> str | None:
-        """Push one payload (already checked); return its jid, or None if a middleware stopped it
-        or it is a unique job's duplicate.
-
-        ``at``: epoch seconds to run at (scheduled) or None for now. Inside a
-        transaction the push waits for commit (``on_commit``, default from
-        ENQUEUE_ON_COMMIT); the jid is returned at once all the same.
-        """
-        if at is not None:
-            payload["at"] = float(at)
-        scope = _scope.batch.get()
-        if scope is not None:
-            return next(iter(self._push_in_batch(scope, [payload], lambda: [self._chain(payload)])), None)
-        if on_commit is None:
-            on_commit = self.config.enqueue_on_commit
-        if (alias := self._outbox_alias(on_commit)) is not None:
-            return next(iter(self._stash(alias, [payload])), None)
-        if on_commit and self.defer is not None and self.defer(lambda: self._chain(payload), [payload]):
-            return payload["jid"]
-        return self._chain(payload)
-
-    def _push_in_batch(self, scope: _scope.BatchScope, items: Sequence[dict[str, Any]],
-                       push: Callable[[], list[Any]], at: float | None = None) -> list[Any]:
-        """Push ``items`` as jobs of the batch whose ``jobs()`` block is open: counted by the batch
-        before they are written, and no longer once a push fails or writes fewer. Not deferred to a
-        commit on its own: pushed after the block's end, a job could come after the batch's
-        callbacks (with OUTBOX on the whole block is: outbox/units.py)."""
-        jids = scope.next_jids(len(items))
-        for item, jid in zip(items, jids, strict=True):
-            item["jid"] = jid
-            item["bid"] = scope.bid
-        if getattr(scope, "unit", None) is not None:
-            return self._record_in_batch(scope, items, at)
-        scope.add(jids)
-        try:
-            pushed = push()
-        except BaseException:
-            try:
-                scope.remove(jids)
-            except Exception as exc:
-                logger.error("batch %s: jobs whose push failed could not be uncounted (%s: %s); the batch "
-                             "waits for them until it expires", scope.bid, type(exc).__name__, exc)
-            raise
-        written = set(pushed)
-        if unwritten := [jid for jid in jids if jid not in written]:
-            scope.remove(unwritten)
-        return pushed
-
-    def _write(self, payload: dict[str, Any]) -> str | None:
-        if self.outbox is not None:
-            return payload["jid"] if self._write_or_save([payload]) else None
-        jid, queue = payload.get("jid"), payload.get("queue")
-        if (not self.keys.spread and "at" not in payload and not payload.get("unique_digest")
-                and isinstance(queue, str) and queue and isinstance(jid, str) and jid):
-            # The common push, one job for now to a lone Redis, without the general path's grouping
-            # (a third of a perform_async): the PUSH call of its queue is made once per thread. Any
-            # reply but "written" goes through the general path, which sends the same push again:
-            # the receipt answers it with this reply, and nothing is written twice.
-            payload["enqueued_at"] = self.clock()
-            keys, layout = self._single_call(queue)
-            if scripts.PUSH(self.redis, keys, [jid, layout, payloads.encode(payload)]) == 1:
-                return jid
-        return payload["jid"] if self._write_bulk([payload]) else None
 
     def _single_call(self, queue: str) -> tuple[list[str], str]:
         """KEYS and the layout of PUSH for one job for now to ``queue`` from this thread (cached)."""
@@ -174,57 +87,6 @@ class Client(OutboxPushes):
                                            [(self.keys.queue(queue), queue, [("", None, None, "", 0, None)])])
             call = calls[queue] = (keys, args[1])
         return call
-
-    def push_bulk(self, items: Sequence[dict[str, Any]], *, at: float | None = None,
-                  on_commit: bool | None = None) -> list[str]:
-        """Push many payloads in one round trip; return their jids.
-
-        Each payload goes through the client middleware, as in Sidekiq's
-        push_bulk: a middleware that stamps a tenant or drops a duplicate must
-        not be bypassed by the bulk path. What it lets through is written in
-        one PUSH call (a cluster: one per slot, pipelined); the jids returned
-        are those pushed. Inside a transaction the push waits for commit as
-        push does, and every jid is returned.
-        """
-        scope = _scope.batch.get()
-        if scope is not None:
-            return self._push_in_batch(scope, items, lambda: self._push_bulk_now(items, at), at)
-        if on_commit is None:
-            on_commit = self.config.enqueue_on_commit
-        if (alias := self._outbox_alias(on_commit)) is not None:
-            return self._stash(alias, items, at)
-        if on_commit and self.defer is not None and self.defer(lambda: self._push_bulk_now(items, at), items):
-            return [item["jid"] for item in items]
-        return self._push_bulk_now(items, at)
-
-    def _terminal(self, payload: dict[str, Any]) -> Any:
-        """End of the middleware chain: write now, or collect for the bulk write under way."""
-        batch = getattr(self._bulk, "batch", None)
-        if batch is not None:
-            batch.append(payload)
-            return payload["jid"]
-        return self._write(payload)
-
-    def _push_bulk_now(self, items: Sequence[dict[str, Any]], at: float | None) -> list[str]:
-        if at is not None:
-            for item in items:
-                item["at"] = float(at)
-        return [item["jid"] for item in (self._write_bulk if self.outbox is None else self._write_or_save)(
-            self._collect(items))]
-
-    def _collect(self, items: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
-        """Run ``items`` through the client middleware; return what it let through (unwritten)."""
-        if self._chain_is_terminal:
-            return items
-        previous = getattr(self._bulk, "batch", None)
-        batch: list[dict[str, Any]] = []
-        self._bulk.batch = batch
-        try:
-            for item in items:
-                self._chain(item)
-        finally:
-            self._bulk.batch = previous
-        return batch
 
     def _write_bulk(self, items: Sequence[dict[str, Any]], marked: bool = False) -> Sequence[dict[str, Any]]:
         """Write ``items``, each now or at its ``at``, in one round trip; return those written (not
