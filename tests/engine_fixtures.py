@@ -23,7 +23,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -32,7 +32,7 @@ from helpers import wait_until
 
 from django_cogworker.broker.connection import make_redis
 from django_cogworker.broker.keys import Keys
-from django_cogworker.conf import Config, build_config
+from django_cogworker.conf import FETCH_MODES, Config, build_config
 from django_cogworker.engine.fetch.contract import Unit
 from django_cogworker.engine.fetch.ledger import Ledger
 from django_cogworker.engine.fetch.registry import make_fetch
@@ -104,9 +104,20 @@ class Boom(Job):
 # -- configs, clients, pushing ---------------------------------------------------------------------
 
 
-def make_config(redis_url: str, **settings: Any) -> Config:
-    """A validated Config: FAST, then ``settings`` (COGWORKER names), on ``redis_url``."""
-    return build_config({**FAST, **settings}, {"COGWORKER_REDIS_URL": redis_url})
+def make_config(redis_url: str, *layers: Mapping[str, Any], **settings: Any) -> Config:
+    """A validated Config: FAST, then each of ``layers`` (a test module's own settings), then
+    ``settings`` (COGWORKER names, each layer's too), on ``redis_url``."""
+    merged = dict(FAST)
+    for layer in layers:
+        merged.update(layer)
+    return build_config({**merged, **settings}, {"COGWORKER_REDIS_URL": redis_url})
+
+
+@pytest.fixture(name="fetch_mode", params=FETCH_MODES)
+def fetch_mode_fixture(request: pytest.FixtureRequest) -> str:
+    """The ``fetch_mode`` fixture: a test that takes it runs once per fetch strategy (STYLE.md 14:
+    contract tests run against both). Import ``fetch_mode_fixture``, as ``launcher_factory_fixture``."""
+    return str(request.param)
 
 
 def push(client: Client, job: type[Job], *args: Any, **options: Any) -> dict[str, Any]:

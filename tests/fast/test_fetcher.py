@@ -6,13 +6,13 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
 import redis
 from engine_fixtures import (
     GATES,
     RUNS,
     Hold,
     Note,
+    fetch_mode_fixture,  # noqa: F401 - the fetch_mode fixture
     launcher_factory_fixture,  # noqa: F401 - the launcher_factory fixture
     new_token,
     runs,
@@ -27,11 +27,6 @@ from django_cogworker.push import payload as payloads
 from django_cogworker.push.job import Job
 
 K = Keys()
-
-
-@pytest.fixture(params=["reliable", "basic"])
-def fetch_mode(request):
-    return request.param
 
 
 def test_never_more_jobs_taken_than_idle_processors(launcher_factory, fetch_mode, r, redis_url):

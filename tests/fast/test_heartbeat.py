@@ -17,13 +17,13 @@ import types
 
 import pytest
 import redis
+from engine_fixtures import make_config
 from peek import redis_now
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from django_cogworker.api import ProcessSet
 from django_cogworker.broker.keys import Keys
-from django_cogworker.conf import build_config
 from django_cogworker.engine.fetch.contract import Unit
 from django_cogworker.engine.fetch.stall import clock as stall_clock
 from django_cogworker.engine.process import heartbeat as heartbeat_module
@@ -34,15 +34,14 @@ K = Keys()
 ID = "hbhost:4242:abcdef"
 
 
-def make_config(redis_url, **settings):
-    raw = {"QUEUES": [("alpha", 3), "beta"], "CONCURRENCY": 7, "TAG": "blue", "ORPHAN_THRESHOLD": 3,
-           "HEARTBEAT_INTERVAL": 0.5, **settings}
-    return build_config(raw, {"COGWORKER_REDIS_URL": redis_url})
+# What these tests beat with, over the fast config: weighted queues, a concurrency and a tag to report.
+BEATING = {"QUEUES": [("alpha", 3), "beta"], "CONCURRENCY": 7, "TAG": "blue", "ORPHAN_THRESHOLD": 3,
+           "HEARTBEAT_INTERVAL": 0.5}
 
 
 @pytest.fixture
 def launcher(redis_url, rb):
-    return Launcher(make_config(redis_url), rb, identity=ID, version="9.9.9")
+    return Launcher(make_config(redis_url, BEATING), rb, identity=ID, version="9.9.9")
 
 
 def test_beat_writes_the_process_hash_with_its_info(launcher, r):
@@ -106,7 +105,7 @@ def test_last_beat_falls_back_to_the_hosts_clock_where_time_is_refused(redis_url
 
     client = NoTime.from_url(redis_url)
     try:
-        launcher = Launcher(make_config(redis_url), client, identity=ID)
+        launcher = Launcher(make_config(redis_url, BEATING), client, identity=ID)
         launcher.heartbeat.beat()
     finally:
         client.close()
@@ -114,7 +113,7 @@ def test_last_beat_falls_back_to_the_hosts_clock_where_time_is_refused(redis_url
 
 
 def test_basic_fetch_writes_no_orphan_registry(redis_url, rb, r):
-    launcher = Launcher(make_config(redis_url, FETCH="basic"), rb, identity=ID)
+    launcher = Launcher(make_config(redis_url, BEATING, FETCH="basic"), rb, identity=ID)
     launcher.heartbeat.beat()
     assert r.exists(K.process(ID))
     assert json.loads(r.hget(K.process(ID), "info"))["fetch"] == "basic"
@@ -236,14 +235,14 @@ def test_the_heartbeat_backs_off_no_longer_than_its_interval(launcher):
 
 def test_lost_connection_fails_the_beat(redis_url):
     client = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
-    launcher = Launcher(make_config(redis_url), client, identity=ID)
+    launcher = Launcher(make_config(redis_url, BEATING), client, identity=ID)
     with pytest.raises(redis.ConnectionError):
         launcher.heartbeat.beat()
 
 
 def test_remote_signals_are_read_in_the_order_sent(redis_url, rb, r, caplog):
     received = []
-    launcher = Launcher(make_config(redis_url), rb, identity=ID)
+    launcher = Launcher(make_config(redis_url, BEATING), rb, identity=ID)
     launcher.heartbeat.on_signal = received.append
     for sig in ("dump", "bogus", "quiet", "stop"):
         r.lpush(K.signals(ID), sig)  # as the admin sends them
@@ -346,7 +345,7 @@ def test_the_process_and_workers_hashes_and_signals_outlive_the_time_between_bea
     # A fixed 60 s TTL let the hashes of a process beating every 90 s expire between beats: it
     # dropped out of `processes` and the admin (and, its stamp lost too, could be taken for dead),
     # and a remote signal sent to it expired unread.
-    config = make_config(redis_url, HEARTBEAT_INTERVAL=interval, ORPHAN_THRESHOLD=3 * interval)
+    config = make_config(redis_url, BEATING, HEARTBEAT_INTERVAL=interval, ORPHAN_THRESHOLD=3 * interval)
     launcher = Launcher(config, rb, identity=ID, version="9.9.9")
     raw = payloads.encode({"jid": "j1", "class": "x", "args": [], "kwargs": {}, "queue": "alpha"}).encode()
     launcher.manager.ledger.job_started(Unit(raw, "alpha"), json.loads(raw))

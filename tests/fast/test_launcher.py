@@ -13,14 +13,13 @@ import time
 
 import pytest
 import redis
-from engine_fixtures import fail_acks
+from engine_fixtures import fail_acks, make_config
 from helpers import RedisServer, wait_until
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from django_cogworker.broker.connection import make_redis
 from django_cogworker.broker.keys import Keys
-from django_cogworker.conf import build_config
 from django_cogworker.engine.process.launcher import Launcher
 from django_cogworker.push.client import Client
 from testproject.demo.jobs import RecordJob, SleepJob
@@ -28,10 +27,9 @@ from testproject.demo.jobs import RecordJob, SleepJob
 K = Keys()
 
 
-def make_config(url: str, **settings):
-    raw = {"QUEUES": ["default"], "CONCURRENCY": 2, "ORPHAN_THRESHOLD": 3, "HEARTBEAT_INTERVAL": 0.5,
-           "POLL_INTERVAL_AVERAGE": 0.2, "SHUTDOWN_TIMEOUT": 2, **settings}
-    return build_config(raw, {"COGWORKER_REDIS_URL": url})
+# What these tests run a process with, over the fast config.
+LAUNCHING = {"QUEUES": ["default"], "CONCURRENCY": 2, "ORPHAN_THRESHOLD": 3, "HEARTBEAT_INTERVAL": 0.5,
+             "POLL_INTERVAL_AVERAGE": 0.2, "SHUTDOWN_TIMEOUT": 2}
 
 
 class Running:
@@ -86,7 +84,7 @@ def left_no_trace(r, identity: str) -> bool:
 
 @pytest.mark.parametrize("fetch", ["reliable", "basic"])
 def test_runs_jobs_and_stops_cleanly(start, redis_url, r, fetch):
-    run = start(make_config(redis_url, FETCH=fetch))
+    run = start(make_config(redis_url, LAUNCHING, FETCH=fetch))
     identity = run.launcher.identity
     wait_until(lambda: registered(r, identity), timeout=10)
     jids = {RecordJob.perform_async("ran") for _ in range(20)}
@@ -102,7 +100,7 @@ def test_a_redis_user_without_client_nor_time_runs_jobs(start, redis_url, r):
     r.acl_setuser("plain", enabled=True, passwords=["+pw"], keys=["*"], channels=["*"],
                   commands=["+@all", "-client", "-time"])
     try:
-        config = make_config(redis_url.replace("redis://", "redis://plain:pw@"))
+        config = make_config(redis_url.replace("redis://", "redis://plain:pw@"), LAUNCHING)
         client = make_redis(config)  # (the project's client, with its default options)
         run = start(config, client)
         identity = run.launcher.identity
@@ -116,7 +114,7 @@ def test_a_redis_user_without_client_nor_time_runs_jobs(start, redis_url, r):
 
 
 def test_stop_while_waiting_for_redis_at_startup(start, redis_url, caplog):
-    config = make_config("redis://127.0.0.1:1/0")
+    config = make_config("redis://127.0.0.1:1/0", LAUNCHING)
     client = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
     with caplog.at_level(logging.INFO, logger="django_cogworker"):
         run = start(config, client)
@@ -133,7 +131,7 @@ def test_stop_right_after_the_first_heartbeat_exits_cleanly(redis_url, r, rb):
     # TERM between the first good beat and the start of the threads: nothing started to stop,
     # but the process did register, so it must leave the registry (it used to crash on
     # joining threads never started, exiting 1 with a traceback).
-    launcher = Launcher(make_config(redis_url), rb)
+    launcher = Launcher(make_config(redis_url, LAUNCHING), rb)
     first_beat = launcher.heartbeat.beat_until_ok
 
     def beat_then_term(give_up):
@@ -149,7 +147,7 @@ def test_stop_right_after_the_first_heartbeat_exits_cleanly(redis_url, r, rb):
 
 @pytest.mark.parametrize("fetch", ["reliable", "basic"])
 def test_stop_hands_an_unfinished_job_back_to_the_head_of_its_queue(start, redis_url, r, fetch):
-    run = start(make_config(redis_url, FETCH=fetch, CONCURRENCY=1, SHUTDOWN_TIMEOUT=0.3))
+    run = start(make_config(redis_url, LAUNCHING, FETCH=fetch, CONCURRENCY=1, SHUTDOWN_TIMEOUT=0.3))
     identity = run.launcher.identity
     wait_until(lambda: registered(r, identity), timeout=10)
     long_jid = SleepJob.perform_async(1.5, "marks")
@@ -165,7 +163,7 @@ def test_stop_hands_an_unfinished_job_back_to_the_head_of_its_queue(start, redis
 
 
 def test_quiet_then_stop_leaves_new_jobs_queued(start, redis_url, r):
-    run = start(make_config(redis_url))
+    run = start(make_config(redis_url, LAUNCHING))
     identity = run.launcher.identity
     wait_until(lambda: registered(r, identity), timeout=10)
     run.launcher._signals_put("quiet")
@@ -179,7 +177,7 @@ def test_quiet_then_stop_leaves_new_jobs_queued(start, redis_url, r):
 
 def test_dump_logs_every_threads_stack(start, redis_url, r, caplog):
     with caplog.at_level(logging.INFO, logger="django_cogworker"):
-        run = start(make_config(redis_url))
+        run = start(make_config(redis_url, LAUNCHING))
         wait_until(lambda: registered(r, run.launcher.identity), timeout=10)
         run.launcher._signals_put("dump")
         wait_until(lambda: "thread dump" in caplog.text, timeout=10)
@@ -193,7 +191,7 @@ def test_a_job_received_after_quiet_is_handed_back_not_run_nor_lost(start, redis
     # An idle fetcher sits in a blocking call for up to 2 s. A job that call receives after
     # quiet must not start; after the shutdown deadline (shorter than that wait here) it used to
     # live only in the exiting process's memory: lost, with basic fetch.
-    run = start(make_config(redis_url, FETCH=fetch, CONCURRENCY=1, SHUTDOWN_TIMEOUT=0.1))
+    run = start(make_config(redis_url, LAUNCHING, FETCH=fetch, CONCURRENCY=1, SHUTDOWN_TIMEOUT=0.1))
     wait_until(lambda: registered(r, run.launcher.identity), timeout=10)
     time.sleep(0.3)  # idle: the fetcher is blocked
     run.launcher.stop()
@@ -211,7 +209,7 @@ def test_ack_that_keeps_failing_is_not_rerun_at_shutdown(start, redis_url, r, ca
     # The ack fails at the job's end and on every retry (the connection cut each time): at
     # shutdown the finished job is dropped from the in-progress list in the same step as the
     # requeue of the rest, never handed back to run again.
-    run = start(make_config(redis_url))
+    run = start(make_config(redis_url, LAUNCHING))
     launcher = run.launcher
 
     fail_acks(launcher.fetch, lambda raw: True)
@@ -234,7 +232,7 @@ def test_ack_lost_while_redis_is_down_is_not_rerun(start, tmp_path, r):
     client = redis.Redis.from_url(srv.url, socket_timeout=5, socket_connect_timeout=1)
     srv_r = srv.client(decode_responses=True)
     try:
-        config = make_config(srv.url, HEARTBEAT_INTERVAL=30, ORPHAN_THRESHOLD=120)
+        config = make_config(srv.url, LAUNCHING, HEARTBEAT_INTERVAL=30, ORPHAN_THRESHOLD=120)
         run = start(config, client)
         launcher = run.launcher
         wait_until(lambda: registered(srv_r, launcher.identity), timeout=10)

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import collections
 
-import pytest
 from engine_fixtures import (
     GATES,
     Hold,
     Note,
     fail_acks,
+    fetch_mode_fixture,  # noqa: F401 - the fetch_mode fixture
     launcher_factory_fixture,  # noqa: F401 - the launcher_factory fixture
     make_config,
     new_token,
@@ -28,11 +28,6 @@ from django_cogworker.engine.settle.settlement import ACK, Settlement
 from django_cogworker.push import payload as payloads
 
 K = Keys()
-
-
-@pytest.fixture(params=["reliable", "basic"])
-def fetch_mode(request):
-    return request.param
 
 
 def _fail_ack_of(running, monkeypatch, jid):

@@ -18,6 +18,7 @@ from engine_fixtures import (
     Hold,
     Note,
     fail_acks,
+    fetch_mode_fixture,  # noqa: F401 - the fetch_mode fixture
     launcher_factory_fixture,  # noqa: F401 - the launcher_factory fixture
     make_config,
     new_token,
@@ -46,11 +47,6 @@ from testproject.demo.jobs import BatchCallbackJob
 K = Keys()
 # Retries with backoff inside redis-py would only slow the outage tests down.
 NO_RETRY = {"socket_timeout": 0.75, "socket_connect_timeout": 0.5, "retry": Retry(NoBackoff(), 0)}
-
-
-@pytest.fixture(params=["reliable", "basic"])
-def fetch_mode(request):
-    return request.param
 
 
 def test_a_failed_filing_is_kept_in_memory_and_filed_later_by_the_heartbeat(launcher_factory, fetch_mode, r):
