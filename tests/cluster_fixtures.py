@@ -4,12 +4,16 @@ cluster for the session (started by the first test that asks for it), each test 
     from cluster_fixtures import cluster_fixture, cr_fixture, on_cluster_fixture  # noqa: F401 - fixtures
 
 (Named ``*_fixture`` here, as engine_fixtures.py's are, so a test's parameter doesn't shadow an import.)
+Beside them, what both files' tests use: ``worker_env`` (a worker's environment on the cluster) and
+``texts`` (a reply as str).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from helpers import Cluster, client_for
+from helpers import FAST_ENV, Cluster, client_for
 
 from django_cogworker.push import runtime
 
@@ -38,3 +42,13 @@ def on_cluster_fixture(cluster, settings):
     settings.COGWORKER = {**settings.COGWORKER, "REDIS_URL": cluster.url}
     yield
     runtime.reset()
+
+
+def worker_env(cluster: Cluster, **extra: str) -> dict[str, str]:
+    """FAST_ENV for a worker on ``cluster`` (four processors), plus ``extra``."""
+    return {**FAST_ENV, "COGWORKER_REDIS_URL": cluster.url, "COGWORKER_CONCURRENCY": "4", **extra}
+
+
+def texts(values: Any) -> list[str]:
+    """``values`` as str (a cluster client may answer bytes)."""
+    return [v.decode() if isinstance(v, bytes) else v for v in values]

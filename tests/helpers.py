@@ -556,6 +556,26 @@ def worker(tmp_path: Path, *args: str, name: str = "worker", env: dict[str, str]
     return Worker(*args, env={**FAST_ENV, **(env or {})}, log_path=tmp_path / f"{name}.log")
 
 
+def supervisor(tmp_path: Path, *args: str, processes: int = 2, env: dict[str, str] | None = None) -> Worker:
+    """`runcogworker --processes N *args` on FAST_ENV (plus ``env``), its log at ``tmp_path/supervisor.log``."""
+    return Worker("--processes", str(processes), *args, env={**FAST_ENV, **(env or {})},
+                  log_path=tmp_path / "supervisor.log")
+
+
+def round_trips(monkeypatch: Any) -> dict[str, int]:
+    """Count every redis-py client's round trips (a command, a pipeline) from now on: ``{"n": ...}``."""
+    trips = {"n": 0}
+    for cls, name in ((redis.Redis, "execute_command"), (redis.client.Pipeline, "execute")):
+        real = getattr(cls, name)
+
+        def counted(self: Any, *args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            trips["n"] += 1
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, name, counted)
+    return trips
+
+
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 

@@ -1,4 +1,5 @@
-"""Looks at Redis that tests assert on, defined once: Redis's clock and the jobs waiting in a queue.
+"""Looks at Redis that tests assert on, defined once: Redis's clock, the jobs waiting in a queue, and
+whether a process left anything of itself behind.
 
 Each name says what it returns; all take a str or a bytes client (json.loads reads either).
 """
@@ -29,3 +30,12 @@ def queued_payloads(client: Any, queue: str = "default", prefix: str = DEFAULT_P
 def queued_jids(client: Any, queue: str = "default", prefix: str = DEFAULT_PREFIX) -> list[str]:
     """The jids waiting in ``queue``, the next to run first."""
     return [payload["jid"] for payload in queued_payloads(client, queue, prefix)]
+
+
+def left_no_trace(client: Any, identity: str, prefix: str = DEFAULT_PREFIX) -> bool:
+    """Whether process ``identity`` left nothing of itself (a clean exit): not in the registries, no
+    process or workers hash, no last beat, no in-progress list (without a cluster)."""
+    p = prefix
+    return not (client.sismember(f"{p}processes", identity) or client.exists(f"{p}process:{identity}")
+                or client.exists(f"{p}workers:{identity}") or client.sismember(f"{p}in_progress_identities", identity)
+                or client.hexists(f"{p}last_beat", identity) or client.exists(f"{p}in_progress:{identity}"))

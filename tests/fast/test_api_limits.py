@@ -7,6 +7,7 @@ import json
 
 import pytest
 from admin_fixtures import KEYS, bucket_count, hold, limiter, recent, redis_time
+from helpers import round_trips
 
 from django_cogworker import api
 from django_cogworker.features.limits import api as api_limits
@@ -101,19 +102,9 @@ def test_bad_data_reads_leniently(rb, limits):
 
 
 def test_a_page_is_three_round_trips_however_many_keys(rb, limits, monkeypatch):
-    import redis
-
     for n in range(100):
         limiter(rb, f"k{n}", "window", 5, 1)
-    trips = {"n": 0}
-    for cls, name in ((redis.Redis, "execute_command"), (redis.client.Pipeline, "execute")):
-        real = getattr(cls, name)
-
-        def counted(self, *args, _real=real, **kwargs):
-            trips["n"] += 1
-            return _real(self, *args, **kwargs)
-
-        monkeypatch.setattr(cls, name, counted)
+    trips = round_trips(monkeypatch)
     assert len(limits.page(1, 100).items) == 100
     assert trips["n"] == 3
 

@@ -15,6 +15,7 @@ import pytest
 import redis
 from engine_fixtures import fail_acks, make_config
 from helpers import RedisServer, wait_until
+from peek import left_no_trace
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -74,12 +75,6 @@ def start():
 
 def registered(r, identity: str) -> bool:
     return r.sismember(K.processes, identity)
-
-
-def left_no_trace(r, identity: str) -> bool:
-    return not (r.sismember(K.processes, identity) or r.exists(K.process(identity)) or r.exists(K.workers(identity))
-                or r.sismember(K.in_progress_identities, identity) or r.hexists(K.last_beat, identity)
-                or r.exists(K.in_progress(identity)))
 
 
 @pytest.mark.parametrize("fetch", ["reliable", "basic"])

@@ -12,7 +12,7 @@ import redis
 from admin_fixtures import KEYS, failed, fake_process, job, push, zadd
 from django.contrib.auth.models import Permission, User
 from django.test import Client
-from helpers import free_port, wait_until
+from helpers import free_port, round_trips, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_cogworker import api
@@ -56,20 +56,6 @@ def user(name: str, *perms: str, staff: bool = True) -> Client:
     client = Client()
     client.force_login(account)
     return client
-
-
-def _round_trips(monkeypatch) -> dict:
-    """Count the client's round trips (a command, a pipeline) from now on: {"n": ...}."""
-    trips = {"n": 0}
-    for cls, name in ((redis.Redis, "execute_command"), (redis.client.Pipeline, "execute")):
-        real = getattr(cls, name)
-
-        def counted(self, *args, _real=real, **kwargs):
-            trips["n"] += 1
-            return _real(self, *args, **kwargs)
-
-        monkeypatch.setattr(cls, name, counted)
-    return trips
 
 
 def test_a_scrape_shows_counters_queues_sets_processes_and_periodic_runs(rb, token):
@@ -158,7 +144,7 @@ def test_many_queues_are_read_in_a_few_round_trips_and_only_the_largest_get_seri
     for n in range(5):
         push(rb, job(queue=f"tenant-{n * 100:05d}"))
     monkeypatch.setattr(collect_module, "QUEUE_LIMIT", 100)
-    trips = _round_trips(monkeypatch)
+    trips = round_trips(monkeypatch)
     got = samples(scrape())
     assert trips["n"] <= 20  # not one per queue
     series = [labels for (name, labels) in got if name == "cogworker_queue_size"]
@@ -232,7 +218,7 @@ def test_a_scrape_reads_batches_in_a_few_round_trips_however_many_and_states_onl
                                                                                             monkeypatch):
     from django_cogworker import Batch
 
-    trips = _round_trips(monkeypatch)
+    trips = round_trips(monkeypatch)
     samples(scrape())
     without = trips["n"]
     for n in range(1_200):

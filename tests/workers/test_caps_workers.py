@@ -13,7 +13,7 @@ import os
 import re
 from datetime import datetime
 
-from helpers import FAST_ENV, Worker, pid_alive, wait_until
+from helpers import FAST_ENV, Worker, pid_alive, supervisor, wait_until
 
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.process.caps import REFUSE_EXIT
@@ -23,10 +23,6 @@ from testproject.demo.jobs import RecordJob
 K = Keys()
 REFUSED = re.compile(r'COGWORKER\["MAX_MEMORY_MB"\] 1 is below the (\d+\.\d) MB \(RSS\) this worker process takes '
                      r"before running any job")
-
-
-def supervisor(tmp_path, *args, env=None):
-    return Worker("--processes", "2", *args, env={**FAST_ENV, **(env or {})}, log_path=tmp_path / "supervisor.log")
 
 
 def test_max_memory_mb_below_a_fresh_process_stops_the_supervisor_naming_the_cap_and_the_size(tmp_path, r):

@@ -17,7 +17,7 @@ import time
 
 import pytest
 import redis
-from cluster_fixtures import cluster_fixture, cr_fixture, on_cluster_fixture  # noqa: F401 - fixtures
+from cluster_fixtures import cluster_fixture, cr_fixture, on_cluster_fixture, texts, worker_env  # noqa: F401 - fixtures
 from django.contrib.auth.models import User
 from django.test import Client
 from helpers import FAST_ENV, Cluster, Worker, client_for, wait_until
@@ -42,14 +42,6 @@ SLOT0 = 1_800_000_000  # a minute boundary (the periodic entry's test clock)
 ENTRY = {"name": "cl-every-minute", "cron": "* * * * *", "job": "testproject.demo.jobs.RecordJob",
          "args": ["cl:periodic", "tick"]}
 BASE = "/admin/django_cogworker/"
-
-
-def worker_env(cluster, **extra: str) -> dict[str, str]:
-    return {**FAST_ENV, "COGWORKER_REDIS_URL": cluster.url, "COGWORKER_CONCURRENCY": "4", **extra}
-
-
-def texts(values) -> list[str]:
-    return [v.decode() if isinstance(v, bytes) else v for v in values]
 
 
 # -- config ------------------------------------------------------------------------

@@ -19,8 +19,8 @@ import time
 
 import pytest
 import redis as redis_lib
-from cluster_fixtures import cluster_fixture, cr_fixture, on_cluster_fixture  # noqa: F401 - fixtures
-from helpers import FAST_ENV, Worker, client_for, wait_until
+from cluster_fixtures import cluster_fixture, cr_fixture, on_cluster_fixture, texts, worker_env  # noqa: F401 - fixtures
+from helpers import Worker, client_for, wait_until
 
 from django_cogworker import api
 from django_cogworker.broker import crossings, scripts
@@ -51,14 +51,6 @@ def two_queues(cluster) -> list[str]:
         if len(names) == 2:
             return names
     raise AssertionError("no two queues on two primaries")
-
-
-def worker_env(cluster, **extra: str) -> dict[str, str]:
-    return {**FAST_ENV, "COGWORKER_REDIS_URL": cluster.url, "COGWORKER_CONCURRENCY": "4", **extra}
-
-
-def texts(values) -> list[str]:
-    return [v.decode() if isinstance(v, bytes) else v for v in values]
 
 
 def entry(jid: str, queue: str) -> str:

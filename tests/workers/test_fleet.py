@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from helpers import FAST_ENV, RedisServer, Worker, free_port, pid_alive, wait_until
+from helpers import FAST_ENV, RedisServer, Worker, free_port, pid_alive, supervisor, wait_until
 
 from django_cogworker.broker.keys import Keys
 from django_cogworker.conf import build_config
@@ -146,11 +146,6 @@ def test_the_health_server_answers_each_probe_from_its_state():
 
 
 # -- real processes ---------------------------------------------------------------------------------
-
-
-def supervisor(tmp_path, *args, processes=2, env=None):
-    return Worker("--processes", str(processes), *args, env={**FAST_ENV, **(env or {})},
-                  log_path=tmp_path / "supervisor.log")
 
 
 def live_children(w, r) -> dict[str, dict]:

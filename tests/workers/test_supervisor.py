@@ -12,7 +12,7 @@ import os
 import signal
 import time
 
-from helpers import FAST_ENV, Worker, pid_alive, wait_until
+from helpers import FAST_ENV, pid_alive, supervisor, wait_until
 
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.process.caps import REPLACE_EXIT
@@ -22,11 +22,6 @@ from testproject.demo.jobs import RecordJob, SleepJob
 
 K = Keys()
 THRESHOLD = float(FAST_ENV["COGWORKER_ORPHAN_THRESHOLD"])
-
-
-def supervisor(tmp_path, *args, processes=2, env=None):
-    return Worker("--processes", str(processes), *args, env={**FAST_ENV, **(env or {})},
-                  log_path=tmp_path / "supervisor.log")
 
 
 def wait_children(w, r, count, timeout=40, message="") -> dict[str, dict]:

@@ -15,7 +15,7 @@ import time
 
 import pytest
 from helpers import FAST_ENV, RedisServer, Worker, free_port, wait_until, worker
-from peek import queued_jids
+from peek import left_no_trace, queued_jids
 
 from django_cogworker import __version__
 from django_cogworker.broker.keys import Keys
@@ -24,12 +24,6 @@ from testproject.demo.jobs import ConnectionJob, FailJob, LogJob, RecordJob, Sle
 
 K = Keys()
 FETCH_MODES = ["reliable", "basic"]
-
-
-def left_no_trace(r, identity: str) -> bool:
-    return not (r.sismember(K.processes, identity) or r.exists(K.process(identity)) or r.exists(K.workers(identity))
-                or r.sismember(K.in_progress_identities, identity) or r.hexists(K.last_beat, identity)
-                or r.exists(K.in_progress(identity)))
 
 
 def test_banner_options_and_a_password_never_shown(tmp_path):
