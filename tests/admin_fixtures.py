@@ -242,7 +242,7 @@ def demo_batch(r: redis_lib.Redis) -> str:
     return feed.bid
 
 
-# -- limiters, written as the workers write them (the data model of broker/keys.py), in Redis time -----
+# -- limiters, written as the workers write them (the data model of broker/keys/), in Redis time -----
 
 
 def redis_time(r: redis_lib.Redis) -> float:

@@ -36,7 +36,7 @@ class QuarantinedKey:
         self.key = key
         self.redis, self.keys = redis, keys
         # quarantine:<original key>:<unix time>:<random>; the original may hold colons itself.
-        # (On a cluster a queue's key is quarantined in the queue's slot: keys.py.)
+        # (On a cluster a queue's key is quarantined in the queue's slot: broker/keys/.)
         self.original = keys.quarantined_from(key) or ""
         parts = key.rsplit(":", 2)
         self.quarantined_at = _number(parts[1]) if len(parts) == 3 and self.original else None

@@ -6,7 +6,7 @@ the cluster from them. A cluster has one database: a db other than 0 is refused 
 
 The key prefix is wrapped in a hash tag (``cogworker:`` -> ``{cogworker}:``): the **home slot**.
 Each queue's list and in-progress lists get a slot of their own, the tag with ``:q:<queue>``
-inside (keys.py), so queues spread over the shards; each Lua script's KEYS, each transaction and
+inside (keys/), so queues spread over the shards; each Lua script's KEYS, each transaction and
 each multi-key command (RENAME to a quarantine key, BLMOVE to an in-progress list) stays within
 one of those slots, as Redis Cluster requires, and a move between a queue's slot and the home
 slot is two steps (crossings.py). See docs/architecture.md, "Redis Cluster".

@@ -1,7 +1,7 @@
 """Moves between a queue's slot and the home slot on a Redis Cluster, each in two steps.
 
 On a cluster (``Keys.spread``) a queue's list and its in-progress lists live in the queue's
-own slot, and retry, dead, schedule, unsettled and the registries in the home slot (keys.py).
+own slot, and retry, dead, schedule, unsettled and the registries in the home slot (keys/).
 No script or transaction can span two slots, so a job crossing between them moves in two
 commands, always **destination first, source second**: a crash (or a lost connection) between
 the two leaves the job in both places, and at worst runs it twice, never loses it

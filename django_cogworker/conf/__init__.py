@@ -252,7 +252,7 @@ def validate(cfg: Config) -> Config:
     if errors:
         raise ConfigError(errors)
     if is_cluster_url(cfg.redis_url) and not has_hash_tag(cfg.key_prefix):
-        # The home slot, and the tag the queues' slots are built from (cluster.py, keys.py):
+        # The home slot, and the tag the queues' slots are built from (broker/cluster.py, broker/keys/):
         # "cogworker:" becomes "{cogworker}:".
         return dataclasses.replace(cfg, key_prefix=tagged_prefix(cfg.key_prefix))
     return cfg

@@ -1,4 +1,4 @@
-"""api.BatchSet and its reads (django_cogworker/features/batches/api.py): the listing newest first and its
+"""api.BatchSet and its reads (django_cogworker/features/batches/api/): the listing newest first and its
 pruning of expired batches, one batch's jobs where they are now, its children and its callbacks,
 and the bounds, against the suite's Redis.
 

@@ -1,4 +1,4 @@
-"""Redis Cluster, queues spread across shards: each queue's keys in its own slot (keys.py).
+"""Redis Cluster, queues spread across shards: each queue's keys in its own slot (broker/keys/).
 
 A real three-primary cluster (cluster_fixtures.py: one for the session, shared with
 test_cluster.py). Two queues picked to land on different primaries: a worker drains both, a
@@ -261,7 +261,7 @@ def test_retry_all_moves_every_entry_while_others_leave_and_join_the_set(cluster
 
 @pytest.mark.parametrize("name", [b"\xff\xfe-not-utf-8", b"x}:in_progress:y"], ids=["not-utf-8", "holding-the-marker"])
 def test_a_dead_process_list_found_by_its_key_goes_back_to_its_own_queue_whatever_its_name(cluster, cr, name):
-    # The layout keys.py documents, written by hand: {cogworker:q:<queue>}:in_progress:<identity>.
+    # The layout broker/keys/ documents, written by hand: {cogworker:q:<queue>}:in_progress:<identity>.
     dead = "host:1:abc"
     list_key = b"{cogworker:q:" + name + b"}:in_progress:" + dead.encode()
     queue_key = b"{cogworker:q:" + name + b"}:queue"

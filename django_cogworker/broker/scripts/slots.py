@@ -1,4 +1,4 @@
-"""The scripts of a cluster's crossings: each runs in ONE slot, home or a queue's (keys.py).
+"""The scripts of a cluster's crossings: each runs in ONE slot, home or a queue's (broker/keys/).
 
 On a cluster a queue's list and in-progress lists live in the queue's slot, the sorted sets
 and registries in the home slot, and no script may touch both. A move between them is two

@@ -12,7 +12,7 @@ list is requeued. An NX lock per dead identity keeps two live processes from rec
 list at once, and every move re-checks that the job is still there, so nothing is requeued twice.
 Under the lock the beat is read again: a process that woke meanwhile keeps its list.
 
-On a cluster a process has one list per queue, each in its queue's slot (keys.py): each list
+On a cluster a process has one list per queue, each in its queue's slot (broker/keys/): each list
 goes back to its own queue in one script; one sent to dead crosses to the home slot in two
 steps (crossings.py), and the identity is forgotten once every list of it has been seen empty.
 """

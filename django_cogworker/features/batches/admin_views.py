@@ -3,7 +3,7 @@ where they are now, its child batches and where its callbacks are.
 
 Read only: a batch moves as its jobs run, and its jobs are acted on where they are (the Retries
 and Dead pages, to which its failing and dead jobs link, filtered by their jid). Everything is
-read through ``api.BatchSet``, bounded whatever the batch's size (features/batches/api.py).
+read through ``api.BatchSet``, bounded whatever the batch's size (features/batches/api/).
 """
 
 from __future__ import annotations

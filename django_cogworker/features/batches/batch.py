@@ -1,9 +1,9 @@
 """A batch: jobs pushed together, with callbacks when they have all run (complete), all succeeded
 (success), or the first of them died (death).
 
-The batch's counters live in Redis (broker/keys.py ``batch:<bid>:*``) and move only in the scripts
+The batch's counters live in Redis (broker/keys/ ``batch:<bid>:*``) and move only in the scripts
 of features/batches/scripts.py: when a block of pushes opens and closes (here), when a job is added
-before its push (push/client.py through :class:`_Scope`), and when a job of the batch settles
+before its push (push/client/ through :class:`_Scope`), and when a job of the batch settles
 (steps.py, in the worker). docs/batches.md gives the API and why each callback is pushed once.
 """
 
