@@ -15,7 +15,7 @@ import time
 
 import pytest
 import redis
-from engine_fixtures import make_config
+from engine_fixtures import fetch_mode_fixture, make_config  # noqa: F401 - the fetch_mode fixture
 from helpers import RedisServer, refuse, serve_again
 
 from django_cogworker.broker.connection import make_redis
@@ -41,11 +41,6 @@ def bclient(redis_url):
     client.close()
 
 
-@pytest.fixture(params=["reliable", "basic"])
-def mode(request):
-    return request.param
-
-
 def _builder(redis_url, client, cls):
     def build(queues=("default",), seed=1, **settings):
         config = make_config(redis_url, QUEUES=list(queues), REDIS_OPTIONS={}, **settings)
@@ -55,8 +50,8 @@ def _builder(redis_url, client, cls):
 
 
 @pytest.fixture
-def make_fetch(redis_url, bclient, mode):
-    return _builder(redis_url, bclient, MODES[mode])
+def make_fetch(redis_url, bclient, fetch_mode):
+    return _builder(redis_url, bclient, MODES[fetch_mode])
 
 
 @pytest.fixture
@@ -80,7 +75,7 @@ def raws(units):
     return [u.raw.decode() for u in units]
 
 
-def test_retrieve_takes_oldest_first_and_never_more_than_n(make_fetch, mode, r):
+def test_retrieve_takes_oldest_first_and_never_more_than_n(make_fetch, fetch_mode, r):
     fetch = make_fetch()
     pushed = [job(n=i) for i in range(5)]
     enqueue(r, "default", *pushed)
@@ -90,14 +85,14 @@ def test_retrieve_takes_oldest_first_and_never_more_than_n(make_fetch, mode, r):
     assert raws(units) == pushed[:3]
     assert {u.queue for u in units} == {"default"}
     assert r.lrange(K.queue("default"), 0, -1) == pushed[:2:-1]
-    if mode == "reliable":
+    if fetch_mode == "reliable":
         # What this process holds is on its in-progress list, byte for byte.
         assert sorted(r.lrange(fetch.in_progress, 0, -1)) == sorted(pushed[:3])
     else:
         assert not r.exists(fetch.in_progress)
 
 
-def test_retrieve_spans_queues_but_stops_at_n(make_fetch, mode, r):
+def test_retrieve_spans_queues_but_stops_at_n(make_fetch, fetch_mode, r):
     fetch = make_fetch(queues=("a", "b"), STRICT_QUEUES=True)
     enqueue(r, "a", job("a", 0), job("a", 1))
     enqueue(r, "b", *(job("b", i) for i in range(5)))
@@ -106,7 +101,7 @@ def test_retrieve_spans_queues_but_stops_at_n(make_fetch, mode, r):
 
     assert [(u.queue, json.loads(u.raw)["args"][0]) for u in units] == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
     assert r.llen(K.queue("b")) == 3
-    if mode == "reliable":
+    if fetch_mode == "reliable":
         assert r.llen(fetch.in_progress) == 4
 
 
@@ -133,7 +128,7 @@ def test_strict_queues_are_taken_strictly_in_order(make_fetch, r):
     assert order == ["b", "b", "b", "c", "c", "c"]
 
 
-def test_paused_queues_are_not_fetched(make_fetch, mode, r):
+def test_paused_queues_are_not_fetched(make_fetch, fetch_mode, r):
     fetch = make_fetch(queues=("a", "b"))
     enqueue(r, "a", *(job("a", i) for i in range(3)))
     enqueue(r, "b", *(job("b", i) for i in range(3)))
@@ -148,7 +143,7 @@ def test_paused_queues_are_not_fetched(make_fetch, mode, r):
     assert r.llen(K.queue("a")) == 3
 
 
-def test_a_queue_of_the_wrong_type_is_skipped_and_nothing_is_stranded(make_fetch, mode, r, caplog):
+def test_a_queue_of_the_wrong_type_is_skipped_and_nothing_is_stranded(make_fetch, fetch_mode, r, caplog):
     fetch = make_fetch(queues=("one", "bad", "two"), STRICT_QUEUES=True)
     enqueue(r, "one", job("one", 0))
     r.set(K.queue("bad"), "not a list")
@@ -164,12 +159,12 @@ def test_a_queue_of_the_wrong_type_is_skipped_and_nothing_is_stranded(make_fetch
                                                                           ("two", 2)]
     assert r.get(K.queue("bad")) == "not a list"
     assert r.llen(K.queue("two")) == 2
-    if mode == "reliable":
+    if fetch_mode == "reliable":
         # Exactly what was returned, no more: a job moved but not reported would be stranded.
         assert sorted(r.lrange(fetch.in_progress, 0, -1)) == sorted(raws(units))
 
 
-def test_a_queue_of_the_wrong_type_in_random_order_never_loses_a_job(make_fetch, mode, r):
+def test_a_queue_of_the_wrong_type_in_random_order_never_loses_a_job(make_fetch, fetch_mode, r):
     fetch = make_fetch(queues=("one", "bad", "two"), seed=3)
     r.set(K.queue("bad"), "not a list")
     pushed = {job(q, i) for q in ("one", "two") for i in range(10)}
@@ -183,7 +178,7 @@ def test_a_queue_of_the_wrong_type_in_random_order_never_loses_a_job(make_fetch,
             break
 
     assert sorted(raws(taken)) == sorted(pushed)
-    if mode == "reliable":
+    if fetch_mode == "reliable":
         assert sorted(r.lrange(fetch.in_progress, 0, -1)) == sorted(pushed)
 
 
@@ -197,7 +192,7 @@ def _push_later(r, queue, raw, delay=0.2):
     return thread
 
 
-def test_the_blocking_wait_returns_a_job_pushed_during_it(make_fetch, mode, r):
+def test_the_blocking_wait_returns_a_job_pushed_during_it(make_fetch, fetch_mode, r):
     fetch = make_fetch()
     raw = job(n=7)
     pusher = _push_later(r, "default", raw)
@@ -207,11 +202,11 @@ def test_the_blocking_wait_returns_a_job_pushed_during_it(make_fetch, mode, r):
         pusher.join()
 
     assert raws(units) == [raw]
-    if mode == "reliable":
+    if fetch_mode == "reliable":
         assert r.lrange(fetch.in_progress, 0, -1) == [raw]
 
 
-def test_the_blocking_wait_still_works_beside_a_queue_of_the_wrong_type(make_fetch, mode, r):
+def test_the_blocking_wait_still_works_beside_a_queue_of_the_wrong_type(make_fetch, fetch_mode, r):
     # The blocking call used to include the broken queue: it failed at once, so the fetcher spun
     # on Redis without ever waiting (until the key guard's next round).
     fetch = make_fetch(queues=("bad", "good"), STRICT_QUEUES=True)
@@ -227,7 +222,7 @@ def test_the_blocking_wait_still_works_beside_a_queue_of_the_wrong_type(make_fet
     assert r.get(K.queue("bad")) == "not a list"
 
 
-def test_ack_removes_one_copy_from_in_progress(make_fetch, mode, r):
+def test_ack_removes_one_copy_from_in_progress(make_fetch, fetch_mode, r):
     fetch = make_fetch()
     twin, other = job(n=1), job(n=2)
     enqueue(r, "default", twin, twin, other)
@@ -235,14 +230,14 @@ def test_ack_removes_one_copy_from_in_progress(make_fetch, mode, r):
 
     fetch.ack(units[0].raw)
 
-    if mode == "reliable":
+    if fetch_mode == "reliable":
         assert sorted(r.lrange(fetch.in_progress, 0, -1)) == sorted([twin, other])
     else:
         assert not r.exists(fetch.in_progress)  # nothing to acknowledge: basic holds jobs in memory
     assert r.llen(K.queue("default")) == 0
 
 
-def test_file_puts_the_job_in_retry_and_acks_it_in_one_step(make_fetch, mode, r):
+def test_file_puts_the_job_in_retry_and_acks_it_in_one_step(make_fetch, fetch_mode, r):
     fetch = make_fetch()
     raw = job(n=1)
     enqueue(r, "default", raw)
@@ -257,7 +252,7 @@ def test_file_puts_the_job_in_retry_and_acks_it_in_one_step(make_fetch, mode, r)
     assert r.llen(fetch.in_progress) == 0
 
 
-def test_file_that_fails_does_not_ack(make_fetch, mode, r):
+def test_file_that_fails_does_not_ack(make_fetch, fetch_mode, r):
     fetch = make_fetch()
     raw = job(n=1)
     enqueue(r, "default", raw)
@@ -267,11 +262,11 @@ def test_file_that_fails_does_not_ack(make_fetch, mode, r):
     with pytest.raises(redis.ResponseError):
         fetch.file(unit.raw, Filing("retry", 1.0, payloads.decode(unit.raw)), None)
 
-    if mode == "reliable":
+    if fetch_mode == "reliable":
         assert r.lrange(fetch.in_progress, 0, -1) == [raw]  # not filed, so not acknowledged either
 
 
-def test_file_to_dead_trims_by_age_and_count(make_fetch, mode, r):
+def test_file_to_dead_trims_by_age_and_count(make_fetch, fetch_mode, r):
     fetch = make_fetch()
     now = 1_000_000.0
     r.zadd(K.dead, {"ancient": now - 500, "old-1": now - 50, "old-2": now - 40, "old-3": now - 30})
@@ -285,7 +280,7 @@ def test_file_to_dead_trims_by_age_and_count(make_fetch, mode, r):
     assert r.llen(fetch.in_progress) == 0
 
 
-def test_requeue_puts_unfinished_jobs_back_to_run_next(make_fetch, mode, r):
+def test_requeue_puts_unfinished_jobs_back_to_run_next(make_fetch, fetch_mode, r):
     fetch = make_fetch()
     first = [job(n=i) for i in range(2)]
     waiting = [job(n=i) for i in range(2, 4)]
@@ -296,7 +291,7 @@ def test_requeue_puts_unfinished_jobs_back_to_run_next(make_fetch, mode, r):
 
     assert raws(fetch.retrieve(2)) == first  # ahead of the jobs that were waiting, in their order
     assert raws(fetch.retrieve(2)) == waiting
-    if mode == "reliable":
+    if fetch_mode == "reliable":
         assert sorted(r.lrange(fetch.in_progress, 0, -1)) == sorted(first + waiting)
 
 
@@ -340,7 +335,7 @@ def test_reliable_requeue_returns_unknown_entries_to_their_own_queue(make_reliab
     assert "mail" in r.smembers(K.queues)
 
 
-def test_requeue_with_one_unpushable_entry_still_requeues_the_others(make_fetch, mode, r):
+def test_requeue_with_one_unpushable_entry_still_requeues_the_others(make_fetch, fetch_mode, r):
     fetch = make_fetch(queues=("bad", "good"), STRICT_QUEUES=True)
     stuck = job("bad", 1)
     others = [job("good", i) for i in range(3)]
@@ -353,17 +348,17 @@ def test_requeue_with_one_unpushable_entry_still_requeues_the_others(make_fetch,
 
     assert sorted(r.lrange(K.queue("good"), 0, -1)) == sorted(others)
     assert r.get(K.queue("bad")) == "not a list"
-    if mode == "reliable":
+    if fetch_mode == "reliable":
         assert r.lrange(fetch.in_progress, 0, -1) == [stuck]  # still held, for orphan recovery
 
 
-def test_requeue_of_nothing_is_a_no_op(make_fetch, mode, r):
+def test_requeue_of_nothing_is_a_no_op(make_fetch, fetch_mode, r):
     fetch = make_fetch()
     assert fetch.requeue([]) == 0
     assert r.dbsize() == 0
 
 
-def test_unit_keeps_the_exact_bytes(make_fetch, mode, r):
+def test_unit_keeps_the_exact_bytes(make_fetch, fetch_mode, r):
     fetch = make_fetch()
     raw = payloads.encode({"jid": "j", "class": "x.Job", "args": ["é", 2**64 + 1, 0.1], "kwargs": {},
                            "queue": "default"})
@@ -378,15 +373,15 @@ def test_unit_keeps_the_exact_bytes(make_fetch, mode, r):
 
 
 # Not (basic, oom): RPOP can only free memory, so Redis lets it through under OOM and basic fetch goes on.
-@pytest.mark.parametrize("mode, how, with_acks", [("reliable", "readonly", False), ("reliable", "oom", False),
+@pytest.mark.parametrize("fetch_mode, how, with_acks", [("reliable", "readonly", False), ("reliable", "oom", False),
                                                   ("reliable", "readonly", True), ("basic", "readonly", False)])
-def test_redis_refusing_writes_is_an_outage_logged_once_not_a_queue_to_quarantine(tmp_path, caplog, mode, how,
+def test_redis_refusing_writes_is_an_outage_logged_once_not_a_queue_to_quarantine(tmp_path, caplog, fetch_mode, how,
                                                                                  with_acks):
     """Logged as a queue "the key guard will quarantine", or (acks riding on the fetch) a traceback per try."""
     server = RedisServer(tmp_path).start()
     config = make_config(server.url, REDIS_OPTIONS={})
     client = make_redis(config)
-    fetch = MODES[mode](config, client, K, "host:1:abc")
+    fetch = MODES[fetch_mode](config, client, K, "host:1:abc")
     watchdog = Watchdog("fetcher", threading.Event())
     acks = [job(n=99).encode()] if with_acks else []
     got: list[Unit] = []
@@ -431,13 +426,13 @@ def test_a_fetch_failing_for_another_reason_is_still_logged_with_its_traceback_o
 # -- the interface -------------------------------------------------------------------------------------
 
 
-def test_a_job_taken_before_a_stall_is_started_only_while_still_ours(make_fetch, mode, r):
+def test_a_job_taken_before_a_stall_is_started_only_while_still_ours(make_fetch, fetch_mode, r):
     # A process silent past ORPHAN_THRESHOLD may have been taken for dead, and the jobs it holds
     # requeued elsewhere (fetch/stall.py): it asks about one taken before then before starting it.
     fetch = make_fetch()
     enqueue(r, "default", job(n=1), job(n=2))
     kept, requeued = fetch.retrieve(2)
-    if mode == "basic":  # what it took lives only in its memory: nobody else can take it back
+    if fetch_mode == "basic":  # what it took lives only in its memory: nobody else can take it back
         assert fetch.still_ours(kept) and fetch.still_ours(requeued) and fetch.stall.covers(0.0)
         assert not r.exists(K.last_beat)
         return
@@ -453,17 +448,17 @@ def test_a_job_taken_before_a_stall_is_started_only_while_still_ours(make_fetch,
     assert not fetch.still_ours(kept)
 
 
-def test_make_fetch_builds_the_strategy_the_config_names_and_each_is_a_fetch(redis_url, bclient, mode):
-    fetch = make_strategy(make_config(redis_url, FETCH=mode), bclient, K, "host:1:abc")
-    assert type(fetch) is MODES[mode] and isinstance(fetch, Fetch)
-    assert not MODES[mode].__abstractmethods__  # every call the engine makes is declared and answered
+def test_make_fetch_builds_the_strategy_the_config_names_and_each_is_a_fetch(redis_url, bclient, fetch_mode):
+    fetch = make_strategy(make_config(redis_url, FETCH=fetch_mode), bclient, K, "host:1:abc")
+    assert type(fetch) is MODES[fetch_mode] and isinstance(fetch, Fetch)
+    assert not MODES[fetch_mode].__abstractmethods__  # every call the engine makes is declared and answered
 
 
-def test_the_basic_fetch_answers_the_reliable_only_calls_without_touching_redis(make_fetch, mode, r):
+def test_the_basic_fetch_answers_the_reliable_only_calls_without_touching_redis(make_fetch, fetch_mode, r):
     fetch = make_fetch()
     r.lpush(fetch.in_progress, job(n=1))  # (what a reliable fetch would act on)
     suspects = fetch.reconcile(collections.Counter(), collections.Counter({job(n=1).encode(): 1}))
-    if mode == "basic":
+    if fetch_mode == "basic":
         assert (suspects, fetch.forget_if_empty(), fetch.heartbeat_writes(1.0)) == (collections.Counter(), True, [])
         assert r.lrange(fetch.in_progress, 0, -1) == [job(n=1)]
     else:
