@@ -86,7 +86,8 @@ class Stats:
         # Worker processes that exited to be replaced, by reason: "memory", "jobs" (their caps), "rolling".
         self.replaced = {(reason.decode() if isinstance(reason, bytes) else reason): int(_number(count) or 0)
                          for reason, count in replaced.items()}
-        # Jobs cancelled (features/cancellation/cancel.py) and dropped unrun past their expiry, since the counters began.
+        # Jobs cancelled (features/cancellation/cancel.py) and dropped unrun past their expiry, since the
+        # counters began.
         self.cancelled, self.expired = (int(_number(count) or 0) for count in outcomes)
         self.processed = int(_number(processed) or 0)
         self.failed = int(_number(failed) or 0)
