@@ -29,7 +29,10 @@ def test_a_running_worker_stops_fetching_a_paused_queue_and_resumes_on_unpause(r
 
         out = io.StringIO()
         call_command("cogworker", "pause", "mail", stdout=out)
-        assert out.getvalue() == "mail: paused\n"
+        # The line says when the pause takes effect (at each process's next heartbeat), not "at once".
+        said = out.getvalue()
+        assert said.startswith("mail: paused (each process stops fetching from it at its next heartbeat, within ")
+        assert said.endswith("; the jobs it took by then still run)\n")
         paused_at = redis_now(r)
         # The worker's next heartbeat reads the paused set; a fetch already waiting on the queue
         # (at most FETCH_IDLE_MAX_INTERVAL, 1 s, with two queues) ends first.
