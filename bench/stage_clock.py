@@ -94,7 +94,7 @@ def install() -> None:
     from django_cogworker.engine.fetch import fetcher, ledger, reliable
     from django_cogworker.engine.process import launcher
     from django_cogworker.engine.run import cancels, db, hooks, processor
-    from django_cogworker.engine.settle import acks, stats
+    from django_cogworker.engine.settle import queue, stats
     from django_cogworker.features.batches import hook as batches_hook
     from django_cogworker.features.cancellation import hook as cancellation_hook
     from django_cogworker.features.expiry import hook as expiry_hook
@@ -121,14 +121,14 @@ def install() -> None:
     wrap(db.CloseOldConnections, "__call__", "processor: server middleware chain (DB sweep)")
     wrap(launcher, "call_perform", "processor: call_perform (args, awaitable check)")
     wrap(jobs.NoopIncr, "perform", "processor: the job itself (one INCR through redis-py)")
-    wrap(acks.AckBatch, "add", "processor: ack batch add")
+    wrap(queue.SettlementQueue, "put", "processor: settlement held for the fetch (put)")
     wrap(stats.Stats, "job_done", "processor: stats (job_done)")
     wrap(fetcher.Fetcher, "_fetch_until_quiet", "fetcher: rest of its loop (hand units over, tokens)")
     wrap(fetcher.Fetcher, "_awake", "fetcher: wait for an idle processor (_awake)")
     wrap(fetcher.Fetcher, "_gather", "fetcher: gather idle tokens (_gather)")
     wrap(reliable.ReliableFetch, "retrieve", "fetcher: fetch round trip, acks riding on it (retrieve)")
     wrap(ledger.Ledger, "hand", "fetcher: ledger (hand)")
-    wrap(acks.AckBatch, "take", "fetcher: ack batch take")
+    wrap(queue.SettlementQueue, "take", "fetcher: settlements taken for the fetch (take)")
     cost = wrapper_cost()
     out = os.environ.get("BENCH_STAGE_CLOCK_OUT")
     if out:

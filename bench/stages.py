@@ -26,7 +26,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     # (A job of a batch. Before the fetch and settle stages, whose frames are in their stacks too:
     # the fetcher runs the steps held before each fetch; a step alone runs inside Settler.settle.)
     ("batch step (BATCH_SUCCEED or BATCH_SETTLE, delivery of callbacks)", (
-        "BatchSteps.", "Settler.settle_steps (settling.py", "settle (steps.py", "step_for (steps.py",
+        "BatchSteps.", "Settler.run_steps (settling.py", "settle (steps.py", "step_for (steps.py",
         "deliver (delivery.py")),
     ("ack or filing sent alone (a batch job's ack; a failure)", ("Settler._apply (settling.py",)),
     ("hand-over between threads (wait for a job, give back a slot)", (
@@ -38,7 +38,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
                                                                "ReliableFetch.retrieve", "BasicFetch.retrieve")),
     ("payload decode (JSON)", ("decode (payload.py",)),
     ("ledger (what runs, for the heartbeat)", ("Ledger.",)),
-    ("settle: ack batch, stats", ("AckBatch.", "Settler.", "Stats.")),
+    ("settle: settlement queue, stats", ("SettlementQueue.", "Outgoing.", "Settler.", "Stats.")),
     ("hooks (unique and periodic locks)", ("Processor._hook (processor.py", "run_hook", "Launcher.run_hook")),
     ("DB connection sweep and server middleware", ("CloseOldConnections.__call__ (db.py", "run_job (launcher.py")),
     ("logging (job context, start/done lines)", ("joblog.py", "Logger.")),

@@ -222,7 +222,7 @@ def report(res: dict[str, Any]) -> str:
         "next fetch carries the steps held on its own pipeline, one `BATCH_SUCCEED` script per batch (five "
         "Redis commands while nothing of the batch fails; about ten jobs per call here), ahead of the fetch "
         "script: no round trip of their own. A step must land before its job's ack, so those acks ride the "
-        "fetch after (engine/settle/ride.py); the few round trips more per job are the fetches a batch's "
+        "fetch after (engine/settle/outgoing.py); the few round trips more per job are the fetches a batch's "
         "settling makes (callbacks delivered, a batch that ran down). The push adds one `BATCH_ADD` per 1,000 "
         "jobs. (Issue 34's goal: a job in a batch at 0.95x a plain job's jobs/s or better.)")
     add("")

@@ -138,7 +138,7 @@ class Job:
         bid = self.payload.get("bid")
         if not isinstance(bid, str):
             return None
-        return provided("open_batch")(bid)  # (features/batches/declaration.py)
+        return provided("open_batch")(bid)  # (features/declared.py, the batches' declaration)
 
     @property
     def cancelled(self) -> bool:

@@ -1,4 +1,4 @@
-"""The fetch strategies on a Redis Cluster, where each queue has its own slot (keys.py).
+"""The fetch strategies on a Redis Cluster, where each queue has its own slot (broker/keys/).
 
 A script can't span slots, so what one script does across every queue on a lone Redis is
 done here queue by queue: the batch fetch runs ``FETCH_RELIABLE`` (or ``FETCH_BASIC``) on one
