@@ -309,11 +309,8 @@ class Called:
         return DueSweep(self.redis, self.keys, self.retry, random.Random(), time.time, threading.Event()).enqueue_due()
 
 
-def _end(how: Any) -> str:
-    end = getattr(how, "end", how)  # (a settlement's ack or filing)
-    while getattr(end, "then", None) is not None:  # (wrapped in a feature's step, as settlements were before issue 44)
-        end = end.then
-    return end.target if isinstance(end, Filing) else "ack"
+def _end(how: Settlement) -> str:
+    return how.end.target if isinstance(how.end, Filing) else "ack"
 
 
 @pytest.fixture(name="make_processor")

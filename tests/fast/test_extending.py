@@ -107,6 +107,30 @@ def test_the_kill_switch_example_drops_a_switched_off_class_s_jobs_unrun(make_pr
     assert any(f"switched off: {dropped['jid']} dropped, never run" in m for m in caplog.messages)
 
 
+def test_the_receipts_example_adds_a_step_that_lands_before_its_job_s_ack(make_processor, r):
+    # docs/extending.md's step example (testproject/demo/receipts.py): a project's feature puts a
+    # step of its own first in a job's settlement and gives its runner; the core names neither.
+    token = new_token()
+    called = make_processor(FEATURES=["testproject.demo.receipts.receipts"])
+    ok = called.push(Note, token, 1)
+    failed = called.push(Boom, token)
+    called.drain()
+    assert r.zrange("cogworker:receipts", 0, -1) == [ok["jid"]]  # (the failure has none: retried)
+    assert r.llen(called.in_progress) == 0 and r.zcard("cogworker:retry") == 1
+    assert sorted(map(str, runs(token))) == sorted([str((ok["jid"], [1])), failed["jid"]])
+
+    # Redis refuses the step (its key holds a string): the job is not acked without it, but kept
+    # pending, still on the in-progress list, until the step lands; then acked.
+    r.delete("cogworker:receipts")
+    r.set("cogworker:receipts", "not a sorted set")
+    refused = called.push(Note, token, 2)
+    called.drain()
+    assert list(called.settler.pending_settlements()) and r.llen(called.in_progress) == 1
+    r.delete("cogworker:receipts")
+    assert called.settler.retry_pending_settlements() == 0  # (as the next beat's chore does)
+    assert r.zrange("cogworker:receipts", 0, -1) == [refused["jid"]] and r.llen(called.in_progress) == 0
+
+
 def test_a_features_entry_that_can_not_be_imported_stops_the_worker_at_startup_naming_the_setting(redis_url):
     with override_settings(COGWORKER={"FEATURES": ["no_such_module.audit"]}):
         errors = [(m.id, m.msg) for m in checks.run_checks(tags=["cogworker"]) if m.level >= checks.ERROR]

@@ -26,6 +26,7 @@ from engine_fixtures import (
     RUNS,
     Boom,
     Note,
+    fetch_mode_fixture,  # noqa: F401 - the fetch_mode fixture
     launcher_factory_fixture,  # noqa: F401 - the launcher_factory fixture
     make_processor_fixture,  # noqa: F401 - the make_processor fixture
     new_token,
@@ -125,11 +126,6 @@ PEEKS: dict = {}
 class Peeks(Job):
     def perform(self, token):
         RUNS[token].append(PEEKS[token]())
-
-
-@pytest.fixture(params=["reliable", "basic"])
-def fetch_mode(request):
-    return request.param
 
 
 def dead_entries(r):
