@@ -116,6 +116,9 @@ class Fleet:
     def stop(self) -> None:
         for w in self.workers:
             assert w.alive, w.log()[-3000:]
+            # (A worker started by the last kill may still be booting: a TERM before its handler is
+            # installed ends it by the signal, -15, having taken nothing; the test is of what it runs.)
+            w.wait_ready()
             w.term()
         for w in self.workers:
             assert w.wait(30) == 0, w.log()[-3000:]
