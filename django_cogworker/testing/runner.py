@@ -22,6 +22,7 @@ workflow's jobs need the project's Redis, as its batches live there).
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -29,7 +30,7 @@ from ..broker.keys import for_config
 from ..engine.fetch.contract import Fetch, Unit
 from ..engine.fetch.ledger import Ledger
 from ..engine.process.launcher import run_job
-from ..engine.run.factories import build_features, load_features
+from ..engine.run.factories import build_features, load_features, step_runners
 from ..engine.run.hooks import Feature, JobRun, Plans, WorkerParts
 from ..engine.run.processor import Processor
 from ..engine.settle.queue import SettlementQueue
@@ -57,6 +58,7 @@ class Runner:
 
     def __init__(self) -> None:
         self._processor: Processor | None = None
+        self._lock = threading.Lock()
 
     def run(self, payload: dict[str, Any]) -> JobRun | None:
         """Run ``payload`` (a dict JSON can hold) as a worker would, and settle it; raise what the job raised."""
@@ -74,9 +76,11 @@ class Runner:
         return run
 
     def processor(self) -> Processor:
-        if self._processor is None:
-            self._processor = _build()
-        return self._processor
+        # (Built once, under a lock: inline mode may be used by several threads, a live server's.)
+        with self._lock:
+            if self._processor is None:
+                self._processor = _build()
+            return self._processor
 
 
 def _build() -> Processor:
@@ -88,7 +92,7 @@ def _build() -> Processor:
     parts = WorkerParts(config=config, redis=redis, keys=keys, identity=f"testing:{os.getpid()}", retry=retry)
     features = [f for f in build_features(load_features(config), parts) if not isinstance(f, LEFT_OUT)]
     settler = AtOnce(cast(Fetch, Nowhere()), retry,
-                     runners={kind: runner for f in features for kind, runner in f.step_runners().items()})
+                     runners=step_runners(features))
     return Processor(0, ledger=Ledger(), settlements=SettlementQueue(settler), retry=retry, stats=Stats(keys),
                      server_chain=run_job, plans=Plans(features))
 

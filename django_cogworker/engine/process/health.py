@@ -23,6 +23,7 @@ no TERM meanwhile, while every other probe timed out.
 from __future__ import annotations
 
 import email.utils
+import errno
 import json
 import logging
 import math
@@ -138,6 +139,9 @@ class HealthServer:
         self._selector = selectors.DefaultSelector()
         self._selector.register(self.socket, selectors.EVENT_READ)
         self._clients: dict[int, _Client] = {}
+        # (Out of descriptors, accept fails while the socket stays readable: it is left unwatched
+        # until then, or the owner's loop would spin on it.)
+        self._accept_paused_until: float | None = None
         # (the thread's wake-up at stop: a socketpair watched by the same selector)
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -210,7 +214,13 @@ class HealthServer:
         return True
 
     def _round(self, timeout: float) -> None:
-        for key, _events in self._selector.select(timeout):
+        if self._accept_paused_until is not None and self.clock() >= self._accept_paused_until:
+            self._accept_paused_until = None
+            self._selector.register(self.socket, selectors.EVENT_READ)
+        # (The clients' requests first, new connections last: a flood of connections must not drop
+        # a probe whose request is already there.)
+        ready = sorted(self._selector.select(timeout), key=lambda event: event[0].fileobj is self.socket)
+        for key, _events in ready:
             if key.fileobj is self.socket:
                 self._accept()
             elif key.fileobj is self._wake_r:
@@ -235,6 +245,9 @@ class HealthServer:
                 return
             except OSError as exc:  # (EMFILE, a connection reset before it was taken)
                 logger.debug("health server: accept failed: %s", exc)
+                if exc.errno in (errno.EMFILE, errno.ENFILE) and self._accept_paused_until is None:
+                    self._selector.unregister(self.socket)
+                    self._accept_paused_until = self.clock() + 0.5
                 return
             sock.setblocking(False)
             if len(self._clients) >= self.max_clients:
@@ -245,6 +258,7 @@ class HealthServer:
             client = _Client(sock, address, self.clock() + self.request_timeout)
             self._clients[sock.fileno()] = client
             self._selector.register(sock, selectors.EVENT_READ)
+            self._read(client)  # (a probe's request is most often there already: answered before a drop)
 
     def _read(self, client: _Client) -> None:
         try:

@@ -25,6 +25,7 @@ from ...conf import Config
 from ..fetch.contract import Fetch
 from ..fetch.fetcher import Fetcher
 from ..fetch.ledger import Ledger
+from ..run.factories import step_runners
 from ..run.hooks import Feature, FetchHooks, Plans
 from ..run.processor import Processor
 from ..settle.queue import SettlementQueue
@@ -74,7 +75,7 @@ class Manager:
         self._cut_at = math.inf  # (likewise: ``shorten``'s deadline, read by stop's wait)
         self.ledger = Ledger(on_start=on_job_start)
         self.settler = Settler(fetch, retry, run_hook,
-                               runners={kind: runner for f in features for kind, runner in f.step_runners().items()})
+                               runners=step_runners(features))
         self.settlements = SettlementQueue(self.settler, cap=config.concurrency)
         self.fetch_hooks = FetchHooks(features)
         self.fetcher = Fetcher(config, fetch, self.ledger, self.settlements, self._quiet, self.fetch_hooks)

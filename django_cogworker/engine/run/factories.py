@@ -90,10 +90,20 @@ def requeue_hook(features: Sequence[Feature]) -> Callable[[dict[str, Any], str],
         return None
 
     def requeued(payload: dict[str, Any], moment: str) -> None:
+        # (One that raises is logged, and the others run all the same: a periodic run's lock kept by
+        # one must not be lost to another's error.)
         for hook in hooks:
-            hook(payload)
+            try:
+                hook(payload)
+            except Exception:
+                logger.exception("a feature's requeued hook (%r) raised for jid=%s", hook, payload.get("jid"))
 
     return requeued
+
+
+def step_runners(features: Sequence[Feature]) -> dict[Any, Any]:
+    """Each step type the features settle with, and the runner that runs it (for the Settler)."""
+    return {kind: runner for f in features for kind, runner in f.step_runners().items()}
 
 
 def stop_features(features: Sequence[Feature]) -> None:

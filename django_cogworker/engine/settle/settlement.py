@@ -60,10 +60,6 @@ class Settlement:
         return Settlement(self.end, (step, *self.steps))
 
     @property
-    def acks(self) -> bool:
-        return self.end is ACK
-
-    @property
     def holdable(self) -> bool:
         """An ack whose steps may all wait: it may wait for the fetcher's next round trip."""
         return self.end is ACK and all(step.holdable for step in self.steps)

@@ -101,6 +101,7 @@ def _up_to(found: list[tuple[Any, int]], limit: int) -> list[Any]:
     ids: list[Any] = []
     jobs = 0
     for pk, count in found:
+        count = max(1, count)  # (a hand-written count of 0 or less must not let a round take every row)
         if ids and jobs + count > limit:
             break
         ids.append(pk)
@@ -122,7 +123,7 @@ def _push_rows(alias: str, found: Sequence[OutboxJob], hand_over: Callable[[Sequ
         except PayloadError as exc:
             odd += [f"row {row.pk} {what}" for what in rows.oddities(row, None, now, fresh)]
             _to_dead(redis, keys, row, str(exc), now)
-            taken += row.jobs
+            taken += max(1, row.jobs)  # (its count is unreadable too, perhaps: it was one row's worth)
             continue
         odd += [f"row {row.pk} {what}" for what in rows.oddities(row, len(items), now, fresh)]
         kept = []
