@@ -18,6 +18,7 @@ sees the values of the thread that runs it.
 
 from __future__ import annotations
 
+import threading
 from contextvars import ContextVar
 from typing import Any, Protocol
 
@@ -39,10 +40,17 @@ class Running:
     (a block's owner token is made of the job's jid, the bid and that number: the same in a run
     again of the job, so it adds the same jobs instead of others)."""
 
-    __slots__ = ("payload", "blocks", "cancelled", "checked")
+    __slots__ = ("payload", "blocks", "cancelled", "checked", "stopping", "extras")
 
-    def __init__(self, payload: dict[str, Any]):
+    def __init__(self, payload: dict[str, Any], stopping: threading.Event | None = None):
         self.payload = payload
+        # Set once the worker is stopping (its TERM, a rolling restart's retirement): a job that
+        # can stop between two steps of its own (an iterable job, at its next item) does so and
+        # goes back to its queue. None: a run no worker stops (the test helpers').
+        self.stopping = stopping
+        # What a feature keeps for the job's own use while it runs, under the feature's name (its
+        # progress tracker, its iteration state): the job reads it through the feature's API.
+        self.extras: dict[str, Any] = {}
         self.blocks: dict[str, int] | None = None
         # Asked to stop (engine/run/cancels.py, or Job.cancelled reading Redis, at most every second).
         self.cancelled = False
