@@ -65,6 +65,10 @@ outbox_marks                  zset    jid -> when its mark runs out: the jobs th
 outbox_pushed:unit-<id>       string  how many steps of an outbox unit are done (units.py)   10 min
 result:<jid>                  hash    a job's result (opt-in: tasks, ``result_ttl``):          result
                                       status, times, return value, errors, worker ids         _ttl
+progress:<jid>                hash    a job's progress (``Job.progress``: done, total, note,  1 day
+                                      updated, started, eta; features/progress/), written at  refreshed
+                                      most once a second; deleted when the job succeeds or
+                                      dies for good, kept across its retries
 batches                       zset    bid -> created_at of every batch (for listing; pruned   -
                                       of expired ones as it is read)
 batch_closing                 zset    bid -> when a jobs() block began closing it; taken off  -
@@ -319,6 +323,9 @@ class Keys:
 
     def result(self, jid: str) -> str:
         return f"{self.prefix}result:{jid}"
+
+    def progress(self, jid: str) -> str:
+        return f"{self.prefix}progress:{jid}"
 
     def batch(self, bid: str) -> BatchKeys:
         """The keys of batch ``bid``: all in one slot, the batch's own on a cluster."""
