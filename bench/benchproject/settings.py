@@ -65,6 +65,9 @@ _pg = urlsplit(os.environ.get("BENCH_POSTGRES_URL") or "postgres://postgres@127.
 DATABASES["pg"] = {"ENGINE": "django.db.backends.postgresql", "NAME": f"cogworker_bench_outbox_{os.getpid()}",
                    "USER": unquote(_pg.username or ""), "PASSWORD": unquote(_pg.password or ""),
                    "HOST": _pg.hostname or "", "PORT": str(_pg.port or "")}
+# The iteration section's (bench/sections/iteration.py makes the database, fills its one table and drops it):
+# the same server, a database of its own (this process's, too).
+DATABASES["iter"] = {**DATABASES["pg"], "NAME": f"cogworker_bench_iter_{os.getpid()}"}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
 TIME_ZONE = "UTC"

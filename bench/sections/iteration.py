@@ -1,0 +1,160 @@
+"""Iterable jobs on PostgreSQL: what walking a QuerySet through an IterableJob costs an item, against
+a plain loop over the same rows, and what its checkpoints cost (issue 45).
+
+From one Python thread of the bench process, against the bench's Redis and a PostgreSQL database of
+its own (``BENCH_POSTGRES_URL``'s server, default ``postgres://postgres@127.0.0.1:5432/postgres``: the
+bench creates ``cogworker_bench_iter_<pid>`` there, fills one table of ``rows`` rows, drops it at the
+end), each way walks every row once, doing the same thing with each (``consume``: adds a column):
+
+* floor: a plain Python loop over the rows fetched in keyset batches (``pk > last ORDER BY pk
+  LIMIT batch``, the batch the enumerator fetches), what the rows cost with no job around them;
+* enumerator: an IterableJob (``benchproject/iteration_jobs.py``) whose ``build_enumerator`` returns
+  the queryset enumerator over the rows, run once by a Processor called on this thread, built as a
+  worker builds it (its fetch on the bench's Redis, the package's features), checkpoints off;
+* checkpoint default: the same, checkpointed every ``ITERATION_CHECKPOINT`` (1 s);
+* checkpoint every item: the same, a checkpoint (a Redis round trip) after every item.
+
+Each way is timed ``reps`` times, in turn (floor, enumerator, ..., floor, ...), the median kept, with
+Redis's round trips counted around each.
+
+    python bench/run.py --sections iteration --no-venv
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import harness
+from environment import log as _log
+from markdown import Page, fmt, measured_where, source_of, table
+
+NAME = "iteration"
+QUICK = True
+# (quick, default): rows walked; rounds of each way.
+PARAMS = {"iteration_rows": (2_000, 100_000), "iteration_reps": (1, 3)}
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/postgres"
+ALIAS = "iter"  # (benchproject/settings.py: this process's own database)
+# The floor's batch: the queryset enumerator's default (set from it once it is imported, in run).
+FLOOR_BATCH = 100
+WAYS = ("floor", "enumerator", "checkpoint_default", "checkpoint_every_item")
+
+
+def run(bench: Any, p: dict[str, Any] | None = None, log: Any = _log) -> dict[str, Any]:
+    """The section (``p``: the sizes, ``bench.p`` unless given)."""
+    p = bench.p if p is None else p
+    import psycopg
+    from django.db import connections
+
+    admin_url = os.environ.get("BENCH_POSTGRES_URL", DEFAULT_URL)
+    database = connections[ALIAS].settings_dict["NAME"]
+    rows = p["iteration_rows"]
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {database}")
+        conn.execute(f"CREATE DATABASE {database}")
+    try:
+        with connections[ALIAS].cursor() as cursor:
+            cursor.execute("CREATE TABLE bench_iter_item (id bigserial PRIMARY KEY, n integer NOT NULL, "
+                           "note text NOT NULL)")
+            cursor.execute("INSERT INTO bench_iter_item (n, note) SELECT i, 'row ' || i FROM "
+                           "generate_series(1, %s) AS i", [rows])
+            cursor.execute("VACUUM ANALYZE bench_iter_item")
+        server = connections[ALIAS].cursor().connection.info.server_version
+        ways = _ways(bench)
+        times: dict[str, list[float]] = {way: [] for way in ways}
+        trips: dict[str, list[float]] = {way: [] for way in ways}
+        for _rep in range(p["iteration_reps"]):
+            for way, walk in ways.items():
+                bench.reset_redis()
+                a = harness.snap(bench.r)
+                seconds, walked = walk()
+                b = harness.snap(bench.r)
+                assert walked == rows, (way, walked, rows)
+                times[way].append(seconds)
+                trips[way].append(harness.delta(a, b).round_trips)
+        out: dict[str, Any] = {"postgres": f"{server // 10000}.{server % 10000}", "rows": rows,
+                               "reps": p["iteration_reps"], "batch": FLOOR_BATCH}
+        for way in ways:
+            us = statistics.median(times[way]) * 1e6 / rows
+            out[way] = {"us_per_item": round(us, 3), "us_per_item_all": [round(t * 1e6 / rows, 3) for t in times[way]],
+                        "redis_round_trips_per_item": round(statistics.median(trips[way]) / rows, 4)}
+            log(f"iteration {way}: {us:.2f} us/item, "
+                f"{out[way]['redis_round_trips_per_item']} Redis round trips/item")
+        return out
+    finally:
+        connections[ALIAS].close()
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {database}")
+
+
+def consume(item: Any, sink: list[int]) -> None:
+    """What every way does with a row: reads a column (the floor of any real work)."""
+    sink[0] += item.n
+
+
+def _ways(bench: Any) -> dict[str, Callable[[], tuple[float, int]]]:
+    """Each way: a call that walks every row once and returns (seconds, rows walked)."""
+    return {"floor": _floor}
+
+
+def _floor() -> tuple[float, int]:
+    from benchproject.models import BenchItem
+
+    sink, last, walked = [0], 0, 0
+    rows = BenchItem.objects.using(ALIAS).order_by("pk")
+    t = time.perf_counter()
+    while True:
+        batch = list(rows.filter(pk__gt=last)[:FLOOR_BATCH])
+        if not batch:
+            break
+        for item in batch:
+            consume(item, sink)
+            walked += 1
+        last = batch[-1].pk
+    return time.perf_counter() - t, walked
+
+
+def report(res: dict[str, Any]) -> str:
+    """Time per item of a QuerySet walked by an IterableJob, against a plain loop; the checkpoint's cost."""
+    it = res.get("iteration")
+    if not it or "floor" not in it:
+        return ""
+    page = Page()
+    add = page.add
+    add("## Iterable jobs: a QuerySet on PostgreSQL")
+    add("")
+    measured_where(add, res, "iteration")
+    meta = res["meta"]
+    load = (source_of(res, "iteration") or {}).get("load") or [meta.get("loadavg_start"), meta.get("loadavg_end")]
+    add(f"{it['rows']:,} rows of one table (`id bigserial PRIMARY KEY, n integer, note text`) in PostgreSQL "
+        f"{it['postgres']} on the same machine, walked once by each way from one thread of the bench, each "
+        "row's work the same (one column read and added). *Floor*: a plain loop over the rows fetched in "
+        f"keyset batches of {it['batch']} (`id > last ORDER BY id LIMIT {it['batch']}`), no job around it. The "
+        "other ways run one `IterableJob` whose `build_enumerator` returns `self.queryset_enumerator(...)` "
+        "over the same rows, through a Processor called on the bench's thread and built as a worker builds "
+        "it; *enumerator*: checkpoints off; *checkpoint 1 s*: the default `ITERATION_CHECKPOINT`; "
+        "*checkpoint every item*: `checkpoint_every = 1`, a round trip to Redis after each item. Time per "
+        f"item, the median of {it['reps']} rounds taken in turn (load average {load[0]} at the start of the "
+        f"run, {load[1]} at the end).")
+    add("")
+    labels = {"floor": "floor (plain loop, keyset batches)", "enumerator": "IterableJob, checkpoints off",
+              "checkpoint_default": "IterableJob, checkpoint every 1 s (default)",
+              "checkpoint_every_item": "IterableJob, checkpoint every item"}
+    floor = it["floor"]["us_per_item"]
+    rows = []
+    for way in WAYS:
+        if way in it:
+            d = it[way]
+            rows.append([labels[way], d["us_per_item"], d["us_per_item"] - floor if way != "floor" else "–",
+                         d["redis_round_trips_per_item"]])
+    add(table(["way", "µs/item", "over the floor µs", "Redis round trips/item"], rows))
+    add("")
+    if "checkpoint_every_item" in it and "enumerator" in it:
+        cost = it["checkpoint_every_item"]["us_per_item"] - it["enumerator"]["us_per_item"]
+        add(f"A checkpoint costs **{fmt(cost)} µs** (every item against none): one round trip to a Redis on the "
+            "same machine. At the default (at most one a second) it is spread over every item of that second.")
+        add("")
+    return page.text()
