@@ -13,6 +13,7 @@ from .cancellation.declaration import DECLARATION as CANCELLATION
 from .encryption.declaration import DECLARATION as ENCRYPTION
 from .expiry.declaration import DECLARATION as EXPIRY
 from .limits.declaration import DECLARATION as LIMITS
+from .progress.declaration import DECLARATION as PROGRESS
 from .results.declaration import DECLARATION as RESULTS
 
 
@@ -41,4 +42,4 @@ def _died(redis: Any, keys: Any, payload: dict[str, Any], error: str, message: s
 
 BATCHES = Declaration("batches", died=_died, provides={"open_batch": _open_batch, "signature": _signature})
 
-STANDARD = (RESULTS, EXPIRY, LIMITS, ENCRYPTION, CANCELLATION, BATCHES)
+STANDARD = (RESULTS, EXPIRY, LIMITS, ENCRYPTION, CANCELLATION, BATCHES, PROGRESS)

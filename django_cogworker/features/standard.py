@@ -21,6 +21,7 @@ from .limits import upkeep
 from .limits.gate import LimitGate
 from .limits.hook import ClassLimits, InlineLimits
 from .locks.hook import RunLockRelease
+from .progress.hook import Progress
 from .results.hook import Results
 from .results.writer import ResultWriter
 
@@ -41,4 +42,4 @@ def build(parts: WorkerParts) -> list[Feature]:
     timeouts = Timeouts(grace=config.timeout_grace, replace_when_stuck=parts.supervised)
     return [Expiry(redis, keys), Cancellation(redis, keys, Cancels()), ClassLimits(gate), InlineLimits(gate),
             RunLockRelease(RunLocks(redis, keys)), Results(ResultWriter(redis, keys, parts.identity), timeouts),
-            Batches(redis, keys, config.batch_ttl), Encryption(ring)]
+            Batches(redis, keys, config.batch_ttl), Encryption(ring), Progress(redis, keys)]

@@ -146,6 +146,15 @@ class Job:
         steps reads it there. Asks Redis at most once a second; the heartbeat tells it too."""
         return bool(provided("cancel_asked")(self.payload))  # (features/cancellation/declaration.py)
 
+    def progress(self, done: float, total: float | None = None, note: str = "") -> None:
+        """Report how far this run got: ``done`` of ``total`` (None: unknown), and a short ``note``,
+        for the admin's busy page, ``cogworker busy --json`` and ``get_progress(jid)``. Cheap to call
+        for every item: written at most once a second, the last report at the run's end; a write
+        that fails is logged, never raised. ValueError for a negative ``done``, a ``total`` <= 0, a
+        ``note`` that isn't text (one over 200 characters is clipped). Outside a worker's run (a job
+        made by hand) it does nothing; under the test helpers it is recorded (``jobs.progress(jid)``)."""
+        provided("progress")(self.payload, done, total, note)  # (features/progress/declaration.py)
+
     @classmethod
     def cancel(cls, jid: str, interrupt: bool = False) -> str:
         """Cancel job ``jid`` (of any class): "removed" if it waited, "signalled" if it runs (it

@@ -40,6 +40,7 @@ from ..engine.settle.settling import Settler
 from ..engine.settle.stats import Stats
 from ..features.limits.hook import ClassLimits, InlineLimits
 from ..features.locks.hook import RunLockRelease
+from ..features.progress.hook import Progress
 from ..features.results.hook import Results
 from ..push import payload as payloads
 from ..push import runtime
@@ -50,6 +51,7 @@ LEFT_OUT: tuple[type[Feature], ...] = (
     ClassLimits, InlineLimits,  # places in a limiter: a job over one has no schedule to wait in
     RunLockRelease,  # unique and periodic locks: the helpers take none at push
     Results,  # result records: the helpers write no READY record at push (tasks/backend.py)
+    Progress,  # progress keys: the helpers record each report in memory (stand_ins.py), write none
 )
 
 

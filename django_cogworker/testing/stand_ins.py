@@ -24,12 +24,28 @@ from ..push import scope as _scope
 from ..push.job import Job
 from .runner import Runner
 
+PROGRESS_KEPT = 10_000  # reports kept per job (an iterable job reports each item)
+
 
 class _StandIn:
     """What both modes share: taking pushes (``_take`` says what becomes of them)."""
 
     def __init__(self) -> None:
         self.runner = Runner()
+        # jid -> the progress its runs reported (``Job.progress``), in order; the last PROGRESS_KEPT
+        self._progress: dict[str, collections.deque[Any]] = {}
+        self._progress_lock = threading.Lock()  # (inline mode: a live server's threads run jobs)
+
+    def record_progress(self, jid: str, report: Any) -> None:
+        """Keep a report a job made (features/progress/api.py's Recorder): nothing is written to Redis."""
+        with self._progress_lock:
+            self._progress.setdefault(jid, collections.deque(maxlen=PROGRESS_KEPT)).append(report)
+
+    def progress(self, jid: str) -> list[Any]:
+        """The progress reports job ``jid`` made (``self.progress(...)``), oldest first: each a
+        :class:`~django_cogworker.features.progress.api.Progress` (``eta`` None: not estimated here)."""
+        with self._progress_lock:
+            return list(self._progress.get(jid, ()))
 
     # the client interface
     def push(self, payload: dict[str, Any], *, at: float | None = None, on_commit: bool | None = None) -> str:
