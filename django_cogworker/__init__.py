@@ -27,6 +27,7 @@ from .errors import (
 )
 from .features.cancellation import cancel
 from .features.limits import Limiter
+from .features.progress import get_progress
 from .features.results import get_result
 from .push.job import Job, JobSetter
 from .push.periodic import periodic
@@ -58,6 +59,7 @@ __all__ = [
     "cancel",
     "chain",
     "chord",
+    "get_progress",
     "get_redis",
     "get_result",
     "group",

@@ -232,8 +232,10 @@ def busy(request: HttpRequest, *, site: Any) -> HttpResponse:
         return back(request, page_url)
     # The workers of one supervisor together, in slot order; a lone process sorts by its identity.
     processes = sorted(api.ProcessSet(), key=lambda p: (p.supervisor or p.identity, p.index or 0, p.identity))
+    works = list(api.Workers())
+    progress = api.progress_of([w.job.jid for w in works])  # (one round trip for every row: features/progress/)
     return render_page(request, site, "busy", "admin/cogworker/busy.html", "Processes", processes=processes,
-                       works=list(api.Workers()))
+                       works=[(w, progress.get(w.job.jid or "")) for w in works])
 
 
 @guard(actions=True)

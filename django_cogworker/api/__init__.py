@@ -61,6 +61,7 @@ The names are defined in one module per part and re-exported here, so
 and from the features' folders (each feature's ``api.py``, django_cogworker/features/):
 
     results      job_result (a job's result record, when it keeps one)
+    progress     get_progress, progress_of (a running job's latest report: one, or many in one round trip), Progress
     batches      BatchSet, BatchSummary, BatchDetail, BatchJob, BatchCallback; JOB_LIMIT, CHILD_LIMIT,
                  MEMBER_SCAN_LIMIT, CALLBACK_LOOKUPS, STATE_SAMPLE, STATES, JOB_STATES
     limits       LimitSet, LimitState, Holder, Recent, FamilyTotals; HOLDER_LIMIT, FAMILY_KEY_LIMIT
@@ -86,6 +87,7 @@ from ..features.batches.api import (
     BatchSummary,
 )
 from ..features.limits.api import FAMILY_KEY_LIMIT, HOLDER_LIMIT, FamilyTotals, Holder, LimitSet, LimitState, Recent
+from ..features.progress.api import Progress, get_progress, progress_of
 from ..features.results.api import job_result
 from ._base import MAX_PER_PAGE, SCAN_COUNT, ActionRefused, Poison, reencode
 from .periodic import PeriodicEntry
@@ -161,6 +163,10 @@ __all__ = [
     "QuarantinedKey",
     # results
     "job_result",
+    # progress
+    "Progress",
+    "get_progress",
+    "progress_of",
     # batches
     "BatchSet",
     "BatchSummary",

@@ -101,6 +101,39 @@ def processes(page: int, limit: int) -> Listing:
                    more_note(result.number, result.per_page, result.total, len(items)))
 
 
+def busy(page: int, limit: int) -> Listing:
+    """The jobs running now (as the admin's busy page), each with its progress (``Job.progress``;
+    null when it reported none): read in one round trip for the page, not one per job."""
+    result = _page(list(api.Workers()), page, limit)
+    progress = api.progress_of([w.job.jid for w in result.items])
+    items = [{"identity": w.identity, "thread": w.thread, "jid": w.job.jid, "class": w.job.display_class,
+              "queue": w.queue, "run_at": w.run_at, "args": w.job.args, "kwargs": w.job.kwargs,
+              "progress": _progress(progress.get(w.job.jid or ""))} for w in result.items]
+    rows = [[i["identity"], i["thread"], i["jid"], i["class"], i["queue"], when(i["run_at"]),
+             _progress_cell(i["progress"])] for i in items]
+    return Listing(["IDENTITY", "THREAD", "JID", "CLASS", "QUEUE", "STARTED", "PROGRESS"], rows,
+                   listing(items, page=result.number, per_page=result.per_page, total=result.total),
+                   more_note(result.number, result.per_page, result.total, len(items)))
+
+
+def _progress(report: api.Progress | None) -> dict[str, Any] | None:
+    return None if report is None else report.as_dict()
+
+
+def _progress_cell(report: dict[str, Any] | None) -> str | None:
+    """A short PROGRESS cell: "450/1000 45% eta 2m 3s", "450" (no total), "-" (none)."""
+    if report is None:
+        return None
+    from ..templatetags.cogworker_admin import duration, number
+
+    text = number(report["done"])
+    if report["total"] is not None:
+        text += f"/{number(report['total'])} {int(report['fraction'] * 100)}%"
+    if report["eta"] is not None:
+        text += f" eta {duration(report['eta'])}"
+    return text
+
+
 def entry_item(entry: api.SortedEntry) -> dict[str, Any]:
     return {"jid": entry.jid, "class": entry.display_class, "queue": entry.queue, "at": entry.score,
             "args": entry.args, "kwargs": entry.kwargs, "retry_count": entry.retry_count,

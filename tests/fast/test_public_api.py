@@ -30,6 +30,7 @@ EXPECTED = [
     "cancel",
     "chain",
     "chord",
+    "get_progress",
     "get_redis",
     "get_result",
     "group",

@@ -109,7 +109,19 @@ def read_many(redis: RedisClient, keys: Keys, jids: Sequence[str]) -> dict[str, 
     pipe = redis.pipeline(transaction=False)
     for jid in jids:
         pipe.hgetall(keys.progress(jid))
-    return {jid: parse(record) for jid, record in zip(jids, pipe.execute(), strict=True)}
+    # (A key of the wrong type, written by hand, is no report: the other rows are read all the same.)
+    return {jid: None if isinstance(record, Exception) else parse(record)
+            for jid, record in zip(jids, pipe.execute(raise_on_error=False), strict=True)}
+
+
+def progress_of(jids: Sequence[str | None], *, redis: RedisClient | None = None,
+                keys: Keys | None = None) -> dict[str, Progress | None]:
+    """The object model's read (the admin's busy page, ``cogworker busy``): the progress of each
+    of ``jids`` (a None or empty jid left out), in one round trip."""
+    from ...api._base import _defaults
+
+    redis, keys = _defaults(redis, keys)
+    return read_many(redis, keys, list(dict.fromkeys(jid for jid in jids if jid)))
 
 
 def get_progress(jid: str) -> Progress | None:

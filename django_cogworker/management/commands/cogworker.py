@@ -20,7 +20,7 @@ from django.core.management.base import BaseCommand, CommandError
 from ...cli import actions, checks, listings
 from ...cli.output import FAILED, USAGE, as_json, table
 
-LISTINGS = ("stats", "queues", "processes", "scheduled", "retries", "dead", "periodic", "batches", "limits",
+LISTINGS = ("stats", "queues", "processes", "busy", "scheduled", "retries", "dead", "periodic", "batches", "limits",
             "outbox")
 
 
@@ -41,9 +41,9 @@ def _page(text: str) -> int:
 
 
 class Command(BaseCommand):
-    help = ("Look at and act on cogworker: stats, queues, processes, scheduled, retries, dead, periodic, batches, "
-            "limits, outbox; pause/unpause and clear queues; retry/delete and cancel jobs; quiet/stop processes; "
-            "genkey prints a key for ENCRYPTION_KEYS.")
+    help = ("Look at and act on cogworker: stats, queues, processes, busy, scheduled, retries, dead, periodic, "
+            "batches, limits, outbox; pause/unpause and clear queues; retry/delete and cancel jobs; quiet/stop "
+            "processes; genkey prints a key for ENCRYPTION_KEYS.")
     # Run by handle, as each action needs (cli/checks.py): all of them first locked out genkey and
     # the listings whenever a check failed, E020's "run `cogworker genkey`" included.
     requires_system_checks: list[str] = []
@@ -67,6 +67,7 @@ class Command(BaseCommand):
         p = sub.add_parser("queues", parents=[listing, paged], help="queues: size, latency, paused")
         p.add_argument("names", nargs="*", metavar="QUEUE", help="only these (each must exist)")
         sub.add_parser("processes", parents=[listing, paged], help="live worker processes")
+        sub.add_parser("busy", parents=[listing, paged], help="the jobs running now, each with its progress")
         for kind, what in (("scheduled", "jobs due later"), ("retries", "failed jobs waiting for a retry"),
                            ("dead", "jobs that won't run again, the latest first")):
             p = sub.add_parser(kind, parents=[listing, paged], help=what)
@@ -150,6 +151,8 @@ class Command(BaseCommand):
             shown = listings.queues(options["names"], options["page"], options["limit"])
         elif action == "processes":
             shown = listings.processes(options["page"], options["limit"])
+        elif action == "busy":
+            shown = listings.busy(options["page"], options["limit"])
         elif action == "periodic":
             shown = listings.periodic(options["page"], options["limit"])
         elif action == "limits":
