@@ -12,6 +12,7 @@ with Worker("-c", "2", env={"COGWORKER_REDIS_URL": srv.url}) as w:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import random
@@ -396,7 +397,11 @@ class Worker:
 
     env: overrides on top of os.environ (which carries the suite's COGWORKER_REDIS_URL), e.g.
     {"COGWORKER_REDIS_URL": srv.url, "COGWORKER_CONCURRENCY": "2"}. Output (stdout+stderr) goes to
-    `log_path` (default: a file in a new temp dir). As a context manager it is killed (-9) on exit.
+    `log_path` (default: a file in a new temp dir). As a context manager it is killed (-9) on exit,
+    with every process it started: it runs in a session (process group) of its own, which its
+    ``--processes`` children share. (Killing the supervisor alone TERMed its children, which then
+    stopped gracefully up to SHUTDOWN_TIMEOUT later, flushing their counts and handing jobs back
+    into the Redis of the next test, after its FLUSHDB: that test's counts were off.)
     """
 
     def __init__(
@@ -430,6 +435,7 @@ class Worker:
             stdin=subprocess.DEVNULL,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
     @property
@@ -523,7 +529,13 @@ class Worker:
     def __exit__(self, *exc) -> None:
         self.kill9()
         self.proc.wait(10)
+        self.kill_group()
         self._log_file.close()
+
+    def kill_group(self) -> None:
+        """SIGKILL whatever is left of the processes this worker started (its children, a supervisor's)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
 
 
 def every_value(rb: redis.Redis) -> list[tuple[bytes, bytes]]:
