@@ -26,6 +26,7 @@ from .errors import (
     WrongTypeError,
 )
 from .features.cancellation import cancel
+from .features.iteration import IterableJob
 from .features.limits import Limiter
 from .features.progress import get_progress
 from .features.results import get_result
@@ -43,6 +44,7 @@ __all__ = [
     "CogworkerError",
     "ConfigError",
     "InvalidArgument",
+    "IterableJob",
     "Job",
     "JobExpired",
     "JobNotFound",

@@ -128,7 +128,7 @@ if "COGWORKER_CPU_AFFINITY" in os.environ:  # "auto", "none" or CPU numbers: "0,
 # (KEY_PREFIX: make demo's own, "cogworker-demo:", scripts/demo.sh.)
 for _name, _cast in {"KEY_PREFIX": env.str, "OUTBOX": env.bool, "CLOCK": env.str, "PERIODIC_CATCH_UP": env.bool,
                      "PERIODIC_TICK_INTERVAL": env.float, "MAX_ORPHANINGS": env.int, "KEY_GUARD_INTERVAL": env.float,
-                     "OVER_LIMIT_MAX": env.int,
+                     "OVER_LIMIT_MAX": env.int, "ITERATION_CHECKPOINT": env.float,
                      "PREFETCH": env.int, "FEATURES": env.list}.items():
     if f"COGWORKER_{_name}" in os.environ:
         COGWORKER[_name] = _cast(f"COGWORKER_{_name}")

@@ -246,9 +246,12 @@ class Called:
         made = build_features(load_features(config) if features is None else features, parts)
         self.settler = Recording(self.fetch, self.retry, requeue_hook(made),
                                  runners={kind: runner for f in made for kind, runner in f.step_runners().items()})
+        # The worker's stopping event, as the Manager's: set by a test, a running iterable job stops at its next item.
+        self.stopping = threading.Event()
         self.processor = Processor(0, ledger=Ledger(), settlements=SettlementQueue(self.settler), retry=self.retry,
                                    stats=self.stats,
-                                   server_chain=build_chain(server_middleware, run_job), plans=Plans(made))
+                                   server_chain=build_chain(server_middleware, run_job), plans=Plans(made),
+                                   stopping=self.stopping)
         self.fetch_hooks = FetchHooks(made)  # (what the fetcher calls with what it fetched: a limit's takes)
 
     @property

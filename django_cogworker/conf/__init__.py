@@ -100,6 +100,9 @@ class Config:
     # Seconds a job may run on after its timeout's JobTimeout was raised before it counts as
     # stuck (engine/run/timeouts.py: under --processes, its process is replaced).
     timeout_grace: float = 10.0
+    # Seconds between two saves of an iterable job's cursor while it runs (features/iteration/): after
+    # a kill -9 it resumes from its last save. A class may set its own (``iteration_checkpoint``).
+    iteration_checkpoint: float = 1.0
     # Caps on one worker process's life (engine/process/caps.py): over either, it takes nothing new,
     # finishes what runs within SHUTDOWN_TIMEOUT and exits to be replaced. None: no cap.
     max_memory_mb: int | None = None  # its resident memory now (RSS), not its peak

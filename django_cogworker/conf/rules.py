@@ -100,7 +100,7 @@ def problems(cfg: Any) -> list[str]:
         bad("fetch", 'one of "reliable", "basic"')
     for field in ("shutdown_timeout", "dead_timeout", "poll_interval_average", "orphan_threshold",
                   "unique_lock_ttl", "batch_ttl", "fetch_idle_max_interval", "heartbeat_interval", "key_guard_interval",
-                  "periodic_tick_interval", "timeout_grace"):
+                  "periodic_tick_interval", "timeout_grace", "iteration_checkpoint"):
         if not _positive_number(getattr(cfg, field)):
             bad(field, "a positive number of seconds")
         elif getattr(cfg, field) > MAX_SECONDS:  # (BATCH_TTL=1e16: every batch failed in its opening script)

@@ -12,6 +12,7 @@ from ..declarations import Declaration
 from .cancellation.declaration import DECLARATION as CANCELLATION
 from .encryption.declaration import DECLARATION as ENCRYPTION
 from .expiry.declaration import DECLARATION as EXPIRY
+from .iteration.declaration import DECLARATION as ITERATION
 from .limits.declaration import DECLARATION as LIMITS
 from .progress.declaration import DECLARATION as PROGRESS
 from .results.declaration import DECLARATION as RESULTS
@@ -42,4 +43,4 @@ def _died(redis: Any, keys: Any, payload: dict[str, Any], error: str, message: s
 
 BATCHES = Declaration("batches", died=_died, provides={"open_batch": _open_batch, "signature": _signature})
 
-STANDARD = (RESULTS, EXPIRY, LIMITS, ENCRYPTION, CANCELLATION, BATCHES, PROGRESS)
+STANDARD = (RESULTS, EXPIRY, LIMITS, ENCRYPTION, CANCELLATION, BATCHES, PROGRESS, ITERATION)

@@ -38,6 +38,7 @@ from ..engine.settle.retry import Filing, RetryPolicy
 from ..engine.settle.settlement import Settlement
 from ..engine.settle.settling import Settler
 from ..engine.settle.stats import Stats
+from ..features.iteration.hook import Iteration
 from ..features.limits.hook import ClassLimits, InlineLimits
 from ..features.locks.hook import RunLockRelease
 from ..features.progress.hook import Progress
@@ -52,6 +53,7 @@ LEFT_OUT: tuple[type[Feature], ...] = (
     RunLockRelease,  # unique and periodic locks: the helpers take none at push
     Results,  # result records: the helpers write no READY record at push (tasks/backend.py)
     Progress,  # progress keys: the helpers record each report in memory (stand_ins.py), write none
+    Iteration,  # saved cursors: an iterable job runs to its end in one go (no TERM, no schedule to wait in)
 )
 
 

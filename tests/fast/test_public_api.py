@@ -14,6 +14,7 @@ EXPECTED = [
     "CogworkerError",
     "ConfigError",
     "InvalidArgument",
+    "IterableJob",
     "Job",
     "JobExpired",
     "JobNotFound",

@@ -69,6 +69,13 @@ progress:<jid>                hash    a job's progress (``Job.progress``: done, 
                                       updated, started, eta; features/progress/), written at  refreshed
                                       most once a second; deleted when the job succeeds or
                                       dies for good, kept across its retries
+iteration:<jid>               hash    an iterable job's saved state (features/iteration/):   DEAD_
+                                      cursor (JSON; sealed when its arguments are), done,     TIMEOUT
+                                      runtime, executions, started_at; deleted when the job   refreshed
+                                      succeeds or ends out of the dead set (cancelled)        each save
+iteration:longest             hash    job class -> seconds of its longest single iteration    -
+                                      (a worker warns at startup of those past
+                                      SHUTDOWN_TIMEOUT)
 batches                       zset    bid -> created_at of every batch (for listing; pruned   -
                                       of expired ones as it is read)
 batch_closing                 zset    bid -> when a jobs() block began closing it; taken off  -
@@ -183,6 +190,7 @@ class Keys:
         self.stat_cancelled = p + "stat:cancelled"
         self.stat_expired = p + "stat:expired"
         self.stat_replaced = p + "stat:replaced"
+        self.iteration_longest = p + "iteration:longest"
 
     def filed_in(self, target: str) -> str:
         """The sorted set a job is filed in: "retry", "dead" or "schedule" (a job over a limit)."""
@@ -327,6 +335,10 @@ class Keys:
     def progress(self, jid: str) -> str:
         return f"{self.prefix}progress:{jid}"
 
+    def iteration(self, jid: str) -> str:
+        """An iterable job's saved cursor and counts (features/iteration/state.py)."""
+        return f"{self.prefix}iteration:{jid}"
+
     def batch(self, bid: str) -> BatchKeys:
         """The keys of batch ``bid``: all in one slot, the batch's own on a cluster."""
         if self.spread:
@@ -360,5 +372,5 @@ class Keys:
             self.stat_class_processed: "hash", self.stat_class_failed: "hash", self.stat_class_seconds: "hash",
             self.batches: "zset", self.batch_closing: "zset",
             self.limits: "zset", self.limit_specs: "hash", self.cancels: "hash",
-            self.stat_replaced: "hash",
+            self.stat_replaced: "hash", self.iteration_longest: "hash",
         }

@@ -70,6 +70,10 @@ class Manager:
         self.plans = Plans(features)
         self.processor_context = processor_context
         self._quiet = threading.Event()
+        # Set as ``stop`` begins (a TERM, a rolling restart's retirement, a cap reached), read by the
+        # running jobs through their processor: an iterable job stops at its next item and goes back
+        # to its queue with its cursor, within SHUTDOWN_TIMEOUT (features/iteration/).
+        self.stopping = threading.Event()
         self._stopping = False
         self._hurry = False  # (a plain flag: set from a signal handler, read by stop's wait)
         self._cut_at = math.inf  # (likewise: ``shorten``'s deadline, read by stop's wait)
@@ -84,7 +88,8 @@ class Manager:
     def _new_processor(self, index: int) -> Processor:
         return Processor(index, handover=self.fetcher, ledger=self.ledger, settlements=self.settlements,
                          retry=self.retry, stats=self.stats, server_chain=self.server_chain, plans=self.plans,
-                         on_death=self.processor_died, thread_context=self.processor_context)
+                         on_death=self.processor_died, thread_context=self.processor_context,
+                         stopping=self.stopping)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -105,6 +110,7 @@ class Manager:
     def stop(self, timeout: float) -> int:
         """Quiet, wait up to ``timeout`` s for running jobs, hand back the rest; return how many."""
         deadline = time.monotonic() + timeout
+        self.stopping.set()
         self.make_quiet()
         self.fetcher.join()  # (not bounded by the deadline: see Fetcher.join)
         self._stopping = True

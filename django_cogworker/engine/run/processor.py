@@ -69,7 +69,8 @@ class Processor:
     def __init__(self, index: int, *, ledger: Ledger, settlements: SettlementQueue, retry: RetryPolicy,
                  stats: Stats, server_chain: Callable[[Any, dict], Any], plans: Plans, handover: Fetcher | None = None,
                  on_death: Callable[[Processor], None] | None = None,
-                 thread_context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext):
+                 thread_context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
+                 stopping: threading.Event | None = None):
         self.index = index
         self.handover = handover
         self.ledger = ledger
@@ -81,6 +82,9 @@ class Processor:
         self.on_death = on_death
         # What the thread runs in, from its first job to its end (the worker's: runtime.own_connection).
         self.thread_context = thread_context
+        # Set once the worker stops (the Manager's): a job that can stop between two steps of its own
+        # (an iterable job) reads it from its run (push/scope.py's Running.stopping). None: never set.
+        self.stopping = stopping
         self.name = f"cogworker-processor-{index}"
         self.thread = threading.Thread(target=self.run, name=self.name, daemon=True)
         self.current: Unit | None = None
@@ -141,7 +145,7 @@ class Processor:
                 decision = self._before(plan, run)
                 if decision is None:
                     self.ledger.job_started(unit, payload)
-                    run.scope = _scope.Running(payload)
+                    run.scope = _scope.Running(payload, self.stopping)
                     running = _scope.running.set(run.scope)
                     self._run(plan, run)
                     decision = self._decide(plan, run)

@@ -92,6 +92,14 @@ class Timeouts:
             self._cond.notify()
         return token
 
+    def rearm(self, token: int) -> None:
+        """Watch the job armed with ``token`` for its whole timeout again from now (an iterable job,
+        before each item: its timeout bounds one item). Nothing if it already fired: it raises."""
+        with self._cond:
+            armed = self._armed.get(token)
+            if armed is not None and armed.fired_at is None:
+                armed.deadline = self.clock() + armed.timeout  # (later only: the watcher wakes early, not late)
+
     def disarm(self, token: int | None) -> None:
         """The job returned (or raised): stop watching it (``None``: whatever the calling thread armed).
 

@@ -11,6 +11,7 @@ inside the core's handler of the error so that Django's receiver logs its traceb
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +58,8 @@ class Results(Feature):
         timeout, token = cls.timeout, None
         if timeout is not None and self.timeouts is not None:
             token = self.timeouts.arm(timeout, str(payload.get("jid")))
+            if run.scope is not None:  # (an iterable job arms it anew before each item: a timeout bounds one)
+                run.scope.extras["timeout"] = functools.partial(self.timeouts.rearm, token)
         try:
             value = call()
         finally:

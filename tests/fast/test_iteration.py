@@ -1,0 +1,426 @@
+"""Iterable jobs on a worker's path (django_cogworker/features/iteration/): a processor called on the
+test's thread (``make_processor``) runs each job, against the suite's Redis. Every test job records
+each item it does (``RUNS[token]``), so "no item twice" and "none left out" are read off the record.
+
+A worker's TERM is the called processor's stopping event (``called.stopping``), set from inside an
+item as a TERM lands while one runs: the run ends after it, and the job waits in the schedule, due
+now, for ``called.sweep()`` (the poller's round) to put it back in its queue.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from engine_fixtures import RUNS, make_processor_fixture, new_token  # noqa: F401 - the make_processor fixture
+
+from django_cogworker import IterableJob, Limiter
+from django_cogworker.broker.keys import Keys
+from django_cogworker.features import Outcome
+from django_cogworker.features.iteration import IterationError
+from django_cogworker.push import scope as _scope
+
+K = Keys()
+# (token, item) -> what the job does once that item is done (set the stopping event, raise...)
+ACTIONS: dict[tuple[str, Any], Callable[[Any], None]] = {}
+SEEN: dict[str, list[Any]] = {}  # token -> what a job saw of its state while it ran
+
+
+def at(token: str, item: Any, action: Callable[[Any], None]) -> None:
+    ACTIONS[(token, item)] = action
+
+
+class Walk(IterableJob):
+    """Walks range(n), recording each number; its hooks recorded too."""
+
+    retry = 3
+    iteration_checkpoint = 1000.0  # (saved at its ends only, unless a test's class says otherwise)
+
+    def build_enumerator(self, token, n, cursor=None):
+        return self.range_enumerator(n, cursor=cursor)
+
+    def each_iteration(self, number, token, n):
+        RUNS[token].append(number)
+        action = ACTIONS.pop((token, number), None)
+        if action is not None:
+            action(self)
+
+    def token(self):
+        return (self.arguments[0] if self.arguments else self.payload["args"])[0]  # (clear, sealed or not)
+
+    def retry_in(self, count, exc):
+        return 0  # (due at once: the test sweeps it back)
+
+    def on_start(self):
+        RUNS[self.token() + ":hooks"].append("start")
+
+    def on_resume(self):
+        RUNS[self.token() + ":hooks"].append(f"resume@{self.cursor}")
+
+    def on_stop(self):
+        RUNS[self.token() + ":hooks"].append("stop")
+
+    def on_complete(self):
+        RUNS[self.token() + ":hooks"].append("complete")
+
+    def on_cancel(self):
+        RUNS[self.token() + ":hooks"].append("cancel")
+
+
+class EveryThree(Walk):
+    checkpoint_every = 3
+
+
+class Saving(Walk):
+    iteration_checkpoint = 1e-9  # (every item's end is past it: a save after each)
+
+
+def saved(r, jid: str) -> dict[str, str]:
+    return r.hgetall(K.iteration(jid))
+
+
+def scheduled(r) -> list[tuple[dict[str, Any], float]]:
+    return [(json.loads(raw), score) for raw, score in r.zrange(K.schedule, 0, -1, withscores=True)]
+
+
+def stop_worker(called):
+    return lambda job: called.stopping.set()
+
+
+def resume(called):
+    """The worker's next life: its stopping event clear, the schedule swept into the queue, the job run."""
+    called.stopping.clear()
+    assert called.sweep() == 1
+    return called.run_next()
+
+
+# -- a TERM between two items -----------------------------------------------------------------------
+
+
+def test_a_stopping_worker_ends_the_run_after_its_item_and_the_job_resumes_after_it(make_processor, r):
+    called, token = make_processor(), new_token()
+    at(token, 3, stop_worker(called))
+
+    run = called.run(Walk, token, 10)
+
+    jid = run.payload["jid"]
+    assert RUNS[token] == [0, 1, 2, 3]  # (the item running when it stopped finished; none after it)
+    assert run.decision.outcome is Outcome.RESCHEDULED and called.ends() == ["schedule"]
+    assert saved(r, jid)["cursor"] == "3" and saved(r, jid)["done"] == "4"
+    [(payload, due)] = scheduled(r)
+    assert payload["jid"] == jid and due <= time.time()  # (due now: back to its queue at the poller's round)
+    assert called.clear()  # (settled: nothing left on the in-progress list)
+
+    second = resume(called)
+
+    assert RUNS[token] == list(range(10))  # every item once, across the TERM
+    assert second.payload["jid"] == jid and second.decision.outcome is Outcome.SUCCESS
+    assert RUNS[token + ":hooks"] == ["start", "stop", "resume@3", "stop", "complete"]
+    assert not r.exists(K.iteration(jid))  # (done: its state deleted)
+
+
+def test_a_stopping_worker_before_the_first_item_runs_none(make_processor, r):
+    called, token = make_processor(), new_token()
+    called.stopping.set()
+
+    run = called.run(Walk, token, 3)
+
+    assert RUNS[token] == [] and run.decision.outcome is Outcome.RESCHEDULED
+    assert resume(called).decision.outcome is Outcome.SUCCESS and RUNS[token] == [0, 1, 2]
+
+
+def test_a_job_stopped_again_and_again_does_each_item_once(make_processor, r):
+    called, token = make_processor(), new_token()
+    for number in (0, 4, 5, 8):
+        at(token, number, stop_worker(called))
+
+    outcomes = [called.run(Walk, token, 10).decision.outcome]
+    while outcomes[-1] is Outcome.RESCHEDULED:
+        outcomes.append(resume(called).decision.outcome)
+
+    assert RUNS[token] == list(range(10))
+    assert outcomes == [Outcome.RESCHEDULED] * 4 + [Outcome.SUCCESS]
+
+
+def test_the_rescheduled_payload_keeps_its_jid_and_loses_its_expiry(make_processor, r):
+    called, token = make_processor(), new_token()
+    at(token, 1, stop_worker(called))
+
+    run = called.run(Walk, token, 5, expires_in=60)
+
+    [(payload, _due)] = scheduled(r)
+    # (Measured from its first push, and only until it began: a job that began is never dropped as expired.)
+    assert payload["jid"] == run.payload["jid"] and "expires_at" in run.payload and "expires_at" not in payload
+    assert resume(called).decision.outcome is Outcome.SUCCESS and RUNS[token] == list(range(5))
+
+
+# -- checkpoints ------------------------------------------------------------------------------------
+
+
+def _saved_at_each_item(r, token: str, cls: type[Walk], n: int) -> list[str | None]:
+    for number in range(n):
+        at(token, number, lambda job: SEEN.setdefault(token, []).append(r.hget(K.iteration(job.jid), "cursor")))
+    return SEEN.setdefault(token, [])
+
+
+def test_a_run_saves_its_cursor_no_sooner_than_its_checkpoint_interval(make_processor, r):
+    called, token = make_processor(), new_token()
+    seen = _saved_at_each_item(r, token, Walk, 6)
+
+    called.run(Walk, token, 6)
+
+    assert seen == [None] * 6  # (1,000 s between two saves: none while it ran, each item read before its own)
+
+
+def test_a_run_saves_its_cursor_once_its_checkpoint_interval_passed(make_processor, r):
+    called, token = make_processor(), new_token()
+    seen = _saved_at_each_item(r, token, Saving, 5)
+
+    called.run(Saving, token, 5)
+
+    assert seen == [None, "0", "1", "2", "3"]  # (read during each item: the save of the one before)
+
+
+def test_checkpoint_every_n_items(make_processor, r):
+    called, token = make_processor(), new_token()
+    seen = _saved_at_each_item(r, token, EveryThree, 8)
+
+    called.run(EveryThree, token, 8)
+
+    assert seen == [None, None, None, "2", "2", "2", "5", "5"]
+
+
+def test_the_setting_is_the_default_interval(make_processor, r):
+    class Default(Walk):
+        iteration_checkpoint = None
+
+    called, token = make_processor(ITERATION_CHECKPOINT=1e-9), new_token()
+    seen = _saved_at_each_item(r, token, Default, 3)
+
+    called.run(Default, token, 3)
+
+    assert seen == [None, "0", "1"]
+
+
+# -- a failure -------------------------------------------------------------------------------------
+
+
+def test_an_item_that_raises_saves_the_last_item_done_and_its_retry_resumes_there(make_processor, r):
+    called, token = make_processor(), new_token()
+
+    def boom(job):
+        raise ValueError("item 4 broke")
+
+    at(token, 4, boom)
+
+    run = called.run(Walk, token, 7)
+
+    assert run.decision.outcome is Outcome.RETRY and isinstance(run.error, ValueError)
+    assert saved(r, run.payload["jid"])["cursor"] == "3"
+    assert called.sweep() == 1
+    assert called.run_next().decision.outcome is Outcome.SUCCESS
+    # (4 raised and was done again, as a failed item is; nothing before it was)
+    assert RUNS[token] == [0, 1, 2, 3, 4, 4, 5, 6]
+    assert RUNS[token + ":hooks"] == ["start", "resume@3", "stop", "complete"]
+
+
+def test_a_job_dead_for_good_keeps_its_cursor_for_the_dead_sets_retention(make_processor, r):
+    class Once(Walk):
+        retry = 0
+
+    called, token = make_processor(DEAD_TIMEOUT=5000), new_token()
+    at(token, 2, lambda job: 1 / 0)
+
+    run = called.run(Once, token, 5)
+
+    jid = run.payload["jid"]
+    assert run.decision.outcome is Outcome.DEAD and called.ends() == ["dead"]
+    assert saved(r, jid)["cursor"] == "1" and 4000 < r.ttl(K.iteration(jid)) <= 5000
+    # Retried from dead (the admin's "retry": back to its queue as it is): it resumes.
+    [raw] = r.zrange(K.dead, 0, -1)
+    r.zrem(K.dead, raw)
+    r.lpush(K.queue("default"), raw)
+    assert called.run_next().decision.outcome is Outcome.SUCCESS
+    assert RUNS[token] == [0, 1, 2, 2, 3, 4]
+
+
+# -- throttles and time limits -----------------------------------------------------------------------
+
+HELD: dict[str, bool] = {}
+
+
+class Throttled(Walk):
+    throttle_on = [(lambda job: HELD.get(job.payload["args"][0], False), 30)]
+
+
+def test_a_throttle_that_holds_sends_the_job_to_the_schedule_after_its_backoff(make_processor, r):
+    called, token = make_processor(), new_token()
+    at(token, 2, lambda job: HELD.__setitem__(token, True))
+
+    before = time.time()
+    run = called.run(Throttled, token, 6)
+
+    assert RUNS[token] == [0, 1, 2] and run.decision.outcome is Outcome.RESCHEDULED
+    [(payload, due)] = scheduled(r)
+    assert before + 30 <= due <= time.time() + 30
+    # The thread is given back: the run ended, and the processor takes the next job.
+    assert not called.processor.ledger.busy and called.clear()
+    other = new_token()
+    called.run(Walk, other, 2)
+    assert RUNS[other] == [0, 1]
+    # Once due and the condition gone, it resumes after its last item.
+    HELD[token] = False
+    r.zadd(K.schedule, {r.zrange(K.schedule, 0, 0)[0]: time.time()})
+    assert called.sweep() == 1 and called.run_next().decision.outcome is Outcome.SUCCESS
+    assert RUNS[token] == list(range(6))
+
+
+def test_a_limiter_throttle_takes_a_place_per_item_and_reschedules_when_refused(make_processor, r):
+    limiter = Limiter.bucket(f"iteration-test-{new_token()}", 3, per=60)
+
+    class Limited(Walk):
+        throttle_on = [limiter]
+
+    called, token = make_processor(), new_token()
+
+    run = called.run(Limited, token, 5)
+
+    assert RUNS[token] == [0, 1, 2] and run.decision.outcome is Outcome.RESCHEDULED
+    [(_payload, due)] = scheduled(r)
+    assert due > time.time() + 1  # (the bucket's next place: when its minute ends)
+    assert saved(r, run.payload["jid"])["cursor"] == "2"
+
+
+def test_max_iteration_runtime_sends_the_job_back_with_its_cursor(make_processor, r):
+    class Short(Walk):
+        max_iteration_runtime = 1e-9  # (past after any item: one item a run)
+
+    called, token = make_processor(), new_token()
+    runs = [called.run(Short, token, 3)]
+    while runs[-1].decision.outcome is Outcome.RESCHEDULED:
+        runs.append(resume(called))
+
+    assert RUNS[token] == [0, 1, 2] and len(runs) == 4  # (the fourth finds nothing left, and completes)
+
+
+# -- cancellation ----------------------------------------------------------------------------------
+
+
+def test_a_cancelled_job_stops_at_the_next_item_calls_on_cancel_and_is_dead(make_processor, r):
+    called, token = make_processor(), new_token()
+
+    def cancelled(job):
+        _scope.running.get().cancelled = True  # (what the heartbeat does for a cancel request)
+
+    at(token, 1, cancelled)
+
+    run = called.run(Walk, token, 5)
+
+    assert RUNS[token] == [0, 1]
+    assert run.decision.outcome is Outcome.DEAD and called.ends() == ["ack"]  # (never retried)
+    assert RUNS[token + ":hooks"] == ["start", "stop", "cancel"]
+    assert not r.exists(K.iteration(run.payload["jid"]))
+
+
+# -- bad input -------------------------------------------------------------------------------------
+
+
+class NotPairs(IterableJob):
+    retry = 1
+
+    def build_enumerator(self, cursor=None):
+        return iter([1, 2, 3])
+
+    def each_iteration(self, item):
+        pass
+
+
+class BadCursor(IterableJob):
+    retry = 1
+
+    def build_enumerator(self, cursor=None):
+        return iter([("a", {1, 2})])
+
+    def each_iteration(self, item):
+        pass
+
+
+@pytest.mark.parametrize(("job", "said"), [(NotPairs, "yielded 1, not an (item, cursor) pair"),
+                                           (BadCursor, "a cursor JSON can't hold: {1, 2}")])
+def test_an_enumerator_that_yields_what_it_must_not_fails_the_job_naming_it(make_processor, job, said):
+    run = make_processor().run(job)
+
+    assert isinstance(run.error, IterationError) and said in str(run.error)
+    assert run.decision.outcome is Outcome.RETRY  # (failed as any job: retry, then dead)
+
+
+def test_an_iterable_job_that_defines_perform_fails_at_its_first_run_naming_it(make_processor, caplog):
+    with caplog.at_level(logging.WARNING):
+        class Performs(IterableJob):
+            def perform(self):
+                RUNS["performs"].append("ran")
+
+    assert "defines perform()" in caplog.text
+
+    run = make_processor().run(Performs)
+
+    assert isinstance(run.error, IterationError) and "Performs defines perform()" in str(run.error)
+    assert RUNS["performs"] == [] and run.decision.outcome is Outcome.RETRY
+
+
+# -- the other features ------------------------------------------------------------------------------
+
+
+def test_a_unique_job_keeps_its_lock_across_its_reschedules(make_processor, r):
+    called, token = make_processor(), new_token()
+    at(token, 1, stop_worker(called))
+
+    run = called.run(Walk, token, 4, unique_for=600)
+
+    lock = K.unique(run.payload["unique_digest"])
+    assert run.decision.outcome is Outcome.RESCHEDULED and r.exists(lock)
+    assert called.push(Walk, token, 4, unique_for=600) is not None  # (built, but refused by the lock:)
+    assert called.waiting() == 0
+    assert resume(called).decision.outcome is Outcome.SUCCESS and not r.exists(lock)
+
+
+def test_a_sealed_jobs_cursor_is_sealed(make_processor, r, settings):
+    called, token = make_processor(ENCRYPTION_KEYS=settings.COGWORKER["ENCRYPTION_KEYS"]), new_token()
+    at(token, 2, stop_worker(called))
+
+    run = called.run(Walk, token, 5, encrypt=True)
+
+    cursor = saved(r, run.payload["jid"])["cursor"]
+    assert "encrypted" in run.payload and cursor.startswith("v1.") and "2" != cursor
+    assert resume(called).decision.outcome is Outcome.SUCCESS and RUNS[token] == list(range(5))
+
+
+def test_a_sealed_cursor_copied_to_another_job_does_not_open(make_processor, r, settings):
+    called = make_processor(ENCRYPTION_KEYS=settings.COGWORKER["ENCRYPTION_KEYS"])
+    first, second = new_token(), new_token()
+    at(first, 1, stop_worker(called))
+    run = called.run(Walk, first, 5, encrypt=True)
+    called.stopping.clear()
+    other = called.push(Walk, second, 5, encrypt=True)
+    r.hset(K.iteration(other["jid"]), "cursor", saved(r, run.payload["jid"])["cursor"])
+    r.delete(K.schedule)
+
+    failed = called.run_next()
+
+    assert isinstance(failed.error, IterationError) and "saved cursor can't be read" in str(failed.error)
+    assert RUNS[second] == []
+
+
+def test_a_timeout_is_armed_anew_for_each_item(make_processor, r):
+    class Timed(Walk):
+        timeout = 30
+
+    called, token = make_processor(), new_token()
+    at(token, 0, lambda job: SEEN.setdefault(token, []).append(callable(_scope.running.get().extras.get("timeout"))))
+
+    assert called.run(Timed, token, 2).decision.outcome is Outcome.SUCCESS
+    assert SEEN[token] == [True]
