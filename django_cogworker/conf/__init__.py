@@ -113,6 +113,9 @@ class Config:
     # The HTTP port of /healthz and /readyz (engine/process/health.py); None: no health server.
     health_port: int | None = None
     health_host: str = "127.0.0.1"
+    # Per-class metrics history (features/history/): runs, failures and run times by the minute (72 h)
+    # and the hour (30 days) in Redis, written by each heartbeat; False: not counted.
+    metrics_history: bool = True
     tag: str = ""
     # The bearer token the metrics view accepts (``Authorization: Bearer <token>``); "" accepts
     # none, so only a logged-in user with the view permission can read it. Never shown in repr.

@@ -17,6 +17,7 @@ from .cancellation.hook import Cancellation
 from .encryption.hook import Encryption
 from .encryption.keys import ring_for
 from .expiry.hook import Expiry
+from .history.hook import History
 from .iteration.hook import Iteration
 from .limits import upkeep
 from .limits.gate import LimitGate
@@ -44,4 +45,5 @@ def build(parts: WorkerParts) -> list[Feature]:
     return [Expiry(redis, keys), Cancellation(redis, keys, Cancels()), ClassLimits(gate), InlineLimits(gate),
             RunLockRelease(RunLocks(redis, keys)), Results(ResultWriter(redis, keys, parts.identity), timeouts),
             Batches(redis, keys, config.batch_ttl), Encryption(ring), Progress(redis, keys),
-            Iteration(redis, keys, config, parts.retry, ring)]
+            Iteration(redis, keys, config, parts.retry, ring),
+            *([History(redis, keys)] if config.metrics_history else [])]

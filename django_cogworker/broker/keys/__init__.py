@@ -98,6 +98,14 @@ cancels                       hash    jid -> JSON {at, interrupt}: cancel reques
 stat:cancelled, stat:expired  string  jobs cancelled; jobs dropped at fetch, expired          -
 stat:replaced                 hash    reason (memory, jobs, rolling) -> worker processes      -
                                       that exited to be replaced (engine/process/caps.py)
+metrics:m:<yyyymmddHHMM>      hash    metrics history, one UTC minute (features/history/):    72 h past
+                                      ``<queue>|<class>|p`` runs, ``|f`` failed, ``|ms``       its end
+                                      run time summed, ``|b<i>`` runs in bucket i (queue and
+                                      class percent-encoded); HINCRBYed by each heartbeat
+metrics:h:<yyyymmddHH>        hash    the same, one UTC hour (written at the same flush)      30 d past
+metrics:total                 hash    ``<class>|ms``, ``<class>|b<i>`` since counting began   -
+                                      (the Prometheus run-time histogram)
+metrics:marks                 zset    deploy marks: JSON {label, id} -> Redis time (30 d)     -
 ============================  ======  ======================================================  =========
 
 "presence": :func:`presence_ttl` of the process's HEARTBEAT_INTERVAL (60 s with the default 5 s).
@@ -190,6 +198,8 @@ class Keys:
         self.stat_cancelled = p + "stat:cancelled"
         self.stat_expired = p + "stat:expired"
         self.stat_replaced = p + "stat:replaced"
+        self.history_totals = p + "metrics:total"
+        self.history_marks = p + "metrics:marks"
         self.iteration_longest = p + "iteration:longest"
 
     def filed_in(self, target: str) -> str:
@@ -335,6 +345,10 @@ class Keys:
     def progress(self, jid: str) -> str:
         return f"{self.prefix}progress:{jid}"
 
+    def history(self, stamp: str) -> str:
+        """One minute (``m:<yyyymmddHHMM>``) or hour (``h:<yyyymmddHH>``) of the metrics history."""
+        return f"{self.prefix}metrics:{stamp}"
+
     def iteration(self, jid: str) -> str:
         """An iterable job's saved cursor and counts (features/iteration/state.py)."""
         return f"{self.prefix}iteration:{jid}"
@@ -372,5 +386,5 @@ class Keys:
             self.stat_class_processed: "hash", self.stat_class_failed: "hash", self.stat_class_seconds: "hash",
             self.batches: "zset", self.batch_closing: "zset",
             self.limits: "zset", self.limit_specs: "hash", self.cancels: "hash",
-            self.stat_replaced: "hash", self.iteration_longest: "hash",
+            self.stat_replaced: "hash", self.history_totals: "hash", self.history_marks: "zset", self.iteration_longest: "hash",
         }

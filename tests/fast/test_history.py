@@ -1,0 +1,214 @@
+"""Metrics history (features/history/): runs counted in memory by minute, queue and class, written
+once a beat in one pipeline, read back with percentiles from the buckets; TTLs, the hour roll-up,
+clock jumps, odd names and a failed flush."""
+
+from __future__ import annotations
+
+import calendar
+import types
+
+import pytest
+import redis
+from helpers import free_port, round_trips
+
+from django_cogworker.broker.keys import Keys
+from django_cogworker.engine.fetch.contract import Unit
+from django_cogworker.engine.run.hooks import Decision, JobRun, Outcome
+from django_cogworker.engine.settle.settlement import ACK
+from django_cogworker.features.history import api
+from django_cogworker.features.history.buckets import BOUNDS_MS, BUCKETS, bucket_of, percentile
+from django_cogworker.features.history.hook import History
+from django_cogworker.features.history.recorder import HOUR_KEEP, MINUTE_KEEP, Recorder
+
+K = Keys()
+NOW = calendar.timegm((2026, 3, 14, 10, 30, 15))  # 10:30:15 UTC
+MINUTE = NOW - NOW % 60
+HOUR = NOW - NOW % 3600
+
+
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def recorder(clock: Clock, redis_now: float = NOW) -> Recorder:
+    """A Recorder on ``clock``, whose Redis TIME reads ``redis_now`` when the clock read 1000."""
+    rec = Recorder(K, monotonic=clock, redis_now=lambda _redis: redis_now + clock.t - 1000.0)
+    rec.anchor(redis_now + clock.t - 1000.0)
+    return rec
+
+
+def test_counts_run_times_and_percentiles_of_runs_of_known_duration_in_one_pipeline(rb, monkeypatch):
+    clock = Clock()
+    rec = recorder(clock)
+    for i in range(10):  # 10 runs of 200 ms, 2 failed
+        rec.record("default", "shop.Sync", 0.2, failed=i < 2)
+    for _ in range(90):
+        rec.record("default", "shop.Ping", 0.003, failed=False)
+    for _ in range(9):
+        rec.record("default", "shop.Ping", 0.040, failed=False)
+    rec.record("default", "shop.Ping", 2.0, failed=False)
+    trips = round_trips(monkeypatch)
+    rec.flush(rb)
+    assert trips["n"] == 1  # (anchored already: TIME isn't read again within a minute)
+    window = api.read(10, redis=rb, keys=K, now=NOW + 5)
+    sync, ping = window.classes["shop.Sync"], window.classes["shop.Ping"]
+    assert list(window.classes) == ["shop.Ping", "shop.Sync"]  # busiest by run time first: 2,630 ms, then 2,000
+    assert (sync.processed, sync.failed, sync.ms_total) == (10, 2, pytest.approx(2000.0))
+    assert sync.buckets[bucket_of(200)] == 10 and BOUNDS_MS[bucket_of(200)] == 250
+    # interpolated inside (100, 250] ms, as Prometheus' histogram_quantile does
+    assert (sync.p50, sync.p95, sync.p99) == (175.0, 242.5, 248.5)
+    assert (ping.processed, ping.failed, ping.ms_total) == (100, 0, pytest.approx(90 * 3 + 9 * 40 + 2000))
+    assert ping.p50 == pytest.approx(5 * 50 / 90, abs=1e-3)  # in (0, 5] ms
+    assert ping.p95 == pytest.approx(25 + 25 * 5 / 9, abs=1e-3)  # in (25, 50]
+    assert ping.p99 == 50.0
+    assert sync.document() == {"processed": 10, "failed": 2, "ms_p50": 175.0, "ms_p95": 242.5, "ms_p99": 248.5,
+                               "ms_mean": 200.0, "ms_total": 2000.0}
+    assert [p.processed for p in sync.series][-1] == 10 and sum(p.processed for p in sync.series) == 10
+
+
+def test_percentiles_of_empty_and_slowest_buckets():
+    assert percentile([0] * BUCKETS, 0.5) is None
+    slow = [0] * BUCKETS
+    slow[-1] = 3  # past a minute
+    assert percentile(slow, 0.99) == 60_000.0
+    assert bucket_of(5) == 0 and bucket_of(5.001) == 1 and bucket_of(10 ** 9) == BUCKETS - 1
+
+
+def test_keys_live_72_hours_by_the_minute_and_30_days_by_the_hour_counted_from_their_own_slot(rb):
+    rec = recorder(Clock())
+    rec.record("default", "shop.Sync", 0.01, failed=False)
+    rec.flush(rb)
+    minute_key, hour_key = K.history("m:202603141030"), K.history("h:2026031410")
+    assert rb.exists(minute_key, hour_key) == 2
+    assert MINUTE + 60 + MINUTE_KEEP - NOW - 2 <= rb.ttl(minute_key) <= MINUTE + 60 + MINUTE_KEEP - NOW
+    assert HOUR + 3600 + HOUR_KEEP - NOW - 2 <= rb.ttl(hour_key) <= HOUR + 3600 + HOUR_KEEP - NOW
+    assert rb.ttl(K.history_totals) == -1  # (the Prometheus histogram's: counters since counting began)
+
+
+def test_the_hour_holds_the_sum_of_its_minutes_and_long_windows_read_it(rb):
+    clock = Clock()
+    rec = recorder(clock)
+    rec.record("default", "shop.Sync", 0.2, failed=False)
+    clock.t += 60  # the next minute, same hour
+    rec.record("default", "shop.Sync", 0.2, failed=True)
+    rec.record("mail", "shop.Sync", 0.02, failed=False)
+    rec.flush(rb)
+    assert rb.hget(K.history("m:202603141030"), "default|shop.Sync|p") == b"1"
+    assert rb.hget(K.history("m:202603141031"), "default|shop.Sync|p") == b"1"
+    assert rb.hget(K.history("h:2026031410"), "default|shop.Sync|p") == b"2"
+    by_minute = api.read(120, redis=rb, keys=K, now=NOW + 60)
+    by_hour = api.read(24 * 60, redis=rb, keys=K, now=NOW + 60)
+    assert (by_minute.step, by_hour.step) == (60, 3600)
+    for window in (by_minute, by_hour):
+        sync = window.classes["shop.Sync"]
+        assert (sync.processed, sync.failed) == (3, 1) and window.queues == ["default", "mail"]
+    assert api.read(120, queue="mail", redis=rb, keys=K, now=NOW + 60).classes["shop.Sync"].processed == 1
+    assert api.read(120, job_class="shop.Other", redis=rb, keys=K, now=NOW + 60).classes == {}
+
+
+def test_a_jump_of_the_hosts_clock_changes_nothing_and_one_of_redises_never_deletes_a_minute(rb, monkeypatch):
+    clock = Clock()
+    rec = recorder(clock)
+    rec.record("default", "shop.Sync", 0.01, failed=False)
+    rec.flush(rb)
+    # This host's wall clock stepped a day ahead: runs are still filed by Redis's clock.
+    monkeypatch.setattr("time.time", lambda: NOW + 86_400.0)
+    rec.record("default", "shop.Sync", 0.01, failed=False)
+    # Then Redis's own clock jumps 4 days ahead before the flush: the minute's counts are past its
+    # 72 h and are dropped, not written with an EXPIRE in the past (which would delete the minute).
+    clock.t += 1
+    rec.anchor(NOW + 4 * 86_400 + 1)
+    rec.record("default", "shop.Sync", 0.01, failed=False)  # (now filed 4 days later)
+    rec.flush(rb)
+    assert rb.hget(K.history("m:202603141030"), "default|shop.Sync|p") == b"1"
+    assert rb.hget(K.history("h:2026031410"), "default|shop.Sync|p") == b"2"
+    assert rb.hget(K.history("m:202603181030"), "default|shop.Sync|p") == b"1"
+    assert not rb.exists(K.history("m:202603151030"))
+
+
+@pytest.mark.parametrize("name", ["shop.A|b", "two\nlines", "ünïcödé", "lone \ud800 surrogate", "%41|p"])
+def test_odd_class_and_queue_names_are_safe_in_fields_and_read_back_as_they_were(rb, name):
+    rec = recorder(Clock())
+    rec.record("q|x", name, 0.01, failed=True)
+    rec.record("default", "shop.Plain", 0.01, failed=False)
+    rec.flush(rb)
+    fields = rb.hkeys(K.history("m:202603141030"))
+    assert all(f.isascii() and f.count(b"|") == 2 for f in fields)
+    window = api.read(5, redis=rb, keys=K, now=NOW)
+    assert set(window.classes) == {name, "shop.Plain"} and window.queues == ["default", "q|x"]
+    assert (window.classes[name].processed, window.classes[name].failed) == (1, 1)
+    assert window.classes["shop.Plain"].failed == 0
+
+
+def test_a_failed_flush_keeps_its_counts_for_the_next_one_and_counts_none_twice(rb):
+    rec = recorder(Clock())
+    rec.record("default", "shop.Sync", 0.2, failed=False)
+    away = redis.Redis(port=free_port(), socket_connect_timeout=0.2)
+    with pytest.raises(redis.ConnectionError):
+        rec.flush(away)
+    rec.record("default", "shop.Sync", 0.2, failed=False)
+    rec.flush(rb)
+    rec.flush(rb)
+    assert api.read(5, redis=rb, keys=K, now=NOW).classes["shop.Sync"].processed == 2
+
+
+def test_a_key_of_the_wrong_type_is_moved_aside_and_the_counts_go_to_a_fresh_one(rb):
+    rec = recorder(Clock())
+    rb.set(K.history("m:202603141030"), "planted")
+    rec.record("default", "shop.Sync", 0.2, failed=False)
+    rec.flush(rb)
+    rec.flush(rb)
+    assert rb.hget(K.history("m:202603141030"), "default|shop.Sync|p") == b"1"
+    assert rb.hget(K.history("h:2026031410"), "default|shop.Sync|p") == b"1"
+    assert len(rb.keys(K.quarantine_prefix + "*")) == 1
+
+
+def _run(outcome: Outcome, failure: bool, ran: bool, cls: object = object) -> JobRun:
+    run = JobRun(Unit(b"{}", "default"), {"class": "shop.Sync"}, cls, "jid", "shop.Sync",
+                 started=1.0 if ran else None, elapsed=0.2)
+    run.decision = Decision(outcome, ACK, failure=failure)
+    return run
+
+
+def test_the_feature_counts_what_the_stats_count_and_flushes_from_its_chore(rb):
+    feature = History(rb, K, recorder(Clock()))
+    assert feature.applies(object) and not feature.applies(None)
+    for run in (_run(Outcome.SUCCESS, False, True), _run(Outcome.RETRY, True, True),
+                _run(Outcome.DEAD, True, False),  # (failed before its run: a before hook raised)
+                _run(Outcome.RESCHEDULED, False, True),  # (over a limit: not counted)
+                _run(Outcome.DEAD, False, False)):  # (dropped unrun: expired, cancelled)
+        feature.after(run)
+    (chore,) = feature.chores()
+    chore(rb)
+    sync = api.read(5, redis=rb, keys=K, now=NOW).classes["shop.Sync"]
+    assert (sync.processed, sync.failed) == (3, 2)
+
+
+def test_deploy_marks_are_kept_with_their_time_and_read_in_their_window(rb):
+    api.add_mark("deploy 1.4.2", redis=rb, keys=K, now=NOW - 30)
+    api.add_mark("deploy 1.4.2", redis=rb, keys=K, now=NOW - 7200)  # (the same label twice: two marks)
+    with pytest.raises(ValueError):
+        api.add_mark("  ", redis=rb, keys=K)
+    assert [(m.at, m.label) for m in api.read(10, redis=rb, keys=K, now=NOW).marks] == [(NOW - 30, "deploy 1.4.2")]
+    assert len(api.read(180, redis=rb, keys=K, now=NOW).marks) == 2
+    api.add_mark("later", redis=rb, keys=K, now=NOW - 7200 + HOUR_KEEP + 1)  # (marks older than 30 days go)
+    assert rb.zcard(K.history_marks) == 2
+
+
+def test_history_is_off_with_its_setting():
+    from django_cogworker.conf import build_config
+    from django_cogworker.engine.run.hooks import WorkerParts
+    from django_cogworker.features import standard
+
+    def names(config):
+        parts = WorkerParts(config, types.SimpleNamespace(), K, "id", None)  # type: ignore[arg-type]
+        return [f.name for f in standard.build(parts)]
+
+    assert "history" in names(build_config({}))
+    assert "history" not in names(build_config({"METRICS_HISTORY": False}))
