@@ -9,6 +9,7 @@ now, for ``called.sweep()`` (the poller's round) to put it back in its queue.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import time
@@ -18,11 +19,16 @@ from typing import Any
 import pytest
 from engine_fixtures import RUNS, make_processor_fixture, new_token  # noqa: F401 - the make_processor fixture
 
-from django_cogworker import IterableJob, Limiter
+from django_cogworker import Batch, ConfigError, InvalidArgument, IterableJob, Limiter
 from django_cogworker.broker.keys import Keys
+from django_cogworker.conf import build_config
+from django_cogworker.engine.run.timeouts import Timeouts
 from django_cogworker.features import Outcome
 from django_cogworker.features.iteration import IterationError
+from django_cogworker.features.iteration.hook import Iteration
 from django_cogworker.push import scope as _scope
+from testproject.demo.jobs import BatchCallbackJob
+from testproject.demo.models import Receipt
 
 K = Keys()
 # (token, item) -> what the job does once that item is done (set the stopping event, raise...)
@@ -69,6 +75,16 @@ class Walk(IterableJob):
 
     def on_cancel(self):
         RUNS[self.token() + ":hooks"].append("cancel")
+
+
+class Rows(Walk):
+    """Walks the demo's receipts on one database, by primary key, two a query."""
+
+    def build_enumerator(self, token, alias, cursor=None):
+        return self.queryset_enumerator(Receipt.objects.using(alias).all(), cursor=cursor, batch_size=2)
+
+    def each_iteration(self, row, token, alias):
+        super().each_iteration(row.pk, token, alias)
 
 
 class EveryThree(Walk):
@@ -424,3 +440,100 @@ def test_a_timeout_is_armed_anew_for_each_item(make_processor, r):
 
     assert called.run(Timed, token, 2).decision.outcome is Outcome.SUCCESS
     assert SEEN[token] == [True]
+
+
+def test_a_batch_counts_an_iterable_job_once_and_calls_back_when_it_completes(make_processor, r):
+    called, token, key = make_processor(), new_token(), f"iteration-batch-{new_token()}"
+    at(token, 1, stop_worker(called))
+    batch = Batch()
+    batch.on("success", BatchCallbackJob, key=key)
+    with batch.jobs():
+        Walk.perform_async(token, 4)
+
+    assert called.run_next().decision.outcome is Outcome.RESCHEDULED
+    assert Batch.status(batch.bid)["pending"] == 1 and called.waiting() == 0  # (no callback yet)
+
+    assert resume(called).decision.outcome is Outcome.SUCCESS
+    assert Batch.status(batch.bid)["pending"] == 0
+    [callback] = called.drain()  # (its one callback, delivered once)
+    assert callback.payload["class"] == BatchCallbackJob.name and r.lrange(key, 0, -1) != []
+    assert RUNS[token] == [0, 1, 2, 3]
+
+
+@pytest.mark.django_db(databases=["default", "pg"])
+@pytest.mark.parametrize("db_alias", ["default", "pg"])
+def test_a_queryset_job_stopped_by_a_term_resumes_after_its_last_row(make_processor, r, db_alias):
+    rows = [Receipt.objects.using(db_alias).create(order_id=i, sent_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
+            for i in range(7)]
+    called, token = make_processor(), new_token()
+    at(token, rows[2].pk, stop_worker(called))
+
+    run = called.run(Rows, token, db_alias)
+
+    assert RUNS[token] == [row.pk for row in rows[:3]] and run.decision.outcome is Outcome.RESCHEDULED
+    assert saved(r, run.payload["jid"])["cursor"] == str(rows[2].pk)
+    assert resume(called).decision.outcome is Outcome.SUCCESS
+    assert RUNS[token] == [row.pk for row in rows]
+
+
+def test_its_progress_rides_its_checkpoint_with_the_enumerators_length(make_processor, r):
+    called, token = make_processor(), new_token()
+    at(token, 3, stop_worker(called))
+
+    run = called.run(Walk, token, 8)
+
+    progress = r.hgetall(K.progress(run.payload["jid"]))
+    assert progress["done"] == "4" and progress["total"] == "8"
+
+
+# -- the setting, the startup warning, the timeout's re-arm -----------------------------------------
+
+
+@pytest.mark.parametrize("value", [0, -1, "1", None])
+def test_a_bad_iteration_checkpoint_setting_is_refused_at_startup_naming_it(value):
+    with pytest.raises(ConfigError, match=r'COGWORKER\["ITERATION_CHECKPOINT"\] must be a positive number'):
+        build_config({"ITERATION_CHECKPOINT": value})
+
+
+def test_a_bad_class_option_is_refused_as_the_class_is_defined():
+    with pytest.raises(InvalidArgument, match=r"Bad.checkpoint_every must be a whole number above 0"):
+        class Bad(Walk):
+            checkpoint_every = 0
+    with pytest.raises(InvalidArgument, match=r"throttle_on\[0\]'s condition must be a callable or a Limiter"):
+        class Worse(Walk):
+            throttle_on = [("lag", 5)]
+
+
+def test_a_worker_warns_at_startup_of_a_class_whose_longest_iteration_is_past_the_shutdown_timeout(
+        make_processor, r, caplog):
+    config = make_processor(SHUTDOWN_TIMEOUT=25).config
+    r.hset(K.iteration_longest, mapping={"shop.jobs.Reindex": "41.5", "shop.jobs.Quick": "0.2"})
+
+    with caplog.at_level(logging.WARNING, logger="django_cogworker.features.iteration.hook"):
+        Iteration(r, K, config).start()
+
+    [record] = caplog.records
+    assert "shop.jobs.Reindex" in record.message and "41.5s" in record.message and "(25.0s)" in record.message
+
+
+def test_a_run_records_its_classs_longest_iteration(make_processor, r):
+    class Slow(Walk):
+        name = f"iteration-slow-{new_token()}"
+
+    called, token = make_processor(), new_token()
+    at(token, 1, lambda job: time.sleep(0.02))
+
+    called.run(Slow, token, 3)
+
+    assert float(r.hget(K.iteration_longest, Slow.name)) >= 0.02
+
+
+def test_a_timeout_rearmed_is_watched_for_its_whole_length_from_then():
+    now = [100.0]
+    timeouts = Timeouts(clock=lambda: now[0])
+    token = timeouts.arm(5.0, "j")
+    now[0] = 104.0
+
+    timeouts.rearm(token)
+
+    assert timeouts._check(now[0]) == pytest.approx(5.0)  # (due 5 s from the re-arm, not 1 s)
