@@ -161,6 +161,19 @@ class GatedJob(Job):
         _record(key, f"end:{self.jid}")
 
 
+class ProgressJob(Job):
+    """Report 0 of `total`, then `done` of `total` with `note` every 50 ms until the Redis key `gate`
+    exists (`seconds` at most): a running job with a bar, a note and an ETA (issue 45; the admin's
+    busy page in tests/workers/test_progress_browser.py)."""
+
+    def perform(self, gate, done, total, note="", seconds=60.0):
+        self.progress(0, total)
+        deadline = time.monotonic() + seconds
+        while not get_redis().exists(gate) and time.monotonic() < deadline:
+            self.progress(done, total, note)
+            time.sleep(0.05)
+
+
 class FailJob(Job):
     """Always raises RuntimeError(message)."""
 

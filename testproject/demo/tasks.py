@@ -102,3 +102,14 @@ def secret_task(key, secret):
 
     get_redis().rpush(key, seen(secret))
     return "ok"
+
+
+@task
+def counting(key, total):
+    """Report each of `total` steps done (``report_progress``), RPUSH key "done", return `total`."""
+    from django_cogworker.tasks import report_progress
+
+    for n in range(1, total + 1):
+        report_progress(n, total, note=f"step {n}")
+    get_redis().rpush(key, "done")
+    return total
