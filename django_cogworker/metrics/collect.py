@@ -13,9 +13,11 @@ from __future__ import annotations
 import time
 
 from .. import api
+from ..api._base import _defaults
 from ..broker.keys import Keys
 from ..broker.types import RedisClient
 from ..features.batches import metrics as batch_metrics
+from ..features.history import metrics as history_metrics
 from ..features.limits import metrics as limit_metrics
 from .exposition import Family
 
@@ -119,11 +121,11 @@ def _outbox(now: float) -> list[Family]:
 def _classes(redis: RedisClient | None, keys: Keys | None) -> list[Family]:
     processed = Family("cogworker_job_processed_total", "counter", "Runs of the job class (failed ones included).")
     failed = Family("cogworker_job_failed_total", "counter", "Failed runs of the job class.")
-    duration = Family("cogworker_job_duration_seconds", "summary", "Time the runs of the job class took.")
-    for row in api.JobClassStats.all(redis=redis, keys=keys):
+    rows = api.JobClassStats.all(redis=redis, keys=keys)
+    for row in rows:
         label = {"class": row.job_class}  # (a keyword in Python, the usual label name in job exporters)
         processed.add(row.processed, **label)
         failed.add(row.failed, **label)
-        duration.add(round(row.seconds, 6), "_sum", **label)
-        duration.add(row.processed, "_count", **label)
-    return [processed, failed, duration]
+    # (the run-time histogram, from the metrics history's buckets: features/history/metrics.py)
+    redis, keys = _defaults(redis, keys)
+    return [processed, failed, history_metrics.duration_family(rows, redis, keys)]

@@ -16,13 +16,13 @@ from collections.abc import Iterable, Mapping
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 _LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
-TYPES = ("counter", "gauge", "summary", "untyped")
+TYPES = ("counter", "gauge", "summary", "histogram", "untyped")
 
 
 @dataclasses.dataclass
 class Family:
     """One metric: its HELP and TYPE lines, and its samples ``(suffix, labels, value)``; the suffix
-    is "" but for a summary's ``_sum`` and ``_count``."""
+    is "" but for a summary's or a histogram's ``_sum`` and ``_count`` (and a histogram's ``_bucket``)."""
 
     name: str
     type: str

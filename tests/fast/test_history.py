@@ -212,3 +212,53 @@ def test_history_is_off_with_its_setting():
 
     assert "history" in names(build_config({}))
     assert "history" not in names(build_config({"METRICS_HISTORY": False}))
+
+
+def test_prometheus_gets_a_run_time_histogram_per_class_whose_inf_bucket_is_its_count(rb):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from django_cogworker.engine.settle.stats import Stats
+    from django_cogworker.metrics.collect import collect
+    from django_cogworker.metrics.exposition import render
+
+    stats, rec = Stats(K), recorder(Clock())
+    for seconds in (0.003, 0.2, 0.2, 2.0):
+        stats.job_done(False, 'we"ird\nclass', seconds)
+        rec.record("default", 'we"ird\nclass', seconds, failed=False)
+    stats.job_done(False, "shop.Uncounted", 0.5)  # (counted before the history was on)
+    stats.flush(rb)
+    rec.flush(rb)
+    page = render(collect(redis=rb, keys=K))
+    (family,) = [f for f in text_string_to_metric_families(page) if f.name == "cogworker_job_duration_seconds"]
+    assert family.type == "histogram"
+    got = {(s.name, s.labels["class"], s.labels.get("le")): s.value for s in family.samples}
+    weird = 'we"ird\nclass'
+    assert got["cogworker_job_duration_seconds_bucket", weird, "0.005"] == 1
+    assert got["cogworker_job_duration_seconds_bucket", weird, "0.1"] == 1
+    assert got["cogworker_job_duration_seconds_bucket", weird, "0.25"] == 3
+    assert got["cogworker_job_duration_seconds_bucket", weird, "2.5"] == 4
+    assert got["cogworker_job_duration_seconds_bucket", weird, "+Inf"] == 4
+    assert got["cogworker_job_duration_seconds_count", weird, None] == 4
+    assert got["cogworker_job_duration_seconds_sum", weird, None] == pytest.approx(2.403)
+    assert got["cogworker_job_duration_seconds_bucket", "shop.Uncounted", "+Inf"] == 1
+    assert got["cogworker_job_duration_seconds_sum", "shop.Uncounted", None] == pytest.approx(0.5)
+    assert ("cogworker_job_duration_seconds_bucket", "shop.Uncounted", "0.5") not in got
+
+
+def test_prometheus_shows_the_histogram_of_the_classes_the_other_per_class_series_show(rb, monkeypatch):
+    from django_cogworker.api import stats as api_stats
+    from django_cogworker.engine.settle.stats import Stats
+    from django_cogworker.metrics.collect import collect
+
+    stats, rec = Stats(K), recorder(Clock())
+    for n in range(5):
+        for _ in range(n + 1):
+            stats.job_done(False, f"shop.Job{n}", 0.01)
+            rec.record("default", f"shop.Job{n}", 0.01, failed=False)
+    stats.flush(rb)
+    rec.flush(rb)
+    monkeypatch.setitem(api_stats.JobClassStats.all.__func__.__kwdefaults__, "limit", 2)  # (CLASS_LIMIT: 2)
+    families = {f.name: f for f in collect(redis=rb, keys=K)}
+    shown = {labels["class"] for _suffix, labels, _value in families["cogworker_job_duration_seconds"].samples}
+    processed = {labels["class"] for _suffix, labels, _value in families["cogworker_job_processed_total"].samples}
+    assert shown == processed == {"shop.Job4", "shop.Job3"}
