@@ -38,7 +38,7 @@ QUICK = True
 PARAMS = {"iteration_rows": (2_000, 100_000), "iteration_reps": (1, 3)}
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/postgres"
 ALIAS = "iter"  # (benchproject/settings.py: this process's own database)
-# The floor's batch: the queryset enumerator's default (set from it once it is imported, in run).
+# The floor's batch: the queryset enumerator's default (features/iteration/enumerators.py), checked in run.
 FLOOR_BATCH = 100
 WAYS = ("floor", "enumerator", "checkpoint_default", "checkpoint_every_item")
 
@@ -63,6 +63,9 @@ def run(bench: Any, p: dict[str, Any] | None = None, log: Any = _log) -> dict[st
                            "generate_series(1, %s) AS i", [rows])
             cursor.execute("VACUUM ANALYZE bench_iter_item")
         server = connections[ALIAS].cursor().connection.info.server_version
+        from django_cogworker.features.iteration.enumerators import DEFAULT_BATCH
+
+        assert DEFAULT_BATCH == FLOOR_BATCH, "the floor fetches the rows as the enumerator does"
         ways = _ways(bench)
         times: dict[str, list[float]] = {way: [] for way in ways}
         trips: dict[str, list[float]] = {way: [] for way in ways}
@@ -90,20 +93,65 @@ def run(bench: Any, p: dict[str, Any] | None = None, log: Any = _log) -> dict[st
             conn.execute(f"DROP DATABASE IF EXISTS {database}")
 
 
-def consume(item: Any, sink: list[int]) -> None:
-    """What every way does with a row: reads a column (the floor of any real work)."""
-    sink[0] += item.n
-
-
 def _ways(bench: Any) -> dict[str, Callable[[], tuple[float, int]]]:
     """Each way: a call that walks every row once and returns (seconds, rows walked)."""
-    return {"floor": _floor}
+    from benchproject import iteration_jobs as jobs
+
+    called = _Called(bench)
+    return {"floor": _floor, "enumerator": lambda: called.walk(jobs.IterRowsUnsaved),
+            "checkpoint_default": lambda: called.walk(jobs.IterRows),
+            "checkpoint_every_item": lambda: called.walk(jobs.IterRowsEveryItem)}
+
+
+class _Called:
+    """A Processor built from its parts as a worker builds it (its fetch on the bench's Redis, the
+    package's features, the retry policy), called on the bench's thread: no Manager, no fetcher
+    thread. ``walk`` pushes one job, takes it as the fetcher would and processes it to its end."""
+
+    def __init__(self, bench: Any):
+        from django_cogworker.broker.keys import for_config
+        from django_cogworker.engine.fetch.ledger import Ledger
+        from django_cogworker.engine.fetch.registry import make_fetch
+        from django_cogworker.engine.process.launcher import new_identity, run_job
+        from django_cogworker.engine.run.factories import build_features, load_features, step_runners
+        from django_cogworker.engine.run.hooks import Plans, WorkerParts
+        from django_cogworker.engine.run.processor import Processor
+        from django_cogworker.engine.settle.queue import SettlementQueue
+        from django_cogworker.engine.settle.retry import RetryPolicy
+        from django_cogworker.engine.settle.settling import Settler
+        from django_cogworker.engine.settle.stats import Stats
+        from django_cogworker.push import runtime
+
+        config, redis = runtime.get_config(), runtime.get_redis()
+        keys = for_config(config)
+        self.keys, self.redis = keys, redis
+        retry = RetryPolicy(config)
+        self.fetch = make_fetch(config, redis, keys, new_identity())
+        features = build_features(load_features(config), WorkerParts(config, redis, keys, "bench", retry))
+        settler = Settler(self.fetch, retry, runners=step_runners(features))
+        self.processor = Processor(0, ledger=Ledger(), settlements=SettlementQueue(settler), retry=retry,
+                                   stats=Stats(keys), server_chain=run_job, plans=Plans(features))
+
+    def walk(self, job: Any) -> tuple[float, int]:
+        from benchproject.iteration_jobs import SINK
+
+        SINK[:] = [0, 0]
+        jid = job.perform_async()
+        units = self.fetch.retrieve(1)
+        assert len(units) == 1, units
+        t = time.perf_counter()
+        run = self.processor.process(units[0])
+        seconds = time.perf_counter() - t
+        assert run is not None and run.error is None and run.payload["jid"] == jid, run
+        assert self.redis.llen(self.fetch.in_progress) == 0 and not self.redis.exists(self.keys.iteration(jid))
+        return seconds, SINK[1]
 
 
 def _floor() -> tuple[float, int]:
+    from benchproject.iteration_jobs import consume
     from benchproject.models import BenchItem
 
-    sink, last, walked = [0], 0, 0
+    sink, last = [0, 0], 0
     rows = BenchItem.objects.using(ALIAS).order_by("pk")
     t = time.perf_counter()
     while True:
@@ -112,9 +160,8 @@ def _floor() -> tuple[float, int]:
             break
         for item in batch:
             consume(item, sink)
-            walked += 1
         last = batch[-1].pk
-    return time.perf_counter() - t, walked
+    return time.perf_counter() - t, sink[1]
 
 
 def report(res: dict[str, Any]) -> str:

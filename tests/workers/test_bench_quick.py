@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.serial
 
 SECTIONS = ("meta", "machine", "versions", "enqueue", "drain", "latency", "idle", "scheduled", "memory", "scale",
-            "batches", "limits", "outbox")
+            "batches", "limits", "outbox", "iteration")
 
 
 def _numbers(obj, where=""):
@@ -169,6 +169,20 @@ def test_outbox_off_and_on_and_the_relay(results):
     # (Every row of the backlog relayed and found in its queue: the section checks it, an error otherwise.)
     _positive(box["relay"]["jobs_per_s"], "outbox.relay.jobs_per_s")
     assert box["relay"]["backlog"] > 0
+
+
+def test_iteration_floor_enumerator_and_checkpoints(results):
+    it = results["iteration"]
+    assert it["rows"] == results["meta"]["params"]["iteration_rows"] and it["batch"] > 0
+    for way in ("floor", "enumerator", "checkpoint_default", "checkpoint_every_item"):
+        _positive(it[way]["us_per_item"], f"iteration.{way}.us_per_item")
+        assert len(it[way]["us_per_item_all"]) == it["reps"] >= 1
+    # (Every row walked once by each way, and each job run to its end, its saved state gone: the
+    # section checks it, an error otherwise.) A checkpoint after every item is one round trip each;
+    # the floor makes none, and the default (at most one a second) a handful per run.
+    assert it["floor"]["redis_round_trips_per_item"] == 0
+    assert it["checkpoint_every_item"]["redis_round_trips_per_item"] >= 1
+    assert it["checkpoint_default"]["redis_round_trips_per_item"] < 0.1
 
 
 def test_per_stage_costs_count_the_job_s_own_redis_calls_as_the_job_and_leave_start_up_out():
