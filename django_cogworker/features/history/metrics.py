@@ -30,7 +30,7 @@ def totals(redis: RedisClient, keys: Keys) -> dict[str, tuple[list[int], float]]
             raise
         return {}
     found: dict[str, tuple[list[int], float]] = {}
-    for name, value in raw.items():  # type: ignore[union-attr]
+    for name, value in raw.items():
         text = name.decode("ascii", "replace") if isinstance(name, bytes) else str(name)
         job_class, _, what = text.rpartition("|")
         if not job_class:

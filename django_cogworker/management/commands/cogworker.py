@@ -1,5 +1,5 @@
 """``manage.py cogworker ACTION``: look at and act on queues, sets, processes, periodic entries, batches,
-limiters and jobs (cancel).
+limiters, jobs (cancel) and the metrics history (metrics; mark).
 
 The edge only: arguments in, ``cli.listings`` / ``cli.actions`` (through ``api``), text out.
 Exit codes: 0 done; 1 something named isn't there or was refused (the rest was done); 2 a
@@ -21,7 +21,7 @@ from ...cli import actions, checks, listings
 from ...cli.output import FAILED, USAGE, as_json, table
 
 LISTINGS = ("stats", "queues", "processes", "busy", "scheduled", "retries", "dead", "periodic", "batches", "limits",
-            "outbox")
+            "outbox", "metrics")
 
 
 def _limit(text: str) -> int:
@@ -30,6 +30,13 @@ def _limit(text: str) -> int:
     value = int(text)
     if not 1 <= value <= api.MAX_PER_PAGE:
         raise argparse.ArgumentTypeError(f"must be from 1 to {api.MAX_PER_PAGE} (use --page for more)")
+    return value
+
+
+def _minutes(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 30 * 24 * 60:
+        raise argparse.ArgumentTypeError("must be from 1 to 43200 (30 days)")
     return value
 
 
@@ -42,8 +49,8 @@ def _page(text: str) -> int:
 
 class Command(BaseCommand):
     help = ("Look at and act on cogworker: stats, queues, processes, busy, scheduled, retries, dead, periodic, "
-            "batches, limits, outbox; pause/unpause and clear queues; retry/delete and cancel jobs; quiet/stop "
-            "processes; genkey prints a key for ENCRYPTION_KEYS.")
+            "batches, limits, outbox, metrics; pause/unpause and clear queues; retry/delete and cancel jobs; "
+            "quiet/stop processes; mark a deploy on the metrics history; genkey prints a key for ENCRYPTION_KEYS.")
     # Run by handle, as each action needs (cli/checks.py): all of them first locked out genkey and
     # the listings whenever a check failed, E020's "run `cogworker genkey`" included.
     requires_system_checks: list[str] = []
@@ -81,6 +88,11 @@ class Command(BaseCommand):
                                                          "to reach Redis, the oldest's age")
         sub.add_parser("limits", parents=[listing, paged], help="limiter keys, the most recently used first: in "
                                                                  "use, holders, refusals, reschedules")
+        p = sub.add_parser("metrics", parents=[listing], help="the metrics history: per job class, runs, failures, "
+                                                              "run time and its p50/p95/p99, over the last minutes")
+        p.add_argument("--minutes", type=_minutes, default=60, help="the window (default 60; over 360 read by the "
+                                                                    "hour; at most 43200, 30 days)")
+        p.add_argument("--class", dest="job", metavar="NAME", help="only this job class (dotted name)")
 
         for verb, what in (("pause", "no process fetches from these queues"), ("unpause", "fetch from them again")):
             p = sub.add_parser(verb, help=f"{verb} queues: {what} (from each process's next heartbeat)")
@@ -101,6 +113,8 @@ class Command(BaseCommand):
         p.add_argument("jid", metavar="JID")
         p.add_argument("--interrupt", action="store_true", help="a running job: raise Cancelled in its thread "
                                                                  "instead of asking it to stop")
+        p = sub.add_parser("mark", help='mark now in the metrics history ("deploy 1.4.2"): a line on its charts')
+        p.add_argument("label", metavar="LABEL")
         sub.add_parser("genkey", help="print a new key for COGWORKER['ENCRYPTION_KEYS'] (32 random bytes, URL-safe "
                                       "base64); nothing is stored or sent")
         for verb in ("quiet", "stop"):
@@ -157,6 +171,10 @@ class Command(BaseCommand):
             shown = listings.periodic(options["page"], options["limit"])
         elif action == "limits":
             shown = listings.limits(options["page"], options["limit"])
+        elif action == "metrics":
+            from ...features.history.cli import listing as history_listing
+
+            shown = history_listing(options["minutes"], options["job"])
         elif action == "outbox":
             from ...outbox.cli import listing as outbox_listing
 
@@ -186,6 +204,10 @@ class Command(BaseCommand):
                                       every=options["every"], yes=options["yes"])
         if action == "cancel":
             return actions.cancel(options["jid"], interrupt=options["interrupt"])
+        if action == "mark":
+            from ...features.history.cli import mark
+
+            return mark(options["label"])
         if action in ("quiet", "stop"):
             return actions.signal(action, options["identities"], every=options["every"])
         raise CommandError(f"unknown action {action!r}", returncode=USAGE)
