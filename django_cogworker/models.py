@@ -98,8 +98,16 @@ class Outbox(_Page):
         verbose_name = verbose_name_plural = "outbox"
 
 
+class Metrics(_Page):
+    """The metrics history: classes by run time, percentiles, a chart each, deploy marks (read only;
+    features/history/)."""
+
+    class Meta(_Page.Meta):
+        verbose_name = verbose_name_plural = "metrics"
+
+
 # In the order of the pages' tab bar.
 PAGES: tuple[type[models.Model], ...] = (Dashboard, Queue, Busy, Scheduled, Retry, Dead, Batches, Limits,
-                                         Periodic, Quarantine, Outbox)
+                                         Metrics, Periodic, Quarantine, Outbox)
 # Pages without an action: listed with a "View" link, whatever the user may change.
-READ_ONLY_PAGES: tuple[type[models.Model], ...] = (Dashboard, Batches, Limits)
+READ_ONLY_PAGES: tuple[type[models.Model], ...] = (Dashboard, Batches, Limits, Metrics)

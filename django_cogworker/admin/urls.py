@@ -17,6 +17,7 @@ from django.urls.converters import get_converters
 
 from ..features.batches import admin_views as batch_views
 from ..features.cancellation import admin_views as cancel_views
+from ..features.history import admin_views as history_views
 from ..features.limits import admin_views as limit_views
 from ..outbox import admin_views as outbox_views
 from . import set_views, views
@@ -59,6 +60,7 @@ def page_urls(page: str, site: Any) -> list[Any]:
         "scheduled": view(set_views.sorted_set, page=page), "retry": view(set_views.sorted_set, page=page),
         "dead": view(set_views.sorted_set, page=page), "batches": view(batch_views.batches),
         "limits": view(limit_views.limits), "outbox": view(outbox_views.outbox),
+        "metrics": view(history_views.metrics),
     }[page]
     patterns = [path("", main, name=f"{name}_changelist")]
     if page == "queue":
