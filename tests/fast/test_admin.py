@@ -158,8 +158,8 @@ def test_the_admin_index_lists_the_dashboard_first_with_a_view_link(admin_client
         page = client.get("/admin/").content.decode()
         links = re.findall(rf'<a href="{BASE}([a-z]+)/" class="(viewlink|changelink)"', page)
         assert links[0] == ("dashboard", "viewlink"), links
-        assert [name for name, _ in links] == ["dashboard", "dead", "batches", "limits", "metrics", "outbox", "periodic",
-                                                "busy", "quarantine", "queue", "retry", "scheduled"]
+        assert [name for name, _ in links] == ["dashboard", "dead", "batches", "limits", "metrics", "outbox",
+                                                "periodic", "busy", "quarantine", "queue", "retry", "scheduled"]
     links = dict(re.findall(rf'<a href="{BASE}([a-z]+)/" class="(viewlink|changelink)"',
                             admin_client.get("/admin/").content.decode()))
     assert {name for name, kind in links.items() if kind == "changelink"} == {
