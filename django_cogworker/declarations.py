@@ -35,6 +35,8 @@ Check = Callable[[Any, str], Any]
 # ``on_push(payload, job_class, options, head, due)``: change the payload as it is built (options: the
 # push's own, ``set(...)``; head: the clear arguments a seal names; due: its perform_at time, or None).
 PushHook = Callable[[dict[str, Any], Any, Mapping[str, Any], Sequence[tuple[str, str]], "float | None"], None]
+# ``on_push_bulk(payloads, job_class, options)``: a bulk push's payloads, all built and given their jids.
+BulkPushHook = Callable[[Sequence[dict[str, Any]], Any, Mapping[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,9 @@ class Declaration:
     # ``pushes(job_class, options)``: whether ``on_push`` applies to pushes of this class with these options.
     pushes: Callable[[Any, Mapping[str, Any]], bool] | None = None
     on_push: PushHook | None = None
+    # A bulk push (``perform_bulk``): called once with all its payloads instead of ``on_push`` on each
+    # (one span for the push, the tracing's): None, ``on_push`` on each.
+    on_push_bulk: BulkPushHook | None = None
     # ``died(redis, keys, payload, error_class, message, batch_ttl)``: a job that ends off the job's path.
     died: Callable[..., None] | None = None
     provides: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
@@ -75,14 +80,21 @@ class Declared:
         self.by_name = {o.name: o for o in self.options}
         self.push_options = frozenset(o.name for o in self.options if o.push)
         self.rules = tuple(r for d in self.declarations for r in d.rules)
-        self.pushers = tuple((d.pushes, d.on_push) for d in self.declarations
+        self.pushers = tuple((d.pushes, d.on_push, d.on_push_bulk) for d in self.declarations
                              if d.pushes is not None and d.on_push is not None)
         self.deaths = tuple(d.died for d in self.declarations if d.died is not None)
         self.provided = {name: f for d in self.declarations for name, f in d.provides.items()}
 
     def push_hooks(self, job_class: Any, options: Mapping[str, Any]) -> tuple[PushHook, ...]:
         """The ``on_push`` hooks that apply to pushes of ``job_class`` with ``options``."""
-        return tuple(hook for pushes, hook in self.pushers if pushes(job_class, options))
+        return tuple(hook for pushes, hook, _ in self.pushers if pushes(job_class, options))
+
+    def bulk_push_hooks(self, job_class: Any, options: Mapping[str, Any]
+                        ) -> tuple[tuple[PushHook, ...], tuple[BulkPushHook, ...]]:
+        """A bulk push's hooks: those run on each payload, and those run once on all of them."""
+        applying = [(hook, bulk) for pushes, hook, bulk in self.pushers if pushes(job_class, options)]
+        return (tuple(hook for hook, bulk in applying if bulk is None),
+                tuple(bulk for _, bulk in applying if bulk is not None))
 
 
 _declared: Declared | None = None

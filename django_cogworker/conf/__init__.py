@@ -120,6 +120,9 @@ class Config:
     # The bearer token the metrics view accepts (``Authorization: Bearer <token>``); "" accepts
     # none, so only a logged-in user with the view permission can read it. Never shown in repr.
     metrics_token: str = dataclasses.field(default="", repr=False)
+    # OpenTelemetry traces of pushes and runs (features/tracing/), when opentelemetry-api is
+    # importable (the ``otel`` extra); False: none, nothing of OpenTelemetry imported.
+    tracing: bool = True
     # Keys of encrypted arguments (features/encryption/): the first seals, every one opens. Never shown.
     encryption_keys: tuple[str, ...] = dataclasses.field(default=(), repr=False)
 

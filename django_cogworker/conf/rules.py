@@ -81,7 +81,7 @@ def problems(cfg: Any) -> list[str]:
     if len(set(names)) != len(names):
         twice = ", ".join(map(repr, sorted({n for n in names if names.count(n) > 1}, key=str)))
         errors.append(f'COGWORKER["QUEUES"] must list each queue once, got {twice} more than once')
-    for field in ("strict_queues", "periodic_catch_up", "enqueue_on_commit", "outbox", "metrics_history"):
+    for field in ("strict_queues", "periodic_catch_up", "enqueue_on_commit", "outbox", "metrics_history", "tracing"):
         if not isinstance(getattr(cfg, field), bool):
             bad(field, "True or False")
     for field in ("concurrency", "dead_max_jobs", "max_orphanings", "periodic_catch_up_max"):

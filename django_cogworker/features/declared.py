@@ -16,6 +16,7 @@ from .iteration.declaration import DECLARATION as ITERATION
 from .limits.declaration import DECLARATION as LIMITS
 from .progress.declaration import DECLARATION as PROGRESS
 from .results.declaration import DECLARATION as RESULTS
+from .tracing.declaration import DECLARATION as TRACING
 
 
 def _open_batch(bid: str) -> Any:
@@ -43,4 +44,4 @@ def _died(redis: Any, keys: Any, payload: dict[str, Any], error: str, message: s
 
 BATCHES = Declaration("batches", died=_died, provides={"open_batch": _open_batch, "signature": _signature})
 
-STANDARD = (RESULTS, EXPIRY, LIMITS, ENCRYPTION, CANCELLATION, BATCHES, PROGRESS, ITERATION)
+STANDARD = (RESULTS, EXPIRY, LIMITS, ENCRYPTION, CANCELLATION, BATCHES, PROGRESS, ITERATION, TRACING)

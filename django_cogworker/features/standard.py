@@ -26,6 +26,7 @@ from .locks.hook import RunLockRelease
 from .progress.hook import Progress
 from .results.hook import Results
 from .results.writer import ResultWriter
+from .tracing import features as tracing
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,9 @@ def build(parts: WorkerParts) -> list[Feature]:
     # A job past its timeout under a supervisor (--processes) that ignores it: this process exits and
     # is replaced; alone, it can only log it (see engine/run/timeouts.py).
     timeouts = Timeouts(grace=config.timeout_grace, replace_when_stuck=parts.supervised)
-    return [Expiry(redis, keys), Cancellation(redis, keys, Cancels()), ClassLimits(gate), InlineLimits(gate),
+    # (Tracing first, when on: its span is the outermost around, holding the others' work and the run.)
+    return [*tracing(config),
+            Expiry(redis, keys), Cancellation(redis, keys, Cancels()), ClassLimits(gate), InlineLimits(gate),
             RunLockRelease(RunLocks(redis, keys)), Results(ResultWriter(redis, keys, parts.identity), timeouts),
             Batches(redis, keys, config.batch_ttl), Encryption(ring), Progress(redis, keys),
             Iteration(redis, keys, config, parts.retry, ring),

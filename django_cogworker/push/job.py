@@ -322,7 +322,7 @@ class JobSetter:
         """
         built = []
         first: dict[str, Any] | None = None
-        hooks = self.push_hooks
+        hooks, bulk_hooks = declared().bulk_push_hooks(self.job_class, self.options) if self.push_hooks else ((), ())
         for i, args in enumerate(items):
             kind = type(args)
             if kind is not tuple and kind is not list and (
@@ -348,6 +348,8 @@ class JobSetter:
             built.append(payload)
         for payload, jid in zip(built, payloads.new_jids(len(built)), strict=True):
             payload["jid"] = jid
+        for bulk_hook in bulk_hooks:  # (once on them all, jids given: the tracing's one span for the push)
+            bulk_hook(built, self.job_class, self.options)
         return self._client().push_bulk(built, on_commit=self.options.get("on_commit"))
 
 

@@ -1,0 +1,162 @@
+"""What talks to OpenTelemetry: the spans of a push and of a run, their attributes (the OpenTelemetry
+messaging conventions, ``messaging.*``, and the job's own, ``cogworker.*``), and the trace context
+written into a payload and read back from it.
+
+Imported only when tracing is on (features/tracing/__init__.py): this module imports the API.
+Spans go through the global tracer provider the project configured (none: the API's no-op one,
+which records nothing), the context through its global propagator (W3C trace context and baggage
+by default), each looked up as used: a provider set after the first push is the one used next.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+
+from ...push import payload as payloads
+from ...push import scope as push_scope
+from . import FIELD
+
+logger = logging.getLogger(__name__)
+
+SYSTEM = "cogworker"
+# The headers a payload's ``trace`` may hold, and the longest value of each taken (a W3C traceparent
+# is 55 characters; tracestate is at most 32 entries; baggage 8192 bytes by the W3C's limit).
+HEADERS = {"traceparent": 256, "tracestate": 4096, "baggage": 8192}
+# Members' traces a batch callback links to, at most (OpenTelemetry's SDK keeps 128 links a span).
+LINKS_MAX = 32
+
+_tracer: trace.Tracer | None = None
+_warned = False
+_warned_lock = threading.Lock()
+
+
+def tracer() -> trace.Tracer:
+    """The package's tracer (a proxy until the project sets a provider, then that provider's)."""
+    global _tracer
+    if _tracer is None:
+        from ... import __version__
+
+        _tracer = trace.get_tracer("django_cogworker", __version__)
+    return _tracer
+
+
+# -- the push side ------------------------------------------------------------------------------------
+
+
+def send(items: Sequence[dict[str, Any]], bulk: bool = False) -> None:
+    """One PRODUCER span ``send <queue>`` for ``items`` (one payload, or a ``bulk`` push's), a child of
+    the current span, whose context each payload carries in its ``trace`` field."""
+    if not items:
+        return
+    first = items[0]
+    queue = str(first.get("queue"))
+    attributes: dict[str, Any] = {
+        "messaging.system": SYSTEM, "messaging.operation.type": "send", "messaging.operation.name": "send",
+        "messaging.destination.name": queue, "cogworker.job.class": str(first.get("class")),
+    }
+    batch = push_scope.batch.get()
+    if batch is not None:  # (pushed in a jobs() block: its jid is the batch's to give, at the write)
+        attributes["cogworker.batch.id"] = str(batch.bid)
+    if bulk:
+        attributes["messaging.batch.message_count"] = len(items)
+    elif batch is None:
+        attributes["messaging.message.id"] = str(first.get("jid"))
+    with tracer().start_as_current_span(f"send {queue}", kind=SpanKind.PRODUCER, attributes=attributes):
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+    if carrier:  # (no provider configured: the no-op span has no context to carry)
+        for item in items:
+            item[FIELD] = dict(carrier)
+
+
+# -- the run side -------------------------------------------------------------------------------------
+
+
+def received(payload: dict[str, Any]) -> tuple[otel_context.Context | None, trace.SpanContext | None]:
+    """The context a run continues (its baggage with it) and its producer span's, from ``payload``'s
+    ``trace``; (None, None) when it has none. One that can't be read is ignored: logged once per
+    process, and the run starts a trace of its own."""
+    carried = payload.get(FIELD)
+    if carried is None:
+        return None, None
+    if not isinstance(carried, dict):
+        _garbage(payload, f"its {FIELD!r} field is not an object")
+        return None, None
+    carrier = {name: value for name, value in carried.items()
+               if name in HEADERS and isinstance(value, str) and len(value) <= HEADERS[name]}
+    try:
+        extracted = propagate.extract(carrier)
+    except Exception as exc:  # (a project's own propagator that raises on what it can't read)
+        _garbage(payload, f"its propagator raised {type(exc).__name__}: {exc}")
+        return None, None
+    producer = trace.get_current_span(extracted).get_span_context()
+    if not producer.is_valid:
+        if "traceparent" in carried:
+            _garbage(payload, f"its traceparent {str(carried.get('traceparent'))[:80]!r} is not a W3C trace context")
+        return extracted, None
+    return extracted, producer
+
+
+def _garbage(payload: dict[str, Any], why: str) -> None:
+    """Log, once per process, a trace context that can't be read (the next are ignored quietly)."""
+    global _warned
+    with _warned_lock:
+        if _warned:
+            return
+        _warned = True
+    logger.warning("jid=%s: trace context ignored, %s; its run starts a trace of its own (logged once per process)",
+                   payloads.printable(payload.get("jid")), payloads.printable(why))
+
+
+def attempt(payload: dict[str, Any]) -> int:
+    """The attempt this run is: 1, then 2 for the run after the first failure (``retry_count`` 0)."""
+    count = payload.get("retry_count")
+    return count + 2 if type(count) is int and count >= 0 else 1
+
+
+@contextmanager
+def processing(payload: dict[str, Any], links: Sequence[trace.SpanContext] = ()) -> Iterator[trace.Span]:
+    """The CONSUMER span ``process <queue>`` of one run, current within (what the job pushes is its
+    child), a child of the producer span the payload names and linked to it (and to ``links``, up to
+    LINKS_MAX). A failure that escapes sets its status ERROR, ``error.type`` and records it."""
+    parent, producer = received(payload)
+    queue = str(payload.get("queue"))
+    attributes: dict[str, Any] = {
+        "messaging.system": SYSTEM, "messaging.operation.type": "process", "messaging.operation.name": "process",
+        "messaging.destination.name": queue, "messaging.message.id": str(payload.get("jid")),
+        "cogworker.job.class": str(payload.get("class")), "cogworker.job.attempt": attempt(payload),
+    }
+    bid = payload.get("bid")
+    if isinstance(bid, str):
+        attributes["cogworker.batch.id"] = bid
+    linked = ([] if producer is None else [Link(producer)]) + [Link(c) for c in links]
+    token = otel_context.attach(parent) if parent is not None else None  # (its baggage, current in the run)
+    try:
+        span = tracer().start_span(f"process {queue}", context=parent, kind=SpanKind.CONSUMER,
+                                   attributes=attributes, links=linked[:LINKS_MAX])
+        with trace.use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
+            try:
+                yield span
+            except BaseException as exc:
+                failed(span, exc)
+                raise
+    finally:
+        if token is not None:
+            otel_context.detach(token)
+
+
+def failed(span: trace.Span, exc: BaseException) -> None:
+    """Mark ``span`` failed by ``exc``: status ERROR, ``error.type`` (its class, as a failed job's
+    ``error_class``), the exception recorded."""
+    error_type = payloads.error_class(exc)
+    span.set_attribute("error.type", error_type)
+    span.set_status(Status(StatusCode.ERROR, f"{error_type}: {payloads.error_message(exc)}"[:1024]))
+    span.record_exception(exc)
