@@ -55,8 +55,9 @@ def class_chart(history: ClassHistory, marks: Sequence[Mark], start: float, end:
                 h = plot_h * count / top
                 bars.append(Bar(round(x, 1), round(bottom - h, 1), round(max(slot * 0.8, 0.5), 1), round(h, 1), kind,
                                 f"{when} UTC: {count:,} {kind}"))
-        if means[i] is not None:
-            points.append(f"{round(x + slot * 0.4, 1)},{round(bottom - plot_h * means[i] / ms_top, 1)}")
+        mean = means[i]
+        if mean is not None:
+            points.append(f"{round(x + slot * 0.4, 1)},{round(bottom - plot_h * mean / ms_top, 1)}")
         if i % every == 0:
             labels.append((round(x, 1), when))
     span = max(end - start, 1.0)
