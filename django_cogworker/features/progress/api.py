@@ -188,9 +188,9 @@ def current(payload: dict[str, Any] | None = None) -> Tracker | None:
 
 def report(payload: dict[str, Any], done: float, total: float | None = None, note: str = "") -> None:
     """``Job.progress``: see :meth:`~django_cogworker.push.job.Job.progress`."""
-    check(done, total, note)  # (bad values raise even outside a run: a test made by hand sees them)
     tracker = current(payload)
     if tracker is None:
+        check(done, total, note)  # (bad values raise outside a run too: a job made by hand in a test)
         return
     tracker.update(done, total, note)
     tracker.flush()

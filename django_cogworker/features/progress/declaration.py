@@ -4,15 +4,21 @@ job's path (orphaned too often, killed from the admin): deleted, as a job that d
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ...declarations import Declaration
 
+_reporter: Callable[..., None] | None = None
+
 
 def _report(payload: dict[str, Any], done: float, total: float | None = None, note: str = "") -> None:
-    from .api import report
+    global _reporter
+    if _reporter is None:  # (imported on the first report, then kept: an import statement per call cost 2 µs)
+        from .api import report
 
-    report(payload, done, total, note)
+        _reporter = report
+    _reporter(payload, done, total, note)
 
 
 def _died(redis: Any, keys: Any, payload: dict[str, Any], error: str, message: str, ttl: float) -> None:

@@ -5,8 +5,9 @@ Who makes one: ``Job.progress`` (api.py's :func:`report`) on the first report of
 the run's ``Running.extras["progress"]`` (push/scope.py); an iterable job's loop
 (features/iteration/) uses the same one. Only the job's own thread touches it.
 
-Why throttled: a job that reports each of a million rows paid a round trip per row (a 1 ms job
-became a 1.3 ms one). :meth:`Tracker.update` costs memory only; a write goes when a second has
+Why throttled: a job that reports each of a million rows would pay a Redis round trip per row.
+:meth:`Tracker.update` costs memory only (0.4-0.6 µs measured; ``Job.progress`` with its checks and
+look-ups 1.2-1.6 µs, on the 2-vCPU dev box, Python 3.11); a write goes when a second has
 passed since the last (:meth:`flush`), or rides a round trip the job makes anyway (an iterable
 job's checkpoint: :meth:`queue`). The report last made is written at the run's end whatever its
 timing (the hook's ``flush(force=True)``), so a bar never stops short of where the job got.
