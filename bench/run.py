@@ -69,6 +69,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--limits-reps", type=int, help="drains of each way in the limits section (default 3; quick: 1)")
     p.add_argument("--history-n", type=int, help="jobs per drain of the history section (default 10,000; quick: 300)")
     p.add_argument("--history-reps", type=int, help="drains of each way in the history section (default 3; quick: 1)")
+    p.add_argument("--tracing-n", type=int, help="jobs per drain of the tracing section (default 10,000)")
+    p.add_argument("--tracing-reps", type=int, help="drains of each way in the tracing section (default 3)")
+    p.add_argument("--tracing-pushes", type=int, help="perform_async timed per way in the tracing section "
+                                                       "(default 20,000)")
     p.add_argument("--iteration-rows", type=int, help="rows an iterable job walks in the iteration section (default "
                                                         "100,000; quick: 2,000)")
     p.add_argument("--iteration-reps", type=int, help="walks of each way in the iteration section (default 3; "

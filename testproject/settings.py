@@ -163,3 +163,10 @@ if TASKS_API:
             "OPTIONS": {"RESULT_TTL": env.float("COGWORKER_TASKS_RESULT_TTL", 3600), "RETRY": 2},
         },
     }
+
+# The tracing worker test (tests/workers/test_tracing_workers.py): this process's OpenTelemetry spans
+# written to the JSON-lines file the variable names (testproject/demo/spans_file.py). Unset: no SDK.
+if os.environ.get("COGWORKER_TEST_SPANS_FILE"):
+    from testproject.demo.spans_file import install as _install_spans
+
+    _install_spans(os.environ["COGWORKER_TEST_SPANS_FILE"])

@@ -1,9 +1,10 @@
 """OpenTelemetry traces (features/tracing/, issue 46 point 1): a push's PRODUCER span, a child of
 the span current where it was pushed, whose context the payload carries; a run's CONSUMER span, the
 producer's child and linked to it, with the messaging attributes; a failure's status, a retry, a
-bulk push, a sealed job, a garbage trace context, TRACING=False, and no OpenTelemetry at all.
+bulk push, a scheduled job, a batch's callback, a job the outbox relays, a sealed job, a garbage
+trace context, TRACING=False, and no OpenTelemetry at all.
 
-Spans go to the SDK's in-memory exporter, added once to this process's tracer provider; jobs are
+Spans go to the SDK's in-memory exporter (tracing_fixtures' ``spans``); jobs are
 pushed through the real client and run by a processor called on the test's thread
 (engine_fixtures' ``make_processor``), on the suite's Redis.
 """
@@ -16,48 +17,31 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import transaction
 from engine_fixtures import Note, make_processor_fixture, new_token, runs  # noqa: F401 - make_processor
-from opentelemetry import baggage, trace
+from helpers import RedisServer
+from opentelemetry import baggage
 from opentelemetry import context as otel_context
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from tracing_fixtures import REQUEST, of_kind, spans_fixture, traceparent  # noqa: F401 - the spans fixture
 
+from django_cogworker import Batch
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.run.hooks import Outcome
 from django_cogworker.features.tracing import spans as tracing_spans
+from django_cogworker.outbox.relay import relay_once
 from django_cogworker.push import payload as payloads
+from django_cogworker.push import runtime
 from django_cogworker.push.job import Job, JobSetter
 
 K = Keys()
-EXPORTER = InMemorySpanExporter()
 KEY = "vNqTyDuuTpNypJIfqoHg4Ykw8jKPm6TjirDDEzuKLvQ="  # (testproject/settings.py's: what a push seals with)
 FAILED: set[str] = set()
-
-
-def _install() -> None:
-    """Add the in-memory exporter to this process's SDK provider (set here unless one is already)."""
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
-
-
-_install()
-REQUEST = trace.get_tracer("tests.request")
-
-
-@pytest.fixture(autouse=True)
-def spans():
-    EXPORTER.clear()
-    yield EXPORTER
-    EXPORTER.clear()
 
 
 class FailsOnce(Job):
@@ -79,14 +63,6 @@ class Sealed(Job):
         pass
 
 
-def kind(spans: Any, of: SpanKind) -> list[ReadableSpan]:
-    return [s for s in spans.get_finished_spans() if s.kind is of]
-
-
-def traceparent(span: ReadableSpan) -> str:
-    return f"00-{span.context.trace_id:032x}-{span.context.span_id:016x}-{int(span.context.trace_flags):02x}"
-
-
 def test_a_run_is_a_consumer_span_child_of_its_push_s_producer_span_in_the_request_s_trace(make_processor, spans):
     called = make_processor()
     token = new_token()
@@ -94,7 +70,7 @@ def test_a_run_is_a_consumer_span_child_of_its_push_s_producer_span_in_the_reque
         pushed = called.push(Note, token)
     run = called.run_next()
     assert run is not None and run.decision is not None and run.decision.outcome is Outcome.SUCCESS
-    [producer], [consumer] = kind(spans, SpanKind.PRODUCER), kind(spans, SpanKind.CONSUMER)
+    [producer], [consumer] = of_kind(spans, SpanKind.PRODUCER), of_kind(spans, SpanKind.CONSUMER)
     assert producer.name == "send default"
     assert producer.parent is not None and producer.parent.span_id == request.get_span_context().span_id
     assert producer.context.trace_id == request.get_span_context().trace_id
@@ -134,12 +110,12 @@ def test_what_a_job_pushes_is_a_child_of_its_run_and_baggage_travels_with_the_jo
     assert pushed["trace"]["baggage"] == "tenant=acme"
     called.run_next()
     assert seen["baggage"] == "acme"
-    [parent_run] = kind(spans, SpanKind.CONSUMER)
-    child_send = next(s for s in kind(spans, SpanKind.PRODUCER)
+    [parent_run] = of_kind(spans, SpanKind.CONSUMER)
+    child_send = next(s for s in of_kind(spans, SpanKind.PRODUCER)
                       if (s.attributes or {}).get("messaging.message.id") == seen["child"]["jid"])
     assert child_send.parent is not None and child_send.parent.span_id == parent_run.context.span_id
     called.run_next()
-    child_run = next(s for s in kind(spans, SpanKind.CONSUMER) if s is not parent_run and s.name == "process default")
+    child_run = next(s for s in of_kind(spans, SpanKind.CONSUMER) if s is not parent_run)
     assert child_run.context.trace_id == parent_run.context.trace_id
 
 
@@ -151,7 +127,7 @@ def test_a_failure_sets_status_error_its_type_and_the_exception_and_the_retry_co
         pushed = called.push(FailsOnce, token)
     first = called.run_next()
     assert first is not None and first.decision is not None and first.decision.outcome is Outcome.RETRY
-    [failed] = kind(spans, SpanKind.CONSUMER)
+    [failed] = of_kind(spans, SpanKind.CONSUMER)
     assert failed.status.status_code is StatusCode.ERROR
     assert failed.status.description == "RuntimeError: first attempt"
     assert (failed.attributes or {})["error.type"] == "RuntimeError"
@@ -161,8 +137,8 @@ def test_a_failure_sets_status_error_its_type_and_the_exception_and_the_retry_co
     second = called.run_next()
     assert second is not None and second.decision is not None and second.decision.outcome is Outcome.SUCCESS
     assert second.payload["trace"] == pushed["trace"]  # (the payload, filed in retry and back, kept it)
-    [producer] = kind(spans, SpanKind.PRODUCER)
-    retried = next(s for s in kind(spans, SpanKind.CONSUMER) if s is not failed)
+    [producer] = of_kind(spans, SpanKind.PRODUCER)
+    retried = next(s for s in of_kind(spans, SpanKind.CONSUMER) if s is not failed)
     assert retried.context.trace_id == producer.context.trace_id
     assert retried.parent is not None and retried.parent.span_id == producer.context.span_id
     assert (retried.attributes or {})["cogworker.job.attempt"] == 2
@@ -178,7 +154,7 @@ def test_a_scheduled_job_continues_the_trace_of_its_push(make_processor, spans, 
     r.zadd(K.schedule, {raw: 1.0})  # (an hour later: due)
     assert called.sweep() == 1
     called.run_next()
-    [consumer] = kind(spans, SpanKind.CONSUMER)
+    [consumer] = of_kind(spans, SpanKind.CONSUMER)
     assert consumer.context.trace_id == request.get_span_context().trace_id
 
 
@@ -187,7 +163,7 @@ def test_a_bulk_push_is_one_span_with_its_message_count_and_each_job_carries_its
     token = new_token()
     with REQUEST.start_as_current_span("POST /import") as request:
         jids = Note.perform_bulk([[token, i] for i in range(3)])
-    [producer] = kind(spans, SpanKind.PRODUCER)
+    [producer] = of_kind(spans, SpanKind.PRODUCER)
     assert producer.parent is not None and producer.parent.span_id == request.get_span_context().span_id
     attributes = dict(producer.attributes or {})
     assert attributes["messaging.batch.message_count"] == 3 and "messaging.message.id" not in attributes
@@ -195,7 +171,7 @@ def test_a_bulk_push_is_one_span_with_its_message_count_and_each_job_carries_its
     assert sorted(p["jid"] for p in waiting) == sorted(jids)
     assert {p["trace"]["traceparent"] for p in waiting} == {traceparent(producer)}
     called.drain()
-    consumers = kind(spans, SpanKind.CONSUMER)
+    consumers = of_kind(spans, SpanKind.CONSUMER)
     assert sorted((s.attributes or {})["messaging.message.id"] for s in consumers) == sorted(jids)
     assert {s.parent.span_id for s in consumers if s.parent} == {producer.context.span_id}
 
@@ -205,11 +181,11 @@ def test_a_sealed_job_keeps_its_trace_context_clear_outside_the_seal(make_proces
     with REQUEST.start_as_current_span("POST /secret"):
         pushed = called.push(Sealed, "hunter2")
     assert "encrypted" in pushed and pushed["args"] == [] and "hunter2" not in json.dumps(pushed)
-    [producer] = kind(spans, SpanKind.PRODUCER)
+    [producer] = of_kind(spans, SpanKind.PRODUCER)
     assert pushed["trace"] == {"traceparent": traceparent(producer)}
     run = called.run_next()
     assert run is not None and run.decision is not None and run.decision.outcome is Outcome.SUCCESS
-    [consumer] = kind(spans, SpanKind.CONSUMER)
+    [consumer] = of_kind(spans, SpanKind.CONSUMER)
     assert consumer.parent is not None and consumer.parent.span_id == producer.context.span_id
 
 
@@ -227,7 +203,7 @@ def test_a_garbage_trace_context_is_ignored_and_logged_once_per_process(make_pro
         first, second = called.drain()
     assert first is not None and first.decision is not None and first.decision.outcome is Outcome.SUCCESS
     assert second is not None and second.decision is not None and second.decision.outcome is Outcome.SUCCESS
-    consumers = kind(spans, SpanKind.CONSUMER)
+    consumers = of_kind(spans, SpanKind.CONSUMER)
     assert len(consumers) == 2 and all(s.parent is None and not s.links for s in consumers)
     assert len({s.context.trace_id for s in consumers}) == 2  # (each run a trace of its own)
     warned = [rec.getMessage() for rec in caplog.records if "trace context ignored" in rec.getMessage()]
@@ -299,3 +275,55 @@ def test_without_opentelemetry_a_push_and_a_run_import_none_of_it():
     assert seen["hidden"] is True and seen["ran"] == 2
     assert seen["otel"] == []
     assert all("trace" not in fields for fields in seen["pushed"])
+
+
+class Done(Job):
+    """A batch's callback."""
+
+    def perform(self, status: dict[str, Any]) -> None:
+        pass
+
+
+def test_a_batch_callback_continues_the_trace_of_the_code_that_opened_the_batch(make_processor, spans):
+    called = make_processor()
+    token = new_token()
+    with REQUEST.start_as_current_span("POST /import") as request:
+        batch = Batch(description="traced")
+        batch.on("success", Done)
+        with batch.jobs():
+            Note.perform_async(token)
+            Note.perform_async(token)
+    called.drain()  # (the members, then the callback their last step pushed)
+    called.drain()
+    consumers = of_kind(spans, SpanKind.CONSUMER)
+    classes = sorted((s.attributes or {})["cogworker.job.class"] for s in consumers)
+    assert classes == sorted([Done.name, Note.name, Note.name])
+    assert {s.context.trace_id for s in consumers} == {request.get_span_context().trace_id}
+    members = [s for s in consumers if (s.attributes or {})["cogworker.job.class"] == Note.name]
+    assert {(s.attributes or {})["cogworker.batch.id"] for s in members} == {batch.bid}
+    sends = {s.context.span_id: s for s in of_kind(spans, SpanKind.PRODUCER)}
+    assert all(s.parent is not None and s.parent.span_id in sends for s in consumers)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_the_outbox_relays_continues_the_trace_of_its_push(make_processor, spans, settings, tmp_path):
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        settings.COGWORKER = {**settings.COGWORKER, "OUTBOX": True, "REDIS_URL": server.url,
+                              "REDIS_OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 2}}
+        token = new_token()
+        with REQUEST.start_as_current_span("POST /orders") as request:
+            with transaction.atomic():
+                jid = Note.perform_async(token)
+                server.kill()  # (the commit finds Redis away: the row waits for the relay)
+        server.restart()
+        client = runtime.get_client()
+        assert relay_once("default", client.hand_over, runtime.get_redis(), K, now=time.time(), fresh=0) == 1
+        run = make_processor(url=server.url).run_next()
+        assert run is not None and run.jid == jid
+        [producer], [consumer] = of_kind(spans, SpanKind.PRODUCER), of_kind(spans, SpanKind.CONSUMER)
+        assert producer.context.trace_id == consumer.context.trace_id == request.get_span_context().trace_id
+        assert consumer.parent is not None and consumer.parent.span_id == producer.context.span_id
+    finally:
+        runtime.reset()
+        server.cleanup()

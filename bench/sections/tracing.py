@@ -1,0 +1,139 @@
+"""Tracing's cost: no-op jobs pushed and run with OpenTelemetry's SDK on (its spans made, recorded,
+ended and dropped by the one span processor: benchproject/dropped_spans.py) against TRACING off
+(issue 46 point 1).
+
+Two measures, each way ``reps`` times, in turn (off, on, off, ...: a drift in the machine's load
+falls on both), medians kept:
+
+* **push**: ``NoopIncr.perform_async`` one at a time in a fresh Python process (its own Django on
+  the bench's settings and Redis, ``BENCH_TRACING`` naming the way), ``tracing_pushes`` of them: a
+  PRODUCER span and its context injected into each payload;
+* **run**: ``tracing_n`` no-op jobs pushed in bulk (by the bench, untraced: each run's span starts
+  a trace of its own), drained by ``runcogworker -c 10 --processes 2`` (``Bench.drain``): a
+  CONSUMER span around each run.
+
+    python bench/run.py --sections tracing --no-venv     # this section alone (the venv with opentelemetry-sdk)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from typing import Any
+
+import harness
+from environment import log
+from markdown import Page, fmt, measured_where, table
+from session import BENCH, ROOT, Bench
+from systems import Cogworker, Ctx
+
+NAME = "tracing"
+QUICK = False  # (needs opentelemetry-sdk in the interpreter: the dev venv has it, bench/.venv may not)
+PARAMS = {"tracing_n": (300, 10_000), "tracing_reps": (1, 3), "tracing_pushes": (300, 20_000)}
+WAYS = ("off", "on")
+MEDIANS = ("jobs_per_s", "worker_cpu_us_per_job", "redis_commands_per_job", "redis_round_trips_per_job")
+
+# One way's pushes, timed in a process of its own (the tracer provider is set once per process).
+_PUSHES = """
+import json, sys, time
+import django
+django.setup()
+from benchproject.jobs import NoopIncr
+n = int(sys.argv[1])
+NoopIncr.perform_async(0.0)
+t = time.perf_counter()
+for _ in range(n):
+    NoopIncr.perform_async(0.0)
+print(json.dumps({"pushes_per_s": n / (time.perf_counter() - t)}))
+"""
+
+
+class Way(Cogworker):
+    """The bench's cogworker system (reliable, -c 10, --processes 2), tracing on (the SDK) or off."""
+
+    def __init__(self, how: str):
+        super().__init__("reliable", 10, processes=2)
+        self.how = how
+        self.key = f"tracing-{how}"
+        self.label = f"tracing {how}: {self.label}"
+
+    def start(self, ctx: Ctx, tag: str = "", extra_env: dict[str, str] | None = None, **kwargs: Any) -> Any:
+        return super().start(ctx, tag, extra_env={**(extra_env or {}), **env_of(self.how)}, **kwargs)
+
+    def push_bulk(self, ctx: Ctx, n: int, kind: str = "") -> None:
+        super().push_bulk(ctx, n, "NoopIncr")
+
+
+def env_of(how: str) -> dict[str, str]:
+    return {"BENCH_TRACING": "1" if how == "on" else "0"}
+
+
+def pushes(bench: Bench, how: str, n: int) -> float:
+    """perform_async per second, one at a time, in a fresh process traced ``how``."""
+    env = {**os.environ, **env_of(how), "DJANGO_SETTINGS_MODULE": "benchproject.settings",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(BENCH)])}
+    done = subprocess.run([sys.executable, "-c", _PUSHES, str(n)], env=env, capture_output=True, text=True,
+                          check=True, timeout=600)
+    bench.reset_redis()
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["pushes_per_s"])
+
+
+def run(bench: Bench) -> dict[str, Any]:
+    n, reps, pushed = bench.p["tracing_n"], bench.p["tracing_reps"], bench.p["tracing_pushes"]
+    runs: dict[str, list[dict[str, Any]]] = {how: [] for how in WAYS}
+    rates: dict[str, list[float]] = {how: [] for how in WAYS}
+    for rep in range(reps):
+        for how in WAYS:
+            rates[how].append(pushes(bench, how, pushed))
+            res = bench.drain(Way(how), n, latency=False, idle=False)
+            runs[how].append(res)
+            log(f"tracing {how} (run {rep + 1} of {reps}): {rates[how][-1]:,.0f} pushes/s, "
+                f"{res['jobs_per_s']:,} jobs/s, {res['worker_cpu_us_per_job']} µs CPU/job")
+    rnd = harness.rnd
+    out: dict[str, Any] = {"ways": {}}
+    for how in WAYS:
+        row: dict[str, Any] = {k: rnd(statistics.median(r[k] for r in runs[how])) for k in MEDIANS}
+        row["pushes_per_s"] = rnd(statistics.median(rates[how]))
+        row["runs"] = [{**{k: r[k] for k in MEDIANS}, "pushes_per_s": rnd(p)}
+                       for r, p in zip(runs[how], rates[how], strict=True)]
+        out["ways"][how] = row
+    off, on = out["ways"]["off"], out["ways"]["on"]
+    out["fewer_jobs_per_s_pct"] = round(100 * (1 - on["jobs_per_s"] / off["jobs_per_s"]), 1)
+    out["fewer_pushes_per_s_pct"] = round(100 * (1 - on["pushes_per_s"] / off["pushes_per_s"]), 1)
+    out.update(n=n, reps=reps, pushes=pushed, worker=Way("off").worker_desc)
+    return out
+
+
+def report(res: dict[str, Any]) -> str:
+    """The same no-op jobs pushed and run with tracing off and on."""
+    tr = res.get("tracing", {})
+    if not tr.get("ways"):
+        return ""
+    page = Page()
+    add = page.add
+    add("## Tracing: what a span per push and per run costs")
+    add("")
+    measured_where(add, res, "tracing")
+    add("")
+    add(f"No-op jobs (`bench.NoopIncr`) with `TRACING` off and on, OpenTelemetry's SDK installed with one span "
+        "processor that drops every span (made, recorded and ended: the cost to the job system, not an "
+        f"exporter's). Push: {tr['pushes']:,} `perform_async` one at a time in a process of their own (a "
+        f"PRODUCER span each, its context in the payload). Run: {tr['n']:,} pushed in bulk, then drained by "
+        f"{tr['worker']} (a CONSUMER span each). {tr['reps']} time(s) each way, in turn; medians, with the "
+        "range of jobs/s (docs/observability.md#traces).")
+    add("")
+    rows = []
+    for how, d in tr["ways"].items():
+        spread = [r["jobs_per_s"] for r in d["runs"]]
+        rows.append([how, fmt(d["pushes_per_s"]), f"{fmt(d['jobs_per_s'])} ({fmt(min(spread))}–{fmt(max(spread))})",
+                     d["worker_cpu_us_per_job"], d["redis_commands_per_job"], d["redis_round_trips_per_job"]])
+    add(table(["tracing", "pushes/s", "jobs/s run (range)", "worker CPU µs/job", "Redis cmds/job",
+               "round trips/job"], rows))
+    add("")
+    add(f"On: {fmt(tr['fewer_pushes_per_s_pct'])}% fewer pushes/s and {fmt(tr['fewer_jobs_per_s_pct'])}% fewer "
+        "jobs/s run than off (issue 46's goal: 10% at most).")
+    add("")
+    return page.text()
