@@ -386,5 +386,6 @@ class Keys:
             self.stat_class_processed: "hash", self.stat_class_failed: "hash", self.stat_class_seconds: "hash",
             self.batches: "zset", self.batch_closing: "zset",
             self.limits: "zset", self.limit_specs: "hash", self.cancels: "hash",
-            self.stat_replaced: "hash", self.history_totals: "hash", self.history_marks: "zset", self.iteration_longest: "hash",
+            self.stat_replaced: "hash", self.history_totals: "hash", self.history_marks: "zset",
+            self.iteration_longest: "hash",
         }
