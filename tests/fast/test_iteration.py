@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from engine_fixtures import RUNS, make_processor_fixture, new_token  # noqa: F401 - the make_processor fixture
 
-from django_cogworker import Batch, ConfigError, InvalidArgument, IterableJob, Limiter
+from django_cogworker import Batch, ConfigError, InvalidArgument, IterableJob, Limiter, testing
 from django_cogworker.broker.keys import Keys
 from django_cogworker.conf import build_config
 from django_cogworker.engine.run.timeouts import Timeouts
@@ -538,3 +538,14 @@ def test_a_timeout_rearmed_is_watched_for_its_whole_length_from_then():
     timeouts.rearm(token)
 
     assert timeouts._check(now[0]) == pytest.approx(5.0)  # (due 5 s from the re-arm, not 1 s)
+
+
+def test_the_test_helpers_run_an_iterable_job_to_its_end_in_one_go_and_write_no_state(r):
+    token = new_token()
+
+    with testing.fake() as jobs:
+        Walk.perform_async(token, 4)
+        assert jobs.drain() == 1
+
+    assert RUNS[token] == [0, 1, 2, 3] and RUNS[token + ":hooks"] == ["start", "stop", "complete"]
+    assert r.keys("*iteration*") == []
