@@ -1,5 +1,5 @@
-"""The test process's OpenTelemetry spans, kept in memory: the SDK's InMemorySpanExporter, added
-once to this process's tracer provider (set here unless one is set already: a process has one).
+"""The test process's OpenTelemetry spans, kept in memory: the SDK's InMemorySpanExporter on a
+TracerProvider that is this process's only while a test that takes ``spans`` runs.
 
     from tracing_fixtures import spans_fixture  # noqa: F401 - the spans fixture
 
@@ -19,26 +19,25 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+from django_cogworker.features.tracing import spans as tracing_spans
+
 EXPORTER = InMemorySpanExporter()
-
-
-def _install() -> None:
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
-
-
-_install()
+PROVIDER = TracerProvider()
+PROVIDER.add_span_processor(SimpleSpanProcessor(EXPORTER))
 
 # The spans a test makes itself (a request's, around its pushes).
-REQUEST = trace.get_tracer("tests.request")
+REQUEST = PROVIDER.get_tracer("tests.request")
 
 
 @pytest.fixture(name="spans")
-def spans_fixture() -> Iterator[InMemorySpanExporter]:
-    """The exporter, emptied before and after the test."""
+def spans_fixture(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
+    """The exporter, empty, with PROVIDER this process's tracer provider for the test only.
+
+    OpenTelemetry lets a process set its provider once; the API's global is swapped for the test
+    instead (as OpenTelemetry's own test utilities do), and the package's tracer looked up afresh:
+    set for good, every later test's pushes carried a ``trace`` field (test_client's payloads)."""
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", PROVIDER)
+    monkeypatch.setattr(tracing_spans, "_tracer", None)
     EXPORTER.clear()
     yield EXPORTER
     EXPORTER.clear()

@@ -1,7 +1,7 @@
 """OpenTelemetry traces from the push to the run (docs/observability.md#traces).
 
 A push makes a PRODUCER span ``send <queue>``, a child of the span current where it is pushed (a
-request's), and puts that span's W3C context in the payload's ``trace`` field; a run makes a
+request's), and puts that span's W3C context in the payload's ``trace`` field (spans.FIELD); a run makes a
 CONSUMER span ``process <queue>``, the producer span's child in the same trace, linked to it. A
 job's payload is what carries the context, so what runs it again (a retry, a scheduled job coming
 due, the outbox's relay, a job handed back at shutdown) continues the trace of the push that made it.
@@ -19,11 +19,6 @@ from __future__ import annotations
 
 import importlib.util
 from typing import Any
-
-# The payload field holding a push's trace context: the W3C headers the configured propagator
-# writes ({"traceparent": ..., "tracestate": ..., "baggage": ...}), outside an encrypted job's seal
-# (a trace context is not secret, and a worker reads it before it opens anything).
-FIELD = "trace"
 
 _available: bool | None = None
 

@@ -22,10 +22,13 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from ...push import payload as payloads
 from ...push import scope as push_scope
-from . import FIELD
 
 logger = logging.getLogger(__name__)
 
+# The payload field holding a push's trace context: the W3C headers the configured propagator
+# writes ({"traceparent": ..., "tracestate": ..., "baggage": ...}), outside an encrypted job's seal
+# (a trace context is not secret, and a worker reads it before it opens anything).
+FIELD = "trace"
 SYSTEM = "cogworker"
 # The headers a payload's ``trace`` may hold, and the longest value of each taken (a W3C traceparent
 # is 55 characters; tracestate is at most 32 entries; baggage 8192 bytes by the W3C's limit).
@@ -42,9 +45,13 @@ def tracer() -> trace.Tracer:
     """The package's tracer (a proxy until the project sets a provider, then that provider's)."""
     global _tracer
     if _tracer is None:
-        from ... import __version__
+        from importlib import metadata
 
-        _tracer = trace.get_tracer("django_cogworker", __version__)
+        try:
+            version: str | None = metadata.version("django-cogworker")
+        except metadata.PackageNotFoundError:  # (run from a checkout never installed)
+            version = None
+        _tracer = trace.get_tracer("django_cogworker", version)
     return _tracer
 
 
