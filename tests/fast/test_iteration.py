@@ -549,3 +549,19 @@ def test_the_test_helpers_run_an_iterable_job_to_its_end_in_one_go_and_write_no_
 
     assert RUNS[token] == [0, 1, 2, 3] and RUNS[token + ":hooks"] == ["start", "stop", "complete"]
     assert r.keys("*iteration*") == []
+
+
+def test_a_periodic_runs_lock_is_held_while_it_waits_between_two_runs(make_processor, r):
+    called, token = make_processor(), new_token()
+    at(token, 1, stop_worker(called))
+    payload = Walk.set().build([token, 4], {})
+    payload["periodic_pjid"] = pjid = f"nightly-{token}"
+    lock = K.periodic_running(pjid)
+    r.set(lock, payload["jid"], ex=300)  # (as the ticker's claim takes it)
+    called.client.push(payload)
+
+    assert called.run_next().decision.outcome is Outcome.RESCHEDULED
+    # (Held for its wait: the entry's next slot doesn't start a second run beside it.)
+    assert r.get(lock) == payload["jid"] and r.ttl(lock) > 300
+
+    assert resume(called).decision.outcome is Outcome.SUCCESS and not r.exists(lock)

@@ -20,9 +20,9 @@
   (``iteration:longest``) is past SHUTDOWN_TIMEOUT: a TERM may not wait for its item to end.
 
 The other features see an iterable job as one job: a batch counts it once, when it succeeds (a
-RESCHEDULED decision takes no batch step); a unique job keeps its lock across its reschedules (the
-run locks release nothing at RESCHEDULED: features/locks/); its result record reads READY between
-two runs.
+RESCHEDULED decision takes no batch step); a unique job keeps its lock across its reschedules, and a
+periodic run its running lock, held for the wait (features/locks/: a run RESCHEDULED is "requeued");
+its result record reads READY between two runs.
 """
 
 from __future__ import annotations

@@ -55,7 +55,10 @@ class RunLockRelease(Feature):
         if decision.outcome is Outcome.RESCHEDULED:
             if not run.ran:
                 return  # (it never started: its locks stay as they are, for the run to come)
-            moment = "retry"  # (its locks stay, as for a retry)
+            # (It waits to run again, the same jid: its unique lock stays, and its periodic run's is held
+            # for the wait, as for a run handed back at shutdown; released, as for a retry, the next slot
+            # of an ``until_executed`` entry started beside an iterable job waiting between two runs.)
+            moment = "requeued"
         else:
             moment = decision.outcome.value
         self.run_locks(run.payload, moment)
