@@ -17,7 +17,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from engine_fixtures import RUNS, make_processor_fixture, new_token  # noqa: F401 - the make_processor fixture
+from engine_fixtures import (  # noqa: F401 - the make_processor and launcher_factory fixtures
+    GATES,
+    RUNS,
+    launcher_factory_fixture,
+    make_processor_fixture,
+    new_token,
+)
 
 from django_cogworker import Batch, ConfigError, InvalidArgument, IterableJob, Limiter, testing
 from django_cogworker.broker.keys import Keys
@@ -565,3 +571,36 @@ def test_a_periodic_runs_lock_is_held_while_it_waits_between_two_runs(make_proce
     assert r.get(lock) == payload["jid"] and r.ttl(lock) > 300
 
     assert resume(called).decision.outcome is Outcome.SUCCESS and not r.exists(lock)
+
+
+# -- a worker's stop ---------------------------------------------------------------------------------
+
+
+class Slowly(IterableJob):
+    """Walks range(n) a few milliseconds an item, recording each; opens its gate at item 2."""
+
+    def build_enumerator(self, token, n, cursor=None):
+        return self.range_enumerator(n, cursor=cursor)
+
+    def each_iteration(self, number, token, n):
+        RUNS[token].append(number)
+        if number == 2:
+            GATES[token].set()
+        time.sleep(0.005)
+
+
+def test_a_worker_that_stops_ends_a_running_iterable_job_at_its_next_item_into_the_schedule(launcher_factory, r):
+    token = new_token()
+    running = launcher_factory(CONCURRENCY=1, SHUTDOWN_TIMEOUT=30)
+    pushed = running.push(Slowly, token, 1_000_000)
+    assert GATES[token].wait(10)
+
+    running.stop()
+
+    done = RUNS[token]
+    assert done == list(range(len(done))) and len(done) < 1_000_000
+    # (Saved as it stopped itself, not handed back unsaved at the deadline: no checkpoint came due in its run.)
+    assert r.hget(K.iteration(pushed["jid"]), "cursor") == str(done[-1])
+    # Back in its queue, or in the schedule due now if the poller hadn't moved it before it stopped.
+    queued = [json.loads(raw)["jid"] for raw in r.lrange(K.queue("default"), 0, -1)]
+    assert queued + [p["jid"] for p, due in scheduled(r) if due <= time.time()] == [pushed["jid"]]
