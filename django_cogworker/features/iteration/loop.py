@@ -34,6 +34,7 @@ from typing import Any
 
 from ...bounds import short_repr
 from ...push import payload as payloads
+from ...push import scope as _scope
 from .errors import IterationError
 from .state import Saved, State, encode_cursor
 from .throttle import Throttles, release
@@ -93,18 +94,30 @@ def iterate(job: Any, args: tuple[Any, ...], kwargs: dict[str, Any], run: Run | 
     done, cursor, checked = saved.done, saved.cursor, False
     started = last_save = time.monotonic()
     since = 0
+    # Cancelled: the run's flag (set by the heartbeat's chore) at each item, ``Job.cancelled`` (which
+    # asks Redis itself, at most once a second) once a second: a call per item cost more than the loop.
+    scope = _scope.running.get()
+    scope = scope if scope is not None and scope.payload is job.payload else None
+    ask_at = 0.0
     try:
         while True:
             if stopping is not None and stopping.is_set():
                 run.end = "stopped"
                 break
+            now = time.monotonic()
             # (After an item at least: a run that stopped before any would come back for ever.)
-            if max_runtime is not None and run.items and time.monotonic() - started >= max_runtime:
+            if max_runtime is not None and run.items and now - started >= max_runtime:
                 run.end = "max_runtime"
                 break
-            if cancellable and job.cancelled:
-                run.end = "cancelled"
-                break
+            if cancellable:
+                if now >= ask_at:
+                    ask_at = now + 1.0
+                    cancelled = job.cancelled
+                else:
+                    cancelled = scope is not None and scope.cancelled
+                if cancelled:
+                    run.end = "cancelled"
+                    break
             if throttles is not None and throttles.conditions:
                 backoff = throttles.held()
                 if backoff is not None:
