@@ -13,8 +13,9 @@
   expiry only ever drops a job that never started). A cancelled run is the cancellation feature's
   to decide (dead, never retried): its ``decide`` comes first. A failure is the core's (retry,
   then dead), its cursor already saved by the loop.
-* ``after``: the poller woken for a job rescheduled now; ``iteration:<jid>`` deleted once the job
-  ends for good outside the dead set (succeeded, cancelled, discarded), kept otherwise (a retry, a
+* ``after``: the poller woken for a job rescheduled now; ``iteration:<jid>`` kept ENDED_KEEP more
+  once the job ends for good outside the dead set (succeeded, cancelled, discarded: its ack may
+  still be on its way, and a run again after a kill -9 resumes from its end), kept otherwise (a retry, a
   reschedule, a death: a retry from the dead set resumes).
 * ``start``: at a worker's startup, a WARNING for each class whose longest iteration so far
   (``iteration:longest``) is past SHUTDOWN_TIMEOUT: a TERM may not wait for its item to end.
@@ -40,7 +41,7 @@ from ...engine.settle.settlement import Ack
 from ...push import payload as payloads
 from .errors import IterationError
 from .loop import INTERRUPTED, NAME, Run
-from .state import State, longest_by_class
+from .state import ENDED_KEEP, State, longest_by_class
 
 logger = logging.getLogger(__name__)
 
@@ -121,9 +122,11 @@ class Iteration(Feature):
                     logger.exception("on_retry hook failed for jid=%s", run.jid)
             return
         if decision.outcome is Outcome.SUCCESS or (decision.outcome is Outcome.DEAD and isinstance(end, Ack)):
+            # (Not deleted: its ack may still ride the next fetch; a kill -9 before it lands runs the
+            # job again, which must resume from its saved end, not start over: state.ENDED_KEEP.)
             try:
-                self.redis.delete(self.keys.iteration(str(run.payload.get("jid"))))
+                self.redis.expire(self.keys.iteration(str(run.payload.get("jid"))), ENDED_KEEP)
             except Exception as exc:  # (it expires at its TTL)
-                logger.warning("jid=%s: its iteration state was not deleted (%s: %s)", run.jid, type(exc).__name__,
-                               payloads.printable(exc))
+                logger.warning("jid=%s: its iteration state's expiry was not shortened (%s: %s)", run.jid,
+                               type(exc).__name__, payloads.printable(exc))
 

@@ -6,8 +6,10 @@ sealed, as its arguments are, when the job's payload is: codec.seal, bound to th
 copied into another job's hash doesn't open), ``done`` (items done over all its runs), ``runtime``
 (seconds iterated over all its runs), ``executions`` (runs begun), ``started_at`` (epoch of the
 first). Its TTL is set to the dead set's retention (DEAD_TIMEOUT) at each write: a job dead for good
-keeps its cursor as long as the dead set keeps the job, and a retry from there resumes. The hook
-deletes it when the job succeeds, or ends for good out of the dead set (cancelled, discarded).
+keeps its cursor as long as the dead set keeps the job, and a retry from there resumes. When the
+job succeeds, or ends for good out of the dead set (cancelled, discarded), the hook shortens its TTL
+to ENDED_KEEP rather than deleting it: the job's ack may still be on its way (riding the next
+fetch), and a kill -9 before it lands has the job run again: from its saved end, not from its start.
 
 One round trip to begin a run (:meth:`State.begin`), one per checkpoint (:meth:`State.save`), which
 carries the progress tracker's write too (``tracker.queue(pipe)``), and the class's longest
@@ -59,6 +61,11 @@ class Saved:
     done: int = 0
     runtime: float = 0.0
 
+
+
+# Seconds an ended job's state is kept: far longer than its ack can take to land (a fetch's round
+# trip; a pending settlement retried through an outage of minutes), short beside DEAD_TIMEOUT.
+ENDED_KEEP = 3600
 
 def encode_cursor(cursor: Any, job_name: str) -> str:
     """The cursor as JSON text; IterationError naming the job and the value if JSON can't hold it."""
@@ -119,9 +126,6 @@ class State:
         pipe.execute()
         if grew:
             _written[self.job_name] = longest
-
-    def delete(self) -> None:
-        self.redis.delete(self.key)
 
     @property
     def _bound(self) -> str:
