@@ -19,6 +19,7 @@ from helpers import FAST_ENV, wait_until, worker
 from django_cogworker import cancel
 from django_cogworker.broker.keys import Keys
 from django_cogworker.conf import FETCH_MODES
+from django_cogworker.features.iteration.state import ENDED_KEEP
 from testproject.demo.jobs import FileMarkJob
 from testproject.demo.long_jobs import FailOnceWalk, MarkedWalk, Marks, ThrottledWalk, TurnsWalk, read_marks
 
@@ -49,9 +50,10 @@ def saved_cursor(r, jid) -> int | None:
 
 
 def settled(r, jid) -> bool:
-    """Nothing of the job left anywhere: no queue, schedule, retry, dead, in-progress entry or state."""
+    """Nothing of the job left anywhere (no queue, schedule, retry, dead or in-progress entry) but its
+    state, kept ENDED_KEEP more for an ack still on its way."""
     return (r.zcard(K.retry) == 0 and r.zcard(K.dead) == 0 and r.zcard(K.schedule) == 0
-            and r.llen(K.queue("default")) == 0 and not r.exists(K.iteration(jid))
+            and r.llen(K.queue("default")) == 0 and 0 < r.ttl(K.iteration(jid)) <= ENDED_KEEP
             and not any(r.llen(key) for key in r.keys(K.in_progress("*"))))
 
 
@@ -81,7 +83,7 @@ def test_a_term_mid_walk_hands_the_job_back_and_the_next_worker_does_each_item_o
     with worker(tmp_path, name="second", env=env) as second:
         second.wait_ready()
         wait_until(lambda: completed(path, jid), timeout=30, message="the walk completed")
-        wait_until(lambda: settled(r, jid), timeout=10, message="acknowledged, its state deleted")
+        wait_until(lambda: settled(r, jid), timeout=10, message="acknowledged; its state kept ENDED_KEEP only")
         finish(second)
     walk = marks_of(path, jid)
     assert walk.items == list(range(N))  # every item, once: no repeat across the TERM
@@ -105,7 +107,7 @@ def test_a_kill9_mid_walk_resumes_from_its_last_checkpoint_after_orphan_recovery
     with worker(tmp_path, name="survivor") as survivor:
         survivor.wait_ready()
         wait_until(lambda: completed(path, jid), timeout=THRESHOLD + 30, message="the walk completed")
-        wait_until(lambda: settled(r, jid), timeout=10, message="acknowledged, its state deleted")
+        wait_until(lambda: settled(r, jid), timeout=10, message="acknowledged; its state kept ENDED_KEEP only")
         assert f"recovered 1 job(s) from dead process {victim_id}" in survivor.log()
         finish(survivor)
     walk = marks_of(path, jid)
@@ -139,7 +141,7 @@ def test_terms_and_kill9s_in_a_row_end_with_every_item_done_and_repeats_only_aft
     with worker(tmp_path, name="last") as w:
         w.wait_ready()
         wait_until(lambda: completed(path, jid), timeout=THRESHOLD + 30, message="the walk completed")
-        wait_until(lambda: settled(r, jid), timeout=10, message="acknowledged, its state deleted")
+        wait_until(lambda: settled(r, jid), timeout=10, message="acknowledged; its state kept ENDED_KEEP only")
         finish(w)
     walk = marks_of(path, jid)
     assert sorted(set(walk.items)) == list(range(n))
@@ -169,7 +171,7 @@ def test_a_throttled_job_gives_its_thread_back_and_a_job_pushed_after_it_runs_me
         assert marks_of(path, jid).items == list(range(11)) and not completed(path, jid)
         os.remove(hold)
         wait_until(lambda: completed(path, jid), timeout=20, message="the walk completed")
-        wait_until(lambda: settled(r, jid), timeout=10, message="acknowledged, its state deleted")
+        wait_until(lambda: settled(r, jid), timeout=10, message="acknowledged; its state kept ENDED_KEEP only")
         finish(w)
     walk = marks_of(path, jid)
     assert walk.items == list(range(40))
@@ -186,7 +188,7 @@ def test_max_iteration_runtime_has_a_long_job_take_turns_with_short_ones_on_one_
     with worker(tmp_path, "-c", "1") as w:
         w.wait_ready()
         wait_until(lambda: completed(path, jid), timeout=30, message="the walk completed")
-        wait_until(lambda: settled(r, jid), timeout=10, message="acknowledged, its state deleted")
+        wait_until(lambda: settled(r, jid), timeout=10, message="acknowledged; its state kept ENDED_KEEP only")
         finish(w)
     lines = (tmp_path / "marks").read_text().splitlines()
     first_item = lines.index(f"{jid} 0")
@@ -210,7 +212,7 @@ def test_a_cancel_from_outside_stops_the_walk_at_its_next_item_and_ends_it_as_a_
         wait_until(lambda: done(path, jid) >= 20, timeout=20, message="the walk under way")
         assert cancel(jid) == "signalled"
         wait_until(lambda: "cancel" in marks_of(path, jid).hooks, timeout=10, message="on_cancel ran")
-        wait_until(lambda: settled(r, jid), timeout=10, message="acknowledged, its state deleted")
+        wait_until(lambda: settled(r, jid), timeout=10, message="acknowledged; its state kept ENDED_KEEP only")
         assert r.get(K.stat_cancelled) == "1"
         finish(w)  # (nothing of it runs after this: a retry or a reschedule would have shown in settled)
     walk = marks_of(path, jid)
@@ -226,7 +228,7 @@ def test_a_retry_resumes_from_the_cursor_of_the_failed_run_and_no_earlier_item_r
         w.wait_ready()
         jid = FailOnceWalk.perform_async(path, n, 0.002, fail_at)
         wait_until(lambda: completed(path, jid), timeout=30, message="the walk completed")
-        wait_until(lambda: settled(r, jid), timeout=10, message="acknowledged, its state deleted")
+        wait_until(lambda: settled(r, jid), timeout=10, message="acknowledged; its state kept ENDED_KEEP only")
         finish(w)
     walk = marks_of(path, jid)
     assert os.path.exists(path + ".failed")
