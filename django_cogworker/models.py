@@ -106,8 +106,16 @@ class Metrics(_Page):
         verbose_name = verbose_name_plural = "metrics"
 
 
+class Profiles(_Page):
+    """Jobs run under a profiler on request, kept a day (features/profiling/): read only here; its
+    "Run profiled" buttons are on the Scheduled, Retries and Dead pages."""
+
+    class Meta(_Page.Meta):
+        verbose_name, verbose_name_plural = "profile", "profiles"
+
+
 # In the order of the pages' tab bar.
 PAGES: tuple[type[models.Model], ...] = (Dashboard, Queue, Busy, Scheduled, Retry, Dead, Batches, Limits,
-                                         Metrics, Periodic, Quarantine, Outbox)
+                                         Metrics, Profiles, Periodic, Quarantine, Outbox)
 # Pages without an action: listed with a "View" link, whatever the user may change.
-READ_ONLY_PAGES: tuple[type[models.Model], ...] = (Dashboard, Batches, Limits, Metrics)
+READ_ONLY_PAGES: tuple[type[models.Model], ...] = (Dashboard, Batches, Limits, Metrics, Profiles)

@@ -19,6 +19,7 @@ from ..features.batches import admin_views as batch_views
 from ..features.cancellation import admin_views as cancel_views
 from ..features.history import admin_views as history_views
 from ..features.limits import admin_views as limit_views
+from ..features.profiling import admin_views as profile_views
 from ..outbox import admin_views as outbox_views
 from . import set_views, views
 
@@ -60,7 +61,7 @@ def page_urls(page: str, site: Any) -> list[Any]:
         "scheduled": view(set_views.sorted_set, page=page), "retry": view(set_views.sorted_set, page=page),
         "dead": view(set_views.sorted_set, page=page), "batches": view(batch_views.batches),
         "limits": view(limit_views.limits), "outbox": view(outbox_views.outbox),
-        "metrics": view(history_views.metrics),
+        "metrics": view(history_views.metrics), "profiles": view(profile_views.profiles),
     }[page]
     patterns = [path("", main, name=f"{name}_changelist")]
     if page == "queue":
@@ -71,6 +72,10 @@ def page_urls(page: str, site: Any) -> list[Any]:
         patterns.append(path("<cogworker_name:key>/", view(limit_views.limit), name=f"{name}_limit"))
     if page == "busy":  # (one endpoint for every page's Cancel button: a job is cancelled by jid, wherever it is)
         patterns.append(path("cancel/", view(cancel_views.cancel), name=f"{name}_cancel"))
+    if page == "profiles":  # (run/ first: an id is 16 hex digits, never "run")
+        patterns.append(path("run/", view(profile_views.run), name=f"{name}_run"))
+        patterns.append(path("<str:ident>/", view(profile_views.profile), name=f"{name}_profile"))
+        patterns.append(path("<str:ident>/html/", view(profile_views.profile_html), name=f"{name}_html"))
     if page in set_views.SETS:
         patterns.append(path("job/<str:token>/", view(set_views.sorted_set_job, page=page), name=f"{name}_job"))
         patterns.append(path("job/<str:token>/raw/", view(set_views.sorted_set_raw, page=page), name=f"{name}_raw"))

@@ -14,6 +14,7 @@ from .encryption.declaration import DECLARATION as ENCRYPTION
 from .expiry.declaration import DECLARATION as EXPIRY
 from .iteration.declaration import DECLARATION as ITERATION
 from .limits.declaration import DECLARATION as LIMITS
+from .profiling.declaration import DECLARATION as PROFILING
 from .progress.declaration import DECLARATION as PROGRESS
 from .results.declaration import DECLARATION as RESULTS
 from .tracing.declaration import DECLARATION as TRACING
@@ -44,4 +45,4 @@ def _died(redis: Any, keys: Any, payload: dict[str, Any], error: str, message: s
 
 BATCHES = Declaration("batches", died=_died, provides={"open_batch": _open_batch, "signature": _signature})
 
-STANDARD = (RESULTS, EXPIRY, LIMITS, ENCRYPTION, CANCELLATION, BATCHES, PROGRESS, ITERATION, TRACING)
+STANDARD = (RESULTS, EXPIRY, LIMITS, ENCRYPTION, CANCELLATION, BATCHES, PROGRESS, ITERATION, TRACING, PROFILING)

@@ -23,6 +23,7 @@ from .limits import upkeep
 from .limits.gate import LimitGate
 from .limits.hook import ClassLimits, InlineLimits
 from .locks.hook import RunLockRelease
+from .profiling.hook import Profiling
 from .progress.hook import Progress
 from .results.hook import Results
 from .results.writer import ResultWriter
@@ -43,10 +44,11 @@ def build(parts: WorkerParts) -> list[Feature]:
     # A job past its timeout under a supervisor (--processes) that ignores it: this process exits and
     # is replaced; alone, it can only log it (see engine/run/timeouts.py).
     timeouts = Timeouts(grace=config.timeout_grace, replace_when_stuck=parts.supervised)
-    # (Tracing first, when on: its span is the outermost around, holding the others' work and the run.)
+    # (Tracing first, when on: its span is the outermost around, holding the others' work and the run;
+    # profiling last, the innermost around: it measures the job's run, not the others' work.)
     return [*tracing(config),
             Expiry(redis, keys), Cancellation(redis, keys, Cancels()), ClassLimits(gate), InlineLimits(gate),
             RunLockRelease(RunLocks(redis, keys)), Results(ResultWriter(redis, keys, parts.identity), timeouts),
             Batches(redis, keys, config.batch_ttl), Encryption(ring), Progress(redis, keys),
             Iteration(redis, keys, config, parts.retry, ring),
-            *([History(redis, keys)] if config.metrics_history else [])]
+            *([History(redis, keys)] if config.metrics_history else []), Profiling(redis, keys, parts.identity)]

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db(databases=["default", "pg", "mysql"])
 
 BASE = "/admin/django_cogworker/"
 PAGES = ["dashboard/", "queue/", "busy/", "scheduled/", "retry/", "dead/", "batches/", "limits/", "metrics/",
-         "periodic/", "quarantine/", "outbox/"]
+         "profiles/", "periodic/", "quarantine/", "outbox/"]
 
 
 @pytest.fixture
@@ -159,7 +159,8 @@ def test_the_admin_index_lists_the_dashboard_first_with_a_view_link(admin_client
         links = re.findall(rf'<a href="{BASE}([a-z]+)/" class="(viewlink|changelink)"', page)
         assert links[0] == ("dashboard", "viewlink"), links
         assert [name for name, _ in links] == ["dashboard", "dead", "batches", "limits", "metrics", "outbox",
-                                                "periodic", "busy", "quarantine", "queue", "retry", "scheduled"]
+                                                "periodic", "busy", "profiles", "quarantine", "queue", "retry",
+                                                "scheduled"]
     links = dict(re.findall(rf'<a href="{BASE}([a-z]+)/" class="(viewlink|changelink)"',
                             admin_client.get("/admin/").content.decode()))
     assert {name for name, kind in links.items() if kind == "changelink"} == {

@@ -106,6 +106,9 @@ metrics:h:<yyyymmddHH>        hash    the same, one UTC hour (written at the sam
 metrics:total                 hash    ``<class>|ms``, ``<class>|b<i>`` since counting began   -
                                       (the Prometheus run-time histogram)
 metrics:marks                 zset    deploy marks: JSON {label, id} -> Redis time (30 d)     -
+profile:<id>                  hash    a run profiled on request (features/profiling/):       1 day
+                                      label, jid, class, times, error, top functions, HTML
+profiles                      zset    profile id -> its start (a day's, 1,000 at most)        -
 ============================  ======  ======================================================  =========
 
 "presence": :func:`presence_ttl` of the process's HEARTBEAT_INTERVAL (60 s with the default 5 s).
@@ -201,6 +204,7 @@ class Keys:
         self.history_totals = p + "metrics:total"
         self.history_marks = p + "metrics:marks"
         self.iteration_longest = p + "iteration:longest"
+        self.profiles = p + "profiles"
 
     def filed_in(self, target: str) -> str:
         """The sorted set a job is filed in: "retry", "dead" or "schedule" (a job over a limit)."""
@@ -349,6 +353,9 @@ class Keys:
         """One minute (``m:<yyyymmddHHMM>``) or hour (``h:<yyyymmddHH>``) of the metrics history."""
         return f"{self.prefix}metrics:{stamp}"
 
+    def profile(self, ident: str) -> str:
+        return f"{self.prefix}profile:{ident}"
+
     def iteration(self, jid: str) -> str:
         """An iterable job's saved cursor and counts (features/iteration/state.py)."""
         return f"{self.prefix}iteration:{jid}"
@@ -387,5 +394,5 @@ class Keys:
             self.batches: "zset", self.batch_closing: "zset",
             self.limits: "zset", self.limit_specs: "hash", self.cancels: "hash",
             self.stat_replaced: "hash", self.history_totals: "hash", self.history_marks: "zset",
-            self.iteration_longest: "hash",
+            self.iteration_longest: "hash", self.profiles: "zset",
         }

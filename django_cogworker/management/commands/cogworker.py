@@ -1,5 +1,5 @@
 """``manage.py cogworker ACTION``: look at and act on queues, sets, processes, periodic entries, batches,
-limiters, jobs (cancel) and the metrics history (metrics; mark).
+limiters, jobs (cancel), the metrics history (metrics; mark) and profiles.
 
 The edge only: arguments in, ``cli.listings`` / ``cli.actions`` (through ``api``), text out.
 Exit codes: 0 done; 1 something named isn't there or was refused (the rest was done); 2 a
@@ -21,7 +21,7 @@ from ...cli import actions, checks, listings
 from ...cli.output import FAILED, USAGE, as_json, table
 
 LISTINGS = ("stats", "queues", "processes", "busy", "scheduled", "retries", "dead", "periodic", "batches", "limits",
-            "outbox", "metrics")
+            "outbox", "metrics", "profiles")
 
 
 def _limit(text: str) -> int:
@@ -49,7 +49,7 @@ def _page(text: str) -> int:
 
 class Command(BaseCommand):
     help = ("Look at and act on cogworker: stats, queues, processes, busy, scheduled, retries, dead, periodic, "
-            "batches, limits, outbox, metrics; pause/unpause and clear queues; retry/delete and cancel jobs; "
+            "batches, limits, outbox, metrics, profiles; pause/unpause and clear queues; retry/delete and cancel jobs; "
             "quiet/stop processes; mark a deploy on the metrics history; genkey prints a key for ENCRYPTION_KEYS.")
     # Run by handle, as each action needs (cli/checks.py): all of them first locked out genkey and
     # the listings whenever a check failed, E020's "run `cogworker genkey`" included.
@@ -93,6 +93,11 @@ class Command(BaseCommand):
         p.add_argument("--minutes", type=_minutes, default=60, help="the window (default 60; over 360 read by the "
                                                                     "hour; at most 43200, 30 days)")
         p.add_argument("--class", dest="job", metavar="NAME", help="only this job class (dotted name)")
+        p = sub.add_parser("profiles", parents=[listing, paged], help="jobs run under a profiler on request, the "
+                                                                       "newest first; 'profiles show ID': one's top "
+                                                                       "functions")
+        p.add_argument("show", nargs="?", choices=["show"], help="show one profile")
+        p.add_argument("ident", nargs="?", metavar="ID", help="the profile's id (from the list)")
 
         for verb, what in (("pause", "no process fetches from these queues"), ("unpause", "fetch from them again")):
             p = sub.add_parser(verb, help=f"{verb} queues: {what} (from each process's next heartbeat)")
@@ -175,6 +180,13 @@ class Command(BaseCommand):
             from ...features.history.cli import listing as history_listing
 
             shown = history_listing(options["minutes"], options["job"])
+        elif action == "profiles":
+            from ...features.profiling import cli as profiling_cli
+
+            if bool(options["show"]) != bool(options["ident"]):
+                raise CommandError("usage: cogworker profiles [show ID]", returncode=USAGE)
+            shown = (profiling_cli.show(options["ident"]) if options["show"]
+                     else profiling_cli.listing(options["page"], options["limit"]))
         elif action == "outbox":
             from ...outbox.cli import listing as outbox_listing
 
