@@ -75,7 +75,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                                        "(default 20,000)")
     p.add_argument("--iteration-rows", type=int, help="rows an iterable job walks in the iteration section (default "
                                                         "100,000; quick: 2,000)")
-    p.add_argument("--iteration-reps", type=int, help="walks of each way in the iteration section (default 3; "
+    p.add_argument("--iteration-reps", type=int, help="walks of each way in the iteration section (default 5; "
                                                         "quick: 1)")
     p.add_argument("--reps", type=int, default=1,
                    help="drains of each system in the drain and real-jobs sections, in turn (all systems, then "

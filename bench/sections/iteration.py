@@ -35,7 +35,7 @@ from markdown import Page, fmt, measured_where, source_of, table
 NAME = "iteration"
 QUICK = True
 # (quick, default): rows walked; rounds of each way.
-PARAMS = {"iteration_rows": (2_000, 100_000), "iteration_reps": (1, 3)}
+PARAMS = {"iteration_rows": (2_000, 100_000), "iteration_reps": (1, 5)}
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/postgres"
 ALIAS = "iter"  # (benchproject/settings.py: this process's own database)
 # The floor's batch: the queryset enumerator's default (features/iteration/enumerators.py), checked in run.
@@ -68,12 +68,15 @@ def run(bench: Any, p: dict[str, Any] | None = None, log: Any = _log) -> dict[st
         assert DEFAULT_BATCH == FLOOR_BATCH, "the floor fetches the rows as the enumerator does"
         ways = _ways(bench)
         times: dict[str, list[float]] = {way: [] for way in ways}
+        cpu: dict[str, list[float]] = {way: [] for way in ways}
         trips: dict[str, list[float]] = {way: [] for way in ways}
         for _rep in range(p["iteration_reps"]):
             for way, walk in ways.items():
                 bench.reset_redis()
                 a = harness.snap(bench.r)
+                own = time.thread_time()
                 seconds, walked = walk()
+                cpu[way].append(time.thread_time() - own)
                 b = harness.snap(bench.r)
                 assert walked == rows, (way, walked, rows)
                 times[way].append(seconds)
@@ -83,8 +86,10 @@ def run(bench: Any, p: dict[str, Any] | None = None, log: Any = _log) -> dict[st
         for way in ways:
             us = statistics.median(times[way]) * 1e6 / rows
             out[way] = {"us_per_item": round(us, 3), "us_per_item_all": [round(t * 1e6 / rows, 3) for t in times[way]],
+                        # (this thread's CPU: the bench's Python, not PostgreSQL's or Redis's)
+                        "cpu_us_per_item": round(statistics.median(cpu[way]) * 1e6 / rows, 3),
                         "redis_round_trips_per_item": round(statistics.median(trips[way]) / rows, 4)}
-            log(f"iteration {way}: {us:.2f} us/item, "
+            log(f"iteration {way}: {us:.2f} us/item ({out[way]['cpu_us_per_item']} us of its CPU), "
                 f"{out[way]['redis_round_trips_per_item']} Redis round trips/item")
         return out
     finally:
@@ -135,6 +140,8 @@ class _Called:
     def walk(self, job: Any) -> tuple[float, int]:
         from benchproject.iteration_jobs import SINK
 
+        from django_cogworker.features.iteration.state import ENDED_KEEP
+
         SINK[:] = [0, 0]
         jid = job.perform_async()
         units = self.fetch.retrieve(1)
@@ -143,7 +150,10 @@ class _Called:
         run = self.processor.process(units[0])
         seconds = time.perf_counter() - t
         assert run is not None and run.error is None and run.payload["jid"] == jid, run
-        assert self.redis.llen(self.fetch.in_progress) == 0 and not self.redis.exists(self.keys.iteration(jid))
+        # (Acked, and its saved state at its end, kept a while: features/iteration/state.py's ENDED_KEEP.)
+        state = self.redis.hgetall(self.keys.iteration(jid))
+        assert self.redis.llen(self.fetch.in_progress) == 0 and int(state[b"done"]) == SINK[1], (jid, state)
+        assert 0 < self.redis.ttl(self.keys.iteration(jid)) <= ENDED_KEEP
         return seconds, SINK[1]
 
 
@@ -181,11 +191,14 @@ def report(res: dict[str, Any]) -> str:
         "row's work the same (one column read and added). *Floor*: a plain loop over the rows fetched in "
         f"keyset batches of {it['batch']} (`id > last ORDER BY id LIMIT {it['batch']}`), no job around it. The "
         "other ways run one `IterableJob` whose `build_enumerator` returns `self.queryset_enumerator(...)` "
-        "over the same rows, through a Processor called on the bench's thread and built as a worker builds "
-        "it; *enumerator*: checkpoints off; *checkpoint 1 s*: the default `ITERATION_CHECKPOINT`; "
-        "*checkpoint every item*: `checkpoint_every = 1`, a round trip to Redis after each item. Time per "
-        f"item, the median of {it['reps']} rounds taken in turn (load average {load[0]} at the start of the "
-        f"run, {load[1]} at the end).")
+        "over the same rows (the same batches), through a Processor called on the bench's thread and built as "
+        "a worker builds it (reliable fetch, the package's features); *checkpoints off*: "
+        "`iteration_checkpoint = 86400` (the cursor saved only as the run begins and ends); *checkpoint 1 s*: "
+        "the default `ITERATION_CHECKPOINT`; *checkpoint every item*: `checkpoint_every = 1`, a round trip "
+        "to Redis after each item (the cursor and the progress report in one pipeline). Wall time per item, "
+        f"the median of {it['reps']} walks taken in turn, with their range; *CPU*: the bench thread's own "
+        "(not PostgreSQL's or Redis's). **The machine was shared** (load average "
+        f"{load[0]} at the start of the run, {load[1]} at the end): compare the ways within the table.")
     add("")
     labels = {"floor": "floor (plain loop, keyset batches)", "enumerator": "IterableJob, checkpoints off",
               "checkpoint_default": "IterableJob, checkpoint every 1 s (default)",
@@ -195,13 +208,21 @@ def report(res: dict[str, Any]) -> str:
     for way in WAYS:
         if way in it:
             d = it[way]
-            rows.append([labels[way], d["us_per_item"], d["us_per_item"] - floor if way != "floor" else "–",
-                         d["redis_round_trips_per_item"]])
-    add(table(["way", "µs/item", "over the floor µs", "Redis round trips/item"], rows))
+            spread = f"{fmt(min(d['us_per_item_all']))}–{fmt(max(d['us_per_item_all']))}"
+            rows.append([labels[way], d["us_per_item"], spread, d["us_per_item"] - floor if way != "floor" else "–",
+                         d.get("cpu_us_per_item", "–"), d["redis_round_trips_per_item"]])
+    add(table(["way", "µs/item", "range", "over the floor µs", "CPU µs/item", "Redis round trips/item"], rows))
     add("")
     if "checkpoint_every_item" in it and "enumerator" in it:
-        cost = it["checkpoint_every_item"]["us_per_item"] - it["enumerator"]["us_per_item"]
-        add(f"A checkpoint costs **{fmt(cost)} µs** (every item against none): one round trip to a Redis on the "
-            "same machine. At the default (at most one a second) it is spread over every item of that second.")
+        every, off = it["checkpoint_every_item"], it["enumerator"]
+        cost = every["us_per_item"] - off["us_per_item"]
+        cpu = (every["cpu_us_per_item"] - off["cpu_us_per_item"]) if "cpu_us_per_item" in every else None
+        add(f"**A checkpoint costs {fmt(cost)} µs** (every item against none)"
+            + (f", {fmt(cpu)} µs of it the job thread's CPU (the pipeline built and its replies read), the rest "
+               "waiting for Redis on the same machine" if cpu is not None else "")
+            + ". At the default, one a second at most, that is spread over every item of the second: "
+            f"{fmt(cost / 1e4)}% of a walk's time. The enumerator's own cost, over the floor, is the "
+            "loop's between two items: the checks for a stop, a cancel and a throttle, the cursor made of "
+            "the row's key, the progress kept in memory.")
         add("")
     return page.text()
