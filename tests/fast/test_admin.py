@@ -95,7 +95,8 @@ def all_actions(seeded) -> list[tuple[str, dict]]:
                ("quarantine/", {"action": "restore", "key": seeded["quarantined"]}),
                ("quarantine/", {"action": "delete", "key": seeded["quarantined"], **yes}),
                ("busy/cancel/", {"jid": seeded["queued"]}),
-               ("busy/cancel/", {"jid": seeded["running"], "interrupt": "yes", **yes})]
+               ("busy/cancel/", {"jid": seeded["running"], "interrupt": "yes", **yes}),
+               ("profiles/run/", {"profile_entry": f"dead:{seeded['dead']}"})]
     return [(BASE + page, data) for page, data in actions]
 
 
@@ -337,7 +338,7 @@ def test_view_only_staff_can_look_at_every_page_without_action_buttons(viewer, s
 def test_view_only_staff_is_denied_every_action(viewer, seeded, rb):
     before = snapshot(rb)
     actions = all_actions(seeded)
-    assert len(actions) == 28
+    assert len(actions) == 29
     for url, data in actions:
         for payload in (data, {k: v for k, v in data.items() if k != "confirmed"}):
             assert viewer.post(url, payload).status_code == 403, (url, payload)

@@ -26,7 +26,7 @@ from django_cogworker import api as cogworker_api
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.run.hooks import Outcome
 from django_cogworker.errors import InvalidArgument
-from django_cogworker.features.profiling import api, records
+from django_cogworker.features.profiling import api, profilers, records
 from django_cogworker.features.profiling.hook import Profiling
 from django_cogworker.push.job import Job
 
@@ -96,6 +96,8 @@ def test_a_job_pushed_with_a_label_is_profiled_and_its_hot_function_is_on_top(ma
     assert rows["hot"]["cumtime"] <= rows["perform"]["cumtime"] <= profile.elapsed + 0.05
     assert rows["hot"]["cumtime"] > 0.5 * rows["perform"]["cumtime"]
     assert len(profile.top) <= 50
+    # The worker's own frames around the job (each holding the whole run) are left out.
+    assert not [row for row in profile.top if row["where"].startswith(profilers.WRAPPERS)]
     page = api.html(summary.id, redis=rb, keys=K)
     assert (page is not None) == (prefer == "pyinstrument") == profile.has_html
     if page is not None:

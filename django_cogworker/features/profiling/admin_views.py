@@ -30,6 +30,19 @@ from . import api, records
 HTML_POLICY = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
                "font-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'; sandbox allow-scripts")
 PAGES = ("scheduled", "retry", "dead")  # the pages whose entries may be run profiled
+# pyinstrument's page keeps its view options in localStorage, which a sandboxed page (no
+# allow-same-origin) may not touch: reading it threw, and the page drew nothing. This stands in for
+# it, in memory, before the page's own script runs (the download is the page as made).
+STORAGE_SHIM = ("<script>try{window.localStorage}catch(e){var m={};Object.defineProperty(window,'localStorage',"
+                "{configurable:true,value:{getItem:function(k){return k in m?m[k]:null},setItem:function(k,v)"
+                "{m[k]=String(v)},removeItem:function(k){delete m[k]},clear:function(){m={}},key:function(i)"
+                "{return Object.keys(m)[i]||null},get length(){return Object.keys(m).length}}})}</script>")
+
+
+def sandboxed(page: str) -> str:
+    """``page`` with STORAGE_SHIM first in its head (first of all without one)."""
+    at = page.lower().find("<head>")
+    return page[:at + 6] + STORAGE_SHIM + page[at + 6:] if at >= 0 else STORAGE_SHIM + page
 
 
 @guard(actions=False)
@@ -57,12 +70,13 @@ def profile_html(request: HttpRequest, ident: str, *, site: Any) -> HttpResponse
     page = api.html(ident)
     if page is None:
         raise Http404("no HTML kept for this profile")
-    response = HttpResponse(page, content_type="text/html; charset=utf-8")
+    download = bool(request.GET.get("download"))
+    response = HttpResponse(page if download else sandboxed(page), content_type="text/html; charset=utf-8")
     response["Content-Security-Policy"] = HTML_POLICY
     response["X-Content-Type-Options"] = "nosniff"
     response["Referrer-Policy"] = "no-referrer"
     response["Cross-Origin-Opener-Policy"] = "same-origin"
-    if request.GET.get("download"):
+    if download:
         response["Content-Disposition"] = f'attachment; filename="profile-{ident}.html"'
     return response
 

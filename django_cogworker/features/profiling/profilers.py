@@ -17,14 +17,21 @@ running at the same time on another thread meets it too). The run then goes on u
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from typing import Any, Protocol
+
+from ... import engine
 
 TOP = 50  # functions kept, by cumulative time
 # pyinstrument's sampling interval: 5 ms, above the coarse clock's resolution (4 ms on Linux), so it
 # reads that cheap clock and prints no "timer overhead" warning to the worker's stderr; a job worth
 # profiling runs for far longer than a few samples.
 INTERVAL = 0.005
+
+# The worker's own frames around the job (the processor's call, run_job, this feature's hook): each
+# holds the run's whole time, and would fill the top of every profile with the same rows.
+WRAPPERS = tuple(os.path.dirname(os.path.abspath(path)) + os.sep for path in (engine.__file__, __file__))
 
 _pyinstrument: bool | None = None
 
@@ -72,7 +79,8 @@ class CProfileSession:
 
         # {(file, line, function): (primitive calls, calls, tottime, cumtime, callers)}
         stats: dict[tuple[str, int, str], tuple[Any, ...]] = pstats.Stats(self.profiler).stats  # type: ignore[attr-defined]
-        rows = sorted(((key, value) for key, value in stats.items() if "_lsprof.Profiler" not in key[2]),
+        rows = sorted(((key, value) for key, value in stats.items()
+                       if "_lsprof.Profiler" not in key[2] and not key[0].startswith(WRAPPERS)),
                       key=lambda item: (-item[1][3], -item[1][2]))
         return [{"function": function, "where": _where(file, line), "calls": calls, "cumtime": round(cumtime, 6),
                  "tottime": round(tottime, 6)}
@@ -115,7 +123,8 @@ class PyinstrumentSession:
                 times[0] += frame.time
             times[1] += frame.total_self_time
             stack.extend((child, above | {key}) for child in frame.children)
-        rows = sorted(found.items(), key=lambda item: (-item[1][0], -item[1][1]))
+        rows = sorted(((key, times) for key, times in found.items() if not key[1].startswith(WRAPPERS)),
+                      key=lambda item: (-item[1][0], -item[1][1]))
         return [{"function": function, "where": _where(file, line), "calls": None, "cumtime": round(cum, 6),
                  "tottime": round(own, 6)} for (function, file, line), (cum, own) in rows[:limit]]
 
