@@ -151,10 +151,10 @@ def test_a_label_must_be_text(make_processor):
     assert HotJob.set(profile=None).push_hooks == HotJob.set().push_hooks
 
 
-def test_a_profiler_already_active_on_the_thread_leaves_the_run_unprofiled_not_failed(make_processor, rb, caplog):
-    called = make_processor(features=profiling(None))
+def test_a_cprofile_already_active_leaves_a_run_asked_for_cprofile_unprofiled_not_failed(make_processor, rb, caplog):
+    called = make_processor(features=profiling("cProfile"))
     theirs = cProfile.Profile()
-    theirs.enable()  # (a project's own profiler; on 3.12+ it holds sys.monitoring's profiler slot)
+    theirs.enable()  # (a project's own: its sys.setprofile before 3.12, sys.monitoring's one profiler slot after)
     try:
         run = called.run(HotJob, profile="doubly")
         still = sys.getprofile() is theirs if sys.version_info < (3, 12) else True
@@ -163,10 +163,32 @@ def test_a_profiler_already_active_on_the_thread_leaves_the_run_unprofiled_not_f
     assert run.decision is not None and run.decision.outcome is Outcome.SUCCESS
     assert still, "their profiler was switched off"
     [profile] = kept(rb)
-    assert (profile.profiler, profile.label) == ("", "doubly") and "profiler" in profile.skipped
+    assert (profile.profiler, profile.label, profile.top) == ("", "doubly", []) and "profiler" in profile.skipped
     assert "run unprofiled" in caplog.text
     # Their profiler saw the job's run: it was never replaced.
     assert "hot" in {name for (_file, _line, name) in pstats.Stats(theirs).stats}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("prefer", PROFILERS)
+def test_a_profile_function_already_set_on_the_thread_is_left_in_place(make_processor, rb, prefer):
+    called = make_processor(features=profiling(prefer))
+    seen: list[str] = []
+
+    def theirs(frame, event, arg):  # (a debugger's, a coverage tool's: sys.setprofile)
+        if event == "call":
+            seen.append(frame.f_code.co_name)
+
+    sys.setprofile(theirs)
+    try:
+        run = called.run(HotJob, profile="under a debugger")
+        still = sys.getprofile() is theirs
+    finally:
+        sys.setprofile(None)
+    assert run.decision is not None and run.decision.outcome is Outcome.SUCCESS and still
+    assert seen.count("hot") == 5
+    [profile] = kept(rb)
+    assert profile.profiler == "" and profile.skipped == ("another profiler was active on the worker's thread "
+                                                          "(sys.setprofile)")
 
 
 def test_a_profile_lives_a_day_and_the_index_keeps_a_day_and_at_most_kept(make_processor, rb, monkeypatch):

@@ -108,7 +108,7 @@ metrics:total                 hash    ``<class>|ms``, ``<class>|b<i>`` since cou
 metrics:marks                 zset    deploy marks: JSON {label, id} -> Redis time (30 d)     -
 profile:<id>                  hash    a run profiled on request (features/profiling/):       1 day
                                       label, jid, class, times, error, top functions, HTML
-profiles                      zset    profile id -> its start (a day's, 1,000 at most)        -
+profiles                      zset    profile id -> its start (a day's, 500 at most)          -
 ============================  ======  ======================================================  =========
 
 "presence": :func:`presence_ttl` of the process's HEARTBEAT_INTERVAL (60 s with the default 5 s).

@@ -24,8 +24,8 @@ from ...broker.keys import Keys
 from ...broker.types import RedisClient
 
 TTL = 86_400  # seconds a profile is kept
-KEPT = 1_000  # profiles the index keeps at most (the oldest go first): a bound on the memory they take
-HTML_LIMIT = 1_000_000  # bytes of pyinstrument's page, compressed (~75 KB a small job's, ~25 KB compressed)
+KEPT = 500  # profiles the index keeps at most (the oldest go first): a bound on the memory they take
+HTML_LIMIT = 256_000  # bytes of pyinstrument's page, compressed (a small job's: 77 KB, 26 KB compressed)
 SUMMARY = ("label", "jid", "class", "queue", "attempt", "started", "elapsed", "profiler", "skipped", "error",
            "identity")
 
