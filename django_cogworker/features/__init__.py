@@ -7,6 +7,11 @@
     results       a job's result record (``result:<jid>``) and get_result
     expiry        a job dropped unrun past its ``expires_in``
     locks         a job's unique and periodic locks released when its rule says (start, success, death)
+    iteration     IterableJob: a long job walked item by item, its cursor saved, sent back between two items
+    progress      Job.progress and get_progress: how far a running job is (``progress:<jid>``)
+    tracing       OpenTelemetry spans of every push and run, the trace carried in the payload
+    history       the metrics history: per class and minute, runs, failures, run time and its histogram
+    profiling     a job pushed with ``set(profile=...)`` run under a profiler, its profile kept a day
 
 A folder holds the whole of its feature: its Lua (``scripts.py``), its object model for the admin
 and the CLI (``api.py``, re-exported by ``django_cogworker.api``), its admin views

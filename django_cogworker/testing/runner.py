@@ -41,6 +41,7 @@ from ..engine.settle.stats import Stats
 from ..features.iteration.hook import Iteration
 from ..features.limits.hook import ClassLimits, InlineLimits
 from ..features.locks.hook import RunLockRelease
+from ..features.profiling.hook import Profiling
 from ..features.progress.hook import Progress
 from ..features.results.hook import Results
 from ..push import payload as payloads
@@ -54,6 +55,7 @@ LEFT_OUT: tuple[type[Feature], ...] = (
     Results,  # result records: the helpers write no READY record at push (tasks/backend.py)
     Progress,  # progress keys: the helpers record each report in memory (stand_ins.py), write none
     Iteration,  # saved cursors: an iterable job runs to its end in one go (no TERM, no schedule to wait in)
+    Profiling,  # profiles kept in Redis: a job pushed with set(profile=...) runs unprofiled (needs no Redis)
 )
 
 

@@ -10,9 +10,10 @@
   when due: at once when this worker's poller runs (woken for it, as for a retry), else within a
   poll of another worker's (POLL_INTERVAL_AVERAGE). Same jid; its payload without ``expires_at``
   (an iterable job that began is never dropped as expired mid-walk; measured from its first push,
-  expiry only ever drops a job that never started). A cancelled run is the cancellation feature's
-  to decide (dead, never retried): its ``decide`` comes first. A failure is the core's (retry,
-  then dead), its cursor already saved by the loop.
+  expiry only ever drops a job that never started), and without ``orphan_count`` once the run did
+  an item (MAX_ORPHANINGS counts kills in a row, not over a long walk's life). A cancelled run is
+  the cancellation feature's to decide (dead, never retried): its ``decide`` comes first. A failure
+  is the core's (retry, then dead), its cursor already saved by the loop.
 * ``after``: the poller woken for a job rescheduled now; ``iteration:<jid>`` kept ENDED_KEEP more
   once the job ends for good outside the dead set (succeeded, cancelled, discarded: its ack may
   still be on its way, and a run again after a kill -9 resumes from its end), kept otherwise (a retry, a
@@ -103,6 +104,11 @@ class Iteration(Feature):
             return None
         payload = dict(run.payload)
         payload.pop("expires_at", None)
+        if it.items:
+            # (A run that moved its cursor on: the kills before it were no poison job's doing. Its
+            # count kept, an hour-long walk killed by MAX_ORPHANINGS + 1 deploys over its life went
+            # dead with its work progressing; a job that kills its process at once never gets here.)
+            payload.pop("orphan_count", None)
         due = self.clock() + it.backoff
         logger.info("%s jid=%s class=%s after %d item(s) this run: back to the schedule, due %s, with its cursor",
                     WHY[it.end], run.jid, run.shown_class, it.items,
