@@ -161,6 +161,26 @@ def test_a_stopping_worker_before_the_first_item_runs_none(make_processor, r):
     assert resume(called).decision.outcome is Outcome.SUCCESS and RUNS[token] == [0, 1, 2]
 
 
+def test_a_stopped_run_that_did_an_item_counts_its_orphanings_afresh(make_processor, r):
+    # A long walk recovered after kill -9s (orphan recovery counts them in its payload) that does
+    # an item and is sent back at a TERM: its count starts again, or MAX_ORPHANINGS + 1 deploys over
+    # its life sent it dead while it progressed. One sent back before any item keeps its count.
+    called, token = make_processor(), new_token()
+    for items in (3, 0):
+        payload = Walk.set(queue="default").build([token, items], {})
+        payload["orphan_count"] = 2
+        r.lpush(K.queue("default"), json.dumps(payload))
+        if not items:
+            called.stopping.set()
+        else:
+            at(token, 1, stop_worker(called))
+        assert called.run_next().decision.outcome is Outcome.RESCHEDULED
+        [(rescheduled, _due)] = scheduled(r)
+        assert rescheduled.get("orphan_count") == (2 if not items else None)
+        r.delete(K.schedule)
+        called.stopping.clear()
+
+
 def test_a_job_stopped_again_and_again_does_each_item_once(make_processor, r):
     called, token = make_processor(), new_token()
     for number in (0, 4, 5, 8):
