@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.db import transaction
 from engine_fixtures import (  # noqa: F401 - the make_processor and launcher_factory fixtures
     GATES,
     RUNS,
@@ -33,6 +34,8 @@ from django_cogworker.features import Outcome
 from django_cogworker.features.iteration import IterationError
 from django_cogworker.features.iteration.hook import Iteration
 from django_cogworker.features.iteration.state import ENDED_KEEP
+from django_cogworker.outbox.models import OutboxJob
+from django_cogworker.push import runtime
 from django_cogworker.push import scope as _scope
 from testproject.demo.jobs import BatchCallbackJob
 from testproject.demo.models import Receipt
@@ -630,3 +633,30 @@ def test_a_worker_that_stops_ends_a_running_iterable_job_at_its_next_item_into_t
     # Back in its queue, or in the schedule due now if the poller hadn't moved it before it stopped.
     queued = [json.loads(raw)["jid"] for raw in r.lrange(K.queue("default"), 0, -1)]
     assert queued + [p["jid"] for p, due in scheduled(r) if due <= time.time()] == [pushed["jid"]]
+
+
+# -- pushed through the outbox ----------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_iterable_job_committed_through_the_outbox_walks_each_item_once_across_a_term(make_processor, r,
+                                                                                          settings, redis_url):
+    # OUTBOX on: the job is a row of the transaction until its commit, then the same job as any push;
+    # sent back at a TERM it goes to the schedule (a filing, never the outbox again) and resumes.
+    settings.COGWORKER = {**settings.COGWORKER, "OUTBOX": True, "REDIS_URL": redis_url}
+    called, token = make_processor(), new_token()
+    try:
+        with transaction.atomic():
+            jid = Walk.perform_async(token, 6)
+            assert r.llen(K.queue("default")) == 0 and OutboxJob.objects.count() == 1
+        assert OutboxJob.objects.count() == 0 and r.llen(K.queue("default")) == 1
+        at(token, 2, stop_worker(called))
+
+        first = called.run_next()
+        second = resume(called)
+
+        assert (first.payload["jid"], second.payload["jid"]) == (jid, jid)
+        assert first.decision.outcome is Outcome.RESCHEDULED and second.decision.outcome is Outcome.SUCCESS
+        assert RUNS[token] == list(range(6)) and OutboxJob.objects.count() == 0
+    finally:
+        runtime.reset()
