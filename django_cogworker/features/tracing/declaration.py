@@ -17,31 +17,41 @@ from typing import Any
 from ...declarations import Declaration
 from . import available
 
+_runtime: Any = None  # (push.runtime and spans, imported on the first push asked: the Django edge,
+_spans: Any = None    # and the module that imports OpenTelemetry, neither on import)
+
 
 def _on() -> bool:
-    from ...push import runtime  # (the Django edge: read on a push)
-
-    return bool(runtime.get_config().tracing)
+    """TRACING, read on each push (a test or ``use_config`` may change the config of a process
+    whose setters live on): the config's field, not an import statement per push."""
+    return bool(_runtime.get_config().tracing)
 
 
 def _pushes(job_class: Any, options: Mapping[str, Any]) -> bool:
     """Asked once per setter: False without the OpenTelemetry API (the push pays nothing then)."""
-    return _on() and available()
+    global _runtime, _spans
+    if _runtime is None:
+        from ...push import runtime
+
+        _runtime = runtime
+    if not (_on() and available()):
+        return False
+    if _spans is None:
+        from . import spans
+
+        _spans = spans
+    return True
 
 
 def _send(payload: dict[str, Any], job_class: Any, options: Mapping[str, Any],
           head: Sequence[tuple[str, str]], due: float | None) -> None:
     if _on():  # (asked again: the setter of a plain perform_async is kept for the process's life)
-        from .spans import send
-
-        send([payload])
+        _spans.send([payload])
 
 
 def _send_bulk(items: Sequence[dict[str, Any]], job_class: Any, options: Mapping[str, Any]) -> None:
     if _on():
-        from .spans import send
-
-        send(items, bulk=True)
+        _spans.send(items, bulk=True)
 
 
 DECLARATION = Declaration("tracing", pushes=_pushes, on_push=_send, on_push_bulk=_send_bulk)

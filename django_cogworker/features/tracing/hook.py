@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...engine.run.hooks import Call, Feature, JobRun
-from .spans import processing
+from .spans import process
 
 
 class Tracing(Feature):
@@ -22,5 +22,4 @@ class Tracing(Feature):
     name = "tracing"
 
     def around(self, run: JobRun, call: Call) -> Any:
-        with processing(run.payload):
-            return call()
+        return process(run.payload, call)

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -35,6 +34,10 @@ SYSTEM = "cogworker"
 HEADERS = {"traceparent": 256, "tracestate": 4096, "baggage": 8192}
 # Members' traces a batch callback links to, at most (OpenTelemetry's SDK keeps 128 links a span).
 LINKS_MAX = 32
+
+# The attributes every span of a kind has (copied into each span's own, never shared).
+_SEND = {"messaging.system": SYSTEM, "messaging.operation.type": "send", "messaging.operation.name": "send"}
+_PROCESS = {"messaging.system": SYSTEM, "messaging.operation.type": "process", "messaging.operation.name": "process"}
 
 _tracer: trace.Tracer | None = None
 _warned = False
@@ -65,10 +68,10 @@ def send(items: Sequence[dict[str, Any]], bulk: bool = False) -> None:
         return
     first = items[0]
     queue = str(first.get("queue"))
-    attributes: dict[str, Any] = {
-        "messaging.system": SYSTEM, "messaging.operation.type": "send", "messaging.operation.name": "send",
-        "messaging.destination.name": queue, "cogworker.job.class": str(first.get("class")),
-    }
+    # The attributes go to start_span, as the conventions ask (a sampler sees them): a span the
+    # sampler drops never reads them, and the SDK cleans them once, not per set_attribute.
+    attributes: dict[str, Any] = {**_SEND, "messaging.destination.name": queue,
+                                  "cogworker.job.class": str(first.get("class"))}
     batch = push_scope.batch.get()
     if batch is not None:  # (pushed in a jobs() block: its jid is the batch's to give, at the write)
         attributes["cogworker.batch.id"] = str(batch.bid)
@@ -76,9 +79,12 @@ def send(items: Sequence[dict[str, Any]], bulk: bool = False) -> None:
         attributes["messaging.batch.message_count"] = len(items)
     elif batch is None:
         attributes["messaging.message.id"] = str(first.get("jid"))
-    with tracer().start_as_current_span(f"send {queue}", kind=SpanKind.PRODUCER, attributes=attributes):
-        carrier: dict[str, str] = {}
-        propagate.inject(carrier)
+    span = tracer().start_span(f"send {queue}", kind=SpanKind.PRODUCER, attributes=attributes)
+    carrier: dict[str, str] = {}
+    # Injected from a context naming the span, never made current: attaching it (and detaching) for
+    # an inject was a fifth of a push's tracing (docs/observability.md#what-tracing-costs).
+    propagate.inject(carrier, context=trace.set_span_in_context(span))
+    span.end()
     if carrier:  # (no provider configured: the no-op span has no context to carry)
         for item in items:
             item[FIELD] = dict(carrier)
@@ -129,35 +135,37 @@ def attempt(payload: dict[str, Any]) -> int:
     return count + 2 if type(count) is int and count >= 0 else 1
 
 
-@contextmanager
-def processing(payload: dict[str, Any], links: Sequence[trace.SpanContext] = ()) -> Iterator[trace.Span]:
-    """The CONSUMER span ``process <queue>`` of one run, current within (what the job pushes is its
-    child), a child of the producer span the payload names and linked to it (and to ``links``, up to
-    LINKS_MAX). A failure that escapes sets its status ERROR, ``error.type`` and records it."""
+def process(payload: dict[str, Any], call: Callable[[], Any], links: Sequence[trace.SpanContext] = ()) -> Any:
+    """``call()`` (the run) inside the CONSUMER span ``process <queue>``, current within (what the job
+    pushes is its child), a child of the producer span the payload names and linked to it (and to
+    ``links``, up to LINKS_MAX). A failure that escapes sets its status ERROR, ``error.type`` and
+    records it (on a span that records: one the sampler dropped skips that work)."""
     parent, producer = received(payload)
     queue = str(payload.get("queue"))
     attributes: dict[str, Any] = {
-        "messaging.system": SYSTEM, "messaging.operation.type": "process", "messaging.operation.name": "process",
-        "messaging.destination.name": queue, "messaging.message.id": str(payload.get("jid")),
+        **_PROCESS, "messaging.destination.name": queue, "messaging.message.id": str(payload.get("jid")),
         "cogworker.job.class": str(payload.get("class")), "cogworker.job.attempt": attempt(payload),
     }
     bid = payload.get("bid")
     if isinstance(bid, str):
         attributes["cogworker.batch.id"] = bid
-    linked = ([] if producer is None else [Link(producer)]) + [Link(c) for c in links]
-    token = otel_context.attach(parent) if parent is not None else None  # (its baggage, current in the run)
+    linked = [Link(producer)] if producer is not None else []
+    if links:
+        linked.extend(Link(c) for c in links[:LINKS_MAX - len(linked)])
+    span = tracer().start_span(f"process {queue}", context=parent, kind=SpanKind.CONSUMER,
+                               attributes=attributes, links=linked)
+    # One context attached for the run: the span's, on the carried one (its baggage current in the
+    # run too); attaching the carried context and then the span's on it was two of each.
+    token = otel_context.attach(trace.set_span_in_context(span, parent))
     try:
-        span = tracer().start_span(f"process {queue}", context=parent, kind=SpanKind.CONSUMER,
-                                   attributes=attributes, links=linked[:LINKS_MAX])
-        with trace.use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
-            try:
-                yield span
-            except BaseException as exc:
-                failed(span, exc)
-                raise
+        return call()
+    except BaseException as exc:
+        if span.is_recording():
+            failed(span, exc)
+        raise
     finally:
-        if token is not None:
-            otel_context.detach(token)
+        otel_context.detach(token)
+        span.end()
 
 
 def failed(span: trace.Span, exc: BaseException) -> None:
