@@ -6,6 +6,8 @@ SDK's sampler sampling nothing (ParentBased(TraceIdRatioBased(0))).
 
     .venv/bin/python bench/tracing_stages.py [N]            # µs per push and per run, each way
     .venv/bin/python bench/tracing_stages.py N --profile    # and cProfile's top functions, each way
+    .venv/bin/python bench/tracing_stages.py N --stages     # each piece (span, inject, extract, attach) alone
+    COGWORKER_CODE=/old/checkout .venv/bin/python bench/tracing_stages.py   # another checkout's code
 """
 
 from __future__ import annotations
@@ -115,9 +117,58 @@ def way(name: str, n: int, profile: bool) -> dict[str, float]:
     return best
 
 
+def stages(name: str, n: int) -> None:
+    """Each piece of a push's and a run's tracing timed alone, on the SDK way ``name`` (µs, best of 5)."""
+    import timeit
+
+    from opentelemetry import context as otel_context
+    from opentelemetry import propagate
+    from opentelemetry.trace import Link, SpanKind
+
+    item = payload()
+    attrs = {**spans._PROCESS, "messaging.destination.name": "default", "messaging.message.id": item["jid"],
+             "cogworker.job.class": item["class"], "cogworker.job.attempt": 1}
+    settings.COGWORKER = {"TRACING": True}
+    runtime.reset()
+    trace._TRACER_PROVIDER = provider(name)
+    spans._tracer = None
+    tracer = spans.tracer()
+    sent = payload()
+    declaration._pushes(None, {})
+    declaration._send(sent, None, {}, (), None)
+    carried = sent["trace"]
+    parent, producer = spans.received({"trace": carried})
+    span = tracer.start_span("x")
+    ctx = trace.set_span_in_context(span)
+    cases = {
+        "config read (_on)": lambda: declaration._on(),
+        "attributes dict (ours)": lambda: {**spans._PROCESS, "messaging.destination.name": str(item["queue"]),
+                                           "messaging.message.id": str(item["jid"]),
+                                           "cogworker.job.class": str(item["class"]),
+                                           "cogworker.job.attempt": spans.attempt(item)},
+        "start_span+end, no attributes": lambda: tracer.start_span("s", kind=SpanKind.PRODUCER).end(),
+        "start_span+end, 7 attributes": lambda: tracer.start_span("s", kind=SpanKind.PRODUCER,
+                                                                  attributes=attrs).end(),
+        "start_span+end, 7 attrs + link": lambda: tracer.start_span(
+            "s", context=parent, kind=SpanKind.CONSUMER, attributes=attrs, links=[Link(producer)]).end(),
+        "inject (W3C + baggage)": lambda: propagate.inject({}, context=ctx),
+        "received: extract + checks": lambda: spans.received({"trace": carried}),
+        "context attach+detach": lambda: otel_context.detach(otel_context.attach(ctx)),
+        "set_span_in_context": lambda: trace.set_span_in_context(span, parent),
+    }
+    print(f"\n{name}: each piece alone, µs")
+    for case, fn in cases.items():
+        best = min(timeit.repeat(fn, number=n, repeat=5)) * 1e6 / n
+        print(f"  {case:34} {best:6.2f}")
+
+
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 5000
     profile = "--profile" in sys.argv
+    if "--stages" in sys.argv:
+        for name in ("recorded-dropped", "sampled-none"):
+            stages(name, n)
+        return
     rows = {name: way(name, n, profile) for name in ("off", "recorded-dropped", "sampled-none")}
     print(f"\n{n:,} each, best of 5, µs:")
     for name, r in rows.items():

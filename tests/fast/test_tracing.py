@@ -305,6 +305,56 @@ def test_a_batch_callback_continues_the_trace_of_the_code_that_opened_the_batch(
     assert all(s.parent is not None and s.parent.span_id in sends for s in consumers)
 
 
+def class_of(span: Any) -> str:
+    return str((span.attributes or {})["cogworker.job.class"])
+
+
+def test_a_batch_callback_links_to_each_member_s_trace_once_a_retried_member_included(make_processor, spans):
+    called = make_processor()
+    token = new_token()
+    with REQUEST.start_as_current_span("POST /import") as opened:
+        batch = Batch(description="linked")
+        batch.on("success", Done)
+        with batch.jobs():
+            Note.perform_async(token)
+    with REQUEST.start_as_current_span("POST /more"):  # (a member of another trace)
+        with batch.jobs():
+            FailsOnce.perform_async(token)
+    called.drain()  # (the Note, and the first attempt of FailsOnce: its step a failure)
+    assert called.sweep() == 1
+    called.drain()  # (FailsOnce again, its success firing the callback)
+    called.drain()
+    [callback] = [s for s in of_kind(spans, SpanKind.CONSUMER) if class_of(s) == Done.name]
+    sends = of_kind(spans, SpanKind.PRODUCER)
+    members = [s for s in sends if (s.attributes or {})["cogworker.job.class"] != Done.name]
+    own = next(s for s in sends if (s.attributes or {})["cogworker.job.class"] == Done.name)
+    assert callback.parent is not None and callback.parent.span_id == own.context.span_id
+    assert callback.context.trace_id == opened.get_span_context().trace_id
+    linked = [(link.context.trace_id, link.context.span_id) for link in callback.links]
+    assert linked[0] == (own.context.trace_id, own.context.span_id)
+    assert sorted(linked[1:]) == sorted((s.context.trace_id, s.context.span_id) for s in members)
+    assert len({trace_id for trace_id, _ in linked}) == 2  # (the opener's trace and the other request's)
+
+
+def test_a_batch_callback_links_to_at_most_32_members_traces(make_processor, spans):
+    called = make_processor()
+    token = new_token()
+    batch = Batch(description="many")
+    batch.on("complete", Done)
+    for i in range(40):
+        with REQUEST.start_as_current_span(f"POST /{i}"):  # (each member a trace of its own)
+            with batch.jobs():
+                Note.perform_async(token)
+    called.drain()
+    called.drain()
+    [callback] = [s for s in of_kind(spans, SpanKind.CONSUMER) if class_of(s) == Done.name]
+    members = {(s.context.trace_id, s.context.span_id) for s in of_kind(spans, SpanKind.PRODUCER)
+               if (s.attributes or {})["cogworker.job.class"] == Note.name}
+    linked = [(link.context.trace_id, link.context.span_id) for link in callback.links]
+    assert len(members) == 40 and len(linked) == 1 + tracing_spans.LINKS_MAX == 33
+    assert set(linked[1:]) < members and len(set(linked[1:])) == 32
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_job_the_outbox_relays_continues_the_trace_of_its_push(make_processor, spans, settings, tmp_path):
     server = RedisServer(tmp_path / "redis").start()

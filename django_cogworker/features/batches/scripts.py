@@ -46,11 +46,34 @@ local function fire(event)
   local stored = redis.call("HGET", KEYS[1], "cb:" .. event)
   if not stored then return end
   local st = status(event)
+  local traces = redis.call("HGET", KEYS[1], "traces")
   for _, cb in ipairs(cjson.decode(stored)) do
     local s, e = string.find(cb[3], PLACEHOLDER, 1, true)
     local payload = string.sub(cb[3], 1, s - 1) .. st .. string.sub(cb[3], e + 1)
+    if traces then  -- (the template is a JSON object: its last character is its "}")
+      payload = string.sub(payload, 1, -2) .. ',"trace_links":"' .. traces .. '"}'
+    end
     redis.call("RPUSH", KEYS[7], cjson.encode({cb[1], cb[2], payload}))
   end
+end
+
+-- Keeps the trace contexts of the jobs that settled (`tps`: W3C traceparents, 55 characters each,
+-- checked by the caller, space-separated; "" for none), the first TRACES_MAX distinct ones, in the
+-- meta's "traces" field: each callback fired gets them as its payload's "trace_links" (its span
+-- links to each member's trace: features/tracing/). Nothing without tracing (tps is ""); once full,
+-- one HGET.
+local TRACES_MAX = 32
+local function traced(tps)
+  if tps == nil or tps == "" then return end
+  local have = redis.call("HGET", KEYS[1], "traces") or ""
+  local before = #have
+  for tp in string.gmatch(tps, "%S+") do
+    if (#have + 1) / 56 >= TRACES_MAX then break end
+    if not string.find(have, tp, 1, true) then
+      have = have == "" and tp or (have .. " " .. tp)
+    end
+  end
+  if #have ~= before then redis.call("HSET", KEYS[1], "traces", have) end
 end
 
 -- Fires complete (every job ran: each pending one is failing) and success (none pending), once
@@ -159,13 +182,15 @@ return 1
 # "b:<bid>" of a child batch); ARGV[5] = its outcome: "success", "failure" (filed in retry, or
 # discarded), "dead", or "death" (a child batch's job died; it fails when it completes);
 # ARGV[6] = the failure's record (JSON) or "", ARGV[7] = a success's kept return value (JSON, for
-# the next step of a chain: workflows.py) or "".
+# the next step of a chain: workflows.py) or "", ARGV[8] = its trace context (a W3C traceparent)
+# or "" (none, or tracing off).
 # A job of the batch settled: moves the counters and fires what is due, in one step (the module's
 # header). Run before the job's ack or filing, and again with it until it goes through.
 # Returns the outbox's length (the caller delivers it), or -1 when the batch doesn't exist.
 BATCH_SETTLE = Script(_COMMON + """
 if redis.call("EXISTS", KEYS[1]) == 0 then return -1 end
 local jid, outcome = ARGV[4], ARGV[5]
+traced(ARGV[8])
 if outcome == "success" then
   if ARGV[7] ~= "" then
     redis.call("HSET", KEYS[1], "result:" .. jid, ARGV[7])
@@ -191,8 +216,9 @@ touch()
 return redis.call("LLEN", KEYS[7])
 """)
 
-# KEYS[1..7] = the batch's keys. ARGV[1..3] = bid, now, TTL; ARGV[4..] = the jids of jobs of the
-# batch that succeeded (no result kept).
+# KEYS[1..7] = the batch's keys. ARGV[1..3] = bid, now, TTL; ARGV[4] = their trace contexts (W3C
+# traceparents, space-separated) or "" (tracing off); ARGV[5..] = the jids of jobs of the batch that
+# succeeded (no result kept).
 # BATCH_SETTLE's "success" step for each of them, in one call: a worker runs the steps of the jobs
 # that finished since its last fetch together, before the fetch that carries their acks
 # (engine/settle/outgoing.py, queue.py). Idempotent by jid as BATCH_SETTLE is.
@@ -207,11 +233,12 @@ BATCH_SUCCEED = Script(_COMMON + """
 local left = redis.call("TTL", KEYS[1])
 if left == -2 then return -1 end
 local quick = redis.call("EXISTS", KEYS[4], KEYS[5], KEYS[7]) == 0
+traced(ARGV[4])  -- (traced: the meta written until it holds TRACES_MAX, then read once a call)
 if not quick then  -- (off failed and dead first, as BATCH_SETTLE)
-  redis.call("HDEL", KEYS[4], unpack(ARGV, 4))
-  redis.call("SREM", KEYS[5], unpack(ARGV, 4))
+  redis.call("HDEL", KEYS[4], unpack(ARGV, 5))
+  redis.call("SREM", KEYS[5], unpack(ARGV, 5))
 end
-redis.call("SREM", KEYS[3], unpack(ARGV, 4))
+redis.call("SREM", KEYS[3], unpack(ARGV, 5))
 local fired = check(quick and 0 or nil)
 if not quick or fired or left < ttl - math.min(60, math.floor(ttl / 100)) then
   touch()

@@ -16,6 +16,7 @@ recovery: acked without its step, its batch would wait for it forever.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -38,6 +39,7 @@ class BatchStep(NamedTuple):
     jid: str
     outcome: str
     record: str  # the failure's record (JSON), or the kept result ("" for none)
+    trace: str = ""  # the job's trace context (traced_by), kept for the callbacks' links
 
     @property
     def holdable(self) -> bool:
@@ -55,7 +57,7 @@ class BatchSteps:
 
     def run(self, step: BatchStep) -> None:
         """Move the batch's counters for this job, then deliver what fired. Raises when Redis refuses."""
-        settle(self.redis, self.keys, step.bid, step.jid, step.outcome, step.record, self.ttl)
+        settle(self.redis, self.keys, step.bid, step.jid, step.outcome, step.record, self.ttl, step.trace)
 
     # Held steps ride the fetch's round trip (engine/settle/outgoing.py), ordered: a job's
     # ack goes with the next fetch, once its step is known to have gone through.
@@ -70,16 +72,16 @@ class BatchSteps:
             replies = [self._succeed(*calls[0], now, ttl)]
         else:
             pipe = self.redis.pipeline(transaction=False)
-            for bid, jids in calls:
-                scripts.BATCH_SUCCEED.in_pipeline(pipe, self.keys.batch(bid), [bid, now, ttl, *jids])
+            for bid, jids, traces in calls:
+                scripts.BATCH_SUCCEED.in_pipeline(pipe, self.keys.batch(bid), [bid, now, ttl, traces, *jids])
             replies = pipe.execute(raise_on_error=False)
         self._landed(calls, replies, now, ttl)
 
     def queue(self, pipe: Any, steps: Sequence[BatchStep]) -> int:
         """Queue the steps' BATCH_SUCCEED calls on the fetch's pipeline (one per batch)."""
         calls, now, ttl = self._calls(steps)
-        for bid, jids in calls:
-            scripts.BATCH_SUCCEED.in_pipeline_by_sha(pipe, self.keys.batch(bid), [bid, now, ttl, *jids])
+        for bid, jids, traces in calls:
+            scripts.BATCH_SUCCEED.in_pipeline_by_sha(pipe, self.keys.batch(bid), [bid, now, ttl, traces, *jids])
         return len(calls)
 
     def landed(self, steps: Sequence[BatchStep], replies: Sequence[Any]) -> None:
@@ -87,33 +89,36 @@ class BatchSteps:
         calls, now, ttl = self._calls(steps)
         self._landed(calls, replies, now, ttl)
 
-    def _calls(self, steps: Sequence[BatchStep]) -> tuple[list[tuple[str, list[str]]], str, str]:
+    def _calls(self, steps: Sequence[BatchStep]) -> tuple[list[tuple[str, list[str], str]], str, str]:
         by_bid: dict[str, list[str]] = {}
+        traced: dict[str, dict[str, None]] = {}
         for step in steps:
             by_bid.setdefault(step.bid, []).append(step.jid)
-        calls = [(bid, jids[start:start + 1000]) for bid, jids in by_bid.items()
-                 for start in range(0, len(jids), 1000)]
+            if step.trace:
+                traced.setdefault(step.bid, {})[step.trace] = None
+        calls = [(bid, jids[start:start + 1000], " ".join(list(traced.get(bid, ()))[:TRACES_MAX]) if not start else "")
+                 for bid, jids in by_bid.items() for start in range(0, len(jids), 1000)]
         return calls, repr(time.time()), str(max(1, int(self.ttl)))
 
-    def _landed(self, calls: list[tuple[str, list[str]]], replies: Sequence[Any], now: str, ttl: str) -> None:
+    def _landed(self, calls: list[tuple[str, list[str], str]], replies: Sequence[Any], now: str, ttl: str) -> None:
         # A batch's key of the wrong type, or a script Redis forgot (NOSCRIPT, on a fetch's pipeline):
         # that batch's step again, alone, which moves the key aside or loads the script.
-        replies = [self._succeed(bid, jids, now, ttl) if isinstance(reply, Exception) and (
+        replies = [self._succeed(bid, jids, traces, now, ttl) if isinstance(reply, Exception) and (
             is_wrong_type(reply) or isinstance(reply, NoScriptError)) else reply
-            for (bid, jids), reply in zip(calls, replies, strict=True)]
+            for (bid, jids, traces), reply in zip(calls, replies, strict=True)]
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
-        for (bid, jids), waiting in zip(calls, replies, strict=True):
+        for (bid, jids, _), waiting in zip(calls, replies, strict=True):
             if int(waiting) == -1:
                 logger.warning("%d job(s) of batch %s: the batch is gone (expired: BATCH_TTL); settled without it",
                                len(jids), payloads.printable(bid))
             elif int(waiting) > 0:
                 delivery.deliver(self.redis, self.keys, bid, self.ttl)
 
-    def _succeed(self, bid: str, jids: list[str], now: str, ttl: str) -> Any:
+    def _succeed(self, bid: str, jids: list[str], traces: str, now: str, ttl: str) -> Any:
         bk = self.keys.batch(bid)
-        return run_script(scripts.BATCH_SUCCEED, self.redis, self.keys, bk, [bid, now, ttl, *jids],
+        return run_script(scripts.BATCH_SUCCEED, self.redis, self.keys, bk, [bid, now, ttl, traces, *jids],
                           lambda: bk.expected(self.ttl))
 
 
@@ -127,16 +132,31 @@ def step_for(payload: dict[str, Any], outcome: str, exc: BaseException | None = 
                                   "at": time.time()})
     else:
         record = result or ""
-    return BatchStep(str(payload["bid"]), str(payload.get("jid")), outcome, record)
+    return BatchStep(str(payload["bid"]), str(payload.get("jid")), outcome, record, traced_by(payload))
 
 
-def settle(redis: Any, keys: Keys, bid: str, jid: str, outcome: str, record: str, ttl: float) -> None:
+# A W3C traceparent (version 00) as the tracing feature writes it in a payload's "trace" field: the
+# only shape the scripts keep (55 characters, no space: they count and split on that).
+_TRACEPARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+TRACES_MAX = 32  # (the scripts' TRACES_MAX: a callback links to this many members' traces at most)
+
+
+def traced_by(payload: dict[str, Any]) -> str:
+    """The job's trace context (its push's traceparent, features/tracing/), "" for none or one of
+    another shape: what a callback of its batch links to."""
+    carried = payload.get("trace")
+    parent = carried.get("traceparent") if type(carried) is dict else None
+    return parent if type(parent) is str and _TRACEPARENT.fullmatch(parent) else ""
+
+
+def settle(redis: Any, keys: Keys, bid: str, jid: str, outcome: str, record: str, ttl: float,
+           trace: str = "") -> None:
     """One job's (or child batch's, ``b:<bid>``) step in batch ``bid``; deliver what it fired."""
     bk = keys.batch(bid)
     success = outcome == "success"
     waiting = int(run_script(scripts.BATCH_SETTLE, redis, keys, bk,
                              [bid, repr(time.time()), str(max(1, int(ttl))), jid, outcome,
-                              "" if success else record, record if success else ""], lambda: bk.expected(ttl)))
+                              "" if success else record, record if success else "", trace], lambda: bk.expected(ttl)))
     if waiting == -1:
         logger.warning("jid=%s: its batch %s is gone (expired: BATCH_TTL); settled without it",
                        payloads.printable(jid), payloads.printable(bid))
@@ -152,7 +172,7 @@ def died(redis: Any, keys: Keys, payload: dict[str, Any], error: str, message: s
     if isinstance(bid, str):
         record = payloads.encode({"class": payloads.safe_string(str(payload.get("class")), 200), "error": error,
                                   "message": message, "at": time.time()})
-        settle(redis, keys, bid, str(payload.get("jid")), "dead", record, ttl)
+        settle(redis, keys, bid, str(payload.get("jid")), "dead", record, ttl, traced_by(payload))
 
 
 def handed_over(payload: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -11,13 +11,14 @@ by default), each looked up as used: a provider set after the first push is the 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from ...push import payload as payloads
 from ...push import scope as push_scope
@@ -32,8 +33,14 @@ SYSTEM = "cogworker"
 # The headers a payload's ``trace`` may hold, and the longest value of each taken (a W3C traceparent
 # is 55 characters; tracestate is at most 32 entries; baggage 8192 bytes by the W3C's limit).
 HEADERS = {"traceparent": 256, "tracestate": 4096, "baggage": 8192}
-# Members' traces a batch callback links to, at most (OpenTelemetry's SDK keeps 128 links a span).
+# Members' traces a batch callback links to, at most (OpenTelemetry's SDK keeps 128 links a span;
+# features/batches/scripts.py's TRACES_MAX keeps no more).
 LINKS_MAX = 32
+# The payload field of a batch's callback naming its members' traces: their traceparents, space-
+# separated, collected by the members' batch steps in the scripts they already run and spliced in
+# as the callback fires (features/batches/scripts.py).
+LINKS_FIELD = "trace_links"
+_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 
 # The attributes every span of a kind has (copied into each span's own, never shared).
 _SEND = {"messaging.system": SYSTEM, "messaging.operation.type": "send", "messaging.operation.name": "send"}
@@ -138,8 +145,9 @@ def attempt(payload: dict[str, Any]) -> int:
 def process(payload: dict[str, Any], call: Callable[[], Any], links: Sequence[trace.SpanContext] = ()) -> Any:
     """``call()`` (the run) inside the CONSUMER span ``process <queue>``, current within (what the job
     pushes is its child), a child of the producer span the payload names and linked to it (and to
-    ``links``, up to LINKS_MAX). A failure that escapes sets its status ERROR, ``error.type`` and
-    records it (on a span that records: one the sampler dropped skips that work)."""
+    ``links`` and the members' traces a batch callback names, up to LINKS_MAX more). A failure that
+    escapes sets its status ERROR, ``error.type`` and records it (on a span that records: one the
+    sampler dropped skips that work)."""
     parent, producer = received(payload)
     queue = str(payload.get("queue"))
     attributes: dict[str, Any] = {
@@ -150,8 +158,10 @@ def process(payload: dict[str, Any], call: Callable[[], Any], links: Sequence[tr
     if isinstance(bid, str):
         attributes["cogworker.batch.id"] = bid
     linked = [Link(producer)] if producer is not None else []
+    if LINKS_FIELD in payload:
+        links = [*links, *members(payload)]
     if links:
-        linked.extend(Link(c) for c in links[:LINKS_MAX - len(linked)])
+        linked.extend(Link(c) for c in links[:LINKS_MAX])
     span = tracer().start_span(f"process {queue}", context=parent, kind=SpanKind.CONSUMER,
                                attributes=attributes, links=linked)
     # One context attached for the run: the span's, on the carried one (its baggage current in the
@@ -166,6 +176,21 @@ def process(payload: dict[str, Any], call: Callable[[], Any], links: Sequence[tr
     finally:
         otel_context.detach(token)
         span.end()
+
+
+def members(payload: dict[str, Any]) -> list[trace.SpanContext]:
+    """The members' trace contexts a batch callback's payload names (LINKS_FIELD), at most LINKS_MAX;
+    any that can't be read is left out."""
+    carried = payload.get(LINKS_FIELD)
+    if type(carried) is not str:
+        return []
+    found = []
+    for text in carried.split()[:LINKS_MAX]:
+        parts = _TRACEPARENT.fullmatch(text)
+        if parts is not None and int(parts[1], 16) and int(parts[2], 16):
+            found.append(SpanContext(int(parts[1], 16), int(parts[2], 16), is_remote=True,
+                                     trace_flags=TraceFlags(int(parts[3], 16))))
+    return found
 
 
 def failed(span: trace.Span, exc: BaseException) -> None:
