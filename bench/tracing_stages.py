@@ -1,5 +1,5 @@
 """Tracing's cost per stage, in one process (bench/sections/tracing.py measures it end to end): the
-push hook (features/tracing/declaration.py) on one payload and a run's span (spans.processing)
+push hook (features/tracing/declaration.py) on one payload and a run's span (spans.process)
 around a no-op, each timed alone (no Redis: only what tracing adds to a push and to a run), with
 TRACING off, with the SDK recording and its one span processor dropping every span, and with the
 SDK's sampler sampling nothing (ParentBased(TraceIdRatioBased(0))).
@@ -71,7 +71,7 @@ def _noop() -> None:
 
 
 def _processing(item: dict[str, Any], call: Any) -> Any:
-    with spans.processing(item):  # (before 2026-12: a context manager)
+    with spans.processing(item):  # (the code before c9b61f3: a context manager)
         return call()
 
 
