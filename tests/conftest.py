@@ -16,7 +16,7 @@ import os
 
 import pytest
 import redis
-from helpers import RedisServer
+from helpers import RedisServer, kill_started
 
 # Never skip for want of Redis: a suite that silently skips proves nothing. RedisServer raises
 # a clear error when redis-server is missing.
@@ -53,12 +53,16 @@ def redis_url() -> str:
 
 @pytest.fixture(autouse=True)
 def clean_redis(redis_url):
-    """Every test starts from an empty db. FLUSHDB, never FLUSHALL: only our db is ours to wipe."""
+    """Every test starts from an empty db. FLUSHDB, never FLUSHALL: only our db is ours to wipe.
+    And ends with every worker process it started killed, with their children: one left running
+    wrote into the next test's db after its FLUSHDB (helpers.STARTED)."""
     client = redis.Redis.from_url(redis_url)
     try:
         client.flushdb()
     finally:
         client.close()
+    yield
+    kill_started()
 
 
 @pytest.fixture

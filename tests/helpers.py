@@ -392,6 +392,21 @@ def _free(port: int) -> bool:
 client_for = connect  # (the name the cluster tests use)
 
 
+# Every Worker started in this test process, until conftest.py's clean_redis kills what is left of
+# them after each test (kill_started): a worker a test left running (no ``with``, or killed -9 alone
+# with its --processes children TERMed) stopped gracefully into the next test, its counts flushed and
+# its jobs handed back into that test's Redis after its FLUSHDB.
+STARTED: list[Worker] = []
+
+
+def kill_started() -> None:
+    """SIGKILL every process the Workers started so far began (each its group), and forget them."""
+    while STARTED:
+        started = STARTED.pop()
+        started.kill9()
+        started.kill_group()
+
+
 class Worker:
     """`python manage.py runcogworker *args` as a subprocess of the test, started at construction.
 
@@ -428,6 +443,7 @@ class Worker:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.identity: str | None = None
         self._log_file = open(self.log_path, "ab")  # closed by wait() / __exit__
+        STARTED.append(self)  # (killed with its group at the test's end: conftest.py's clean_redis)
         self.proc = subprocess.Popen(
             [sys.executable, "manage.py", "runcogworker", *self.args],
             cwd=cwd,

@@ -39,7 +39,10 @@ def test_a_worker_acks_retries_and_buries_what_it_runs_and_counts_it(tmp_path, r
     with worker(tmp_path) as w:
         identity = w.wait_ready()
         wait_until(lambda: r.zcard(K.retry) == 1 and r.zcard(K.dead) == 1, timeout=20, message="filed")
-        wait_until(lambda: r.get(K.stat_processed) == "4", timeout=20, message="counted")
+        try:
+            wait_until(lambda: r.get(K.stat_processed) == "4", timeout=20, message="counted")
+        except AssertionError as exc:  # (what it read instead, for the next look at a failure)
+            raise AssertionError(f"{exc}; processed: {r.get(K.stat_processed)!r}; log:\n{w.log()[-4000:]}") from None
         wait_until(lambda: r.llen(K.in_progress(identity)) == 0, message="acknowledged")
         w.term()
         assert w.wait(30) == 0
