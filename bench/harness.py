@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -359,3 +360,16 @@ def rnd(x: float, digits: int = 3) -> float:
     if not x or not math.isfinite(x):
         return x
     return round(x, max(0, digits - 1 - int(math.floor(math.log10(abs(x))))))
+
+
+def median_row(runs: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, Any]:
+    """One way's row of an on/off section: the median of each of ``keys`` over its ``runs`` (rounded),
+    and the runs themselves (those keys only) under "runs", for the page's ranges."""
+    row: dict[str, Any] = {k: rnd(statistics.median(r[k] for r in runs)) for k in keys}
+    row["runs"] = [{k: r[k] for k in keys} for r in runs]
+    return row
+
+
+def fewer_pct(off: float, on: float) -> float:
+    """How many percent fewer ``on`` is than ``off`` (jobs/s, pushes/s): below zero when more."""
+    return round(100 * (1 - on / off), 1)

@@ -13,7 +13,6 @@ figure is the median of its runs.
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 import harness
@@ -56,14 +55,9 @@ def run(bench: Bench) -> dict[str, Any]:
             runs[how].append(res)
             log(f"history {how} (run {rep + 1} of {reps}): {res['jobs_per_s']:,} jobs/s, "
                 f"{res['worker_cpu_us_per_job']} µs CPU/job")
-    rnd = harness.rnd
-    out: dict[str, Any] = {"ways": {}}
-    for how, done in runs.items():
-        row: dict[str, Any] = {k: rnd(statistics.median(r[k] for r in done)) for k in MEDIANS}
-        row["runs"] = [{k: r[k] for k in MEDIANS} for r in done]
-        out["ways"][how] = row
+    out: dict[str, Any] = {"ways": {how: harness.median_row(done, MEDIANS) for how, done in runs.items()}}
     off, on = out["ways"]["off"], out["ways"]["on"]
-    out["fewer_jobs_per_s_pct"] = round(100 * (1 - on["jobs_per_s"] / off["jobs_per_s"]), 1)
+    out["fewer_jobs_per_s_pct"] = harness.fewer_pct(off["jobs_per_s"], on["jobs_per_s"])
     out.update(n=n, reps=reps, worker=Way("off").worker_desc)
     return out
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 from typing import Any
@@ -92,17 +91,13 @@ def run(bench: Bench) -> dict[str, Any]:
             runs[how].append(res)
             log(f"tracing {how} (run {rep + 1} of {reps}): {rates[how][-1]:,.0f} pushes/s, "
                 f"{res['jobs_per_s']:,} jobs/s, {res['worker_cpu_us_per_job']} µs CPU/job")
-    rnd = harness.rnd
     out: dict[str, Any] = {"ways": {}}
-    for how in WAYS:
-        row: dict[str, Any] = {k: rnd(statistics.median(r[k] for r in runs[how])) for k in MEDIANS}
-        row["pushes_per_s"] = rnd(statistics.median(rates[how]))
-        row["runs"] = [{**{k: r[k] for k in MEDIANS}, "pushes_per_s": rnd(p)}
-                       for r, p in zip(runs[how], rates[how], strict=True)]
-        out["ways"][how] = row
+    for how in WAYS:  # (each run's pushes/s beside its drain's figures)
+        with_rates = [{**r, "pushes_per_s": harness.rnd(p)} for r, p in zip(runs[how], rates[how], strict=True)]
+        out["ways"][how] = harness.median_row(with_rates, (*MEDIANS, "pushes_per_s"))
     off, on = out["ways"]["off"], out["ways"]["on"]
-    out["fewer_jobs_per_s_pct"] = round(100 * (1 - on["jobs_per_s"] / off["jobs_per_s"]), 1)
-    out["fewer_pushes_per_s_pct"] = round(100 * (1 - on["pushes_per_s"] / off["pushes_per_s"]), 1)
+    out["fewer_jobs_per_s_pct"] = harness.fewer_pct(off["jobs_per_s"], on["jobs_per_s"])
+    out["fewer_pushes_per_s_pct"] = harness.fewer_pct(off["pushes_per_s"], on["pushes_per_s"])
     out.update(n=n, reps=reps, pushes=pushed, worker=Way("off").worker_desc)
     return out
 

@@ -16,6 +16,7 @@ from django.utils import timezone
 from django_cogworker import Job
 from django_cogworker.push.runtime import get_redis
 
+from .marks import append_line as _append_line
 from .models import Receipt
 
 log = logging.getLogger(__name__)
@@ -225,16 +226,6 @@ class FileMarkJob(Job):
         _append_line(path, f"start {self.jid} {os.getpid()}")
         time.sleep(seconds)
         _append_line(path, f"end {self.jid} {os.getpid()}")
-
-
-def _append_line(path, line):
-    # One write() per line on an O_APPEND descriptor: lines from concurrent threads and
-    # processes never interleave.
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
 
 
 class PeriodicSlotJob(Job):

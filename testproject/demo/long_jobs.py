@@ -19,16 +19,9 @@ from typing import Any
 
 from django_cogworker import IterableJob
 
+from .marks import append_line
+
 HOOKS = ("start", "stop", "complete", "cancel")
-
-
-def append_line(path: str, line: str) -> None:
-    # One write() per line on an O_APPEND descriptor (FileMarkJob's way): whole lines, in order.
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
 
 
 class MarkedWalk(IterableJob):

@@ -296,10 +296,9 @@ def test_a_batch_callback_continues_the_trace_of_the_code_that_opened_the_batch(
     called.drain()  # (the members, then the callback their last step pushed)
     called.drain()
     consumers = of_kind(spans, SpanKind.CONSUMER)
-    classes = sorted((s.attributes or {})["cogworker.job.class"] for s in consumers)
-    assert classes == sorted([Done.name, Note.name, Note.name])
+    assert sorted(map(class_of, consumers)) == sorted([Done.name, Note.name, Note.name])
     assert {s.context.trace_id for s in consumers} == {request.get_span_context().trace_id}
-    members = [s for s in consumers if (s.attributes or {})["cogworker.job.class"] == Note.name]
+    members = [s for s in consumers if class_of(s) == Note.name]
     assert {(s.attributes or {})["cogworker.batch.id"] for s in members} == {batch.bid}
     sends = {s.context.span_id: s for s in of_kind(spans, SpanKind.PRODUCER)}
     assert all(s.parent is not None and s.parent.span_id in sends for s in consumers)
