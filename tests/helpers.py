@@ -544,8 +544,8 @@ class Worker:
 
     def __exit__(self, *exc) -> None:
         self.kill9()
+        self.kill_group()  # (before the leader is reaped: its group's id can't be anyone else's yet)
         self.proc.wait(10)
-        self.kill_group()
         self._log_file.close()
 
     def kill_group(self) -> None:

@@ -80,12 +80,14 @@ if os.environ.get("BENCH_PREFETCH"):
     COGWORKER["PREFETCH"] = int(os.environ["BENCH_PREFETCH"])
 if os.environ.get("BENCH_METRICS_HISTORY"):  # (the history section: "0" turns the metrics history off)
     COGWORKER["METRICS_HISTORY"] = os.environ["BENCH_METRICS_HISTORY"] == "1"
-if os.environ.get("BENCH_TRACING"):  # (the tracing section: "1" the SDK, its spans dropped; "0" TRACING off)
-    COGWORKER["TRACING"] = os.environ["BENCH_TRACING"] == "1"
-    if COGWORKER["TRACING"]:
-        from benchproject.dropped_spans import install
+# Tracing only where the tracing section turns it on ("1": the SDK, its spans dropped): the dev venv
+# has opentelemetry installed, and with TRACING's default every other drain paid a no-op span per push
+# and per run that a project without OpenTelemetry never pays, beside peers that pay none.
+COGWORKER["TRACING"] = os.environ.get("BENCH_TRACING") == "1"
+if COGWORKER["TRACING"]:
+    from benchproject.dropped_spans import install
 
-        install()
+    install()
 if os.environ.get("BENCH_CPU_AFFINITY"):
     _affinity = os.environ["BENCH_CPU_AFFINITY"]
     COGWORKER["CPU_AFFINITY"] = _affinity if _affinity in ("auto", "none") else [int(c) for c in _affinity.split(",")]

@@ -152,7 +152,9 @@ class Job:
         for every item: written at most once a second, the last report at the run's end; a write
         that fails is logged, never raised. ValueError for a negative ``done``, a ``total`` <= 0, a
         ``note`` that isn't text (one over 200 characters is clipped). Outside a worker's run (a job
-        made by hand) it does nothing; under the test helpers it is recorded (``jobs.progress(jid)``)."""
+        made by hand) it does nothing; under the test helpers it is recorded (``jobs.progress(jid)``).
+        The note is stored and shown in clear (admin, CLI), also for a job whose arguments are sealed:
+        put no secret in it."""
         provided("progress")(self.payload, done, total, note)  # (features/progress/declaration.py)
 
     @classmethod

@@ -69,10 +69,10 @@ def _held(job: Any) -> bool:
 
 class ThrottledWalk(MarkedWalk):
     """MarkedWalk that, once item ``hold_at`` is done, creates ``<path>.hold``; while that file
-    exists its throttle holds: it goes back to the schedule for 0.2 s at a time, its thread given
+    exists its throttle holds: it goes back to the schedule for 1 s at a time (the shortest backoff), its thread given
     back. The test removes the file to let it go on."""
 
-    throttle_on = [(_held, 0.2)]
+    throttle_on = [(_held, 1.0)]
 
     def each_iteration(self, number, path, n, seconds=0.0, hold_at=None):
         super().each_iteration(number, path, n, seconds)

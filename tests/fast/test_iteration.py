@@ -522,6 +522,17 @@ def test_its_progress_rides_its_checkpoint_with_the_enumerators_length(make_proc
     assert progress["done"] == "4" and progress["total"] == "8"
 
 
+def test_its_progress_is_written_on_its_own_between_checkpoints_further_apart_than_a_second(make_processor, r):
+    # Walk saves at its ends only (iteration_checkpoint 1000 s): the bar moved only at the end.
+    called, token = make_processor(), new_token()
+    seen: list[Any] = []
+    at(token, 2, lambda job: seen.append(r.hget(K.progress(job.jid), "done")))
+
+    called.run(Walk, token, 5)
+
+    assert seen == ["1"]  # (the first report written at once; the next not before a second)
+
+
 # -- the setting, the startup warning, the timeout's re-arm -----------------------------------------
 
 
@@ -538,6 +549,11 @@ def test_a_bad_class_option_is_refused_as_the_class_is_defined():
     with pytest.raises(InvalidArgument, match=r"throttle_on\[0\]'s condition must be a callable or a Limiter"):
         class Worse(Walk):
             throttle_on = [("lag", 5)]
+    # (A backoff of 0: a job throttled again at once, begun, enumerated and counted as fast as the
+    # poller woke for it, for as long as its condition held.)
+    with pytest.raises(InvalidArgument, match=r"throttle_on\[0\]'s backoff must be at least 1 seconds, got 0"):
+        class Spinning(Walk):
+            throttle_on = [(lambda: True, 0)]
 
 
 def test_a_worker_warns_at_startup_of_a_class_whose_longest_iteration_is_past_the_shutdown_timeout(

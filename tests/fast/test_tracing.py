@@ -210,6 +210,27 @@ def test_a_garbage_trace_context_is_ignored_and_logged_once_per_process(make_pro
     assert len(warned) == 1 and f"jid={first.jid}" in warned[0]
 
 
+def test_a_propagator_that_raises_at_a_push_leaves_the_push_and_its_run_untraced_and_logged_once(
+        make_processor, spans, caplog, monkeypatch):
+    # A project's own propagator (set_global_textmap) that raises on inject: the push failed with it.
+    class Raising:
+        def inject(self, carrier, context=None, setter=None):
+            raise RuntimeError("broken propagator")
+
+    monkeypatch.setattr(tracing_spans, "_warned", False)
+    monkeypatch.setattr(tracing_spans.propagate, "inject", Raising().inject)
+    called = make_processor()
+    with caplog.at_level(logging.WARNING, logger="django_cogworker.features.tracing.spans"):
+        jid = Note.perform_async(new_token())
+        Note.perform_async(new_token())
+    [(run, second)] = [called.drain()]
+    assert run.payload["jid"] == jid and "trace" not in run.payload
+    assert run.decision.outcome is Outcome.SUCCESS and second.decision.outcome is Outcome.SUCCESS
+    assert len(of_kind(spans, SpanKind.PRODUCER)) == 2  # (each push's span ended all the same)
+    warned = [rec.getMessage() for rec in caplog.records if "broken propagator" in rec.getMessage()]
+    assert len(warned) == 1
+
+
 def test_tracing_false_makes_no_span_and_puts_no_context_in_the_payload(make_processor, spans, settings):
     settings.COGWORKER = {**settings.COGWORKER, "TRACING": False}
     called = make_processor(TRACING=False)

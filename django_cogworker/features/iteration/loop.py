@@ -84,6 +84,9 @@ def iterate(job: Any, args: tuple[Any, ...], kwargs: dict[str, Any], run: Run | 
         raise IterationError(f"{cls.name}.build_enumerator returned None: it must return an iterable of "
                              f"(item, cursor) pairs (self.list_enumerator(...), ...)")
     tracker, total = _tracker(job, enumerator)
+    # The report rides each checkpoint; with none (nothing saved) or checkpoints further apart than
+    # the tracker's own interval, it is also written on its own, once an interval at the most.
+    own_writes = tracker is not None and (state is None or run.interval > tracker.interval)
     # (A run nothing is saved for, the test helpers', goes to its end: it has no schedule to wait in.)
     throttles = Throttles(cls.throttle_on, job, args, kwargs) if cls.throttle_on and state is not None else None
     rearm: Callable[[], None] | None = run.extras.get("timeout")
@@ -101,6 +104,8 @@ def iterate(job: Any, args: tuple[Any, ...], kwargs: dict[str, Any], run: Run | 
     ask_at = 0.0
     try:
         while True:
+            if rearm is not None:  # (the timeout bounds one iteration: its throttle asks and fetch too)
+                rearm()
             if stopping is not None and stopping.is_set():
                 run.end = "stopped"
                 break
@@ -141,8 +146,6 @@ def iterate(job: Any, args: tuple[Any, ...], kwargs: dict[str, Any], run: Run | 
                 if backoff is not None:
                     run.end, run.backoff = "throttled", backoff
                     break
-            if rearm is not None:
-                rearm()
             began = time.monotonic()
             try:
                 each(item, *args, **kwargs)
@@ -161,6 +164,8 @@ def iterate(job: Any, args: tuple[Any, ...], kwargs: dict[str, Any], run: Run | 
             if state is not None and (now - last_save >= interval or (every is not None and since >= every)):
                 state.save(cursor, done, saved.runtime + now - started, tracker, run.longest)
                 last_save, since = now, 0
+            elif own_writes:  # (checkpoints further apart than its interval: the bar still moves)
+                tracker.flush()
     except BaseException:
         run.end = "failed"
         if state is not None and run.items:

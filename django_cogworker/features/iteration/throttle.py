@@ -22,6 +22,7 @@ per run instead (features/limits/).
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -31,7 +32,13 @@ from ...bounds import check_seconds, short_repr
 from ...errors import InvalidArgument, OverLimit
 from ..limits.limiter import Limiter
 
+logger = logging.getLogger(__name__)
+
 LIMITER_BACKOFF = 1.0  # seconds before a job a concurrency limiter refused comes back (it can't tell when)
+# The shortest backoff: each time a throttled job comes back it begins a run (a round trip, its
+# enumerator built, its length counted) and may be throttled again; a backoff of 0 made that a loop
+# as fast as the poller could be woken, a thread and Redis kept busy for as long as the condition held.
+MIN_BACKOFF = 1.0
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,7 @@ def check_throttles(value: Any, where: str) -> tuple[Throttle, ...]:
         condition, backoff = entry
         if isinstance(condition, Limiter):
             if backoff is not None and not callable(backoff):
-                check_seconds(backoff, f"{at}'s backoff", zero=True)
+                _check_backoff(backoff, f"{at}'s backoff")
             checked.append(Throttle(None, condition, backoff,
                                     callable(backoff) and _takes_job(backoff, f"{at}'s backoff")))
             continue
@@ -93,9 +100,15 @@ def check_throttles(value: Any, where: str) -> tuple[Throttle, ...]:
             if _takes_job(backoff, f"{at}'s backoff") != passes:
                 raise InvalidArgument(f"{at}: its condition and its backoff must both take the job, or neither")
         else:
-            check_seconds(backoff, f"{at}'s backoff", none=False, zero=True)
+            _check_backoff(backoff, f"{at}'s backoff")
         checked.append(Throttle(condition, None, backoff, passes))
     return tuple(checked)
+
+
+def _check_backoff(backoff: Any, where: str) -> None:
+    check_seconds(backoff, where, none=False, zero=True)
+    if backoff < MIN_BACKOFF:
+        raise InvalidArgument(f"{where} must be at least {MIN_BACKOFF:g} seconds, got {backoff!r}")
 
 
 class Throttles:
@@ -128,6 +141,9 @@ class Throttles:
             except OverLimit as exc:
                 release(entered)
                 return [], self._backoff(throttle, exc.retry_after)
+            except BaseException:  # (Redis away, a key function raising: the places taken go back first)
+                release(entered)
+                raise
             entered.append(place)
         return entered, None
 
@@ -138,10 +154,16 @@ class Throttles:
             check_seconds(backoff, f"{type(self.job).__qualname__}.throttle_on backoff", none=False, zero=True)
         if backoff is None:
             backoff = retry_after if retry_after is not None else LIMITER_BACKOFF
-        return float(backoff)
+        return max(float(backoff), MIN_BACKOFF)  # (a callable's or a limiter's 0 too: see MIN_BACKOFF)
 
 
 def release(places: list[AbstractContextManager[Any]]) -> None:
-    """Give back the places taken for an item (the last taken first)."""
+    """Give back the places taken for an item (the last taken first), each on its own: one whose
+    release raises (Redis away: its lease ends it) is logged and the others are still given back,
+    and the item's own outcome stands."""
     for place in reversed(places):
-        place.__exit__(None, None, None)
+        try:
+            place.__exit__(None, None, None)
+        except Exception as exc:  # noqa: BLE001 - a release never fails the item it followed
+            logger.warning("a throttle's limiter place was not given back (%s: %s); its lease ends it",
+                           type(exc).__name__, exc)

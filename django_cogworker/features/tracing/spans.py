@@ -90,8 +90,13 @@ def send(items: Sequence[dict[str, Any]], bulk: bool = False) -> None:
     carrier: dict[str, str] = {}
     # Injected from a context naming the span, never made current: attaching it (and detaching) for
     # an inject was a fifth of a push's tracing (docs/observability.md#what-tracing-costs).
-    propagate.inject(carrier, context=trace.set_span_in_context(span))
-    span.end()
+    try:
+        propagate.inject(carrier, context=trace.set_span_in_context(span))
+    except Exception as exc:  # (a project's own propagator that raises: the push goes on, untraced)
+        _garbage(first, f"its propagator raised {type(exc).__name__}: {exc} as it was pushed")
+        carrier = {}
+    finally:
+        span.end()
     if carrier:  # (no provider configured: the no-op span has no context to carry)
         for item in items:
             item[FIELD] = dict(carrier)
