@@ -92,7 +92,7 @@ def problems(cfg: Any) -> list[str]:
     if cfg.cpu_affinity not in ("auto", "none") and not (
             isinstance(cfg.cpu_affinity, tuple) and cfg.cpu_affinity and all(_cpu_number(c) for c in cfg.cpu_affinity)):
         bad("cpu_affinity", '"auto", "none" or a non-empty list of CPU numbers')
-    for field in ("max_retries", "prefetch", "over_limit_max"):
+    for field in ("max_retries", "prefetch", "over_limit_max", "async_concurrency"):
         value = getattr(cfg, field)
         if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
             bad(field, "an integer >= 0")

@@ -21,6 +21,21 @@ A middleware is a factory called once with the next step, returning the step::
 
 Chains are listed by dotted path in ``COGWORKER["CLIENT_MIDDLEWARE"]`` and
 ``["SERVER_MIDDLEWARE"]``; the first listed is the outermost.
+
+A job whose ``perform`` is ``async def`` runs on the worker's event loop through the async form of
+the server chain: each middleware built again with the next async step, and its ``acall`` awaited::
+
+    class Timing:
+        ...
+        async def acall(self, job, payload):    # self.run is the next async step here
+            started = time.monotonic()
+            try:
+                return await self.run(job, payload)
+            finally:
+                log(time.monotonic() - started)
+
+One server middleware without ``acall`` and there is no async chain: async jobs then run on
+processor threads, as sync jobs do (logged at startup).
 """
 
 from __future__ import annotations
@@ -48,6 +63,19 @@ def build_chain(factories: Sequence[Callable[[Callable], Callable]], terminal: C
     for factory in reversed(factories):
         step = factory(step)
     return step
+
+
+def build_async_chain(factories: Sequence[Callable[[Callable], Any]],
+                      terminal: Callable) -> tuple[Callable | None, str]:
+    """The async chain around ``terminal`` (each factory's ``acall``, the first outermost), and ""; or
+    None and the name of the first factory without ``acall``."""
+    for factory in factories:
+        if not callable(getattr(factory, "acall", None)):
+            return None, getattr(factory, "__qualname__", repr(factory))
+    step = terminal
+    for factory in reversed(factories):
+        step = factory(step).acall
+    return step, ""
 
 
 def load(paths: Sequence[str]) -> list[Callable]:

@@ -24,6 +24,11 @@ a second would keep one waiting a second while another process sat idle) none
 are taken ahead, as before. A process that stalls past ORPHAN_THRESHOLD may be
 taken for dead meanwhile, and what it took requeued elsewhere: a job taken before
 then is started only once found still its own (stall.py, ``next_unit``).
+
+With an event loop (ASYNC_CONCURRENCY > 0), a fetch also asks for one job per free place on the
+loop, and each job fetched goes to its pool: routing.py (and what it does with a job that comes
+for a pool with no place free). No job is taken ahead for the loop: its places are many, and a
+job handed to it starts at once.
 """
 
 from __future__ import annotations
@@ -37,11 +42,12 @@ import time
 from ...conf import Config
 from ...push import payload as payloads
 from ..loops import Watchdog
-from ..run.hooks import FetchHooks
+from ..run.plans import FetchHooks
 from ..settle.outgoing import Outgoing
 from ..settle.queue import SettlementQueue
 from .contract import Fetch, Unit
 from .ledger import Ledger
+from .routing import Router
 from .stall import clock as stall_clock
 
 logger = logging.getLogger(__name__)
@@ -107,6 +113,9 @@ class Fetcher:
         self._load_mark = (time.monotonic(), time.process_time())
         # (its ``failing`` is the fetcher's part of readiness: engine/process/health.py)
         self.watchdog = Watchdog("fetcher", quiet)
+        # The event loop's places and where each job goes (routing.py); None: threads only.
+        self.router: Router | None = None
+        self._held = False  # whether _awake left the fetcher holding a processor's token
         self.thread = threading.Thread(target=self._run, name="cogworker-fetcher", daemon=True)
 
     def start(self) -> None:
@@ -131,18 +140,23 @@ class Fetcher:
         ORPHAN_THRESHOLD: stall.py) is handed out only once the fetch has found it still ours;
         one that isn't (orphan recovery gave it to another process) is dropped, and the next taken.
         """
-        stall = self.fetch.stall
         while True:
             try:
                 unit = self._units.get_nowait()
             except queue.Empty:
                 self._wake.put(None)
                 unit = self._units.get()
-            if unit is None or stall.covers(unit.taken) or self._still_ours(unit):
+            if unit is None or self.admit(unit):
                 return unit
+            self._idle.put(None)
+
+    def admit(self, unit: Unit) -> bool:
+        """Whether ``unit`` may start (the loop runner asks too): surely ours, or found so by the
+        fetch; one that isn't is dropped, its place to be freed by the caller."""
+        return self.fetch.stall.covers(unit.taken) or self._still_ours(unit)
 
     def _still_ours(self, unit: Unit) -> bool:
-        """Ask the fetch; a unit that isn't ours, or that can't be asked about, is dropped (a place freed)."""
+        """Ask the fetch; a unit that isn't ours, or that can't be asked about, is dropped."""
         try:
             if self.fetch.still_ours(unit):
                 return True
@@ -153,7 +167,6 @@ class Fetcher:
                            "checked (%s: %s): not started here", _jid(unit), type(exc).__name__, exc)
         self.ledger.unit_dropped(unit)
         self.hooks.returned([unit])
-        self._idle.put(None)
         return False
 
     def processor_idle(self, ran: float = SHORT_RUN * 2) -> None:
@@ -161,8 +174,14 @@ class Fetcher:
         # (updated without a lock by each processor: a lost update moves the mean a little less)
         self._run_mean += (ran - self._run_mean) * RUN_WEIGHT
         self._idle.put(None)
+        if self.router is not None:
+            self.router.thread_freed()
         if self._ahead and self._units.qsize() <= self._low_water:
             self._wake.put(None)  # (to take more ahead before the processors run out)
+
+    def wake(self) -> None:
+        """Wake the fetcher (a place on the event loop freed: routing.py)."""
+        self._wake.put(None)
 
     def drain(self) -> list[Unit]:
         """Take back the units handed over that no processor has taken."""
@@ -204,26 +223,37 @@ class Fetcher:
         while not self.quiet.is_set():
             if not self._awake():
                 continue
-            n = self._gather(deep)
-            if n == 0:
+            n, places = self._gather(deep)
+            if n + places == 0:
                 continue
             units: list[Unit] = []
             sent = stall_clock()  # (before the fetch: a job may be ours from the moment it is sent)
-            watchdog.run_step(functools.partial(self._fetch, n, units))
-            deep = len(units) == n
-            for _ in range(n - len(units)):
-                self._idle.put(None)
+            watchdog.run_step(functools.partial(self._fetch, n + places, units))
+            deep = len(units) == n + places
             if units and self.quiet.is_set():
                 # Received by a blocking call that outlived quiet (or the stop): no new job may
                 # start now, so straight back to the head of its queue, for any process.
-                self._hand_back(units)
+                self._hand_back(units, tokens=False)
                 units = []
-            if units:
-                self.hooks.fetched(units)
-                self.ledger.hand(units)
+            to_loop: list[Unit] = []
+            if units and self.router is not None:
+                units, to_loop, back = self.router.split(units, n, places)
+                if back:  # (seen by no feature, recorded nowhere: as if never fetched)
+                    self._hand_back(back, tokens=False, hooks=False)
+            for _ in range(n - len(units)):
+                self._idle.put(None)
+            if self.router is not None:
+                self.router.give(places - len(to_loop))
+            if units or to_loop:
+                self.hooks.fetched(units + to_loop)
+                self.ledger.hand(units + to_loop)
                 for unit in units:
                     unit.taken = sent
                     self._units.put(unit)
+                for unit in to_loop:
+                    unit.taken = sent
+                if to_loop:
+                    self.router.loop.submit(to_loop)  # type: ignore[union-attr]
             elif watchdog.failures == 0 and not self.fetch.queue_order(self.paused):
                 self.quiet.wait(self.config.fetch_idle_max_interval)  # every queue paused: don't spin
 
@@ -252,14 +282,15 @@ class Fetcher:
         False after 0.5 s without (to look at quiet). Spare wakes are drained here: each
         processor may have asked for one.
         """
-        try:
-            self._idle.get_nowait()
-        except queue.Empty:
-            pass
-        else:
+        router = self.router
+        self._held = False
+        if self._take_token():
             if self._units.qsize() <= self._low_water:
+                self._held = True
                 return True
             self._idle.put(None)  # (enough waiting still: wait for a wake)
+        if router is not None and router.free():
+            return True
         try:
             self._wake.get(timeout=0.5)
         except queue.Empty:
@@ -269,14 +300,22 @@ class Fetcher:
                 self._wake.get_nowait()
             except queue.Empty:
                 break
+        self._held = self._take_token()
+        return self._held or (router is not None and router.free())
+
+    def _take_token(self) -> bool:
+        """Take an idle processor's token, if one is there and the threads aren't blocked (routing.py)."""
+        if self.router is not None and self.router.blocked == "thread":
+            return False
         try:
             self._idle.get_nowait()
         except queue.Empty:
             return False
         return True
 
-    def _gather(self, deep: bool) -> int:
-        """Take the idle tokens (one is held already); when worth it, wait briefly for more.
+    def _gather(self, deep: bool) -> tuple[int, int]:
+        """Take the idle tokens (one may be held already) and the loop's free places; when worth it,
+        wait briefly for more idle processors. Return (jobs for the threads, for the loop).
 
         A fetch round trip costs the process about as much CPU as a small job, so
         under a deep queue taking 5 jobs per trip instead of 2 saves a fifth of
@@ -287,8 +326,11 @@ class Fetcher:
         the places ahead, while jobs run short): what this process can't start
         soon stays in Redis for the others.
         """
-        n = 1 + self._idle.qsize()  # (only this thread takes tokens: all of these are there)
-        for _ in range(n - 1):
+        places = self.router.take() if self.router is not None else 0
+        if not self._held and self.router is not None and self.router.blocked == "thread":
+            return 0, places
+        n = int(self._held) + self._idle.qsize()  # (only this thread takes tokens: all of these are there)
+        for _ in range(n - int(self._held)):
             self._idle.get_nowait()
         if self._ahead:
             n = self._hold_back(n)
@@ -304,7 +346,7 @@ class Fetcher:
                 except queue.Empty:
                     break
                 n += 1
-        return n
+        return n, places
 
     def _hold_back(self, n: int) -> int:
         """Of ``n`` tokens taken, keep back those of places ahead while jobs run long (none while
@@ -326,13 +368,14 @@ class Fetcher:
             self._load_mark = (now, cpu)
         return self._cpu_busy
 
-    def _hand_back(self, units: list[Unit]) -> None:
-        self.hooks.returned(units)
+    def _hand_back(self, units: list[Unit], tokens: bool = True, hooks: bool = True) -> None:
+        if hooks:
+            self.hooks.returned(units)
         try:
             self.fetch.hand_back(units)
-        except Exception:
-            logger.exception("could not hand back %d job(s) fetched after quiet", len(units))
-        for _ in units:
+        except Exception:  # (on our in-progress list still: the reconcile puts them back)
+            logger.exception("could not hand back %d job(s) fetched and not to be started", len(units))
+        for _ in units if tokens else ():
             self._idle.put(None)
 
 

@@ -39,8 +39,9 @@ class Ledger:
         self.on_start = on_start
         # raw payload -> copies handed to the processors, not yet started
         self._handed: collections.Counter[bytes] = collections.Counter()
-        # thread ident -> (thread name, unit, payload, started at epoch), for the workers hash
-        self._by_thread: dict[int, tuple[str, Unit, dict, float]] = {}
+        # thread ident (a job on the event loop: its place's name, "cogworker-loop-<n>") -> (thread or
+        # place name, unit, payload, started at epoch), for the workers hash
+        self._by_thread: dict[int | str, tuple[str, Unit, dict, float]] = {}
 
     def hand(self, units: list[Unit]) -> None:
         """Record ``units`` as handed to the processors (before they can start)."""
@@ -48,13 +49,17 @@ class Ledger:
             for unit in units:
                 self._handed[unit.raw] += 1
 
-    def job_started(self, unit: Unit, payload: dict) -> None:
+    def job_started(self, unit: Unit, payload: dict, place: str | None = None) -> None:
+        """``unit`` starts, on the calling thread (``place``: on the event loop, in that place)."""
         with self._lock:
             self._forget_handed(unit.raw)
         # By ident, not name: a job may rename its thread, and must not leave a phantom run behind.
         # (A reader may count it in both or in neither for an instant: harmless, the reconcile puts
         # back only what it found unknown twice, RECONCILE_INTERVAL apart.)
-        self._by_thread[threading.get_ident()] = (threading.current_thread().name, unit, payload, time.time())
+        if place is not None:
+            self._by_thread[place] = (place, unit, payload, time.time())
+        else:
+            self._by_thread[threading.get_ident()] = (threading.current_thread().name, unit, payload, time.time())
         if self.on_start is not None:
             self.on_start()
 
@@ -75,8 +80,8 @@ class Ledger:
         else:
             self._handed.pop(raw, None)
 
-    def job_finished(self, unit: Unit) -> None:
-        self._by_thread.pop(threading.get_ident(), None)
+    def job_finished(self, unit: Unit, place: str | None = None) -> None:
+        self._by_thread.pop(threading.get_ident() if place is None else place, None)
 
     def _runs(self) -> list[tuple[str, Unit, dict, float]]:
         return list(self._by_thread.values())  # (one C call under the GIL: a consistent copy)
@@ -87,7 +92,7 @@ class Ledger:
 
     @property
     def busy(self) -> int:
-        """How many processor threads run a job now."""
+        """How many jobs run now (on processor threads and on the event loop)."""
         return len(self._by_thread)
 
     def workers_snapshot(self) -> dict[str, str]:

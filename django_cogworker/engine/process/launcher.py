@@ -50,11 +50,12 @@ from ...errors import ConfigError
 from ...push import scope
 from ...push.client import Client
 from ...push.job import call_perform
-from ...push.middleware import build_chain
+from ...push.middleware import build_async_chain, build_chain
 from ..fetch.registry import make_fetch
 from ..loops import run_each
 from ..recovery.key_guard import KeyGuard
 from ..recovery.orphans import OrphanRecovery
+from ..run.event_loop import run_job_async
 from ..run.factories import FeatureFactory, build_features, load_features, requeue_hook, stop_features
 from ..run.hooks import WorkerParts
 from ..schedule.periodic_ticker import Ticker
@@ -137,10 +138,14 @@ class Launcher:
             features = load_features(config)
         self.features = build_features(features, WorkerParts(config, redis, self.keys, self.identity, self.retry,
                                                              bool(extra_info and extra_info.get("supervisor"))))
+        chain_async, lacking = build_async_chain(server_middleware, run_job_async)
+        if lacking and config.async_concurrency:
+            logger.warning("server middleware %s has no acall: async jobs run on the processor threads, not the "
+                           "event loop (push/middleware.py)", lacking)
         self.manager = Manager(config, self.fetch, self.retry, self.stats,
                                build_chain(server_middleware, run_job), run_hook=requeue_hook(self.features),
                                features=self.features, processor_context=processor_context,
-                               on_job_start=self.caps.job_started)
+                               on_job_start=self.caps.job_started, server_chain_async=chain_async)
         self.heartbeat = Heartbeat(config, redis, self.keys, self.identity, self.manager, self.fetch, self.stats,
                                    on_signal=self._signals_put, version=version,
                                    extra_chores=(self._touch_periodic_locks, self._reconcile),

@@ -25,8 +25,11 @@ from ...conf import Config
 from ..fetch.contract import Fetch
 from ..fetch.fetcher import Fetcher
 from ..fetch.ledger import Ledger
+from ..fetch.routing import Router
+from ..run.event_loop import LoopRunner
 from ..run.factories import step_runners
-from ..run.hooks import Feature, FetchHooks, Plans
+from ..run.hooks import Feature
+from ..run.plans import FetchHooks, Plans
 from ..run.processor import Processor
 from ..settle.queue import SettlementQueue
 from ..settle.retry import RetryPolicy
@@ -38,7 +41,8 @@ logger = logging.getLogger(__name__)
 
 
 class Manager:
-    """Runs ``concurrency`` processors fed by one fetcher, and keeps the record of what they hold.
+    """Runs ``concurrency`` processors and the event loop's runner fed by one fetcher, and keeps the
+    record of what they hold.
 
     Created by the Launcher with the config, the fetch, the retry policy, the
     stats, the server middleware chain and the run hook (unique and periodic
@@ -46,9 +50,9 @@ class Manager:
     processors, then the fetcher. ``make_quiet`` (main thread, on TSTP or a
     remote signal) stops fetching; the processors finish what they hold.
     ``stop(timeout)`` (main thread) quiets, waits for the fetcher's last call,
-    waits up to ``timeout`` for running jobs (``hurry``, from a second stop
-    signal, ends the wait), then settles what finished and hands back the rest
-    (``requeue_unfinished``).
+    waits up to ``timeout`` for running jobs, on the threads and on the loop (``hurry``, from
+    a second stop signal, ends the wait), then settles what finished and hands back the rest
+    (``requeue_unfinished``): the loop's unfinished jobs have their tasks cancelled first.
 
     The record (the ledger, and the Settler's pending settlements) lives in
     memory on purpose: it is trusted over anything in Redis, which may be what
@@ -59,7 +63,8 @@ class Manager:
                  server_chain: Callable[[Any, dict], Any], run_hook: Callable[[dict, str], Any] | None = None,
                  features: Sequence[Feature] = (),
                  processor_context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
-                 on_job_start: Callable[[], None] | None = None):
+                 on_job_start: Callable[[], None] | None = None,
+                 server_chain_async: Callable[[Any, dict], Any] | None = None):
         self.config = config
         self.fetch = fetch
         self.retry = retry
@@ -67,7 +72,9 @@ class Manager:
         self.server_chain = server_chain
         self.run_hook = run_hook
         # The hooks each job class uses, built once per class (engine/run/hooks.py).
-        self.plans = Plans(features)
+        # (No async server chain, a middleware without ``acall``: every job runs on a thread.)
+        self.plans = Plans(features, async_chain=server_chain_async is not None)
+        self.server_chain_async = server_chain_async
         self.processor_context = processor_context
         self._quiet = threading.Event()
         # Set as ``stop`` begins (a TERM, a rolling restart's retirement, a cap reached), read by the
@@ -84,18 +91,28 @@ class Manager:
         self.fetch_hooks = FetchHooks(features)
         self.fetcher = Fetcher(config, fetch, self.ledger, self.settlements, self._quiet, self.fetch_hooks)
         self.processors = [self._new_processor(i) for i in range(config.concurrency)]
+        # The event loop for the jobs whose perform is async def (engine/run/event_loop.py), fed by the
+        # same fetcher through its Router; none with ASYNC_CONCURRENCY 0 (they run on the threads).
+        self.loop: LoopRunner | None = None
+        if config.async_concurrency and server_chain_async is not None:
+            self.loop = LoopRunner(config.async_concurrency, self._new_processor(-1), admit=self.fetcher.admit,
+                                   thread_context=processor_context)
+            self.fetcher.router = Router(self.loop, self.plans, wake=lambda: self.fetcher.wake())
+            self.loop.freed = self.fetcher.router.loop_freed
 
     def _new_processor(self, index: int) -> Processor:
         return Processor(index, handover=self.fetcher, ledger=self.ledger, settlements=self.settlements,
                          retry=self.retry, stats=self.stats, server_chain=self.server_chain, plans=self.plans,
                          on_death=self.processor_died, thread_context=self.processor_context,
-                         stopping=self.stopping)
+                         stopping=self.stopping, server_chain_async=self.server_chain_async)
 
     # -- lifecycle -----------------------------------------------------------
 
     def start(self) -> None:
         for p in self.processors:
             p.start()
+        if self.loop is not None:
+            self.loop.start()
         self.fetcher.start()
 
     @property
@@ -120,13 +137,18 @@ class Manager:
         for p in self.processors:
             if p.thread.ident is not None:
                 self._join(p.thread, deadline)
+        if self.loop is not None:
+            self.loop.wait(lambda: min(deadline, self._cut_at), lambda: self._hurry)
         if self._hurry:
             logger.warning("stop signal repeated: handing running jobs back now")
         unstarted += self.fetcher.drain()  # (handed over by a fetcher that outlived its join)
         self.fetch_hooks.returned(unstarted)  # (what a feature took for them at the fetch, given back)
         self.ledger.forget_unstarted(unstarted)
         # In the order they were fetched: the running ones first (basic fetch requeues in this order).
-        unfinished = [p.current for p in self.processors if p.thread.is_alive() and p.current] + unstarted
+        unfinished = [p.current for p in self.processors if p.thread.is_alive() and p.current]
+        if self.loop is not None:  # (its tasks cancelled, settling nothing: handed back with the rest)
+            unfinished += self.loop.abandon()
+        unfinished += unstarted
         if unfinished:
             logger.warning("%d job(s) still running or unstarted at the shutdown deadline", len(unfinished))
         return self.settler.requeue_unfinished(unfinished)

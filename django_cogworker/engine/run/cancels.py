@@ -30,7 +30,7 @@ from typing import Any
 from ...errors import Cancelled
 from ...push import payload as payloads
 from ...push.scope import Running
-from .timeouts import raise_in_thread
+from .interrupts import Interrupt, ThreadInterrupt
 
 logger = logging.getLogger(__name__)
 
@@ -77,16 +77,18 @@ class Cancels:
         self.clock = clock
         self._lock = threading.Lock()
         self._requests: dict[str, bool] = {}  # jid -> interrupt
-        self._running: dict[str, tuple[Running, int]] = {}  # jid -> (its run, the thread running it)
+        self._running: dict[str, tuple[Running, Interrupt]] = {}  # jid -> (its run, how to interrupt it)
         self._interrupted: set[str] = set()
 
     def requested(self, jid: Any) -> bool:
         """Whether ``jid`` has a cancel request (a dict lookup: every job pays it at fetch)."""
         return bool(self._requests) and jid in self._requests
 
-    def started(self, jid: str, running: Running) -> None:
+    def started(self, jid: str, running: Running, interrupt: Interrupt | None = None) -> None:
+        """``jid`` runs, on the calling thread (``interrupt``: in its task on the event loop)."""
+        interrupt = interrupt if interrupt is not None else ThreadInterrupt()
         with self._lock:
-            self._running[jid] = (running, threading.get_ident())
+            self._running[jid] = (running, interrupt)
             if jid in self._requests:
                 running.cancelled = True
 
@@ -104,7 +106,7 @@ class Cancels:
             if jid in self._interrupted:
                 self._interrupted.discard(jid)
                 if entry is not None:
-                    raise_in_thread(entry[1], None)
+                    entry[1].withdraw()
 
     def update(self, stored: dict[Any, Any]) -> list[str]:
         """Take the ``cancels`` hash as read by a beat; tell the runs concerned; return the jids of
@@ -125,17 +127,17 @@ class Cancels:
             requests[jid] = parsed[1]
         with self._lock:
             self._requests = requests
-            for jid, interrupt in requests.items():
+            for jid, interrupting in requests.items():
                 entry = self._running.get(jid)
                 if entry is None:
                     continue
-                running, thread = entry
+                running, interrupt = entry
                 if not running.cancelled:
                     running.cancelled = True
                     logger.warning("jid=%s: cancel requested while it runs; asking it to stop%s",
-                                   payloads.printable(jid), ", interrupting it" if interrupt else "")
-                if interrupt and jid not in self._interrupted:
+                                   payloads.printable(jid), ", interrupting it" if interrupting else "")
+                if interrupting and jid not in self._interrupted:
                     self._interrupted.add(jid)
-                    raise_in_thread(thread, Cancelled)
+                    interrupt.send(Cancelled)
         return stale
 

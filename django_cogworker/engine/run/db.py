@@ -6,6 +6,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 from django.db.backends.signals import connection_created
 
@@ -17,8 +18,14 @@ from django.db.backends.signals import connection_created
 _thread_state = threading.local()
 
 
+# Set once any thread opened one: a job on the event loop reaches the database through asgiref's
+# sync_to_async, on its one thread-sensitive thread, not its own (acall below).
+_anywhere = threading.Event()
+
+
 def _connected(sender: Any, connection: Any, **kwargs: Any) -> None:
     _thread_state.connected = True
+    _anywhere.set()
 
 
 connection_created.connect(_connected, weak=False, dispatch_uid="django_cogworker.engine.run.db.connected")
@@ -42,3 +49,15 @@ class CloseOldConnections:
         finally:
             if getattr(_thread_state, "connected", False):
                 close_old_connections()
+
+    async def acall(self, job: Any, payload: dict) -> Any:
+        """The same around a job on the event loop (self.run is then the next async step). Its
+        connections are those of the thread Django's async ORM uses (sync_to_async's
+        thread-sensitive one): closed there, as Django's ASGI handler does around a request."""
+        if _anywhere.is_set():
+            await sync_to_async(close_old_connections)()
+        try:
+            return await self.run(job, payload)
+        finally:
+            if _anywhere.is_set():
+                await sync_to_async(close_old_connections)()

@@ -17,6 +17,14 @@ project's own: docs/extending.md) is a :class:`Feature` that overrides the phase
 ``around(run, call)``
     Around the run, the first feature outermost, the server middleware (``CloseOldConnections``
     first) innermost: return ``call()``'s value, or what to keep of it.
+``around_async(run, call)``
+    The same around a job run on the event loop (engine/run/event_loop.py): ``await call()``. A job
+    class whose ``perform`` is ``async def`` runs on the loop only when every feature its plan uses
+    that has an ``around`` has this form too (and the server middleware, each an ``acall``: see
+    push/middleware.py); else it runs on a processor thread, as a sync job does, its coroutine
+    driven by ``async_to_sync`` (a sync ``around`` can't be wrapped around an awaited run: what
+    it sets up would be torn down before the job's first await). Decided per plan, once:
+    ``Plan.on_loop``.
 ``decide(run)``
     Once a run ended (``run.error`` set, or a value): claim the end as the feature's own and say what
     becomes of the job (a cancelled run: dead, never retried; a job that met its limit inside its
@@ -44,11 +52,9 @@ through its class's plan without that feature.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import logging
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -127,6 +133,10 @@ class JobRun:
     error: BaseException | None = None
     elapsed: float = 0.0
     scope: Running | None = None  # the job's own view of its run (push/scope.py): ``Job.cancelled`` reads it
+    # How a timeout or a cancel with interrupt stops this run (engine/run/interrupts.py): set for a run
+    # on the event loop (its task cancelled); None on a thread (the exception raised in it).
+    interrupt: Any = None
+    place: str | None = None  # the ledger's name of a run on the event loop ("cogworker-loop-<n>")
     decision: Decision | None = None
     notes: dict[str, Any] = field(default_factory=dict)
 
@@ -140,6 +150,7 @@ class JobRun:
 
 
 Call = Callable[[], Any]
+AsyncCall = Callable[[], Awaitable[Any]]
 
 
 class Feature:
@@ -178,6 +189,9 @@ class Feature:
 
     def around(self, run: JobRun, call: Call) -> Any:
         return call()
+
+    async def around_async(self, run: JobRun, call: AsyncCall) -> Any:
+        return await call()
 
     def decide(self, run: JobRun) -> Decision | None:
         return None
@@ -258,129 +272,11 @@ def feature_error(feature: Any, phase: str, error: BaseException,
     return failure
 
 
-PHASES = ("fetched", "returned", "before", "around", "decide", "settling", "after")
+def __getattr__(name: str) -> Any:
+    """``Plan``, ``Plans`` and ``FetchHooks`` live in plans.py now (it imports this module); still
+    importable from here for code written before (bench/sections/iteration.py)."""
+    if name in ("Plan", "Plans", "FetchHooks", "PHASES"):
+        from . import plans
 
-
-def _overrides(feature: Feature, phase: str) -> bool:
-    return getattr(type(feature), phase) is not getattr(Feature, phase)
-
-
-class FetchHooks:
-    """The ``fetched`` and ``returned`` hooks of every feature that has them, for the fetcher (a
-    fetch brings jobs of several classes: these are per process, not per class). Never raises."""
-
-    def __init__(self, features: Sequence[Feature]):
-        self._fetched = [f.fetched for f in features if _overrides(f, "fetched")]
-        self._returned = [f.returned for f in features if _overrides(f, "returned")]
-
-    def fetched(self, units: Sequence[Unit]) -> None:
-        for hook in self._fetched:
-            _quietly(hook, units)
-
-    def returned(self, units: Sequence[Unit]) -> None:
-        if units:
-            for hook in self._returned:
-                _quietly(hook, units)
-
-
-def _quietly(hook: Callable[[Sequence[Unit]], None], units: Sequence[Unit]) -> None:
-    try:
-        hook(units)
-    except Exception:
-        logger.exception("%s failed for %d job(s)", getattr(hook, "__qualname__", repr(hook)), len(units))
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """The hooks one job class uses, phase by phase (built once per class; a plan a feature's
-    ``applies`` raised for, ``refused``, is built again for each job until it builds)."""
-
-    job_class: Any
-    before: tuple[Callable[[JobRun], Decision | None], ...]
-    around: tuple[Callable[[JobRun, Call], Any], ...]
-    decide: tuple[Callable[[JobRun], Decision | None], ...]
-    settling: tuple[Callable[[JobRun, Decision], Decision], ...]
-    after: tuple[Callable[[JobRun], None], ...]
-    # The payload fields of the features used only when present (Feature.fields), and this plan
-    # without those features: what a job whose payload has none of them runs through.
-    fields: frozenset[str] = frozenset()
-    bare: Plan | None = None
-    refused: bool = False
-
-    def for_payload(self, payload: dict[str, Any]) -> Plan:
-        """This plan, or its ``bare`` one for a payload with none of its features' fields."""
-        bare = self.bare
-        return bare if bare is not None and self.fields.isdisjoint(payload) else self
-
-    def run_through(self, run: JobRun, innermost: Call) -> Any:
-        """``innermost()`` run inside every ``around`` hook, the first outermost."""
-        around = self.around
-        if len(around) == 1:  # (most classes: one hook, no closure to build per job)
-            return around[0](run, innermost)
-        call = innermost
-        for hook in reversed(around):
-            call = _bind(hook, run, call)
-        return call()
-
-
-def _bind(hook: Callable[[JobRun, Call], Any], run: JobRun, call: Call) -> Call:
-    return lambda: hook(run, call)
-
-
-class Plans:
-    """The Plan of each job class, made on first sight and kept (one lock, taken only then)."""
-
-    def __init__(self, features: Sequence[Feature]):
-        self.features = tuple(features)
-        self._plans: dict[Any, Plan] = {}
-        self._lock = threading.Lock()
-
-    def plan(self, job_class: Any) -> Plan:
-        """The Plan for ``job_class`` (None: a class this worker doesn't know)."""
-        try:
-            return self._plans[job_class]
-        except KeyError:
-            pass
-        with self._lock:
-            plan = self._plans.get(job_class)
-            if plan is None:
-                plan = self._build(job_class)
-                if not plan.refused:
-                    self._plans[job_class] = plan
-            return plan
-
-    def _build(self, job_class: Any) -> Plan:
-        """The class's plan. A feature whose ``applies`` raises gives a ``refused`` plan, of the
-        features that answered, whose first ``before`` fails the job naming that feature: raised
-        to the processor, it killed the thread on every job of the class, none ever filed.
-        (Not kept: a plan lives as long as the process, and an ``applies`` that failed for a
-        moment, a database away, would have failed every job of its class until a restart.)"""
-        used: list[Feature] = []
-        refusal: tuple[Callable[[JobRun], Decision | None], ...] = ()
-        for feature in self.features:
-            try:
-                if feature.applies(job_class):
-                    used.append(feature)
-            except BaseException as exc:  # noqa: BLE001 - a feature's bug: its jobs are filed, no thread dies
-                refusal = refusal or (_refuse(feature, exc),)
-        fields = frozenset(field for f in used for field in f.fields)
-        full = _plan(job_class, used, refusal)
-        if not fields:
-            return full
-        return dataclasses.replace(full, fields=fields,
-                                   bare=_plan(job_class, [f for f in used if not f.fields], refusal))
-
-
-def _refuse(feature: Feature, error: BaseException) -> Callable[[JobRun], Decision | None]:
-    def refuse(run: JobRun) -> Decision | None:
-        raise feature_error(feature, "applies", error)  # (a new one each time: a raise grows its traceback)
-
-    return refuse
-
-
-def _plan(job_class: Any, used: list[Feature], refusal: tuple[Callable[[JobRun], Decision | None], ...] = ()) -> Plan:
-    def hooks(phase: str) -> tuple[Any, ...]:
-        return tuple(getattr(f, phase) for f in used if _overrides(f, phase))
-
-    return Plan(job_class, refusal + hooks("before"), hooks("around"), hooks("decide"), hooks("settling"),
-                tuple(reversed(hooks("after"))), refused=bool(refusal))
+        return getattr(plans, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,12 +15,14 @@ the job already ran, so it is never put back to run again by that path.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -33,8 +35,11 @@ from ...push.job import registered
 from ..fetch.contract import Unit
 from ..settle.retry import Filing
 from ..settle.settlement import ACK, Settlement
-from .hooks import Decision, JobRun, Outcome, Plan, Plans, feature_error
-from .tracebacks import ExcInfo, from_user_code, trimmed
+from .filings import dead_filing, fate_of
+from .hooks import Decision, JobRun, Outcome, feature_error
+from .logsafe import log_safely
+from .plans import Plan, Plans
+from .tracebacks import from_user_code, trimmed
 
 if TYPE_CHECKING:
     from ..fetch.fetcher import Fetcher
@@ -64,13 +69,18 @@ class Processor:
     opened by a fetcher settles at once, through its Settler), then returns its JobRun
     (``run.decision.settlement``: the Settlement made, ``run.error``: what the job raised). The
     test helpers (django_cogworker/testing/) run every job so, through the same phases and hooks.
+
+    The event loop's runner (event_loop.py) has one Processor too, never started: it awaits
+    ``process_async(unit)`` in a task per job, the same phases with only the run's call awaited.
     """
 
     def __init__(self, index: int, *, ledger: Ledger, settlements: SettlementQueue, retry: RetryPolicy,
                  stats: Stats, server_chain: Callable[[Any, dict], Any], plans: Plans, handover: Fetcher | None = None,
                  on_death: Callable[[Processor], None] | None = None,
                  thread_context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
-                 stopping: threading.Event | None = None):
+                 stopping: threading.Event | None = None,
+                 server_chain_async: Callable[[Any, dict], Awaitable[Any]] | None = None,
+                 abandoned: Callable[[], bool] | None = None):
         self.index = index
         self.handover = handover
         self.ledger = ledger
@@ -85,6 +95,10 @@ class Processor:
         # Set once the worker stops (the Manager's): a job that can stop between two steps of its own
         # (an iterable job) reads it from its run (push/scope.py's Running.stopping). None: never set.
         self.stopping = stopping
+        # The async form of the server chain, for ``process_async`` (push/middleware.py), and whether
+        # the loop runner gave up on its jobs (the shutdown deadline: a cancel then settles nothing).
+        self.server_chain_async = server_chain_async
+        self.abandoned = abandoned
         self.name = f"cogworker-processor-{index}"
         self.thread = threading.Thread(target=self.run, name=self.name, daemon=True)
         self.current: Unit | None = None
@@ -123,6 +137,67 @@ class Processor:
     def process(self, unit: Unit) -> JobRun | None:
         """Run one unit through the phases: before, run (around), decide, settling, settle, after;
         return its JobRun (None for a payload that can't be read: buried in dead)."""
+        opened = self._open(unit)
+        if opened is None:
+            return None
+        plan, run = opened
+        context = joblog.enter(run.jid, run.shown_class)  # (every record logged on this thread until leave)
+        running = None
+        try:
+            try:
+                decision = self._before(plan, run)
+                if decision is None:
+                    running = self._start(run)
+                    self._run(plan, run)
+                    decision = self._decide(plan, run)
+            except BaseException as exc:  # noqa: BLE001 - a job's SystemExit is its failure, not ours
+                # (Its phases run in this handler: django.tasks' receiver logs the traceback it sees.)
+                self._failed(plan, run, exc)
+            else:
+                self._conclude(plan, run, decision)
+        finally:
+            if running is not None:
+                _scope.running.reset(running)
+            joblog.leave(context)
+        return run
+
+    async def process_async(self, unit: Unit, interrupt: Any = None, place: str | None = None) -> JobRun | None:
+        """``process`` for a job on the event loop (engine/run/event_loop.py): the same phases, its
+        run awaited through the ``around_async`` hooks and the async server chain. ``interrupt``:
+        how a timeout or a cancel stops it (interrupts.TaskInterrupt); ``place``: its name in the ledger.
+
+        Cancelled from outside (the loop runner abandons it at the shutdown deadline, the job
+        handed back to its queue), it settles nothing: the CancelledError goes on up."""
+        opened = self._open(unit)
+        if opened is None:
+            return None
+        plan, run = opened
+        run.interrupt, run.place = interrupt, place
+        context = joblog.enter(run.jid, run.shown_class)  # (this task's context: each task has its own)
+        running = None
+        try:
+            try:
+                decision = self._before(plan, run)
+                if decision is None:
+                    running = self._start(run)
+                    await self._run_async(plan, run)
+                    decision = self._decide(plan, run)
+            except asyncio.CancelledError as exc:
+                if self.abandoned is not None and self.abandoned():
+                    raise
+                self._failed(plan, run, exc)
+            except BaseException as exc:  # noqa: BLE001 - as in process
+                self._failed(plan, run, exc)
+            else:
+                self._conclude(plan, run, decision)
+        finally:
+            if running is not None:
+                _scope.running.reset(running)
+            joblog.leave(context)
+        return run
+
+    def _open(self, unit: Unit) -> tuple[Plan, JobRun] | None:
+        """The unit's payload, plan and JobRun; None for a payload that can't be read (buried in dead)."""
         try:
             payload = payloads.decode(unit.raw)
         except PayloadError as exc:
@@ -136,30 +211,18 @@ class Processor:
         # for it: only the classes discovered at startup ever run.
         plan = self.plans.plan(registered(payload["class"])).for_payload(payload)
         # (Escaped once for the log lines: a jid holding a newline wrote lines of its own making.)
-        run = JobRun(unit, payload, plan.job_class, payloads.printable(payload.get("jid")),
-                     payloads.printable(payload["class"]))
-        context = joblog.enter(run.jid, run.shown_class)  # (every record logged on this thread until leave)
-        running = None
-        try:
-            try:
-                decision = self._before(plan, run)
-                if decision is None:
-                    self.ledger.job_started(unit, payload)
-                    run.scope = _scope.Running(payload, self.stopping)
-                    running = _scope.running.set(run.scope)
-                    self._run(plan, run)
-                    decision = self._decide(plan, run)
-            except BaseException as exc:  # noqa: BLE001 - a job's SystemExit is its failure, not ours
-                # (Its phases run in this handler: django.tasks' receiver logs the traceback it sees.)
-                run.error = exc
-                self._conclude(plan, run, self._decide(plan, run) if run.ran else self._unrun(run, exc))
-            else:
-                self._conclude(plan, run, decision)
-        finally:
-            if running is not None:
-                _scope.running.reset(running)
-            joblog.leave(context)
-        return run
+        return plan, JobRun(unit, payload, plan.job_class, payloads.printable(payload.get("jid")),
+                            payloads.printable(payload["class"]))
+
+    def _start(self, run: JobRun) -> contextvars.Token:
+        """Record the job as running; its scope current until ``process`` resets the token returned."""
+        self.ledger.job_started(run.unit, run.payload, run.place)
+        run.scope = _scope.Running(run.payload, self.stopping)
+        return _scope.running.set(run.scope)
+
+    def _failed(self, plan: Plan, run: JobRun, exc: BaseException) -> None:
+        run.error = exc
+        self._conclude(plan, run, self._decide(plan, run) if run.ran else self._unrun(run, exc))
 
     def _before(self, plan: Plan, run: JobRun) -> Decision | None:
         """The first ``before`` hook's Decision (the job doesn't run), or None; a hook that raises
@@ -179,6 +242,27 @@ class Processor:
         try:
             run.job = (plan.job_class or _unknown_job)(payload)
             run.value = plan.run_through(run, lambda: self.server_chain(run.job, payload))
+        finally:
+            run.elapsed = time.monotonic() - run.started
+
+    async def _run_async(self, plan: Plan, run: JobRun) -> None:
+        """``_run`` on the event loop: the job's own call in a task of its own, which its interrupt
+        cancels (a cancel sent as it returns lands nowhere: that task is done)."""
+        run.started = time.monotonic()
+        logger.info("start%s", joblog.Mention(run.jid, run.shown_class))
+        payload = run.payload
+        chain = self.server_chain_async
+        try:
+            run.job = (plan.job_class or _unknown_job)(payload)
+            interrupt = run.interrupt
+
+            async def innermost() -> Any:
+                if interrupt is None:
+                    return await chain(run.job, payload)  # type: ignore[misc]
+                interrupt.task = asyncio.ensure_future(chain(run.job, payload))  # type: ignore[misc]
+                return await interrupt.guard(interrupt.task)
+
+            run.value = await plan.run_through_async(run, innermost)
         finally:
             run.elapsed = time.monotonic() - run.started
 
@@ -221,7 +305,7 @@ class Processor:
         # (Its error_backtrace from the user's code in, without the worker's frames that led there.)
         filing = self.filing(run.unit, run.payload, exc, run.job, from_user_code(exc.__traceback__))
         outcome = Outcome.RETRY if filing is not None and filing.target == "retry" else Outcome.DEAD
-        return Decision(outcome, Settlement(filing if filing is not None else ACK), exc, _fate(filing), failure=True)
+        return Decision(outcome, Settlement(filing if filing is not None else ACK), exc, fate_of(filing), failure=True)
 
     def _conclude(self, plan: Plan, run: JobRun, decision: Decision) -> None:
         """Shape the settlement (``settling`` hooks), settle it once, count, and run the ``after`` hooks."""
@@ -235,7 +319,7 @@ class Processor:
                                     run.elapsed)
         finally:
             if run.ran:
-                self.ledger.job_finished(run.unit)
+                self.ledger.job_finished(run.unit, run.place)
             else:
                 self.ledger.unit_dropped(run.unit)
             for after in plan.after:
@@ -310,82 +394,3 @@ def _guarded(hook: Callable[..., Any], run: JobRun, *args: Any) -> Any:
         log_safely(logger.error, "%s failed for jid=%s; the job is settled all the same",
                    getattr(hook, "__qualname__", repr(hook)), run.jid, exc_info=exc)
         return args[0] if args else None
-
-
-def _fate(filing: Filing | None) -> str:
-    """Where a failed job went, for its log line: "retry 1 in 17s", "dead: retries exhausted"."""
-    if filing is None:
-        return "discarded: dead=False"
-    if filing.target == "retry":
-        return f"retry {filing.payload.get('retry_count', 0) + 1} in {max(filing.score - time.time(), 0):.0f}s"
-    return f"dead: {filing.payload.get('dead_reason', '')}"
-
-
-def dead_filing(raw: bytes, reason: str, exc: BaseException | None) -> Filing:
-    """A dead entry for a job whose own filing failed: its payload as pushed (not as the job left
-    it), with the error and the reason; kept as it came if it can't be written back (1e309 in its
-    args reads as inf), the raw bytes in a dead letter if it can't even be read."""
-    now = time.time()
-    try:
-        payload = payloads.decode(raw)
-        payload.update(error_class=payloads.error_class(exc) if exc is not None else "CogworkerError",
-                       error_message=payloads.error_message(exc) if exc is not None else reason,
-                       failed_at=now, dead_reason=payloads.safe_string(reason, payloads.ERROR_MESSAGE_LIMIT))
-        filing = Filing("dead", now, payload)
-        try:
-            filing.raw()
-        except ValueError:  # (a number JSON can't hold)
-            filing = filing.as_stored(raw)
-        return filing
-    except BaseException:  # noqa: BLE001 - unreadable: keep the bytes
-        return Filing("dead", now, payloads.dead_letter(raw, reason, now))
-
-
-def log_safely(log: Callable[..., None], message: str, *args: Any,
-               exc_info: BaseException | ExcInfo | None = None) -> None:
-    """Log, never raise: an exception whose traceback can't be formatted (a ``__notes__`` that
-    raises, say) made the logging call itself raise and killed the processor mid-filing.
-
-    An exception with a message longer than ERROR_MESSAGE_LIMIT (a job's 10 MB message was
-    logged whole with its traceback, on every attempt) is shown cut there, like in its payload:
-    its stack and its message, without ``exc_info``.
-    """
-    try:
-        if isinstance(exc_info, BaseException):
-            exc_info = (type(exc_info), exc_info, exc_info.__traceback__)
-        if exc_info is not None and not _fits_a_log(exc_info[1]):
-            message, args, exc_info = message + "\n%s", (*args, _short_traceback(exc_info[1], exc_info[2])), None
-        log(message, *args, exc_info=exc_info)
-    except BaseException:  # noqa: BLE001
-        try:
-            log(message + " (traceback not shown: it could not be formatted)", *args)
-        except BaseException:  # noqa: BLE001
-            pass
-
-
-def _fits_a_log(exc: BaseException) -> bool:
-    """Whether every message of ``exc`` and of the exceptions chained to it is at most ERROR_MESSAGE_LIMIT long."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen and len(seen) < 100:
-        seen.add(id(current))
-        try:
-            if len(str(current)) > payloads.ERROR_MESSAGE_LIMIT:
-                return False
-        except BaseException:  # noqa: BLE001 - a __str__ that raises is shown by the traceback as such
-            pass
-        current = current.__cause__ or current.__context__
-    return True
-
-
-def _short_traceback(exc: BaseException, tb: TracebackType | None) -> str:
-    """The stack ``tb`` of ``exc`` and its message cut at ERROR_MESSAGE_LIMIT (chained exceptions left out)."""
-    import traceback
-
-    try:
-        stack = "".join(traceback.format_tb(tb))
-    except BaseException:  # noqa: BLE001
-        stack = ""
-    message = payloads.error_message(exc)
-    return (f"Traceback (most recent call last):\n{stack}{payloads.error_class(exc)}: {message}\n"
-            f"(messages cut at {payloads.ERROR_MESSAGE_LIMIT} characters; chained exceptions not shown)")

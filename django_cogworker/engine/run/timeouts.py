@@ -1,5 +1,8 @@
 """Job timeouts: a job past its ``timeout`` is interrupted in its own thread, or its process replaced.
 
+(A job on the event loop has its task cancelled instead, and JobTimeout raised from the await it
+was cancelled in: interrupts.py. One that blocks the loop past its timeout is stuck as below.)
+
 How a job is stopped: :class:`JobTimeout` is raised in the processor thread that runs it, with
 CPython's ``PyThreadState_SetAsyncExc``, which takes effect at the thread's next bytecode. The
 job fails with it and is filed as any failure (retry, then dead). The limits of that:
@@ -22,7 +25,6 @@ job at error, once per grace period, and that processor stays busy until the job
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import threading
@@ -32,6 +34,9 @@ from dataclasses import dataclass
 
 from ...errors import timeout_error
 from ...push import payload as payloads
+from .interrupts import Interrupt, ThreadInterrupt, raise_in_thread
+
+__all__ = ["Timeouts", "raise_in_thread", "STUCK_EXIT_CODE", "DEFAULT_GRACE"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,16 +47,11 @@ DEFAULT_GRACE = 10.0  # seconds a job may run on after its JobTimeout before it 
 @dataclass
 class _Armed:
     thread_id: int
+    interrupt: Interrupt
     deadline: float
     jid: str
     timeout: float
     fired_at: float | None = None
-
-
-def raise_in_thread(thread_id: int, exc_type: type[BaseException] | None) -> int:
-    """Raise ``exc_type`` in the thread ``thread_id`` at its next bytecode (None clears a pending one)."""
-    return ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id),
-                                                      ctypes.py_object(exc_type) if exc_type else None)
 
 
 class Timeouts:
@@ -83,12 +83,15 @@ class Timeouts:
             self._stopping = True
             self._cond.notify()
 
-    def arm(self, timeout: float, jid: str) -> int:
-        """Watch the calling thread's job for ``timeout`` seconds; return the token to disarm it with."""
+    def arm(self, timeout: float, jid: str, interrupt: Interrupt | None = None) -> int:
+        """Watch the calling thread's job (``interrupt``: the job's task on the event loop) for
+        ``timeout`` seconds; return the token to disarm it with."""
+        ident = threading.get_ident()
         with self._cond:
             self._next_token += 1
             token = self._next_token
-            self._armed[token] = _Armed(threading.get_ident(), self.clock() + timeout, jid, timeout)
+            self._armed[token] = _Armed(ident, interrupt if interrupt is not None else ThreadInterrupt(ident),
+                                        self.clock() + timeout, jid, timeout)
             self._cond.notify()
         return token
 
@@ -110,12 +113,14 @@ class Timeouts:
         with self._cond:
             if token is None:
                 ident = threading.get_ident()
-                tokens = [t for t, armed in self._armed.items() if armed.thread_id == ident]
+                # (a thread's own: the loop's thread arms one per job on it, each disarmed by its token)
+                tokens = [t for t, armed in self._armed.items()
+                          if armed.thread_id == ident and isinstance(armed.interrupt, ThreadInterrupt)]
             else:
                 tokens = [token]
             for armed in [self._armed.pop(t, None) for t in tokens]:
                 if armed is not None and armed.fired_at is not None:
-                    raise_in_thread(armed.thread_id, None)
+                    armed.interrupt.withdraw()
 
     def _run(self) -> None:
         while True:
@@ -134,9 +139,10 @@ class Timeouts:
         for armed in self._armed.values():
             if armed.fired_at is None and now >= armed.deadline:
                 armed.fired_at = now
-                logger.warning("jid=%s ran past its timeout of %ss: raising JobTimeout in its thread",
-                               payloads.printable(armed.jid), armed.timeout)
-                raise_in_thread(armed.thread_id, timeout_error(armed.timeout))
+                logger.warning("jid=%s ran past its timeout of %ss: raising JobTimeout in its %s",
+                               payloads.printable(armed.jid), armed.timeout,
+                               "thread" if isinstance(armed.interrupt, ThreadInterrupt) else "task")
+                armed.interrupt.send(timeout_error(armed.timeout))
             if armed.fired_at is not None and now >= armed.fired_at + self.grace:
                 self._stuck(armed, now)
             due = armed.deadline if armed.fired_at is None else armed.fired_at + self.grace

@@ -16,7 +16,7 @@ from typing import Any
 
 from ...broker.keys import Keys
 from ...broker.types import RedisClient
-from ...engine.run.hooks import Call, Decision, Feature, JobRun, Outcome
+from ...engine.run.hooks import AsyncCall, Call, Decision, Feature, JobRun, Outcome
 from ...engine.settle.retry import Filing
 from ...engine.settle.settlement import StepRunner
 from ..results.writer import encode_return
@@ -51,7 +51,12 @@ class Batches(Feature):
         return {BatchStep: self.steps}
 
     def around(self, run: JobRun, call: Call) -> Any:
-        value = call()
+        return self._kept(run, call())
+
+    async def around_async(self, run: JobRun, call: AsyncCall) -> Any:
+        return self._kept(run, await call())
+
+    def _kept(self, run: JobRun, value: Any) -> Any:
         if run.payload.get("keep_result") and run.payload.get("bid") is not None:
             # (Read by the next step of a chain; a class keeping results returned it as JSON already.)
             cls = run.job_class

@@ -22,7 +22,7 @@ from ...broker.keys import Keys, Want
 from ...broker.quarantine import is_wrong_type, quarantine_wrong
 from ...broker.types import RedisClient
 from ...engine.run.cancels import Cancels
-from ...engine.run.hooks import Call, Decision, Feature, JobRun, Outcome
+from ...engine.run.hooks import AsyncCall, Call, Decision, Feature, JobRun, Outcome
 from ...engine.settle.settlement import ACK
 from ...engine.settle.stats import count
 from ...errors import Cancelled
@@ -82,6 +82,15 @@ class Cancellation(Feature):
             self.cancels.finished(jid)  # (first: an interrupt sent late must not land further out)
             raise
         return value
+
+    async def around_async(self, run: JobRun, call: AsyncCall) -> Any:
+        """``around`` for a job on the event loop: an interrupt cancels its task (run.interrupt)."""
+        jid = str(run.payload.get("jid"))
+        self.cancels.started(jid, run.scope, run.interrupt)  # type: ignore[arg-type]
+        try:
+            return await call()
+        finally:
+            self.cancels.finished(jid)  # (on the loop's thread, as the interrupt's cancel: no race)
 
     def decide(self, run: JobRun) -> Decision | None:
         cancelled = run.scope is not None and run.scope.cancelled

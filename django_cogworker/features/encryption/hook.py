@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...engine.run.hooks import Call, Feature, JobRun
+from ...engine.run.hooks import AsyncCall, Call, Feature, JobRun
 from .codec import FIELD, open_arguments
 from .keys import KeyRing
 
@@ -29,3 +29,8 @@ class Encryption(Feature):
         if FIELD in run.payload:  # (a job that doesn't encrypt: one dict lookup)
             run.job.arguments = open_arguments(run.payload, self.ring)
         return call()
+
+    async def around_async(self, run: JobRun, call: AsyncCall) -> Any:
+        if FIELD in run.payload:
+            run.job.arguments = open_arguments(run.payload, self.ring)
+        return await call()

@@ -6,8 +6,9 @@ shares it. Two ways to use one:
 
 * ``limits = [...]`` on a job class: the processor takes a place in each before the job runs
   (features/limits/gate.py); a job over a limit goes back to the schedule, never failed at once;
-* ``with limiter.within(wait=5):`` in any code: waits up to ``wait`` seconds for a place, then
-  raises :class:`~django_cogworker.errors.OverLimit` (in a job, that reschedules it too).
+* ``with limiter.within(wait=5):`` in any code (``async with`` in async code): waits up to ``wait``
+  seconds for a place, then raises :class:`~django_cogworker.errors.OverLimit` (in a job, that
+  reschedules it too).
 
 A limiter's name may be a function of the job's arguments (``lambda customer_id, *_:
 f"customer:{customer_id}"``): each key it returns is a limiter of its own, of the same kind and
@@ -20,22 +21,21 @@ import json
 import logging
 import math
 import os
-import random
 import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ...bounds import MAX_SECONDS, MAX_SECONDS_TEXT, check_seconds, check_size
 from ...broker import scripts
-from ...broker.keys import Keys, for_config
-from ...broker.quarantine import run_script
-from ...errors import CogworkerError, InvalidArgument, LimitKeyError, OverLimit
+from ...broker.keys import Keys
+from ...errors import CogworkerError, InvalidArgument, LimitKeyError
 from ...push import scope  # (a leaf: the running job and the process identity, set by the worker)
-from . import scripts as limit_scripts
+
+if TYPE_CHECKING:
+    from .within import Within
 
 logger = logging.getLogger(__name__)
 
@@ -150,9 +150,9 @@ class Limiter:
         bound.name, bound.key_fn = self.key_for(args, kwargs), None
         return bound
 
-    @contextmanager
-    def within(self, wait: float = 0.0, *, redis: Any = None, keys: Keys | None = None) -> Iterator[None]:
-        """Hold a place for the block: wait up to ``wait`` seconds for one, else raise OverLimit.
+    def within(self, wait: float = 0.0, *, redis: Any = None, keys: Keys | None = None) -> Within:
+        """Hold a place for the block (``with``, or ``async with`` in async code: its waits then
+        ``await`` and hold no thread): wait up to ``wait`` seconds for one, else raise OverLimit.
 
         A concurrency place is given back when the block ends; in a worker process its lease is
         renewed by the heartbeat meanwhile, elsewhere it lasts ``lease`` seconds at most.
@@ -164,48 +164,9 @@ class Limiter:
             raise InvalidArgument(f"within(wait=...) takes seconds, 0 or more, got {wait!r}")
         if wait > MAX_SECONDS:  # (10**400 raised OverflowError)
             raise InvalidArgument(f"within(wait=...) takes at most {MAX_SECONDS_TEXT}, got {wait!r}")
-        if redis is None or keys is None:
-            from ...push import runtime  # (the Django edge; in a worker, the processor thread's connection)
+        from .within import Within
 
-            redis = redis if redis is not None else runtime.get_redis()
-            keys = keys if keys is not None else for_config(runtime.get_config())
-        token = holder_token(_current_jid())
-        lk = keys.limit(self.name)  # type: ignore[arg-type]
-        deadline = time.monotonic() + wait
-        pause = WAIT_SLICE[0]
-        while True:
-            reply = run_script(limit_scripts.LIMIT_TAKE, redis, keys, list(lk), [token, "", "", *self.argv()],
-                               lk.expected)
-            if int(reply[0]) == 1:
-                break
-            after = _text(reply[2])
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise OverLimit(self.name, self.kind, float(after) if after else None)  # type: ignore[arg-type]
-            # A rate limiter says when its next place frees. A concurrency limit's retry_after is
-            # how long places are held lately (a rescheduled job's backoff): slept through, a place
-            # freed at once was taken only at the deadline; it is polled instead (WAIT_SLICE).
-            if after and self.kind != "concurrent":
-                nap = float(after) + random.uniform(0, 0.01)
-            else:
-                nap, pause = pause * random.uniform(0.5, 1.5), min(pause * 2, WAIT_SLICE[1])
-            time.sleep(min(nap, left))
-        SEEN.add(self.name, self)  # type: ignore[arg-type]
-        if self.kind != "concurrent":
-            yield
-            return
-        hold = HELD.add(self.name, self.lease, token)  # type: ignore[arg-type]
-        try:
-            yield
-        finally:
-            HELD.remove(hold)
-            try:
-                reply = run_script(limit_scripts.LIMIT_RELEASE, redis, keys, list(lk), [token, "release", *self.argv()],
-                                   lk.expected)
-                wake(redis, keys, reply[1:])
-            except Exception as exc:  # (the block's work is done: failing it would have it done again)
-                logger.warning("limiter %r: its place was not given back (%s: %s); it frees when its lease "
-                               "lapses", self.name, type(exc).__name__, exc)
+        return Within(self, wait, redis, keys)
 
 
 def wake(redis: Any, keys: Keys, popped: list[Any]) -> int:

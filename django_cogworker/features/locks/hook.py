@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...broker.types import RedisClient
-from ...engine.run.hooks import Call, Feature, JobRun, Outcome
+from ...engine.run.hooks import AsyncCall, Call, Feature, JobRun, Outcome
 from ...engine.run.run_locks import RunLocks
 from ...push import payload as payloads
 
@@ -40,13 +40,20 @@ class RunLockRelease(Feature):
             self.run_locks(payload, "requeued")  # (a periodic run waits in its queue again: others kept out)
 
     def around(self, run: JobRun, call: Call) -> Any:
+        self._started(run)
+        return call()
+
+    async def around_async(self, run: JobRun, call: AsyncCall) -> Any:
+        self._started(run)
+        return await call()
+
+    def _started(self, run: JobRun) -> None:
         if _locked(run.payload):
             try:
                 self.run_locks(run.payload, "start")
             except Exception as exc:  # (the job runs all the same; its locks go at their TTL)
                 logger.error("run lock (start) failed for jid=%s: %s: %s", run.jid, type(exc).__name__,
                              payloads.printable(exc))
-        return call()
 
     def after(self, run: JobRun) -> None:
         decision = run.decision

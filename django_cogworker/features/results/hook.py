@@ -15,7 +15,7 @@ import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ...engine.run.hooks import Call, Decision, Feature, JobRun, Outcome
+from ...engine.run.hooks import AsyncCall, Call, Decision, Feature, JobRun, Outcome
 from ...engine.settle.retry import Filing
 from ...push import payload as payloads
 from .writer import ResultWriter, encode_return
@@ -49,6 +49,27 @@ class Results(Feature):
         return job_class is not None and (job_class.result_ttl is not None or job_class.timeout is not None)
 
     def around(self, run: JobRun, call: Call) -> Any:
+        token = self._begin(run)
+        try:
+            value = call()
+        finally:
+            if token is not None:
+                self.timeouts.disarm(token)  # type: ignore[union-attr]
+        return encode_return(value) if run.job_class.result_ttl is not None else value
+
+    async def around_async(self, run: JobRun, call: AsyncCall) -> Any:
+        """``around`` for a job on the event loop: its timeout cancels its task (run.interrupt), which
+        raises JobTimeout from the await it was in."""
+        token = self._begin(run)
+        try:
+            value = await call()
+        finally:
+            if token is not None:
+                self.timeouts.disarm(token)  # type: ignore[union-attr]
+        return encode_return(value) if run.job_class.result_ttl is not None else value
+
+    def _begin(self, run: JobRun) -> int | None:
+        """Record the start (a class keeping results) and arm the timeout; return its token."""
         cls, payload = run.job_class, run.payload
         ttl = cls.result_ttl
         if ttl is not None:
@@ -57,15 +78,10 @@ class Results(Feature):
             run.job._cogworker_result = self.results.started(payload, ttl)
         timeout, token = cls.timeout, None
         if timeout is not None and self.timeouts is not None:
-            token = self.timeouts.arm(timeout, str(payload.get("jid")))
+            token = self.timeouts.arm(timeout, str(payload.get("jid")), run.interrupt)
             if run.scope is not None:  # (an iterable job arms it anew before each item: a timeout bounds one)
                 run.scope.extras["timeout"] = functools.partial(self.timeouts.rearm, token)
-        try:
-            value = call()
-        finally:
-            if token is not None:
-                self.timeouts.disarm(token)  # type: ignore[union-attr]
-        return encode_return(value) if ttl is not None else value
+        return token
 
     def settling(self, run: JobRun, decision: Decision) -> Decision:
         cls = run.job_class

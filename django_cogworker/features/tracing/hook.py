@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...engine.run.hooks import Call, Feature, JobRun
-from .spans import process
+from ...engine.run.hooks import AsyncCall, Call, Feature, JobRun
+from .spans import process, process_async
 
 
 class Tracing(Feature):
@@ -23,3 +23,6 @@ class Tracing(Feature):
 
     def around(self, run: JobRun, call: Call) -> Any:
         return process(run.payload, call)
+
+    async def around_async(self, run: JobRun, call: AsyncCall) -> Any:
+        return await process_async(run.payload, call)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -153,6 +153,34 @@ def process(payload: dict[str, Any], call: Callable[[], Any], links: Sequence[tr
     ``links`` and the members' traces a batch callback names, up to LINKS_MAX more). A failure that
     escapes sets its status ERROR, ``error.type`` and records it (on a span that records: one the
     sampler dropped skips that work)."""
+    span, token = _open(payload, links)
+    try:
+        return call()
+    except BaseException as exc:
+        if span.is_recording():
+            failed(span, exc)
+        raise
+    finally:
+        otel_context.detach(token)
+        span.end()
+
+
+async def process_async(payload: dict[str, Any], call: Callable[[], Awaitable[Any]]) -> Any:
+    """``process`` around a run on the event loop (the context attached in the job's task: its own)."""
+    span, token = _open(payload, ())
+    try:
+        return await call()
+    except BaseException as exc:
+        if span.is_recording():
+            failed(span, exc)
+        raise
+    finally:
+        otel_context.detach(token)
+        span.end()
+
+
+def _open(payload: dict[str, Any], links: Sequence[trace.SpanContext]) -> tuple[Any, Any]:
+    """The run's span, started, and the token of the context attached with it current."""
     parent, producer = received(payload)
     queue = str(payload.get("queue"))
     attributes: dict[str, Any] = {
@@ -171,16 +199,7 @@ def process(payload: dict[str, Any], call: Callable[[], Any], links: Sequence[tr
                                attributes=attributes, links=linked)
     # One context attached for the run: the span's, on the carried one (its baggage current in the
     # run too); attaching the carried context and then the span's on it was two of each.
-    token = otel_context.attach(trace.set_span_in_context(span, parent))
-    try:
-        return call()
-    except BaseException as exc:
-        if span.is_recording():
-            failed(span, exc)
-        raise
-    finally:
-        otel_context.detach(token)
-        span.end()
+    return span, otel_context.attach(trace.set_span_in_context(span, parent))
 
 
 def members(payload: dict[str, Any]) -> list[trace.SpanContext]:

@@ -26,6 +26,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("-c", "--concurrency", type=int, help="processor threads (CONCURRENCY)")
+        parser.add_argument("--async-concurrency", type=int, metavar="N",
+                            help="async jobs at once on the event loop; 0: on the threads (ASYNC_CONCURRENCY)")
         parser.add_argument("-q", "--queue", action="append", dest="queues", metavar="NAME[,WEIGHT]",
                             help="a queue to work, optionally weighted; repeat or comma-separate pairs (QUEUES)")
         parser.add_argument("--fetch", choices=["reliable", "basic"], help="fetch mode (FETCH)")
@@ -57,7 +59,8 @@ class Command(BaseCommand):
 
         _ensure_logging(options["verbosity"])
         overrides = {field: options[opt] for opt, field in (
-            ("concurrency", "concurrency"), ("fetch", "fetch"), ("timeout", "shutdown_timeout"),
+            ("concurrency", "concurrency"), ("async_concurrency", "async_concurrency"), ("fetch", "fetch"),
+            ("timeout", "shutdown_timeout"),
             ("tag", "tag"), ("strict", "strict_queues"), ("processes", "processes"),
             ("max_memory_mb", "max_memory_mb"), ("max_jobs_per_process", "max_jobs_per_process"),
             ("rolling_timeout", "rolling_timeout"), ("health_port", "health_port"), ("health_host", "health_host"),
@@ -141,6 +144,7 @@ def banner(config, periodic_entries: int, processes: int) -> str:
     return " | ".join(part for part in (
         f"cogworker {__version__} pid {_pid()}", f"redis {config.redacted_url}",
         f"queues {', '.join(f'{n}({w})' for n, w in config.queues)}", f"concurrency {config.concurrency}",
+        f"async {config.async_concurrency}",
         f"fetch {config.fetch}", f"periodic entries {periodic_entries}",
         f"processes {processes}" if processes > 1 else "", f"outbox {'on' if config.outbox else 'off'}", *caps,
         f"health {config.health_host}:{config.health_port}" if config.health_port else "") if part)

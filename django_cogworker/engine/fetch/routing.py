@@ -1,0 +1,133 @@
+"""Which pool a fetched job runs in: a processor thread, or a place on the event loop.
+
+A process with ASYNC_CONCURRENCY > 0 runs two pools from one fetch: its CONCURRENCY processor
+threads and its event loop's places (engine/run/event_loop.py). The fetcher asks for as many jobs
+as both have free, and the :class:`Router` sends each where its plan says (``Plan.on_loop``: an
+``async def perform`` whose features and middleware all have an async form), read from the payload
+alone: the class it names, and the fields that choose the plan.
+
+A fetch can't ask Redis for "a sync job": what comes is what heads the queues. A job that comes for
+a pool with no place free (a sync job fetched when only loop places were free, or an async one
+when only threads were) is **handed back at once to the head of its queue**, before any feature
+saw it and before it was recorded as handed over: never a job taken ahead and not started. Then
+the pool whose free places brought it is not offered again until the other pool frees a place
+(``blocked``): otherwise the next fetch would take the same job back at once, and again. So a
+queue whose head is a sync job while every thread is busy waits for a thread, even with loop
+places free: the order of a queue is kept over the use of both pools (docs/jobs.md, "Async jobs").
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ...push import payload as payloads
+from ...push.job import registered, registry
+from ..run.plans import Plans, is_coroutine_class
+from .contract import Unit
+
+if TYPE_CHECKING:
+    from ..run.event_loop import LoopRunner
+
+logger = logging.getLogger(__name__)
+
+THREAD, LOOP = "thread", "loop"
+
+
+class Router:
+    """The loop's free places, for the fetcher, and where each fetched job goes.
+
+    Created by the Manager with the loop runner and the process's Plans; used by the fetcher thread
+    (``take``, ``split``, ``give``); ``loop_freed`` is called on the loop's thread as a job's task
+    ends, ``thread_freed`` on a processor's as it goes idle. ``blocked`` is a plain attribute: a
+    race with a pool freeing a place as a fetch returns costs at most one more wait of the
+    fetcher's (it wakes every 0.5 s), never a job.
+    """
+
+    def __init__(self, loop: LoopRunner, plans: Plans, wake: Callable[[], None]):
+        self.loop = loop
+        self.plans = plans
+        self.wake = wake
+        self._free: queue.SimpleQueue[None] = queue.SimpleQueue()
+        for _ in range(loop.capacity):
+            self._free.put(None)
+        self.blocked: str | None = None  # the pool not offered until the other frees a place
+        self._any_async: bool | None = None  # (no async class registered: nothing is decoded to route)
+
+    # -- the loop's places ---------------------------------------------------------------------
+
+    def free(self) -> bool:
+        """Whether a fetch may ask for jobs for the loop now."""
+        return self.blocked != LOOP and self._free.qsize() > 0
+
+    def take(self) -> int:
+        """Take every free place of the loop (none while it is blocked); return how many."""
+        if self.blocked == LOOP:
+            return 0
+        n = 0
+        while True:
+            try:
+                self._free.get_nowait()
+            except queue.Empty:
+                return n
+            n += 1
+
+    def give(self, n: int) -> None:
+        for _ in range(n):
+            self._free.put(None)
+
+    def loop_freed(self) -> None:
+        """A job's task on the loop ended: its place is free (threads offered again if blocked)."""
+        # (The fetcher waits for a wake only with no place free: woken when the first frees, not
+        # once per job, which handed it the GIL for nothing at every job's end.)
+        first = self._free.qsize() == 0
+        self._free.put(None)
+        if self.blocked == THREAD:
+            self.blocked = None
+            first = True
+        if first:
+            self.wake()
+
+    def thread_freed(self) -> None:
+        if self.blocked == LOOP:
+            self.blocked = None
+
+    # -- where each job goes -------------------------------------------------------------------
+
+    def on_loop(self, unit: Unit) -> bool:
+        """Whether ``unit`` runs on the loop (a payload that can't be read: on a thread, which buries it)."""
+        if self._any_async is None:
+            self._any_async = any(is_coroutine_class(cls) for cls in registry().values())
+        if not self._any_async:
+            return False
+        try:
+            payload = payloads.decode(unit.raw)
+            return self.plans.plan(registered(payload["class"])).for_payload(payload).on_loop
+        except Exception:  # (unreadable, no class: the processor's path files it)
+            return False
+
+    def split(self, units: list[Unit], threads: int, places: int) -> tuple[list[Unit], list[Unit], list[Unit]]:
+        """``units`` as (for the threads, for the loop, to hand back), at most ``threads`` and
+        ``places`` of the first two; a job handed back blocks the pool that brought it."""
+        to_threads: list[Unit] = []
+        to_loop: list[Unit] = []
+        back: list[Unit] = []
+        for unit in units:
+            if self.on_loop(unit):
+                if len(to_loop) < places:
+                    to_loop.append(unit)
+                    continue
+                if self._free.qsize() == 0:  # (a place freed meanwhile: its next fetch takes it)
+                    self.blocked = THREAD
+            else:
+                if len(to_threads) < threads:
+                    to_threads.append(unit)
+                    continue
+                self.blocked = LOOP
+            back.append(unit)
+        if back:
+            logger.debug("%d job(s) fetched for a pool they don't run in: handed back to the head of their "
+                         "queue; %s places not offered until the other pool frees one", len(back), self.blocked)
+        return to_threads, to_loop, back
