@@ -18,6 +18,7 @@ Redis of its own without the jobs writing to the suite's one.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import random
 import threading
@@ -36,9 +37,11 @@ from django_cogworker.conf import FETCH_MODES, Config, build_config
 from django_cogworker.engine.fetch.contract import Unit
 from django_cogworker.engine.fetch.ledger import Ledger
 from django_cogworker.engine.fetch.registry import make_fetch
+from django_cogworker.engine.loop.runner import run_job_async
 from django_cogworker.engine.process.launcher import Launcher, new_identity, run_job
 from django_cogworker.engine.run.factories import FeatureFactory, build_features, load_features, requeue_hook
 from django_cogworker.engine.run.hooks import JobRun, WorkerParts
+from django_cogworker.engine.run.interrupts import TaskInterrupt
 from django_cogworker.engine.run.plans import FetchHooks, Plans
 from django_cogworker.engine.run.processor import Processor
 from django_cogworker.engine.schedule.due import DueSweep
@@ -49,7 +52,7 @@ from django_cogworker.engine.settle.settling import Settler
 from django_cogworker.engine.settle.stats import Stats
 from django_cogworker.push.client import Client
 from django_cogworker.push.job import Job, JobSetter
-from django_cogworker.push.middleware import build_chain
+from django_cogworker.push.middleware import build_async_chain, build_chain
 
 # Tiny intervals keep the engine tests fast. The socket timeout caps a blocking fetch at 0.25 s
 # (half a second under it), so a stop never waits long for the fetcher.
@@ -249,10 +252,13 @@ class Called:
                                  runners={kind: runner for f in made for kind, runner in f.step_runners().items()})
         # The worker's stopping event, as the Manager's: set by a test, a running iterable job stops at its next item.
         self.stopping = threading.Event()
+        chain_async, _lacking = build_async_chain(server_middleware, run_job_async)
         self.processor = Processor(0, ledger=Ledger(), settlements=SettlementQueue(self.settler), retry=self.retry,
                                    stats=self.stats,
-                                   server_chain=build_chain(server_middleware, run_job), plans=Plans(made),
-                                   stopping=self.stopping)
+                                   server_chain=build_chain(server_middleware, run_job),
+                                   plans=Plans(made, async_chain=chain_async is not None),
+                                   stopping=self.stopping, server_chain_async=chain_async)
+        self.features = made
         self.fetch_hooks = FetchHooks(made)  # (what the fetcher calls with what it fetched: a limit's takes)
 
     @property
@@ -283,6 +289,24 @@ class Called:
     def run_next(self) -> JobRun | None:
         """Take the next job and process it: its JobRun (None: a payload it couldn't read, buried)."""
         return self.processor.process(self.take())
+
+    def run_next_async(self) -> JobRun | None:
+        """``run_next`` through ``process_async``, on an event loop of its own as the worker's loop
+        runner does (an interrupt for the job's task: a timeout or a cancel cancels it)."""
+        unit = self.take()
+
+        async def main() -> JobRun | None:
+            return await self.processor.process_async(unit, TaskInterrupt(asyncio.get_running_loop()),
+                                                      "cogworker-loop-0")
+
+        return asyncio.run(main())
+
+    def arun(self, job: type[Job], *args: Any, **options: Any) -> JobRun:
+        """``run`` through ``process_async``."""
+        pushed = self.push(job, *args, **options)
+        run = self.run_next_async()
+        assert run is not None and run.payload["jid"] == pushed["jid"], "another job was waiting"
+        return run
 
     def run(self, job: type[Job], *args: Any, **options: Any) -> JobRun:
         """Push one job, take it and process it; its JobRun."""

@@ -40,7 +40,7 @@ class Config:
     queues: tuple[tuple[str, int], ...] = (("default", 1),)
     strict_queues: bool = False
     concurrency: int = 5
-    # Jobs whose perform is ``async def`` run at once on the process's event loop (engine/run/event_loop.py),
+    # Jobs whose perform is ``async def`` run at once on the process's event loop (engine/loop/runner.py),
     # beside the CONCURRENCY threads; 0: no loop, they run on the threads (async_to_sync).
     async_concurrency: int = 100
     # Worker processes of one ``runcogworker``: 1 runs in the command's own process (no

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import inspect
 import logging
 import time
 from collections.abc import Mapping
@@ -112,7 +113,8 @@ def job_class_for(task: Any) -> type[Job]:
         "limits": getattr(task, "limits", ()), "expires_in": getattr(task, "expires_in", None),
         "encrypt": getattr(task, "encrypt", False),
     }
-    return type(task.func.__name__, (TaskRunner, Job), attrs)
+    runner = AsyncTaskRunner if inspect.iscoroutinefunction(task.func) else TaskRunner
+    return type(task.func.__name__, (runner, Job), attrs)
 
 
 class TaskRunner:
@@ -129,14 +131,21 @@ class TaskRunner:
 
     def perform(self, *args: Any, **kwargs: Any) -> Any:
         task = type(self).task
-        running = self.task_result(TaskResultStatus.RUNNING)
-        _signal(task_started, running)
+        running = self._started()
         # A failure is told (task_finished) by _cogworker_failed, once the processor has filed it:
         # only then is it known whether the task runs again.
         if task.takes_context:
             value = task.call(TaskContext(task_result=running), *args, **kwargs)
         else:
             value = task.call(*args, **kwargs)
+        return self._finished(value)
+
+    def _started(self) -> Any:
+        running = self.task_result(TaskResultStatus.RUNNING)
+        _signal(task_started, running)
+        return running
+
+    def _finished(self, value: Any) -> Any:
         finished = self.task_result(TaskResultStatus.SUCCESSFUL)
         object.__setattr__(finished, "_return_value", value)
         _signal(task_finished, finished)
@@ -173,6 +182,20 @@ class TaskRunner:
                               str((payload.get("task") or {}).get("backend", task.backend)), status)
 
 
+class AsyncTaskRunner(TaskRunner):
+    """The runner of an ``async def`` task: its perform is a coroutine, so the worker awaits it on its
+    event loop (engine/loop/runner.py; on a thread through async_to_sync with ASYNC_CONCURRENCY 0)."""
+
+    async def perform(self, *args: Any, **kwargs: Any) -> Any:
+        task = type(self).task
+        running = self._started()
+        if task.takes_context:
+            value = await task.acall(TaskContext(task_result=running), *args, **kwargs)
+        else:
+            value = await task.acall(*args, **kwargs)
+        return self._finished(value)
+
+
 def to_task_result(task: Any, record: results.JobResult, backend: str, status: Any = None) -> Any:
     """A django.tasks TaskResult from a result record."""
     result = TaskResult(
@@ -192,7 +215,7 @@ class CogworkerBackend(BaseTaskBackend):
 
     task_class = CogworkerTask
     supports_defer = True  # run_after: the schedule set
-    supports_async_task = True  # awaited on the worker (async_to_sync)
+    supports_async_task = True  # awaited on the worker's event loop (or through async_to_sync on a thread)
     supports_get_result = True  # the result record
     # Queues are lists served in a weighted order: nothing orders the work by priority, so
     # a priority other than 0 is refused (InvalidTask) rather than ignored.

@@ -63,6 +63,18 @@ class Unit:
     notes: dict[str, Any] | None = field(default=None, compare=False)
 
 
+def shown(unit: Unit) -> tuple[str, str]:
+    """(jid, class) of ``unit``, printable, for a log line (its payload's start as the jid when it
+    can't be read)."""
+    from ...push import payload as payloads
+
+    try:
+        payload = payloads.decode(unit.raw)
+    except payloads.PayloadError:
+        return payloads.printable(repr(unit.raw[:100])), "?"
+    return payloads.printable(payload.get("jid")), payloads.printable(payload.get("class"))
+
+
 class Fetch(abc.ABC):
     """A fetch strategy: takes jobs from the queues, acknowledges them, files failures, hands jobs back.
 

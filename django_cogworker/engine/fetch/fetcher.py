@@ -25,10 +25,8 @@ are taken ahead, as before. A process that stalls past ORPHAN_THRESHOLD may be
 taken for dead meanwhile, and what it took requeued elsewhere: a job taken before
 then is started only once found still its own (stall.py, ``next_unit``).
 
-With an event loop (ASYNC_CONCURRENCY > 0), a fetch also asks for one job per free place on the
-loop, and each job fetched goes to its pool: routing.py (and what it does with a job that comes
-for a pool with no place free). No job is taken ahead for the loop: its places are many, and a
-job handed to it starts at once.
+With an event loop (ASYNC_CONCURRENCY > 0) a fetch asks for its free places too, and each job goes
+to its pool: routing.py. None is taken ahead for the loop: a job handed to it starts at once.
 """
 
 from __future__ import annotations
@@ -40,12 +38,11 @@ import threading
 import time
 
 from ...conf import Config
-from ...push import payload as payloads
 from ..loops import Watchdog
 from ..run.plans import FetchHooks
 from ..settle.outgoing import Outgoing
 from ..settle.queue import SettlementQueue
-from .contract import Fetch, Unit
+from .contract import Fetch, Unit, shown
 from .ledger import Ledger
 from .routing import Router
 from .stall import clock as stall_clock
@@ -161,10 +158,10 @@ class Fetcher:
             if self.fetch.still_ours(unit):
                 return True
             logger.warning("jid=%s, taken before this process went silent past ORPHAN_THRESHOLD, was taken back by "
-                           "orphan recovery meanwhile: not started here (it runs elsewhere)", _jid(unit))
+                           "orphan recovery meanwhile: not started here (it runs elsewhere)", shown(unit)[0])
         except Exception as exc:  # (Redis away: left where it is; on our list, the reconcile puts it back)
             logger.warning("jid=%s, taken before this process went silent past ORPHAN_THRESHOLD, could not be "
-                           "checked (%s: %s): not started here", _jid(unit), type(exc).__name__, exc)
+                           "checked (%s: %s): not started here", shown(unit)[0], type(exc).__name__, exc)
         self.ledger.unit_dropped(unit)
         self.hooks.returned([unit])
         return False
@@ -224,12 +221,14 @@ class Fetcher:
             if not self._awake():
                 continue
             n, places = self._gather(deep)
-            if n + places == 0:
+            want = n + places if self.router is None else self.router.count(n, places)
+            if want == 0:  # (the mix of jobs lately says neither pool would take one: routing.py)
+                self._give_back(n, places)
                 continue
             units: list[Unit] = []
             sent = stall_clock()  # (before the fetch: a job may be ours from the moment it is sent)
-            watchdog.run_step(functools.partial(self._fetch, n + places, units))
-            deep = len(units) == n + places
+            watchdog.run_step(functools.partial(self._fetch, want, units))
+            deep = len(units) == want
             if units and self.quiet.is_set():
                 # Received by a blocking call that outlived quiet (or the stop): no new job may
                 # start now, so straight back to the head of its queue, for any process.
@@ -240,22 +239,24 @@ class Fetcher:
                 units, to_loop, back = self.router.split(units, n, places)
                 if back:  # (seen by no feature, recorded nowhere: as if never fetched)
                     self._hand_back(back, tokens=False, hooks=False)
-            for _ in range(n - len(units)):
-                self._idle.put(None)
-            if self.router is not None:
-                self.router.give(places - len(to_loop))
+            self._give_back(n - len(units), places - len(to_loop))
             if units or to_loop:
                 self.hooks.fetched(units + to_loop)
                 self.ledger.hand(units + to_loop)
+                for unit in units + to_loop:
+                    unit.taken = sent
                 for unit in units:
-                    unit.taken = sent
                     self._units.put(unit)
-                for unit in to_loop:
-                    unit.taken = sent
                 if to_loop:
                     self.router.loop.submit(to_loop)  # type: ignore[union-attr]
             elif watchdog.failures == 0 and not self.fetch.queue_order(self.paused):
                 self.quiet.wait(self.config.fetch_idle_max_interval)  # every queue paused: don't spin
+
+    def _give_back(self, tokens: int, places: int) -> None:
+        for _ in range(tokens):
+            self._idle.put(None)
+        if self.router is not None:
+            self.router.give(places)
 
     def _fetch(self, n: int, units: list[Unit]) -> None:
         """One fetch of up to ``n`` jobs into ``units``, carrying what the processors settled; with
@@ -282,14 +283,13 @@ class Fetcher:
         False after 0.5 s without (to look at quiet). Spare wakes are drained here: each
         processor may have asked for one.
         """
-        router = self.router
-        self._held = False
-        if self._take_token():
-            if self._units.qsize() <= self._low_water:
-                self._held = True
+        self._held = self._take_token()
+        if self._held:
+            if self._units.qsize() <= self._low_water and self._worth():
                 return True
-            self._idle.put(None)  # (enough waiting still: wait for a wake)
-        if router is not None and router.free():
+            self._idle.put(None)  # (enough waiting still, or nothing to fetch for: wait for a wake)
+            self._held = False
+        elif self.router is not None and self._worth():
             return True
         try:
             self._wake.get(timeout=0.5)
@@ -301,7 +301,20 @@ class Fetcher:
             except queue.Empty:
                 break
         self._held = self._take_token()
-        return self._held or (router is not None and router.free())
+        if self._worth():
+            return True
+        if self._held:
+            self._idle.put(None)
+            self._held = False
+        return False
+
+    def _worth(self) -> bool:
+        """Whether a fetch now would ask for a job (with the event loop: the Router's count)."""
+        router = self.router
+        if router is None:
+            return self._held
+        threads = int(self._held) + (0 if router.blocked == "thread" else self._idle.qsize())
+        return router.count(threads, router.places()) > 0
 
     def _take_token(self) -> bool:
         """Take an idle processor's token, if one is there and the threads aren't blocked (routing.py)."""
@@ -378,10 +391,3 @@ class Fetcher:
         for _ in units if tokens else ():
             self._idle.put(None)
 
-
-def _jid(unit: Unit) -> str:
-    """The jid of ``unit`` for a log line (its payload's start, when it can't be read)."""
-    try:
-        return payloads.printable(payloads.decode(unit.raw).get("jid"))
-    except payloads.PayloadError:
-        return payloads.printable(repr(unit.raw[:100]))

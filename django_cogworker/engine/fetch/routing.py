@@ -1,12 +1,17 @@
 """Which pool a fetched job runs in: a processor thread, or a place on the event loop.
 
 A process with ASYNC_CONCURRENCY > 0 runs two pools from one fetch: its CONCURRENCY processor
-threads and its event loop's places (engine/run/event_loop.py). The fetcher asks for as many jobs
+threads and its event loop's places (engine/loop/runner.py). The fetcher asks for as many jobs
 as both have free, and the :class:`Router` sends each where its plan says (``Plan.on_loop``: an
 ``async def perform`` whose features and middleware all have an async form), read from the payload
 alone: the class it names, and the fields that choose the plan.
 
-A fetch can't ask Redis for "a sync job": what comes is what heads the queues. A job that comes for
+A fetch can't ask Redis for "a sync job": what comes is what heads the queues. So a fetch asks for
+as many jobs as both pools can take at the mix of jobs fetched lately (``share``, the average part
+of async jobs): with T idle threads, P free places and a share s, at most (T + SLACK) / (1 - s) and
+(P + SLACK) / s (:meth:`Router.count`). A process whose jobs are all sync (s at its floor) never
+fetches for its loop while its threads are busy, nor one whose jobs are all async for its threads
+while its loop is full; a mix asks for each pool's part. A job that still comes for
 a pool with no place free (a sync job fetched when only loop places were free, or an async one
 when only threads were) is **handed back at once to the head of its queue**, before any feature
 saw it and before it was recorded as handed over: never a job taken ahead and not started. Then
@@ -21,19 +26,30 @@ from __future__ import annotations
 import logging
 import queue
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ...push import payload as payloads
 from ...push.job import registered, registry
 from ..run.plans import Plans, is_coroutine_class
 from .contract import Unit
 
-if TYPE_CHECKING:
-    from ..run.event_loop import LoopRunner
-
 logger = logging.getLogger(__name__)
 
 THREAD, LOOP = "thread", "loop"
+# The share of async jobs: its bounds (never quite sure a kind is gone), the weight of each job
+# fetched in its average, and the room a fetch may overrun by in expectation (under 1 - SHARE_MIN:
+# a full pool whose kind is all a process sees is never probed).
+SHARE_MIN = 0.02
+SHARE_WEIGHT = 0.05
+SLACK = 0.9
+
+
+class Loop(Protocol):
+    """What the fetcher hands jobs for the event loop to (engine/loop/runner.py's LoopRunner)."""
+
+    capacity: int
+
+    def submit(self, units: list[Unit]) -> None: ...
 
 
 class Router:
@@ -46,7 +62,7 @@ class Router:
     fetcher's (it wakes every 0.5 s), never a job.
     """
 
-    def __init__(self, loop: LoopRunner, plans: Plans, wake: Callable[[], None]):
+    def __init__(self, loop: Loop, plans: Plans, wake: Callable[[], None]):
         self.loop = loop
         self.plans = plans
         self.wake = wake
@@ -54,13 +70,24 @@ class Router:
         for _ in range(loop.capacity):
             self._free.put(None)
         self.blocked: str | None = None  # the pool not offered until the other frees a place
-        self._any_async: bool | None = None  # (no async class registered: nothing is decoded to route)
+        # No async class registered: the loop is never offered, nothing decoded to route.
+        self._any_async = any(is_coroutine_class(cls) for cls in registry().values())
+        self.share = SHARE_MIN if self._any_async else 0.0  # (most jobs of a Django project are sync)
 
     # -- the loop's places ---------------------------------------------------------------------
 
-    def free(self) -> bool:
-        """Whether a fetch may ask for jobs for the loop now."""
-        return self.blocked != LOOP and self._free.qsize() > 0
+    def places(self) -> int:
+        """The loop's free places a fetch may count now (none while it is blocked)."""
+        return 0 if self.blocked == LOOP else self._free.qsize()
+
+    def count(self, threads: int, places: int) -> int:
+        """How many jobs to fetch for ``threads`` idle threads and ``places`` free places, at the mix
+        of jobs fetched lately (see the module's header)."""
+        share = self.share
+        fits = (threads + SLACK) / (1 - share)
+        if share:
+            fits = min(fits, (places + SLACK) / share)
+        return min(threads + places, int(fits))
 
     def take(self) -> int:
         """Take every free place of the loop (none while it is blocked); return how many."""
@@ -98,8 +125,6 @@ class Router:
 
     def on_loop(self, unit: Unit) -> bool:
         """Whether ``unit`` runs on the loop (a payload that can't be read: on a thread, which buries it)."""
-        if self._any_async is None:
-            self._any_async = any(is_coroutine_class(cls) for cls in registry().values())
         if not self._any_async:
             return False
         try:
@@ -114,8 +139,12 @@ class Router:
         to_threads: list[Unit] = []
         to_loop: list[Unit] = []
         back: list[Unit] = []
+        share = self.share
         for unit in units:
-            if self.on_loop(unit):
+            on_loop = self.on_loop(unit)
+            if self._any_async:
+                share = min(max(share + ((1.0 if on_loop else 0.0) - share) * SHARE_WEIGHT, SHARE_MIN), 1 - SHARE_MIN)
+            if on_loop:
                 if len(to_loop) < places:
                     to_loop.append(unit)
                     continue
@@ -127,6 +156,7 @@ class Router:
                     continue
                 self.blocked = LOOP
             back.append(unit)
+        self.share = share
         if back:
             logger.debug("%d job(s) fetched for a pool they don't run in: handed back to the head of their "
                          "queue; %s places not offered until the other pool frees one", len(back), self.blocked)

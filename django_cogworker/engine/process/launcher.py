@@ -52,10 +52,10 @@ from ...push.client import Client
 from ...push.job import call_perform
 from ...push.middleware import build_async_chain, build_chain
 from ..fetch.registry import make_fetch
+from ..loop.runner import run_job_async
 from ..loops import run_each
 from ..recovery.key_guard import KeyGuard
 from ..recovery.orphans import OrphanRecovery
-from ..run.event_loop import run_job_async
 from ..run.factories import FeatureFactory, build_features, load_features, requeue_hook, stop_features
 from ..run.hooks import WorkerParts
 from ..schedule.periodic_ticker import Ticker

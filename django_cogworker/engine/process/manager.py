@@ -26,7 +26,7 @@ from ..fetch.contract import Fetch
 from ..fetch.fetcher import Fetcher
 from ..fetch.ledger import Ledger
 from ..fetch.routing import Router
-from ..run.event_loop import LoopRunner
+from ..loop.runner import LoopRunner
 from ..run.factories import step_runners
 from ..run.hooks import Feature
 from ..run.plans import FetchHooks, Plans
@@ -91,7 +91,7 @@ class Manager:
         self.fetch_hooks = FetchHooks(features)
         self.fetcher = Fetcher(config, fetch, self.ledger, self.settlements, self._quiet, self.fetch_hooks)
         self.processors = [self._new_processor(i) for i in range(config.concurrency)]
-        # The event loop for the jobs whose perform is async def (engine/run/event_loop.py), fed by the
+        # The event loop for the jobs whose perform is async def (engine/loop/runner.py), fed by the
         # same fetcher through its Router; none with ASYNC_CONCURRENCY 0 (they run on the threads).
         self.loop: LoopRunner | None = None
         if config.async_concurrency and server_chain_async is not None:

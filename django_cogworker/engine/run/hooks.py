@@ -18,7 +18,7 @@ project's own: docs/extending.md) is a :class:`Feature` that overrides the phase
     Around the run, the first feature outermost, the server middleware (``CloseOldConnections``
     first) innermost: return ``call()``'s value, or what to keep of it.
 ``around_async(run, call)``
-    The same around a job run on the event loop (engine/run/event_loop.py): ``await call()``. A job
+    The same around a job run on the event loop (engine/loop/runner.py): ``await call()``. A job
     class whose ``perform`` is ``async def`` runs on the loop only when every feature its plan uses
     that has an ``around`` has this form too (and the server middleware, each an ``acall``: see
     push/middleware.py); else it runs on a processor thread, as a sync job does, its coroutine
@@ -271,12 +271,3 @@ def feature_error(feature: Any, phase: str, error: BaseException,
     failure.__suppress_context__ = True
     return failure
 
-
-def __getattr__(name: str) -> Any:
-    """``Plan``, ``Plans`` and ``FetchHooks`` live in plans.py now (it imports this module); still
-    importable from here for code written before (bench/sections/iteration.py)."""
-    if name in ("Plan", "Plans", "FetchHooks", "PHASES"):
-        from . import plans
-
-        return getattr(plans, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,7 +4,7 @@ A job on a processor thread has the exception raised in that thread (:class:`Thr
 CPython's ``PyThreadState_SetAsyncExc``, timeouts.py says what that can't stop). A job on the event
 loop has its task cancelled (:class:`TaskInterrupt`), and the exception raised from the await the
 cancel lands in: at the job's next await, which a job that blocks the loop never reaches (the
-loop's lag watch reports it: engine/run/loop_lag.py).
+loop's lag watch reports it: engine/loop/lag.py).
 
 Both are sent from the timeout watcher's thread or the heartbeat's chore thread, and withdrawn
 by the run's own code once it returned (sent late, the exception would hit the worker's code,

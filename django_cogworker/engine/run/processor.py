@@ -35,9 +35,8 @@ from ...push.job import registered
 from ..fetch.contract import Unit
 from ..settle.retry import Filing
 from ..settle.settlement import ACK, Settlement
-from .filings import dead_filing, fate_of
+from .failures import dead_filing, fate_of, log_safely
 from .hooks import Decision, JobRun, Outcome, feature_error
-from .logsafe import log_safely
 from .plans import Plan, Plans
 from .tracebacks import from_user_code, trimmed
 
@@ -70,7 +69,7 @@ class Processor:
     (``run.decision.settlement``: the Settlement made, ``run.error``: what the job raised). The
     test helpers (django_cogworker/testing/) run every job so, through the same phases and hooks.
 
-    The event loop's runner (event_loop.py) has one Processor too, never started: it awaits
+    The event loop's runner (engine/loop/runner.py) has one Processor too, never started: it awaits
     ``process_async(unit)`` in a task per job, the same phases with only the run's call awaited.
     """
 
@@ -162,7 +161,7 @@ class Processor:
         return run
 
     async def process_async(self, unit: Unit, interrupt: Any = None, place: str | None = None) -> JobRun | None:
-        """``process`` for a job on the event loop (engine/run/event_loop.py): the same phases, its
+        """``process`` for a job on the event loop (engine/loop/runner.py): the same phases, its
         run awaited through the ``around_async`` hooks and the async server chain. ``interrupt``:
         how a timeout or a cancel stops it (interrupts.TaskInterrupt); ``place``: its name in the ledger.
 

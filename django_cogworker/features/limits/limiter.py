@@ -20,29 +20,21 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import secrets
-import socket
 import threading
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...bounds import MAX_SECONDS, MAX_SECONDS_TEXT, check_seconds, check_size
-from ...broker import scripts
 from ...broker.keys import Keys
 from ...errors import CogworkerError, InvalidArgument, LimitKeyError
-from ...push import scope  # (a leaf: the running job and the process identity, set by the worker)
-
-if TYPE_CHECKING:
-    from .within import Within
+from .held import HELD, SEEN, holder_token, wake  # noqa: F401 - (importers: gate.py, upkeep.py, the tests)
+from .within import Within
 
 logger = logging.getLogger(__name__)
 
 KINDS = ("concurrent", "bucket", "window", "leaky")
 DEFAULT_LEASE = 60.0
 KEY_MAX = 200  # characters of a limiter key: it is part of four Redis key names
-WAIT_SLICE = (0.01, 0.25)  # within(): first and longest pause between tries at a concurrency limit
 
 _defined: dict[str, Limiter] = {}  # static name or family= -> the first limiter defined with it
 _all: list[Limiter] = []
@@ -164,39 +156,7 @@ class Limiter:
             raise InvalidArgument(f"within(wait=...) takes seconds, 0 or more, got {wait!r}")
         if wait > MAX_SECONDS:  # (10**400 raised OverflowError)
             raise InvalidArgument(f"within(wait=...) takes at most {MAX_SECONDS_TEXT}, got {wait!r}")
-        from .within import Within
-
         return Within(self, wait, redis, keys)
-
-
-def wake(redis: Any, keys: Keys, popped: list[Any]) -> int:
-    """Move the jobs a release popped from ``waiting`` (payload, due time, ...) from the schedule to
-    their queues now, each only if still in the schedule as parked (one that ran or was deleted
-    meanwhile isn't brought back); return how many moved. A wake-up that fails costs only time:
-    the job is still due at its backoff."""
-    from ...broker import crossings
-    from ...push import payload as payloads
-
-    moved = 0
-    now = time.time()
-    for raw, score in zip(popped[::2], popped[1::2], strict=True):
-        try:
-            payload = payloads.decode(raw)
-            queue = payload.get("queue")
-            if not isinstance(queue, str) or not queue:
-                continue
-            payload["enqueued_at"] = now
-            text = payloads.encode(payload)
-            if keys.spread:  # (the queue is in another slot: leased, pushed, then removed)
-                moved += crossings.zset_to_queues(redis, keys, keys.schedule, [(raw, float(score), queue, text)],
-                                                  now)[0] == crossings.MOVED
-            else:
-                moved += int(scripts.CLAIM_AND_REQUEUE(redis, [keys.schedule, keys.queues, keys.queue(queue)],
-                                                       [raw, queue, text]))
-        except Exception as exc:
-            logger.warning("a job waiting for limiter place was not woken (%s: %s); it runs at its backoff",
-                           type(exc).__name__, exc)
-    return moved
 
 
 def check_key(key: Any, where: str) -> str:
@@ -208,68 +168,6 @@ def check_key(key: Any, where: str) -> str:
         raise InvalidArgument(f"{where} must be at most {KEY_MAX} printable characters without braces, "
                               f"got {key[:KEY_MAX + 1]!r}")
     return key
-
-
-def holder_token(jid: str | None) -> str:
-    """A holder's token: who holds the place (shown by the admin), unique per run."""
-    return json.dumps({"jid": jid, "process": _process(), "since": round(time.time(), 3),
-                       "run": secrets.token_hex(6)}, separators=(",", ":"))
-
-
-class _Held:
-    """The concurrency places this process holds, for the heartbeat to renew their leases."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._held: dict[int, tuple[str, float, str]] = {}
-        self._next = 0
-
-    def add(self, key: str, lease: float, token: str) -> int:
-        with self._lock:
-            self._next += 1
-            self._held[self._next] = (key, lease, token)
-            return self._next
-
-    def remove(self, hold: int) -> None:
-        with self._lock:
-            self._held.pop(hold, None)
-
-    def by_key(self) -> dict[str, tuple[float, list[str]]]:
-        """limiter key -> (its lease, the tokens held on it)."""
-        grouped: dict[str, tuple[float, list[str]]] = {}
-        with self._lock:
-            for key, lease, token in self._held.values():
-                grouped.setdefault(key, (lease, []))[1].append(token)
-        return grouped
-
-
-HELD = _Held()
-
-
-class _Seen:
-    """The limiter keys this process used since its last beat, with their specs: the heartbeat
-    writes them to the ``limits`` index (no write of its own on a job's path)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._keys: dict[str, str] = {}
-
-    def add(self, key: str, limiter: Limiter) -> None:
-        if key not in self._keys:
-            with self._lock:
-                self._keys[key] = limiter.describe()
-
-    def put(self, key: str, spec: str) -> None:
-        with self._lock:
-            self._keys.setdefault(key, spec)
-
-    def take(self) -> dict[str, str]:
-        with self._lock:
-            taken, self._keys = self._keys, {}
-        return taken
-
-
-SEEN = _Seen()
 
 
 def defined() -> list[Limiter]:
@@ -300,18 +198,3 @@ def _seconds(value: Any, where: str) -> float:
     # the limiter's key without an expiry.)
     check_seconds(value, where, none=False)
     return float(value)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _process() -> str:
-    """The worker process's identity, or host:pid elsewhere."""
-    identity = scope.identity
-    return identity if identity else f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _current_jid() -> str | None:
-    running = scope.running.get()
-    return running.payload.get("jid") if running is not None else None

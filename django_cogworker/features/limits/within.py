@@ -14,16 +14,15 @@ import random
 import time
 from collections.abc import Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...broker.keys import Keys, for_config
 from ...broker.quarantine import run_script
 from ...errors import OverLimit
 from . import scripts as limit_scripts
-from .limiter import HELD, SEEN, WAIT_SLICE, _current_jid, _text, holder_token, wake
+from .held import HELD, SEEN, _current_jid, _text, holder_token, wake
 
-if TYPE_CHECKING:
-    from .limiter import Limiter
+WAIT_SLICE = (0.01, 0.25)  # first and longest pause between tries at a concurrency limit
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +30,7 @@ logger = logging.getLogger(__name__)
 class Within:
     """Made by :meth:`Limiter.within` (its arguments checked there); entered once."""
 
-    def __init__(self, limiter: Limiter, wait: float, redis: Any, keys: Keys | None):
+    def __init__(self, limiter: Any, wait: float, redis: Any, keys: Keys | None):
         self.limiter = limiter
         self.wait = wait
         self.redis = redis
@@ -63,7 +62,7 @@ class Within:
             self.redis = self.redis if self.redis is not None else runtime.get_redis()
             self.keys = self.keys if self.keys is not None else for_config(runtime.get_config())
         self._token = holder_token(_current_jid())
-        lk = self.keys.limit(limiter.name)  # type: ignore[arg-type]
+        lk = self.keys.limit(limiter.name)
         deadline = time.monotonic() + self.wait
         pause = WAIT_SLICE[0]
         while True:
@@ -74,7 +73,7 @@ class Within:
             after = _text(reply[2])
             left = deadline - time.monotonic()
             if left <= 0:
-                raise OverLimit(limiter.name, limiter.kind, float(after) if after else None)  # type: ignore[arg-type]
+                raise OverLimit(limiter.name, limiter.kind, float(after) if after else None)
             # A rate limiter says when its next place frees. A concurrency limit's retry_after is
             # how long places are held lately (a rescheduled job's backoff): slept through, a place
             # freed at once was taken only at the deadline; it is polled instead (WAIT_SLICE).
@@ -83,20 +82,21 @@ class Within:
             else:
                 nap, pause = pause * random.uniform(0.5, 1.5), min(pause * 2, WAIT_SLICE[1])
             yield min(nap, left)
-        SEEN.add(limiter.name, limiter)  # type: ignore[arg-type]
+        SEEN.add(limiter.name, limiter)
         if limiter.kind == "concurrent":
-            self._hold = HELD.add(limiter.name, limiter.lease, self._token)  # type: ignore[arg-type]
+            self._hold = HELD.add(limiter.name, limiter.lease, self._token)
 
     def _release(self) -> None:
-        if self._hold is None:
+        keys = self.keys
+        if self._hold is None or keys is None:
             return
-        limiter, lk = self.limiter, self.keys.limit(self.limiter.name)  # type: ignore[union-attr, arg-type]
+        limiter, lk = self.limiter, keys.limit(self.limiter.name)
         HELD.remove(self._hold)
         self._hold = None
         try:
-            reply = run_script(limit_scripts.LIMIT_RELEASE, self.redis, self.keys, list(lk),  # type: ignore[arg-type]
+            reply = run_script(limit_scripts.LIMIT_RELEASE, self.redis, keys, list(lk),
                                [self._token, "release", *limiter.argv()], lk.expected)
-            wake(self.redis, self.keys, reply[1:])  # type: ignore[arg-type]
+            wake(self.redis, keys, reply[1:])
         except Exception as exc:  # (the block's work is done: failing it would have it done again)
             logger.warning("limiter %r: its place was not given back (%s: %s); it frees when its lease "
                            "lapses", limiter.name, type(exc).__name__, exc)

@@ -11,7 +11,7 @@ settlement queue, ledger and stats, the job's log lines naming its jid (each tas
 context). Reliable fetch keeps a job on the loop on the in-progress list like any other: a kill -9
 recovers it as an orphan.
 
-What blocks the loop blocks every job on it: the loop's lag is watched (loop_lag.py), and a job
+What blocks the loop blocks every job on it: the loop's lag is watched (lag.py), and a job
 that holds it is logged with its jid and class.
 """
 
@@ -26,11 +26,11 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from ..fetch.contract import Unit
-from .interrupts import TaskInterrupt
-from .loop_lag import LIMIT as LAG_LIMIT
-from .loop_lag import LoopLag
-from .processor import Processor
+from ..fetch.contract import Unit, shown
+from ..run.interrupts import TaskInterrupt
+from ..run.processor import Processor
+from .lag import LIMIT as LAG_LIMIT
+from .lag import LoopLag
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ class LoopRunner:
             return None
         for outer, (unit, interrupt) in list(self._tasks.items()):
             if task is outer or task is interrupt.task:  # (its own call runs in a task of its own)
-                return _named(unit)
+                return shown(unit)
         return None
 
     # -- stop: called by the Manager on the main thread ------------------------------------------
@@ -168,12 +168,3 @@ class LoopRunner:
         self.lag.stop()
         return units
 
-
-def _named(unit: Unit) -> tuple[str, str]:
-    from ...push import payload as payloads
-
-    try:
-        payload = payloads.decode(unit.raw)
-        return payloads.printable(payload.get("jid")), payloads.printable(payload.get("class"))
-    except payloads.PayloadError:
-        return "?", "?"
