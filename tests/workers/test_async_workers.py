@@ -6,6 +6,7 @@ The phases on a called processor, the routing and the lag watch alone: tests/fas
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -13,8 +14,10 @@ from helpers import FAST_ENV, wait_until, worker
 
 from django_cogworker import cancel
 from django_cogworker.broker.keys import Keys
+from django_cogworker.tasks.api import TaskResultStatus
 from testproject.demo.async_jobs import AsyncBlockingJob, AsyncSleepJob, AsyncTimedJob, AsyncWaitJob
 from testproject.demo.jobs import RecordJob
+from testproject.demo.tasks import async_add
 
 K = Keys()
 THRESHOLD = float(FAST_ENV["COGWORKER_ORPHAN_THRESHOLD"])
@@ -148,3 +151,15 @@ def test_sync_jobs_keep_running_on_the_threads_beside_a_full_loop(tmp_path, r):
         assert sorted(r.lrange("sync", 0, -1)) == sorted(jids)
         assert r.llen("busy:started") == 5 and not r.exists("busy:finished")  # (the loop still busy)
         w.kill9()
+
+
+def test_an_async_django_task_runs_on_the_loop(tmp_path, r):
+    result = async_add.enqueue(2, 3)
+    with worker(tmp_path) as w:
+        w.wait_ready()
+        wait_until(lambda: async_add.get_result(result.id).status == TaskResultStatus.SUCCESSFUL, timeout=15)
+        assert async_add.get_result(result.id).return_value == 5
+        w.term()
+        assert w.wait(30) == 0
+    started = rf" cogworker-loop class=\S*async_add jid={result.id} \S+processor: start$"
+    assert re.search(started, w.log(), re.M), w.log()[-2000:]

@@ -146,6 +146,12 @@ class Plans:
         fields = frozenset(field for f in used for field in f.fields)
         loop = self.async_chain and is_coroutine_class(job_class)
         full = _plan(job_class, used, refusal, loop)
+        if loop and not full.on_loop:  # (said once per class: a job pushed with a field only, said once too)
+            sync_only = [f for f in used if _overrides(f, "around") and not _overrides(f, "around_async")]
+            logger.info("%s: an async perform run on a thread (async_to_sync), not the event loop%s: feature(s) "
+                        "%s have no around_async", getattr(job_class, "__qualname__", job_class),
+                        " when its payload asks for them" if all(f.fields for f in sync_only) else "",
+                        ", ".join(repr(f.name) for f in sync_only))
         if not fields:
             return full
         return dataclasses.replace(full, fields=fields,
@@ -164,11 +170,7 @@ def _plan(job_class: Any, used: list[Feature], refusal: tuple[Callable[[JobRun],
     def hooks(phase: str) -> tuple[Any, ...]:
         return tuple(getattr(f, phase) for f in used if _overrides(f, phase))
 
-    sync_only = [f for f in used if _overrides(f, "around") and not _overrides(f, "around_async")]
-    if loop and sync_only:
-        logger.info("%s: an async perform run on a thread (async_to_sync), not the event loop: feature(s) %s "
-                    "have no around_async", getattr(job_class, "__qualname__", job_class),
-                    ", ".join(repr(f.name) for f in sync_only))
+    sync_only = any(_overrides(f, "around") and not _overrides(f, "around_async") for f in used)
     return Plan(job_class, refusal + hooks("before"), hooks("around"), hooks("decide"), hooks("settling"),
                 tuple(reversed(hooks("after"))), refused=bool(refusal), around_async=hooks("around_async"),
                 on_loop=loop and not sync_only)
