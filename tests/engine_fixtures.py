@@ -40,9 +40,8 @@ from django_cogworker.engine.fetch.registry import make_fetch
 from django_cogworker.engine.loop.runner import run_job_async
 from django_cogworker.engine.process.launcher import Launcher, new_identity, run_job
 from django_cogworker.engine.run.factories import FeatureFactory, build_features, load_features, requeue_hook
-from django_cogworker.engine.run.hooks import JobRun, WorkerParts
+from django_cogworker.engine.run.hooks import FetchHooks, JobRun, Plans, WorkerParts
 from django_cogworker.engine.run.interrupts import TaskInterrupt
-from django_cogworker.engine.run.plans import FetchHooks, Plans
 from django_cogworker.engine.run.processor import Processor
 from django_cogworker.engine.schedule.due import DueSweep
 from django_cogworker.engine.settle.queue import SettlementQueue

@@ -31,8 +31,7 @@ from ..engine.fetch.contract import Fetch, Unit
 from ..engine.fetch.ledger import Ledger
 from ..engine.process.launcher import run_job
 from ..engine.run.factories import build_features, load_features, step_runners
-from ..engine.run.hooks import Feature, JobRun, WorkerParts
-from ..engine.run.plans import Plans
+from ..engine.run.hooks import Feature, JobRun, Plans, WorkerParts
 from ..engine.run.processor import Processor
 from ..engine.settle.queue import SettlementQueue
 from ..engine.settle.retry import Filing, RetryPolicy

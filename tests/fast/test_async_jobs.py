@@ -23,8 +23,7 @@ from django_cogworker.conf import build_config
 from django_cogworker.engine.fetch.contract import Unit
 from django_cogworker.engine.fetch.routing import Router
 from django_cogworker.engine.loop.lag import LoopLag
-from django_cogworker.engine.run.hooks import Feature, JobRun, Outcome
-from django_cogworker.engine.run.plans import Plans
+from django_cogworker.engine.run.hooks import Feature, JobRun, Outcome, Plans
 from django_cogworker.errors import Cancelled, JobTimeout
 from django_cogworker.push import payload as payloads
 from django_cogworker.push.middleware import build_async_chain

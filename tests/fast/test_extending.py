@@ -17,7 +17,7 @@ from engine_fixtures import Boom, Note, make_processor_fixture, new_token, runs 
 from django_cogworker.broker.connection import make_redis
 from django_cogworker.conf import build_config
 from django_cogworker.engine.process.launcher import Launcher
-from django_cogworker.engine.run.plans import Plans
+from django_cogworker.engine.run.hooks import Plans
 from django_cogworker.errors import ConfigError, FeatureError
 from django_cogworker.features import Decision, Feature, JobRun, Outcome
 from django_cogworker.push.job import JobSetter

@@ -39,7 +39,7 @@ import time
 
 from ...conf import Config
 from ..loops import Watchdog
-from ..run.plans import FetchHooks
+from ..run.hooks import FetchHooks
 from ..settle.outgoing import Outgoing
 from ..settle.queue import SettlementQueue
 from .contract import Fetch, Unit, shown

@@ -30,7 +30,7 @@ from typing import Protocol
 
 from ...push import payload as payloads
 from ...push.job import registered, registry
-from ..run.plans import Plans, is_coroutine_class
+from ..run.hooks import Plans, is_coroutine_class
 from .contract import Unit
 
 logger = logging.getLogger(__name__)

@@ -28,8 +28,7 @@ from ..fetch.ledger import Ledger
 from ..fetch.routing import Router
 from ..loop.runner import LoopRunner
 from ..run.factories import step_runners
-from ..run.hooks import Feature
-from ..run.plans import FetchHooks, Plans
+from ..run.hooks import Feature, FetchHooks, Plans
 from ..run.processor import Processor
 from ..settle.queue import SettlementQueue
 from ..settle.retry import RetryPolicy

@@ -36,8 +36,7 @@ from ..fetch.contract import Unit
 from ..settle.retry import Filing
 from ..settle.settlement import ACK, Settlement
 from .failures import dead_filing, fate_of, log_safely
-from .hooks import Decision, JobRun, Outcome, feature_error
-from .plans import Plan, Plans
+from .hooks import Decision, JobRun, Outcome, Plan, Plans, feature_error
 from .tracebacks import from_user_code, trimmed
 
 if TYPE_CHECKING:
