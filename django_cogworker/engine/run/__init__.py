@@ -2,6 +2,9 @@
 
     processor    a fetched job through its phases: before, run (around), decide, settling, settle, after
     hooks        the phases features plug into, and each job class's Plan of them
+    outcomes     the typed values the phases pass: Outcome, Decision, JobRun
+    interrupts   how a running job is stopped: an exception in its thread, or its task cancelled
+    failures     the failure path's own helpers: a dead entry when a filing failed, safe logging
     factories    the features a worker makes: COGWORKER["FEATURES"] loaded, checked and called
     tracebacks   a failed job's traceback from the user's code in, for its log line and its backtrace
     timeouts     a job past its timeout interrupted in its thread, or its process replaced
