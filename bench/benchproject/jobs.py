@@ -25,9 +25,10 @@ import asyncio
 import os
 import time
 
+from peers import tally
+
 from django_cogworker import Job, Limiter
 from django_cogworker.push.runtime import get_redis
-from peers import tally
 
 COUNTER = "bench:done"
 LATENCIES = "bench:lat"

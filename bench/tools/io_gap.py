@@ -252,8 +252,9 @@ def main(argv: list[str]) -> int:
 
     import harness
 
-    machine = {"cpu_model": next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                                  if line.startswith("model name")), ""),
+    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "")
+    machine = {"cpu_model": model,
                "cpuidle_driver": harness.cpuidle_driver(), "loadavg": os.getloadavg(),
                "timer_slack_ns": timer_slack_ns(), "switch_interval_s": sys.getswitchinterval()}
     sleeps = {}
@@ -266,8 +267,8 @@ def main(argv: list[str]) -> int:
         with tempfile.TemporaryDirectory(prefix="io-gap-") as work:
             runs.append(drain(args.n, args.concurrency, extra, Path(work)))
     runs.sort(key=lambda r: r["jobs_per_s"])
-    res = {"machine": machine, "sleep": sleeps, "drain": runs[len(runs) // 2], "jobs_per_s_all": [r["jobs_per_s"] for r in runs],
-           "worker_args": extra}
+    res = {"machine": machine, "sleep": sleeps, "drain": runs[len(runs) // 2],
+           "jobs_per_s_all": [r["jobs_per_s"] for r in runs], "worker_args": extra}
     if args.out:
         args.out.write_text(json.dumps(res, indent=1))
     d = res["drain"]
@@ -277,10 +278,12 @@ def main(argv: list[str]) -> int:
     for name, s in sleeps.items():
         print(f"| {name} | {s['p50_us']:.0f} | {s['mean_us']:.0f} | {s['p99_us']:.0f} |")
     print(f"\nDrain: {d['n']:,} IoWait, -c {d['concurrency']} {' '.join(extra)}: {d['jobs_per_s']:,.0f} jobs/s "
-          f"(runs: {', '.join(f'{x:,.0f}' for x in res['jobs_per_s_all'])}), worker CPU {d['worker_cpu_us_per_job']:.0f} "
-          f"µs/job, context switches/job {d['switches_per_job']}; a thread's budget per job: "
+          f"(runs: {', '.join(f'{x:,.0f}' for x in res['jobs_per_s_all'])}), "
+          f"worker CPU {d['worker_cpu_us_per_job']:.0f} µs/job, context switches/job {d['switches_per_job']}; "
+          "a thread's budget per job: "
           f"{d['concurrency'] / d['jobs_per_s'] * 1e6:,.0f} µs")
-    print("\n| stage (per processor thread) | calls/job | wall µs (mean) | p50 | p99 | thread CPU µs | not running µs |")
+    print("\n| stage (per processor thread) | calls/job | wall µs (mean) | p50 | p99 | thread CPU µs "
+          "| not running µs |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     jobs = d["stages"]["process: one job's whole handling"]["calls"]
     for stage, s in d["stages"].items():
