@@ -113,7 +113,6 @@ class RetryPolicy:
             count = 0
             payload["failed_at"] = now
         payload["retry_count"] = count
-        payload.pop("over_limit", None)  # (a failure: its reschedules for a limit count afresh)
         payload["error_class"] = payloads.error_class(exc)
         payload["error_message"] = payloads.error_message(exc)
         lines = payload.get("backtrace")
