@@ -309,3 +309,40 @@ def test_prometheus_shows_the_histogram_of_the_classes_the_other_per_class_serie
     shown = {labels["class"] for _suffix, labels, _value in families["cogworker_job_duration_seconds"].samples}
     processed = {labels["class"] for _suffix, labels, _value in families["cogworker_job_processed_total"].samples}
     assert shown == processed == {"shop.Job4", "shop.Job3"}
+
+
+def test_a_scrape_with_many_classes_reads_the_totals_of_the_classes_it_shows_alone(rb, monkeypatch):
+    # (The totals hash never expires and counts every class ever run: a scrape read all of it, every
+    # scrape, to show the CLASS_LIMIT busiest.)
+    from django_cogworker.api import stats as api_stats
+    from django_cogworker.engine.settle.stats import Stats
+    from django_cogworker.metrics.collect import collect
+
+    stats, rec = Stats(K), recorder(Clock())
+    for n in range(40):
+        for _ in range(n + 1):
+            stats.job_done(False, f"shop.Job{n}", 0.01)
+            rec.record("default", f"shop.Job{n}", 0.01, failed=False)
+    for n in range(200):  # (classes long gone: in the totals, not in the per-class stats)
+        rec.record("default", f"old.Job{n}", 0.01, failed=False)
+    stats.flush(rb)
+    rec.flush(rb)
+    monkeypatch.setitem(api_stats.JobClassStats.all.__func__.__kwdefaults__, "limit", 3)  # (CLASS_LIMIT: 3)
+    asked: list[tuple] = []
+    real = redis.Redis.execute_command
+
+    def seen(self, *args, **options):
+        if K.history_totals in args[1:2]:
+            asked.append(args)
+        return real(self, *args, **options)
+
+    monkeypatch.setattr(redis.Redis, "execute_command", seen)
+    families = {f.name: f for f in collect(redis=rb, keys=K)}
+    samples = families["cogworker_job_duration_seconds"].samples
+    assert {labels["class"] for _suffix, labels, _value in samples} == {"shop.Job39", "shop.Job38", "shop.Job37"}
+    assert [(suffix, value) for suffix, labels, value in samples if labels["class"] == "shop.Job39"
+            and labels.get("le") in ("0.01", "+Inf", None)] == [("_bucket", 40), ("_bucket", 40), ("_sum", 0.4),
+                                                                ("_count", 40)]
+    [(command, _key, *fields)] = asked
+    assert command == "HMGET" and len(fields) == 3 * (1 + BUCKETS)
+    assert {f.rpartition("|")[0] for f in fields} == {"shop.Job39", "shop.Job38", "shop.Job37"}
