@@ -33,6 +33,7 @@ from tracing_fixtures import REQUEST, of_kind, spans_fixture, traceparent  # noq
 from django_cogworker import Batch
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.run.hooks import Outcome
+from django_cogworker.features.tracing import carried
 from django_cogworker.features.tracing import spans as tracing_spans
 from django_cogworker.outbox.relay import relay_once
 from django_cogworker.push import payload as payloads
@@ -418,7 +419,7 @@ def test_a_batch_callback_links_to_at_most_32_members_traces(make_processor, spa
     members = {(s.context.trace_id, s.context.span_id) for s in of_kind(spans, SpanKind.PRODUCER)
                if (s.attributes or {})["cogworker.job.class"] == Note.name}
     linked = [(link.context.trace_id, link.context.span_id) for link in callback.links]
-    assert len(members) == 40 and len(linked) == 1 + tracing_spans.LINKS_MAX == 33
+    assert len(members) == 40 and len(linked) == 1 + carried.LINKS_MAX == 33
     assert set(linked[1:]) < members and len(set(linked[1:])) == 32
 
 

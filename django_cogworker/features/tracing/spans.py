@@ -11,7 +11,6 @@ by default), each looked up as used: a provider set after the first push is the 
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -25,25 +24,14 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from ...push import payload as payloads
 from ...push import scope as push_scope
+from .carried import FIELD, LINKS_FIELD, LINKS_MAX, TRACEPARENT
 
 logger = logging.getLogger(__name__)
 
-# The payload field holding a push's trace context: the W3C headers the configured propagator
-# writes ({"traceparent": ..., "tracestate": ..., "baggage": ...}), outside an encrypted job's seal
-# (a trace context is not secret, and a worker reads it before it opens anything).
-FIELD = "trace"
 SYSTEM = "cogworker"
 # The headers a payload's ``trace`` may hold, and the longest value of each taken (a W3C traceparent
 # is 55 characters; tracestate is at most 32 entries; baggage 8192 bytes by the W3C's limit).
 HEADERS = {"traceparent": 256, "tracestate": 4096, "baggage": 8192}
-# Members' traces a batch callback links to, at most (OpenTelemetry's SDK keeps 128 links a span;
-# features/batches/scripts.py's TRACES_MAX keeps no more).
-LINKS_MAX = 32
-# The payload field of a batch's callback naming its members' traces: their traceparents, space-
-# separated, collected by the members' batch steps in the scripts they already run and spliced in
-# as the callback fires (features/batches/scripts.py).
-LINKS_FIELD = "trace_links"
-_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 
 # The attributes every span of a kind has (copied into each span's own, never shared).
 _SEND = {"messaging.system": SYSTEM, "messaging.operation.type": "send", "messaging.operation.name": "send"}
@@ -140,7 +128,7 @@ def received(payload: dict[str, Any]) -> tuple[otel_context.Context | None, trac
 def _traceparent(text: str) -> SpanContext | None:
     """A version-00 W3C ``traceparent``'s span context, as the W3C propagator reads it (None: let the
     propagator read it, and refuse it as it does)."""
-    parts = _TRACEPARENT.fullmatch(text)
+    parts = TRACEPARENT.fullmatch(text)
     if parts is None:
         return None
     trace_id, span_id = int(parts[1], 16), int(parts[2], 16)
