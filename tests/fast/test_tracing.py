@@ -445,3 +445,16 @@ def test_a_job_the_outbox_relays_continues_the_trace_of_its_push(make_processor,
     finally:
         runtime.reset()
         server.cleanup()
+
+
+def test_the_test_project_asks_for_the_otlp_exporter_by_name_when_its_endpoint_is_set_without_it(tmp_path):
+    # The test project sends its traces to an OTLP backend when OTEL_EXPORTER_OTLP_ENDPOINT is set
+    # (testproject/demo/otlp.py, docs/observability.md); without the exporter installed (the suite's
+    # venv has none), its manage.py says which package to install instead of an ImportError's trace.
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings",
+           "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3"}
+    done = subprocess.run([sys.executable, "manage.py", "check"], env=env, capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[2], timeout=120)
+    assert done.returncode != 0
+    assert "ImproperlyConfigured: OTEL_EXPORTER_OTLP_ENDPOINT is set (http://127.0.0.1:9) but" in done.stderr
+    assert "pip install opentelemetry-sdk opentelemetry-exporter-otlp-proto-http" in done.stderr
