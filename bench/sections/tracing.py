@@ -33,7 +33,9 @@ from systems import Cogworker, Ctx
 NAME = "tracing"
 QUICK = False  # (needs opentelemetry-sdk in the interpreter: the dev venv has it, bench/.venv may not)
 PARAMS = {"tracing_n": (300, 10_000), "tracing_reps": (1, 3), "tracing_pushes": (300, 20_000)}
-WAYS = ("off", "on")
+# off; on (the feature, the SDK recording every span); bare (TRACING off, one span per run with no
+# attribute, context or link, made by a server middleware: what the SDK alone costs, the floor).
+WAYS = ("off", "on", "bare")
 MEDIANS = ("jobs_per_s", "worker_cpu_us_per_job", "redis_commands_per_job", "redis_round_trips_per_job")
 
 # One way's pushes, timed in a process of its own (the tracer provider is set once per process).
@@ -81,7 +83,7 @@ class Way(Cogworker):
 
 
 def env_of(how: str) -> dict[str, str]:
-    return {"BENCH_TRACING": "1" if how == "on" else "0"}
+    return {"BENCH_TRACING": {"on": "1", "bare": "bare"}.get(how, "0")}
 
 
 def push_env(how: str) -> dict[str, str]:
@@ -116,6 +118,7 @@ def run(bench: Bench) -> dict[str, Any]:
     off, on = out["ways"]["off"], out["ways"]["on"]
     out["fewer_jobs_per_s_pct"] = harness.fewer_pct(off["jobs_per_s"], on["jobs_per_s"])
     out["fewer_pushes_per_s_pct"] = harness.fewer_pct(off["pushes_per_s"], on["pushes_per_s"])
+    out["bare_fewer_jobs_per_s_pct"] = harness.fewer_pct(off["jobs_per_s"], out["ways"]["bare"]["jobs_per_s"])
     out.update(n=n, reps=reps, pushes=pushed, worker=Way("off").worker_desc)
     return out
 
@@ -150,5 +153,12 @@ def report(res: dict[str, Any]) -> str:
     add("")
     add(f"On: {fmt(tr['fewer_pushes_per_s_pct'])}% fewer pushes/s and {fmt(tr['fewer_jobs_per_s_pct'])}% fewer "
         "jobs/s run than off (issue 46's goal: 10% at most).")
+    if "bare_fewer_jobs_per_s_pct" in tr:
+        add("")
+        add(f"*bare*: `TRACING` off and one span per run made by a server middleware with the same SDK "
+            "(`benchproject.dropped_spans.BareSpan`: started and ended around the run; no attribute, no context "
+            "read, linked or made current; its pushes untraced): what the SDK's span alone costs a worker, "
+            f"{fmt(tr['bare_fewer_jobs_per_s_pct'])}% fewer jobs/s than off, the floor under any tracing of a "
+            "run that records its spans.")
     add("")
     return page.text()
