@@ -193,6 +193,29 @@ def test_a_job_over_its_limit_goes_to_the_schedule_counted_over_limit_with_its_r
     assert (stat(rb, one_at_a_time.name, "over"), stat(rb, one_at_a_time.name, "rescheduled")) == (1, 1)
 
 
+def test_a_job_rescheduled_over_its_limit_wakes_the_poller_for_its_due_time_and_a_hint_that_raises_parks_it_still(
+        parts, rb, caplog):
+    told: list[float] = []
+    parts.gate.retry.on_retry = told.append  # (the Launcher's: its poller's ``expect``)
+    occupy(rb, one_at_a_time)
+    raw, payload = parts.fetched(OneAtATime, "t")
+
+    assert parts.enter(raw, payload, OneAtATime) == RESCHEDULED
+
+    ((_, score),) = parts.scheduled()
+    assert told == [pytest.approx(score)]
+
+    def gone(due):
+        raise RuntimeError("the poller is gone")
+
+    parts.gate.retry.on_retry = gone
+    raw, payload = parts.fetched(OneAtATime, "u")
+    with caplog.at_level(logging.ERROR):
+        assert parts.enter(raw, payload, OneAtATime) == RESCHEDULED
+    assert f"on_retry hook failed for jid={payload['jid']}" in caplog.text
+    assert len(parts.scheduled()) == 2 and rb.zcard(K.limit(one_at_a_time.name).waiting) == 2  # (both parked)
+
+
 def test_each_refusal_counts_once_more_and_waits_longer(parts, rb):
     occupy(rb, one_at_a_time)
     raw, payload = parts.fetched(OneAtATime, "t")
