@@ -43,6 +43,39 @@ def ensure_venv() -> Path:
     return python
 
 
+# The async peers (the async-jobs section), each in a venv of its own beside bench/.venv, as its docs
+# install it: arq wants redis-py < 6, taskiq-redis >= 8, so neither shares one with the other or with
+# the bench's. hiredis in each, as in the bench venv (every Python system with the C reply parser).
+# saq 0.26.4 imports typing_extensions without requiring it on Python 3.11: named here.
+ASYNC_PEERS = {
+    "arq": ["arq==0.28.0", "hiredis==3.5.0"],
+    "saq": ["saq[redis]==0.26.4", "hiredis==3.5.0", "typing_extensions>=4.6"],
+    "taskiq": ["taskiq==0.13.0", "taskiq-redis==1.2.4", "hiredis==3.5.0"],
+}
+
+
+def peer_venv(name: str) -> Path:
+    return BENCH / f".venv-{name}"
+
+
+def ensure_peer_venv(name: str) -> Path:
+    """bench/.venv-<name> with that async peer installed (ASYNC_PEERS), made once; its python."""
+    venv = peer_venv(name)
+    python = venv / "bin" / "python"
+    stamp = venv / ".installed"
+    wanted = "\n".join(ASYNC_PEERS[name])
+    if stamp.exists() and stamp.read_text() == wanted and python.exists():
+        return python
+    if not python.exists():
+        log(f"creating {venv}")
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    log(f"installing {', '.join(ASYNC_PEERS[name])} into {venv}")
+    subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *ASYNC_PEERS[name]],
+                   check=True)
+    stamp.write_text(wanted)
+    return python
+
+
 def in_bench_venv() -> bool:
     return Path(sys.prefix).resolve() == VENV.resolve()
 
@@ -131,6 +164,12 @@ def versions(redis_version: str) -> dict[str, str]:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             pass
+    for name in ASYNC_PEERS:
+        site = sorted(peer_venv(name).glob("lib/python*/site-packages"))
+        for dist in (name, "taskiq-redis", "redis") if site else ():
+            found = sorted(site[0].glob(f"{dist.replace('-', '_')}-*.dist-info"))
+            if found:
+                out[f"{name}:{dist}" if dist != name else name] = found[0].name.split("-")[1].removesuffix(".dist")
     out["git"] = _git_describe()
     for name, argv in (("sidekiq", ["sidekiq", "-V"]), ("ruby", ["ruby", "-v"])):
         if shutil.which(argv[0]):

@@ -73,6 +73,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--tracing-reps", type=int, help="drains of each way in the tracing section (default 3)")
     p.add_argument("--tracing-pushes", type=int, help="perform_async timed per way in the tracing section "
                                                        "(default 20,000)")
+    p.add_argument("--async-n", type=int, help="jobs awaiting 1 ms per drain of the async-jobs section (default "
+                                                 "20,000; quick: 300)")
+    p.add_argument("--async-long-n", type=int, help="jobs awaiting 50 ms per drain of the async-jobs section "
+                                                      "(default 2,000; quick: 200)")
+    p.add_argument("--async-reps", type=int, help="drains of each system in the async-jobs section (default 3; "
+                                                    "quick: 1)")
     p.add_argument("--iteration-rows", type=int, help="rows an iterable job walks in the iteration section (default "
                                                         "100,000; quick: 2,000)")
     p.add_argument("--iteration-reps", type=int, help="walks of each way in the iteration section (default 5; "

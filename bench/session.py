@@ -139,8 +139,12 @@ class Bench:
     # -- a drain -----------------------------------------------------------------------------------
 
     def drain(self, system: Any, n: int, *, kind: str | None = None, latency: bool = True,
-              idle: bool = True, then: Callable[[list], dict[str, Any]] | None = None) -> dict[str, Any]:
+              idle: bool = True, then: Callable[[list], dict[str, Any]] | None = None,
+              cpu: Callable[[list[int]], float] | None = None, threads: bool = False) -> dict[str, Any]:
         """Drain ``n`` jobs, no-ops or (cogworker and Sidekiq) ``kind`` (IoWait, CpuBurn).
+
+        ``cpu``: how the workers' CPU is read (``harness.tree_cpu`` by default); ``threads``: sample
+        the workers' thread count while they run, its peak as ``threads_peak``.
 
         ``then(workers)``: called once the drain is measured, before the workers stop (the batches
         section waits there for its callback); the dict it returns joins the results."""
@@ -155,16 +159,18 @@ class Bench:
         workers = system.start(self.ctx)
         pids = [w.pid for w in workers]
         alive = lambda: all(w.alive() for w in workers)  # noqa: E731
+        tree_cpu = cpu or h.tree_cpu
+        sampler = h.ThreadPeak(pids) if threads else None
         out: dict[str, Any] = {"label": system.label, "worker": system.worker_desc, "n": n,
                                "processes": len(workers)}
         try:
             counter = h.Counter(self.r)
-            started = (h.tree_cpu(pids), h.machine_busy(), h.own_cpu(), h.snap(self.r), counter.gets, 0)
+            started = (tree_cpu(pids), h.machine_busy(), h.own_cpu(), h.snap(self.r), counter.gets, 0)
             counter.wait_for(1, timeout=120, alive=alive, interval=0.002)
             # (The workers' CPU and Redis's counts read before the count: every job counted after c0
             # ran after them. Read after, a worker on a loaded machine ran jobs in between: the
             # quick mode's floor measured 0 µs a job, and a batch 0.2 INCRs a job.)
-            cpu_a = h.tree_cpu(pids)
+            cpu_a = tree_cpu(pids)
             busy_a, own_a = h.machine_busy(), h.own_cpu()
             a = h.snap(self.r)
             gets0 = counter.gets  # (c0's own GET is the bench's: counted out below)
@@ -174,7 +180,7 @@ class Bench:
                 out["measured_from_start"] = True
             counter.wait_for(n, timeout=120 + n / 50, alive=alive, interval=0.005)
             b = h.snap(self.r)
-            cpu_b = h.tree_cpu(pids)
+            cpu_b = tree_cpu(pids)
             busy_b, own_b = h.machine_busy(), h.own_cpu()
             jobs = n - c0
             d = h.delta(a, b, own_gets=counter.gets - gets0)
@@ -219,6 +225,8 @@ class Bench:
                 time.sleep(self.p["idle_settle_seconds"])
                 out["idle"] = self.idle_rates(self.p["idle_seconds"])
         finally:
+            if sampler is not None:
+                out["threads_peak"] = sampler.stop()
             for w in workers:
                 w.stop()
         return out

@@ -405,3 +405,93 @@ def all_systems(n_caps: dict[str, int]) -> list[System]:
 
 def quick_systems() -> list[System]:
     return [Cogworker("reliable", 10), Cogworker("basic", 10), Floor()]
+
+
+# -- the async peers (the async-jobs section): arq, SAQ, taskiq ------------------------------------
+
+class AsyncPeer(System):
+    """An asyncio job system in its own venv (environment.ASYNC_PEERS), run by its own worker CLI at
+    concurrency 100; its job (peers/<name>_jobs.py) awaits ``asyncio.sleep(seconds)`` and counts."""
+
+    name = ""
+    concurrency = 100
+
+    def __init__(self) -> None:
+        import environment
+
+        self.python = environment.peer_venv(self.name) / "bin" / "python"
+
+    def available(self) -> str | None:
+        if not self.python.exists():
+            return f"bench/.venv-{self.name} is not there (the bench makes it outside --quick)"
+        return None
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self, ctx: Ctx, tag: str = "") -> list[Worker]:
+        return [spawn(f"{self.key}{tag}", self.argv(), env=ctx.worker_env(), cwd=BENCH, logdir=ctx.logdir)]
+
+    def push_bulk(self, ctx: Ctx, n: int, kind: str = "AwaitShort") -> None:
+        import subprocess
+
+        from benchproject.jobs import AWAIT_S
+
+        subprocess.run([str(self.python), "-m", "peers.async_push", self.name, str(n), repr(AWAIT_S[kind])], check=True,
+                       cwd=BENCH, env=ctx.worker_env(), timeout=300)
+
+
+class Arq(AsyncPeer):
+    name = key = "arq"
+    label = "arq max_jobs 100"
+    worker_desc = "`arq peers.arq_jobs.WorkerSettings` (`max_jobs = 100`, arq's log config at WARNING)"
+
+    def argv(self) -> list[str]:
+        return [str(self.python.parent / "arq"), "peers.arq_jobs.WorkerSettings", "--custom-log-dict",
+                "peers.arq_jobs.LOG_WARNING"]
+
+
+class Saq(AsyncPeer):
+    name = key = "saq"
+    label = "SAQ concurrency 100"
+    worker_desc = "`saq peers.saq_jobs.settings` (`concurrency: 100`, one process)"
+
+    def argv(self) -> list[str]:
+        return [str(self.python.parent / "saq"), "peers.saq_jobs.settings"]
+
+
+class Taskiq(AsyncPeer):
+    name = key = "taskiq"
+    label = "taskiq max-async-tasks 100"
+    worker_desc = ("`taskiq worker peers.taskiq_jobs:broker --workers 1 --max-async-tasks 100 --log-level WARNING` "
+                   "(taskiq-redis RedisStreamBroker)")
+
+    def argv(self) -> list[str]:
+        return [str(self.python.parent / "taskiq"), "worker", "peers.taskiq_jobs:broker", "--workers", "1",
+                "--max-async-tasks", "100", "--log-level", "WARNING"]
+
+
+class CogworkerAsync(Cogworker):
+    """``runcogworker --async-concurrency N`` (issue 47's event loop), when the worker has that option."""
+
+    def __init__(self, async_concurrency: int = 100, concurrency: int = 10):
+        super().__init__("reliable", concurrency)
+        self.async_concurrency = async_concurrency
+        self.key = f"cogworker-async{async_concurrency}"
+        self.label = f"cogworker async, ASYNC_CONCURRENCY {async_concurrency}"
+        self.worker_desc = (f"`manage.py runcogworker -c {concurrency} --fetch reliable "
+                            f"--async-concurrency {async_concurrency}`")
+
+    def available(self) -> str | None:
+        import subprocess
+
+        res = subprocess.run([sys.executable, str(BENCH / "manage.py"), "runcogworker", "--help"], cwd=BENCH,
+                             capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(ROOT)]),
+                                  "DJANGO_SETTINGS_MODULE": "benchproject.settings"})
+        if "--async-concurrency" not in res.stdout:
+            return "not available in this build (runcogworker --help has no --async-concurrency)"
+        return None
+
+    def argv(self) -> list[str]:
+        return [*super().argv(), "--async-concurrency", str(self.async_concurrency)]

@@ -170,3 +170,11 @@ if os.environ.get("COGWORKER_TEST_SPANS_FILE"):
     from testproject.demo.spans_file import install as _install_spans
 
     _install_spans(os.environ["COGWORKER_TEST_SPANS_FILE"])
+
+# Traces to an OpenTelemetry backend (testproject/demo/otlp.py), only when the exporter's endpoint is
+# set: `OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:6006 python manage.py runcogworker` (and the
+# same for runserver) with opentelemetry-sdk and opentelemetry-exporter-otlp-proto-http installed.
+if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+    from testproject.demo.otlp import install as _install_otlp
+
+    _install_otlp(os.environ.get("OTEL_SERVICE_NAME", "testproject"))

@@ -6,6 +6,9 @@
 * ``IoWait(t)``: a job that mostly waits: GET ``bench:io``, sleep 1 ms, INCR the counter;
 * ``CpuBurn(t)``: a job that mostly computes: ``CPU_BURN_LOOPS`` turns of a pure-Python loop (about
   200 µs of CPU here), then INCR the counter;
+* ``AwaitShort(t)``, ``AwaitLong(t)``: the async-jobs section's (bench/sections/async_jobs.py): an
+  ``async def perform`` that awaits ``asyncio.sleep`` 1 ms or 50 ms, then counts (peers/tally.py: as
+  arq's, SAQ's and taskiq's jobs do, bench/peers/);
 * ``BatchMember(n)``, ``BatchCallback``: the batches section's (bench/sections/batches.py): a member INCRs the
   counter like ``NoopIncr``, and the one that brings it to ``n`` stamps its end; the callback stamps
   its start and counts its runs;
@@ -18,8 +21,11 @@ bench passes its own calibration to the workers, so that every drain burns the s
 figure stated beside them (``CPU_BURN_US``, measured here) is theirs.
 """
 
+import asyncio
 import os
 import time
+
+from peers import tally
 
 from django_cogworker import Job, Limiter
 from django_cogworker.push.runtime import get_redis
@@ -32,6 +38,8 @@ CALLBACK_START = "bench:batch:callback_start"
 CALLBACK_RUNS = "bench:batch:callback_runs"
 IO_SLEEP_S = 0.001
 CPU_BURN_TARGET_US = 200
+# The async-jobs section's awaits, by job class (the peers' pushes take the seconds from here too).
+AWAIT_S = {"AwaitShort": 0.001, "AwaitLong": 0.05}
 # The limits section's: never refuse (a billion starts a second; more places than the drain's 20
 # processor threads), so every job pays one take and no reschedule. The lease is the default's.
 BUCKET_LIMIT = Limiter.bucket("bench:bucket", 10**9, per=1)
@@ -101,6 +109,22 @@ class CpuBurn(Job):
     def perform(self, t=0.0):
         burn(CPU_BURN_LOOPS)
         get_redis().incr(COUNTER)
+
+
+class AwaitShort(Job):
+    name = "bench.AwaitShort"
+
+    async def perform(self, t=0.0):
+        await asyncio.sleep(AWAIT_S["AwaitShort"])
+        tally.done()
+
+
+class AwaitLong(Job):
+    name = "bench.AwaitLong"
+
+    async def perform(self, t=0.0):
+        await asyncio.sleep(AWAIT_S["AwaitLong"])
+        tally.done()
 
 
 class BatchMember(Job):

@@ -83,11 +83,14 @@ if os.environ.get("BENCH_METRICS_HISTORY"):  # (the history section: "0" turns t
 # Tracing only where the tracing section turns it on ("1": the SDK, its spans dropped): the dev venv
 # has opentelemetry installed, and with TRACING's default every other drain paid a no-op span per push
 # and per run that a project without OpenTelemetry never pays, beside peers that pay none.
+# "bare": TRACING off, the SDK installed and one bare span per run by a server middleware (the floor).
 COGWORKER["TRACING"] = os.environ.get("BENCH_TRACING") == "1"
-if COGWORKER["TRACING"]:
+if os.environ.get("BENCH_TRACING") in ("1", "bare"):
     from benchproject.dropped_spans import install
 
     install()
+if os.environ.get("BENCH_TRACING") == "bare":
+    COGWORKER["SERVER_MIDDLEWARE"] = ["benchproject.dropped_spans.BareSpan"]
 if os.environ.get("BENCH_CPU_AFFINITY"):
     _affinity = os.environ["BENCH_CPU_AFFINITY"]
     COGWORKER["CPU_AFFINITY"] = _affinity if _affinity in ("auto", "none") else [int(c) for c in _affinity.split(",")]

@@ -130,4 +130,8 @@ def report(res: dict[str, Any]) -> str:
     if note:
         add(note)
         add("")
+    gap = BENCH / "tools" / "io_gap.md"
+    if gap.exists():  # (hand-written: where the IoWait -c 10 row's time goes, bench/tools/io_gap.py; issue 47)
+        add(gap.read_text().rstrip())
+        add("")
     return page.text()

@@ -8,9 +8,10 @@ falls on both), medians kept:
 * **push**: ``NoopIncr.perform_async`` one at a time in a fresh Python process (its own Django on
   the bench's settings and Redis, ``BENCH_TRACING`` naming the way), ``tracing_pushes`` of them: a
   PRODUCER span and its context injected into each payload;
-* **run**: ``tracing_n`` no-op jobs pushed in bulk (by the bench, untraced: each run's span starts
-  a trace of its own), drained by ``runcogworker -c 10 --processes 2`` (``Bench.drain``): a
-  CONSUMER span around each run.
+* **run**: ``tracing_n`` no-op jobs pushed in bulk, in a process traced the same way (on: each
+  payload carries its push's ``traceparent``, so each run extracts it, is that span's child and
+  links to it, as a job a traced request pushed does), drained by ``runcogworker -c 10 --processes
+  2`` (``Bench.drain``): a CONSUMER span around each run.
 
     python bench/run.py --sections tracing --no-venv     # this section alone (the venv with opentelemetry-sdk)
 """
@@ -32,7 +33,9 @@ from systems import Cogworker, Ctx
 NAME = "tracing"
 QUICK = False  # (needs opentelemetry-sdk in the interpreter: the dev venv has it, bench/.venv may not)
 PARAMS = {"tracing_n": (300, 10_000), "tracing_reps": (1, 3), "tracing_pushes": (300, 20_000)}
-WAYS = ("off", "on")
+# off; on (the feature, the SDK recording every span); bare (TRACING off, one span per run with no
+# attribute, context or link, made by a server middleware: what the SDK alone costs, the floor).
+WAYS = ("off", "on", "bare")
 MEDIANS = ("jobs_per_s", "worker_cpu_us_per_job", "redis_commands_per_job", "redis_round_trips_per_job")
 
 # One way's pushes, timed in a process of its own (the tracer provider is set once per process).
@@ -49,6 +52,19 @@ for _ in range(n):
 print(json.dumps({"pushes_per_s": n / (time.perf_counter() - t)}))
 """
 
+# One way's drain, pushed in bulk in a process of its own traced the same way (chunks of 1,000 a
+# perform_bulk, as Cogworker.push_bulk's): pushed by the bench itself, the "on" runs had no context
+# to read and skipped the extract and the link a traced job's run pays.
+_BULK = """
+import sys, time
+import django
+django.setup()
+from benchproject.jobs import NoopIncr
+n = int(sys.argv[1])
+for start in range(0, n, 1000):
+    NoopIncr.perform_bulk([(time.time(),)] * min(1000, n - start))
+"""
+
 
 class Way(Cogworker):
     """The bench's cogworker system (reliable, -c 10, --processes 2), tracing on (the SDK) or off."""
@@ -63,19 +79,23 @@ class Way(Cogworker):
         return super().start(ctx, tag, extra_env={**(extra_env or {}), **env_of(self.how)}, **kwargs)
 
     def push_bulk(self, ctx: Ctx, n: int, kind: str = "") -> None:
-        super().push_bulk(ctx, n, "NoopIncr")
+        subprocess.run([sys.executable, "-c", _BULK, str(n)], env=push_env(self.how), check=True, timeout=600)
 
 
 def env_of(how: str) -> dict[str, str]:
-    return {"BENCH_TRACING": "1" if how == "on" else "0"}
+    return {"BENCH_TRACING": {"on": "1", "bare": "bare"}.get(how, "0")}
+
+
+def push_env(how: str) -> dict[str, str]:
+    """A pushing process's environment: the bench's settings and Redis, traced ``how``."""
+    return {**os.environ, **env_of(how), "DJANGO_SETTINGS_MODULE": "benchproject.settings",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), str(BENCH)])}
 
 
 def pushes(bench: Bench, how: str, n: int) -> float:
     """perform_async per second, one at a time, in a fresh process traced ``how``."""
-    env = {**os.environ, **env_of(how), "DJANGO_SETTINGS_MODULE": "benchproject.settings",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), str(BENCH)])}
-    done = subprocess.run([sys.executable, "-c", _PUSHES, str(n)], env=env, capture_output=True, text=True,
-                          check=True, timeout=600)
+    done = subprocess.run([sys.executable, "-c", _PUSHES, str(n)], env=push_env(how), capture_output=True,
+                          text=True, check=True, timeout=600)
     bench.reset_redis()
     return float(json.loads(done.stdout.strip().splitlines()[-1])["pushes_per_s"])
 
@@ -98,6 +118,7 @@ def run(bench: Bench) -> dict[str, Any]:
     off, on = out["ways"]["off"], out["ways"]["on"]
     out["fewer_jobs_per_s_pct"] = harness.fewer_pct(off["jobs_per_s"], on["jobs_per_s"])
     out["fewer_pushes_per_s_pct"] = harness.fewer_pct(off["pushes_per_s"], on["pushes_per_s"])
+    out["bare_fewer_jobs_per_s_pct"] = harness.fewer_pct(off["jobs_per_s"], out["ways"]["bare"]["jobs_per_s"])
     out.update(n=n, reps=reps, pushes=pushed, worker=Way("off").worker_desc)
     return out
 
@@ -116,8 +137,10 @@ def report(res: dict[str, Any]) -> str:
     add(f"No-op jobs (`bench.NoopIncr`) with `TRACING` off and on, OpenTelemetry's SDK installed with one span "
         "processor that drops every span (made, recorded and ended: the cost to the job system, not an "
         f"exporter's). Push: {tr['pushes']:,} `perform_async` one at a time in a process of their own (a "
-        f"PRODUCER span each, its context in the payload). Run: {tr['n']:,} pushed in bulk, then drained by "
-        f"{tr['worker']} (a CONSUMER span each). {tr['reps']} time(s) each way, in turn; medians, with the "
+        f"PRODUCER span each, its context in the payload). Run: {tr['n']:,} pushed in bulk by a process traced "
+        "the same way (on: each payload carries its push's `traceparent`), then drained by "
+        f"{tr['worker']} (a CONSUMER span each, the child of its producer and linked to it). "
+        f"{tr['reps']} time(s) each way, in turn; medians, with the "
         "range of jobs/s (docs/observability.md#traces).")
     add("")
     rows = []
@@ -130,5 +153,12 @@ def report(res: dict[str, Any]) -> str:
     add("")
     add(f"On: {fmt(tr['fewer_pushes_per_s_pct'])}% fewer pushes/s and {fmt(tr['fewer_jobs_per_s_pct'])}% fewer "
         "jobs/s run than off (issue 46's goal: 10% at most).")
+    if "bare_fewer_jobs_per_s_pct" in tr:
+        add("")
+        add(f"*bare*: `TRACING` off and one span per run made by a server middleware with the same SDK "
+            "(`benchproject.dropped_spans.BareSpan`: started and ended around the run; no attribute, no context "
+            "read, linked or made current; its pushes untraced): what the SDK's span alone costs a worker, "
+            f"{fmt(tr['bare_fewer_jobs_per_s_pct'])}% fewer jobs/s than off, the floor under any tracing of a "
+            "run that records its spans.")
     add("")
     return page.text()

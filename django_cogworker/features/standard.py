@@ -21,7 +21,7 @@ from .history.hook import History
 from .iteration.hook import Iteration
 from .limits import upkeep
 from .limits.gate import LimitGate
-from .limits.hook import ClassLimits, InlineLimits
+from .limits.hook import ClassLimits, InlineLimits, RefusalCount
 from .locks.hook import RunLockRelease
 from .profiling.hook import Profiling
 from .progress.hook import Progress
@@ -47,7 +47,8 @@ def build(parts: WorkerParts) -> list[Feature]:
     # (Tracing first, when on: its span is the outermost around, holding the others' work and the run;
     # profiling last, the innermost around: it measures the job's run, not the others' work.)
     return [*tracing(config),
-            Expiry(redis, keys), Cancellation(redis, keys, Cancels()), ClassLimits(gate), InlineLimits(gate),
+            Expiry(redis, keys), Cancellation(redis, keys, Cancels()),
+            ClassLimits(gate), InlineLimits(gate), RefusalCount(),
             RunLockRelease(RunLocks(redis, keys)), Results(ResultWriter(redis, keys, parts.identity), timeouts),
             Batches(redis, keys, config.batch_ttl), Encryption(ring), Progress(redis, keys),
             Iteration(redis, keys, config, parts.retry, ring),

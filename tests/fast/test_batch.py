@@ -11,6 +11,7 @@ import pytest
 from django_cogworker import Batch, BatchError, BatchNotFound, CogworkerError, Job, chain
 from django_cogworker.broker.keys import Keys
 from django_cogworker.features.batches.steps import BatchStep, BatchSteps, settle
+from django_cogworker.features.tracing.carried import LINKS_MAX
 from django_cogworker.push import runtime
 from django_cogworker.push.client import Client
 from testproject.demo.jobs import BatchCallbackJob, RecordJob
@@ -181,6 +182,27 @@ def test_steps_of_several_batches_go_in_one_round_trip_each_batch_its_own_step(r
         [BatchStep(first.bid, one, "success", ""), BatchStep(second.bid, two[0], "success", "")])
     assert Batch.status(first.bid).success and _callbacks_queued(r) == 1
     assert (Batch.status(second.bid).pending, Batch.status(second.bid).success) == (1, False)
+
+
+def test_a_batch_keeps_its_first_members_traces_up_to_the_cap_and_once_full_never_reads_them_again(r):
+    # (What a callback links to: features/tracing/. Full, a step asks the field's length alone: a
+    # batch of a million traced members read and searched 1.8 KB of traces a step before.)
+    batch = Batch()
+    with batch.jobs():
+        jids = [RecordJob.perform_async("x") for _ in range(LINKS_MAX + 3)]  # (one left: nothing fires)
+    traces = [f"00-{i + 1:032x}-{i + 1:016x}-01" for i in range(LINKS_MAX + 3)]
+    redis = runtime.get_redis()
+    steps = BatchSteps(redis, K, 3600.0)
+    steps.run_many([BatchStep(batch.bid, jids[i], "success", "", traces[i]) for i in range(LINKS_MAX)])
+    meta = K.batch(batch.bid).meta
+    assert r.hget(meta, "traces").split() == traces[:LINKS_MAX]
+    r.config_resetstat()
+    steps.run_many([BatchStep(batch.bid, jids[LINKS_MAX], "success", "", traces[LINKS_MAX])])
+    settle(redis, K, batch.bid, jids[-2], "failure", json.dumps({"error": "RuntimeError"}), 3600.0, traces[-2])
+    called = r.info("commandstats")
+    assert called["cmdstat_hstrlen"]["calls"] == 2 and "cmdstat_hget" not in called
+    assert r.hget(meta, "traces").split() == traces[:LINKS_MAX]
+    assert (Batch.status(batch.bid).pending, Batch.status(batch.bid).failures) == (2, 1)
 
 
 def test_a_success_that_fires_nothing_refreshes_the_batch_s_ttl_only_once_it_ran_down(r):

@@ -83,6 +83,14 @@ class PerCustomer(Job):
         RUNS[token].append(self.jid)
 
 
+class FailsUnderItsLimit(Job):
+    limits = [one_at_a_time]
+
+    def perform(self, token):
+        RUNS[token].append(self.jid)
+        raise RuntimeError("failed holding its place")
+
+
 class WaitsWithin(Job):
     """Takes a place in ``one_at_a_time`` itself, not waiting: over it, OverLimit leaves perform."""
 
@@ -183,6 +191,29 @@ def test_a_job_over_its_limit_goes_to_the_schedule_counted_over_limit_with_its_r
     assert rb.llen(parts.fetch.in_progress) == 0  # acknowledged with its filing
     assert rb.llen(K.retry) == 0 and rb.zcard(K.retry) == 0
     assert (stat(rb, one_at_a_time.name, "over"), stat(rb, one_at_a_time.name, "rescheduled")) == (1, 1)
+
+
+def test_a_job_rescheduled_over_its_limit_wakes_the_poller_for_its_due_time_and_a_hint_that_raises_parks_it_still(
+        parts, rb, caplog):
+    told: list[float] = []
+    parts.gate.retry.on_retry = told.append  # (the Launcher's: its poller's ``expect``)
+    occupy(rb, one_at_a_time)
+    raw, payload = parts.fetched(OneAtATime, "t")
+
+    assert parts.enter(raw, payload, OneAtATime) == RESCHEDULED
+
+    ((_, score),) = parts.scheduled()
+    assert told == [pytest.approx(score)]
+
+    def gone(due):
+        raise RuntimeError("the poller is gone")
+
+    parts.gate.retry.on_retry = gone
+    raw, payload = parts.fetched(OneAtATime, "u")
+    with caplog.at_level(logging.ERROR):
+        assert parts.enter(raw, payload, OneAtATime) == RESCHEDULED
+    assert f"on_retry hook failed for jid={payload['jid']}" in caplog.text
+    assert len(parts.scheduled()) == 2 and rb.zcard(K.limit(one_at_a_time.name).waiting) == 2  # (both parked)
 
 
 def test_each_refusal_counts_once_more_and_waits_longer(parts, rb):
@@ -412,6 +443,26 @@ def test_a_job_refused_once_more_than_over_limit_max_is_filed_in_retry_with_over
     assert filed["retry_count"] == 0 and "over_limit" not in filed  # (its next refusals count afresh)
     assert runs(token) == []
     assert (stat(rb, one_at_a_time.name, "rescheduled"), stat(rb, one_at_a_time.name, "failed")) == (1, 1)
+
+
+def test_a_job_rescheduled_over_its_limit_that_then_fails_counts_its_refusals_afresh(make_processor, r, rb):
+    token = new_token()
+    occupy(rb, one_at_a_time)
+    called = make_processor(OVER_LIMIT_MAX=3)
+    pushed = called.push(FailsUnderItsLimit, token)
+
+    assert called.run_next().decision.outcome is Outcome.RESCHEDULED
+    (waiting,) = [json.loads(raw) for raw in r.zrange(K.schedule, 0, -1)]
+    assert waiting["over_limit"] == 1
+    rb.delete(K.limit(one_at_a_time.name).holders)  # (the other holder gone: its place is free)
+    due_now(r)
+    assert called.sweep() == 1
+    assert called.run_next().decision.outcome is Outcome.RETRY
+    (filed,) = [json.loads(raw) for raw in r.zrange(K.retry, 0, -1)]
+    assert filed["jid"] == pushed["jid"] and filed["error_message"] == "failed holding its place"
+    # A failure: its next refusals count from 0 again, OVER_LIMIT_MAX of them before one fails it.
+    assert filed["retry_count"] == 0 and "over_limit" not in filed
+    assert runs(token) == [pushed["jid"]]
 
 
 def test_over_limit_raised_by_within_in_a_job_reschedules_it_then_fails_it_past_the_max(make_processor, r, rb):

@@ -5,11 +5,12 @@ clock jumps, odd names and a failed flush."""
 from __future__ import annotations
 
 import calendar
+import logging
 import types
 
 import pytest
 import redis
-from helpers import free_port, round_trips
+from helpers import RedisServer, free_port, round_trips
 
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.fetch.contract import Unit
@@ -18,7 +19,7 @@ from django_cogworker.engine.settle.settlement import ACK
 from django_cogworker.features.history import api
 from django_cogworker.features.history.buckets import BOUNDS_MS, BUCKETS, bucket_of, percentile
 from django_cogworker.features.history.hook import History
-from django_cogworker.features.history.recorder import HOUR_KEEP, MINUTE_KEEP, Recorder
+from django_cogworker.features.history.recorder import HOUR_KEEP, MINUTE_KEEP, UNWRITTEN_MINUTES, Recorder, minute_stamp
 
 K = Keys()
 NOW = calendar.timegm((2026, 3, 14, 10, 30, 15))  # 10:30:15 UTC
@@ -158,6 +159,52 @@ def test_a_failed_flush_keeps_its_counts_for_the_next_one_and_counts_none_twice(
     assert api.read(5, redis=rb, keys=K, now=NOW).classes["shop.Sync"].processed == 2
 
 
+def test_through_a_long_outage_a_class_keeps_its_last_minutes_in_memory_and_every_run_in_its_hours(
+        tmp_path, caplog):
+    server = RedisServer(tmp_path / "redis", appendonly=True).start()
+    client = server.client(socket_connect_timeout=0.5, socket_timeout=2)
+    try:
+        clock = Clock()
+        rec = recorder(clock)
+
+        def minutes(n: int) -> None:  # (a run of each class in each of the next n minutes)
+            for _ in range(n):
+                clock.t += 60
+                rec.record("default", "shop.Sync", 0.01, failed=False)
+                rec.record("mail", "shop.Mail", 0.3, failed=True)
+
+        minutes(1)
+        rec.flush(client)
+        server.kill()
+        minutes(30)
+        with pytest.raises(redis.ConnectionError):
+            rec.flush(client)  # (kept, written again by the next flush)
+        minutes(UNWRITTEN_MINUTES + 15)  # (no flush meanwhile: the heartbeat fails, so its chores don't run)
+        with pytest.raises(redis.ConnectionError):
+            rec.flush(client)
+        server.restart()
+        with caplog.at_level(logging.WARNING, logger="django_cogworker.features.history.recorder"):
+            rec.flush(client)
+            rec.flush(client)
+        said = [r.getMessage() for r in caplog.records if "dropped while Redis took no counts" in r.getMessage()]
+        # (for each of the two classes: 15 minutes folded out of memory as they were counted, 30 more out
+        # of what the failed flushes kept)
+        assert len(said) == 1 and said[0].startswith("metrics history: 90 minute bucket(s) dropped")
+        last = [K.history("m:" + minute_stamp(MINUTE + 60 * m)).encode() for m in range(1, 107)][-UNWRITTEN_MINUTES:]
+        written = sorted(client.keys(K.history("m:*")))
+        assert written == sorted([K.history("m:202603141031").encode(), *last])
+        for queue, name in (("default", "shop.Sync"), ("mail", "shop.Mail")):
+            field = f"{queue}|{name}|p"
+            assert sum(int(client.hget(key, field) or 0) for key in client.keys(K.history("h:*"))) == 106
+            assert sum(int(client.hget(key, field) or 0) for key in written) == 1 + UNWRITTEN_MINUTES
+        assert client.hget(K.history_totals, "shop.Mail|b6") == b"106"  # (0.3 s: the 250-500 ms bucket)
+        assert (client.hget(K.history("h:2026031411"), "mail|shop.Mail|f"), client.ttl(K.history("h:2026031411")) > 0) \
+            == (b"60", True)
+    finally:
+        client.close()
+        server.cleanup()
+
+
 def test_a_key_of_the_wrong_type_is_moved_aside_and_the_counts_go_to_a_fresh_one(rb):
     rec = recorder(Clock())
     rb.set(K.history("m:202603141030"), "planted")
@@ -262,3 +309,40 @@ def test_prometheus_shows_the_histogram_of_the_classes_the_other_per_class_serie
     shown = {labels["class"] for _suffix, labels, _value in families["cogworker_job_duration_seconds"].samples}
     processed = {labels["class"] for _suffix, labels, _value in families["cogworker_job_processed_total"].samples}
     assert shown == processed == {"shop.Job4", "shop.Job3"}
+
+
+def test_a_scrape_with_many_classes_reads_the_totals_of_the_classes_it_shows_alone(rb, monkeypatch):
+    # (The totals hash never expires and counts every class ever run: a scrape read all of it, every
+    # scrape, to show the CLASS_LIMIT busiest.)
+    from django_cogworker.api import stats as api_stats
+    from django_cogworker.engine.settle.stats import Stats
+    from django_cogworker.metrics.collect import collect
+
+    stats, rec = Stats(K), recorder(Clock())
+    for n in range(40):
+        for _ in range(n + 1):
+            stats.job_done(False, f"shop.Job{n}", 0.01)
+            rec.record("default", f"shop.Job{n}", 0.01, failed=False)
+    for n in range(200):  # (classes long gone: in the totals, not in the per-class stats)
+        rec.record("default", f"old.Job{n}", 0.01, failed=False)
+    stats.flush(rb)
+    rec.flush(rb)
+    monkeypatch.setitem(api_stats.JobClassStats.all.__func__.__kwdefaults__, "limit", 3)  # (CLASS_LIMIT: 3)
+    asked: list[tuple] = []
+    real = redis.Redis.execute_command
+
+    def seen(self, *args, **options):
+        if K.history_totals in args[1:2]:
+            asked.append(args)
+        return real(self, *args, **options)
+
+    monkeypatch.setattr(redis.Redis, "execute_command", seen)
+    families = {f.name: f for f in collect(redis=rb, keys=K)}
+    samples = families["cogworker_job_duration_seconds"].samples
+    assert {labels["class"] for _suffix, labels, _value in samples} == {"shop.Job39", "shop.Job38", "shop.Job37"}
+    assert [(suffix, value) for suffix, labels, value in samples if labels["class"] == "shop.Job39"
+            and labels.get("le") in ("0.01", "+Inf", None)] == [("_bucket", 40), ("_bucket", 40), ("_sum", 0.4),
+                                                                ("_count", 40)]
+    [(command, _key, *fields)] = asked
+    assert command == "HMGET" and len(fields) == 3 * (1 + BUCKETS)
+    assert {f.rpartition("|")[0] for f in fields} == {"shop.Job39", "shop.Job38", "shop.Job37"}

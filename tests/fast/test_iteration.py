@@ -154,6 +154,30 @@ def test_a_stopping_worker_ends_the_run_after_its_item_and_the_job_resumes_after
     assert third.decision.outcome is Outcome.SUCCESS and RUNS[token] == list(range(10))
 
 
+def test_a_run_sent_back_to_the_schedule_wakes_the_poller_and_a_hint_that_raises_is_logged_naming_it(
+        make_processor, r, caplog):
+    called = make_processor()
+    told: list[float] = []
+    called.retry.on_retry = told.append  # (the Launcher's: its poller's ``expect``)
+    token = new_token()
+    at(token, 1, stop_worker(called))
+    run = called.run(Walk, token, 10)
+    [(_, due)] = scheduled(r)
+    assert run.decision.outcome is Outcome.RESCHEDULED and told == [pytest.approx(due)]
+
+    def gone(due):
+        raise RuntimeError("the poller is gone")
+
+    called.retry.on_retry = gone
+    called.stopping.clear()
+    other = new_token()
+    at(other, 1, stop_worker(called))
+    with caplog.at_level(logging.ERROR):
+        run = called.run(Walk, other, 10)
+    assert run.decision.outcome is Outcome.RESCHEDULED and len(scheduled(r)) == 2
+    assert f"on_retry hook failed for jid={run.jid}" in caplog.text
+
+
 def test_a_stopping_worker_before_the_first_item_runs_none(make_processor, r):
     called, token = make_processor(), new_token()
     called.stopping.set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 
 import pytest
@@ -87,6 +88,26 @@ def test_first_failure_records_the_error_and_schedules_a_retry(config):
     assert payload["error_class"] == "RuntimeError"
     assert payload["error_message"] == "disk full"
     assert payloads.decode(filing.raw()) == payload
+
+
+def test_the_poller_is_told_each_retry_s_due_time_and_a_hint_that_raises_is_logged_without_failing_the_filing(
+        config, caplog):
+    told: list[float] = []
+    retry = policy(config, seed=9)
+    retry.on_retry = told.append  # (the Launcher's: its poller's ``expect``)
+
+    filing = retry.filing(new_payload(), raised(RuntimeError("disk full")))
+
+    assert told == [filing.score]
+
+    def gone(due):
+        raise RuntimeError("the poller is gone")
+
+    retry.on_retry = gone
+    with caplog.at_level(logging.ERROR):
+        filing = retry.filing(new_payload(jid="j2"), raised(RuntimeError("disk full")))
+    assert filing.target == "retry" and filing.payload["retry_count"] == 0
+    assert "on_retry hook failed for jid=j2" in caplog.text
 
 
 def test_a_later_failure_counts_up_and_stamps_retried_at(config):

@@ -33,6 +33,7 @@ from tracing_fixtures import REQUEST, of_kind, spans_fixture, traceparent  # noq
 from django_cogworker import Batch
 from django_cogworker.broker.keys import Keys
 from django_cogworker.engine.run.hooks import Outcome
+from django_cogworker.features.tracing import carried
 from django_cogworker.features.tracing import spans as tracing_spans
 from django_cogworker.outbox.relay import relay_once
 from django_cogworker.push import payload as payloads
@@ -210,6 +211,53 @@ def test_a_garbage_trace_context_is_ignored_and_logged_once_per_process(make_pro
     assert len(warned) == 1 and f"jid={first.jid}" in warned[0]
 
 
+@pytest.mark.parametrize("header", [
+    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00",
+    "00-00000000000000000000000000000000-00f067aa0ba902b7-01",  # (a zero trace id: refused by both)
+    "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+    " 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 ",  # (the propagator's own reading)
+    "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+    "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+])
+def test_a_run_reads_a_lone_traceparent_as_the_default_w3c_propagator_does(header):
+    # The run's quick reading of a lone traceparent (spans._traceparent) stands in for the default
+    # propagator's: the same parent span context, or none, for what the W3C propagator accepts or refuses.
+    from opentelemetry import propagate, trace
+
+    context, producer = tracing_spans.received({"jid": "j", "trace": {"traceparent": header}})
+    expected = trace.get_current_span(propagate.extract({"traceparent": header})).get_span_context()
+    got = trace.get_current_span(context).get_span_context() if context is not None else None
+    if expected.is_valid:
+        assert producer == expected and got == expected
+    else:
+        assert producer is None and (got is None or not got.is_valid)
+
+
+def test_a_project_s_own_propagator_reads_every_run_s_trace_context(make_processor, spans, monkeypatch):
+    # A propagator the project set (set_global_textmap) is asked for every run, a lone traceparent
+    # too: the quick reading is only the default propagator's.
+    from opentelemetry import propagate
+    from opentelemetry.propagators.composite import CompositePropagator
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    asked: list[dict] = []
+
+    class Counting(TraceContextTextMapPropagator):
+        def extract(self, carrier, context=None, getter=None):
+            asked.append(dict(carrier))
+            return super().extract(carrier, context) if getter is None else super().extract(carrier, context, getter)
+
+    monkeypatch.setattr(propagate, "_HTTP_TEXT_FORMAT", CompositePropagator([Counting()]))
+    called = make_processor()
+    Note.perform_async(new_token())
+    run = called.run_next()
+    assert run is not None and run.decision.outcome is Outcome.SUCCESS
+    assert [c.get("traceparent") for c in asked] == [run.payload["trace"]["traceparent"]]
+    [producer], [consumer] = of_kind(spans, SpanKind.PRODUCER), of_kind(spans, SpanKind.CONSUMER)
+    assert consumer.parent is not None and consumer.parent.span_id == producer.context.span_id
+
+
 def test_a_propagator_that_raises_at_a_push_leaves_the_push_and_its_run_untraced_and_logged_once(
         make_processor, spans, caplog, monkeypatch):
     # A project's own propagator (set_global_textmap) that raises on inject: the push failed with it.
@@ -371,7 +419,7 @@ def test_a_batch_callback_links_to_at_most_32_members_traces(make_processor, spa
     members = {(s.context.trace_id, s.context.span_id) for s in of_kind(spans, SpanKind.PRODUCER)
                if (s.attributes or {})["cogworker.job.class"] == Note.name}
     linked = [(link.context.trace_id, link.context.span_id) for link in callback.links]
-    assert len(members) == 40 and len(linked) == 1 + tracing_spans.LINKS_MAX == 33
+    assert len(members) == 40 and len(linked) == 1 + carried.LINKS_MAX == 33
     assert set(linked[1:]) < members and len(set(linked[1:])) == 32
 
 
@@ -397,3 +445,16 @@ def test_a_job_the_outbox_relays_continues_the_trace_of_its_push(make_processor,
     finally:
         runtime.reset()
         server.cleanup()
+
+
+def test_the_test_project_asks_for_the_otlp_exporter_by_name_when_its_endpoint_is_set_without_it(tmp_path):
+    # The test project sends its traces to an OTLP backend when OTEL_EXPORTER_OTLP_ENDPOINT is set
+    # (testproject/demo/otlp.py, docs/observability.md); without the exporter installed (the suite's
+    # venv has none), its manage.py says which package to install instead of an ImportError's trace.
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings",
+           "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3"}
+    done = subprocess.run([sys.executable, "manage.py", "check"], env=env, capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[2], timeout=120)
+    assert done.returncode != 0
+    assert "ImproperlyConfigured: OTEL_EXPORTER_OTLP_ENDPOINT is set (http://127.0.0.1:9) but" in done.stderr
+    assert "pip install opentelemetry-sdk opentelemetry-exporter-otlp-proto-http" in done.stderr

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.serial
 
 SECTIONS = ("meta", "machine", "versions", "enqueue", "drain", "latency", "idle", "scheduled", "memory", "scale",
-            "batches", "limits", "outbox", "iteration")
+            "batches", "limits", "outbox", "iteration", "async_jobs")
 
 
 def _numbers(obj, where=""):
@@ -210,3 +210,23 @@ def test_per_stage_costs_count_the_job_s_own_redis_calls_as_the_job_and_leave_st
     assert by["the job's own code (one INCR through redis-py)"]["pct"] == 60.0
     assert by["payload decode (JSON)"]["us_per_job"] == 300.0
     assert by["hand-over between threads (wait for a job, give back a slot)"]["pct"] == 10.0
+
+
+def test_async_jobs_drained_on_threads_and_counted_their_threads(results):
+    # Issue 47's rows: an async def perform on processor threads at -c 10 and -c 100, both awaits;
+    # the event loop's row measured when runcogworker has --async-concurrency, else said unavailable.
+    sec = results["async_jobs"]
+    for kind in ("AwaitShort", "AwaitLong"):
+        for c in (10, 100):
+            d = sec["drain"][f"cogworker-threads-c{c}/{kind}"]
+            _positive(d["jobs_per_s"], f"async_jobs {c} {kind} jobs/s")
+            _positive(d["worker_cpu_us_per_job"], f"async_jobs {c} {kind} CPU")
+            assert 0 < d["jobs_measured"] <= d["n"] == sec["n"][kind]
+            # Each processor is a thread: a peak under the concurrency was not sampled from the worker.
+            assert d["threads_peak"] >= c, d
+    loop = "cogworker-async100"
+    if loop in sec["unavailable"]:
+        assert sec["unavailable"][loop]["why"].startswith("not available in this build")
+    else:
+        assert sec["drain"][f"{loop}/AwaitShort"]["jobs_per_s"] > 0
+    assert {"arq", "saq", "taskiq"} <= set(sec["unavailable"])  # (the peers: not in --quick)

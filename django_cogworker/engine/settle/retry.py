@@ -80,7 +80,8 @@ class RetryPolicy:
     """Decides where a failed job goes, and builds its new payload; files nothing itself.
 
     Created by the Launcher with the config and the death handlers; the
-    Launcher sets ``on_retry`` (the poller wakes for each retry's due time).
+    Launcher sets ``on_retry`` (the poller wakes for each retry's due time, and for each reschedule
+    a feature tells ``wake``).
     Processor threads call ``filing`` and ``exhausted``; the Settler, the
     poller and orphan recovery ``dead_trim``. Stateless but for its rng and
     ``on_retry``: no thread, start or stop.
@@ -113,7 +114,6 @@ class RetryPolicy:
             count = 0
             payload["failed_at"] = now
         payload["retry_count"] = count
-        payload.pop("over_limit", None)  # (a failure: its reschedules for a limit count afresh)
         payload["error_class"] = payloads.error_class(exc)
         payload["error_message"] = payloads.error_message(exc)
         lines = payload.get("backtrace")
@@ -128,13 +128,21 @@ class RetryPolicy:
             return self.exhausted(payload, exc, reason=payloads.error_message(exc))
         if count < payloads.max_retries(payload.get("retry"), self.config.max_retries):
             filing = Filing("retry", now + self._delay(job, count, exc), payload)
-            if self.on_retry is not None:
-                try:
-                    self.on_retry(filing.score)
-                except BaseException:  # noqa: BLE001 - a wake-up hint must never fail a filing
-                    logger.exception("on_retry hook failed for jid=%s", payloads.printable(payload.get("jid")))
+            self.wake(filing.score, payload.get("jid"))
             return filing
         return self.exhausted(payload, exc, reason="retries exhausted")
+
+    def wake(self, due: float, jid: Any = None) -> None:
+        """Tell the poller (``on_retry``, when set) that job ``jid``, filed to the retry or schedule
+        set, comes due at ``due``: a retry decided here, or a reschedule a feature decided (a limit's,
+        an iteration's), so it runs at its time rather than at the next timed round. A hint: one that
+        raises is logged, naming the job, and never fails the filing."""
+        if self.on_retry is None:
+            return
+        try:
+            self.on_retry(due)
+        except BaseException:  # noqa: BLE001 - a wake-up hint must never fail a filing
+            logger.exception("on_retry hook failed for jid=%s", payloads.printable(jid))
 
     def exhausted(self, payload: dict[str, Any], exc: BaseException | None, reason: str) -> Filing | None:
         """The job won't run again: dead (or discarded with ``dead: false``); tell the death handlers."""

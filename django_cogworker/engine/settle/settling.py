@@ -38,8 +38,9 @@ UNSETTLED_BATCH = 100  # unsettled records filed per housekeeping round at most
 class Settler:
     """Applies settlements through the fetch, and keeps those Redis refused until it takes them.
 
-    Created by the Manager with the fetch, the retry policy (the dead set's trim), the Launcher's
-    run hook and the features' step runners. No thread of its own: the settlement queue calls
+    Created by the Manager with the fetch, the retry policy (the dead set's trim), the features'
+    ``requeued`` hooks (``run_hook``: engine/run/factories.py's ``requeue_hook``, which the Launcher
+    builds) and their step runners. No thread of its own: the settlement queue calls
     ``settle`` and ``settle_many`` (on a processor's thread, or the fetcher's) and ``pend`` (what a
     fetch's round trip didn't carry), the heartbeat thread ``retry_pending_settlements`` on each
     beat, and the main thread ``requeue_unfinished`` once, from the Manager's ``stop``. Its lock

@@ -26,10 +26,16 @@ jobs fail again: what it then counts is true).
 from __future__ import annotations
 
 from ...broker.scripts._base import Script
+from ..tracing.carried import LINKS_FIELD, LINKS_MAX, TRACEPARENT_LENGTH
+
+# The trace links' constants, formatted in from their one home (features/tracing/carried.py): the
+# members' traces a batch keeps for its callbacks at most, the length of each (a W3C traceparent),
+# and the callback's payload field that names them.
+_TRACES = f'local TRACES_MAX, TP_LEN, LINKS_FIELD = {LINKS_MAX:d}, {TRACEPARENT_LENGTH:d}, "{LINKS_FIELD}"\n'
 
 # The status a callback receives, and what fires an event. ARGV[1] = bid, ARGV[2] = now (epoch
 # seconds), ARGV[3] = TTL of the batch's keys (seconds), in every script below.
-_COMMON = r"""
+_COMMON = _TRACES + r"""
 local bid, now, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local PLACEHOLDER = '"\\u0000cogworker-batch-status\\u0000"'
 
@@ -51,24 +57,26 @@ local function fire(event)
     local s, e = string.find(cb[3], PLACEHOLDER, 1, true)
     local payload = string.sub(cb[3], 1, s - 1) .. st .. string.sub(cb[3], e + 1)
     if traces then  -- (the template is a JSON object: its last character is its "}")
-      payload = string.sub(payload, 1, -2) .. ',"trace_links":"' .. traces .. '"}'
+      payload = string.sub(payload, 1, -2) .. ',"' .. LINKS_FIELD .. '":"' .. traces .. '"}'
     end
     redis.call("RPUSH", KEYS[7], cjson.encode({cb[1], cb[2], payload}))
   end
 end
 
--- Keeps the trace contexts of the jobs that settled (`tps`: W3C traceparents, 55 characters each,
--- checked by the caller, space-separated; "" for none), the first TRACES_MAX distinct ones, in the
--- meta's "traces" field: each callback fired gets them as its payload's "trace_links" (its span
--- links to each member's trace: features/tracing/). Nothing without tracing (tps is ""); once full,
--- one HGET.
-local TRACES_MAX = 32
+-- Keeps the trace contexts of the jobs that settled (`tps`: W3C traceparents, TP_LEN characters
+-- each, checked by the caller, space-separated; "" for none), the first TRACES_MAX distinct ones, in
+-- the meta's "traces" field: each callback fired gets them as its payload's LINKS_FIELD (its span
+-- links to each member's trace: features/tracing/). Nothing without tracing (tps is ""). Once full,
+-- its length says so (HSTRLEN, O(1)): a full batch's step never reads the value again, nor
+-- searches it for each of its members' traces (that was 1.8 KB read and scanned a call).
+local TRACES_FULL = TRACES_MAX * (TP_LEN + 1) - 1
 local function traced(tps)
   if tps == nil or tps == "" then return end
+  if redis.call("HSTRLEN", KEYS[1], "traces") >= TRACES_FULL then return end
   local have = redis.call("HGET", KEYS[1], "traces") or ""
   local before = #have
   for tp in string.gmatch(tps, "%S+") do
-    if (#have + 1) / 56 >= TRACES_MAX then break end
+    if #have >= TRACES_FULL then break end
     if not string.find(have, tp, 1, true) then
       have = have == "" and tp or (have .. " " .. tp)
     end
@@ -233,7 +241,7 @@ BATCH_SUCCEED = Script(_COMMON + """
 local left = redis.call("TTL", KEYS[1])
 if left == -2 then return -1 end
 local quick = redis.call("EXISTS", KEYS[4], KEYS[5], KEYS[7]) == 0
-traced(ARGV[4])  -- (traced: the meta written until it holds TRACES_MAX, then read once a call)
+traced(ARGV[4])  -- (traced: the meta written until it holds TRACES_MAX, then its length read once a call)
 if not quick then  -- (off failed and dead first, as BATCH_SETTLE)
   redis.call("HDEL", KEYS[4], unpack(ARGV, 5))
   redis.call("SREM", KEYS[5], unpack(ARGV, 5))

@@ -16,7 +16,6 @@ recovery: acked without its step, its batch would wait for it forever.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -27,6 +26,7 @@ from ...broker.keys import Keys
 from ...broker.quarantine import is_wrong_type, run_script
 from ...push import payload as payloads
 from ...push.job import Job
+from ..tracing.carried import FIELD, LINKS_MAX, TRACEPARENT
 from . import delivery, scripts
 
 logger = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ class BatchSteps:
             by_bid.setdefault(step.bid, []).append(step.jid)
             if step.trace:
                 traced.setdefault(step.bid, {})[step.trace] = None
-        calls = [(bid, jids[start:start + 1000], " ".join(list(traced.get(bid, ()))[:TRACES_MAX]) if not start else "")
+        calls = [(bid, jids[start:start + 1000], " ".join(list(traced.get(bid, ()))[:LINKS_MAX]) if not start else "")
                  for bid, jids in by_bid.items() for start in range(0, len(jids), 1000)]
         return calls, repr(time.time()), str(max(1, int(self.ttl)))
 
@@ -135,18 +135,13 @@ def step_for(payload: dict[str, Any], outcome: str, exc: BaseException | None = 
     return BatchStep(str(payload["bid"]), str(payload.get("jid")), outcome, record, traced_by(payload))
 
 
-# A W3C traceparent (version 00) as the tracing feature writes it in a payload's "trace" field: the
-# only shape the scripts keep (55 characters, no space: they count and split on that).
-_TRACEPARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
-TRACES_MAX = 32  # (the scripts' TRACES_MAX: a callback links to this many members' traces at most)
-
-
 def traced_by(payload: dict[str, Any]) -> str:
     """The job's trace context (its push's traceparent, features/tracing/), "" for none or one of
-    another shape: what a callback of its batch links to."""
-    carried = payload.get("trace")
+    another shape (the scripts keep no other: they count and split on TRACEPARENT_LENGTH characters
+    with no space): what a callback of its batch links to."""
+    carried = payload.get(FIELD)
     parent = carried.get("traceparent") if type(carried) is dict else None
-    return parent if type(parent) is str and _TRACEPARENT.fullmatch(parent) else ""
+    return parent if type(parent) is str and TRACEPARENT.fullmatch(parent) else ""
 
 
 def settle(redis: Any, keys: Keys, bid: str, jid: str, outcome: str, record: str, ttl: float,

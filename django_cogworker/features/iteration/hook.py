@@ -121,11 +121,8 @@ class Iteration(Feature):
             return
         end = decision.settlement.end
         if decision.outcome is Outcome.RESCHEDULED and run.notes.get(NAME) is not None:
-            if self.retry is not None and self.retry.on_retry is not None and isinstance(end, Filing):
-                try:
-                    self.retry.on_retry(end.score)  # (the poller wakes when it is due)
-                except Exception:  # noqa: BLE001 - a wake-up hint never fails a filing
-                    logger.exception("on_retry hook failed for jid=%s", run.jid)
+            if self.retry is not None and isinstance(end, Filing):
+                self.retry.wake(end.score, run.jid)  # (the poller wakes when it is due)
             return
         if decision.outcome is Outcome.SUCCESS or (decision.outcome is Outcome.DEAD and isinstance(end, Ack)):
             # (Not deleted: its ack may still ride the next fetch; a kill -9 before it lands runs the

@@ -339,11 +339,7 @@ class LimitGate:
         """Once its filing is settled: wake the poller when it is due, and park a job refused by a
         concurrency limit in the limit's waiting set (woken by the next place given back: LIMIT_PARK)."""
         filing, refused = rescheduled
-        if self.retry.on_retry is not None:
-            try:
-                self.retry.on_retry(filing.score)
-            except Exception:  # noqa: BLE001 - a wake-up hint never fails a filing
-                logger.exception("on_retry hook failed")
+        self.retry.wake(filing.score, filing.payload.get("jid"))
         if refused is None:
             return
         try:

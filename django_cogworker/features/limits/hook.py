@@ -6,9 +6,10 @@ pipeline on the fetcher thread (``fetched``), and a run's places go back with it
 fetcher's next round trip (``settling``: a Release step). A job dropped before its turn here (an
 expired one), or handed back unrun, gives back what the fetch took for it.
 
-Two hooks, as their jobs differ: :class:`ClassLimits` only for a class that declares ``limits``
+Three hooks, as their jobs differ: :class:`ClassLimits` only for a class that declares ``limits``
 (all a plain job pays is not being in its Plan), :class:`InlineLimits` for every class (any job
-may call ``Limiter.within`` and raise OverLimit from its run).
+may call ``Limiter.within`` and raise OverLimit from its run), :class:`RefusalCount` only for a
+job whose payload counts refusals (``over_limit``: a failure makes them count afresh).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from ...broker.types import RedisClient
 from ...engine.fetch.contract import Unit
 from ...engine.run.hooks import Decision, Feature, JobRun, Outcome
+from ...engine.settle.retry import Filing
 from ...engine.settle.settlement import StepRunner
 from ...errors import OverLimit
 from ...push import payload as payloads
@@ -141,6 +143,21 @@ class InlineLimits(Feature):
         rescheduled = run.notes.get(NOTE + ".inline")
         if rescheduled is not None:
             self.gate.park(rescheduled)
+
+
+class RefusalCount(Feature):
+    """A job sent back to the schedule by a limit counts its refusals in its payload (``over_limit``,
+    the gate's: past OVER_LIMIT_MAX the next fails it). A failure the core files (retry or dead)
+    makes them count afresh: its retry's refusals start again from 0."""
+
+    name = "limits"
+    fields = ("over_limit",)  # (a job never refused has none: it runs without this hook)
+
+    def settling(self, run: JobRun, decision: Decision) -> Decision:
+        end = decision.settlement.end
+        if decision.failure and isinstance(end, Filing):
+            end.payload.pop("over_limit", None)
+        return decision
 
 
 def _after(gate: LimitGate, run: JobRun) -> None:

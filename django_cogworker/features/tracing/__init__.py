@@ -1,7 +1,7 @@
 """OpenTelemetry traces from the push to the run (docs/observability.md#traces).
 
 A push makes a PRODUCER span ``send <queue>``, a child of the span current where it is pushed (a
-request's), and puts that span's W3C context in the payload's ``trace`` field (spans.FIELD); a run makes a
+request's), and puts that span's W3C context in the payload's ``trace`` field (carried.FIELD); a run makes a
 CONSUMER span ``process <queue>``, the producer span's child in the same trace, linked to it. A
 job's payload is what carries the context, so what runs it again (a retry, a scheduled job coming
 due, the outbox's relay, a job handed back at shutdown) continues the trace of the push that made it.
@@ -12,6 +12,8 @@ only with TRACING on) and a push or a run pays nothing.
 
     declaration  the push side: ``on_push`` (one payload), ``on_push_bulk`` (one span for a bulk push)
     spans        what talks to OpenTelemetry: the tracer, the attributes, inject and extract
+    carried      what a payload carries of a trace (its fields, the traceparent's shape, the links' cap),
+                 without OpenTelemetry: the batches feature reads it too
     hook         Tracing: the run side, the core's ``around`` phase
 """
 

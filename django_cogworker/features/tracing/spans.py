@@ -11,36 +11,27 @@ by default), each looked up as used: a provider set after the first push is the 
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
+from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ...push import payload as payloads
 from ...push import scope as push_scope
+from .carried import FIELD, LINKS_FIELD, LINKS_MAX, TRACEPARENT
 
 logger = logging.getLogger(__name__)
 
-# The payload field holding a push's trace context: the W3C headers the configured propagator
-# writes ({"traceparent": ..., "tracestate": ..., "baggage": ...}), outside an encrypted job's seal
-# (a trace context is not secret, and a worker reads it before it opens anything).
-FIELD = "trace"
 SYSTEM = "cogworker"
 # The headers a payload's ``trace`` may hold, and the longest value of each taken (a W3C traceparent
 # is 55 characters; tracestate is at most 32 entries; baggage 8192 bytes by the W3C's limit).
 HEADERS = {"traceparent": 256, "tracestate": 4096, "baggage": 8192}
-# Members' traces a batch callback links to, at most (OpenTelemetry's SDK keeps 128 links a span;
-# features/batches/scripts.py's TRACES_MAX keeps no more).
-LINKS_MAX = 32
-# The payload field of a batch's callback naming its members' traces: their traceparents, space-
-# separated, collected by the members' batch steps in the scripts they already run and spliced in
-# as the callback fires (features/batches/scripts.py).
-LINKS_FIELD = "trace_links"
-_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 
 # The attributes every span of a kind has (copied into each span's own, never shared).
 _SEND = {"messaging.system": SYSTEM, "messaging.operation.type": "send", "messaging.operation.name": "send"}
@@ -117,6 +108,10 @@ def received(payload: dict[str, Any]) -> tuple[otel_context.Context | None, trac
         return None, None
     carrier = {name: value for name, value in carried.items()
                if name in HEADERS and isinstance(value, str) and len(value) <= HEADERS[name]}
+    if len(carrier) == 1 and "traceparent" in carrier and _default_propagator():
+        quick = _traceparent(carrier["traceparent"])
+        if quick is not None:
+            return trace.set_span_in_context(trace.NonRecordingSpan(quick)), quick
     try:
         extracted = propagate.extract(carrier)
     except Exception as exc:  # (a project's own propagator that raises on what it can't read)
@@ -128,6 +123,38 @@ def received(payload: dict[str, Any]) -> tuple[otel_context.Context | None, trac
             _garbage(payload, f"its traceparent {str(carried.get('traceparent'))[:80]!r} is not a W3C trace context")
         return extracted, None
     return extracted, producer
+
+
+def _traceparent(text: str) -> SpanContext | None:
+    """A version-00 W3C ``traceparent``'s span context, as the W3C propagator reads it (None: let the
+    propagator read it, and refuse it as it does)."""
+    parts = TRACEPARENT.fullmatch(text)
+    if parts is None:
+        return None
+    trace_id, span_id = int(parts[1], 16), int(parts[2], 16)
+    if not (trace_id and span_id):
+        return None
+    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(int(parts[3], 16)))
+
+
+_default: tuple[Any, bool] = (None, False)
+
+
+def _default_propagator() -> bool:
+    """Whether the global propagator is still OpenTelemetry's default (W3C trace context, then
+    baggage), which reads a lone ``traceparent`` as ``_traceparent`` does: the run's extract then
+    skips its composite, its regex search and its empty tracestate and baggage (4 of a run's 24 µs
+    with a recording SDK, bench/tracing_stages.py). Asked per run (a project may set its own at any
+    time), answered once per propagator object."""
+    global _default
+    current = propagate.get_global_textmap()
+    seen, answer = _default
+    if current is not seen:
+        inner = getattr(current, "_propagators", None)
+        answer = (type(current) is CompositePropagator and isinstance(inner, list)
+                  and [type(p) for p in inner] == [TraceContextTextMapPropagator, W3CBaggagePropagator])
+        _default = (current, answer)
+    return answer
 
 
 def _garbage(payload: dict[str, Any], why: str) -> None:
@@ -210,10 +237,9 @@ def members(payload: dict[str, Any]) -> list[trace.SpanContext]:
         return []
     found = []
     for text in carried.split()[:LINKS_MAX]:
-        parts = _TRACEPARENT.fullmatch(text)
-        if parts is not None and int(parts[1], 16) and int(parts[2], 16):
-            found.append(SpanContext(int(parts[1], 16), int(parts[2], 16), is_remote=True,
-                                     trace_flags=TraceFlags(int(parts[3], 16))))
+        context = _traceparent(text)
+        if context is not None:
+            found.append(context)
     return found
 
 
