@@ -16,6 +16,8 @@ import pytest
 from engine_fixtures import RUNS, launcher_factory_fixture, make_processor_fixture, new_token, runs  # noqa: F401
 from helpers import wait_until
 from limiter_fixtures import fresh_limiters, unique  # noqa: F401 - the fresh_limiters fixture
+from opentelemetry.trace import SpanKind, StatusCode
+from tracing_fixtures import of_kind, spans_fixture  # noqa: F401 - the spans fixture
 
 from django_cogworker import ConfigError, Job, Limiter, joblog
 from django_cogworker.broker.keys import Keys
@@ -245,11 +247,6 @@ def test_in_a_worker_a_sync_job_waiting_behind_a_busy_thread_is_never_taken_ahea
     wait_until(lambda: r.llen(K.queue("default")) == 0 and not taken(), message="nothing left")
 
 
-class Blocker(Job):
-    async def perform(self) -> None:
-        time.sleep(0)
-
-
 def test_the_lag_watch_names_the_job_holding_the_loop_and_says_when_it_ran_again(caplog):
     now = [100.0]
     lag = LoopLag(asyncio.new_event_loop(), lambda: ("j-1", "app.jobs.Blocker"), limit=0.25, clock=lambda: now[0])
@@ -288,3 +285,17 @@ def test_async_concurrency_is_validated_naming_the_setting(value):
         build_config({"ASYNC_CONCURRENCY": value}, {})
     assert build_config({}, {}).async_concurrency == 100
     assert build_config({"ASYNC_CONCURRENCY": 0}, {}).async_concurrency == 0
+
+
+def test_an_async_job_runs_in_its_consumer_span_a_failure_marking_it(make_processor, spans):
+    called, token = make_processor(), new_token()
+    pushed = called.push(AsyncFails, token)
+
+    run = called.run_next_async()
+
+    assert run is not None and run.decision.outcome is Outcome.RETRY
+    [producer], [consumer] = of_kind(spans, SpanKind.PRODUCER), of_kind(spans, SpanKind.CONSUMER)
+    assert consumer.name == "process default" and consumer.parent is not None
+    assert consumer.parent.span_id == producer.context.span_id
+    assert dict(consumer.attributes or {})["messaging.message.id"] == pushed["jid"]
+    assert consumer.status.status_code is StatusCode.ERROR
