@@ -135,6 +135,23 @@ def test_a_cancel_with_interrupt_cancels_the_task_and_the_job_is_dead(make_proce
     assert runs(token) == ["cancelled"]
 
 
+def test_an_interrupt_sent_before_the_call_s_task_exists_stops_it_as_it_starts_and_one_sent_after_nothing():
+    async def main() -> str:
+        loop = asyncio.get_running_loop()
+        early = TaskInterrupt(loop)
+        early.send(Cancelled)  # (as a cancel read while the job's around hooks run)
+        await asyncio.sleep(0)
+        with pytest.raises(Cancelled):
+            await early.run(asyncio.sleep(60))
+        late = TaskInterrupt(loop)
+        done = await late.run(asyncio.sleep(0, "done"))
+        late.send(Cancelled)  # (the run returned: nothing to stop, nothing raised later)
+        await asyncio.sleep(0.01)
+        return done
+
+    assert asyncio.run(main()) == "done"
+
+
 def test_an_async_job_runs_on_the_loop_only_when_every_around_it_uses_has_an_async_form():
     assert Plans([BothArounds()]).plan(AsyncNote).on_loop
     assert not Plans([SyncAroundOnly()]).plan(AsyncNote).on_loop  # (on a thread, through async_to_sync)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import threading
-from typing import Protocol
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
 
 def raise_in_thread(thread_id: int, exc_type: type[BaseException] | BaseException | None) -> int:
@@ -47,9 +48,9 @@ class ThreadInterrupt:
 
 
 class TaskInterrupt:
-    """Stops a job's task on the event loop: ``send`` (from any thread) cancels it, and the run's
-    innermost await (:meth:`guard`) turns that cancel into the exception sent. Made by the loop
-    runner for each job, with the task its innermost call runs in (``task`` set once it exists)."""
+    """Stops a job's task on the event loop: ``send`` (from any thread) cancels it, and :meth:`run`,
+    the run's innermost await, turns that cancel into the exception sent. Made by the loop runner
+    for each job; ``task`` is its call's, once :meth:`run` made it."""
 
     __slots__ = ("loop", "task", "pending", "withdrawn")
 
@@ -63,20 +64,26 @@ class TaskInterrupt:
         self.loop.call_soon_threadsafe(self._fire, exc)
 
     def _fire(self, exc: type[BaseException] | BaseException) -> None:
-        # (On the loop's thread, as ``withdraw``: one that came after the run returned does nothing.)
+        # (On the loop's thread, as ``withdraw``: one that came after the run returned does nothing;
+        # one that came before its call's task was made cancels that task as it is made: ``run``.)
         task = self.task
-        if self.withdrawn or task is None or task.done() or self.pending is not None:
+        if self.withdrawn or (task is not None and task.done()) or self.pending is not None:
             return
         self.pending = exc
-        task.cancel()
+        if task is not None:
+            task.cancel()
 
     def withdraw(self) -> None:
         self.withdrawn = True
 
-    async def guard(self, awaitable: asyncio.Future | asyncio.Task) -> object:
-        """Await ``awaitable`` (the job's task); a cancel this interrupt sent raises its exception."""
+    async def run(self, call: Coroutine[Any, Any, Any]) -> Any:
+        """Await ``call`` (the job's own) in a task of its own, which ``send`` cancels; a cancel this
+        interrupt sent raises its exception, from the await the job was in."""
+        self.task = task = asyncio.ensure_future(call)
+        if self.pending is not None:  # (sent while the around hooks ran: before there was a task)
+            task.cancel()
         try:
-            return await awaitable
+            return await task
         except asyncio.CancelledError:
             exc = self.pending
             if exc is None:

@@ -257,8 +257,7 @@ class Processor:
             async def innermost() -> Any:
                 if interrupt is None:
                     return await chain(run.job, payload)  # type: ignore[misc]
-                interrupt.task = asyncio.ensure_future(chain(run.job, payload))  # type: ignore[misc]
-                return await interrupt.guard(interrupt.task)
+                return await interrupt.run(chain(run.job, payload))  # type: ignore[misc]
 
             run.value = await plan.run_through_async(run, innermost)
         finally:
