@@ -26,6 +26,7 @@ from django_cogworker.engine.fetch.contract import Unit
 from django_cogworker.engine.fetch.routing import Router
 from django_cogworker.engine.loop.lag import LoopLag
 from django_cogworker.engine.run.hooks import Feature, JobRun, Outcome, Plans
+from django_cogworker.engine.run.interrupts import TaskInterrupt
 from django_cogworker.errors import Cancelled, JobTimeout
 from django_cogworker.push import payload as payloads
 from django_cogworker.push.middleware import build_async_chain
