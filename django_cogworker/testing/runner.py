@@ -3,8 +3,9 @@
 A job run by ``drain`` (fake) or at its push (inline) goes through the path a worker's goes
 through (engine/run/processor.py): its class's Plan of the features' hooks (a batch's step, an
 encrypted job's arguments opened, a project's own ``COGWORKER["FEATURES"]``), the decision, the
-settlement, the ``after`` hooks. A feature has one implementation, and the helpers run it. What
-differs is what the helpers keep no state for:
+settlement, the ``after`` hooks; a job that a worker runs on its event loop is awaited through
+``process_async`` (asgiref's ``async_to_sync``, as its ``around_async`` hooks). A feature has one
+implementation, and the helpers run it. What differs is what the helpers keep no state for:
 
 * the job came from no queue: its ack writes nothing, and neither does its filing (no retry or
   dead set); a feature's step (a batch's) is run at once, against the project's Redis, and what
@@ -21,18 +22,23 @@ workflow's jobs need the project's Redis, as its batches live there).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from collections.abc import Sequence
 from typing import Any, cast
 
+from asgiref.sync import async_to_sync
+
 from .. import joblog
 from ..broker.keys import for_config
 from ..engine.fetch.contract import Fetch, Unit
 from ..engine.fetch.ledger import Ledger
+from ..engine.loop.runner import run_job_async
 from ..engine.process.launcher import run_job
 from ..engine.run.factories import build_features, load_features, step_runners
 from ..engine.run.hooks import Feature, JobRun, Plans, WorkerParts
+from ..engine.run.interrupts import TaskInterrupt
 from ..engine.run.processor import Processor
 from ..engine.settle.queue import SettlementQueue
 from ..engine.settle.retry import Filing, RetryPolicy
@@ -48,6 +54,7 @@ from ..features.results.hook import Results
 from ..push import payload as payloads
 from ..push import runtime
 from ..push import scope as _scope
+from ..push.job import registered
 
 # The features the helpers leave out, each for state a push under them never made:
 LEFT_OUT: tuple[type[Feature], ...] = (
@@ -75,7 +82,12 @@ class Runner:
         # job pushed in one at once, and its pushes, and the callbacks its step fires, joined that batch.)
         outside = _scope.batch.set(None)
         try:
-            run = self.processor().process(unit)
+            processor = self.processor()
+            if processor.plans.plan(registered(payload.get("class", ""))).for_payload(payload).on_loop:
+                # (An async job through process_async, as on a worker's loop: its around_async hooks.)
+                run = async_to_sync(_awaited)(processor, unit)
+            else:
+                run = processor.process(unit)
         finally:
             _scope.batch.reset(outside)
         if run is not None and run.error is not None:
@@ -88,6 +100,10 @@ class Runner:
             if self._processor is None:
                 self._processor = _build()
             return self._processor
+
+
+async def _awaited(processor: Processor, unit: Unit) -> JobRun | None:
+    return await processor.process_async(unit, TaskInterrupt(asyncio.get_running_loop()))
 
 
 def _build() -> Processor:
@@ -105,7 +121,7 @@ def _build() -> Processor:
     settler = AtOnce(cast(Fetch, Nowhere()), retry,
                      runners=step_runners(features))
     return Processor(0, ledger=Ledger(), settlements=SettlementQueue(settler), retry=retry, stats=Stats(keys),
-                     server_chain=run_job, plans=Plans(features))
+                     server_chain=run_job, plans=Plans(features), server_chain_async=run_job_async)
 
 
 def _raise(run: JobRun) -> None:
