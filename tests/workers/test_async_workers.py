@@ -16,7 +16,7 @@ from django_cogworker import cancel
 from django_cogworker.broker.keys import Keys
 from django_cogworker.tasks.api import TaskResultStatus
 from testproject.demo.async_jobs import AsyncBlockingJob, AsyncSleepJob, AsyncTimedJob, AsyncWaitJob
-from testproject.demo.jobs import RecordJob
+from testproject.demo.jobs import GatedJob, RecordJob
 from testproject.demo.tasks import async_add
 
 K = Keys()
@@ -163,3 +163,32 @@ def test_an_async_django_task_runs_on_the_loop(tmp_path, r):
         assert w.wait(30) == 0
     started = rf" cogworker-loop class=\S*async_add jid={result.id} \S+processor: start$"
     assert re.search(started, w.log(), re.M), w.log()[-2000:]
+
+
+def test_a_sync_job_fetched_for_the_loop_while_the_thread_is_busy_waits_for_the_thread(tmp_path, r):
+    # Its jobs async lately, the worker fetches for its loop's places while its one thread is busy:
+    # a sync job that comes goes back to the head of its queue at once, never started or recorded
+    # as running, and runs once the thread frees (routing.py's rule).
+    # (One queue: the fetch for the loop's places blocks on it, and takes the sync job the moment it
+    # is pushed. That it was handed back, never recorded as taken, is seen in test_async_jobs.py.)
+    with worker(tmp_path, "-c", "1", "--async-concurrency", "2", "-q", "default",
+                env={"COGWORKER_PREFETCH": "0"}) as w:
+        identity = w.wait_ready()
+        AsyncSleepJob.perform_bulk([[0, "warm"]] * 60)
+        wait_until(lambda: r.llen("warm") == 60, timeout=20, message="the async jobs ran")
+        held = GatedJob.perform_async("gate", "marks")
+        wait_until(lambda: r.lrange("marks", 0, -1) == [f"start:{held}"], timeout=15, message="the thread busy")
+        sync_jid = RecordJob.perform_async("sync")
+        AsyncSleepJob.perform_async(0, "after")
+
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:  # (watched a while: never run, never listed as running)
+            running = [json.loads(v)["payload"] for v in r.hvals(K.workers(identity))]
+            assert r.llen("sync") == 0 and not any(sync_jid in payload for payload in running)
+            time.sleep(0.02)
+        r.set("gate", "open")
+        wait_until(lambda: r.lrange("sync", 0, -1) == [sync_jid] and r.llen("after") == 1, timeout=15)
+        wait_until(lambda: nothing_left(r), timeout=10)
+        w.term()
+        assert w.wait(30) == 0
+    assert r.lrange("marks", 0, -1) == [f"start:{held}", f"end:{held}"]
