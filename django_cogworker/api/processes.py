@@ -49,6 +49,12 @@ class Process:
         number = _number(self.info.get("concurrency"))
         return int(number) if number is not None else None
 
+    @property
+    def async_concurrency(self) -> int:
+        """Places on its event loop for async jobs (0: none, or a process from before it had one)."""
+        number = _number(self.info.get("async_concurrency"))
+        return int(number) if number is not None else 0
+
     rss_kb = property(lambda self: self.info.get("rss_kb"))
 
     @property

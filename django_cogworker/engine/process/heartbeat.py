@@ -101,7 +101,8 @@ class Heartbeat(LoopThread):
         self.info = {
             "hostname": hostname, "pid": os.getpid(), "tag": config.tag, "identity": identity,
             "started_at": started_at or time.time(), "queues": list(config.queue_names),
-            "weights": dict(config.queues), "concurrency": config.concurrency, "fetch": config.fetch,
+            "weights": dict(config.queues), "concurrency": config.concurrency,
+            "async_concurrency": config.async_concurrency, "fetch": config.fetch,
             "version": version, "heartbeat_interval": config.heartbeat_interval,
             **(extra_info or {}),  # (a supervised process's supervisor and index)
         }
