@@ -317,3 +317,35 @@ def test_an_async_job_runs_in_its_consumer_span_a_failure_marking_it(make_proces
     assert consumer.parent.span_id == producer.context.span_id
     assert dict(consumer.attributes or {})["messaging.message.id"] == pushed["jid"]
     assert consumer.status.status_code is StatusCode.ERROR
+
+
+class AsyncCounts(Job):
+    """Count the receipts through the async ORM (on asgiref's thread-sensitive thread)."""
+
+    async def perform(self, token: str) -> None:
+        from testproject.demo.models import Receipt
+
+        RUNS[token].append(await Receipt.objects.acount())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_database_connection_an_async_job_used_is_closed_after_it(make_processor):
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    from django_cogworker.engine.run.db import CloseOldConnections
+
+    called, token = make_processor(server_middleware=[CloseOldConnections]), new_token()
+
+    def opened() -> bool:
+        return connections["default"].connection is not None
+
+    async def run_and_look() -> tuple[Any, bool]:
+        ran = await called.processor.process_async(called.take(), None, "cogworker-loop-0")
+        return ran, await sync_to_async(opened)()  # (on the thread the job's queries ran on)
+
+    called.push(AsyncCounts, token)
+    run, still_open = asyncio.run(run_and_look())
+
+    assert run is not None and run.decision.outcome is Outcome.SUCCESS and runs(token) == [0]
+    assert not still_open  # (CONN_MAX_AGE 0: closed after the job, as a sync job's)
