@@ -399,5 +399,6 @@ from .flow_jobs import (  # noqa: E402,F401
 )
 from .long_jobs import FailOnceWalk, MarkedWalk, ThrottledWalk, TurnsWalk  # noqa: E402,F401
 from .profiled_jobs import HotJob  # noqa: E402,F401
+from .collapse_jobs import DebouncedJob, KeepLastJob, ThrottledJob  # noqa: E402,F401
 from .push_jobs import ChainStepJob, CountedChildJob, PushFiveJob, UniqueCountedChildJob  # noqa: E402,F401
 from .secret_jobs import SecretCallback, SecretJob  # noqa: E402,F401
