@@ -169,9 +169,18 @@ def add_context(handlers: Iterable[logging.Handler]) -> None:
     about a job names it once (see :class:`Mention`): add_context comes after the handler's
     formatter and its other filters are set.
     """
+    handlers = list(handlers)
     for handler in handlers:
         if not any(isinstance(f, JobContextFilter) for f in handler.filters):
             handler.filters.insert(0, JobContextFilter())
+    name_once(handlers)
+
+
+def name_once(handlers: Iterable[logging.Handler]) -> None:
+    """A :class:`JobShown`, last, on each of ``handlers`` whose format shows the job: a line about
+    a job names it once there. Also run where jobs run outside runcogworker (the test helpers,
+    testing/runner.py), where the project's LOGGING is left as it is otherwise."""
+    for handler in handlers:
         if shows_job(handler) and not any(isinstance(f, JobShown) for f in handler.filters):
             handler.addFilter(JobShown())
 

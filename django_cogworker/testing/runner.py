@@ -26,6 +26,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, cast
 
+from .. import joblog
 from ..broker.keys import for_config
 from ..engine.fetch.contract import Fetch, Unit
 from ..engine.fetch.ledger import Ledger
@@ -91,6 +92,10 @@ class Runner:
 
 def _build() -> Processor:
     """A Processor called, not started: the worker's features (but LEFT_OUT), settled at once."""
+    # A project's handler that shows the job (its LOGGING's format with %(job_context)s and the
+    # JobContextFilter) printed each start and done line with the jid and class twice here, as
+    # runcogworker's did (issue 42): runcogworker marks such handlers, and so do the helpers.
+    joblog.name_once(joblog.configured_handlers())
     config = runtime.get_config()
     redis = runtime.get_shared_redis()  # (no connection made until a command needs one)
     keys = for_config(config)

@@ -145,6 +145,24 @@ def test_a_commit_that_finds_redis_stopped_waits_for_it_once_and_leaves_every_ro
     assert rows(alias) == []
 
 
+def test_a_commit_that_finds_redis_refusing_says_so_in_one_line_for_all_its_rows(away, alias, caplog):
+    """Redis refusing (killed), not stopped: each row's hand-over tried Redis in turn and wrote a
+    WARNING of its own (2,000 pushes in one transaction, 2,000 lines). The first refusal leaves the
+    rest to the relay, in one line counting them."""
+    with caplog.at_level(logging.WARNING, logger="django_cogworker"):
+        with transaction.atomic(using=alias):
+            jids = [Note.perform_async(i) for i in range(300)]
+            away.kill()
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1, lines[:3]
+    assert "ConnectionError" in lines[0]
+    assert f"300 row(s), 300 job(s), wait in the outbox of database {alias!r}" in lines[0]
+    assert rows(alias) == jids
+    away.restart()
+    assert relay(alias) == 300  # (each once)
+    assert queued_jids(away.client()) == jids
+
+
 def test_outside_a_transaction_a_push_redis_refuses_is_saved_to_the_outbox(away, rb):
     away.kill()
     jid = Note.perform_async(1)  # (no ConnectionError)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import io
+import logging
 
 import pytest
 from django.test import TestCase
 
-from django_cogworker import Job, UnknownJobError, testing
+from django_cogworker import Job, UnknownJobError, joblog, testing
 from django_cogworker.push import runtime
 from testproject.demo.jobs import FailJob, RecordJob
 
@@ -236,3 +238,35 @@ def test_an_async_perform_runs_in_both_modes():
     with testing.inline():
         AsyncCollect.perform_async(2)
     assert [args for _jid, args, _kw in ran] == [[1], [2]]
+
+
+@pytest.mark.parametrize("mode", ["fake", "inline"])
+def test_a_job_s_start_and_done_lines_name_it_once_under_the_project_s_logging(mode):
+    # The project's LOGGING as testproject/settings.py writes it (the JobContextFilter, a format with
+    # %(job_context)s): under the helpers (a test, a dev server in inline mode) each line had the jid
+    # and class twice ("class=... jid=... processor: start jid=... class=..."), as runcogworker's had.
+    # A handler whose format shows no job still gets them in the message.
+    shown, plain = io.StringIO(), io.StringIO()
+    with_context = logging.StreamHandler(shown)
+    with_context.setFormatter(logging.Formatter("%(levelname)s%(job_context)s %(name)s: %(message)s"))
+    with_context.addFilter(joblog.JobContextFilter())
+    without = logging.StreamHandler(plain)
+    without.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("django_cogworker.engine.run.processor")
+    logger.addHandler(with_context)
+    logger.addHandler(without)
+    try:
+        with getattr(testing, mode)() as jobs:
+            jid = Collect.perform_async("logged")
+            if mode == "fake":
+                jobs.drain()
+    finally:
+        logger.removeHandler(with_context)
+        logger.removeHandler(without)
+    job = f"{Collect.__module__}.Collect"
+    assert [line.split(" elapsed=")[0] for line in shown.getvalue().splitlines()] == [
+        f"INFO class={job} jid={jid} django_cogworker.engine.run.processor: start",
+        f"INFO class={job} jid={jid} django_cogworker.engine.run.processor: done"]
+    assert [line.split(" elapsed=")[0] for line in plain.getvalue().splitlines()] == [
+        f"INFO django_cogworker.engine.run.processor: start jid={jid} class={job}",
+        f"INFO django_cogworker.engine.run.processor: done jid={jid} class={job}"]

@@ -2,14 +2,18 @@
 
 The helpers run a job through the worker's own path (django_cogworker/testing/runner.py): a batch's
 step settles in Redis as a worker's does, its callbacks come back to the helper (collected by
-fake, run by inline), a chain's next step too. Each workflow is run under each mode, with OUTBOX
-off and on (on: inside a transaction, where a push would otherwise be an outbox row).
+fake, run by inline), a chain's next step too. Each workflow is run under each helper as a project
+meets it (the context managers ``testing.fake()`` / ``testing.inline()``, and the pytest plugin's
+fixtures ``cogworker_fake`` / ``cogworker_inline``, active for the whole test), with OUTBOX off and
+on (on: inside a transaction, where a push would otherwise be an outbox row).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import socket
+from collections.abc import Callable
 
 import pytest
 from django.conf import settings
@@ -81,9 +85,21 @@ def clear_ran():
     ran.clear()
 
 
-@pytest.fixture(params=["fake", "inline"])
-def mode(request):
-    return request.param
+@dataclasses.dataclass
+class Mode:
+    """A helper as a test meets it: ``kind`` (fake or inline) and ``helper()``, a context manager
+    that gives the helper's jobs (the fixtures' already active: entered for the whole test)."""
+
+    kind: str
+    helper: Callable[[], contextlib.AbstractContextManager]
+
+
+@pytest.fixture(params=["fake", "inline", "cogworker_fake", "cogworker_inline"])
+def mode(request) -> Mode:
+    if request.param.startswith("cogworker_"):  # (the pytest plugin's fixtures: django_cogworker/pytest_plugin.py)
+        jobs = request.getfixturevalue(request.param)
+        return Mode(request.param.removeprefix("cogworker_"), lambda: contextlib.nullcontext(jobs))
+    return Mode(request.param, getattr(testing, request.param))
 
 
 @pytest.fixture(params=["outbox off", "outbox on"])
@@ -97,31 +113,31 @@ def outbox(request, settings, redis_url):
     return contextlib.nullcontext
 
 
-def run_all(mode, outbox, start):
+def run_all(mode: Mode, outbox, start):
     """Start a workflow under ``mode`` (fake: then drain it); return how many jobs drain ran (inline: None)."""
-    if mode == "inline":
-        with testing.inline(), outbox():
+    if mode.kind == "inline":
+        with mode.helper(), outbox():
             start()
         return None
-    with testing.fake() as jobs:
+    with mode.helper() as jobs:
         with outbox():
             start()
         assert ran == []  # (collected, not run)
         return jobs.drain()
 
 
-def run_failing(mode, outbox, start) -> list[str]:
+def run_failing(mode: Mode, outbox, start) -> list[str]:
     """``run_all`` for a workflow with a job that fails: the errors the caller saw (fake: each drain
     that raised is followed by another, until nothing is left)."""
     errors = []
-    if mode == "inline":
+    if mode.kind == "inline":
         try:
-            with testing.inline(), outbox():
+            with mode.helper(), outbox():
                 start()
         except RuntimeError as exc:
             errors.append(str(exc))
         return errors
-    with testing.fake() as jobs:
+    with mode.helper() as jobs:
         with outbox():
             start()
         while len(jobs):
