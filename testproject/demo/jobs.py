@@ -387,6 +387,7 @@ class AddJob(Job):
 
 # Flow control's demo jobs live in their own module; imported here so that autodiscovery of
 # jobs.py registers them.
+from .collapse_jobs import DebouncedJob, KeepLastJob, ThrottledJob  # noqa: E402,F401
 from .fleet_jobs import LeakJob  # noqa: E402,F401
 from .flow_jobs import (  # noqa: E402,F401
     CancellableJob,
@@ -399,6 +400,5 @@ from .flow_jobs import (  # noqa: E402,F401
 )
 from .long_jobs import FailOnceWalk, MarkedWalk, ThrottledWalk, TurnsWalk  # noqa: E402,F401
 from .profiled_jobs import HotJob  # noqa: E402,F401
-from .collapse_jobs import DebouncedJob, KeepLastJob, ThrottledJob  # noqa: E402,F401
 from .push_jobs import ChainStepJob, CountedChildJob, PushFiveJob, UniqueCountedChildJob  # noqa: E402,F401
 from .secret_jobs import SecretCallback, SecretJob  # noqa: E402,F401
