@@ -52,6 +52,14 @@ class KeepLast(Job):
             OUTCOMES.setdefault(token, []).append(KeepLast.set(dedup_key=token).push(token, i))
 
 
+class KeepLastBoom(KeepLast):
+    def perform(self, token: str, n: int) -> None:
+        RAN.append((token, n))
+        for i in DURING.pop(token, []):
+            OUTCOMES.setdefault(token, []).append(KeepLastBoom.set(dedup_key=token).push(token, i))
+        raise RuntimeError("boom")
+
+
 def ran(token: str) -> list[int]:
     return [n for t, n in RAN if t == token]
 
@@ -143,12 +151,14 @@ def test_keep_last_if_active_keeps_one_follow_up_with_the_last_arguments(make_pr
 def test_a_keep_last_run_that_fails_keeps_its_follow_up_for_its_retry(make_processor, r):
     token = uuid.uuid4().hex
     called = make_processor(QUEUES=[QUEUE])
-    KeepLast.set(dedup_key=token).push(token, 0)
+    KeepLastBoom.set(dedup_key=token).push(token, 0)
     DURING[token] = [1]
     unit = called.take()
     state = K.collapse(json.loads(unit.raw)["collapse"][2])
-    called.processor.process(unit)
-    assert called.waiting() == 1 and r.hget(state, "next_jid") is None
+    run = called.processor.process(unit)
+    assert run.decision.outcome is Outcome.RETRY
+    assert called.waiting() == 0 and r.hget(state, "next_jid") == OUTCOMES[token][0].jid
+    assert r.hget(state, "running") is None  # (waiting again: its retry runs, then the follow-up)
 
 
 def test_a_state_key_of_the_wrong_type_is_quarantined_and_the_push_goes_through(r, caplog):
