@@ -8,6 +8,7 @@ cancellation, results, expiry), and the root holds the Django app itself.
 
 from . import _moved
 from .batches import Batch, chain, chord, group
+from .declarations import PushOutcome
 from .errors import (
     BatchError,
     BatchNotFound,
@@ -55,6 +56,7 @@ __all__ = [
     "OverLimit",
     "PayloadError",
     "PushLostAtCommit",
+    "PushOutcome",
     "UnknownJobError",
     "WrongTypeError",
     "__version__",

@@ -18,6 +18,8 @@ Who reads what:
 - a job that dies off the job's path (orphaned too many times, killed from the admin) is told to
   each ``died`` hook (a batch counts it dead), and ``provided(name)`` serves a feature's function
   to the core's public API (``Job.batch``, ``Job.cancel``, ``Job.cancelled``).
+- the push :class:`~.push.client.Client` hands a payload carrying a :class:`Writer`'s field to that
+  writer instead of its own write (a push that collapses into another: features/collapse/).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 # The package's features' declarations: a tuple of Declaration (imported on first use, by name).
 STANDARD = "django_cogworker.features.declared.STANDARD"
@@ -51,6 +53,29 @@ class Option:
     check_push: Callable[[Any, str, Any], None] | None = None  # (value, the class's name, the class)
 
 
+class PushOutcome(NamedTuple):
+    """What one push came to, as ``JobSetter.push`` reports it: ``status`` "pushed" (a new job),
+    "replaced" (its arguments took the place of an equal waiting job's, ``other``), "dropped" (an
+    equal job, ``other``, stands for it: nothing written) or "deferred" (written at the commit);
+    ``jid``: the job that runs for this push (a dropped push: the one that stands for it)."""
+
+    status: str
+    jid: str | None
+    other: str | None = None
+
+
+@dataclass(frozen=True)
+class Writer:
+    """How a feature writes the payloads that carry its ``field``, in place of the plain write: one
+    script of its own (features/collapse/: a debounced push replaces the job it finds waiting).
+    ``write(redis, keys, config, payload, now)`` returns a :class:`PushOutcome`; ``batch_refusal`` is
+    the error a push of such a payload inside a batch's ``jobs()`` block gets."""
+
+    field: str
+    write: Callable[[Any, Any, Any, dict[str, Any], float], PushOutcome]
+    batch_refusal: str
+
+
 @dataclass(frozen=True)
 class Declaration:
     """One feature's declaration (the fields it has no use for left empty)."""
@@ -69,6 +94,7 @@ class Declaration:
     # ``died(redis, keys, payload, error_class, message, batch_ttl)``: a job that ends off the job's path.
     died: Callable[..., None] | None = None
     provides: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    writer: Writer | None = None
 
 
 class Declared:
@@ -84,6 +110,7 @@ class Declared:
                              if d.pushes is not None and d.on_push is not None)
         self.deaths = tuple(d.died for d in self.declarations if d.died is not None)
         self.provided = {name: f for d in self.declarations for name, f in d.provides.items()}
+        self.writers = tuple(d.writer for d in self.declarations if d.writer is not None)
 
     def push_hooks(self, job_class: Any, options: Mapping[str, Any]) -> tuple[PushHook, ...]:
         """The ``on_push`` hooks that apply to pushes of ``job_class`` with ``options``."""

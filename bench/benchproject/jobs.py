@@ -82,6 +82,20 @@ class NoopIncr(Job):
         get_redis().incr(COUNTER)
 
 
+class DebouncedNoop(NoopIncr):
+    """NoopIncr pushed with ``debounce`` (the enqueue section's collapse rows: what a push costs)."""
+
+    name = "bench.DebouncedNoop"
+    debounce = 60
+
+
+class ThrottledNoop(NoopIncr):
+    """NoopIncr pushed with ``throttle`` (the enqueue section's collapse rows)."""
+
+    name = "bench.ThrottledNoop"
+    throttle = 60
+
+
 class Stamp(Job):
     name = "bench.Stamp"
 

@@ -24,7 +24,7 @@ PARAMS = {"enqueue_one_jobs": (300, 10_000), "enqueue_peer_jobs": (300, 5_000), 
 
 
 def run(bench: Bench) -> dict[str, Any]:
-    from benchproject.jobs import NoopIncr
+    from benchproject.jobs import DebouncedNoop, NoopIncr, ThrottledNoop
 
     rnd = harness.rnd
     out: dict[str, Any] = {}
@@ -51,6 +51,23 @@ def run(bench: Bench) -> dict[str, Any]:
             now = time.time()
             NoopIncr.perform_bulk([(now,)] * min(1000, n - start))
 
+    # Pushes that collapse (features/collapse/, issue 48: goal <= 1.3x a plain push's cost): a debounce
+    # that replaces the job waiting (one dedup key: ZREM, ZADD, HSET), one whose arguments differ each
+    # time (a new job each push), and a throttle whose pushes are all written (distinct arguments:
+    # its dearest path; a dropped one writes nothing).
+    def debounced_replacing(n: int) -> None:
+        pusher = DebouncedNoop.set(dedup_key="bench")
+        for _ in range(n):
+            pusher.perform_async(time.time())
+
+    def debounced_new(n: int) -> None:
+        for _ in range(n):
+            DebouncedNoop.perform_async(time.time())
+
+    def throttled_new(n: int) -> None:
+        for _ in range(n):
+            ThrottledNoop.perform_async(time.time())
+
     def lpush_loop(n: int) -> None:
         for _ in range(n):
             bench.r.lpush("bare:queue", _floor_payload("noop", time.time()))
@@ -63,6 +80,10 @@ def run(bench: Bench) -> dict[str, Any]:
     timed("cogworker_perform_async", one, perform_async, "cogworker perform_async, one at a time")
     timed("cogworker_perform_async_short", one, perform_async_short,
           "cogworker perform_async, one at a time, as to a queue kept short")
+    timed("cogworker_debounced_replacing", one, debounced_replacing,
+          "cogworker perform_async, debounce, each replacing the one waiting")
+    timed("cogworker_debounced_new", one, debounced_new, "cogworker perform_async, debounce, each a new job")
+    timed("cogworker_throttled_new", one, throttled_new, "cogworker perform_async, throttle, each written")
     timed("bare_lpush", one, lpush_loop, "bare LPUSH loop, one at a time")
     timed("cogworker_perform_bulk", bulk, perform_bulk, "cogworker perform_bulk, 1,000 per call")
     timed("bare_lpush_bulk", bulk, lpush_bulk, "bare LPUSH of 1,000 payloads per call")
@@ -114,9 +135,20 @@ def report(res: dict[str, Any]) -> str:
         "second row (the same path since the receipt; runs before it sent LPUSH alone onto a backlog).")
     add("")
     bare = enq.get("bare_lpush", {}).get("jobs_per_s")
+    plain = enq.get("cogworker_perform_async", {}).get("jobs_per_s")
+    collapsing = ("cogworker_debounced", "cogworker_throttled")
+    # (A run from before the collapsing rows existed has none: no column, no sentence about them.)
+    costs = any(k.startswith(collapsing) for k in enq)
     rows = [[d["label"], d["jobs"], d["jobs_per_s"],
              f"{fmt(d['min_jobs_per_s'])}–{fmt(d['max_jobs_per_s'])}" if "min_jobs_per_s" in d else "–",
-             f"{d['jobs_per_s'] / bare:.2f}×" if bare and "bulk" not in k else "–"] for k, d in enq.items()]
-    add(table(["how", "jobs", "jobs/s (median)", "range", "vs bare LPUSH loop"], rows))
+             f"{d['jobs_per_s'] / bare:.2f}×" if bare and "bulk" not in k else "–",
+             *([f"{plain / d['jobs_per_s']:.2f}×" if plain and k.startswith(collapsing) else "–"] if costs else [])]
+            for k, d in enq.items()]
+    add(table(["how", "jobs", "jobs/s (median)", "range", "vs bare LPUSH loop",
+               *(["cost vs plain push"] if costs else [])], rows))
     add("")
+    if costs:
+        add("The debounce and throttle rows (docs/fairness.md): a push's cost against a plain `perform_async`'s "
+            "(its time a job over the plain one's; issue 48's goal: at most 1.3×).")
+        add("")
     return page.text()

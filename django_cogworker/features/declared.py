@@ -10,6 +10,7 @@ from typing import Any
 
 from ..declarations import Declaration
 from .cancellation.declaration import DECLARATION as CANCELLATION
+from .collapse.declaration import DECLARATION as COLLAPSE
 from .encryption.declaration import DECLARATION as ENCRYPTION
 from .expiry.declaration import DECLARATION as EXPIRY
 from .iteration.declaration import DECLARATION as ITERATION
@@ -45,4 +46,6 @@ def _died(redis: Any, keys: Any, payload: dict[str, Any], error: str, message: s
 
 BATCHES = Declaration("batches", died=_died, provides={"open_batch": _open_batch, "signature": _signature})
 
-STANDARD = (RESULTS, EXPIRY, LIMITS, ENCRYPTION, CANCELLATION, BATCHES, PROGRESS, ITERATION, TRACING, PROFILING)
+# (The collapse's digest is of the clear arguments: its hook before the encryption's seal.)
+STANDARD = (RESULTS, EXPIRY, LIMITS, COLLAPSE, ENCRYPTION, CANCELLATION, BATCHES, PROGRESS, ITERATION, TRACING,
+            PROFILING)

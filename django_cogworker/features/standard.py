@@ -14,6 +14,7 @@ from ..engine.run.timeouts import Timeouts
 from ..push.job import registry
 from .batches.hook import Batches
 from .cancellation.hook import Cancellation
+from .collapse.hook import KeepLast
 from .encryption.hook import Encryption
 from .encryption.keys import ring_for
 from .expiry.hook import Expiry
@@ -49,7 +50,8 @@ def build(parts: WorkerParts) -> list[Feature]:
     return [*tracing(config),
             Expiry(redis, keys), Cancellation(redis, keys, Cancels()),
             ClassLimits(gate), InlineLimits(gate), RefusalCount(),
-            RunLockRelease(RunLocks(redis, keys)), Results(ResultWriter(redis, keys, parts.identity), timeouts),
+            RunLockRelease(RunLocks(redis, keys)),
+            KeepLast(redis, keys, config.unique_lock_ttl), Results(ResultWriter(redis, keys, parts.identity), timeouts),
             Batches(redis, keys, config.batch_ttl), Encryption(ring), Progress(redis, keys),
             Iteration(redis, keys, config, parts.retry, ring),
             *([History(redis, keys)] if config.metrics_history else []), Profiling(redis, keys, parts.identity)]

@@ -291,6 +291,13 @@ class JobSetter:
     def perform_async(self, *args: Any, **kwargs: Any) -> str | None:
         return self._push_now(args, kwargs)
 
+    def push(self, *args: Any, **kwargs: Any) -> Any:
+        """Push now as ``perform_async`` does; return what it came to, a ``PushOutcome``: ``status``
+        "pushed", "replaced", "dropped" or "deferred", ``jid`` and ``other`` (docs/fairness.md)."""
+        client = self._client()
+        client.forget_outcome()
+        return client.outcome(self._push_now(args, kwargs))
+
     def _push_now(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
         # (One frame for Job.perform_async and this class's: every call is paid on every push.)
         client = self._client() if _runtime is None else _runtime.get_client()

@@ -25,6 +25,7 @@ EXPECTED = [
     "OverLimit",
     "PayloadError",
     "PushLostAtCommit",
+    "PushOutcome",
     "UnknownJobError",
     "WrongTypeError",
     "__version__",

@@ -52,6 +52,9 @@ quarantine:<key>:<t>:<rand>   any     a key found holding the wrong type, moved 
 periodic:*                    -       see the periodic package (schedule, disabled,           -
                                       enabled_at, locks)
 unique:<digest>               string  unique-job lock                                         set
+collapse:<digest>             hash    pushes that collapse (features/collapse/scripts.py:     mode's
+                                      mode, jid, raw, running, next, next_jid); the digest    (scripts
+                                      unique jobs' or a ``dedup_key``'s                       .py)
 push_receipt:<pusher>         string  a pushing thread's last push: its token and the reply   10 min
                                       (PUSH), so that a retry of it writes nothing again;
                                       cluster: one per slot pushed to (home, or the queue's)
@@ -121,11 +124,10 @@ pollers subscribe, and wake for it.
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 from ..cluster import has_hash_tag, is_cluster_url
-from .families import BATCH_TYPES, LIMIT_TYPES, BatchKeys, LimitKeys, Want
+from .families import BATCH_TYPES, LIMIT_TYPES, BatchKeys, LimitKeys, Want, glob_escape
 
 __all__ = ["BATCH_TYPES", "LIMIT_TYPES", "PRESENCE_BEATS", "PRESENCE_TTL_MIN", "BatchKeys", "Keys", "LimitKeys", "Want",
            "for_config", "glob_escape", "presence_ttl"]
@@ -142,11 +144,6 @@ def presence_ttl(heartbeat_interval: float) -> int:
     and, its last-beat stamp lost as well, could be taken for dead.
     """
     return max(PRESENCE_TTL_MIN, math.ceil(PRESENCE_BEATS * heartbeat_interval))
-
-
-def glob_escape(text: str) -> str:
-    """Escape Redis MATCH's special characters: ``text`` is matched literally."""
-    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
 def for_config(config: Any) -> Keys:
@@ -330,6 +327,9 @@ class Keys:
 
     def unique(self, digest: str) -> str:
         return f"{self.prefix}unique:{digest}"
+
+    def collapse(self, digest: str) -> str:  # (home slot: beside the schedule)
+        return f"{self.prefix}collapse:{digest}"
 
     def push_receipt(self, pusher: str, queue: str | None = None) -> str:
         """The receipt of ``pusher``'s pushes: in the home slot, or (a cluster) in ``queue``'s."""

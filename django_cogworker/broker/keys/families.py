@@ -6,7 +6,13 @@ the names (keys/__init__.py, with the schema's table); this module says what eac
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
+
+
+def glob_escape(text: str) -> str:
+    """Escape Redis MATCH's special characters: ``text`` is matched literally."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
 class Want(NamedTuple):

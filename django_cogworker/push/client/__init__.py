@@ -8,6 +8,10 @@ it returns True when it has taken the push to run at transaction commit.
 Every write is the PUSH script (broker/scripts/push.py), one round trip however many jobs; how
 a push is written (grouped by destination, one call per slot on a cluster, receipts, repairs) is
 ``client/writes.py``'s ``PushWrites``, a mixin of the Client, as the outbox's part is (outbox/pushing.py).
+A payload carrying a feature's writer field (declarations.py ``Writer``: a push that debounces or
+throttles) is that writer's to write instead, in one script of its own, never by the outbox (at the
+commit, as without it) nor in a batch (refused); what it came to is kept per thread for
+``JobSetter.push`` (``outcome``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from ...broker import scripts
 from ...broker.keys import for_config
 from ...broker.types import RedisClient
 from ...conf import Config
+from ...declarations import PushOutcome, Writer, declared
+from ...errors import CogworkerError
 from ...outbox.pushing import OutboxPushes
 from .. import payload as payloads
 from .. import scope as _scope
@@ -63,6 +69,7 @@ class Client(OutboxPushes, PushWrites):
         self._chain = build_chain(middleware, self._write if self._chain_is_terminal else self._terminal)
         # This client's part of its pushers' receipt keys (see _pusher).
         self._name = secrets.token_hex(6)
+        self._writers = tuple((w.field, w) for w in declared().writers)  # (the features' own writes)
 
     def push(self, payload: dict[str, Any], *, at: float | None = None, on_commit: bool | None = None) -> str | None:
         """Push one payload (already checked); return its jid, or None if a middleware stopped it
@@ -74,16 +81,42 @@ class Client(OutboxPushes, PushWrites):
         """
         if at is not None:
             payload["at"] = float(at)
+        writer = self._writer_of(payload) if self._writers else None
         scope = _scope.batch.get()
         if scope is not None:
+            if writer is not None:
+                raise CogworkerError(writer.batch_refusal)
             return next(iter(self._push_in_batch(scope, [payload], lambda: [self._chain(payload)])), None)
         if on_commit is None:
             on_commit = self.config.enqueue_on_commit
-        if (alias := self._outbox_alias(on_commit)) is not None:
+        if writer is None and (alias := self._outbox_alias(on_commit)) is not None:
             return next(iter(self._stash(alias, [payload])), None)
         if on_commit and self.defer is not None and self.defer(lambda: self._chain(payload), [payload]):
+            self._bulk.outcome = PushOutcome("deferred", payload["jid"])
             return payload["jid"]
         return self._chain(payload)
+
+    def forget_outcome(self) -> None:
+        """Forget this thread's last push's outcome (JobSetter.push, before it pushes)."""
+        self._bulk.outcome = None
+
+    def outcome(self, jid: str | None) -> PushOutcome:
+        """What this thread's last push came to: its writer's or the defer's word, else ``jid``'s
+        (None: a middleware stopped it, or a unique job's duplicate)."""
+        said = getattr(self._bulk, "outcome", None)
+        return said if said is not None else PushOutcome("pushed" if jid else "dropped", jid)
+
+    def _writer_of(self, payload: dict[str, Any]) -> Writer | None:
+        for field, writer in self._writers:
+            if field in payload:
+                return writer
+        return None
+
+    def _write_own(self, writer: Writer, payload: dict[str, Any]) -> PushOutcome:
+        """Write ``payload`` through its feature's ``writer``; keep what it came to for this thread."""
+        payloads.check_outgoing(payload)
+        written = self._bulk.outcome = writer.write(self.redis, self.keys, self.config, payload, self.clock())
+        return written
 
     def _push_in_batch(self, scope: _scope.BatchScope, items: Sequence[dict[str, Any]],
                        push: Callable[[], list[Any]], at: float | None = None) -> list[Any]:
@@ -113,6 +146,8 @@ class Client(OutboxPushes, PushWrites):
         return pushed
 
     def _write(self, payload: dict[str, Any]) -> str | None:
+        if self._writers and (writer := self._writer_of(payload)) is not None:
+            return self._write_own(writer, payload).jid  # (dropped: the jid of the job standing for it)
         if self.outbox is not None:
             return payload["jid"] if self._write_or_save([payload]) else None
         jid, queue = payload.get("jid"), payload.get("queue")
@@ -139,12 +174,15 @@ class Client(OutboxPushes, PushWrites):
         are those pushed. Inside a transaction the push waits for commit as
         push does, and every jid is returned.
         """
+        own = next((w for item in items if (w := self._writer_of(item)) is not None), None) if self._writers else None
         scope = _scope.batch.get()
         if scope is not None:
+            if own is not None:
+                raise CogworkerError(own.batch_refusal)
             return self._push_in_batch(scope, items, lambda: self._push_bulk_now(items, at), at)
         if on_commit is None:
             on_commit = self.config.enqueue_on_commit
-        if (alias := self._outbox_alias(on_commit)) is not None:
+        if own is None and (alias := self._outbox_alias(on_commit)) is not None:
             return self._stash(alias, items, at)
         if on_commit and self.defer is not None and self.defer(lambda: self._push_bulk_now(items, at), items):
             return [item["jid"] for item in items]
@@ -162,8 +200,19 @@ class Client(OutboxPushes, PushWrites):
         if at is not None:
             for item in items:
                 item["at"] = float(at)
-        return [item["jid"] for item in (self._write_bulk if self.outbox is None else self._write_or_save)(
-            self._collect(items))]
+        collected = self._collect(items)
+        if self._writers and any(self._writer_of(item) for item in collected):
+            # (Each of the feature's own in turn, as so many pushes: a drop is left out, as a duplicate is.)
+            plain = [item for item in collected if self._writer_of(item) is None]
+            own = {id(item): written for item in collected if (writer := self._writer_of(item)) is not None
+                   and (written := self._write_own(writer, item)).status != "dropped"}
+            done = {id(item) for item in self._write_plain(plain)} if plain else set()
+            return [own[id(item)].jid or item["jid"] if id(item) in own else item["jid"]
+                    for item in collected if id(item) in own or id(item) in done]
+        return [item["jid"] for item in self._write_plain(collected)]
+
+    def _write_plain(self, items: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
+        return (self._write_bulk if self.outbox is None else self._write_or_save)(items)
 
     def _collect(self, items: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
         """Run ``items`` through the client middleware; return what it let through (unwritten)."""

@@ -1,0 +1,63 @@
+"""How a push that collapses is written: the push Client hands it here (declarations.py ``Writer``,
+by its payload's ``collapse`` field) instead of writing it itself, and one script (COLLAPSE_PUSH)
+writes it, replaces the job it collapses into, or drops it, by the state under its digest.
+
+Where the job goes: a debounced job to the schedule, due ``debounce`` seconds from now (or at its
+``perform_at`` time if later): only there can a later push find it and take its place. A throttled
+or keep_last_if_active job to its queue, or the schedule if it is due later; on a cluster to the
+schedule due now whatever it is (the state is in the home slot, the queue in a slot of its own: one
+script can't write both; a poller moves it a moment later, as for a unique job).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from ...broker.quarantine import quarantine_key
+from ...broker.types import RedisClient
+from ...declarations import PushOutcome
+from ...push import payload as payloads
+from .scripts import COLLAPSE_PUSH, STATE_GRACE
+
+logger = logging.getLogger(__name__)
+
+MODES = ("debounce", "throttle", "keep_last")
+
+
+def write(redis: RedisClient, keys: Any, config: Any, payload: dict[str, Any], now: float) -> PushOutcome:
+    """Write ``payload`` as its ``collapse`` field says; return what it came to."""
+    mode, seconds, digest = payload["collapse"]
+    at = payload.pop("at", None)
+    if mode == "debounce":
+        due: float | None = max(now + seconds, at or 0.0)
+    elif at is not None and at > now:
+        due = at
+    else:
+        due = now if keys.spread else None
+    if due is None:
+        payload["enqueued_at"] = now
+    state = keys.collapse(digest)
+    if mode == "debounce":
+        ttl = (due - now + STATE_GRACE) if due is not None else STATE_GRACE
+    elif mode == "throttle":
+        ttl = seconds
+    else:
+        ttl = config.unique_lock_ttl
+    queue = payload["queue"]
+    destination = [keys.schedule] if due is not None else [keys.queue(queue), keys.queues]
+    args = [mode, payload["jid"], payloads.encode(payload), "" if due is None else repr(due),
+            max(math.ceil(ttl * 1000), 1), queue, keys.schedule_wake]
+    reply = COLLAPSE_PUSH(redis, [state, *destination], args)
+    if _text(reply[0]) == "wrongtype":
+        quarantine_key(redis, keys, state, "hash", "is no collapse state (the wrong type)")
+        reply = COLLAPSE_PUSH(redis, [state, *destination], args)
+    status, jid, other = (_text(part) for part in reply)
+    if status == "dropped":
+        logger.info("%s push of %s dropped: jid=%s stands for it", mode, payload["class"], jid)
+    return PushOutcome(status, jid, other or None)
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
