@@ -1,6 +1,7 @@
 """Demo jobs whose pushes collapse (debounce, throttle, keep_last_if_active): what
 tests/workers/test_collapse_workers.py runs through real workers. Each RPUSHes its ``n`` onto
-``key`` as it runs, so a test reads which pushes ran, in order, and how many times."""
+``key`` as it runs, so a test reads which pushes ran, in order, and how many times. On the default
+queue: a queue of their own that the settings' QUEUES doesn't list is a check warning (W001)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from django_cogworker.push.runtime import get_redis
 
 
 class DebouncedJob(Job):
-    queue = "collapse"
     debounce = 1.0
 
     def perform(self, key: str, n: int) -> None:
@@ -19,7 +19,6 @@ class DebouncedJob(Job):
 
 
 class ThrottledJob(Job):
-    queue = "collapse"
     throttle = 60
 
     def perform(self, key: str, n: int) -> None:
@@ -29,7 +28,6 @@ class ThrottledJob(Job):
 class KeepLastJob(Job):
     """Runs until ``<key>:go`` is set when ``hold`` (so that a test pushes while it runs)."""
 
-    queue = "collapse"
     keep_last_if_active = True
     dedup_key = "keep-last-demo"
 

@@ -13,13 +13,13 @@ from django_cogworker.broker.keys import Keys
 from testproject.demo.jobs import DebouncedJob, KeepLastJob, ThrottledJob
 
 K = Keys()
-ARGS = ("-q", "collapse", "-c", "5")
+ARGS = ("-q", "default", "-c", "5")
 
 
 def settled(r, worker: Worker) -> bool:
     """Nothing left that could run again: the queue, the schedule and the in-progress lists empty."""
     lists = [k for k in r.keys(K.prefix + "in_progress:*") if r.type(k) == "list"]
-    return r.llen(K.queue("collapse")) == 0 and r.zcard(K.schedule) == 0 and not any(r.llen(k) for k in lists)
+    return r.llen(K.queue("default")) == 0 and r.zcard(K.schedule) == 0 and not any(r.llen(k) for k in lists)
 
 
 def test_100_debounced_pushes_in_a_second_run_once_with_the_last_arguments(tmp_path, r):
