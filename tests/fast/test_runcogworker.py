@@ -23,9 +23,9 @@ def test_the_banner_names_the_outbox_the_caps_and_the_health_port_when_set():
     capped = plain.replace(outbox=True, max_memory_mb=512, max_jobs_per_process=10_000, health_port=8086,
                            health_host="0.0.0.0")
     assert runcogworker.banner(plain, 0, 1).split(" | ")[1:] == [
-        "redis redis://:***@h:6390/1", "queues mail(3), default(1)", "concurrency 10", "fetch reliable",
-        "periodic entries 0", "outbox off"]
-    assert runcogworker.banner(capped, 2, 4).split(" | ")[5:] == [
+        "redis redis://:***@h:6390/1", "queues mail(3), default(1)", "concurrency 10", "async 100",
+        "fetch reliable", "periodic entries 0", "outbox off"]
+    assert runcogworker.banner(capped, 2, 4).split(" | ")[6:] == [
         "periodic entries 2", "processes 4", "outbox on", "max memory 512 MB", "max jobs 10000 per process",
         "health 0.0.0.0:8086"]
 
