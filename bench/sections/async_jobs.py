@@ -35,12 +35,20 @@ KINDS = ("AwaitShort", "AwaitLong")
 
 
 class ThreadPerJob(Cogworker):
-    """runcogworker -c C, reliable: each async job on a processor thread through ``async_to_sync``."""
+    """runcogworker -c C, reliable: each async job on a processor thread through ``async_to_sync``.
+    With a worker that has the event loop, ``--async-concurrency 0`` keeps them on the threads: left
+    at its default (100), they ran on the loop and these rows measured it under the threads' name."""
 
     def __init__(self, concurrency: int):
         super().__init__("reliable", concurrency)
         self.key = f"cogworker-threads-c{concurrency}"
         self.label = f"cogworker threads -c {concurrency} (async_to_sync)"
+        self.loop_off = CogworkerAsync().available() is None
+        if self.loop_off:
+            self.worker_desc = self.worker_desc.rstrip("`") + " --async-concurrency 0`"
+
+    def argv(self) -> list[str]:
+        return [*super().argv(), *(["--async-concurrency", "0"] if self.loop_off else [])]
 
 
 def systems() -> list[System]:
