@@ -31,11 +31,17 @@ def test_make_demo_says_its_key_prefix_first_and_writes_no_key_outside_it(tmp_pa
     try:
         # (The six limited PartnerCallJobs, the demo's last to run but the scheduled ones.)
         ran = poll(lambda: r.llen(f"{PREFIX}partner-calls:done") == 6, timeout=90)
+        # (The twenty async jobs on the event loop, and the five debounced pushes run once, the last.)
+        awaited = poll(lambda: r.llen(f"{PREFIX}async-demo") == 20, timeout=30)
+        debounced = poll(lambda: r.lrange(f"{PREFIX}debounce-demo", 0, -1) == ["5"], timeout=30)
     finally:
         demo.send_signal(signal.SIGTERM)  # (the worker: the script exec'd it)
         demo.wait(60)
     # (Its output read now: a message built before the wait was the empty log of a demo not yet started.)
     assert ran, f"the demo's jobs didn't run; its output:\n{log.read_text()}"
+    assert awaited and debounced, f"the demo's async or debounced jobs didn't run; its output:\n{log.read_text()}"
+    assert {entry.split()[1] for entry in r.lrange(f"{PREFIX}async-demo", 0, -1)} == {"cogworker-loop"}
+    assert r.lrange(f"{PREFIX}debounce-demo", 0, -1) == ["5"]  # (still once, after the worker stopped)
     lines = log.read_text().splitlines()
     assert lines[0] == (f'demo: every key under the prefix "{PREFIX}" (COGWORKER_KEY_PREFIX), so a Redis other '
                         f"work uses keeps its own keys")

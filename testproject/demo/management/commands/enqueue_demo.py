@@ -2,6 +2,8 @@ from django.core.management.base import BaseCommand
 
 from django_cogworker import Batch, cancel, chain
 from django_cogworker.push import runtime
+from testproject.demo.async_jobs import AsyncSleepJob
+from testproject.demo.collapse_jobs import DebouncedJob
 from testproject.demo.flow_jobs import PartnerCallJob
 from testproject.demo.jobs import FlakyJob, ReceiptsSent, ScheduledHello, SendReceipt, Tally
 
@@ -9,7 +11,8 @@ from testproject.demo.jobs import FlakyJob, ReceiptsSent, ScheduledHello, SendRe
 class Command(BaseCommand):
     help = ("Enqueue the demo jobs: a SendReceipt, a FlakyJob (succeeds on retry), a ScheduledHello in 5 s, "
             "a batch of three SendReceipts with a success callback, a chain of two steps, six PartnerCallJobs "
-            "limited to three at once, and a ScheduledHello cancelled before it runs.")
+            "limited to three at once, a ScheduledHello cancelled before it runs, twenty async jobs that await "
+            "0.5 s together on the event loop, and five debounced pushes that run once.")
 
     def handle(self, *args, **options):
         jids = {
@@ -32,3 +35,12 @@ class Command(BaseCommand):
                           f"the others wait for a place (the worker logs 'over limit ... rescheduled')")
         doomed = ScheduledHello.perform_in(60, "nobody")
         self.stdout.write(f"enqueued a ScheduledHello in 60 s, then cancelled it: {cancel(doomed)}")
+        prefix = runtime.get_config().key_prefix
+        AsyncSleepJob.perform_bulk([[0.5, f"{prefix}async-demo"]] * 20)
+        self.stdout.write("enqueued 20 AsyncSleepJobs (async def perform, await 0.5 s): they run at once on the "
+                          "worker's event loop (their done lines name the thread cogworker-loop)")
+        # (One dedup_key for the five: equal pushes are otherwise those of the same arguments.)
+        outcomes = [DebouncedJob.set(dedup_key="demo").push(f"{prefix}debounce-demo", n) for n in range(1, 6)]
+        said = ", ".join(o.status for o in outcomes)
+        self.stdout.write(f"pushed a DebouncedJob five times with one dedup_key (debounce = 1 s): {said}; it runs "
+                          "once, with the last push's arguments (5)")
