@@ -217,6 +217,24 @@ def test_a_job_fetched_for_a_pool_with_no_free_place_is_handed_back_and_that_poo
     assert router.blocked is None and woken
 
 
+def test_a_block_that_nothing_clears_lapses_so_that_a_process_fetches_again(monkeypatch):
+    # The race a review found: a thread went idle (thread_freed, nothing blocked yet) while a fetch
+    # was in flight, then split blocked the loop for the sync job it brought; with every thread idle
+    # nothing would clear it, and at a mostly-async mix the fetcher asked for 0 jobs for good.
+    from django_cogworker.engine.fetch import routing
+
+    router = Router(FakeLoop(), Plans([]), wake=lambda: None)  # type: ignore[arg-type]
+    router.share = 0.95  # (a mostly-async process)
+    router.take()
+    router.thread_freed()  # (the thread went idle before the block was set: nothing to clear)
+    router.split([unit_of(SyncNote)], threads=0, places=2)
+    router.give(2)
+    assert router.blocked == "loop" and router.count(10, router.places()) == 0
+    now = time.monotonic()
+    monkeypatch.setattr(routing.time, "monotonic", lambda: now + routing.BLOCK_MAX + 0.01)
+    assert router.blocked is None and router.places() == 2 and router.count(10, router.places()) > 0
+
+
 def test_a_fetch_asks_for_what_both_pools_can_take_at_the_mix_of_jobs_fetched_lately():
     router = Router(FakeLoop(), Plans([]), wake=lambda: None)  # type: ignore[arg-type]
     # At first a process counts its jobs sync (most of a Django project's are): its loop's places are

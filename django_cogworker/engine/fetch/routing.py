@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -42,6 +43,8 @@ THREAD, LOOP = "thread", "loop"
 SHARE_MIN = 0.02
 SHARE_WEIGHT = 0.05
 SLACK = 0.9
+# How long a pool stays blocked at most when the other frees no place (see Router).
+BLOCK_MAX = 1.0
 
 
 class Loop(Protocol):
@@ -57,9 +60,11 @@ class Router:
 
     Created by the Manager with the loop runner and the process's Plans; used by the fetcher thread
     (``take``, ``split``, ``give``); ``loop_freed`` is called on the loop's thread as a job's task
-    ends, ``thread_freed`` on a processor's as it goes idle. ``blocked`` is a plain attribute: a
-    race with a pool freeing a place as a fetch returns costs at most one more wait of the
-    fetcher's (it wakes every 0.5 s), never a job.
+    ends, ``thread_freed`` on a processor's as it goes idle. ``blocked`` lapses BLOCK_MAX seconds
+    after it was set: a pool that freed its place between the fetch and ``split`` setting the block
+    (no lock spans both threads' steps) would otherwise leave it set with nothing left to clear it,
+    and a process whose jobs are mostly async, its threads all idle, never fetched again. A lapse
+    costs at most a fetch that hands its job back again, once a BLOCK_MAX.
     """
 
     def __init__(self, loop: Loop, plans: Plans, wake: Callable[[], None]):
@@ -69,10 +74,22 @@ class Router:
         self._free: queue.SimpleQueue[None] = queue.SimpleQueue()
         for _ in range(loop.capacity):
             self._free.put(None)
-        self.blocked: str | None = None  # the pool not offered until the other frees a place
+        self._blocked: str | None = None  # the pool not offered until the other frees a place
+        self._blocked_at = 0.0
         # No async class registered: the loop is never offered, nothing decoded to route.
         self._any_async = any(is_coroutine_class(cls) for cls in registry().values())
         self.share = SHARE_MIN if self._any_async else 0.0  # (most jobs of a Django project are sync)
+
+    @property
+    def blocked(self) -> str | None:
+        """The pool not offered now: until the other frees a place, or BLOCK_MAX seconds at most."""
+        if self._blocked is not None and time.monotonic() - self._blocked_at > BLOCK_MAX:
+            self._blocked = None
+        return self._blocked
+
+    @blocked.setter
+    def blocked(self, pool: str | None) -> None:
+        self._blocked, self._blocked_at = pool, time.monotonic()
 
     # -- the loop's places ---------------------------------------------------------------------
 
