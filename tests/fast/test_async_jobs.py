@@ -367,3 +367,51 @@ def test_the_database_connection_an_async_job_used_is_closed_after_it(make_proce
 
     assert run is not None and run.decision.outcome is Outcome.SUCCESS and runs(token) == [0]
     assert not still_open  # (CONN_MAX_AGE 0: closed after the job, as a sync job's)
+
+
+class SwallowsCancel(Job):
+    """Awaits 30 s; a cancel it swallows, returning as if done (the docs allow it: it runs on)."""
+
+    async def perform(self, token: str) -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            return
+
+
+def test_at_the_shutdown_deadline_a_job_that_swallows_its_cancel_is_handed_back_unsettled(make_processor):
+    # A review's finding: abandon listed the job to hand back, then the job swallowed the cancel,
+    # returned, and was acked too: run again by its hand-back after it was settled.
+    from django_cogworker.engine.loop.runner import LoopRunner
+
+    called = make_processor()
+    called.push(SwallowsCancel, new_token())
+    unit = called.take()
+    runner = LoopRunner(2, called.processor)
+    runner.start()
+    try:
+        runner.submit([unit])
+        deadline = time.monotonic() + 10
+        while runner.running == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert runner.running == 1
+        handed_back = runner.abandon()
+    finally:
+        runner.loop.call_soon_threadsafe(runner.loop.stop)
+    assert handed_back == [unit]
+    assert called.settled == []  # (handed back: nothing settled, not acked)
+
+
+def test_at_the_shutdown_deadline_jobs_handed_over_but_not_begun_are_handed_back(make_processor):
+    # A loop held by a blocking job makes the tasks of jobs the fetcher handed over late: abandon
+    # returned only the tasks made, and with basic fetch the others were lost.
+    from django_cogworker.engine.loop.runner import LoopRunner
+
+    called = make_processor()
+    called.push(AsyncNote, new_token())
+    unit = called.take()
+    runner = LoopRunner(2, called.processor)  # (never started: its loop never makes the task)
+    runner.submit([unit])
+    assert runner.abandon() == [unit]
+    runner.loop.run_until_complete(asyncio.sleep(0))  # (the _begin it had been asked for: a no-op now)
+    assert runner.running == 0 and called.settled == []

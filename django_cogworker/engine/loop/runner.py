@@ -75,6 +75,10 @@ class LoopRunner:
         self._places = list(range(capacity - 1, -1, -1))  # free place numbers, the lowest taken first
         # A job's task -> (its unit, the interrupt whose ``task`` runs its call); read by the lag watch.
         self._tasks: dict[asyncio.Task, tuple[Unit, TaskInterrupt]] = {}
+        # Handed over by the fetcher, their tasks not made yet (a loop held by a blocking job makes
+        # them late): abandon hands them back too, or basic fetch lost them at the deadline.
+        self._submitted: list[Unit] = []
+        self._submitted_lock = threading.Lock()
         self._abandoned = False
         self.lag = LoopLag(self.loop, self.holder, LAG_LIMIT if lag_limit is None else lag_limit)
         self.thread = threading.Thread(target=self._run, name="cogworker-loop", daemon=True)
@@ -105,9 +109,16 @@ class LoopRunner:
 
     def submit(self, units: list[Unit]) -> None:
         """Start ``units`` on the loop (one wake-up of it for the lot), each in a free place."""
+        with self._submitted_lock:
+            self._submitted.extend(units)
         self.loop.call_soon_threadsafe(self._begin, units)
 
     def _begin(self, units: list[Unit]) -> None:
+        with self._submitted_lock:
+            if self._abandoned:  # (handed back by abandon already: never begun)
+                return
+            for unit in units:
+                self._submitted.remove(unit)
         for unit in units:
             place = self._places.pop()  # (the fetcher never hands more than are free)
             interrupt = TaskInterrupt(self.loop)
@@ -155,8 +166,9 @@ class LoopRunner:
     def abandon(self) -> list[Unit]:
         """Give up on what still runs: return its units (for the Manager to hand back), cancel its
         tasks without settling them (ABANDON_GRACE for their own cleanup), and stop the loop."""
-        self._abandoned = True
-        units = [unit for unit, _interrupt in list(self._tasks.values())]
+        with self._submitted_lock:
+            self._abandoned = True
+            units = [*self._submitted, *(unit for unit, _interrupt in list(self._tasks.values()))]
         if self.thread.is_alive():
             for task in list(self._tasks):
                 self.loop.call_soon_threadsafe(task.cancel)

@@ -180,19 +180,23 @@ class Processor:
                     running = self._start(run)
                     await self._run_async(plan, run)
                     decision = self._decide(plan, run)
-            except asyncio.CancelledError as exc:
-                if self.abandoned is not None and self.abandoned():
-                    raise
-                self._failed(plan, run, exc)
-            except BaseException as exc:  # noqa: BLE001 - as in process
+            except BaseException as exc:  # noqa: BLE001 - as in process; a CancelledError not of the abandon too
+                self._unless_abandoned(exc)
                 self._failed(plan, run, exc)
             else:
+                self._unless_abandoned(None)
                 self._conclude(plan, run, decision)
         finally:
             if running is not None:
                 _scope.running.reset(running)
             joblog.leave(context)
         return run
+
+    def _unless_abandoned(self, error: BaseException | None) -> None:
+        """CancelledError if the loop abandoned this job as it ended: handed back, it settles nothing (one
+        that swallowed its cancel, or got JobTimeout for it, was settled and requeued: it ran twice)."""
+        if self.abandoned is not None and self.abandoned():
+            raise asyncio.CancelledError("abandoned at the shutdown deadline: handed back") from error
 
     def _open(self, unit: Unit) -> tuple[Plan, JobRun] | None:
         """The unit's payload, plan and JobRun; None for a payload that can't be read (buried in dead)."""
