@@ -189,6 +189,7 @@ def test_the_async_server_chain_runs_each_middleware_acall_and_none_without_one(
 
 class FakeLoop:
     capacity = 2
+    alive = True
 
 
 def unit_of(job: type[Job]) -> Unit:
@@ -415,3 +416,15 @@ def test_at_the_shutdown_deadline_jobs_handed_over_but_not_begun_are_handed_back
     assert runner.abandon() == [unit]
     runner.loop.run_until_complete(asyncio.sleep(0))  # (the _begin it had been asked for: a no-op now)
     assert runner.running == 0 and called.settled == []
+
+
+def test_with_the_loop_s_thread_dead_no_job_is_sent_to_it_and_async_ones_run_on_threads():
+    # A review's finding: a loop whose thread died (a bug of ours) was still offered its places and
+    # handed jobs, taken from Redis and never started until the process exited.
+    loop = FakeLoop()
+    router = Router(loop, Plans([]), wake=lambda: None)  # type: ignore[arg-type]
+    loop.alive = False
+    asynchronous = unit_of(AsyncNote)
+    assert router.places() == 0 and router.take() == 0
+    assert router.split([asynchronous], threads=1, places=0) == ([asynchronous], [], [])
+

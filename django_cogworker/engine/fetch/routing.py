@@ -52,6 +52,9 @@ class Loop(Protocol):
 
     capacity: int
 
+    @property
+    def alive(self) -> bool: ...
+
     def submit(self, units: list[Unit]) -> None: ...
 
 
@@ -94,8 +97,8 @@ class Router:
     # -- the loop's places ---------------------------------------------------------------------
 
     def places(self) -> int:
-        """The loop's free places a fetch may count now (none while it is blocked)."""
-        return 0 if self.blocked == LOOP else self._free.qsize()
+        """The loop's free places a fetch may count now (none while it is blocked, or its thread is dead)."""
+        return 0 if self.blocked == LOOP or not self.loop.alive else self._free.qsize()
 
     def count(self, threads: int, places: int) -> int:
         """How many jobs to fetch for ``threads`` idle threads and ``places`` free places, at the mix
@@ -107,8 +110,8 @@ class Router:
         return min(threads + places, int(fits))
 
     def take(self) -> int:
-        """Take every free place of the loop (none while it is blocked); return how many."""
-        if self.blocked == LOOP:
+        """Take every free place of the loop (none while it is blocked, or dead); return how many."""
+        if self.blocked == LOOP or not self.loop.alive:
             return 0
         n = 0
         while True:
@@ -141,8 +144,9 @@ class Router:
     # -- where each job goes -------------------------------------------------------------------
 
     def on_loop(self, unit: Unit) -> bool:
-        """Whether ``unit`` runs on the loop (a payload that can't be read: on a thread, which buries it)."""
-        if not self._any_async:
+        """Whether ``unit`` runs on the loop (a payload that can't be read: on a thread, which buries it;
+        with the loop's thread dead, a bug of ours, every job: on the threads, through async_to_sync)."""
+        if not self._any_async or not self.loop.alive:
             return False
         try:
             payload = payloads.decode(unit.raw)

@@ -87,6 +87,11 @@ class LoopRunner:
         self.thread.start()
         self.lag.start()
 
+    @property
+    def alive(self) -> bool:
+        """Whether the loop's thread runs (the Router sends no job to a loop whose thread died)."""
+        return self.thread.is_alive()
+
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         try:
@@ -124,6 +129,12 @@ class LoopRunner:
             interrupt = TaskInterrupt(self.loop)
             task = self.loop.create_task(self._one(unit, place, interrupt))
             self._tasks[task] = (unit, interrupt)
+            # (A task cancelled before its first step never runs _one's finally: abandon waited its
+            # whole grace for it.)
+            task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task) -> None:
+        self._tasks.pop(task, None)
 
     async def _one(self, unit: Unit, place: int, interrupt: TaskInterrupt) -> None:
         try:
