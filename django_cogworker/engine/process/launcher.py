@@ -281,7 +281,10 @@ class Launcher:
         if self.reporter is not None:
             self.reporter.ready()
         while True:
-            name = self._signals.get()
+            try:  # (woken each second: a signal handed to another thread doesn't interrupt the wait)
+                name = self._signals.get(timeout=1.0)
+            except queue.Empty:
+                continue
             if name == "stop":
                 return self._shutdown()
             if name == "replace":
@@ -391,8 +394,7 @@ def dump_threads() -> None:
     frames = sys._current_frames()
     lines = []
     for thread in threading.enumerate():
-        frame = frames.get(thread.ident or -1)
         lines.append(f"Thread {thread.name} (daemon={thread.daemon}):")
-        if frame is not None:
+        if (frame := frames.get(thread.ident or -1)) is not None:
             lines.extend(line.rstrip() for line in traceback.format_stack(frame))
     logger.warning("thread dump:\n%s", "\n".join(lines))
