@@ -217,3 +217,24 @@ def test_the_fetch_scripts_take_their_step_and_default_to_strict(r):
     """An ack-only call of FETCH_RELIABLE (ack_many) passes no step: no lane is touched anyway."""
     r.lpush(K.queue("default"), job(1))
     assert scripts.FETCH_RELIABLE(r, ["ip", K.queue("default")], [1, 0])[0] == 1
+
+
+def test_a_prioritized_job_coming_due_takes_its_place_by_priority_not_behind_the_queue(make_fetch, redis_url,
+                                                                                      bclient, r):
+    """The due poller pushes it to the end the fetch takes next, which routes it into its lane at once;
+    a grouped one comes back to its group the same way (the retry set's jobs go the same road)."""
+    from poller_fixtures import NOW, make_poller
+
+    poller = make_poller(redis_url, bclient)
+    push(r, *(job(i, at=NOW - 100) for i in range(5)))
+    r.zadd(K.schedule, {payloads.encode({"priority": 5, "jid": "soon", "class": "x.Job", "args": [50], "kwargs": {},
+                                         "queue": "default", "retry": True}): NOW - 1})
+    r.zadd(K.retry, {payloads.encode({"group": "g", "jid": "again", "class": "x.Job", "args": [60], "kwargs": {},
+                                      "queue": "default", "retry": True, "retry_count": 0}): NOW - 1})
+
+    assert poller.enqueue_due() == 2
+
+    taken = [p["args"][0] for p in drain(make_fetch(), 7, batch=7)]
+    assert taken[0] == 50  # (scored NOW - 5 x 60, older than the plain jobs' NOW - 100)
+    assert sorted(taken) == [0, 1, 2, 3, 4, 50, 60]
+    assert taken.index(60) <= 2  # (its group's turn comes within a round of the ring)

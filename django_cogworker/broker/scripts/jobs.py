@@ -6,19 +6,20 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ._base import Script, _add_remove_trim, _queue_index
-from .lanes import LANES, STRICT_STEP
+from .lanes import LANES, PUSH_END, STRICT_STEP
 
 # KEYS[1] = source zset (schedule or retry), KEYS[2] = queues set,
 # KEYS[3] = destination queue list.
 # ARGV[1] = the raw entry as stored, ARGV[2] = queue name, ARGV[3] = the new
 # payload (built in Python, not re-encoded by cjson, which rounds large
-# integers). Returns 1 when moved, 0 when another process took it first.
+# integers). Returns 1 when moved, 0 when another process took it first. A job with a lane goes to
+# the end the fetch takes next (lanes.py's PUSH_END).
 # Push, then remove; the queues listing is best-effort.
-CLAIM_AND_REQUEUE = Script("""
+CLAIM_AND_REQUEUE = Script(PUSH_END + """
 if not redis.call("ZSCORE", KEYS[1], ARGV[1]) then
   return 0
 end
-redis.call("LPUSH", KEYS[3], ARGV[3])
+redis.call(push_end(ARGV[3]), KEYS[3], ARGV[3])
 redis.call("ZREM", KEYS[1], ARGV[1])
 redis.pcall("SADD", KEYS[2], ARGV[2])
 return 1

@@ -37,6 +37,30 @@ ROUTE_MAX = 1000
 # years), so priority alone decides; scores stay exact to 0.1 ms.
 STRICT_STEP = 1e10
 
+# What a queue-list entry that belongs in a lane starts with: a grouped job, a prioritized one, a
+# doorbell.
+LANE_PREFIXES = (b'{"group":', b'{"priority":', b'{"lane":')
+
+
+def in_lane(raw: bytes | str) -> bool:
+    """Whether queue-list entry ``raw`` belongs in a lane (LANE_PREFIXES)."""
+    data = raw.encode() if isinstance(raw, str) else raw
+    return data[:2] == b'{"' and data.startswith(LANE_PREFIXES)
+
+
+# The end of a queue list a job coming back (from the schedule, the retry set, the admin) is pushed
+# to: a job with a lane at the end the fetch takes next, so that the next fetch routes it at once (a
+# prioritized job then takes its place by priority, not behind every job already waiting), any
+# other job at the far end, as a push.
+PUSH_END = r"""
+local function push_end(v)
+  if string.byte(v, 2) == 34 and (string.sub(v, 1, 9) == '{"group":' or string.sub(v, 1, 12) == '{"priority":') then
+    return "RPUSH"
+  end
+  return "LPUSH"
+end
+"""
+
 # A queue's lanes, as Lua functions the fetch scripts call. Before it: ``dst`` (the in-progress list,
 # or false for basic fetch, which pops), ``step`` (seconds a priority step is worth). ``take_lanes``
 # returns the jobs taken into ``out`` as (index, raw), or an error reply for the queue.
