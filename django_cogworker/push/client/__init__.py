@@ -208,7 +208,10 @@ class Client(OutboxPushes, PushWrites):
             own = {id(item): written for item in collected if (writer := self._writer_of(item)) is not None
                    and (written := self._write_own(writer, item)).status != "dropped"}
             done = {id(item) for item in self._write_plain(plain)} if plain else set()
-            return [own[id(item)].jid or item["jid"] if id(item) in own else item["jid"]
+            # A "replaced" outcome names a job that won't run (an earlier item's, two equal debounced
+            # items): that item's jid is the one that took its place, the one that runs for both.
+            successor = {w.other: w.jid for w in own.values() if w.status == "replaced" and w.other and w.jid}
+            return [_last(successor, own[id(item)].jid or item["jid"]) if id(item) in own else item["jid"]
                     for item in collected if id(item) in own or id(item) in done]
         return [item["jid"] for item in self._write_plain(collected)]
 
@@ -229,3 +232,11 @@ class Client(OutboxPushes, PushWrites):
             self._bulk.batch = previous
         return batch
 
+
+
+def _last(successor: dict[str, str], jid: str) -> str:
+    """The jid that took ``jid``'s place, and so on to the last (the one that runs)."""
+    seen = {jid}
+    while (jid := successor.get(jid, jid)) not in seen:
+        seen.add(jid)
+    return jid
