@@ -25,6 +25,7 @@ wrote before: a state naming a job never written would drop the pushes after it)
 from __future__ import annotations
 
 from ...broker.scripts import Script
+from ...broker.scripts.push import MARK_TTL
 
 # Writes one job (ARGV[3]) to KEYS[2] (LPUSH to a queue, or ZADD to the schedule at ARGV[4]), with
 # the queues listing (KEYS[3], if given) and the schedule's wake-up (ARGV[7], if scheduled).
@@ -64,11 +65,17 @@ end
 """
 
 # KEYS[1] = the state (collapse:<digest>), KEYS[2] = where a job goes: its queue (a list) or the
-# schedule (a zset: always for debounce), KEYS[3] (optional) = the queues set (a queue's job).
+# schedule (a zset: always for debounce), KEYS[3] = the outbox marks of the home slot
+# (keys.outbox_marks(), read and written only for an outbox job), KEYS[4] (optional) = the queues set
+# (a queue's job).
 # ARGV[1] = the mode ("debounce", "throttle", "keep_last"), ARGV[2] = the jid, ARGV[3] = the payload,
 # ARGV[4] = its score in the schedule ("": the queue), ARGV[5] = the state's TTL (ms),
 # ARGV[6] = the queue's name, ARGV[7] = the schedule's wake-up channel ("": none), ARGV[8] = the time
-# the push asked for (perform_in/perform_at; "": none), kept with a keep_last follow-up.
+# the push asked for (perform_in/perform_at; "": none), kept with a keep_last follow-up, ARGV[9] =
+# "1" for an outbox job (a row handed over at commit or by a relay): its mark there, not run out, says
+# it was handed over before (a relay pushing a row again after its pusher died before deleting it):
+# answered "dropped", nothing written; else the mark is written with whatever the push came to, as
+# the core PUSH does (broker/scripts/push.py, MARK_TTL).
 # Returns {status, jid, other}: "pushed" (jid written; for a keep_last follow-up, other: the running
 # job it waits for), "replaced" (jid took the place of other: a debounced job's schedule entry, or
 # one waiting in its queue, dropped as it starts; or a keep_last follow-up), "dropped" (nothing
@@ -82,6 +89,24 @@ if state.err then
   return {"wrongtype", state.err}
 end
 local mode, jid, ttl = ARGV[1], ARGV[2], ARGV[5]
+local function answer(status, who, other)
+  if ARGV[9] == "1" then
+    local t = redis.call("TIME")
+    local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+    -- (pcall: the job is written already; a marks key of the wrong type costs the mark, not the push)
+    redis.pcall("ZADD", KEYS[3], now + """ + str(MARK_TTL) + """, jid)
+    redis.pcall("ZREMRANGEBYSCORE", KEYS[3], "-inf", now)
+    redis.pcall("EXPIRE", KEYS[3], """ + str(MARK_TTL) + """)
+  end
+  return {status, who, other}
+end
+if ARGV[9] == "1" and state[2] ~= jid and state[5] ~= jid then
+  local t = redis.call("TIME")
+  local marked = redis.pcall("ZSCORE", KEYS[3], jid)
+  if type(marked) == "string" and tonumber(marked) > tonumber(t[1]) then
+    return {"dropped", jid, ""}
+  end
+end
 if state[1] and state[1] ~= mode then
   redis.call("DEL", KEYS[1])
   state = {}
@@ -100,12 +125,12 @@ if mode == "keep_last" and held and (state[4] or state[5]) then
   redis.call("HSET", KEYS[1], "next", ARGV[3], "next_jid", jid, "next_at", ARGV[8], "next_said", status,
              "next_other", other)
   extend(KEYS[1], ttl)
-  return {status, jid, other}
+  return answer(status, jid, other)
 end
 if held and mode ~= "debounce" then
-  return {"dropped", held, ""}
+  return answer("dropped", held, "")
 end
-local err = write(KEYS[2], ARGV[3], ARGV[4], ARGV[6], ARGV[7], KEYS[3])
+local err = write(KEYS[2], ARGV[3], ARGV[4], ARGV[6], ARGV[7], KEYS[4])
 if err then
   return redis.error_reply(err)
 end
@@ -123,12 +148,12 @@ if mode == "debounce" then
   end
   redis.call("HSET", KEYS[1], "mode", mode, "jid", jid, "raw", ARGV[3], "said", status, "other", other)
   extend(KEYS[1], ttl)
-  return {status, jid, other}
+  return answer(status, jid, other)
 end
 redis.call("DEL", KEYS[1])
 redis.call("HSET", KEYS[1], "mode", mode, "jid", jid)
 redis.call("PEXPIRE", KEYS[1], ttl)
-return {"pushed", jid, ""}
+return answer("pushed", jid, "")
 """)
 
 # KEYS[1] = the state. ARGV[1] = the jid whose run starts, ARGV[2] = the state's TTL (ms), ARGV[3] =

@@ -28,8 +28,11 @@ logger = logging.getLogger(__name__)
 MODES = ("debounce", "throttle", "keep_last")
 
 
-def write(redis: RedisClient, keys: Any, config: Any, payload: dict[str, Any], now: float) -> PushOutcome:
-    """Write ``payload`` as its ``collapse`` field says; return what it came to."""
+def write(redis: RedisClient, keys: Any, config: Any, payload: dict[str, Any], now: float, *,
+          marked: bool = False) -> PushOutcome:
+    """Write ``payload`` as its ``collapse`` field says; return what it came to. ``marked``: an outbox
+    job (a row handed over at commit, or by a relay): written with its mark, and not again while
+    the mark says it was handed over before (scripts.py, COLLAPSE_PUSH)."""
     mode, seconds, digest = payload["collapse"]
     at = payload.pop("at", None)
     if mode == "debounce":
@@ -51,10 +54,12 @@ def write(redis: RedisClient, keys: Any, config: Any, payload: dict[str, Any], n
     else:
         ttl = config.unique_lock_ttl
     queue = payload["queue"]
-    destination = [keys.schedule] if due is not None else [keys.queue(queue), keys.queues]
+    destination = [keys.schedule, keys.outbox_marks()]
+    if due is None:
+        destination = [keys.queue(queue), keys.outbox_marks(), keys.queues]
     args = [mode, payload["jid"], payloads.encode(payload), "" if due is None else repr(due),
             max(math.ceil(ttl * 1000), 1), queue, keys.schedule_wake,
-            repr(at) if mode == "keep_last" and at is not None and at > now else ""]
+            repr(at) if mode == "keep_last" and at is not None and at > now else "", "1" if marked else ""]
     reply = COLLAPSE_PUSH(redis, [state, *destination], args)
     if _text(reply[0]) == "wrongtype":
         quarantine_key(redis, keys, state, "hash", "is no collapse state (the wrong type)")

@@ -9,9 +9,9 @@ Every write is the PUSH script (broker/scripts/push.py), one round trip however 
 a push is written (grouped by destination, one call per slot on a cluster, receipts, repairs) is
 ``client/writes.py``'s ``PushWrites``, a mixin of the Client, as the outbox's part is (outbox/pushing.py).
 A payload carrying a feature's writer field (declarations.py ``Writer``: a push that debounces or
-throttles) is that writer's to write instead, in one script of its own, never by the outbox (at the
-commit, as without it) nor in a batch (refused); what it came to is kept per thread for
-``JobSetter.push`` (``outcome``).
+throttles) is that writer's to write instead, in one script of its own (with OUTBOX on, a row of the
+transaction like any push, handed to the writer at commit or by a relay: outbox/pushing.py), never
+in a batch (refused); what it came to is kept per thread for ``JobSetter.push`` (``outcome``).
 """
 
 from __future__ import annotations
@@ -89,7 +89,9 @@ class Client(OutboxPushes, PushWrites):
             return next(iter(self._push_in_batch(scope, [payload], lambda: [self._chain(payload)])), None)
         if on_commit is None:
             on_commit = self.config.enqueue_on_commit
-        if writer is None and (alias := self._outbox_alias(on_commit)) is not None:
+        if (alias := self._outbox_alias(on_commit)) is not None:
+            if writer is not None:  # (a row of the transaction: what it comes to is known at the hand-over)
+                self._bulk.outcome = PushOutcome("deferred", payload["jid"])
             return next(iter(self._stash(alias, [payload])), None)
         if on_commit and self.defer is not None and self.defer(lambda: self._chain(payload), [payload]):
             self._bulk.outcome = PushOutcome("deferred", payload["jid"])
@@ -112,10 +114,12 @@ class Client(OutboxPushes, PushWrites):
                 return writer
         return None
 
-    def _write_own(self, writer: Writer, payload: dict[str, Any]) -> PushOutcome:
-        """Write ``payload`` through its feature's ``writer``; keep what it came to for this thread."""
+    def _write_own(self, writer: Writer, payload: dict[str, Any], marked: bool = False) -> PushOutcome:
+        """Write ``payload`` through its feature's ``writer`` (``marked``: an outbox job, with its mark);
+        keep what it came to for this thread."""
         payloads.check_outgoing(payload)
-        written = self._bulk.outcome = writer.write(self.redis, self.keys, self.config, payload, self.clock())
+        written = self._bulk.outcome = writer.write(self.redis, self.keys, self.config, payload, self.clock(),
+                                                    marked=marked)
         return written
 
     def _push_in_batch(self, scope: _scope.BatchScope, items: Sequence[dict[str, Any]],
@@ -147,7 +151,13 @@ class Client(OutboxPushes, PushWrites):
 
     def _write(self, payload: dict[str, Any]) -> str | None:
         if self._writers and (writer := self._writer_of(payload)) is not None:
-            return self._write_own(writer, payload).jid  # (dropped: the jid of the job standing for it)
+            if self.outbox is None:
+                return self._write_own(writer, payload).jid  # (dropped: the jid of the job standing for it)
+            self._bulk.outcome = None
+            self._write_or_save([payload])  # (marked; saved for a relay while Redis is away: deferred)
+            if self._bulk.outcome is None:
+                self._bulk.outcome = PushOutcome("deferred", payload["jid"])
+            return self._bulk.outcome.jid
         if self.outbox is not None:
             return payload["jid"] if self._write_or_save([payload]) else None
         jid, queue = payload.get("jid"), payload.get("queue")
@@ -183,7 +193,7 @@ class Client(OutboxPushes, PushWrites):
             return self._push_in_batch(scope, items, lambda: self._push_bulk_now(items, at), at)
         if on_commit is None:
             on_commit = self.config.enqueue_on_commit
-        if own is None and (alias := self._outbox_alias(on_commit)) is not None:
+        if (alias := self._outbox_alias(on_commit)) is not None:
             return self._stash(alias, items, at)
         if on_commit and self.defer is not None and self.defer(lambda: self._push_bulk_now(items, at), items):
             return [item["jid"] for item in items]
