@@ -392,3 +392,33 @@ def test_a_follow_up_keeps_the_time_its_push_asked_for(make_processor, r):
     assert r.zscore(K.schedule, r.zrange(K.schedule, 0, 0)[0]) - time.time() == pytest.approx(3600, abs=30)
     state = K.collapse(job["collapse"][2])
     assert r.hget(state, "jid") == job["jid"] and r.pttl(state) / 1000 > 3600 + 3600 - 60
+
+
+def test_a_keep_last_job_orphaned_too_often_lets_its_follow_up_run(redis_url, make_processor, rb, r):
+    """Sent to dead by orphan recovery past MAX_ORPHANINGS (its process died while running it each
+    time), the job hands over to its kept follow-up, written to its queue."""
+    from peek import redis_now
+
+    from django_cogworker.conf import build_config
+    from django_cogworker.engine.recovery.orphans import OrphanRecovery
+    from django_cogworker.engine.settle.retry import RetryPolicy
+
+    token = uuid.uuid4().hex
+    called = make_processor(QUEUES=[QUEUE])
+    first = KeepLast.set(dedup_key=token).push(token, 0)
+    unit = called.take()  # (taken, its run begun: then its process dies)
+    payload = json.loads(unit.raw)
+    state = K.collapse(payload["collapse"][2])
+    r.hset(state, "running", "1")
+    follow = KeepLast.set(dedup_key=token).push(token, 1)
+    assert (follow.status, follow.other) == ("pushed", first.jid)
+    dead_one = "deadhost:1:collapse"
+    r.sadd(K.in_progress_identities, dead_one)
+    r.lpush(K.in_progress(dead_one), json.dumps({**payload, "orphan_count": 3}))
+    r.hset(K.last_beat, dead_one, repr(redis_now(r) - 10))
+    config = build_config({"ORPHAN_THRESHOLD": 3.0, "HEARTBEAT_INTERVAL": 0.5, "MAX_ORPHANINGS": 3},
+                          {"COGWORKER_REDIS_URL": redis_url})
+    assert OrphanRecovery(config, rb, K, "livehost:2:x", RetryPolicy(config)).check() == 1
+    assert r.zcard(K.dead) == 1
+    assert r.hget(state, "jid") == follow.jid
+    assert [json.loads(raw)["jid"] for raw in r.lrange(K.queue(QUEUE), 0, -1)] == [follow.jid]
