@@ -46,6 +46,9 @@ class _Group(NamedTuple):
     queue: str
     items: list[dict[str, Any]]
     jobs: list[Job]
+    # (for a queue's prioritized jobs, written to its lane's set: the queue list and the doorbell
+    # written there when it is empty, broker/scripts/lanes.py)
+    lane: tuple[str, str] | None = None
 
 
 class _Call(NamedTuple):
@@ -99,6 +102,7 @@ class PushWrites:
         now = self.clock()
         scheduled: list[tuple[dict[str, Any], float, int]] = []
         by_queue: dict[str, list[tuple[dict[str, Any], int]]] = {}
+        prioritized: dict[str, list[tuple[dict[str, Any], int]]] = {}
         for item in items:
             unique_ttl = unique.lock_ttl(item, now, self.config.unique_lock_ttl) if item.get("unique_digest") else 0
             at = item.pop("at", None)
@@ -113,7 +117,8 @@ class PushWrites:
                 scheduled.append((item, now, unique_ttl))
             else:
                 item["enqueued_at"] = now
-                by_queue.setdefault(item["queue"], []).append((item, unique_ttl))
+                (prioritized if "priority" in item else by_queue).setdefault(item["queue"], []).append(
+                    (item, unique_ttl))
         groups: list[_Group] = []
         if scheduled:
             raws = payloads.encode_many([item for item, _at, _ttl in scheduled])
@@ -126,8 +131,22 @@ class PushWrites:
             raws = payloads.encode_many(queued_items)
             groups.append(self._group(self.keys.queue(queue), queue, queued_items, [
                 (raw, None, ttl) for (_item, ttl), raw in zip(queued, raws, strict=True)], marked))
+        for queue, queued in prioritized.items():
+            groups.append(self._prioritized(queue, queued, now, marked))
         unwritten = self._push(groups)
         return [item for item in items if id(item) not in unwritten] if unwritten else items
+
+    def _prioritized(self, queue: str, queued: list[tuple[dict[str, Any], int]], now: float, marked: bool) -> _Group:
+        """The group of ``queue``'s prioritized jobs, written to its lane's set, each scored
+        ``now - priority * step``: one ``step`` (PRIORITY_AGING) of waiting is worth a step of priority."""
+        step = self.config.priority_aging or scripts.STRICT_STEP
+        items = [item for item, _ttl in queued]
+        raws = payloads.encode_many(items)
+        group = self._group(self.keys.lanes(queue).prio, queue, items, [
+            (raw, repr(now - int(item["priority"]) * step), ttl)
+            for (item, ttl), raw in zip(queued, raws, strict=True)], marked)
+        bell = payloads.encode({"lane": "bell", "queue": queue})
+        return group._replace(lane=(self.keys.queue(queue), bell))
 
     def _group(self, destination: str, queue: str, items: list[dict[str, Any]],
                encoded: list[tuple[str, str | None, int]], marked: bool = False) -> _Group:
@@ -172,7 +191,8 @@ class PushWrites:
                 if code in (-2, -3) and not repaired:
                     quarantine_key(self.redis, self.keys, key, "string" if code == -2 else "zset",
                                    f"is no {'lock' if code == -2 else 'outbox mark'} (the wrong type)")
-                    retried = again.setdefault(group.destination, _Group(group.destination, group.queue, [], []))
+                    retried = again.setdefault(group.destination,
+                                               _Group(group.destination, group.queue, [], [], group.lane))
                     retried.items.append(item)
                     retried.jobs.append(job)
                 elif code < 0:
@@ -213,7 +233,7 @@ class PushWrites:
             token += ":" + secrets.token_hex(6)
         wake = self.keys.schedule_wake if any(not group.queue for group in groups) else ""
         keys, args = scripts.push_args(receipt, token, queues, wake,
-                                       [(group.destination, group.queue, group.jobs) for group in groups])
+                                       [(group.destination, group.queue, group.jobs, group.lane) for group in groups])
         return _Call(keys, args, groups)
 
     def _pusher(self) -> str:
