@@ -82,8 +82,9 @@ def waiting(rb, queue: str = Q) -> list[bytes]:
     writes a prioritized job), then its groups' lists."""
     lanes = K.lanes(queue)
     groups = [g for g in rb.lrange(lanes.ring, 0, -1) if g]
-    return [*rb.lrange(K.queue(queue), 0, -1), *rb.zrange(lanes.prio, 0, -1),
-            *(raw for g in groups for raw in rb.lrange(lanes.group(g.decode()), 0, -1))]
+    found = [*rb.lrange(K.queue(queue), 0, -1), *rb.zrange(lanes.prio, 0, -1),
+             *(raw for g in groups for raw in rb.lrange(lanes.group(g.decode()), 0, -1))]
+    return [raw for raw in found if not raw.startswith(b'{"lane":')]  # (a doorbell the push rings: no job)
 
 
 # -- options and the push's first field ---------------------------------------------------------------
@@ -272,6 +273,16 @@ def test_a_queue_s_size_counts_its_groups_and_priorities_everywhere(rb):
         ({"queue": Q, "group": "big"}, 5), ({"queue": Q, "group": "small"}, 2)]
     assert [v for _s, _l, v in families["cogworker_queue_groups"].samples] == [2]
     assert [v for _s, _l, v in families["cogworker_queue_prioritized"].samples] == [2]
+
+
+def test_a_doorbell_in_the_queue_list_is_no_job_in_its_size(rb):
+    Urgent.perform_async(1)  # (the core's push: its priorities' set, and a doorbell into the empty list)
+    Urgent.perform_async(2)
+    assert any(raw.startswith(b'{"lane":"bell"') for raw in rb.lrange(K.queue(Q), 0, -1))
+    assert api.Queue(Q).size() == 2 and api.QueueRow.read([api.Queue(Q)])[0].size == 2
+    assert api.Stats(days=1).queue_sizes[Q] == 2
+    Plain.perform_async(3)  # (pushed at the other end: the bell still at one end)
+    assert api.Queue(Q).size() == 3 and api.Queue(Q).clear() == 3
 
 
 def test_groups_are_listed_busiest_first_a_page_at_a_time_with_their_total(rb):
