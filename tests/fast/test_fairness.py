@@ -420,3 +420,35 @@ def test_the_cli_pauses_and_resumes_groups_and_lists_them(rb, capsys):
         ("acme", 3, True), ("globex", 1, False)]
     call_command("cogworker", "resume", Q, "--group", "acme", "--skip-checks")
     assert "fair-fast group acme: resumed" in capsys.readouterr().out and not rb.exists(K.lanes(Q).paused)
+
+
+# -- with the core's fetch: what the options write is what it takes turns over ---------------------------
+
+
+def test_jobs_pushed_with_a_group_are_counted_and_paused_in_their_group_as_the_core_s_fetch_files_them(
+        redis_url, rb):
+    from django_cogworker.broker.connection import make_redis
+    from django_cogworker.engine.fetch.reliable import ReliableFetch
+
+    client = make_redis(make_config(redis_url, REDIS_OPTIONS={}))
+    fetch = ReliableFetch(make_config(redis_url, QUEUES=[Q], REDIS_OPTIONS={}), client, K, "host:1:fair",
+                          rng=random.Random(1))
+    ByArg.perform_bulk([["big"]] * 20 + [["small"]] * 3)
+    Plain.perform_async(0)
+    taken = [json.loads(u.raw) for u in fetch.retrieve(4)]  # (its fetch files the grouped ones in their lists)
+    assert api.Queue(Q).size() == 24 - len(taken)
+    counts = {g.id: g.waiting for g in api.Queue(Q).groups().page.items}
+    assert sum(counts.values()) + rb.llen(K.queue(Q)) == 24 - len(taken) and set(counts) == {"big", "small"}
+    api.Queue(Q).pause_group("small")
+    rest = []
+    while units := fetch.retrieve(5):
+        rest += [json.loads(u.raw) for u in units]
+    assert all(p.get("group") != "small" for p in rest)  # (paused: none taken)
+    assert [(g.id, g.paused) for g in api.Queue(Q).groups().page.items if g.waiting] == [("small", True)]
+    api.Queue(Q).resume_group("small")
+    resumed = []
+    while units := fetch.retrieve(5):
+        resumed += [json.loads(u.raw) for u in units]
+    small_left = 3 - sum(p.get("group") == "small" for p in taken)
+    assert [p.get("group") for p in resumed] == ["small"] * small_left and api.Queue(Q).size() == 0
+    client.close()
