@@ -317,3 +317,24 @@ def test_a_queue_name_with_a_space_is_refused_at_every_push(redis_url, r):
     with pytest.raises(InvalidArgument, match="callback_queue"):
         Batch(callback_queue="default lane:ring")
     assert r.keys("*") == []
+
+
+def test_a_lost_ring_is_repaired_so_its_groups_jobs_run_again(make_fetch, redis_url, bclient, r):
+    """Without the repair, a group whose ring went (deleted, evicted, quarantined) never ran again: a
+    push adds a group to the ring only as its list goes from empty to not (a review's finding)."""
+    from django_cogworker.features.fairness.hook import Lanes
+
+    client = Client(make_config(redis_url, QUEUES=["default"]), r)
+    lanes = K.lanes("default")
+    client.push_bulk([{"group": g, "jid": f"{g}{n}", "class": "x.Job", "args": [n], "kwargs": {},
+                       "queue": "default", "retry": True} for g in ("a", "b", "held") for n in range(2)])
+    r.sadd(lanes.paused, "held")
+    r.delete(lanes.ring, K.queue("default"))  # (lost; and the doorbell with it)
+    fetch = make_fetch()
+    assert fetch.retrieve(5) == []
+
+    assert Lanes(bclient, K, ["default"]).repair() == 2
+
+    assert sorted(json.loads(u.raw)["jid"] for u in fetch.retrieve(10)) == ["a0", "a1", "b0", "b1"]
+    assert r.llen(lanes.group("held")) == 2
+    assert Lanes(bclient, K, ["default"]).repair() == 0
