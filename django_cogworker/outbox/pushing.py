@@ -78,14 +78,20 @@ class OutboxPushes:
     def _write_marked(self, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Write outbox jobs with their marks: the plain ones in one PUSH, those a feature writes
         itself (a push that collapses: declarations.py ``Writer``) each through its writer, which
-        keeps the same mark (a relay pushing a row again writes nothing). Return the jobs written."""
+        keeps the same mark (a relay pushing a row again writes nothing). Return the jobs written or
+        collapsed (a throttled push dropped was handed over all the same); not those whose mark said
+        they were handed over before (a "dropped" naming the job itself: the relay says so)."""
         own = [(item, w) for item in items if (w := self._writer_of(item)) is not None] if self._writers else []
         if not own:
             return list(self._write_bulk(items, marked=True))
         taken = {id(item) for item, _w in own}
         plain = [item for item in items if id(item) not in taken]
         written = list(self._write_bulk(plain, marked=True)) if plain else []
-        return written + [item for item, w in own if self._write_own(w, item, marked=True).status != "dropped"]
+        for item, w in own:
+            said = self._write_own(w, item, marked=True)
+            if said.status != "dropped" or said.jid != item["jid"]:
+                written.append(item)
+        return written
 
     def _write_or_save(self, items: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
         """Write ``items`` as outbox jobs (marked); when Redis is away or refuses writes for now,

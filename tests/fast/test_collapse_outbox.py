@@ -6,6 +6,7 @@ for the relay. The outbox's own tests are in test_outbox.py; collapse's in test_
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import uuid
@@ -100,7 +101,9 @@ def test_a_row_relayed_again_after_its_hand_over_writes_nothing(outbox, alias, r
     assert later.status == "replaced"
     left = dict(json.loads(raw))
     OutboxJob.objects.using(alias).create(jid=first, payload=json.dumps(left), created=0)
-    assert in_thread(lambda: relay(alias)) == 1
+    with caplog.at_level(logging.WARNING, logger="django_cogworker"):
+        assert in_thread(lambda: relay(alias)) == 1
+    assert "handed to Redis before" in caplog.text
     [job] = scheduled(rb)
     assert job["jid"] == later.jid and job["args"] == [token, 2] and rows(alias) == []
     assert rb.llen(K.queue("default")) == 0  # (nor pushed to its queue as a plain job)
@@ -116,3 +119,16 @@ def test_outside_a_transaction_a_collapsing_push_redis_refuses_is_saved_for_the_
     client = away.client()
     assert [json.loads(raw)["jid"] for raw in client.lrange(K.queue("default"), 0, -1)] == [outcome.jid]
     assert Throttled.set(dedup_key=token).push(token, 2) == ("dropped", outcome.jid, None)
+
+
+def test_outside_a_transaction_a_collapsing_bulk_redis_refuses_is_saved_and_collapses_at_the_relay(away, caplog):
+    token = uuid.uuid4().hex
+    away.kill()
+    jids = Throttled.set(dedup_key=token).perform_bulk([(token, 1), (token, 2)])  # (no ConnectionError)
+    assert len(jids) == 2 and rows("default") == jids
+    away.restart()
+    with caplog.at_level(logging.WARNING, logger="django_cogworker"):
+        relay("default")
+    client = away.client()
+    assert [json.loads(raw)["jid"] for raw in client.lrange(K.queue("default"), 0, -1)] == [jids[0]]
+    assert rows("default") == [] and "handed to Redis before" not in caplog.text  # (a drop, not a re-relay)

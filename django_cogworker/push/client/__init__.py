@@ -123,6 +123,18 @@ class Client(OutboxPushes, PushWrites):
                                                     marked=marked)
         return written
 
+    def _write_now(self, writer: Writer, payload: dict[str, Any]) -> PushOutcome:
+        """Write ``payload`` through its ``writer`` now: with OUTBOX on, marked, or saved to the outbox
+        for a relay while Redis is away (then "deferred"), as a plain push outside a transaction is."""
+        if self.outbox is None:
+            return self._write_own(writer, payload)
+        self._bulk.outcome = None
+        self._write_or_save([payload])
+        if self._bulk.outcome is None:
+            self._bulk.outcome = PushOutcome("deferred", payload["jid"])
+        written: PushOutcome = self._bulk.outcome
+        return written
+
     def _push_in_batch(self, scope: _scope.BatchScope, items: Sequence[dict[str, Any]],
                        push: Callable[[], list[Any]], at: float | None = None) -> list[Any]:
         """Push ``items`` as jobs of the batch whose ``jobs()`` block is open: counted by the batch
@@ -152,13 +164,7 @@ class Client(OutboxPushes, PushWrites):
 
     def _write(self, payload: dict[str, Any]) -> str | None:
         if self._writers and (writer := self._writer_of(payload)) is not None:
-            if self.outbox is None:
-                return self._write_own(writer, payload).jid  # (dropped: the jid of the job standing for it)
-            self._bulk.outcome = None
-            self._write_or_save([payload])  # (marked; saved for a relay while Redis is away: deferred)
-            if self._bulk.outcome is None:
-                self._bulk.outcome = PushOutcome("deferred", payload["jid"])
-            return self._bulk.outcome.jid
+            return self._write_now(writer, payload).jid  # (dropped: the jid of the job standing for it)
         if self.outbox is not None:
             return payload["jid"] if self._write_or_save([payload]) else None
         jid, queue = payload.get("jid"), payload.get("queue")
@@ -217,7 +223,7 @@ class Client(OutboxPushes, PushWrites):
             # (Each of the feature's own in turn, as so many pushes: a drop is left out, as a duplicate is.)
             plain = [item for item in collected if self._writer_of(item) is None]
             own = {id(item): written for item in collected if (writer := self._writer_of(item)) is not None
-                   and (written := self._write_own(writer, item)).status != "dropped"}
+                   and (written := self._write_now(writer, item)).status != "dropped"}
             done = {id(item) for item in self._write_plain(plain)} if plain else set()
             # A "replaced" outcome names a job that won't run (an earlier item's, two equal debounced
             # items): that item's jid is the one that took its place, the one that runs for both.
