@@ -57,6 +57,7 @@ local function extend(key, ms)
   if not ms or ms <= 0 then
     return
   end
+  ms = math.min(ms, 315360000000)  -- (ten years: a retry_in past that is a bug, not a TTL for PEXPIRE to refuse)
   local left = redis.call("PTTL", key)
   if left < ms then  -- (-1: none yet, a state just written)
     redis.call("PEXPIRE", key, math.floor(ms))
@@ -265,6 +266,6 @@ end
 redis.call("DEL", KEYS[1])
 redis.call("HSET", KEYS[1], "mode", "keep_last", "jid", state[3], "said", state[5] or "pushed",
            "other", state[6] or "")
-redis.call("PEXPIRE", KEYS[1], ttl + later)
+redis.call("PEXPIRE", KEYS[1], math.min(ttl + later, 315360000000))
 return 2
 """)
