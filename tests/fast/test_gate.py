@@ -557,12 +557,12 @@ def test_the_takes_of_the_jobs_one_fetch_brings_go_in_one_round_trip_and_each_jo
         units.append(Unit(raw, "default"))
     plain_raw, _plain = parts.fetched(Note, "t")
     units.append(Unit(plain_raw, "default"))  # (no limits: never read, nothing taken)
-    rb.script_load(limit_scripts.LIMIT_TAKE.source)  # (as after a worker's first take)
+    rb.script_load(limit_scripts.LIMIT_TAKE_MANY.source)  # (as after a worker's first take)
     before = evalshas(rb)
 
     limits.fetched(units)
 
-    assert evalshas(rb) - before == 4  # one LIMIT_TAKE each, in one pipeline: one round trip
+    assert evalshas(rb) - before == 1  # every take in one LIMIT_TAKE_MANY: one round trip
     assert units[4].notes is None
     first, second, third, rate = (u.notes["limits.fetched"] for u in units[:4])
     assert isinstance(first, Ticket) and isinstance(second, OverLimit) and isinstance(third, OverLimit)
