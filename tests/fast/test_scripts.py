@@ -125,6 +125,37 @@ def test_limit_release_without_undo_gives_back_only_a_concurrent_place(rb):
     assert limit_scripts.LIMIT_RELEASE(rb, conc_keys, [token, "release", *conc])[0] == 0  # (twice: nothing more)
 
 
+def test_limit_take_many_takes_each_job_s_limiters_all_or_none_naming_each_key_once(rb):
+    # (A fetch's takes in one call: each job's as LIMIT_TAKE's, one after the other.)
+    conc_keys, conc = _limit("conc", "concurrent", 2, lease="30")
+    rate_keys, rate = _limit("rate", "bucket", 2, per="60")
+    head = [2, *conc, *rate]
+    jobs = [["t1", "", "", "1,2"], ["t2", "reschedule", "", "2"], ["t3", "fail", "", "2,1"], ["t4", "", "", "1"]]
+    replies = limit_scripts.LIMIT_TAKE_MANY(rb, conc_keys + rate_keys, head + [a for job in jobs for a in job])
+    assert replies[0] == [1, 0] and replies[1] == [1, 0]  # (the bucket's two starts)
+    assert replies[2][:2] == [0, 1]  # (its first limiter, the bucket, full: its concurrent place not taken)
+    assert replies[3] == [1, 0]
+    assert sorted(rb.zrange(conc_keys[0], 0, -1)) == [b"t1", b"t4"]
+    assert rb.hmget(rate_keys[3], "granted", "over", "failed") == [b"2", b"1", b"1"]
+    assert rb.hget(conc_keys[3], "granted") == b"2"
+
+
+def test_limit_release_many_gives_back_each_holder_s_place_once_and_wakes_as_many_waiting(rb):
+    conc_keys, conc = _limit("conc", "concurrent", 3, lease="30")
+    other_keys, other = _limit("other", "concurrent", 3, lease="30")
+    tokens = [f'{{"jid":"j{i}","process":"p","since":1,"run":"r{i}"}}' for i in range(3)]
+    for token in tokens:
+        assert limit_scripts.LIMIT_TAKE(rb, conc_keys + other_keys, [token, "", "", *conc, *other]) == [1, 0]
+    rb.zadd(conc_keys[4], {"w1": 1.0})  # (a job refused before, parked: woken by the first place freed)
+    rb.hset(conc_keys[5], "w1", '{"jid":"w1"}')
+    argv = ["release", 2, *conc, *other, tokens[0], "1,2", tokens[1], "1", "never-held", "2"]
+    reply = limit_scripts.LIMIT_RELEASE_MANY(rb, conc_keys + other_keys, argv)
+    assert reply[0] == 3 and reply[1:] == [b'{"jid":"w1"}', b"1"]
+    assert rb.zrange(conc_keys[0], 0, -1) == [tokens[2].encode()]
+    assert sorted(rb.zrange(other_keys[0], 0, -1)) == sorted([tokens[1].encode(), tokens[2].encode()])
+    assert limit_scripts.LIMIT_RELEASE_MANY(rb, conc_keys + other_keys, argv)[0] == 0  # (again: nothing more)
+
+
 def test_limit_renew_moves_only_the_leases_still_held(rb):
     rb.zadd("holders", {"mine": 1.0, "other": 2.0})
     assert limit_scripts.LIMIT_RENEW(rb, ["holders"], ["30", "mine", "lapsed"]) == 1
