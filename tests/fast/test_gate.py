@@ -652,3 +652,21 @@ def test_the_releases_held_for_a_round_trip_go_in_one_call_even_after_redis_forg
         assert evalshas(rb) - before == (2 if _round == 0 else 1)  # (NOSCRIPT, then the call again)
         assert rb.zrange(lk.holders, 0, -1) == [someone_else.encode()]  # (only their own places)
         assert three_at_a_time.name not in HELD.by_key()
+
+
+def test_a_limited_job_s_payload_is_decoded_once_by_the_fetch_s_takes_and_run_as_decoded(make_processor, rb,
+                                                                                         monkeypatch):
+    # (It was decoded twice: by the takes on the fetcher thread, then by the processor.)
+    token = new_token()
+    called = make_processor()
+    pushed = called.push(ThreeAtATime, token)
+    unit = called.take()
+    assert unit.notes is not None and unit.notes["payload"]["jid"] == pushed["jid"]
+    decoded: list[bytes] = []
+    real = payloads.decode
+    monkeypatch.setattr(payloads, "decode", lambda raw: decoded.append(raw) or real(raw))
+
+    run = called.processor.process(unit)
+
+    assert run is not None and run.decision.outcome is Outcome.SUCCESS and runs(token) == [pushed["jid"]]
+    assert decoded == [] and "payload" not in unit.notes

@@ -20,7 +20,7 @@ from typing import Any
 
 from ...broker.types import RedisClient
 from ...engine.fetch.contract import Unit
-from ...engine.run.hooks import Decision, Feature, JobRun, Outcome
+from ...engine.run.hooks import DECODED, Decision, Feature, JobRun, Outcome
 from ...engine.settle.retry import Filing
 from ...engine.settle.settlement import StepRunner
 from ...errors import OverLimit
@@ -60,6 +60,9 @@ class ClassLimits(Feature):
                 payload = payloads.decode(unit.raw)
             except payloads.PayloadError:
                 continue  # (buried by the processor)
+            if unit.notes is None:
+                unit.notes = {}
+            unit.notes[DECODED] = payload  # (the processor's, not decoded again)
             limits = getattr(registered(str(payload.get("class"))), "limits", None)
             if limits:
                 wanted.append((payload, limits))
@@ -67,9 +70,8 @@ class ClassLimits(Feature):
         if not wanted:
             return
         for unit, taken in zip(holders, self.gate.take_many(wanted), strict=True):
-            if unit.notes is None:
-                unit.notes = {}
-            unit.notes[FETCHED] = taken
+            if unit.notes is not None:  # (set above)
+                unit.notes[FETCHED] = taken
 
     def _limited_names(self) -> tuple[bytes, ...]:
         """The JSON text of each registered class name with ``limits`` (read once: a worker's classes
