@@ -62,9 +62,33 @@ local function limiter(k, a)
 end
 """
 
-# One job's take: a place in every limiter of ``lims``, or in none (LIMIT_TAKE's reply).
+# One job's take: a place in every limiter of ``lims``, or in none (LIMIT_TAKE's reply). ``memo``
+# (one per call, by key offset) keeps what the call read and will write of each limiter key: its
+# holders swept of lapsed leases once and counted, a bucket's or leaky's state read once, and the
+# state and ``granted`` written once at the end (``flush``): a call of ten takes of one key ran
+# five to eight commands a take, most of them reading again what it had just written.
 _TAKE = _COMMON + _LIMITER + r"""
-local function take(lims, token, refusal, parked)
+local function memo_of(memo, l)
+  local m = memo[l.k]
+  if m then return m end
+  local k = l.k
+  m = {l = l, granted = 0, expired = 0}
+  if l.kind == "concurrent" then
+    m.expired = redis.call("ZREMRANGEBYSCORE", KEYS[k + 1], "-inf", now)
+    if m.expired > 0 then redis.call("HINCRBY", KEYS[k + 4], "expired", m.expired) end
+    m.count = redis.call("ZCARD", KEYS[k + 1])
+  elseif l.kind == "bucket" then
+    local bn = math.floor(now / l.per)
+    local s = redis.call("HMGET", KEYS[k + 3], "bn", "bc")
+    m.bn, m.used = bn, (tonumber(s[1]) == bn) and tonumber(s[2]) or 0
+  elseif l.kind == "leaky" then
+    m.tat = tonumber(redis.call("HGET", KEYS[k + 3], "tat") or "0")
+  end
+  memo[k] = m
+  return m
+end
+
+local function take(lims, token, refusal, parked, memo)
   local n = #lims
   local expired = 0
   if parked ~= "" then  -- (granted, or parked again as it is now: its old entry goes either way)
@@ -79,39 +103,34 @@ local function take(lims, token, refusal, parked)
   for i = 1, n do
     local l = lims[i]
     local kind, size, per, k = l.kind, l.size, l.per, l.k
-    local holders, starts, state, stats = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
+    if kind ~= "concurrent" and kind ~= "bucket" and kind ~= "window" and kind ~= "leaky" then
+      return redis.error_reply("unknown limiter kind " .. tostring(kind))
+    end
+    local m = memo_of(memo, l)
+    local stats = KEYS[k + 4]
     local refused, after = false, ""
     if kind == "concurrent" then
-      local gone = redis.call("ZREMRANGEBYSCORE", holders, "-inf", now)
-      if gone > 0 then
-        expired = expired + gone
-        redis.call("HINCRBY", stats, "expired", gone)
-      end
-      refused = redis.call("ZSCORE", holders, token) == false and redis.call("ZCARD", holders) >= size
+      expired = expired + m.expired
+      m.expired = 0  -- (counted once, by the take that swept them)
+      refused = m.count >= size and redis.call("ZSCORE", KEYS[k + 1], token) == false
       if refused then after = tonumber(redis.call("HGET", stats, "hold") or "") or "" end
     elseif kind == "bucket" then
-      local bn = math.floor(now / per)
-      local m = redis.call("HMGET", state, "bn", "bc")
-      local used = (tonumber(m[1]) == bn) and tonumber(m[2]) or 0
-      refused = used >= size
-      after = (bn + 1) * per - now
-      plans[i] = {bn, used}
+      refused = m.used >= size
+      after = (m.bn + 1) * per - now
     elseif kind == "window" then
-      redis.call("ZREMRANGEBYSCORE", starts, "-inf", now - per)
-      if redis.call("ZCARD", starts) >= size then
+      redis.call("ZREMRANGEBYSCORE", KEYS[k + 2], "-inf", now - per)
+      if redis.call("ZCARD", KEYS[k + 2]) >= size then
         refused = true
-        local oldest = redis.call("ZRANGE", starts, 0, 0, "WITHSCORES")
+        local oldest = redis.call("ZRANGE", KEYS[k + 2], 0, 0, "WITHSCORES")
         after = tonumber(oldest[2]) + per - now
       end
-    elseif kind == "leaky" then
-      local tat = tonumber(redis.call("HGET", state, "tat") or "0")
+    else
+      local tat = m.tat
       if tat < now then tat = now end
       local next_tat = tat + per / size
       refused = next_tat - now > per + 1e-9
       after = next_tat - per - now
       plans[i] = next_tat
-    else
-      return redis.error_reply("unknown limiter kind " .. tostring(kind))
     end
     if refused then
       redis.call("HINCRBY", stats, "over", 1)
@@ -128,23 +147,36 @@ local function take(lims, token, refusal, parked)
   end
   for i = 1, n do
     local l = lims[i]
-    local kind, per, lease, k = l.kind, l.per, l.lease, l.k
-    local holders, starts, state, stats = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
-    if kind == "concurrent" then
-      redis.call("ZADD", holders, now + lease, token)
-    elseif kind == "bucket" then
-      redis.call("HSET", state, "bn", plans[i][1], "bc", plans[i][2] + 1)
-      redis.call("PEXPIRE", state, math.ceil(per * 2000) + 1000)
-    elseif kind == "window" then
-      redis.call("ZADD", starts, now, token .. ":" .. i)
-      redis.call("PEXPIRE", starts, math.ceil(per * 1000) + 1000)
+    local m = memo[l.k]
+    if l.kind == "concurrent" then
+      m.count = m.count + redis.call("ZADD", KEYS[l.k + 1], now + l.lease, token)
+    elseif l.kind == "bucket" then
+      m.used, m.dirty = m.used + 1, true
+    elseif l.kind == "window" then
+      redis.call("ZADD", KEYS[l.k + 2], now, token .. ":" .. i)
+      redis.call("PEXPIRE", KEYS[l.k + 2], math.ceil(l.per * 1000) + 1000)
     else
-      redis.call("HSET", state, "tat", string.format("%.6f", plans[i]))
-      redis.call("PEXPIRE", state, math.ceil(per * 1000) + 1000)
+      m.tat, m.dirty = plans[i], true
     end
-    redis.call("HINCRBY", stats, "granted", 1)
+    m.granted = m.granted + 1
   end
   return {1, expired}
+end
+
+-- Write what the takes of the call kept in ``memo``: each key's grants counted, a bucket's or
+-- leaky's state.
+local function flush(memo)
+  for k, m in pairs(memo) do
+    local l = m.l
+    if m.dirty and l.kind == "bucket" then
+      redis.call("HSET", KEYS[k + 3], "bn", m.bn, "bc", m.used)
+      redis.call("PEXPIRE", KEYS[k + 3], math.ceil(l.per * 2000) + 1000)
+    elseif m.dirty then
+      redis.call("HSET", KEYS[k + 3], "tat", string.format("%.6f", m.tat))
+      redis.call("PEXPIRE", KEYS[k + 3], math.ceil(l.per * 1000) + 1000)
+    end
+    if m.granted > 0 then redis.call("HINCRBY", KEYS[k + 4], "granted", m.granted) end
+  end
 end
 """
 
@@ -161,9 +193,12 @@ end
 # concurrency limit frees when a holder ends, which nobody can tell in advance: its retry_after is
 # how long a place has been held lately (``hold`` in stats, kept by LIMIT_RELEASE), "" before any.
 LIMIT_TAKE = Script(_TAKE + r"""
-local lims = {}
+local lims, memo = {}, {}
 for i = 1, (#ARGV - 3) / 4 do lims[i] = limiter((i - 1) * 6, (i - 1) * 4 + 3) end
-return take(lims, ARGV[1], ARGV[2], ARGV[3])
+local reply = take(lims, ARGV[1], ARGV[2], ARGV[3], memo)
+if reply.err then return reply end
+flush(memo)
+return reply
 """)
 
 # The takes of the jobs one fetch brings, in one call: each job's as LIMIT_TAKE's, one after the
@@ -183,14 +218,15 @@ LIMIT_TAKE_MANY = Script(_TAKE + r"""
 local m = tonumber(ARGV[1])
 local keyed = {}
 for j = 1, m do keyed[j] = limiter((j - 1) * 6, (j - 1) * 4 + 1) end
-local out = {}
+local out, memo = {}, {}
 for a = 2 + 4 * m, #ARGV, 4 do
   local lims = {}
   for j in string.gmatch(ARGV[a + 3], "%d+") do lims[#lims + 1] = keyed[tonumber(j)] end
-  local reply = take(lims, ARGV[a], ARGV[a + 1], ARGV[a + 2])
+  local reply = take(lims, ARGV[a], ARGV[a + 1], ARGV[a + 2], memo)
   if reply.err then return reply end
   out[#out + 1] = reply
 end
+flush(memo)
 return out
 """)
 
@@ -199,7 +235,7 @@ return out
 _GIVE = _LIMITER + r"""
 local t = redis.call("TIME")
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local function give(lims, token, undo, woken)
+local function give(lims, token, undo, woken, memo)
   local given = 0
   for i = 1, #lims do
     local l = lims[i]
@@ -210,18 +246,27 @@ local function give(lims, token, undo, woken)
       given = given + gone
       if gone == 1 and not undo then
         -- How long places are held, lately (a moving average): what a refused job waits, about.
+        -- (Read once and written once a call, ``settle``; no ZPOPMIN once ``waiting`` is empty.)
         local ok, holder = pcall(cjson.decode, token)
         local since = ok and type(holder) == "table" and tonumber(holder.since) or now
         local held = math.min(math.max(now - since, 0), 3600)
-        local old = tonumber(redis.call("HGET", KEYS[k + 4], "hold") or "")
-        redis.call("HSET", KEYS[k + 4], "hold", string.format("%.6f", old and old * 0.8 + held * 0.2 or held))
-        local first = redis.call("ZPOPMIN", KEYS[k + 5])
-        if first[1] then
-          local job = redis.call("HGET", KEYS[k + 6], first[1])
-          redis.call("HDEL", KEYS[k + 6], first[1])
-          if job then
-            table.insert(woken, job)
-            table.insert(woken, first[2])
+        local m = memo[k]
+        if not m then
+          m = {old = tonumber(redis.call("HGET", KEYS[k + 4], "hold") or "")}
+          memo[k] = m
+        end
+        m.old = m.old and m.old * 0.8 + held * 0.2 or held
+        if not m.empty then
+          local first = redis.call("ZPOPMIN", KEYS[k + 5])
+          if first[1] then
+            local job = redis.call("HGET", KEYS[k + 6], first[1])
+            redis.call("HDEL", KEYS[k + 6], first[1])
+            if job then
+              table.insert(woken, job)
+              table.insert(woken, first[2])
+            end
+          else
+            m.empty = true
           end
         end
       end
@@ -244,6 +289,12 @@ local function give(lims, token, undo, woken)
   end
   return given
 end
+
+local function settle(memo)
+  for k, m in pairs(memo) do
+    redis.call("HSET", KEYS[k + 4], "hold", string.format("%.6f", m.old))
+  end
+end
 """
 
 # Give back what LIMIT_TAKE took for ``token``: a concurrent place always (the run ended: how long
@@ -256,9 +307,10 @@ end
 # Returns {places given back, then for each job popped from ``waiting`` (one per concurrent place
 # released, while any wait) its payload and its due time}.
 LIMIT_RELEASE = Script(_GIVE + r"""
-local lims, woken = {}, {}
+local lims, woken, memo = {}, {}, {}
 for i = 1, (#ARGV - 2) / 4 do lims[i] = limiter((i - 1) * 6, (i - 1) * 4 + 2) end
-local given = give(lims, ARGV[1], ARGV[2] == "undo", woken)
+local given = give(lims, ARGV[1], ARGV[2] == "undo", woken, memo)
+settle(memo)
 return {given, unpack(woken)}
 """)
 
@@ -273,13 +325,14 @@ return {given, unpack(woken)}
 # Returns {places given back in all, then the jobs woken, as LIMIT_RELEASE's}.
 LIMIT_RELEASE_MANY = Script(_GIVE + r"""
 local undo, m = ARGV[1] == "undo", tonumber(ARGV[2])
-local keyed, woken, given = {}, {}, 0
+local keyed, woken, given, memo = {}, {}, 0, {}
 for j = 1, m do keyed[j] = limiter((j - 1) * 6, (j - 1) * 4 + 2) end
 for a = 3 + 4 * m, #ARGV, 2 do
   local lims = {}
   for j in string.gmatch(ARGV[a + 1], "%d+") do lims[#lims + 1] = keyed[tonumber(j)] end
-  given = given + give(lims, ARGV[a], undo, woken)
+  given = given + give(lims, ARGV[a], undo, woken, memo)
 end
+settle(memo)
 return {given, unpack(woken)}
 """)
 
