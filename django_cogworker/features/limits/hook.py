@@ -2,7 +2,8 @@
 that meets its limit inside its run (``within``) sent back to the schedule.
 
 It rides the round trips the core makes anyway: the takes of the jobs one fetch brings go in one
-pipeline on the fetcher thread (``fetched``), and a run's places go back with its ack, held for the
+script call on the fetcher thread (``fetched``, which also keeps each payload it decoded for the
+processor), and a run's places go back with its ack, held for the
 fetcher's next round trip (``settling``: a Release step). A job dropped before its turn here (an
 expired one), or handed back unrun, gives back what the fetch took for it.
 

@@ -28,9 +28,15 @@ counts), read by the admin as its recent figures: no key per minute to build or 
 
 A key of the wrong type stops a script at its first command on it, keeping what it wrote before;
 the caller moves the key to quarantine and runs the script again (broker/quarantine.py). Each is
-safe to: a take reads every key it writes before its first write but ``stats`` (run again, a
-take stopped there may count a start of an earlier limiter of its list twice: one start too
-many for that period, never a place lost), a release run again finds its place gone.
+safe to: a take reads every key it writes before its first write but ``stats`` and the
+concurrent places (a rate limiter's state and the grants are written at the call's end: run
+again, a take stopped in that last write may count a start twice, one start too many for that
+period, never a place lost; a concurrent place taken again by its token is the same place), a
+release run again finds its place gone.
+
+The fetcher's calls take many jobs (LIMIT_TAKE_MANY) and give back many places
+(LIMIT_RELEASE_MANY) at once, each limiter key named once (held.py's Packing); LIMIT_TAKE and
+LIMIT_RELEASE are the one-job forms (``within``, a job's own take, a cluster's key-by-key takes).
 """
 
 from __future__ import annotations
@@ -77,6 +83,9 @@ local function memo_of(memo, l)
     m.expired = redis.call("ZREMRANGEBYSCORE", KEYS[k + 1], "-inf", now)
     if m.expired > 0 then redis.call("HINCRBY", KEYS[k + 4], "expired", m.expired) end
     m.count = redis.call("ZCARD", KEYS[k + 1])
+    -- (None parked: no jid to unpark, for any take of the call. Read with commands of their types,
+    -- so that a key of the wrong type stops the take, as its ZREM and HDEL did.)
+    m.waiting = redis.call("ZCARD", KEYS[k + 5]) + redis.call("HLEN", KEYS[k + 6]) > 0
   elseif l.kind == "bucket" then
     local bn = math.floor(now / l.per)
     local s = redis.call("HMGET", KEYS[k + 3], "bn", "bc")
@@ -93,7 +102,7 @@ local function take(lims, token, refusal, parked, memo)
   local expired = 0
   if parked ~= "" then  -- (granted, or parked again as it is now: its old entry goes either way)
     for i = 1, n do
-      if lims[i].kind == "concurrent" then
+      if lims[i].kind == "concurrent" and memo_of(memo, lims[i]).waiting then
         redis.call("ZREM", KEYS[lims[i].k + 5], parked)
         redis.call("HDEL", KEYS[lims[i].k + 6], parked)
       end
@@ -205,9 +214,8 @@ return reply
 # other. Each limiter key is named once however many jobs take it: the arguments a worker packs
 # (redis-py's per-argument cost, about 3 µs each, was most of a take's worker CPU) are four a job,
 # not thirteen. A key of the wrong type stops the call at the job that first touches it, keeping
-# the takes before it; the caller runs each take again alone (a concurrent place taken twice by
-# one token is one place; a rate limiter's start may count twice: one start too many for that
-# period, never a place lost).
+# the concurrent places taken before it (a rate limiter's starts are written at the end); the
+# caller runs each take again alone (a concurrent place taken twice by one token is one place).
 #
 # KEYS: six per limiter key (holders, starts, state, stats, waiting, parked), each key once.
 # ARGV[1] = m, how many limiter keys; ARGV[2 .. 1 + 4m] = four per key (as LIMIT_TAKE's);
