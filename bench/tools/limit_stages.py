@@ -117,7 +117,7 @@ def run(server: RedisServer, args: argparse.Namespace) -> None:
         limits = cls.limits
         asked = [gate._ask(payload, limits) for payload in decoded]
         def pack(asked: list = asked) -> tuple[list, list]:
-            return gate.packing.many([(keyed, (token, refusal, parked)) for keyed, token, refusal, parked in asked])
+            return gate.packing.many([(keyed, (refusal, token, parked)) for keyed, token, refusal, parked in asked])
 
         packed = pack()
 

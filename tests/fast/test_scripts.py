@@ -130,14 +130,17 @@ def test_limit_take_many_takes_each_job_s_limiters_all_or_none_naming_each_key_o
     conc_keys, conc = _limit("conc", "concurrent", 2, lease="30")
     rate_keys, rate = _limit("rate", "bucket", 2, per="60")
     head = [2, *conc, *rate]
-    jobs = [["t1", "", "", "1,2"], ["t2", "reschedule", "", "2"], ["t3", "fail", "", "2,1"], ["t4", "", "", "1"]]
-    replies = limit_scripts.LIMIT_TAKE_MANY(rb, conc_keys + rate_keys, head + [a for job in jobs for a in job])
+    rb.zadd(conc_keys[4], {"j\n4": 1.0})  # (refused before, parked: a jid may hold a line break, it goes last)
+    rb.hset(conc_keys[5], "j\n4", "{}")
+    jobs = ["1,2\n\nt1\n", "2\nreschedule\nt2\n", "2,1\nfail\nt3\n", "1\n\nt4\nj\n4"]
+    replies = limit_scripts.LIMIT_TAKE_MANY(rb, conc_keys + rate_keys, head + jobs)
     assert replies[0] == [1, 0] and replies[1] == [1, 0]  # (the bucket's two starts)
     assert replies[2][:2] == [0, 1]  # (its first limiter, the bucket, full: its concurrent place not taken)
     assert replies[3] == [1, 0]
     assert sorted(rb.zrange(conc_keys[0], 0, -1)) == [b"t1", b"t4"]
     assert rb.hmget(rate_keys[3], "granted", "over", "failed") == [b"2", b"1", b"1"]
     assert rb.hget(conc_keys[3], "granted") == b"2"
+    assert rb.zcard(conc_keys[4]) == 0 and rb.hlen(conc_keys[5]) == 0  # (granted: unparked)
 
 
 def test_limit_release_many_gives_back_each_holder_s_place_once_and_wakes_as_many_waiting(rb):
@@ -148,7 +151,7 @@ def test_limit_release_many_gives_back_each_holder_s_place_once_and_wakes_as_man
         assert limit_scripts.LIMIT_TAKE(rb, conc_keys + other_keys, [token, "", "", *conc, *other]) == [1, 0]
     rb.zadd(conc_keys[4], {"w1": 1.0})  # (a job refused before, parked: woken by the first place freed)
     rb.hset(conc_keys[5], "w1", '{"jid":"w1"}')
-    argv = ["release", 2, *conc, *other, tokens[0], "1,2", tokens[1], "1", "never-held", "2"]
+    argv = ["release", 2, *conc, *other, f"1,2\n{tokens[0]}", f"1\n{tokens[1]}", "2\nnever-held"]
     reply = limit_scripts.LIMIT_RELEASE_MANY(rb, conc_keys + other_keys, argv)
     assert reply[0] == 3 and reply[1:] == [b'{"jid":"w1"}', b"1"]
     assert rb.zrange(conc_keys[0], 0, -1) == [tokens[2].encode()]

@@ -117,7 +117,7 @@ class LimitGate:
             asks.append((index, keyed, token, refusal, parked))
         if not asks:
             return outcomes
-        names, argv = self.packing.many([(keyed, (token, refusal, parked))
+        names, argv = self.packing.many([(keyed, (refusal, token, parked))
                                          for _i, keyed, token, refusal, parked in asks])
         try:
             replies = scripts.LIMIT_TAKE_MANY(self.redis, names, argv)

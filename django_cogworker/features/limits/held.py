@@ -194,7 +194,9 @@ class Packing:
              head: Sequence[Any] = ()) -> tuple[list[bytes], list[Any]]:
         """KEYS and ARGV of one _MANY call: ``head`` first (LIMIT_RELEASE_MANY's mode), then the count
         of limiter keys and their specs, then for each of ``leads`` (its limiters with their keys, and
-        its own arguments) its arguments and the numbers of its keys."""
+        its own fields) one argument: the numbers of its keys, then its fields, a line each (only the
+        last may hold a line break: a token is JSON, a refusal a word; the jid to unpark goes last).
+        One argument a job, not four: redis-py's cost is per argument."""
         numbers: dict[tuple[str, int], int] = {}
         names: list[bytes] = []
         specs: list[bytes] = []
@@ -209,8 +211,7 @@ class Packing:
                     names += self.limit_keys(key)
                     specs += spec
                 mine.append(number)
-            tail += lead
-            tail.append(str(mine[0]) if len(mine) == 1 else ",".join(map(str, mine)))
+            tail.append("\n".join((str(mine[0]) if len(mine) == 1 else ",".join(map(str, mine)), *lead)))
         return names, [*head, len(numbers), *specs, *tail]
 
 

@@ -219,18 +219,20 @@ return reply
 #
 # KEYS: six per limiter key (holders, starts, state, stats, waiting, parked), each key once.
 # ARGV[1] = m, how many limiter keys; ARGV[2 .. 1 + 4m] = four per key (as LIMIT_TAKE's);
-# then four per job: holder token, refusal, parked (as LIMIT_TAKE's ARGV[1..3]) and its limiters,
-# the numbers (from 1) of their keys separated by commas, in the order of the job's ``limits``.
+# then one per job, four lines: its limiters (the numbers, from 1, of their keys separated by
+# commas, in the order of the job's ``limits``), refusal, holder token, parked (as LIMIT_TAKE's
+# ARGV[2], ARGV[1], ARGV[3]; only the jid may hold a line break: it is last).
 # Returns one LIMIT_TAKE reply per job, in order.
 LIMIT_TAKE_MANY = Script(_TAKE + r"""
 local m = tonumber(ARGV[1])
 local keyed = {}
 for j = 1, m do keyed[j] = limiter((j - 1) * 6, (j - 1) * 4 + 1) end
 local out, memo = {}, {}
-for a = 2 + 4 * m, #ARGV, 4 do
+for a = 2 + 4 * m, #ARGV do
+  local nums, refusal, token, parked = string.match(ARGV[a], "^([^\n]*)\n([^\n]*)\n([^\n]*)\n(.*)$")
   local lims = {}
-  for j in string.gmatch(ARGV[a + 3], "%d+") do lims[#lims + 1] = keyed[tonumber(j)] end
-  local reply = take(lims, ARGV[a], ARGV[a + 1], ARGV[a + 2], memo)
+  for j in string.gmatch(nums, "%d+") do lims[#lims + 1] = keyed[tonumber(j)] end
+  local reply = take(lims, token, refusal, parked, memo)
   if reply.err then return reply end
   out[#out + 1] = reply
 end
@@ -255,8 +257,9 @@ local function give(lims, token, undo, woken, memo)
       if gone == 1 and not undo then
         -- How long places are held, lately (a moving average): what a refused job waits, about.
         -- (Read once and written once a call, ``settle``; no ZPOPMIN once ``waiting`` is empty.)
-        local ok, holder = pcall(cjson.decode, token)
-        local since = ok and type(holder) == "table" and tonumber(holder.since) or now
+        -- (Its "since", matched: in a token's JSON a quote inside a string is escaped, so only
+        -- the field itself matches; cjson.decode was most of a release's time in Redis.)
+        local since = tonumber(string.match(token, '"since":%s*(%-?[%d%.eE+]+)')) or now
         local held = math.min(math.max(now - since, 0), 3600)
         local m = memo[k]
         if not m then
@@ -328,17 +331,18 @@ return {given, unpack(woken)}
 #
 # KEYS: six per limiter key, each key once.
 # ARGV[1] = "undo" or "release"; ARGV[2] = m, how many limiter keys; ARGV[3 .. 2 + 4m] = four
-# per key (as LIMIT_TAKE's); then two per holder: its token, and its limiters' key numbers (from
-# 1) separated by commas, in the order they were taken.
+# per key (as LIMIT_TAKE's); then one per holder, two lines: its limiters' key numbers (from 1)
+# separated by commas, in the order they were taken, and its token.
 # Returns {places given back in all, then the jobs woken, as LIMIT_RELEASE's}.
 LIMIT_RELEASE_MANY = Script(_GIVE + r"""
 local undo, m = ARGV[1] == "undo", tonumber(ARGV[2])
 local keyed, woken, given, memo = {}, {}, 0, {}
 for j = 1, m do keyed[j] = limiter((j - 1) * 6, (j - 1) * 4 + 2) end
-for a = 3 + 4 * m, #ARGV, 2 do
+for a = 3 + 4 * m, #ARGV do
+  local nums, token = string.match(ARGV[a], "^([^\n]*)\n(.*)$")
   local lims = {}
-  for j in string.gmatch(ARGV[a + 1], "%d+") do lims[#lims + 1] = keyed[tonumber(j)] end
-  given = given + give(lims, ARGV[a], undo, woken, memo)
+  for j in string.gmatch(nums, "%d+") do lims[#lims + 1] = keyed[tonumber(j)] end
+  given = given + give(lims, token, undo, woken, memo)
 end
 settle(memo)
 return {given, unpack(woken)}
