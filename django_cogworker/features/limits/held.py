@@ -172,7 +172,7 @@ class Packing:
     def __init__(self, keys: Keys):
         self.keys = keys
         self._kept: dict[str, list[bytes]] = {}
-        self._specs: dict[int, tuple[Any, list[bytes]]] = {}
+        self._specs: dict[tuple, list[bytes]] = {}
 
     def limit_keys(self, key: str) -> list[bytes]:
         found = self._kept.get(key)
@@ -183,12 +183,15 @@ class Packing:
         return found
 
     def spec(self, limiter: Any) -> list[bytes]:
-        """``limiter.argv()`` encoded (kept by the limiter object's id, with the object: an id reused
-        by a later limiter finds its own entry)."""
-        kept = self._specs.get(id(limiter))
-        if kept is None or kept[0] is not limiter:
-            kept = self._specs[id(limiter)] = (limiter, [str(value).encode() for value in limiter.argv()])
-        return kept[1]
+        """``limiter.argv()`` encoded, kept by its spec (a group's limiter may be a new object per job:
+        kept by the object, they piled up)."""
+        spec = limiter.spec()
+        kept = self._specs.get(spec)
+        if kept is None:
+            if len(self._specs) >= KEPT_MAX:
+                self._specs = {}
+            kept = self._specs[spec] = [str(value).encode() for value in limiter.argv()]
+        return kept
 
     def many(self, leads: Sequence[tuple[Sequence[tuple[Any, str]], Sequence[Any]]],
              head: Sequence[Any] = ()) -> tuple[list[bytes], list[Any]]:
@@ -197,19 +200,19 @@ class Packing:
         its own fields) one argument: the numbers of its keys, then its fields, a line each (only the
         last may hold a line break: a token is JSON, a refusal a word; the jid to unpark goes last).
         One argument a job, not four: redis-py's cost is per argument."""
-        numbers: dict[tuple[str, int], int] = {}
+        numbers: dict[tuple[str, tuple], int] = {}
         names: list[bytes] = []
         specs: list[bytes] = []
         tail: list[Any] = []
         for keyed, lead in leads:
             mine = []
             for limiter, key in keyed:
-                spec = self.spec(limiter)
-                number = numbers.get((key, id(spec)))
+                ident = (key, limiter.spec())
+                number = numbers.get(ident)
                 if number is None:
-                    number = numbers[(key, id(spec))] = len(numbers) + 1
+                    number = numbers[ident] = len(numbers) + 1
                     names += self.limit_keys(key)
-                    specs += spec
+                    specs += self.spec(limiter)
                 mine.append(number)
             tail.append("\n".join((str(mine[0]) if len(mine) == 1 else ",".join(map(str, mine)), *lead)))
         return names, [*head, len(numbers), *specs, *tail]
