@@ -147,7 +147,7 @@ def run(server: RedisServer, args: argparse.Namespace) -> None:
             (label, "decode the payload", lambda batch=batch: [payloads.decode(raw) for raw in batch]),
             (label, "ask (keys, holder token)", lambda decoded=decoded, limits=limits:
              [gate._ask(payload, limits) for payload in decoded]),
-            (label, "script arguments (packing.py)", pack),
+            (label, "script arguments (held.py Packing)", pack),
             (label, "LIMIT_TAKE_MANY of 10 (pack, trip, parse)", take_call),
             (label, "the reply's Ticket", granted),
             (label, "whole: fetched hook + release", whole),
