@@ -87,3 +87,13 @@ def short_repr(value: Any) -> str:
     except Exception:  # a broken __repr__ must not hide the real error
         text = f"<{type(value).__name__}>"
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_queue(value: Any, where: str) -> str:
+    """``value`` if it names a queue: :func:`check_text`, and no whitespace (as COGWORKER["QUEUES"]
+    says): a queue's lanes are named ``<its key> lane:...`` (broker/keys/families.py), which a
+    queue named ``x lane:ring`` would have shared with queue ``x``."""
+    check_text(value, where)
+    if any(c.isspace() for c in value):
+        raise InvalidArgument(f"{where} must be a queue name without spaces, got {short_repr(value)}")
+    return value

@@ -79,6 +79,10 @@ class Config:
     # ticker instead of time.time (tests drive cron slots with it); "" = time.time.
     clock: str = ""
     unique_lock_ttl: float = 3600.0
+    # Seconds of waiting worth one step of priority (docs/fairness.md): a prioritized job waiting
+    # that long ranks as one a step higher pushed now, so a stream of urgent work never starves the
+    # rest. 0: no aging, strictly by priority.
+    priority_aging: float = 60.0
     # Seconds a batch's data lives after its last step (success included): batches/.
     batch_ttl: float = 30.0 * DAY
     client_middleware: tuple[str, ...] = ()

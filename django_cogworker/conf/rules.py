@@ -105,6 +105,9 @@ def problems(cfg: Any) -> list[str]:
             bad(field, "a positive number of seconds")
         elif getattr(cfg, field) > MAX_SECONDS:  # (BATCH_TTL=1e16: every batch failed in its opening script)
             bad(field, f"at most {MAX_SECONDS_TEXT}")
+    if not (_positive_number(cfg.priority_aging) or cfg.priority_aging == 0) or cfg.priority_aging > MAX_SECONDS \
+            or isinstance(cfg.priority_aging, bool):
+        bad("priority_aging", f"a number of seconds from 0 (no aging) to {MAX_SECONDS_TEXT}")
     if _positive_number(cfg.heartbeat_interval) and cfg.heartbeat_interval > HEARTBEAT_INTERVAL_MAX:
         # Paused queues, remote signals and retried acks ride on the beat: an hour is already
         # longer than anyone waits for a pause to take; beyond it, a typo (minutes for seconds).

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from asgiref.sync import async_to_sync
 
-from ..bounds import check_text
+from ..bounds import check_queue
 from ..declarations import declared, provided
 from ..errors import CogworkerError, InvalidArgument
 from . import discovery
@@ -118,7 +118,7 @@ class Job:
             setattr(cls, option.name, value if option.check is None else option.check(value, f"{where}.{option.name}"))
         for rule in features.rules:
             rule(cls, where)
-        check_text(cls.queue, f"{where}.queue")
+        check_queue(cls.queue, f"{where}.queue")
         if "name" not in cls.__dict__:
             cls.name = where
         # Whether every worker defines it too (its first push asks: discovery.check).
@@ -227,7 +227,7 @@ class JobSetter:
                 allowed = sorted(CORE_PUSH_OPTIONS | features.push_options)
                 raise TypeError(f"unknown push option(s) {sorted(unknown)}; allowed: {allowed}")
             if "queue" in options:
-                check_text(options["queue"], "queue")
+                check_queue(options["queue"], "queue")
             # (Checked here too, not only when a payload is built: a workflow's step is built in a worker.)
             name = getattr(job_class, "name", job_class.__qualname__)
             for option in features.options:

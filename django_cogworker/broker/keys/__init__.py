@@ -127,10 +127,10 @@ import math
 from typing import Any
 
 from ..cluster import has_hash_tag, is_cluster_url
-from .families import BATCH_TYPES, LIMIT_TYPES, BatchKeys, LimitKeys, Want, glob_escape
+from .families import BATCH_TYPES, LIMIT_TYPES, BatchKeys, LaneKeys, LimitKeys, Want, glob_escape, lane_keys
 
-__all__ = ["BATCH_TYPES", "LIMIT_TYPES", "PRESENCE_BEATS", "PRESENCE_TTL_MIN", "BatchKeys", "Keys", "LimitKeys", "Want",
-           "for_config", "glob_escape", "presence_ttl"]
+__all__ = ["BATCH_TYPES", "LIMIT_TYPES", "PRESENCE_BEATS", "PRESENCE_TTL_MIN", "BatchKeys", "Keys", "LaneKeys",
+           "LimitKeys", "Want", "for_config", "glob_escape", "presence_ttl"]
 
 PRESENCE_TTL_MIN = 60
 PRESENCE_BEATS = 6
@@ -216,6 +216,10 @@ class Keys:
             return f"{self._head}{name}{self._tail}queue"
         return f"{self.prefix}queue:{name}"
 
+    def lanes(self, name: str) -> LaneKeys:
+        """The keys of queue ``name``'s groups and priorities (families.py's LaneKeys: its slot)."""
+        return lane_keys(self.queue(name))
+
     def queue_member_key(self, member: bytes) -> bytes:
         """:meth:`queue` of a name as stored in ``queues`` (bytes, which may not be UTF-8)."""
         if self.spread:
@@ -243,8 +247,7 @@ class Keys:
         return self.in_progress(identity).encode()
 
     def in_progress_identity(self, key: bytes | str) -> str:
-        """Invert :meth:`in_progress`: the identity."""
-        return self.in_progress_parts(key)[0]
+        return self.in_progress_parts(key)[0]  # (the identity)
 
     def in_progress_parts(self, key: bytes | str) -> tuple[str, bytes | None]:
         """Invert :meth:`in_progress` (and :meth:`in_progress_member_key`): (identity, the queue's
@@ -254,8 +257,7 @@ class Keys:
         queue may be named with that text in it and an identity (host:pid:hex) never is. (Split
         at the first, ``a}:in_progress:b``'s list was read as queue ``a``'s of a process
         ``b}:in_progress:<identity>``; decoded as UTF-8 first, a name that isn't stopped discovery.)
-        The identity is decoded with ``surrogateescape``: one that isn't UTF-8 (no process of
-        ours) still reads, and can't be sent back.
+        The identity is decoded with ``surrogateescape``: one not UTF-8 (no process of ours) reads.
         """
         name = key if isinstance(key, bytes) else key.encode()
         if self.spread:

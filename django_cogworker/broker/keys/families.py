@@ -44,6 +44,44 @@ class BatchKeys(NamedTuple):
                 for key, kind, name in zip(self, BATCH_TYPES, self._fields, strict=True)}
 
 
+class LaneKeys(NamedTuple):
+    """A queue's lanes (grouped jobs taking turns, prioritized jobs in order: docs/fairness.md), named
+    from its queue key (``<queue key> lane:...``, the queue's slot on a cluster; a queue name holds no
+    space, so no queue's key is one of these). The fetch scripts build the same names from the queue
+    key they are given (broker/scripts/lanes.py).
+
+    ring     list  the groups with jobs waiting, and "" (the queue's ungrouped jobs' turn) while any
+                   group has: the fetch takes the right end and puts it back at the left (LMOVE
+                   ring ring RIGHT LEFT), one job a turn; a group leaves it when its list empties or
+                   it is paused; the ring goes when "" is all it holds
+    group    list  ``<group prefix><group id>``: one group's waiting payloads, LPUSH in, taken from
+                   the right end, like a queue
+    paused   set   the group ids paused in this queue: jobs still join their group's list, which
+                   stays out of the ring until resumed
+    prio     zset  payloads pushed with a priority, scored ``enqueued_at - priority * step`` (step:
+                   PRIORITY_AGING seconds, or PRIORITY_STRICT_STEP without aging): the lowest score
+                   runs first, and an ungrouped job of the queue list counts as priority 0
+    """
+
+    ring: str
+    paused: str
+    prio: str
+    group_prefix: str
+
+    def group(self, group_id: str) -> str:
+        return self.group_prefix + group_id
+
+    def expected(self) -> dict[str, Want]:
+        """Each fixed key's type (a group's list is a list too)."""
+        return {self.ring: Want("list"), self.paused: Want("set"), self.prio: Want("zset")}
+
+
+def lane_keys(queue_key: str) -> LaneKeys:
+    """The lanes of the queue whose list is ``queue_key``."""
+    base = queue_key + " lane:"
+    return LaneKeys(base + "ring", base + "paused", base + "prio", base + "g:")
+
+
 class LimitKeys(NamedTuple):
     """One limiter key's keys (features/limits/), in the order the limiter scripts take them as KEYS."""
 

@@ -1,7 +1,8 @@
 """Every Lua script, each with its KEYS/ARGV header.
 
 All keys come in KEYS (never built inside Lua), so the scripts stay cluster
-safe. Run through :class:`Script`: EVALSHA, reloaded on NOSCRIPT (a Redis
+safe; the one exception, a queue's lanes, named by the fetch scripts from the queue key they are
+given, share its slot (:mod:`.lanes`). Run through :class:`Script`: EVALSHA, reloaded on NOSCRIPT (a Redis
 restart or SCRIPT FLUSH forgets them).
 
 The rule from cogworker 0.5.0 for every script that moves a job: write the
@@ -43,8 +44,10 @@ from .jobs import (
     PARK_UNSETTLED,
     QUARANTINE,
     REQUEUE,
+    UNTAKE,
     requeue_args,
 )
+from .lanes import STRICT_STEP
 from .periodic import HELD_LOCK, PERIODIC_CLAIM, PERIODIC_ENABLE, PERIODIC_ROLLBACK
 from .push import PUSH, RECEIPT_TTL, push_args
 from .slots import ADD_TRIMMED, LEASE, UNLEASE
@@ -61,6 +64,8 @@ __all__ = [
     "FETCH_RELIABLE",
     "FETCH_BASIC",
     "REQUEUE",
+    "UNTAKE",
+    "STRICT_STEP",
     "requeue_args",
     "ORPHAN_TO_DEAD",
     "PARK_UNSETTLED",

@@ -6,18 +6,20 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ._base import Script, _add_remove_trim, _queue_index
+from .lanes import LANES, PUSH_END, STRICT_STEP
 
 # KEYS[1] = source zset (schedule or retry), KEYS[2] = queues set,
 # KEYS[3] = destination queue list.
 # ARGV[1] = the raw entry as stored, ARGV[2] = queue name, ARGV[3] = the new
 # payload (built in Python, not re-encoded by cjson, which rounds large
-# integers). Returns 1 when moved, 0 when another process took it first.
+# integers). Returns 1 when moved, 0 when another process took it first. A job with a lane goes to
+# the end the fetch takes next (lanes.py's PUSH_END).
 # Push, then remove; the queues listing is best-effort.
-CLAIM_AND_REQUEUE = Script("""
+CLAIM_AND_REQUEUE = Script(PUSH_END + """
 if not redis.call("ZSCORE", KEYS[1], ARGV[1]) then
   return 0
 end
-redis.call("LPUSH", KEYS[3], ARGV[3])
+redis.call(push_end(ARGV[3]), KEYS[3], ARGV[3])
 redis.call("ZREM", KEYS[1], ARGV[1])
 redis.pcall("SADD", KEYS[2], ARGV[2])
 return 1
@@ -48,63 +50,97 @@ FILE_FAILURE = Script("""
 
 # KEYS[1] = in-progress list, KEYS[2..n] = queue lists, in the order to try.
 # ARGV[1] = how many jobs at most, ARGV[2] = m, the number of acks that follow,
-# ARGV[3..m+2] = raw payloads of finished jobs to acknowledge first.
+# ARGV[3..m+2] = raw payloads of finished jobs to acknowledge first, ARGV[m+3] = the seconds a
+# priority step is worth (lanes.py; absent: STRICT_STEP).
 # Reliable fetch: acknowledges what finished since the last fetch (LREM: acks
 # ride on the fetch, so a busy process makes about one round trip per batch
 # instead of one more per job), then moves up to ARGV[1] jobs, each atomically,
-# from the queues into the in-progress list. A queue holding the wrong type is skipped (pcall)
+# from the queues (a queue with lanes: in its turns, lanes.py) into the in-progress list. A queue
+# holding the wrong type is skipped (pcall)
 # and reported, never allowed to abort the script after earlier moves: a job
 # moved by an aborted script would sit in the in-progress list unknown to us.
 # Returns a flat list: index (1-based into the queues), raw, index, raw, ...
 # and, for a queue that errored, -index, message.
 FETCH_RELIABLE = Script("""
-for i = 3, tonumber(ARGV[2]) + 2 do
+local m = tonumber(ARGV[2])
+for i = 3, m + 2 do
   redis.call("LREM", KEYS[1], 1, ARGV[i])
 end
+local dst = KEYS[1]
+local step = tonumber(ARGV[m + 3]) or """ + repr(STRICT_STEP) + """
+""" + LANES + """
 local out = {}
 local want = tonumber(ARGV[1])
 local got = 0
 for i = 2, #KEYS do
-  while got < want do
-    local v = redis.pcall("LMOVE", KEYS[i], KEYS[1], "RIGHT", "LEFT")
-    if type(v) == "table" and v.err then
-      out[#out + 1] = -(i - 1)
-      out[#out + 1] = v.err
-      break
-    end
-    if not v then break end
-    got = got + 1
-    out[#out + 1] = i - 1
-    out[#out + 1] = v
+  local n, err = take_queue(KEYS[i], i - 1, want - got, out)
+  got = got + n
+  if err then
+    out[#out + 1] = -(i - 1)
+    out[#out + 1] = err
   end
   if got >= want then break end
 end
 return out
 """)
 
-# KEYS[1..n] = queue lists, in the order to try. ARGV[1] = how many at most.
-# Basic fetch's non-blocking batch pop; same output shape as FETCH_RELIABLE.
+# KEYS[1..n] = queue lists, in the order to try. ARGV[1] = how many at most, ARGV[2] = the seconds
+# a priority step is worth (absent: STRICT_STEP).
+# Basic fetch's non-blocking batch pop (a queue with lanes: in its turns, lanes.py); same output
+# shape as FETCH_RELIABLE.
 FETCH_BASIC = Script("""
+local dst = false
+local step = tonumber(ARGV[2]) or """ + repr(STRICT_STEP) + """
+""" + LANES + """
 local out = {}
 local want = tonumber(ARGV[1])
 local got = 0
 for i = 1, #KEYS do
-  while got < want do
-    local v = redis.pcall("RPOP", KEYS[i])
-    if type(v) == "table" and v.err then
-      out[#out + 1] = -i
-      out[#out + 1] = v.err
-      break
-    end
-    if not v then break end
-    got = got + 1
-    out[#out + 1] = i
-    out[#out + 1] = v
+  local n, err = take_queue(KEYS[i], i, want - got, out)
+  got = got + n
+  if err then
+    out[#out + 1] = -i
+    out[#out + 1] = err
   end
   if got >= want then break end
 end
 return out
 """)
+
+# KEYS[1] = the in-progress list (reliable fetch; absent for basic fetch), KEYS[last] = the queue
+# list it came from. ARGV[1] = a queue-list entry a blocking wait took (BLMOVE, BRPOP): a grouped
+# or prioritized job, or a doorbell (lanes.py); ARGV[2] = the seconds a priority step is worth.
+# The blocking call can't place such an entry; this script does (a doorbell is dropped), then takes
+# the queue's next job in turn, as FETCH_* would: the reply is FETCH_*'s (index 1). Pushed back to
+# the list instead, the entry went straight to the next fetcher blocked on it, which pushed it back
+# again, for seconds on end. An entry that can't be placed (a lane key of the wrong type) is
+# returned as an ordinary job; one no longer on the in-progress list (reconciled meanwhile, or this
+# call sent again after a lost reply) is left alone: nothing.
+UNTAKE = Script("""
+local qk = KEYS[#KEYS]
+local dst = #KEYS == 2 and KEYS[1]
+local step = tonumber(ARGV[2]) or """ + repr(STRICT_STEP) + """
+""" + LANES + """
+local v = ARGV[1]
+if dst and not redis.call("LPOS", dst, v) then
+  return {}
+end
+local kind = lane_kind(v)
+if not (kind and route(qk, v, kind)) then
+  return {1, v}
+end
+if dst then
+  redis.call("LREM", dst, 1, v)
+end
+local out = {}
+local _, err = take_queue(qk, 1, 1, out)
+if err then
+  out[#out + 1] = -1
+  out[#out + 1] = err
+end
+return out
+""")
+
 
 # KEYS[1] = in-progress list, KEYS[2] = queues set, KEYS[3..] = destination
 # queue lists; on a cluster, where the queues set is in another slot, KEYS[2..]

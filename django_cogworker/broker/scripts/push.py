@@ -33,7 +33,10 @@ MARK_TTL = 600
 # ARGV[1] = the push's token (its jid; a bulk's: a digest of its jids), ARGV[2] = its layout, in
 # JSON (push_args): [index of the queues set (0: the caller lists the queues), the channel that
 # wakes the pollers ("": none), then per destination: [its index, its queue name ("" for the
-# schedule, a sorted set), index of its outbox jobs' marks (0: none), then per job: 0 (a job for
+# schedule, a sorted set; [name, index of its queue list, a doorbell, "p"] for a queue's
+# prioritized jobs, its lane's sorted set, scored as the schedule's are, or [name, index of its
+# queue list, a doorbell, "g", group id] for a group's jobs, its list: broker/scripts/lanes.py), index of
+# its outbox jobs' marks (0: none), then per job: 0 (a job for
 # now), its score (a scheduled job's, as text) or, for a unique job, [index of its lock, its jid,
 # the lock's TTL, its score if scheduled], or for an outbox job its jid (one for now without a
 # lock: a string, in a queue's group) or [index of its lock or 0, its jid, the lock's TTL, its
@@ -94,7 +97,9 @@ local marks = {{}}
 for g = 3, #layout do
   local group = layout[g]
   local dest, queue, gmark = group[1], group[2], group[3]
-  local zset = queue == ""
+  local lane = type(queue) == "table"
+  local zset = queue == "" or (lane and queue[4] == "p")
+  local group_written, fresh = false, false
   local batch = {{}}
   local seen, bad = {{}}, nil
   if gmark > 0 then
@@ -204,7 +209,10 @@ for g = 3, #layout do
       end
       break
     end
-    written = true
+    written, group_written = true, true
+    if first == 1 and pushed == last then
+      fresh = true  -- (a group's list that was empty: the group joins the ring)
+    end
     for k = first, last do
       local e = batch[k]
       if e.lock then
@@ -219,16 +227,29 @@ for g = 3, #layout do
         m[#m + 1] = now + {MARK_TTL}
         m[#m + 1] = e.jid
       end
-      if zset and (not due or tonumber(e.score) < due) then
+      if zset and not lane and (not due or tonumber(e.score) < due) then
         due, due_text = tonumber(e.score), e.score
       end
     end
-    if listing > 0 and not zset and first == 1 then
-      local listed = redis.pcall("SADD", KEYS[listing], queue)
+    if listing > 0 and (lane or not zset) and first == 1 then
+      local listed = redis.pcall("SADD", KEYS[listing], lane and queue[1] or queue)
       if type(listed) == "table" then
         out[1] = listed.err
       end
     end
+  end
+  if lane and group_written and queue[4] == "g" and fresh then
+    local qk = KEYS[queue[2]]
+    if redis.pcall("SISMEMBER", qk .. " lane:paused", queue[5]) == 0 then
+      local ring = qk .. " lane:ring"
+      if redis.call("EXISTS", ring) == 0 then
+        redis.pcall("RPUSH", ring, "")
+      end
+      redis.pcall("LPUSH", ring, queue[5])  -- (refused, a ring of the wrong type: lanes' repair re-adds it)
+    end
+  end
+  if lane and group_written and redis.pcall("LLEN", KEYS[queue[2]]) == 0 then
+    redis.pcall("LPUSH", KEYS[queue[2]], queue[3])  -- (a doorbell: wakes a fetcher blocked on the list)
   end
 end
 if not written then
@@ -260,18 +281,25 @@ _layout = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def push_args(receipt: str, token: str, queues: str | None, wake: str,
-              groups: Iterable[tuple[str, str, Sequence[tuple[Any, Any, str | None, str, int, str | None]]]],
+              groups: Iterable[tuple[str, str, Sequence[tuple[Any, Any, str | None, str, int, str | None]]]
+                                 | tuple[str, str, Sequence[tuple[Any, Any, str | None, str, int, str | None]],
+                                         tuple[str, ...] | None]],
               ) -> tuple[list[str], list[Any]]:
     """KEYS and ARGV of PUSH. ``queues``: the queues set, or None where the caller lists the queues;
     ``wake``: the pollers' channel, or ""; ``groups``: ``(destination key, queue name or "" for the
     schedule, jobs)``, each job ``(payload, score or None, lock key or None, jid, lock TTL, mark key
-    or None)`` (the marks: keys.outbox_marks, for an outbox job)."""
+    or None)`` (the marks: keys.outbox_marks, for an outbox job), and optionally ``(queue list key,
+    doorbell, "p")`` when the destination is that queue's prioritized jobs' set (a job then has a
+    score), ``(queue list key, doorbell, "g", group id)`` when it is a group's list."""
     keys = [receipt]
     index: dict[str, int] = {}
     layout: list[Any] = [_queue_index(keys, index, queues) if queues else 0, wake]
     payloads: list[Any] = []
-    for destination, queue, jobs in groups:
-        group: list[Any] = [_queue_index(keys, index, destination), queue, 0]
+    for destination, queue, jobs, *lane in groups:
+        named: Any = queue
+        if lane and lane[0]:
+            named = [queue, _queue_index(keys, index, lane[0][0]), *lane[0][1:]]
+        group: list[Any] = [_queue_index(keys, index, destination), named, 0]
         for payload, score, lock, jid, ttl, mark in jobs:
             payloads.append(payload)
             if mark:

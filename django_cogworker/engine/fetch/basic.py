@@ -38,7 +38,7 @@ class BasicFetch(Fetch):
         if not order:
             return []
         queue_keys = [self.keys.queue(q) for q in order]
-        return self._parse(scripts.FETCH_BASIC(self.redis, queue_keys, [n]), order)
+        return self._parse(scripts.FETCH_BASIC(self.redis, queue_keys, [n, self.step]), order)
 
     def wait(self, paused: frozenset[str] = frozenset()) -> list[Unit]:
         waitable = self._waitable(self.queue_order(paused))
@@ -54,7 +54,8 @@ class BasicFetch(Fetch):
         if popped is None:
             return []
         key, raw = popped
-        return [Unit(cast(bytes, raw), self.keys.queue_name(key.decode() if isinstance(key, bytes) else key))]
+        queue = self.keys.queue_name(key.decode() if isinstance(key, bytes) else key)
+        return self._placed(Unit(cast(bytes, raw), queue), None)
 
     def ack(self, raw: bytes) -> None:
         """Nothing to do: the job left Redis when it was popped."""

@@ -33,6 +33,7 @@ from typing import Any
 
 from ...broker import scripts
 from ...broker.keys import Keys
+from ...broker.scripts.lanes import in_lane
 from ...broker.types import RedisClient
 from ...conf import Config
 from ...errors import UNAVAILABLE_CODES, RedisUnavailable, error_code
@@ -105,6 +106,8 @@ class Fetch(abc.ABC):
         self.identity = identity
         self.rng = rng or random.Random()
         self.in_progress = keys.in_progress(identity) if not keys.spread else ""  # (sharded.py sets it)
+        # (the seconds a priority step is worth: the fetch scripts' last argument, lanes.py)
+        self.step = repr(float(config.priority_aging or scripts.STRICT_STEP))
         self._weighted = [name for name, weight in config.queues for _ in range(weight)]
         self._idle_wait = IDLE_START
         self._logged_unfetchable: dict[str, float] = {}
@@ -251,6 +254,23 @@ class Fetch(abc.ABC):
         elif refused is not None:
             raise refused
         return units
+
+    def _placed(self, unit: Unit, in_progress: str | None) -> list[Unit]:
+        """What a blocking wait brought: ``unit``, or, when it belongs in a lane (a grouped or
+        prioritized job, a doorbell), which the wait can't put there, the job UNTAKE puts it there
+        and takes in turn in its place (broker/scripts/jobs.py; none: nothing more waits)."""
+        if not in_lane(unit.raw):
+            return [unit]
+        keys = [in_progress, self.keys.queue(unit.queue)] if in_progress else [self.keys.queue(unit.queue)]
+        try:
+            return self._parse(scripts.UNTAKE(self.redis, keys, [unit.raw, self.step]), [unit.queue])
+        except Exception as exc:
+            if in_progress:  # (left on our list, unknown: the next reconcile but one puts it back)
+                logger.warning("a job for a lane of queue %r stays on %s until reconciled (%s: %s)",
+                               unit.queue, in_progress, type(exc).__name__, exc)
+                return []
+            # (popped, and only this process holds it: run it as an ordinary job, never lose it)
+            return [] if unit.raw.startswith(b'{"lane":') else [unit]
 
     def _waitable(self, order: Sequence[str]) -> list[str]:
         """The queues to block on: not the ones the batch script just failed on.

@@ -44,7 +44,7 @@ class ReliableFetch(Fetch):
                 self.ack_many(acks)
             return []
         queue_keys = [self.keys.queue(q) for q in order]
-        keys, argv = [self.in_progress, *queue_keys], [n, len(acks), *acks]
+        keys, argv = [self.in_progress, *queue_keys], [n, len(acks), *acks, self.step]
         try:
             if outgoing is not None and outgoing.riding:
                 reply = self._fetch_riding(outgoing, keys, argv)
@@ -72,7 +72,7 @@ class ReliableFetch(Fetch):
         if raw is None:
             return []
         self._idle_wait = IDLE_START
-        return [Unit(cast(bytes, raw), waitable[0])]  # (a bytes client)
+        return self._placed(Unit(cast(bytes, raw), waitable[0]), self.in_progress)  # (a bytes client)
 
     def _fetch_riding(self, outgoing: Outgoing, keys: list[Any], argv: list[Any]) -> Any:
         """FETCH_RELIABLE on one pipeline behind the steps that ride it: one round trip for both."""

@@ -69,7 +69,7 @@ class ShardedReliableFetch(ReliableFetch):
                     break
                 mine = by_queue.pop(queue, [])
                 reply = scripts.FETCH_RELIABLE(self.redis, [self.list_of(queue), self.keys.queue(queue)],
-                                               [n - len(units), len(mine), *mine])
+                                               [n - len(units), len(mine), *mine, self.step])
                 self._forget(mine)
                 units += self._parse(reply, [queue])
                 unfetchable |= self.unfetchable
@@ -99,7 +99,7 @@ class ShardedReliableFetch(ReliableFetch):
         if raw is None:
             return []
         self._idle_wait = IDLE_START
-        return self._hold([Unit(cast(bytes, raw), queue)])
+        return self._hold(self._placed(Unit(cast(bytes, raw), queue), self.list_of(queue)))
 
     def still_ours(self, unit: Unit) -> bool:
         """As on a lone Redis, in two steps: the stamp (home slot), then the list (the queue's)."""
@@ -272,7 +272,8 @@ class ShardedBasicFetch(BasicFetch):
         for queue in order:
             if len(units) >= n:
                 break
-            units += self._parse(scripts.FETCH_BASIC(self.redis, [self.keys.queue(queue)], [n - len(units)]), [queue])
+            units += self._parse(scripts.FETCH_BASIC(self.redis, [self.keys.queue(queue)], [n - len(units), self.step]),
+                                 [queue])
             unfetchable |= self.unfetchable
         self.unfetchable = unfetchable
         if units:
@@ -293,4 +294,4 @@ class ShardedBasicFetch(BasicFetch):
             return []
         if popped is None:
             return []
-        return [Unit(cast(bytes, popped[1]), queue)]
+        return self._placed(Unit(cast(bytes, popped[1]), queue), None)

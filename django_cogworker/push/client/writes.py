@@ -26,6 +26,7 @@ import redis as redis_lib
 from ...broker import scripts
 from ...broker.keys import Keys
 from ...broker.quarantine import quarantine_key
+from ...broker.scripts.lanes import lane_of
 from ...broker.types import RedisClient
 from ...conf import Config
 from ...errors import WrongTypeError
@@ -46,6 +47,9 @@ class _Group(NamedTuple):
     queue: str
     items: list[dict[str, Any]]
     jobs: list[Job]
+    # (for a queue's prioritized jobs, written to its lane's set: the queue list and the doorbell
+    # written there when it is empty, broker/scripts/lanes.py)
+    lane: tuple[str, ...] | None = None
 
 
 class _Call(NamedTuple):
@@ -83,6 +87,7 @@ class PushWrites:
             local.pid = os.getpid()
         call = calls.get(queue)
         if call is None:
+            payloads.check_outgoing({"queue": queue, "jid": "-"})  # (a name with a space: refused)
             keys, args = scripts.push_args(self.keys.push_receipt(self._pusher()), "", self.keys.queues, "",
                                            [(self.keys.queue(queue), queue, [("", None, None, "", 0, None)])])
             call = calls[queue] = (keys, args[1])
@@ -99,6 +104,7 @@ class PushWrites:
         now = self.clock()
         scheduled: list[tuple[dict[str, Any], float, int]] = []
         by_queue: dict[str, list[tuple[dict[str, Any], int]]] = {}
+        laned: dict[tuple[str, str, Any], list[tuple[dict[str, Any], int]]] = {}
         for item in items:
             unique_ttl = unique.lock_ttl(item, now, self.config.unique_lock_ttl) if item.get("unique_digest") else 0
             at = item.pop("at", None)
@@ -113,7 +119,11 @@ class PushWrites:
                 scheduled.append((item, now, unique_ttl))
             else:
                 item["enqueued_at"] = now
-                by_queue.setdefault(item["queue"], []).append((item, unique_ttl))
+                if (lane := lane_of(item)) is None:
+                    by_queue.setdefault(item["queue"], []).append((item, unique_ttl))
+                else:
+                    laned.setdefault((item["queue"], lane, item["group"] if lane == "g" else None), []).append(
+                        (item, unique_ttl))
         groups: list[_Group] = []
         if scheduled:
             raws = payloads.encode_many([item for item, _at, _ttl in scheduled])
@@ -126,8 +136,32 @@ class PushWrites:
             raws = payloads.encode_many(queued_items)
             groups.append(self._group(self.keys.queue(queue), queue, queued_items, [
                 (raw, None, ttl) for (_item, ttl), raw in zip(queued, raws, strict=True)], marked))
+        for (queue, lane, group), queued in laned.items():
+            groups.append(self._laned(queue, lane, group, queued, now, marked))
         unwritten = self._push(groups)
         return [item for item in items if id(item) not in unwritten] if unwritten else items
+
+    def _laned(self, queue: str, lane: str, group_id: str | None, queued: list[tuple[dict[str, Any], int]],
+               now: float, marked: bool) -> _Group:
+        """The group of ``queue``'s jobs for one lane (broker/scripts/lanes.py): its prioritized jobs
+        (``lane`` "p"), written to its set, each scored ``now - priority * step`` (one ``step``,
+        PRIORITY_AGING, of waiting is worth a step of priority), or group ``group_id``'s ("g"),
+        written to that group's list (the group joining the ring): written where they wait, not
+        routed there by a fetch, so that a new group's job doesn't wait for the ungrouped jobs
+        ahead of it to be fetched."""
+        items = [item for item, _ttl in queued]
+        raws = payloads.encode_many(items)
+        bell = payloads.encode({"lane": "bell", "queue": queue})
+        lanes = self.keys.lanes(queue)
+        if lane == "g":
+            group = self._group(lanes.group(str(group_id)), queue, items,
+                                [(raw, None, ttl) for (_item, ttl), raw in zip(queued, raws, strict=True)], marked)
+            return group._replace(lane=(self.keys.queue(queue), bell, "g", str(group_id)))
+        step = self.config.priority_aging or scripts.STRICT_STEP
+        group = self._group(lanes.prio, queue, items, [
+            (raw, repr(now - int(item["priority"]) * step), ttl)
+            for (item, ttl), raw in zip(queued, raws, strict=True)], marked)
+        return group._replace(lane=(self.keys.queue(queue), bell, "p"))
 
     def _group(self, destination: str, queue: str, items: list[dict[str, Any]],
                encoded: list[tuple[str, str | None, int]], marked: bool = False) -> _Group:
@@ -172,7 +206,8 @@ class PushWrites:
                 if code in (-2, -3) and not repaired:
                     quarantine_key(self.redis, self.keys, key, "string" if code == -2 else "zset",
                                    f"is no {'lock' if code == -2 else 'outbox mark'} (the wrong type)")
-                    retried = again.setdefault(group.destination, _Group(group.destination, group.queue, [], []))
+                    retried = again.setdefault(group.destination,
+                                               _Group(group.destination, group.queue, [], [], group.lane))
                     retried.items.append(item)
                     retried.jobs.append(job)
                 elif code < 0:
@@ -213,7 +248,7 @@ class PushWrites:
             token += ":" + secrets.token_hex(6)
         wake = self.keys.schedule_wake if any(not group.queue for group in groups) else ""
         keys, args = scripts.push_args(receipt, token, queues, wake,
-                                       [(group.destination, group.queue, group.jobs) for group in groups])
+                                       [(group.destination, group.queue, group.jobs, group.lane) for group in groups])
         return _Call(keys, args, groups)
 
     def _pusher(self) -> str:
