@@ -526,6 +526,9 @@ def test_a_window_limit_checks_no_holder_and_keeps_no_lease(rb, r):
     assert 0 < r.pttl(K.limit(limiter.name).starts) <= 1500  # (gone a second after its window)
 
 
+# (Python 3.12+ warns at a fork of a process with threads, as pytest-xdist's workers are: the child
+# here only writes to a pipe and exits, with no lock another thread might hold.)
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_holder_tokens_are_unique_per_run_in_a_process_and_its_forked_children_and_read_as_json():
     # (Written as a fixed format, not json.dumps: the admin's holders list and LIMIT_RELEASE's
     # ``hold`` average read them as JSON. A forked child counted on from its parent's count, with its
