@@ -338,3 +338,23 @@ def test_a_lost_ring_is_repaired_so_its_groups_jobs_run_again(make_fetch, redis_
     assert sorted(json.loads(u.raw)["jid"] for u in fetch.retrieve(10)) == ["a0", "a1", "b0", "b1"]
     assert r.llen(lanes.group("held")) == 2
     assert Lanes(bclient, K, ["default"]).repair() == 0
+
+
+def test_a_single_grouped_or_prioritized_push_takes_the_one_script_path_with_its_lane(redis_url, r):
+    """(The single push's own call, cached per queue and group: what perform_async of one job uses.)"""
+    now = 1_800_000_000.0
+    client = Client(make_config(redis_url, QUEUES=["default"], PRIORITY_AGING=60), r, clock=lambda: now)
+    lanes = K.lanes("default")
+
+    for n, group in enumerate(("a", "a", "b")):
+        client.push({"group": group, "jid": f"g{n}", "class": "x.Job", "args": [], "kwargs": {}, "queue": "default"})
+    client.push({"priority": 7, "jid": "p", "class": "x.Job", "args": [], "kwargs": {}, "queue": "default"})
+    client.push({"group": "no space allowed", "jid": "x", "class": "x.Job", "args": [], "kwargs": {},
+                 "queue": "default"})
+
+    assert r.llen(lanes.group("a")) == 2 and r.llen(lanes.group("b")) == 1
+    assert r.lrange(lanes.ring, 0, -1) == ["b", "a", ""]
+    assert r.zrange(lanes.prio, 0, -1, withscores=True)[0][1] == now - 7 * 60
+    assert json.loads(r.zrange(lanes.prio, 0, -1)[0])["enqueued_at"] == now
+    # An id the fetch couldn't read: an ordinary job (the feature refuses it before a push).
+    assert [json.loads(raw).get("jid") for raw in r.lrange(K.queue("default"), 0, -1)] == ["x", None]  # (a bell)
