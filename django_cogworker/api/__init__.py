@@ -4,6 +4,8 @@
     q = api.Queue("mail")
     q.size(), q.latency(), q.paused, q.jobs(page=1, per_page=25)
     q.pause(); q.unpause(); q.clear()
+    q.groups(page=1).page.items                  # QueueGroup: id, waiting, paused; the busiest first
+    q.pause_group("acme"); q.resume_group("acme")
     [q.name for q in api.Queue.all()]
 
     dead = api.DeadSet()
@@ -50,6 +52,7 @@ The names are defined in one module per part and re-exported here, so
     _base        ActionRefused, Poison, reencode, SCAN_COUNT, MAX_PER_PAGE, the shared private helpers
     records      Page, JobRecord; HEAD_BYTES, TAIL_BYTES, DETAIL_BYTES, CALL_BYTES
     queues       Queue, QueueRow (Queue.page, Queue.prune, Queue.exists)
+    lanes        Lanes: a queue's groups and priorities, counted in its size
     sorted_sets  SortedSet, ScheduledSet, RetrySet, DeadSet, Moved (retry_some);
                  SCAN_LIMIT, SCAN_BUDGET, MATCH_LIMIT, BATCH, RETRY_SOME_LIMIT, RETRY_SOME_BUDGET
     sorted_entry SortedEntry (one entry's actions: delete, enqueue_now, kill), KILLED_REASON
@@ -65,6 +68,7 @@ and from the features' folders (each feature's ``api.py``, django_cogworker/feat
     batches      BatchSet, BatchSummary, BatchDetail, BatchJob, BatchCallback; JOB_LIMIT, CHILD_LIMIT,
                  MEMBER_SCAN_LIMIT, CALLBACK_LOOKUPS, STATE_SAMPLE, STATES, JOB_STATES
     limits       LimitSet, LimitState, Holder, Recent, FamilyTotals; HOLDER_LIMIT, FAMILY_KEY_LIMIT
+    fairness     QueueGroup, GroupPage (a queue's groups: Queue.groups, pause_group, resume_group)
 
 The code reads each limit in the module that defines it: to change one (a
 test's monkeypatch), set it there, e.g. ``api.sorted_sets.SCAN_LIMIT``;
@@ -86,10 +90,12 @@ from ..features.batches.api import (
     BatchSet,
     BatchSummary,
 )
+from ..features.fairness.api import GroupPage, QueueGroup
 from ..features.limits.api import FAMILY_KEY_LIMIT, HOLDER_LIMIT, FamilyTotals, Holder, LimitSet, LimitState, Recent
 from ..features.progress.api import Progress, get_progress, progress_of
 from ..features.results.api import job_result
 from ._base import MAX_PER_PAGE, SCAN_COUNT, ActionRefused, Poison, reencode
+from .lanes import Lanes
 from .periodic import PeriodicEntry
 from .processes import Process, ProcessSet, Work, Workers
 from .quarantine import KEYSPACE_SCAN_LIMIT, QUARANTINE_LIMIT, SAMPLE_CHARS, SAMPLE_ITEMS, Bounded, QuarantinedKey
@@ -144,6 +150,10 @@ __all__ = [
     # queues
     "Queue",
     "QueueRow",
+    "Lanes",
+    # a queue's groups
+    "QueueGroup",
+    "GroupPage",
     # scheduled, retry and dead
     "SortedEntry",
     "SortedSet",

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import cast
+from typing import Any, cast
 
 from ..broker import scripts
 from ..broker.keys import Keys
 from ..broker.types import RedisClient
+from ..declarations import provided
+from . import lanes as lane_counts
 from . import records
 from ._base import _clamp_page, _defaults
 from .records import HEAD_BYTES, TAIL_BYTES, JobRecord, Page
@@ -88,13 +90,36 @@ class Queue:
         removed = 0
         for i in range(0, len(members), PRUNE_BATCH):
             batch = members[i:i + PRUNE_BATCH]
-            removed += int(scripts.PRUNE_QUEUES(redis, [keys.queues, keys.paused_queues,
-                                                        *(cls(m, redis=redis, keys=keys).key for m in batch)],
-                                                batch))
+            lane_keys = [key for m in batch for key in _with_lanes(cls(m, redis=redis, keys=keys).key)]
+            removed += int(scripts.PRUNE_QUEUES(redis, [keys.queues, keys.paused_queues, *lane_keys], batch))
         return removed
 
     def size(self) -> int:
-        return int(self.redis.llen(self.key))
+        """The jobs waiting: in its list, and in its lanes (its groups' lists, its priorities: api/lanes.py).
+        A key of the wrong type counts as empty (the key guard moves it aside)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.llen(self.key)
+        size = pipe.execute(raise_on_error=False)[0]
+        return (size if isinstance(size, int) else 0) + self.lanes().waiting
+
+    def lanes(self) -> lane_counts.Lanes:
+        """Its groups (each one's waiting count), its paused groups, its prioritized jobs' count."""
+        return lane_counts.read(self.redis, [self.key])[0]
+
+    def groups(self, page: int = 1, per_page: int = 25) -> Any:
+        """Its groups, the busiest first: a ``GroupPage`` (its ``page`` of ``QueueGroup``: id, waiting,
+        paused; the groups' total, the jobs grouped and prioritized; the fairness feature's,
+        features/fairness/api.py)."""
+        return provided("queue_groups")(self, page, per_page)
+
+    def pause_group(self, group: str | int) -> bool:
+        """Stop fetching group ``group``'s jobs from this queue (they keep waiting; new ones join them);
+        return whether it wasn't paused already."""
+        return bool(provided("pause_group")(self, group))
+
+    def resume_group(self, group: str | int) -> bool:
+        """Fetch group ``group``'s jobs again; return whether it was paused."""
+        return bool(provided("resume_group")(self, group))
 
     def exists(self) -> bool:
         """Whether the name was ever pushed to (and not pruned), is paused, or holds jobs."""
@@ -126,17 +151,25 @@ class Queue:
         self.redis.srem(self.keys.paused_queues, self.member)
 
     def clear(self) -> int:
-        """Delete every waiting job; return how many there were."""
+        """Delete every waiting job, its lanes' too (its groups' and priorities'; its paused groups stay
+        paused); return how many there were."""
+        in_lanes = lane_counts.clear(self.redis, self.key, watch=not self.keys.spread)
         pipe = self.redis.pipeline(transaction=True)
         pipe.llen(self.key)
         pipe.delete(self.key)
-        return int(pipe.execute()[0])
+        return int(pipe.execute()[0]) + in_lanes
 
     def jobs(self, page: int = 1, per_page: int = 25) -> Page:
         """Waiting jobs by rank, the newest first (the fetch takes from the other end): HEAD_BYTES of each."""
         page, per_page = _clamp_page(page, per_page)
         total, items = self._read((page - 1) * per_page, per_page)
         return Page(items, page, per_page, total)
+
+
+def _with_lanes(key: bytes) -> list[bytes]:
+    """A queue's list and the lanes PRUNE_QUEUES reads beside it (ring, priorities, paused groups)."""
+    return [key, *(lane_counts.lane_key(key, suffix) for suffix in (lane_counts.RING, lane_counts.PRIO,
+                                                                     lane_counts.PAUSED))]
 
 
 def _prune_across_slots(redis: RedisClient, keys: Keys, queues: list[Queue]) -> int:
@@ -148,7 +181,9 @@ def _prune_across_slots(redis: RedisClient, keys: Keys, queues: list[Queue]) -> 
     pipe = redis.pipeline(transaction=False)
     for q in candidates:
         pipe.llen(q.key)
-    empty = [q for q, size in zip(candidates, pipe.execute(raise_on_error=False), strict=True) if size == 0]
+        pipe.exists(*_with_lanes(q.key)[1:])  # (its lanes: jobs in its groups or priorities, paused groups)
+    replies = pipe.execute(raise_on_error=False)
+    empty = [q for i, q in enumerate(candidates) if replies[2 * i] == 0 and replies[2 * i + 1] == 0]
     removed = 0
     for i in range(0, len(empty), PRUNE_BATCH):
         batch = empty[i:i + PRUNE_BATCH]
@@ -172,14 +207,16 @@ def _waited(oldest: JobRecord | None, now: float | None) -> float:
 
 @dataclasses.dataclass
 class QueueRow:
-    """What a listing shows of a queue: its size, latency and pause flag (and, when the listing
-    has read them, how many live processes fetch from it: ``ProcessSet.readers``)."""
+    """What a listing shows of a queue: its size (its lanes' jobs included), latency and pause flag
+    (and, when the listing has read them, how many live processes fetch from it:
+    ``ProcessSet.readers``); ``lanes``: its groups and priorities (api/lanes.py)."""
 
     queue: Queue
     size: int
     latency: float
     paused: bool
     readers: int | None = None
+    lanes: lane_counts.Lanes | None = None
 
     @classmethod
     def read(cls, queues: list[Queue], now: float | None = None) -> list[QueueRow]:
@@ -197,6 +234,7 @@ class QueueRow:
                                                         records.CALL_BYTES])
         replies = pipe.execute(raise_on_error=False)
         paused = replies[0] if isinstance(replies[0], set) else set()
+        lanes = lane_counts.read(redis, [q.key for q in queues])
         rows = []
         for i, q in enumerate(queues):
             size, oldest = replies[1 + 2 * i], replies[2 + 2 * i]
@@ -204,5 +242,5 @@ class QueueRow:
             record = None
             if isinstance(oldest, list) and len(oldest) == 6:
                 record = JobRecord(oldest[2], size=oldest[4], tail=oldest[5])
-            rows.append(cls(q, size, _waited(record, now), q.member in paused))
+            rows.append(cls(q, size + lanes[i].waiting, _waited(record, now), q.member in paused, lanes=lanes[i]))
         return rows

@@ -14,6 +14,7 @@ from ..broker.cluster import home_node, is_cluster
 from ..broker.keys import Keys
 from ..broker.types import RedisClient
 from ..engine.settle.stats import day_of
+from . import lanes
 from ._base import _defaults, _number
 from .processes import ProcessSet
 from .queues import Queue, QueueRow
@@ -118,6 +119,9 @@ class Stats:
                 pipe.llen(Queue(member, redis=self.redis, keys=self.keys).key)
             sizes += pipe.execute(raise_on_error=False)
         counts = [size if isinstance(size, int) else 0 for size in sizes]  # (wrong type: the key guard's)
+        # (Its groups' and priorities' jobs too: a grouped queue's own list is mostly empty.)
+        waiting = lanes.read(self.redis, [Queue(m, redis=self.redis, keys=self.keys).key for m in members])
+        counts = [count + lane.waiting for count, lane in zip(counts, waiting, strict=True)]
         self.queue_count = len(members)
         self.queue_sizes = {m.decode("utf-8", "backslashreplace"): n for m, n in zip(members, counts, strict=True)}
         self.enqueued = sum(counts)

@@ -13,6 +13,7 @@ from .cancellation.declaration import DECLARATION as CANCELLATION
 from .collapse.declaration import DECLARATION as COLLAPSE
 from .encryption.declaration import DECLARATION as ENCRYPTION
 from .expiry.declaration import DECLARATION as EXPIRY
+from .fairness.declaration import DECLARATION as FAIRNESS
 from .iteration.declaration import DECLARATION as ITERATION
 from .limits.declaration import DECLARATION as LIMITS
 from .profiling.declaration import DECLARATION as PROFILING
@@ -46,6 +47,7 @@ def _died(redis: Any, keys: Any, payload: dict[str, Any], error: str, message: s
 
 BATCHES = Declaration("batches", died=_died, provides={"open_batch": _open_batch, "signature": _signature})
 
-# (The collapse's digest is of the clear arguments: its hook before the encryption's seal.)
-STANDARD = (RESULTS, EXPIRY, LIMITS, COLLAPSE, ENCRYPTION, CANCELLATION, BATCHES, PROGRESS, ITERATION, TRACING,
-            PROFILING)
+# (The collapse's digest is of the clear arguments: its hook before the encryption's seal; the fairness's
+# reads a class's group from the clear arguments too, and puts ``group`` first, which nothing after reorders.)
+STANDARD = (RESULTS, EXPIRY, LIMITS, COLLAPSE, FAIRNESS, ENCRYPTION, CANCELLATION, BATCHES, PROGRESS, ITERATION,
+            TRACING, PROFILING)

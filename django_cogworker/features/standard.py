@@ -18,6 +18,7 @@ from .collapse.hook import KeepLast
 from .encryption.hook import Encryption
 from .encryption.keys import ring_for
 from .expiry.hook import Expiry
+from .fairness.limits import GROUP_LIMITS
 from .history.hook import History
 from .iteration.hook import Iteration
 from .limits import upkeep
@@ -49,7 +50,7 @@ def build(parts: WorkerParts) -> list[Feature]:
     # profiling last, the innermost around: it measures the job's run, not the others' work.)
     return [*tracing(config),
             Expiry(redis, keys), Cancellation(redis, keys, Cancels()),
-            ClassLimits(gate), InlineLimits(gate), RefusalCount(),
+            ClassLimits(gate, GROUP_LIMITS), InlineLimits(gate), RefusalCount(),
             RunLockRelease(RunLocks(redis, keys)),
             KeepLast(redis, keys, config.unique_lock_ttl), Results(ResultWriter(redis, keys, parts.identity), timeouts),
             Batches(redis, keys, config.batch_ttl), Encryption(ring), Progress(redis, keys),

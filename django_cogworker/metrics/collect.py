@@ -5,7 +5,7 @@ dashboard does), but per-queue series are kept for the QUEUE_LIMIT largest only:
 tenant queues would be 200,000 series a scrape, more than a Prometheus server should be asked
 to keep; ``cogworker_queues`` and ``cogworker_enqueued`` still count them all. Job classes
 likewise (``api.stats.CLASS_LIMIT``). A feature's families are read by its folder's
-``metrics.py`` (features/batches/, features/limits/), each bounded there, and listed in FEATURES.
+``metrics.py`` (features/batches/, features/limits/, features/fairness/), each bounded there, and listed in FEATURES.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from ..api._base import _defaults
 from ..broker.keys import Keys
 from ..broker.types import RedisClient
 from ..features.batches import metrics as batch_metrics
+from ..features.fairness import metrics as fairness_metrics
 from ..features.history import metrics as history_metrics
 from ..features.limits import metrics as limit_metrics
 from .exposition import Family
@@ -26,7 +27,7 @@ QUEUE_LIMIT = 500  # queues with series of their own, the largest first
 # The features whose families follow the core's, each read by its folder's ``families(redis, keys)``
 # (looked up at each scrape: a feature's metrics module imports metrics/exposition.py, so it may be
 # the one still being imported as this module is).
-FEATURES = (batch_metrics, limit_metrics)
+FEATURES = (batch_metrics, limit_metrics, fairness_metrics)
 
 
 def collect(*, redis: RedisClient | None = None, keys: Keys | None = None, now: float | None = None,

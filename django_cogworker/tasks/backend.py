@@ -217,9 +217,9 @@ class CogworkerBackend(BaseTaskBackend):
     supports_defer = True  # run_after: the schedule set
     supports_async_task = True  # awaited on the worker's event loop (or through async_to_sync on a thread)
     supports_get_result = True  # the result record
-    # Queues are lists served in a weighted order: nothing orders the work by priority, so
-    # a priority other than 0 is refused (InvalidTask) rather than ignored.
-    supports_priority = False
+    # Task.priority (Django's -100..100, default 0) is the job's ``priority`` (features/fairness/): a
+    # higher one runs first within its queue, 0 is a plain job. The queues keep their weights.
+    supports_priority = True
 
     def __init__(self, alias: str, params: Mapping[str, Any]):
         # Bad options don't raise here (as Django starts: @task builds the backend); they are told
@@ -245,7 +245,10 @@ class CogworkerBackend(BaseTaskBackend):
             raise ConfigError(list(self.problems))
         self.validate_task(task)
         job_class = job_class_for(task)
-        payload = JobSetter(job_class, {"queue": task.queue_name}).build(list(args), dict(kwargs))
+        options: dict[str, Any] = {"queue": task.queue_name}
+        if task.priority:  # (0, Django's default: no field, a plain job's payload)
+            options["priority"] = task.priority
+        payload = JobSetter(job_class, options).build(list(args), dict(kwargs))
         at = task.run_after.timestamp() if task.run_after is not None else None
         payload["task"] = {"backend": self.alias, "priority": task.priority, "run_after": at}
         now = time.time()

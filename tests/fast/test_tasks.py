@@ -8,6 +8,7 @@ runs this module in both venvs.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 
 import pytest
@@ -30,9 +31,9 @@ def test_the_backend_says_what_it_supports():
     backend = task_backends["default"]
     assert isinstance(backend, CogworkerBackend)
     assert (backend.supports_defer, backend.supports_async_task, backend.supports_get_result,
-            backend.supports_priority) == (True, True, True, False)
+            backend.supports_priority) == (True, True, True, True)
     with pytest.raises(InvalidTask):
-        add.using(priority=5)  # refused, not silently ignored: nothing orders the work by priority
+        add.using(priority=101)  # Django's range is -100..100
     with pytest.raises(InvalidTask):
         add.using(queue_name="elsewhere")  # not in QUEUES
     with pytest.raises(TaskResultDoesNotExist):
@@ -220,3 +221,25 @@ def test_a_task_cancelled_while_waiting_reads_failed_with_cancelled(r):
     assert "cancelled before it ran" in failed.errors[0].traceback
     assert r.llen(K.queue("default")) == 0 and r.get(K.stat_cancelled) == "1"
     assert 3000 < r.ttl(K.result(result.id)) <= 3600  # (kept as long as its task's results are)
+
+
+def _waiting(rb, queue: str) -> list[bytes]:
+    """The raw payloads waiting in ``queue``: its list, and its priorities' zset (where the core's push
+    writes a prioritized job: broker/keys/families.py's LaneKeys)."""
+    return [*rb.lrange(K.queue(queue), 0, -1), *rb.zrange(K.lanes(queue).prio, 0, -1)]
+
+
+@pytest.mark.parametrize("priority", [5, -100, 100])
+def test_a_task_s_priority_is_its_job_s_priority_the_payload_s_first_field(rb, priority):
+    result = add.using(priority=priority).enqueue(1, 2)
+    [raw] = _waiting(rb, add.queue_name)
+    assert raw.startswith(b'{"priority":%d,' % priority)  # (the fetch tells it by its opening text)
+    payload = json.loads(raw)
+    assert payload["jid"] == result.id and payload["priority"] == priority
+    assert payload["task"]["priority"] == priority
+
+
+def test_a_task_of_the_default_priority_is_a_plain_job(rb):
+    add.enqueue(1, 2)
+    [raw] = _waiting(rb, add.queue_name)
+    assert "priority" not in json.loads(raw)

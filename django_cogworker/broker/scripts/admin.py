@@ -245,19 +245,24 @@ out[1] = rank
 return out
 """)
 
-# KEYS[1] = queues set, KEYS[2] = paused_queues set, KEYS[3..n] = the queue lists.
-# ARGV = the queues' names, in the order of KEYS[3..n].
+# KEYS[1] = queues set, KEYS[2] = paused_queues set, then four keys a queue: its list, its lanes'
+#   ring, its priorities (zset) and its paused groups (set) (broker/keys/families.py's LaneKeys).
+# ARGV = the queues' names, in the order of their keys.
 # Takes off `queues` each name whose list is empty and that isn't paused: with
 # one queue per tenant, `queues` grew to 100,000 names, most of them empty, and
 # every page listing them paid for each. Atomic, so a push can't land between
 # the check and the SREM; the next push finds the list empty and lists the name again.
+# A queue whose lanes hold jobs (a ring while any group waits, priorities) or paused groups
+# (whose lists are out of the ring) keeps its name: its own list is empty while 5,000 of its
+# grouped jobs wait, and a name off the list vanished from every page.
 # A list key of the wrong type is left alone. Returns how many were removed.
 PRUNE_QUEUES = Script("""
 local removed = 0
-for i = 3, #KEYS do
-  local name = ARGV[i - 2]
+for i = 3, #KEYS, 4 do
+  local name = ARGV[(i - 3) / 4 + 1]
   local length = redis.pcall("LLEN", KEYS[i])
-  if length == 0 and redis.call("SISMEMBER", KEYS[2], name) == 0 then
+  if length == 0 and redis.call("SISMEMBER", KEYS[2], name) == 0
+      and redis.call("EXISTS", KEYS[i + 1], KEYS[i + 2], KEYS[i + 3]) == 0 then
     removed = removed + redis.call("SREM", KEYS[1], name)
   end
 end

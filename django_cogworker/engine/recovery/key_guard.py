@@ -20,6 +20,11 @@ from ...broker.quarantine import quarantine_key
 from ...broker.types import RedisClient
 from .registry import readable
 
+# Group lists checked per queue a round, at most (of its ring, then of its paused set): a queue of
+# 100,000 tenants would be 100,000 TYPE calls a minute; a group past these is checked when it is
+# among them (a group leaves the ring when its list empties, and the ring turns).
+GROUP_CHECK_LIMIT = 1_000
+
 
 class KeyGuard:
     """Check the types of every key the fleet relies on, and quarantine the wrong ones.
@@ -58,6 +63,7 @@ class KeyGuard:
         queues = list(dict.fromkeys(self.queues + self._members(k.queues) + self._members(k.paused_queues)))
         for queue in queues:
             types[k.queue(queue)] = "list"
+        types.update(self._lane_types(queues))
         for identity in self._members(k.in_progress_identities):
             # A cluster: one list per queue, in the queue's slot. Each process checks those of its
             # own queues (every listed queue times every identity was thousands of TYPE calls a
@@ -72,6 +78,28 @@ class KeyGuard:
             # (one of the wrong type failed every claim of its entry, for good)
             types[k.periodic_last_slot(pjid)] = "string"
             types[k.periodic_running(pjid)] = "string"
+        return types
+
+    def _lane_types(self, queues: list[str]) -> dict[str, str]:
+        """Each queue's lanes (broker/keys/families.py's LaneKeys): its ring, paused groups and
+        priorities, and the list of each group its ring or paused set names (read in one round trip;
+        a ring or set of the wrong type names none, and is moved this round). A ring holding a
+        string stopped every fetch of its queue; a group's list holding one, every turn of it."""
+        k = self.keys
+        lanes = [k.lanes(queue) for queue in queues]
+        pipe = self.redis.pipeline(transaction=False)
+        for lane in lanes:
+            pipe.lrange(lane.ring, 0, GROUP_CHECK_LIMIT - 1)
+            pipe.srandmember(lane.paused, GROUP_CHECK_LIMIT)
+        replies = pipe.execute(raise_on_error=False) if lanes else []
+        types: dict[str, str] = {}
+        for i, lane in enumerate(lanes):
+            types.update({lane.ring: "list", lane.paused: "set", lane.prio: "zset"})
+            for reply in replies[2 * i:2 * i + 2]:
+                for member in reply if isinstance(reply, list) else ():
+                    group = readable(member, lane.ring, self._unreadable) if member else None
+                    if group:
+                        types[lane.group(group)] = "list"
         return types
 
     def _members(self, key: str) -> list[str]:

@@ -36,16 +36,28 @@ FETCHED = "limits.fetched"  # unit.notes: what the fetch's takes got the job (ga
 class ClassLimits(Feature):
     """Takes the places of a class's ``limits`` for the jobs a fetch brings, in one round trip
     (``fetched``), or for one job before its run (``before``, when the fetch's didn't); gives them
-    back with the job's ack (``settling``: a Release step)."""
+    back with the job's ack (``settling``: a Release step).
+
+    ``also``: limiters a job takes beside its class's ``limits``, found from its payload (the
+    fairness feature's per-group limits: features/fairness/limits.py), taken with them, all or none;
+    an object with ``applies(job_class)`` and ``limits(payload, job_class)``."""
 
     name = "limits"
 
-    def __init__(self, gate: LimitGate):
+    def __init__(self, gate: LimitGate, also: Any = None):
         self.gate = gate
+        self.also = also
         self._names: tuple[bytes, ...] | None = None
 
     def applies(self, job_class: Any) -> bool:
-        return bool(getattr(job_class, "limits", None))
+        return bool(getattr(job_class, "limits", None)) or (self.also is not None and self.also.applies(job_class))
+
+    def limits_of(self, payload: dict, job_class: Any) -> tuple[Any, ...]:
+        """The limiters a job takes: its class's, and ``also``'s for its payload."""
+        own = tuple(getattr(job_class, "limits", None) or ())
+        if self.also is None or job_class is None or not self.also.applies(job_class):
+            return own
+        return own + tuple(self.also.limits(payload, job_class))
 
     def fetched(self, units: Sequence[Unit]) -> None:
         wanted: list[tuple[dict, Any]] = []
@@ -60,7 +72,7 @@ class ClassLimits(Feature):
                 payload = payloads.decode(unit.raw)
             except payloads.PayloadError:
                 continue  # (buried by the processor)
-            limits = getattr(registered(str(payload.get("class"))), "limits", None)
+            limits = self.limits_of(payload, registered(str(payload.get("class"))))
             if limits:
                 wanted.append((payload, limits))
                 holders.append(unit)
@@ -76,7 +88,7 @@ class ClassLimits(Feature):
         are all registered before its first fetch)."""
         if self._names is None:
             self._names = tuple(json.dumps(name).encode() for name, cls in registry().items()
-                                if getattr(cls, "limits", None))
+                                if self.applies(cls))
         return self._names
 
     def returned(self, units: Sequence[Unit]) -> None:
@@ -90,7 +102,10 @@ class ClassLimits(Feature):
         if notes is not None and FETCHED in notes:
             taken = self.gate.resolve(run.payload, notes.pop(FETCHED))
         else:
-            taken = self.gate.take(run.payload, run.job_class.limits)
+            limits = self.limits_of(run.payload, run.job_class)
+            if not limits:  # (a class with group limits only, pushed ungrouped: none to take)
+                return None
+            taken = self.gate.take(run.payload, limits)
         if taken is None:
             return None
         run.notes[NOTE] = taken

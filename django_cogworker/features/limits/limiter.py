@@ -137,9 +137,13 @@ class Limiter:
 
     def bind(self, *args: Any, **kwargs: Any) -> Limiter:
         """This limiter at the key its function gives for these arguments (for ``within``)."""
+        return self.at(self.key_for(args, kwargs))
+
+    def at(self, key: str) -> Limiter:
+        """This limiter counted under ``key``, in its family (a group's own key: features/fairness/limits.py)."""
         bound = object.__new__(Limiter)
         bound.__dict__.update(self.__dict__)
-        bound.name, bound.key_fn = self.key_for(args, kwargs), None
+        bound.name, bound.key_fn = key, None
         return bound
 
     def within(self, wait: float = 0.0, *, redis: Any = None, keys: Keys | None = None) -> Within:

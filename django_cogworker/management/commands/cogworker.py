@@ -20,8 +20,8 @@ from django.core.management.base import BaseCommand, CommandError
 from ...cli import actions, checks, listings
 from ...cli.output import FAILED, USAGE, as_json, table
 
-LISTINGS = ("stats", "queues", "processes", "busy", "scheduled", "retries", "dead", "periodic", "batches", "limits",
-            "outbox", "metrics", "profiles")
+LISTINGS = ("stats", "queues", "groups", "processes", "busy", "scheduled", "retries", "dead", "periodic", "batches",
+            "limits", "outbox", "metrics", "profiles")
 
 
 def _limit(text: str) -> int:
@@ -73,6 +73,9 @@ class Command(BaseCommand):
         sub.add_parser("stats", parents=[listing], help="counters, sizes and processes at a glance")
         p = sub.add_parser("queues", parents=[listing, paged], help="queues: size, latency, paused")
         p.add_argument("names", nargs="*", metavar="QUEUE", help="only these (each must exist)")
+        p = sub.add_parser("groups", parents=[listing, paged], help="a queue's groups, the busiest first: jobs "
+                                                                     "waiting, paused")
+        p.add_argument("queue", metavar="QUEUE")
         sub.add_parser("processes", parents=[listing, paged], help="live worker processes")
         sub.add_parser("busy", parents=[listing, paged], help="the jobs running now, each with its progress")
         for kind, what in (("scheduled", "jobs due later"), ("retries", "failed jobs waiting for a retry"),
@@ -99,10 +102,14 @@ class Command(BaseCommand):
         p.add_argument("show", nargs="?", choices=["show"], help="show one profile")
         p.add_argument("ident", nargs="?", metavar="ID", help="the profile's id (from the list)")
 
-        for verb, what in (("pause", "no process fetches from these queues"), ("unpause", "fetch from them again")):
-            p = sub.add_parser(verb, help=f"{verb} queues: {what} (from each process's next heartbeat)")
+        for verb, what in (("pause", "no process fetches from these queues"), ("unpause", "fetch from them again"),
+                           ("resume", "fetch from them again (as unpause)")):
+            p = sub.add_parser(verb, help=f"{verb} queues: {what} (from each process's next heartbeat); with "
+                                          f"--group, groups of one queue (at once)")
             p.add_argument("names", nargs="+", metavar="QUEUE")
             p.add_argument("--force", action="store_true", help=f"{verb} a queue nothing was pushed to yet")
+            p.add_argument("--group", action="append", dest="groups", metavar="GROUP",
+                           help=f"{verb} this group of the queue instead (repeat for more)")
         p = sub.add_parser("clear", help="delete every waiting job of queues")
         p.add_argument("names", nargs="+", metavar="QUEUE")
         p.add_argument("--yes", action="store_true", help="confirm")
@@ -168,6 +175,10 @@ class Command(BaseCommand):
             shown = listings.stats()
         elif action == "queues":
             shown = listings.queues(options["names"], options["page"], options["limit"])
+        elif action == "groups":
+            from ...features.fairness.cli import groups
+
+            shown = groups(options["queue"], options["page"], options["limit"])
         elif action == "processes":
             shown = listings.processes(options["page"], options["limit"])
         elif action == "busy":
@@ -207,8 +218,14 @@ class Command(BaseCommand):
             self.stderr.write(shown.note)
 
     def _act(self, action: str, options: dict) -> actions.Outcome:
-        if action in ("pause", "unpause"):
-            return actions.pause(options["names"], unpause=action == "unpause", force=options["force"])
+        if action in ("pause", "unpause", "resume") and options["groups"]:
+            from ...features.fairness.cli import pause as pause_groups
+
+            if len(options["names"]) != 1:
+                raise CommandError(f"usage: cogworker {action} QUEUE --group GROUP (one queue)", returncode=USAGE)
+            return pause_groups(options["names"][0], options["groups"], resume=action != "pause")
+        if action in ("pause", "unpause", "resume"):
+            return actions.pause(options["names"], unpause=action != "pause", force=options["force"])
         if action == "clear":
             return actions.clear(options["names"], yes=options["yes"])
         if action in ("retry", "delete"):
