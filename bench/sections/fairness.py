@@ -22,6 +22,7 @@ goals; the Lua is broker/scripts/lanes.py, the options features/fairness/).
 from __future__ import annotations
 
 import json
+import math
 import random
 import statistics
 import time
@@ -243,8 +244,8 @@ def report(res: dict[str, Any]) -> str:
     add("")
     add(f"{dr['n']:,} no-op jobs (one `INCR`) pushed in bulk, then drained by {dr['worker']}: on a plain queue "
         f"(`bench.NoopIncr`), and spread over {dr['groups']:,} groups (`bench.GroupedNoop`, `group = \"arg:1\"`, "
-        "job i in group i mod the groups: every group has work to the end, the ring holds them all). A rev in "
-        "brackets is the worker of another commit (`--baseline`), run in turn with this one's, with this "
+        "job i in group i mod the groups: every group has work to the end, the ring holds them all). A row "
+        "*(worker of REV)* is another commit's worker (`--baseline`), run in turn with this one's, on this "
         f"checkout's push: the plain queue before the lanes. Each way ran {dr['reps']} time(s), in turn; medians, "
         "with the range of jobs/s. Issue 48's goals: a plain drain unchanged within noise; 1,000 groups at "
         "≥ 0.8× the plain jobs/s.")
@@ -260,6 +261,12 @@ def report(res: dict[str, Any]) -> str:
     add(table(["way", "jobs/s (range)", "vs plain", "worker CPU µs/job", "Redis cmds/job", "round trips/job",
                "Redis CPU µs/job"], rows))
     add("")
+    other = {way: statistics.median(r.get("other_cpu_cores", 0.0) for r in d["runs"]) for way, d in ways.items()}
+    if any(x >= 0.15 for x in other.values()):
+        add("Other load on the machine during these drains (CPU cores busy outside the worker, Redis and the "
+            "bench, median of each way's runs; jobs/s and CPU figures are less trustworthy for it, the command "
+            "counts are not): " + ", ".join(f"{way} {fmt(x)}" for way, x in other.items()) + ".")
+        add("")
     fe = fair.get("fetches", {})
     if fe:
         add("A prioritized queue's fetch: the lane's sorted set filled directly (`ZADD`, 10,000 a call, "
@@ -274,6 +281,16 @@ def report(res: dict[str, Any]) -> str:
                   [[d["kind"], d["backlog"], d["fetches"], d["client_us_p50"], d["client_us_p99"],
                     d["fetches_per_s"], d["redis_us_per_call"], d["used_memory_mb"]] for d in fe.values()]))
         add("")
+        sizes = sorted({d["backlog"] for d in fe.values()})
+        small, big = (fe.get(f"priority-{b}") for b in (sizes[0], sizes[-1]))
+        if small and big and len(sizes) > 1:
+            add(f"In Redis, a prioritized fetch from {big['backlog']:,} waiting takes "
+                f"{big['redis_us_per_call'] / small['redis_us_per_call']:.2f}× its time from {small['backlog']:,} "
+                f"(log₂ of the backlogs: {math.log2(big['backlog']) / math.log2(small['backlog']):.2f}×; linear: "
+                f"{big['backlog'] / small['backlog']:,.0f}×): the sorted set's `ZRANGE 0 0` and `ZREM` walk its skip "
+                "list. The client's p99 and mean are the machine's load (a loopback round trip that waited for a "
+                "CPU), not the backlog's.")
+            add("")
     pu = fair.get("pushes", {})
     if pu:
         base = {k: pu.get(f"plain_{k}", {}).get("jobs_per_s") for k in ("one", "bulk")}
