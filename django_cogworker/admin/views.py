@@ -23,11 +23,13 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.text import capfirst
 
 from .. import api, models
+from ..errors import CogworkerError
 from . import charts
 from .permissions import can_change, can_view
 
 REFRESH_CHOICES = (2, 5, 10, 30)
 QUEUES_PER_PAGE = 50
+GROUPS_PER_PAGE = 25  # a queue's groups shown on its page, the busiest first (a group per tenant: 100,000)
 
 
 def guard(*, actions: bool) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
@@ -154,6 +156,8 @@ def queues(request: HttpRequest, *, site: Any) -> HttpResponse:
             messages.error(request, str(exc))
             return back(request, page_url)
         name = queue.name
+        if action in ("pause_group", "resume_group"):
+            return _group_action(request, queue, action, page_url)
         if action == "pause":
             queue.pause()
             messages.success(request, f"Queue {name} paused: processes stop fetching from it at their next beat.")
@@ -192,6 +196,23 @@ def _count_readers(rows: list[api.QueueRow]) -> None:
         row.readers = readers.get(row.queue.name, 0)
 
 
+def _group_action(request: HttpRequest, queue: api.Queue, action: str, page_url: str) -> HttpResponse:
+    """Pause or resume one group of ``queue`` (its page's Groups table: features/fairness/)."""
+    group = request.POST.get("group", "")
+    try:
+        changed = queue.pause_group(group) if action == "pause_group" else queue.resume_group(group)
+    except CogworkerError as exc:
+        messages.error(request, str(exc))
+        return back(request, page_url)
+    if action == "pause_group":
+        messages.success(request, f"Group {group} of queue {queue.name} paused: its jobs wait until resumed."
+                         if changed else f"Group {group} of queue {queue.name} was paused already.")
+    else:
+        messages.success(request, f"Group {group} of queue {queue.name} resumed." if changed
+                         else f"Group {group} of queue {queue.name} wasn't paused.")
+    return back(request, page_url)
+
+
 def _posted_queue(request: HttpRequest) -> api.Queue:
     """The queue a form names: ``queue`` (text), or ``queue_hex`` for a name that isn't UTF-8 or is empty."""
     hexed = request.POST.get("queue_hex")
@@ -207,10 +228,16 @@ def queue_jobs(request: HttpRequest, queue: str, *, site: Any) -> HttpResponse:
         raise Http404(f"No queue named {queue!r}.")
     per_page = int_param(request, "per_page", 25)
     jobs = paged(lambda number: q.jobs(number, per_page), request)
+    groups = q.groups(int_param(request, "gpage", 1), GROUPS_PER_PAGE)  # (its lanes: features/fairness/)
+    if groups.page.number > groups.page.pages:
+        groups = q.groups(groups.page.pages, GROUPS_PER_PAGE)
     query = request.GET.copy()
     query.pop("page", None)
+    group_query = request.GET.copy()
+    group_query.pop("gpage", None)
     return render_page(request, site, "queue", "admin/cogworker/queue_jobs.html", f"Queue {queue}", queue=q,
-                       jobs=jobs, paused=q.paused, latency=q.latency(), query=query.urlencode())
+                       jobs=jobs, paused=q.paused, latency=q.latency(), query=query.urlencode(), groups=groups,
+                       group_query=group_query.urlencode())
 
 
 @guard(actions=True)

@@ -3,7 +3,8 @@ priorities (broker/keys/families.py's LaneKeys), which the queue's own list does
 
 A grouped job leaves the queue's list for its group's at its first fetch, and a prioritized one is
 never in it: a size read from the list alone showed 0 while 5,000 waited. Every size the admin, the
-CLI and the metrics show adds :attr:`Lanes.waiting` (``Queue.size``, ``QueueRow``, ``Stats``).
+CLI and the metrics show is :meth:`Lanes.size` (``Queue.size``, ``QueueRow``, ``Stats``): the list's
+jobs (a doorbell the fetch drops is none) and the lanes'.
 
 A queue's groups are its ring's members and its paused set's (a paused group is out of the ring,
 its jobs still wait). Reading them takes two round trips for any number of queues: the ring, the
@@ -21,12 +22,16 @@ from typing import Any
 from ..broker.keys.families import lane_keys
 from ..broker.types import RedisClient
 
-BATCH = 10_000  # commands per pipeline
+BATCH = 10_000  # group lengths read per pipeline
+QUEUE_BATCH = 10_000  # queues read per pipeline (five commands each), as api/stats.py's sizes
 
 # The lanes' names are their queue key with these suffixes (families.py's lane_keys): applied to the
 # queue key as bytes, a queue name that isn't UTF-8 has its lanes read too.
 _SUFFIX = lane_keys("")
 RING, PAUSED, PRIO, GROUP = (s.encode() for s in (_SUFFIX.ring, _SUFFIX.paused, _SUFFIX.prio, _SUFFIX.group_prefix))
+
+
+BELL = b'{"lane":"bell"'  # (the doorbell's opening text: broker/scripts/lanes.py)
 
 
 def lane_key(queue_key: bytes | str, suffix: bytes) -> bytes:
@@ -48,29 +53,40 @@ class Lanes:
     prioritized: int = 0
     poisoned: list[str] = dataclasses.field(default_factory=list)
     poisoned_groups: dict[bytes, str] = dataclasses.field(default_factory=dict)  # group id -> what it held
+    bells: int = 0  # doorbells seen at either end of the queue's list: entries, not jobs (at most one)
 
     @property
     def waiting(self) -> int:
         """The jobs waiting in the lanes: every group's, and the prioritized."""
         return sum(self.groups.values()) + self.prioritized
 
+    def size(self, list_length: int) -> int:
+        """The queue's jobs waiting, its list being ``list_length`` long: the list's jobs (a doorbell
+        is no job) and the lanes'."""
+        return max(list_length - self.bells, 0) + self.waiting
+
 
 def read(redis: RedisClient, queue_keys: Sequence[bytes | str]) -> list[Lanes]:
     """The lanes of each queue (by its list's key), in two pipelined round trips (a few more past
     BATCH commands)."""
     first: list[Any] = []
-    for i in range(0, len(queue_keys), BATCH // 3):
+    for i in range(0, len(queue_keys), QUEUE_BATCH):
         pipe = redis.pipeline(transaction=False)
-        for key in queue_keys[i:i + BATCH // 3]:
+        for key in queue_keys[i:i + QUEUE_BATCH]:
             pipe.lrange(lane_key(key, RING), 0, -1)
             pipe.smembers(lane_key(key, PAUSED))
             pipe.zcard(lane_key(key, PRIO))
+            # A doorbell is written only into an empty list (a push with a lane, a resume): it is at
+            # one end until a fetch drops it, unless a job came back to the fetched end and one was
+            # pushed at the other meanwhile (no fetcher running): then it is counted as a job.
+            pipe.lindex(key, 0)
+            pipe.lindex(key, -1)
         first += pipe.execute(raise_on_error=False)
     found: list[Lanes] = []
     wanted: list[tuple[Lanes, bytes, bytes]] = []  # (its queue's Lanes, group id, group key)
     for index, key in enumerate(queue_keys):
-        ring, paused, prio = first[3 * index:3 * index + 3]
-        lanes = Lanes()
+        ring, paused, prio, head, tail = first[5 * index:5 * index + 5]
+        lanes = Lanes(bells=int(any(isinstance(end, bytes) and end.startswith(BELL) for end in (head, tail))))
         if isinstance(ring, Exception):
             lanes.poisoned.append(f"ring ({_wrong(ring)})")
             ring = []
@@ -109,7 +125,8 @@ def _wrong(error: Exception) -> str:
 
 def clear(redis: RedisClient, queue_key: bytes | str, *, watch: bool = True) -> int:
     """Delete every job waiting in a queue's lanes (its groups' lists, its priorities, its ring);
-    return how many there were. The paused groups stay paused: a pause is a setting, not a job.
+    return how many there were (less a doorbell in its list, which the caller deletes with it). The
+    paused groups stay paused: a pause is a setting, not a job.
 
     The ring and the paused set are WATCHed between reading the groups and deleting them: a group
     the fetch adds meanwhile would have lost its ring entry with its list left, its jobs then in no
@@ -129,7 +146,7 @@ def clear(redis: RedisClient, queue_key: bytes | str, *, watch: bool = True) -> 
                     pipe.delete(group_key(queue_key, group))
                 pipe.delete(ring_key, lane_key(queue_key, PRIO))
                 pipe.execute()
-                return lanes.waiting
+                return lanes.waiting - lanes.bells  # (the bell deleted with the list is no job)
             except redis_lib.WatchError:
                 continue
     raise RuntimeError("the queue's groups changed five times while it was being cleared: try again")

@@ -100,7 +100,7 @@ class Queue:
         pipe = self.redis.pipeline(transaction=False)
         pipe.llen(self.key)
         size = pipe.execute(raise_on_error=False)[0]
-        return (size if isinstance(size, int) else 0) + self.lanes().waiting
+        return self.lanes().size(size if isinstance(size, int) else 0)
 
     def lanes(self) -> lane_counts.Lanes:
         """Its groups (each one's waiting count), its paused groups, its prioritized jobs' count."""
@@ -242,5 +242,5 @@ class QueueRow:
             record = None
             if isinstance(oldest, list) and len(oldest) == 6:
                 record = JobRecord(oldest[2], size=oldest[4], tail=oldest[5])
-            rows.append(cls(q, size + lanes[i].waiting, _waited(record, now), q.member in paused, lanes=lanes[i]))
+            rows.append(cls(q, lanes[i].size(size), _waited(record, now), q.member in paused, lanes=lanes[i]))
         return rows

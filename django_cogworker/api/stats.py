@@ -121,7 +121,7 @@ class Stats:
         counts = [size if isinstance(size, int) else 0 for size in sizes]  # (wrong type: the key guard's)
         # (Its groups' and priorities' jobs too: a grouped queue's own list is mostly empty.)
         waiting = lanes.read(self.redis, [Queue(m, redis=self.redis, keys=self.keys).key for m in members])
-        counts = [count + lane.waiting for count, lane in zip(counts, waiting, strict=True)]
+        counts = [lane.size(count) for count, lane in zip(counts, waiting, strict=True)]
         self.queue_count = len(members)
         self.queue_sizes = {m.decode("utf-8", "backslashreplace"): n for m, n in zip(members, counts, strict=True)}
         self.enqueued = sum(counts)

@@ -21,6 +21,7 @@ from typing import Any
 from ..errors import is_unavailable
 from . import scripts
 from .keys import Keys
+from .scripts.lanes import in_lane
 from .types import RedisClient
 
 # How far ahead a leased entry is re-scored: its mover has this long to push it and remove
@@ -83,7 +84,7 @@ def zset_to_queues(redis: RedisClient, keys: Keys, source: str,
     if taken:
         pipe = redis.pipeline(transaction=False)
         for _raw, _score, queue, payload in taken:
-            pipe.lpush(keys.queue(queue), payload)
+            (pipe.rpush if in_lane(payload) else pipe.lpush)(keys.queue(queue), payload)  # (lanes.py's PUSH_END)
         listed = sorted({queue for _raw, _score, queue, _payload in taken})
         for queue in listed:
             pipe.sadd(keys.queues, queue)

@@ -12,6 +12,8 @@
     tracing       OpenTelemetry spans of every push and run, the trace carried in the payload
     history       the metrics history: per class and minute, runs, failures, run time and its histogram
     profiling     a job pushed with ``set(profile=...)`` run under a profiler, its profile kept a day
+    collapse      debounce, throttle, keep_last_if_active: equal pushes collapse into one job
+    fairness      group, priority, group_limits: a queue's groups take turns (the core's fetch), paused per group
 
 A folder holds the whole of its feature: its Lua (``scripts.py``), its object model for the admin
 and the CLI (``api.py``, re-exported by ``django_cogworker.api``), its admin views

@@ -18,6 +18,7 @@ from .collapse.hook import KeepLast
 from .encryption.hook import Encryption
 from .encryption.keys import ring_for
 from .expiry.hook import Expiry
+from .fairness.hook import Lanes
 from .fairness.limits import GROUP_LIMITS
 from .history.hook import History
 from .iteration.hook import Iteration
@@ -55,4 +56,5 @@ def build(parts: WorkerParts) -> list[Feature]:
             KeepLast(redis, keys, config.unique_lock_ttl), Results(ResultWriter(redis, keys, parts.identity), timeouts),
             Batches(redis, keys, config.batch_ttl), Encryption(ring), Progress(redis, keys),
             Iteration(redis, keys, config, parts.retry, ring),
-            *([History(redis, keys)] if config.metrics_history else []), Profiling(redis, keys, parts.identity)]
+            *([History(redis, keys)] if config.metrics_history else []), Profiling(redis, keys, parts.identity),
+            Lanes(redis, keys, config.queue_names)]

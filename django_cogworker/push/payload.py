@@ -384,3 +384,5 @@ def check_outgoing(payload: dict[str, Any]) -> None:
         if not isinstance(value, str) or not value:
             raise TypeError(f"payload {field} must be a non-empty string, got {value!r} "
                             f"(set by a client middleware?)")
+    if any(c.isspace() for c in payload["queue"]):  # (a queue's lanes are named "<its key> lane:...")
+        raise TypeError(f"payload queue must be a queue name without spaces, got {payload['queue']!r}")

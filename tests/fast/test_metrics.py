@@ -146,7 +146,9 @@ def test_many_queues_are_read_in_a_few_round_trips_and_only_the_largest_get_seri
     monkeypatch.setattr(collect_module, "QUEUE_LIMIT", 100)
     trips = round_trips(monkeypatch)
     got = samples(scrape())
-    assert trips["n"] <= 21  # not one per queue (21: the run-time histogram reads the history's totals)
+    # Not one per queue (21: the run-time histogram reads the history's totals; 5 more read the queues'
+    # lanes, their groups and priorities counted in each size: api/lanes.py, features/fairness/metrics.py).
+    assert trips["n"] <= 26
     series = [labels for (name, labels) in got if name == "cogworker_queue_size"]
     assert len(series) == 100
     assert ("queue", "tenant-00400") in {label for labels in series for label in labels}  # the largest kept

@@ -313,3 +313,28 @@ def test_limits_hold_on_a_cluster_each_key_in_its_own_slot(cluster, cr, on_clust
     assert cr.zcard(pair.holders) == 0 and cr.zcard(pair.waiting) == 0 and cr.hlen(pair.parked) == 0
     # Every start of a PairJob counted once in its bucket: none left counted by a take undone.
     assert int(cr.hget(mail.stats, "granted")) == 20
+
+
+def test_a_queue_s_groups_and_priorities_live_in_its_slot_and_run(cluster, cr, on_cluster, two_queues):
+    """A queue's lanes are named inside the fetch and push scripts from its key (broker/scripts/
+    lanes.py): on a cluster they must share its slot, or every script touching them fails."""
+    a, _b = two_queues
+    lanes = K.lanes(a)
+    RecordJob.set(queue=a, group="acme").perform_bulk([["sp:lanes", f"acme-{i}"] for i in range(3)])
+    RecordJob.set(queue=a, group="zeta").perform_async("sp:lanes", "zeta-0")
+    RecordJob.set(queue=a, priority=5).perform_async("sp:lanes", "urgent")
+    RecordJob.set(queue=a).perform_in(0.2, "sp:lanes", "later")
+    RecordJob.set(queue=a, group="acme").perform_in(0.2, "sp:lanes", "acme-later")
+    slot = cr.keyslot(K.queue(a))
+    assert {cr.keyslot(key) for key in (lanes.ring, lanes.prio, lanes.group("acme"))} == {slot}
+    assert cr.llen(lanes.group("acme")) == 3 and cr.zcard(lanes.prio) == 1
+    time.sleep(0.5)  # (the scheduled ones due)
+    with Worker("-q", a, "-c", "1", env=worker_env(cluster), prefix=PREFIX) as worker:
+        worker.wait_ready()
+        wait_until(lambda: cr.llen("sp:lanes") == 7, timeout=15, message="every grouped and prioritized job ran")
+        ran = texts(cr.lrange("sp:lanes", 0, -1))
+        worker.term()
+        assert worker.wait(30) == 0, worker.log()
+    assert ran[0] == "urgent"  # (a single processor: the priority first, then the groups in turns)
+    assert ran.index("zeta-0") < ran.index("acme-2")
+    assert not cr.exists(lanes.ring, lanes.prio, lanes.group("acme"))

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ._base import Script, _queue_index
+from .lanes import PUSH_END
 
 # KEYS[1] = source zset (schedule, retry or dead), KEYS[2] = queues set,
 # KEYS[3..n] = destination queue lists.
@@ -14,12 +15,13 @@ from ._base import Script, _queue_index
 # cjson would round large integers in args).
 # retry_all, one batch per call: each entry that is still there is pushed,
 # then removed. A push that fails (its queue key of the wrong type) leaves
-# that entry where it is and goes on with the others. Returns {moved, failed}.
-REQUEUE_FROM_ZSET_BATCH = Script("""
+# that entry where it is and goes on with the others (a job with a lane: to the end the fetch takes
+# next, lanes.py's PUSH_END). Returns {moved, failed}.
+REQUEUE_FROM_ZSET_BATCH = Script(PUSH_END + """
 local moved, failed = 0, 0
 for i = 1, #ARGV, 4 do
   if redis.call("ZSCORE", KEYS[1], ARGV[i]) then
-    local pushed = redis.pcall("LPUSH", KEYS[tonumber(ARGV[i + 1])], ARGV[i + 3])
+    local pushed = redis.pcall(push_end(ARGV[i + 3]), KEYS[tonumber(ARGV[i + 1])], ARGV[i + 3])
     if type(pushed) == "table" and pushed.err then
       failed = failed + 1
     else

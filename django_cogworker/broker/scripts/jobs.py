@@ -6,19 +6,20 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ._base import Script, _add_remove_trim, _queue_index
-from .lanes import LANES, STRICT_STEP
+from .lanes import LANES, PUSH_END, STRICT_STEP
 
 # KEYS[1] = source zset (schedule or retry), KEYS[2] = queues set,
 # KEYS[3] = destination queue list.
 # ARGV[1] = the raw entry as stored, ARGV[2] = queue name, ARGV[3] = the new
 # payload (built in Python, not re-encoded by cjson, which rounds large
-# integers). Returns 1 when moved, 0 when another process took it first.
+# integers). Returns 1 when moved, 0 when another process took it first. A job with a lane goes to
+# the end the fetch takes next (lanes.py's PUSH_END).
 # Push, then remove; the queues listing is best-effort.
-CLAIM_AND_REQUEUE = Script("""
+CLAIM_AND_REQUEUE = Script(PUSH_END + """
 if not redis.call("ZSCORE", KEYS[1], ARGV[1]) then
   return 0
 end
-redis.call("LPUSH", KEYS[3], ARGV[3])
+redis.call(push_end(ARGV[3]), KEYS[3], ARGV[3])
 redis.call("ZREM", KEYS[1], ARGV[1])
 redis.pcall("SADD", KEYS[2], ARGV[2])
 return 1
@@ -73,11 +74,10 @@ local want = tonumber(ARGV[1])
 local got = 0
 for i = 2, #KEYS do
   local n, err = take_queue(KEYS[i], i - 1, want - got, out)
-  if not n then
+  got = got + n
+  if err then
     out[#out + 1] = -(i - 1)
     out[#out + 1] = err
-  else
-    got = got + n
   end
   if got >= want then break end
 end
@@ -97,11 +97,10 @@ local want = tonumber(ARGV[1])
 local got = 0
 for i = 1, #KEYS do
   local n, err = take_queue(KEYS[i], i, want - got, out)
-  if not n then
+  got = got + n
+  if err then
     out[#out + 1] = -i
     out[#out + 1] = err
-  else
-    got = got + n
   end
   if got >= want then break end
 end
@@ -110,18 +109,36 @@ return out
 
 # KEYS[1] = the in-progress list (reliable fetch; absent for basic fetch), KEYS[last] = the queue
 # list it came from. ARGV[1] = a queue-list entry a blocking wait took (BLMOVE, BRPOP): a grouped
-# or prioritized job, or a doorbell (lanes.py). Such an entry is the fetch script's to place, which
-# the blocking call can't: it goes back to the end of the queue list it came from (the next to be
-# taken, where FETCH_* routes it), off the in-progress list; a doorbell is dropped. Returns 1 (0:
-# no longer on the in-progress list).
+# or prioritized job, or a doorbell (lanes.py); ARGV[2] = the seconds a priority step is worth.
+# The blocking call can't place such an entry; this script does (a doorbell is dropped), then takes
+# the queue's next job in turn, as FETCH_* would: the reply is FETCH_*'s (index 1). Pushed back to
+# the list instead, the entry went straight to the next fetcher blocked on it, which pushed it back
+# again, for seconds on end. An entry that can't be placed (a lane key of the wrong type) is
+# returned as an ordinary job; one no longer on the in-progress list (reconciled meanwhile, or this
+# call sent again after a lost reply) is left alone: nothing.
 UNTAKE = Script("""
-if #KEYS == 2 and redis.call("LREM", KEYS[1], 1, ARGV[1]) == 0 then
-  return 0
+local qk = KEYS[#KEYS]
+local dst = #KEYS == 2 and KEYS[1]
+local step = tonumber(ARGV[2]) or """ + repr(STRICT_STEP) + """
+""" + LANES + """
+local v = ARGV[1]
+if dst and not redis.call("LPOS", dst, v) then
+  return {}
 end
-if string.sub(ARGV[1], 1, 8) ~= '{"lane":' then
-  redis.call("RPUSH", KEYS[#KEYS], ARGV[1])
+local kind = lane_kind(v)
+if not (kind and route(qk, v, kind)) then
+  return {1, v}
 end
-return 1
+if dst then
+  redis.call("LREM", dst, 1, v)
+end
+local out = {}
+local _, err = take_queue(qk, 1, 1, out)
+if err then
+  out[#out + 1] = -1
+  out[#out + 1] = err
+end
+return out
 """)
 
 

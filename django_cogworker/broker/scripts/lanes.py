@@ -29,6 +29,10 @@ safe.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+from typing import Any
+
 # The most queue-list entries one fetch call moves into lanes (each an LPUSH or a ZADD, about 2 us
 # of Redis's time): a burst of 100,000 grouped pushes is routed over many calls, none holding Redis
 # for more than a few milliseconds.
@@ -36,10 +40,58 @@ ROUTE_MAX = 1000
 # The step of a priority without aging (PRIORITY_AGING = 0): larger than any wait (1e10 s is 300
 # years), so priority alone decides; scores stay exact to 0.1 ms.
 STRICT_STEP = 1e10
+# The characters of a group id, as a Lua pattern's class (the fairness feature checks the same).
+GROUP_ID = "[%w_%.:@/%+=%-]"
+
+# What a queue-list entry that belongs in a lane starts with: a grouped job, a prioritized one, a
+# doorbell.
+LANE_PREFIXES = (b'{"group":', b'{"priority":', b'{"lane":')
+
+
+LANE_FIELDS = frozenset({"group", "priority"})  # (a payload's first key that gives it a lane)
+GROUP_ID_TEXT = re.compile(r"[A-Za-z0-9_.:@/+=-]{1,100}\Z")  # (GROUP_ID's class, and a length)
+
+
+def lane_of(payload: Mapping[str, Any]) -> str | None:
+    """Which lane a payload about to be pushed goes to: "g" (its first key a valid group id), "p" (its
+    first key a priority, a nonzero int), or None (the queue list, as any job). What the fetch scripts
+    read from its opening text, decided here the same way."""
+    first = next(iter(payload), None)
+    if first == "group":
+        group = payload["group"]
+        return "g" if isinstance(group, str) and GROUP_ID_TEXT.match(group) else None
+    if first == "priority":
+        priority = payload["priority"]
+        return "p" if isinstance(priority, int) and not isinstance(priority, bool) and priority else None
+    return None
+
+
+def in_lane(raw: bytes | str) -> bool:
+    """Whether queue-list entry ``raw`` belongs in a lane (LANE_PREFIXES)."""
+    data = raw.encode() if isinstance(raw, str) else raw
+    return data[:2] == b'{"' and data.startswith(LANE_PREFIXES)
+
+
+# The end of a queue list a job coming back (from the schedule, the retry set, the admin) is pushed
+# to: a job with a lane at the end the fetch takes next, so that the next fetch routes it at once (a
+# prioritized job then takes its place by priority, not behind every job already waiting), any
+# other job at the far end, as a push.
+PUSH_END = r"""
+local function push_end(v)
+  if string.byte(v, 2) == 34 and (string.sub(v, 1, 9) == '{"group":' or string.sub(v, 1, 12) == '{"priority":') then
+    return "RPUSH"
+  end
+  return "LPUSH"
+end
+"""
 
 # A queue's lanes, as Lua functions the fetch scripts call. Before it: ``dst`` (the in-progress list,
-# or false for basic fetch, which pops), ``step`` (seconds a priority step is worth). ``take_lanes``
-# returns the jobs taken into ``out`` as (index, raw), or an error reply for the queue.
+# or false for basic fetch, which pops), ``step`` (seconds a priority step is worth). ``take_queue``
+# and ``take_lanes`` put the jobs taken into ``out`` as (index, raw) and return how many, and an
+# error reply for the queue when one of its keys holds the wrong type.
+# A group id is read from the payload's opening text with the pattern GROUP_ID: the characters the
+# fairness feature allows (features/fairness/), no brace (on a cluster a "}" would make a group's list
+# look like another key), no quote or escape. A payload whose group isn't such is an ordinary job.
 LANES = r"""
 local routed = 0
 local function lane_kind(v)
@@ -50,29 +102,37 @@ local function lane_kind(v)
   if c == 108 and string.sub(v, 1, 8) == '{"lane":' then return "b" end
   return nil
 end
+-- When v was pushed: its own "enqueued_at", the last one in it (a push writes it after the job's
+-- arguments, where a dict with such a key would come first).
 local function enqueued(v)
-  return tonumber(string.match(v, '"enqueued_at":(%-?[%d%.]+[eE]?[%+%-]?%d*)')) or 0
+  local t
+  for x in string.gmatch(v, '"enqueued_at":(%-?[%d%.]+[eE]?[%+%-]?%d*)') do t = x end
+  return tonumber(t) or 0
+end
+-- Add group g of queue qk to the ring (made with "" if absent) unless it is paused; false if the
+-- ring or the paused set holds the wrong type.
+local function join_ring(qk, g)
+  local paused = redis.pcall("SISMEMBER", qk .. " lane:paused", g)
+  if type(paused) ~= "number" then return false end
+  if paused == 1 then return true end
+  local ring = qk .. " lane:ring"
+  if redis.call("EXISTS", ring) == 0 and type(redis.pcall("RPUSH", ring, "")) ~= "number" then
+    return false
+  end
+  return type(redis.pcall("LPUSH", ring, g)) == "number"
 end
 -- Put queue-list entry v into its lane (dropped: a doorbell); false if it stays an ordinary job.
 local function route(qk, v, kind)
   if kind == "b" then return true end
   if kind == "g" then
-    local g = string.match(v, '^{"group":"([^"\\%s]+)"')
+    local g = string.match(v, '^{"group":"(GROUP_ID+)"')
     if not g then return false end
     local list = qk .. " lane:g:" .. g
     local n = redis.pcall("LPUSH", list, v)
     if type(n) ~= "number" then return false end
-    if n == 1 and redis.pcall("SISMEMBER", qk .. " lane:paused", g) ~= 1 then
-      local ring = qk .. " lane:ring"
-      local ok = true
-      if redis.call("EXISTS", ring) == 0 then
-        ok = type(redis.pcall("RPUSH", ring, "")) == "number"
-      end
-      if ok then ok = type(redis.pcall("LPUSH", ring, g)) == "number" end
-      if not ok then
-        redis.call("LPOP", list)
-        return false
-      end
+    if n == 1 and not join_ring(qk, g) then
+      redis.call("LPOP", list)
+      return false
     end
     return true
   end
@@ -114,28 +174,31 @@ local function take_ungrouped(qk)
   if type(v) == "table" then return nil, v.err end
   return v
 end
+-- Group g's turn. A list of the wrong type leaves the ring (its error reported once; the key
+-- guard moves the key aside): every turn of it would fail the whole queue.
 local function take_group(qk, ring, g)
   local list = qk .. " lane:g:" .. g
   local v = move(list)
-  if type(v) == "table" then return nil, v.err end
-  if redis.call("EXISTS", list) == 0 then
+  local err
+  if type(v) == "table" then v, err = nil, v.err end
+  if err or redis.call("EXISTS", list) == 0 then
     redis.call("LREM", ring, 1, g)
     if redis.call("LLEN", ring) == 1 then redis.call("DEL", ring) end
   end
-  return v
+  return v, err
 end
--- Up to want jobs of queue qk (index i in the reply), in turns; returns how many, or nil, error.
+-- Up to want jobs of queue qk (index i in the reply), in turns.
 local function take_lanes(qk, i, want, out)
   local ring = qk .. " lane:ring"
   local got, misses = 0, 0
   while got < want do
     local size = redis.pcall("LLEN", ring)
-    if type(size) == "table" then return nil, size.err end
+    if type(size) == "table" then return got, size.err end
     local member = ""
     if size > 0 then member = redis.call("LMOVE", ring, ring, "RIGHT", "LEFT") end
     local v, err
     if member == "" then v, err = take_ungrouped(qk) else v, err = take_group(qk, ring, member) end
-    if err then return nil, err end
+    if err then return got, err end
     if v then
       got, misses = got + 1, 0
       out[#out + 1] = i
@@ -147,31 +210,37 @@ local function take_lanes(qk, i, want, out)
   end
   return got
 end
--- Up to want jobs of queue qk: plain (one byte compared a job) until a lane is met or exists.
+-- Up to want jobs of queue qk: plain (a byte compared a job) until a lane is met or exists. A lane
+-- key of the wrong type: its error, and the queue list's jobs taken as ordinary ones meanwhile, so
+-- the queue isn't held up until the key guard moves the key aside.
 local function take_queue(qk, i, want, out)
+  local got, err = 0, nil
   if redis.call("EXISTS", qk .. " lane:ring", qk .. " lane:prio") > 0 then
-    return take_lanes(qk, i, want, out)
+    got, err = take_lanes(qk, i, want, out)
+    if not err then return got end
   end
-  local got = 0
   while got < want do
-    local v = move(qk)
-    if type(v) == "table" then return nil, v.err end
+    local v
+    if dst then v = redis.pcall("LMOVE", qk, dst, "RIGHT", "LEFT") else v = redis.pcall("RPOP", qk) end
+    if type(v) == "table" then return got, v.err end
     if not v then break end
-    local kind = lane_kind(v)
+    local c = string.byte(v, 3)
+    local kind = (c == 103 or c == 112 or c == 108) and not err and lane_kind(v)
     if kind and route(qk, v, kind) then
       if dst then redis.call("LREM", dst, 1, v) end
       routed = routed + 1
       if kind ~= "b" then
-        local more, err = take_lanes(qk, i, want - got, out)
-        if not more then return nil, err end
-        return got + more
+        local more, failed = take_lanes(qk, i, want - got, out)
+        return got + more, failed
       end
-    else
+    elseif not (err and c == 108 and lane_kind(v) == "b") then
       got = got + 1
       out[#out + 1] = i
       out[#out + 1] = v
+    elseif dst then
+      redis.call("LREM", dst, 1, v)  -- (a doorbell)
     end
   end
-  return got
+  return got, err
 end
-""".replace("ROUTE_MAX", str(ROUTE_MAX))
+""".replace("ROUTE_MAX", str(ROUTE_MAX)).replace("GROUP_ID", GROUP_ID)

@@ -33,8 +33,9 @@ MARK_TTL = 600
 # ARGV[1] = the push's token (its jid; a bulk's: a digest of its jids), ARGV[2] = its layout, in
 # JSON (push_args): [index of the queues set (0: the caller lists the queues), the channel that
 # wakes the pollers ("": none), then per destination: [its index, its queue name ("" for the
-# schedule, a sorted set; [name, index of its queue list, a doorbell] for a queue's prioritized
-# jobs, its lane's sorted set, scored as the schedule's are: broker/scripts/lanes.py), index of
+# schedule, a sorted set; [name, index of its queue list, a doorbell, "p"] for a queue's
+# prioritized jobs, its lane's sorted set, scored as the schedule's are, or [name, index of its
+# queue list, a doorbell, "g", group id] for a group's jobs, its list: broker/scripts/lanes.py), index of
 # its outbox jobs' marks (0: none), then per job: 0 (a job for
 # now), its score (a scheduled job's, as text) or, for a unique job, [index of its lock, its jid,
 # the lock's TTL, its score if scheduled], or for an outbox job its jid (one for now without a
@@ -97,8 +98,8 @@ for g = 3, #layout do
   local group = layout[g]
   local dest, queue, gmark = group[1], group[2], group[3]
   local lane = type(queue) == "table"
-  local zset = queue == "" or lane
-  local group_written = false
+  local zset = queue == "" or (lane and queue[4] == "p")
+  local group_written, fresh = false, false
   local batch = {{}}
   local seen, bad = {{}}, nil
   if gmark > 0 then
@@ -209,6 +210,9 @@ for g = 3, #layout do
       break
     end
     written, group_written = true, true
+    if first == 1 and pushed == last then
+      fresh = true  -- (a group's list that was empty: the group joins the ring)
+    end
     for k = first, last do
       local e = batch[k]
       if e.lock then
@@ -232,6 +236,16 @@ for g = 3, #layout do
       if type(listed) == "table" then
         out[1] = listed.err
       end
+    end
+  end
+  if lane and group_written and queue[4] == "g" and fresh then
+    local qk = KEYS[queue[2]]
+    if redis.pcall("SISMEMBER", qk .. " lane:paused", queue[5]) == 0 then
+      local ring = qk .. " lane:ring"
+      if redis.call("EXISTS", ring) == 0 then
+        redis.pcall("RPUSH", ring, "")
+      end
+      redis.pcall("LPUSH", ring, queue[5])  -- (refused, a ring of the wrong type: lanes' repair re-adds it)
     end
   end
   if lane and group_written and redis.pcall("LLEN", KEYS[queue[2]]) == 0 then
@@ -269,13 +283,14 @@ _layout = json.JSONEncoder(separators=(",", ":")).encode
 def push_args(receipt: str, token: str, queues: str | None, wake: str,
               groups: Iterable[tuple[str, str, Sequence[tuple[Any, Any, str | None, str, int, str | None]]]
                                  | tuple[str, str, Sequence[tuple[Any, Any, str | None, str, int, str | None]],
-                                         tuple[str, str] | None]],
+                                         tuple[str, ...] | None]],
               ) -> tuple[list[str], list[Any]]:
     """KEYS and ARGV of PUSH. ``queues``: the queues set, or None where the caller lists the queues;
     ``wake``: the pollers' channel, or ""; ``groups``: ``(destination key, queue name or "" for the
     schedule, jobs)``, each job ``(payload, score or None, lock key or None, jid, lock TTL, mark key
     or None)`` (the marks: keys.outbox_marks, for an outbox job), and optionally ``(queue list key,
-    doorbell)`` when the destination is that queue's prioritized jobs' set (a job then has a score)."""
+    doorbell, "p")`` when the destination is that queue's prioritized jobs' set (a job then has a
+    score), ``(queue list key, doorbell, "g", group id)`` when it is a group's list."""
     keys = [receipt]
     index: dict[str, int] = {}
     layout: list[Any] = [_queue_index(keys, index, queues) if queues else 0, wake]
@@ -283,7 +298,7 @@ def push_args(receipt: str, token: str, queues: str | None, wake: str,
     for destination, queue, jobs, *lane in groups:
         named: Any = queue
         if lane and lane[0]:
-            named = [queue, _queue_index(keys, index, lane[0][0]), lane[0][1]]
+            named = [queue, _queue_index(keys, index, lane[0][0]), *lane[0][1:]]
         group: list[Any] = [_queue_index(keys, index, destination), named, 0]
         for payload, score, lock, jid, ttl, mark in jobs:
             payloads.append(payload)

@@ -33,6 +33,7 @@ from typing import Any
 
 from ...broker import scripts
 from ...broker.keys import Keys
+from ...broker.scripts.lanes import in_lane
 from ...broker.types import RedisClient
 from ...conf import Config
 from ...errors import UNAVAILABLE_CODES, RedisUnavailable, error_code
@@ -41,10 +42,6 @@ from ..settle.retry import Filing
 from .stall import StallWatch
 
 logger = logging.getLogger(__name__)
-
-# What a queue-list entry that belongs in a lane starts with: a grouped job, a prioritized one, a
-# doorbell (broker/scripts/lanes.py).
-LANE_PREFIXES = (b'{"group":', b'{"priority":', b'{"lane":')
 
 BLOCK_TIMEOUT = 2.0
 IDLE_START = 0.05
@@ -259,14 +256,14 @@ class Fetch(abc.ABC):
         return units
 
     def _placed(self, unit: Unit, in_progress: str | None) -> list[Unit]:
-        """What a blocking wait brought: ``unit``, or nothing when it belongs in a lane (a grouped or
-        prioritized job, a doorbell), which the wait can't put there: it goes back to the end of its
-        queue list (off ``in_progress``), where the fetch script that follows routes it (lanes.py)."""
-        if unit.raw[:2] != b'{"' or not unit.raw.startswith(LANE_PREFIXES):
+        """What a blocking wait brought: ``unit``, or, when it belongs in a lane (a grouped or
+        prioritized job, a doorbell), which the wait can't put there, the job UNTAKE puts it there
+        and takes in turn in its place (broker/scripts/jobs.py; none: nothing more waits)."""
+        if not in_lane(unit.raw):
             return [unit]
         keys = [in_progress, self.keys.queue(unit.queue)] if in_progress else [self.keys.queue(unit.queue)]
         try:
-            scripts.UNTAKE(self.redis, keys, [unit.raw])
+            return self._parse(scripts.UNTAKE(self.redis, keys, [unit.raw, self.step]), [unit.queue])
         except Exception as exc:
             if in_progress:  # (left on our list, unknown: the next reconcile but one puts it back)
                 logger.warning("a job for a lane of queue %r stays on %s until reconciled (%s: %s)",
@@ -274,7 +271,6 @@ class Fetch(abc.ABC):
                 return []
             # (popped, and only this process holds it: run it as an ordinary job, never lose it)
             return [] if unit.raw.startswith(b'{"lane":') else [unit]
-        return []
 
     def _waitable(self, order: Sequence[str]) -> list[str]:
         """The queues to block on: not the ones the batch script just failed on.

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ...bounds import check_seconds, check_text
+from ...bounds import check_queue, check_seconds, check_text
 from ...broker.keys import BatchKeys, Keys
 from ...broker.quarantine import is_wrong_type, run_script
 from ...errors import BatchError, BatchNotFound, InvalidArgument
@@ -89,7 +89,7 @@ class Batch:
             check_text(bid, "bid")
         check_seconds(ttl, "a batch's ttl")
         if callback_queue is not None:
-            check_text(callback_queue, "callback_queue")
+            check_queue(callback_queue, "callback_queue")
         self.bid: str | None = bid
         self.description = description
         self.callback_queue = callback_queue

@@ -10,6 +10,7 @@ lanes broker/keys/families.py names); this folder holds what is around it:
     scripts      PAUSE_GROUP, RESUME_GROUP
     api          a queue's groups (busiest first), pause and resume one (``api.Queue.pause_group``)
     cli          ``cogworker groups QUEUE``, ``cogworker pause QUEUE --group G``
-    admin_views  the pause/resume buttons of the queue page's groups
+    (admin)      the queue page's Groups table: templates/admin/cogworker/fairness/groups.html; its
+                 Pause/Resume buttons post to the queues page (admin/views.py), which acts through api.Queue
     metrics      cogworker_queue_groups, cogworker_group_waiting (the busiest groups only)
 """

@@ -59,7 +59,7 @@ def queue_groups(queue: Any, page: int = 1, per_page: int = 25) -> GroupPage:
 def _keys(queue: Any, group: str | int) -> tuple[str, Any]:
     if not queue.readable:
         raise ActionRefused(f"queue {queue.name!r}: a name that isn't UTF-8 has no groups (a push refuses it)")
-    return group_id(group, "group"), queue.keys.lanes(queue.name)
+    return group_id(group, f"queue {queue.name}: group"), queue.keys.lanes(queue.name)
 
 
 def pause_group(queue: Any, group: str | int) -> bool:

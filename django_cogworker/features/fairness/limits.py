@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import InvalidArgument
+from ...errors import CogworkerError, InvalidArgument
 from ..limits.declaration import check_limits
 
 
@@ -23,7 +23,12 @@ def check_group_limits(value: Any, where: str) -> tuple[Any, ...]:
     """``group_limits`` as a tuple of Limiters of a static name (the group gives each its key)."""
     if value is None or value == ():
         return ()
-    limits = check_limits(value, where)
+    try:
+        limits = check_limits(value, where)
+    except InvalidArgument:
+        raise
+    except CogworkerError as exc:  # (the limits option's own error: here an argument refused, as the others)
+        raise InvalidArgument(str(exc)) from None
     for i, limiter in enumerate(limits):
         if limiter.key_fn is not None:
             raise InvalidArgument(f"{where}[{i}] is keyed by a function ({limiter.family!r}); a group limit is "

@@ -49,3 +49,28 @@ if redis.call("EXISTS", KEYS[3]) == 1 then
 end
 return removed
 """)
+
+# KEYS[1] = the queue's ring (list), KEYS[2] = its paused groups (set).
+# ARGV[1] = the prefix of its groups' lists (LaneKeys.group_prefix: the queue's slot), ARGV[2..] =
+# group ids whose lists a SCAN found.
+# Returns how many groups were put back in the ring.
+# A group is in the ring while its list holds jobs and it isn't paused; a push adds it as its list
+# goes from empty to not (broker/scripts/lanes.py). A ring lost (deleted by hand, evicted, moved to
+# quarantine for holding the wrong type) left its groups' jobs waiting for ever: each such group
+# goes back at the left end, the ring made with "" first (the ungrouped jobs' turn).
+REPAIR_RING = Script("""
+local back = 0
+for i = 2, #ARGV do
+  local g = ARGV[i]
+  local list = ARGV[1] .. g
+  if redis.call("TYPE", list).ok == "list" and redis.call("SISMEMBER", KEYS[2], g) == 0
+      and not redis.call("LPOS", KEYS[1], g) then
+    if redis.call("EXISTS", KEYS[1]) == 0 then
+      redis.call("RPUSH", KEYS[1], "")
+    end
+    redis.call("LPUSH", KEYS[1], g)
+    back = back + 1
+  end
+end
+return back
+""")

@@ -25,6 +25,7 @@ from typing import Any
 
 from ...broker import scripts
 from ...broker.keys import for_config
+from ...broker.scripts.lanes import LANE_FIELDS
 from ...broker.types import RedisClient
 from ...conf import Config
 from ...declarations import PushOutcome, Writer, declared
@@ -152,7 +153,7 @@ class Client(OutboxPushes, PushWrites):
             return payload["jid"] if self._write_or_save([payload]) else None
         jid, queue = payload.get("jid"), payload.get("queue")
         if (not self.keys.spread and "at" not in payload and not payload.get("unique_digest")
-                and "priority" not in payload
+                and next(iter(payload)) not in LANE_FIELDS
                 and isinstance(queue, str) and queue and isinstance(jid, str) and jid):
             # The common push, one job for now to a lone Redis, without the general path's grouping
             # (a third of a perform_async): the PUSH call of its queue is made once per thread. Any

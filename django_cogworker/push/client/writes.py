@@ -26,6 +26,7 @@ import redis as redis_lib
 from ...broker import scripts
 from ...broker.keys import Keys
 from ...broker.quarantine import quarantine_key
+from ...broker.scripts.lanes import lane_of
 from ...broker.types import RedisClient
 from ...conf import Config
 from ...errors import WrongTypeError
@@ -48,7 +49,7 @@ class _Group(NamedTuple):
     jobs: list[Job]
     # (for a queue's prioritized jobs, written to its lane's set: the queue list and the doorbell
     # written there when it is empty, broker/scripts/lanes.py)
-    lane: tuple[str, str] | None = None
+    lane: tuple[str, ...] | None = None
 
 
 class _Call(NamedTuple):
@@ -86,6 +87,7 @@ class PushWrites:
             local.pid = os.getpid()
         call = calls.get(queue)
         if call is None:
+            payloads.check_outgoing({"queue": queue, "jid": "-"})  # (a name with a space: refused)
             keys, args = scripts.push_args(self.keys.push_receipt(self._pusher()), "", self.keys.queues, "",
                                            [(self.keys.queue(queue), queue, [("", None, None, "", 0, None)])])
             call = calls[queue] = (keys, args[1])
@@ -102,7 +104,7 @@ class PushWrites:
         now = self.clock()
         scheduled: list[tuple[dict[str, Any], float, int]] = []
         by_queue: dict[str, list[tuple[dict[str, Any], int]]] = {}
-        prioritized: dict[str, list[tuple[dict[str, Any], int]]] = {}
+        laned: dict[tuple[str, str, Any], list[tuple[dict[str, Any], int]]] = {}
         for item in items:
             unique_ttl = unique.lock_ttl(item, now, self.config.unique_lock_ttl) if item.get("unique_digest") else 0
             at = item.pop("at", None)
@@ -117,8 +119,11 @@ class PushWrites:
                 scheduled.append((item, now, unique_ttl))
             else:
                 item["enqueued_at"] = now
-                (prioritized if "priority" in item else by_queue).setdefault(item["queue"], []).append(
-                    (item, unique_ttl))
+                if (lane := lane_of(item)) is None:
+                    by_queue.setdefault(item["queue"], []).append((item, unique_ttl))
+                else:
+                    laned.setdefault((item["queue"], lane, item["group"] if lane == "g" else None), []).append(
+                        (item, unique_ttl))
         groups: list[_Group] = []
         if scheduled:
             raws = payloads.encode_many([item for item, _at, _ttl in scheduled])
@@ -131,22 +136,32 @@ class PushWrites:
             raws = payloads.encode_many(queued_items)
             groups.append(self._group(self.keys.queue(queue), queue, queued_items, [
                 (raw, None, ttl) for (_item, ttl), raw in zip(queued, raws, strict=True)], marked))
-        for queue, queued in prioritized.items():
-            groups.append(self._prioritized(queue, queued, now, marked))
+        for (queue, lane, group), queued in laned.items():
+            groups.append(self._laned(queue, lane, group, queued, now, marked))
         unwritten = self._push(groups)
         return [item for item in items if id(item) not in unwritten] if unwritten else items
 
-    def _prioritized(self, queue: str, queued: list[tuple[dict[str, Any], int]], now: float, marked: bool) -> _Group:
-        """The group of ``queue``'s prioritized jobs, written to its lane's set, each scored
-        ``now - priority * step``: one ``step`` (PRIORITY_AGING) of waiting is worth a step of priority."""
-        step = self.config.priority_aging or scripts.STRICT_STEP
+    def _laned(self, queue: str, lane: str, group_id: str | None, queued: list[tuple[dict[str, Any], int]],
+               now: float, marked: bool) -> _Group:
+        """The group of ``queue``'s jobs for one lane (broker/scripts/lanes.py): its prioritized jobs
+        (``lane`` "p"), written to its set, each scored ``now - priority * step`` (one ``step``,
+        PRIORITY_AGING, of waiting is worth a step of priority), or group ``group_id``'s ("g"),
+        written to that group's list (the group joining the ring): written where they wait, not
+        routed there by a fetch, so that a new group's job doesn't wait for the ungrouped jobs
+        ahead of it to be fetched."""
         items = [item for item, _ttl in queued]
         raws = payloads.encode_many(items)
-        group = self._group(self.keys.lanes(queue).prio, queue, items, [
+        bell = payloads.encode({"lane": "bell", "queue": queue})
+        lanes = self.keys.lanes(queue)
+        if lane == "g":
+            group = self._group(lanes.group(str(group_id)), queue, items,
+                                [(raw, None, ttl) for (_item, ttl), raw in zip(queued, raws, strict=True)], marked)
+            return group._replace(lane=(self.keys.queue(queue), bell, "g", str(group_id)))
+        step = self.config.priority_aging or scripts.STRICT_STEP
+        group = self._group(lanes.prio, queue, items, [
             (raw, repr(now - int(item["priority"]) * step), ttl)
             for (item, ttl), raw in zip(queued, raws, strict=True)], marked)
-        bell = payloads.encode({"lane": "bell", "queue": queue})
-        return group._replace(lane=(self.keys.queue(queue), bell))
+        return group._replace(lane=(self.keys.queue(queue), bell, "p"))
 
     def _group(self, destination: str, queue: str, items: list[dict[str, Any]],
                encoded: list[tuple[str, str | None, int]], marked: bool = False) -> _Group:
