@@ -169,9 +169,8 @@ def test_fairness_plain_and_grouped_drains_a_prioritized_fetch_and_push(results)
         for field in ("jobs_per_s", "worker_cpu_us_per_job", "redis_commands_per_job", "redis_cpu_us_per_job"):
             _positive(d[field], f"fairness.{way}.{field}")
     # A grouped job is taken in its group's turn (the ring's LLEN and LMOVE, then the group list's
-    # LMOVE): the lanes were used, not the plain path (one LMOVE a job). (Its routing into its group's
-    # list, an LPUSH, fell before the window in a drain this short: the first fetch routed them all.
-    # The section checks that no lane is left after the drain, an error otherwise.)
+    # LMOVE): the lanes were used, not the plain path (one LMOVE a job). (The section checks that no
+    # lane is left after the drain, an error otherwise.)
     grouped, plain = ways["grouped"]["commands_per_job"], ways["plain"]["commands_per_job"]
     assert grouped.get("lmove", 0) >= 1.6 and grouped.get("llen", 0) >= 0.8, grouped
     assert plain.get("lmove", 0) < 1.5 and plain.get("llen", 0) < 0.2, plain

@@ -31,8 +31,7 @@ def group_jids(r, group: str) -> list[str]:
 def test_a_small_group_pushed_behind_a_big_one_finishes_while_most_of_the_big_one_still_waits(tmp_path, r):
     # Without lanes the queue is first in, first out: the 50 would start after all 5,000 (at
     # position 5,000 and on). With them, "big" and "small" take turns: about one big job per small
-    # one (a fetch routes at most ROUTE_MAX = 1,000 pushes a call, so the first few fetches see
-    # only big jobs: a few dozen more).
+    # one (150 leaves room for the jobs taken before the small group's first turn and taken ahead).
     TurnJob.perform_bulk([("big", n, "order") for n in range(5000)])
     TurnJob.set(group="small").perform_bulk([("small", n, "order") for n in range(50)])  # (set() wins)
     with worker(tmp_path, env={"COGWORKER_CONCURRENCY": "5"}) as w:
