@@ -68,11 +68,13 @@ class PushOutcome(NamedTuple):
 class Writer:
     """How a feature writes the payloads that carry its ``field``, in place of the plain write: one
     script of its own (features/collapse/: a debounced push replaces the job it finds waiting).
-    ``write(redis, keys, config, payload, now)`` returns a :class:`PushOutcome`; ``batch_refusal`` is
-    the error a push of such a payload inside a batch's ``jobs()`` block gets."""
+    ``write(redis, keys, config, payload, now, marked=False)`` returns a :class:`PushOutcome`
+    (``marked``: an outbox job, handed over with its mark as the core PUSH writes one, and not
+    written again while the mark is there); ``batch_refusal`` is the error a push of such a payload
+    inside a batch's ``jobs()`` block gets."""
 
     field: str
-    write: Callable[[Any, Any, Any, dict[str, Any], float], PushOutcome]
+    write: Callable[..., PushOutcome]
     batch_refusal: str
 
 

@@ -6,10 +6,11 @@ are: figures from the first job done to the last. Three ways, each a job class o
 benchproject/jobs.py:
 
 * plain: ``NoopIncr``, no limit (the reference);
-* bucket: ``LimitedBucket``, a ``Limiter.bucket`` of a billion starts a second: one LIMIT_TAKE
-  script before each run, never refused;
+* bucket: ``LimitedBucket``, a ``Limiter.bucket`` of a billion starts a second: a take before each
+  run (the fetch's jobs in one LIMIT_TAKE_MANY), never refused;
 * concurrent: ``LimitedConcurrent``, a ``Limiter.concurrent`` of 1,000 places (the drain runs 20
-  jobs at once at most): one LIMIT_TAKE before and one LIMIT_RELEASE after each run, never refused.
+  jobs at once at most): a take before and a release after each run (each riding one call per
+  fetch: LIMIT_TAKE_MANY, LIMIT_RELEASE_MANY), never refused.
 
 So the differences against plain are a take's cost, and a take's and a release's. That no job was
 refused is checked after each drain (the limiter's ``over`` count is 0, ``granted`` is N), and, for
@@ -138,9 +139,9 @@ def report(res: dict[str, Any]) -> str:
     add("")
     add(f"{lim['n']:,} no-op jobs (one `INCR bench:done`) pushed in bulk, then drained by {lim['worker']}, three "
         "ways: *plain* (`bench.NoopIncr`, no limit), *bucket* (`bench.LimitedBucket`: `limits = "
-        "[Limiter.bucket(\"bench:bucket\", 10**9, per=1)]`, one `LIMIT_TAKE` script before each run) and "
+        "[Limiter.bucket(\"bench:bucket\", 10**9, per=1)]`, a take before each run) and "
         "*concurrent* (`bench.LimitedConcurrent`: `limits = [Limiter.concurrent(\"bench:concurrent\", 1000)]`, "
-        "a `LIMIT_TAKE` before and a `LIMIT_RELEASE` after each run). Neither limit ever refuses (checked after "
+        "a take before and a release after each run). Neither limit ever refuses (checked after "
         "every drain: `granted` is N, `over` 0, and no place is left held), so the difference is the price of "
         "taking a place, not of waiting for one. Each way ran "
         f"{lim['reps']} time(s), in turn; the figures are medians, with the range of jobs/s; *added* is the "
@@ -159,18 +160,17 @@ def report(res: dict[str, Any]) -> str:
     add(table(["way", "jobs/s (range)", "worker CPU µs/job", "added", "Redis cmds/job", "added", "round trips/job",
                "added", "Redis CPU µs/job", "added"], table_rows))
     add("")
-    add("The takes of the jobs one fetch brings go in one pipeline from the fetcher thread, right after the "
-        "fetch (the limits feature's ``fetched`` hook); a concurrency limit's release waits with the job's ack "
-        "and rides the next fetch's pipeline: a limited job costs no round trip of its own, only its share of "
-        "one per fetch (*round trips/job*). What is left is CPU: the worker's, building each take's 16 "
-        "arguments and reading its reply through redis-py (about 80 µs a job), and Redis's, running the "
-        "scripts; on 2 CPUs both come out of the jobs' time (issue 34's goals, 0.8x for a bucket and 0.7x for a "
-        "concurrency limit, are not met: the ratios are in the table). "
-        "Inside Redis a bucket's take runs five commands (`TIME`, `HMGET`, `HSET`, `PEXPIRE`, `HINCRBY`) in its "
-        "script; a concurrency limit's take eight (`TIME`, `ZREM` and `HDEL` of its jid from the line of "
-        "waiting jobs, `ZREMRANGEBYSCORE`, `ZSCORE`, `ZCARD`, `ZADD`, `HINCRBY`) and its release five "
-        "(`TIME`, `ZREM`, `HGET`, `HSET`, and `ZPOPMIN` for the first job waiting in line, none here); each "
-        "script call counts as one "
+    add("The takes of the jobs one fetch brings go in one script call from the fetcher thread, right after the "
+        "fetch (the limits feature's ``fetched`` hook: `LIMIT_TAKE_MANY`, each limiter key named once, four "
+        "arguments a job); a concurrency limit's release waits with the job's ack and rides the next fetch's "
+        "pipeline, every release held in one `LIMIT_RELEASE_MANY`: a limited job costs no round trip of its own, "
+        "only its share of one per fetch (*round trips/job*). What is left is CPU: the worker's (that take's "
+        "round trip, the token, the Ticket and the release step; `bench/tools/limit_stages.py` times each) and "
+        "Redis's, running the scripts; on 2 CPUs both come out of the jobs' time. "
+        "Inside Redis a call reads and writes each limiter key once for all its jobs (a bucket's state read once "
+        "and written once a call); a concurrency limit's take still runs `ZREM` and `HDEL` of its jid from the "
+        "line of waiting jobs, `ZSCORE` and `ZADD`, its release `ZREM` (and `ZPOPMIN` until the line is found "
+        "empty); each script call counts as one "
         "command more (`EVALSHA`). A job that calls a rate-limited API "
         "spends milliseconds there: the limiter's share of it is the *added* column.")
     add("")

@@ -25,6 +25,9 @@ class OutboxPushes:
     # (The Client's own.)
     _collect: Callable[[Sequence[dict[str, Any]]], Sequence[dict[str, Any]]]
     _write_bulk: Callable[..., Sequence[dict[str, Any]]]
+    _writer_of: Callable[[dict[str, Any]], Any]
+    _write_own: Callable[..., Any]
+    _writers: Sequence[Any]
 
     def _outbox_alias(self, on_commit: bool) -> str | None:
         """The database whose transaction a push waiting for commit becomes a row of; None: no outbox."""
@@ -65,11 +68,29 @@ class OutboxPushes:
         (its mark still there) isn't written again; run outbox units (a batch's block: units.py).
         Return the jobs written; raise what Redis refused."""
         if not any(units.is_unit(item) for item in items):
-            return self._write_bulk(items, marked=True)
-        written = self._write_bulk([item for item in items if not units.is_unit(item)], marked=True)
+            return self._write_marked(items)
+        written = self._write_marked([item for item in items if not units.is_unit(item)])
         for item in items:
             if units.is_unit(item):
                 units.run(self, item)
+        return written
+
+    def _write_marked(self, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Write outbox jobs with their marks: the plain ones in one PUSH, those a feature writes
+        itself (a push that collapses: declarations.py ``Writer``) each through its writer, which
+        keeps the same mark (a relay pushing a row again writes nothing). Return the jobs written or
+        collapsed (a throttled push dropped was handed over all the same); not those whose mark said
+        they were handed over before (a "dropped" naming the job itself: the relay says so)."""
+        own = [(item, w) for item in items if (w := self._writer_of(item)) is not None] if self._writers else []
+        if not own:
+            return list(self._write_bulk(items, marked=True))
+        taken = {id(item) for item, _w in own}
+        plain = [item for item in items if id(item) not in taken]
+        written = list(self._write_bulk(plain, marked=True)) if plain else []
+        for item, w in own:
+            said = self._write_own(w, item, marked=True)
+            if said.status != "dropped" or said.jid != item["jid"]:
+                written.append(item)
         return written
 
     def _write_or_save(self, items: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
@@ -77,7 +98,7 @@ class OutboxPushes:
         save them to the outbox instead (autocommit), for a relay. Raise only what neither took."""
         kept = [dict(item) for item in items]  # (as given: the write pops "at")
         try:
-            return self._write_bulk(items, marked=True)
+            return self._write_marked(items)
         except Exception as exc:
             if not is_unavailable(exc):
                 raise

@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 import uuid
+from collections.abc import Callable
 
 import pytest
 from engine_fixtures import make_processor_fixture  # noqa: F401 - the make_processor fixture
@@ -24,6 +26,8 @@ RAN: list[tuple[str, int]] = []
 # What a KeepLast run pushes while it runs: token -> the numbers to push, and their outcomes.
 DURING: dict[str, list[int]] = {}
 OUTCOMES: dict[str, list] = {}
+# What a KeepLast run does besides, mid-run: token -> a callable.
+MIDRUN: dict[str, Callable[[], None]] = {}
 
 
 class Debounced(Job):
@@ -50,6 +54,7 @@ class KeepLast(Job):
         RAN.append((token, n))
         for i in DURING.pop(token, []):
             OUTCOMES.setdefault(token, []).append(KeepLast.set(dedup_key=token).push(token, i))
+        MIDRUN.pop(token, lambda: None)()
 
 
 class KeepLastBoom(KeepLast):
@@ -58,6 +63,13 @@ class KeepLastBoom(KeepLast):
         for i in DURING.pop(token, []):
             OUTCOMES.setdefault(token, []).append(KeepLastBoom.set(dedup_key=token).push(token, i))
         raise RuntimeError("boom")
+
+
+class KeepLastLate(KeepLastBoom):
+    """Fails, and retries two hours later: past UNIQUE_LOCK_TTL (an hour)."""
+
+    def retry_in(self, count: int, exc: BaseException) -> float | None:
+        return 7200.0
 
 
 def ran(token: str) -> list[int]:
@@ -89,13 +101,46 @@ def test_100_debounced_pushes_leave_one_job_with_the_last_arguments_and_it_runs_
     assert run.decision.outcome is Outcome.SUCCESS and ran(token) == [99] and called.waiting() == 0
 
 
-def test_a_debounce_push_after_its_job_left_the_schedule_pushes_a_new_one(make_processor, r):
+def test_a_debounce_push_after_its_job_started_pushes_a_new_one(make_processor, r):
     token = uuid.uuid4().hex
     first = Debounced.perform_async(token, 1)
     make_due(r)
-    make_processor(QUEUES=[QUEUE]).sweep()
+    called = make_processor(QUEUES=[QUEUE])
+    called.sweep()
+    called.run_next()
     again = Debounced.set().push(token, 1)
-    assert again.status == "pushed" and again.jid != first and len(scheduled(r)) == 1
+    assert again.status == "pushed" and again.jid != first and len(scheduled(r)) == 1 and ran(token) == [1]
+
+
+def test_a_debounce_push_while_its_job_waits_in_its_queue_replaces_it(make_processor, r):
+    """Moved to its queue but not started, the job is replaced: dropped as it starts, and the push's
+    job (the last arguments) runs; the state goes as that one starts."""
+    token = uuid.uuid4().hex
+    first = Debounced.set(dedup_key=token).push(token, 1)
+    make_due(r)
+    called = make_processor(QUEUES=[QUEUE])
+    assert called.sweep() == 1 and called.waiting() == 1
+    again = Debounced.set(dedup_key=token).push(token, 2)
+    assert (again.status, again.other) == ("replaced", first.jid)
+    dropped = called.run_next()
+    assert dropped.decision.outcome is Outcome.DEAD and not dropped.ran and ran(token) == []
+    make_due(r)
+    called.sweep()
+    called.drain()
+    assert ran(token) == [2]
+    assert r.exists(K.collapse(dropped.payload["collapse"][2])) == 0  # (let go as its job started)
+
+
+def test_a_debounce_state_outlives_its_due_time_by_unique_lock_ttl(r):
+    """Pollers all down past the due time plus a minute: the state is still there, so the next push
+    replaces the overdue job instead of scheduling a second beside it."""
+    token = uuid.uuid4().hex
+    first = Debounced.set(dedup_key=token).push(token, 1)
+    state = K.collapse(scheduled(r)[0]["collapse"][2])
+    assert r.pttl(state) > (5 + 3600 - 5) * 1000  # (debounce + UNIQUE_LOCK_TTL, not debounce + a minute)
+    make_due(r)  # (overdue: no poller moved it)
+    again = Debounced.set(dedup_key=token).push(token, 2)
+    assert (again.status, again.other) == ("replaced", first.jid) and len(scheduled(r)) == 1
 
 
 def test_dedup_key_makes_pushes_with_other_arguments_equal(r):
@@ -125,7 +170,9 @@ def test_100_throttled_pushes_write_the_first_and_return_its_jid(make_processor,
 def test_perform_bulk_collapses_item_by_item(r):
     token = uuid.uuid4().hex
     jids = Debounced.set(dedup_key=token).perform_bulk([(token, n) for n in range(5)])
-    assert len(jids) == 5 and [job["args"][1] for job in scheduled(r)] == [4]
+    [job] = scheduled(r)
+    assert job["args"][1] == 4
+    assert jids == [job["jid"]] * 5  # (each item's jid: the job that runs for it, not one replaced)
     pushed = Throttled.perform_bulk([(token, 1), (token, 1), (token, 2)])
     assert len(pushed) == 2  # (the drop is left out, as a unique job's duplicate is)
 
@@ -223,3 +270,155 @@ def test_a_plain_push_reports_pushed_and_pays_no_state(r):
     outcome = Plain.set().push(1)
     assert outcome.status == "pushed" and outcome.jid and not r.keys(K.collapse("*"))
     assert get_redis().llen(K.queue(QUEUE)) == 1
+
+
+def test_a_push_sent_again_after_a_lost_reply_gets_the_first_answer(r):
+    """redis-py sends a command again when its reply was lost: the second application answers as the
+    first did ("replaced", naming the job replaced), writing nothing twice."""
+    from django_cogworker.features.collapse import writer
+    from django_cogworker.push.runtime import get_client
+
+    client = get_client()
+    token = uuid.uuid4().hex
+    first = Debounced.set(dedup_key=token).push(token, 1)
+    payload = Debounced.set(dedup_key=token).build([token, 2], {})
+    said = writer.write(r, K, client.config, dict(payload), time.time())
+    again = writer.write(r, K, client.config, dict(payload), time.time())
+    assert said == again == ("replaced", payload["jid"], first.jid) and len(scheduled(r)) == 1
+
+
+def test_a_follow_up_push_sent_again_gets_the_first_answer(make_processor, r):
+    from django_cogworker.features.collapse import writer
+    from django_cogworker.push.runtime import get_client
+
+    token = uuid.uuid4().hex
+    called = make_processor(QUEUES=[QUEUE])
+    KeepLast.set(dedup_key=token).push(token, 0)
+    answers = []
+
+    def resend() -> None:
+        KeepLast.set(dedup_key=token).push(token, 1)
+        payload = KeepLast.set(dedup_key=token).build([token, 2], {})
+        for _ in range(2):
+            answers.append(writer.write(r, K, get_client().config, dict(payload), time.time()))
+
+    MIDRUN[token] = resend
+    called.run_next()
+    assert answers[0] == answers[1] and answers[0].status == "replaced"
+
+
+def test_a_keep_last_state_lives_until_a_retry_due_past_unique_lock_ttl(make_processor, r):
+    """A run that fails with a follow-up kept, retried in two hours (UNIQUE_LOCK_TTL is one): its
+    state lives until then and a TTL more, so the retry's success still writes the follow-up."""
+    token = uuid.uuid4().hex
+    called = make_processor(QUEUES=[QUEUE])
+    KeepLastLate.set(dedup_key=token).push(token, 0)
+    DURING[token] = [1]
+    run = called.run_next()
+    assert run.decision.outcome is Outcome.RETRY
+    state = K.collapse(run.payload["collapse"][2])
+    [(_, due)] = r.zrange(K.retry, 0, -1, withscores=True)
+    assert due - time.time() > 7000
+    assert r.pttl(state) / 1000 > due - time.time() + 3600 - 60
+
+
+def test_a_keep_last_run_longer_than_unique_lock_ttl_keeps_its_state(make_processor, r):
+    """The worker's chores (after each heartbeat) keep the state of a run under way alive: a run
+    longer than UNIQUE_LOCK_TTL keeps its follow-up."""
+    token = uuid.uuid4().hex
+    called = make_processor(QUEUES=[QUEUE])
+    KeepLast.set(dedup_key=token).push(token, 0)
+    DURING[token] = [1]
+    left: list[int] = []
+
+    def an_hour_later() -> None:
+        [state] = [k for k in r.keys(K.collapse("*"))]
+        r.pexpire(state, 1000)  # (as if the hour had nearly passed)
+        for feature in called.features:
+            for chore in feature.chores():
+                chore(r)
+        left.append(r.pttl(state))
+
+    MIDRUN[token] = an_hour_later
+    called.run_next()
+    assert left and left[0] > 3500 * 1000
+    called.drain()
+    assert ran(token) == [0, 1]
+
+
+def test_a_keep_last_job_killed_from_the_admin_lets_its_follow_up_run(make_processor, r):
+    """A job that leaves its path (killed from the retry set here; orphaned too often goes through the
+    same hook) hands over to its kept follow-up: written to its queue, and the state names it."""
+    from django_cogworker.api.sorted_sets import RetrySet
+
+    token = uuid.uuid4().hex
+    called = make_processor(QUEUES=[QUEUE])
+    KeepLastBoom.set(dedup_key=token).push(token, 0)
+    DURING[token] = [1]
+    run = called.run_next()
+    assert run.decision.outcome is Outcome.RETRY and called.waiting() == 0
+    [entry] = RetrySet(redis=r, keys=K).page().items
+    assert entry.kill()
+    state = K.collapse(run.payload["collapse"][2])
+    assert called.waiting() == 1 and r.hget(state, "jid") == OUTCOMES[token][0].jid
+    called.drain()
+    assert ran(token) == [0, 1]
+
+
+def test_a_keep_last_job_without_follow_up_killed_releases_its_state(make_processor, r):
+    from django_cogworker.api.sorted_sets import RetrySet
+
+    token = uuid.uuid4().hex
+    called = make_processor(QUEUES=[QUEUE])
+    KeepLastBoom.set(dedup_key=token).push(token, 0)
+    run = called.run_next()
+    [entry] = RetrySet(redis=r, keys=K).page().items
+    assert entry.kill()
+    assert r.exists(K.collapse(run.payload["collapse"][2])) == 0
+    assert KeepLast.set(dedup_key=token).push(token, 5).status == "pushed"
+
+
+def test_a_follow_up_keeps_the_time_its_push_asked_for(make_processor, r):
+    """A follow-up pushed with perform_in(3600) during the run is written to the schedule an hour
+    out when the run ends, not to its queue at once."""
+    token = uuid.uuid4().hex
+    called = make_processor(QUEUES=[QUEUE])
+    KeepLast.set(dedup_key=token).push(token, 0)
+    MIDRUN[token] = lambda: KeepLast.set(dedup_key=token).perform_in(3600, token, 7)
+    called.run_next()
+    assert called.waiting() == 0
+    [job] = scheduled(r)
+    assert job["args"] == [token, 7]
+    assert r.zscore(K.schedule, r.zrange(K.schedule, 0, 0)[0]) - time.time() == pytest.approx(3600, abs=30)
+    state = K.collapse(job["collapse"][2])
+    assert r.hget(state, "jid") == job["jid"] and r.pttl(state) / 1000 > 3600 + 3600 - 60
+
+
+def test_a_keep_last_job_orphaned_too_often_lets_its_follow_up_run(redis_url, make_processor, rb, r):
+    """Sent to dead by orphan recovery past MAX_ORPHANINGS (its process died while running it each
+    time), the job hands over to its kept follow-up, written to its queue."""
+    from peek import redis_now
+
+    from django_cogworker.conf import build_config
+    from django_cogworker.engine.recovery.orphans import OrphanRecovery
+    from django_cogworker.engine.settle.retry import RetryPolicy
+
+    token = uuid.uuid4().hex
+    called = make_processor(QUEUES=[QUEUE])
+    first = KeepLast.set(dedup_key=token).push(token, 0)
+    unit = called.take()  # (taken, its run begun: then its process dies)
+    payload = json.loads(unit.raw)
+    state = K.collapse(payload["collapse"][2])
+    r.hset(state, "running", "1")
+    follow = KeepLast.set(dedup_key=token).push(token, 1)
+    assert (follow.status, follow.other) == ("pushed", first.jid)
+    dead_one = "deadhost:1:collapse"
+    r.sadd(K.in_progress_identities, dead_one)
+    r.lpush(K.in_progress(dead_one), json.dumps({**payload, "orphan_count": 3}))
+    r.hset(K.last_beat, dead_one, repr(redis_now(r) - 10))
+    config = build_config({"ORPHAN_THRESHOLD": 3.0, "HEARTBEAT_INTERVAL": 0.5, "MAX_ORPHANINGS": 3},
+                          {"COGWORKER_REDIS_URL": redis_url})
+    assert OrphanRecovery(config, rb, K, "livehost:2:x", RetryPolicy(config)).check() == 1
+    assert r.zcard(K.dead) == 1
+    assert r.hget(state, "jid") == follow.jid
+    assert [json.loads(raw)["jid"] for raw in r.lrange(K.queue(QUEUE), 0, -1)] == [follow.jid]

@@ -39,7 +39,14 @@ from django_cogworker.engine.settle.settling import Settler
 from django_cogworker.errors import LimitError, LimitKeyError, OverLimit
 from django_cogworker.features.expiry.hook import Expiry
 from django_cogworker.features.limits import scripts as limit_scripts
-from django_cogworker.features.limits.gate import BACKOFF_MAX, UNREACHABLE_DELAY, LimitGate, Release, Ticket
+from django_cogworker.features.limits.gate import (
+    BACKOFF_MAX,
+    UNREACHABLE_DELAY,
+    LimitGate,
+    Release,
+    Releases,
+    Ticket,
+)
 from django_cogworker.features.limits.hook import ClassLimits
 from django_cogworker.features.limits.limiter import HELD, SEEN, holder_token
 from django_cogworker.push import payload as payloads
@@ -51,12 +58,20 @@ NOW = 4_000_000_000.0  # the gate's clock: in 2096, so no poller of the run take
 # Defined at import, so registered for the whole run: leases a check at any heartbeat can accept.
 one_at_a_time = Limiter.concurrent("test:gate:one", 1)
 two_a_minute = Limiter.bucket("test:gate:minute", 2, per=60)
+three_at_a_time = Limiter.concurrent("test:gate:three", 3)
 per_customer = Limiter.concurrent(lambda customer, *_: f"test:gate:cust:{customer['id']}", 1,
                                   family="test:gate:cust")
 
 
 class OneAtATime(Job):
     limits = [one_at_a_time]
+
+    def perform(self, token):
+        RUNS[token].append(self.jid)
+
+
+class ThreeAtATime(Job):
+    limits = [three_at_a_time]
 
     def perform(self, token):
         RUNS[token].append(self.jid)
@@ -557,12 +572,12 @@ def test_the_takes_of_the_jobs_one_fetch_brings_go_in_one_round_trip_and_each_jo
         units.append(Unit(raw, "default"))
     plain_raw, _plain = parts.fetched(Note, "t")
     units.append(Unit(plain_raw, "default"))  # (no limits: never read, nothing taken)
-    rb.script_load(limit_scripts.LIMIT_TAKE.source)  # (as after a worker's first take)
+    rb.script_load(limit_scripts.LIMIT_TAKE_MANY.source)  # (as after a worker's first take)
     before = evalshas(rb)
 
     limits.fetched(units)
 
-    assert evalshas(rb) - before == 4  # one LIMIT_TAKE each, in one pipeline: one round trip
+    assert evalshas(rb) - before == 1  # every take in one LIMIT_TAKE_MANY: one round trip
     assert units[4].notes is None
     first, second, third, rate = (u.notes["limits.fetched"] for u in units[:4])
     assert isinstance(first, Ticket) and isinstance(second, OverLimit) and isinstance(third, OverLimit)
@@ -599,3 +614,59 @@ def test_places_the_fetch_took_for_jobs_that_never_run_here_are_given_back(parts
     assert parts.features[0].before(run) is not None  # (expiry drops it first)
     limits.after(run)
     assert rb.zcard(holders) == 0
+
+
+def test_a_limiter_key_of_the_wrong_type_in_a_fetch_s_takes_is_moved_aside_and_each_job_holds_one_place(parts, rb, r):
+    # (The fetch's takes are one call: stopped at the key, the takes are made again one at a time.)
+    lk = K.limit(three_at_a_time.name)
+    rb.set(lk.holders, "not mine")
+    limits = ClassLimits(parts.gate)
+    units = [Unit(parts.fetched(ThreeAtATime, "t")[0], "default") for _ in range(3)]
+
+    limits.fetched(units)
+
+    tickets = [unit.notes["limits.fetched"] for unit in units]
+    assert all(isinstance(ticket, Ticket) for ticket in tickets)
+    assert len(list(r.scan_iter(match=f"{K.quarantine_prefix}{lk.holders}:*"))) == 1
+    assert sorted(rb.zrange(lk.holders, 0, -1)) == sorted(ticket.token.encode() for ticket in tickets)
+    Releases(parts.gate).run_many([Release(ticket, "j") for ticket in tickets])
+    assert rb.zcard(lk.holders) == 0 and three_at_a_time.name not in HELD.by_key()
+
+
+def test_the_releases_held_for_a_round_trip_go_in_one_call_even_after_redis_forgot_its_scripts(parts, rb):
+    lk = K.limit(three_at_a_time.name)
+    limits = ClassLimits(parts.gate)
+    releases = Releases(parts.gate)
+    someone_else = holder_token("someone-else")
+    rb.zadd(lk.holders, {someone_else: NOW})
+    for _round in range(2):  # (the first after a restart: NOSCRIPT; the call again loads it)
+        units = [Unit(parts.fetched(ThreeAtATime, "t")[0], "default") for _ in range(2)]
+        limits.fetched(units)
+        steps = [Release(unit.notes["limits.fetched"], "j") for unit in units]
+        if _round == 0:
+            rb.script_flush()
+        before = evalshas(rb)
+        pipe = rb.pipeline(transaction=False)
+        assert releases.queue(pipe, steps) == 1  # (one script call for both)
+        releases.landed(steps, pipe.execute(raise_on_error=False))
+        assert evalshas(rb) - before == (2 if _round == 0 else 1)  # (NOSCRIPT, then the call again)
+        assert rb.zrange(lk.holders, 0, -1) == [someone_else.encode()]  # (only their own places)
+        assert three_at_a_time.name not in HELD.by_key()
+
+
+def test_a_limited_job_s_payload_is_decoded_once_by_the_fetch_s_takes_and_run_as_decoded(make_processor, rb,
+                                                                                         monkeypatch):
+    # (It was decoded twice: by the takes on the fetcher thread, then by the processor.)
+    token = new_token()
+    called = make_processor()
+    pushed = called.push(ThreeAtATime, token)
+    unit = called.take()
+    assert unit.notes is not None and unit.notes["payload"]["jid"] == pushed["jid"]
+    decoded: list[bytes] = []
+    real = payloads.decode
+    monkeypatch.setattr(payloads, "decode", lambda raw: decoded.append(raw) or real(raw))
+
+    run = called.processor.process(unit)
+
+    assert run is not None and run.decision.outcome is Outcome.SUCCESS and runs(token) == [pushed["jid"]]
+    assert decoded == [] and "payload" not in unit.notes

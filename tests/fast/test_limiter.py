@@ -524,3 +524,31 @@ def test_a_window_limit_checks_no_holder_and_keeps_no_lease(rb, r):
         assert limiter.name not in HELD.by_key()
     assert r.exists(K.limit(limiter.name).holders) == 0
     assert 0 < r.pttl(K.limit(limiter.name).starts) <= 1500  # (gone a second after its window)
+
+
+# (Python 3.12+ warns at a fork of a process with threads, as pytest-xdist's workers are: the child
+# here only writes to a pipe and exits, with no lock another thread might hold.)
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_holder_tokens_are_unique_per_run_in_a_process_and_its_forked_children_and_read_as_json():
+    # (Written as a fixed format, not json.dumps: the admin's holders list and LIMIT_RELEASE's
+    # ``hold`` average read them as JSON. A forked child counted on from its parent's count, with its
+    # parent's prefix, would have made its parent's next tokens: two holders, one place.)
+    import os
+
+    tokens = [holder_token(jid) for jid in ("a", 'quote"and\\slash', None, "a")]
+    read = [json.loads(token) for token in tokens]
+    assert [holder["jid"] for holder in read] == ["a", 'quote"and\\slash', None, "a"]
+    assert all(set(holder) == {"jid", "process", "since", "run"} for holder in read)
+    assert all(abs(holder["since"] - time.time()) < 60 for holder in read)
+    assert len({holder["run"] for holder in read}) == 4
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - (the child's side, reported through the pipe)
+        os.write(writer, "\n".join(holder_token("a") for _ in range(3)).encode())
+        os._exit(0)
+    os.close(writer)
+    os.waitpid(child, 0)
+    with os.fdopen(reader) as pipe:
+        theirs = [json.loads(line)["run"] for line in pipe.read().splitlines()]
+    ours = [json.loads(holder_token("a"))["run"] for _ in range(3)]
+    assert len(theirs) == 3 and not set(theirs) & ({holder["run"] for holder in read} | set(ours))

@@ -125,6 +125,40 @@ def test_limit_release_without_undo_gives_back_only_a_concurrent_place(rb):
     assert limit_scripts.LIMIT_RELEASE(rb, conc_keys, [token, "release", *conc])[0] == 0  # (twice: nothing more)
 
 
+def test_limit_take_many_takes_each_job_s_limiters_all_or_none_naming_each_key_once(rb):
+    # (A fetch's takes in one call: each job's as LIMIT_TAKE's, one after the other.)
+    conc_keys, conc = _limit("conc", "concurrent", 2, lease="30")
+    rate_keys, rate = _limit("rate", "bucket", 2, per="60")
+    head = [2, *conc, *rate]
+    rb.zadd(conc_keys[4], {"j\n4": 1.0})  # (refused before, parked: a jid may hold a line break, it goes last)
+    rb.hset(conc_keys[5], "j\n4", "{}")
+    jobs = ["1,2\n\nt1\n", "2\nreschedule\nt2\n", "2,1\nfail\nt3\n", "1\n\nt4\nj\n4"]
+    replies = limit_scripts.LIMIT_TAKE_MANY(rb, conc_keys + rate_keys, head + jobs)
+    assert replies[0] == [1, 0] and replies[1] == [1, 0]  # (the bucket's two starts)
+    assert replies[2][:2] == [0, 1]  # (its first limiter, the bucket, full: its concurrent place not taken)
+    assert replies[3] == [1, 0]
+    assert sorted(rb.zrange(conc_keys[0], 0, -1)) == [b"t1", b"t4"]
+    assert rb.hmget(rate_keys[3], "granted", "over", "failed") == [b"2", b"1", b"1"]
+    assert rb.hget(conc_keys[3], "granted") == b"2"
+    assert rb.zcard(conc_keys[4]) == 0 and rb.hlen(conc_keys[5]) == 0  # (granted: unparked)
+
+
+def test_limit_release_many_gives_back_each_holder_s_place_once_and_wakes_as_many_waiting(rb):
+    conc_keys, conc = _limit("conc", "concurrent", 3, lease="30")
+    other_keys, other = _limit("other", "concurrent", 3, lease="30")
+    tokens = [f'{{"jid":"j{i}","process":"p","since":1,"run":"r{i}"}}' for i in range(3)]
+    for token in tokens:
+        assert limit_scripts.LIMIT_TAKE(rb, conc_keys + other_keys, [token, "", "", *conc, *other]) == [1, 0]
+    rb.zadd(conc_keys[4], {"w1": 1.0})  # (a job refused before, parked: woken by the first place freed)
+    rb.hset(conc_keys[5], "w1", '{"jid":"w1"}')
+    argv = ["release", 2, *conc, *other, f"1,2\n{tokens[0]}", f"1\n{tokens[1]}", "2\nnever-held"]
+    reply = limit_scripts.LIMIT_RELEASE_MANY(rb, conc_keys + other_keys, argv)
+    assert reply[0] == 3 and reply[1:] == [b'{"jid":"w1"}', b"1"]
+    assert rb.zrange(conc_keys[0], 0, -1) == [tokens[2].encode()]
+    assert sorted(rb.zrange(other_keys[0], 0, -1)) == sorted([tokens[1].encode(), tokens[2].encode()])
+    assert limit_scripts.LIMIT_RELEASE_MANY(rb, conc_keys + other_keys, argv)[0] == 0  # (again: nothing more)
+
+
 def test_limit_renew_moves_only_the_leases_still_held(rb):
     rb.zadd("holders", {"mine": 1.0, "other": 2.0})
     assert limit_scripts.LIMIT_RENEW(rb, ["holders"], ["30", "mine", "lapsed"]) == 1

@@ -338,3 +338,26 @@ def test_a_queue_s_groups_and_priorities_live_in_its_slot_and_run(cluster, cr, o
     assert ran[0] == "urgent"  # (a single processor: the priority first, then the groups in turns)
     assert ran.index("zeta-0") < ran.index("acme-2")
     assert not cr.exists(lanes.ring, lanes.prio, lanes.group("acme"))
+
+
+def test_pushes_that_collapse_on_a_cluster_go_through_the_schedule_and_run_once(cluster, cr, on_cluster, two_queues):
+    """A collapse state is in the home slot, a queue in its own: a keep_last follow-up is written
+    through the schedule (features/collapse/hook.py RunEnded), and a debounced bulk runs once."""
+    from testproject.demo.collapse_jobs import DebouncedJob, KeepLastJob
+
+    a, _b = two_queues
+    key, bulk = "sp:keep_last", "sp:debounced"
+    with Worker("-q", a, "-c", "2", env=worker_env(cluster), prefix=PREFIX) as worker:
+        worker.wait_ready()
+        first = KeepLastJob.set(queue=a).push(key, 0, True)
+        wait_until(lambda: texts(cr.lrange(key, 0, -1)) == ["0"], timeout=15, message="the first run began")
+        outcomes = [KeepLastJob.set(queue=a).push(key, n) for n in (1, 2)]
+        assert [o.status for o in outcomes] == ["pushed", "replaced"] and outcomes[0].other == first.jid
+        jids = DebouncedJob.set(queue=a, dedup_key="sp").perform_bulk([[bulk, n] for n in range(5)])
+        assert len(set(jids)) == 1
+        cr.set(f"{key}:go", 1)
+        wait_until(lambda: cr.llen(key) == 2 and cr.llen(bulk) == 1, timeout=20,
+                   message="the follow-up and the debounced job ran")
+        worker.term()
+        assert worker.wait(30) == 0, worker.log()
+    assert texts(cr.lrange(key, 0, -1)) == ["0", "2"] and texts(cr.lrange(bulk, 0, -1)) == ["4"]

@@ -53,8 +53,8 @@ periodic:*                    -       see the periodic package (schedule, disabl
                                       enabled_at, locks)
 unique:<digest>               string  unique-job lock                                         set
 collapse:<digest>             hash    pushes that collapse (features/collapse/scripts.py:     mode's
-                                      mode, jid, raw, running, next, next_jid); the digest    (scripts
-                                      unique jobs' or a ``dedup_key``'s                       .py)
+                                      mode, jid, said, raw, out:*, running, next...); the     (scripts
+                                      digest unique jobs' or a ``dedup_key``'s                .py)
 push_receipt:<pusher>         string  a pushing thread's last push: its token and the reply   10 min
                                       (PUSH), so that a retry of it writes nothing again;
                                       cluster: one per slot pushed to (home, or the queue's)

@@ -81,6 +81,11 @@ Call = Callable[[], Any]
 AsyncCall = Callable[[], Awaitable[Any]]
 
 
+# unit.notes: the payload a ``fetched`` hook decoded, for the processor to take instead of decoding
+# it again (a limited job's was decoded twice: a tenth of a take's worker CPU). Read-only until then.
+DECODED = "payload"
+
+
 class Feature:
     """Base of every feature: override the phases it takes part in (see the module's header).
 

@@ -36,7 +36,7 @@ from ..fetch.contract import Unit
 from ..settle.retry import Filing
 from ..settle.settlement import ACK, Settlement
 from .failures import dead_filing, fate_of, log_safely
-from .hooks import Decision, JobRun, Outcome, Plan, Plans, feature_error
+from .hooks import DECODED, Decision, JobRun, Outcome, Plan, Plans, feature_error
 from .tracebacks import from_user_code, trimmed
 
 if TYPE_CHECKING:
@@ -200,8 +200,9 @@ class Processor:
 
     def _open(self, unit: Unit) -> tuple[Plan, JobRun] | None:
         """The unit's payload, plan and JobRun; None for a payload that can't be read (buried in dead)."""
+        notes = unit.notes
         try:
-            payload = payloads.decode(unit.raw)
+            payload = (notes.pop(DECODED, None) if notes else None) or payloads.decode(unit.raw)
         except PayloadError as exc:
             try:
                 self.bury(unit, exc)

@@ -101,6 +101,16 @@ def _collapse(payload: dict[str, Any], job_class: Any, options: Mapping[str, Any
     payload["collapse"] = ["keep_last" if mode == "keep_last_if_active" else mode, seconds, digest]
 
 
+def _died(redis: Any, keys: Any, payload: dict[str, Any], error: str, message: str, ttl: float) -> None:
+    """A job that died off the job's path (orphaned too often, killed from the admin): a
+    keep_last_if_active job's kept follow-up is written now, or its state goes (hook.py's ``died``)."""
+    spec = payload.get("collapse")
+    if isinstance(spec, list) and spec and spec[0] == "keep_last":  # (else nothing imported, nothing done)
+        from .hook import died
+
+        died(redis, keys, payload)
+
+
 DECLARATION = Declaration(
     "collapse",
     options=(Option("debounce", None, _seconds, push=True,
@@ -110,7 +120,7 @@ DECLARATION = Declaration(
              Option("keep_last_if_active", False, _flag, push=True,
                     check_push=lambda v, n, c: _flag(v, f"{n}: keep_last_if_active")),
              Option("dedup_key", None, _key, push=True, check_push=lambda v, n, c: _key(v, f"{n}: dedup_key"))),
-    rules=(_rule,), pushes=_pushes, on_push=_collapse,
+    rules=(_rule,), pushes=_pushes, on_push=_collapse, died=_died,
     writer=Writer("collapse", writer.write,
                   "a push with debounce, throttle or keep_last_if_active can't be part of a batch (its job may "
                   "be replaced or dropped, which the batch would wait for in vain); push it outside "

@@ -6,7 +6,9 @@ Where the job goes: a debounced job to the schedule, due ``debounce`` seconds fr
 ``perform_at`` time if later): only there can a later push find it and take its place. A throttled
 or keep_last_if_active job to its queue, or the schedule if it is due later; on a cluster to the
 schedule due now whatever it is (the state is in the home slot, the queue in a slot of its own: one
-script can't write both; a poller moves it a moment later, as for a unique job).
+script can't write both; a poller moves it a moment later, as for a unique job). A keep_last
+follow-up kept during a run keeps the time its push asked for (perform_in/perform_at): the run's end
+writes it to the schedule at that time when it is later than the end.
 """
 
 from __future__ import annotations
@@ -19,15 +21,18 @@ from ...broker.quarantine import quarantine_key
 from ...broker.types import RedisClient
 from ...declarations import PushOutcome
 from ...push import payload as payloads
-from .scripts import COLLAPSE_PUSH, STATE_GRACE
+from .scripts import COLLAPSE_PUSH
 
 logger = logging.getLogger(__name__)
 
 MODES = ("debounce", "throttle", "keep_last")
 
 
-def write(redis: RedisClient, keys: Any, config: Any, payload: dict[str, Any], now: float) -> PushOutcome:
-    """Write ``payload`` as its ``collapse`` field says; return what it came to."""
+def write(redis: RedisClient, keys: Any, config: Any, payload: dict[str, Any], now: float, *,
+          marked: bool = False) -> PushOutcome:
+    """Write ``payload`` as its ``collapse`` field says; return what it came to. ``marked``: an outbox
+    job (a row handed over at commit, or by a relay): written with its mark, and not again while
+    the mark says it was handed over before (scripts.py, COLLAPSE_PUSH)."""
     mode, seconds, digest = payload["collapse"]
     at = payload.pop("at", None)
     if mode == "debounce":
@@ -40,15 +45,21 @@ def write(redis: RedisClient, keys: Any, config: Any, payload: dict[str, Any], n
         payload["enqueued_at"] = now
     state = keys.collapse(digest)
     if mode == "debounce":
-        ttl = (due - now + STATE_GRACE) if due is not None else STATE_GRACE
+        # Until the job is due plus UNIQUE_LOCK_TTL, not a minute: a fleet whose pollers were down past
+        # its due time plus a minute let the next push schedule a second job beside the first. Its
+        # start lets the state go (hook.py), so this long TTL only bounds a fleet down that long.
+        ttl = (due - now if due is not None else 0.0) + config.unique_lock_ttl
     elif mode == "throttle":
         ttl = seconds
     else:
         ttl = config.unique_lock_ttl
     queue = payload["queue"]
-    destination = [keys.schedule] if due is not None else [keys.queue(queue), keys.queues]
+    destination = [keys.schedule, keys.outbox_marks()]
+    if due is None:
+        destination = [keys.queue(queue), keys.outbox_marks(), keys.queues]
     args = [mode, payload["jid"], payloads.encode(payload), "" if due is None else repr(due),
-            max(math.ceil(ttl * 1000), 1), queue, keys.schedule_wake]
+            max(math.ceil(ttl * 1000), 1), queue, keys.schedule_wake,
+            repr(at) if mode == "keep_last" and at is not None and at > now else "", "1" if marked else ""]
     reply = COLLAPSE_PUSH(redis, [state, *destination], args)
     if _text(reply[0]) == "wrongtype":
         quarantine_key(redis, keys, state, "hash", "is no collapse state (the wrong type)")

@@ -8,7 +8,9 @@
     metrics      what a scrape reads of limiters
 
     gate         LimitGate: a job's places taken before its run (or it rescheduled with a backoff),
-                 given back with its ack (Release, one pipeline per fetch)
+                 given back with its ack (Release)
+    held         what this process holds and has seen; a fetch's takes and releases packed into one
+                 script call each (Packing, Release, Releases)
     hook         ClassLimits, InlineLimits: the gate on the core's phases; the leases' heartbeat chore
 """
 

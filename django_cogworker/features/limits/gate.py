@@ -23,6 +23,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
+from redis.exceptions import ResponseError
+
 from ...broker.keys import Keys, Want
 from ...broker.quarantine import run_script
 from ...broker.types import RedisClient
@@ -30,6 +32,7 @@ from ...engine.settle.retry import Filing
 from ...errors import LimitError, LimitKeyError, OverLimit, is_unavailable
 from ...push import payload as payloads
 from . import scripts
+from .held import Packing, Release, Releases  # noqa: F401 - (Release, Releases: importers, the tests)
 from .limiter import HELD, SEEN, Limiter, holder_token, wake
 
 if TYPE_CHECKING:
@@ -61,85 +64,6 @@ class Ticket:
                          ", ".join(key for _l, key in self.taken), type(exc).__name__, payloads.printable(exc))
 
 
-class Release(NamedTuple):
-    """A step of a settlement: the places a run held given back (before its ack or filing).
-
-    A run's places go back with its ack: held with it for the fetcher's next round trip
-    (settlement.py), where every release held goes in one pipeline (:class:`Releases`), instead of
-    a round trip of each job's own. A release is never worth the job's settlement: one Redis
-    refuses is logged, and its places lapse with their lease (upkeep.py).
-    """
-
-    ticket: Ticket
-    jid: str
-
-    @property
-    def holdable(self) -> bool:
-        return True  # (never writes what the job's end waits for)
-
-
-class Releases:
-    """Runs Release steps (the Settler's runner for them): never raises. They ride the fetch's
-    round trip (``queue``, ``landed``), unordered: a job's ack goes with its release."""
-
-    ordered = False
-
-    def __init__(self, gate: LimitGate):
-        self.gate = gate
-
-    def queue(self, pipe: Any, steps: Sequence[Release]) -> int:
-        calls = self._calls(steps)
-        for ticket, group in calls:
-            scripts.LIMIT_RELEASE.in_pipeline_by_sha(pipe, *self.gate._script_args(group, ticket.token, "release"))
-        return len(calls)
-
-    def landed(self, steps: Sequence[Release], replies: Sequence[Any]) -> None:
-        self._landed(self._calls(steps, forget=False), replies)
-
-    def _calls(self, steps: Sequence[Release], forget: bool = True) -> list[tuple[Ticket, list[tuple[Limiter, str]]]]:
-        """Each release's LIMIT_RELEASE calls (one per key on a cluster); ``forget``: its places are
-        no longer renewed by the heartbeat from now on."""
-        spread = self.gate.keys.spread
-        calls: list[tuple[Ticket, list[tuple[Limiter, str]]]] = []
-        for step in steps:
-            ticket = step.ticket
-            if forget:
-                for hold in ticket.holds:
-                    HELD.remove(hold)
-                ticket.holds = []
-            groups = [ticket.taken] if not spread else [[pair] for pair in ticket.taken]
-            calls += [(ticket, group) for group in groups]
-        return calls
-
-    def _landed(self, calls: list[tuple[Ticket, list[tuple[Limiter, str]]]], replies: Sequence[Any]) -> None:
-        gate = self.gate
-        for (ticket, group), reply in zip(calls, replies, strict=True):
-            if isinstance(reply, Exception):  # (a wrong-type key, NOSCRIPT: again alone, which mends either)
-                Ticket(gate, ticket.token, group, []).release()
-            elif len(reply) > 1:
-                try:
-                    wake(gate.redis, gate.keys, reply[1:])
-                except Exception:  # noqa: BLE001 - (the woken job runs at its backoff all the same)
-                    logger.warning("jobs waiting for a place not woken", exc_info=True)
-
-    def run(self, step: Release) -> None:
-        step.ticket.release()
-
-    def run_many(self, steps: Sequence[Release]) -> None:
-        """Every release in one pipeline of its own (a fetch that can't carry them)."""
-        calls = self._calls(steps)
-        try:
-            pipe = self.gate.redis.pipeline(transaction=False)
-            for ticket, group in calls:
-                scripts.LIMIT_RELEASE.in_pipeline_by_sha(pipe, *self.gate._script_args(group, ticket.token, "release"))
-            replies = pipe.execute(raise_on_error=False)
-        except Exception as exc:
-            logger.error("%d limit release(s) not sent (%s: %s); their places free when their lease lapses",
-                         len(calls), type(exc).__name__, payloads.printable(exc))
-            return
-        self._landed(calls, replies)
-
-
 # What a take got a job: its places (a Ticket), none to hold (None), a refusal, or what failed.
 Taken = Union["Ticket", None, OverLimit, BaseException]  # noqa: UP007
 
@@ -163,6 +87,7 @@ class LimitGate:
         self.retry = retry
         self.clock = clock
         self.rng = rng or random.Random()
+        self.packing = Packing(keys)
 
     def take(self, payload: dict, limits: Any) -> Ticket | Rescheduled | None:
         """Take a place in each of ``limits`` for the job: its Ticket (None when it holds no
@@ -175,8 +100,8 @@ class LimitGate:
 
     def take_many(self, wanted: Sequence[tuple[dict, Any]]) -> list[Taken]:
         """The takes of the jobs one fetch brought (``(payload, limits)`` each), in one round trip:
-        each job's LIMIT_TAKE in one pipeline (on a cluster, where a job's keys may be in several
-        slots, one take after another). What each got, for :meth:`resolve` when the job is about
+        one LIMIT_TAKE_MANY of them all (packing.py; on a cluster, where a job's keys may be in
+        several slots, one take after another). What each got, for :meth:`resolve` when the job is about
         to run: its Ticket, None (no place held), the OverLimit refusing it, or what failed."""
         if self.keys.spread:
             return [self._take_one(payload, limits) for payload, limits in wanted]
@@ -192,19 +117,21 @@ class LimitGate:
             asks.append((index, keyed, token, refusal, parked))
         if not asks:
             return outcomes
+        names, argv = self.packing.many([(keyed, (refusal, token, parked))
+                                         for _i, keyed, token, refusal, parked in asks])
         try:
-            pipe = self.redis.pipeline(transaction=False)
-            for _index, keyed, token, refusal, parked in asks:
-                scripts.LIMIT_TAKE.in_pipeline_by_sha(pipe, *self._script_args(keyed, token, refusal, parked))
-            replies = pipe.execute(raise_on_error=False)
+            replies = scripts.LIMIT_TAKE_MANY(self.redis, names, argv)
+        except ResponseError:
+            # (A limiter key of the wrong type, say: each take again alone, which moves the key aside.
+            # The takes before it in the call were made: made again by their own token, a place is
+            # the same place.)
+            replies = [None] * len(asks)
         except Exception as exc:  # (the round trip failed: every take did, uncounted)
             for index, *_rest in asks:
                 outcomes[index] = exc
             return outcomes
         for (index, keyed, token, refusal, parked), reply in zip(asks, replies, strict=True):
-            if isinstance(reply, Exception):
-                # (A limiter key of the wrong type, say, or a script Redis forgot (NOSCRIPT): the take
-                # again alone, which moves the key aside or loads the script.)
+            if reply is None:
                 outcomes[index] = self._take_keyed(keyed, token, refusal, parked)
             else:
                 outcomes[index] = self._granted(keyed, token, reply)
@@ -383,4 +310,5 @@ class LimitGate:
 
 def _count(value: Any) -> int:
     return value if type(value) is int and value >= 0 else 0
+
 

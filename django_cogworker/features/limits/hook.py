@@ -2,7 +2,8 @@
 that meets its limit inside its run (``within``) sent back to the schedule.
 
 It rides the round trips the core makes anyway: the takes of the jobs one fetch brings go in one
-pipeline on the fetcher thread (``fetched``), and a run's places go back with its ack, held for the
+script call on the fetcher thread (``fetched``, which also keeps each payload it decoded for the
+processor), and a run's places go back with its ack, held for the
 fetcher's next round trip (``settling``: a Release step). A job dropped before its turn here (an
 expired one), or handed back unrun, gives back what the fetch took for it.
 
@@ -20,7 +21,7 @@ from typing import Any
 
 from ...broker.types import RedisClient
 from ...engine.fetch.contract import Unit
-from ...engine.run.hooks import Decision, Feature, JobRun, Outcome
+from ...engine.run.hooks import DECODED, Decision, Feature, JobRun, Outcome
 from ...engine.settle.retry import Filing
 from ...engine.settle.settlement import StepRunner
 from ...errors import OverLimit
@@ -72,6 +73,9 @@ class ClassLimits(Feature):
                 payload = payloads.decode(unit.raw)
             except payloads.PayloadError:
                 continue  # (buried by the processor)
+            if unit.notes is None:
+                unit.notes = {}
+            unit.notes[DECODED] = payload  # (the processor's, not decoded again)
             limits = self.limits_of(payload, registered(str(payload.get("class"))))
             if limits:
                 wanted.append((payload, limits))
@@ -79,9 +83,8 @@ class ClassLimits(Feature):
         if not wanted:
             return
         for unit, taken in zip(holders, self.gate.take_many(wanted), strict=True):
-            if unit.notes is None:
-                unit.notes = {}
-            unit.notes[FETCHED] = taken
+            if unit.notes is not None:  # (set above)
+                unit.notes[FETCHED] = taken
 
     def _limited_names(self) -> tuple[bytes, ...]:
         """The JSON text of each registered class name with ``limits`` (read once: a worker's classes

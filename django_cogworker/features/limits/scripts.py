@@ -28,9 +28,15 @@ counts), read by the admin as its recent figures: no key per minute to build or 
 
 A key of the wrong type stops a script at its first command on it, keeping what it wrote before;
 the caller moves the key to quarantine and runs the script again (broker/quarantine.py). Each is
-safe to: a take reads every key it writes before its first write but ``stats`` (run again, a
-take stopped there may count a start of an earlier limiter of its list twice: one start too
-many for that period, never a place lost), a release run again finds its place gone.
+safe to: a take reads every key it writes before its first write but ``stats`` and the
+concurrent places (a rate limiter's state and the grants are written at the call's end: run
+again, a take stopped in that last write may count a start twice, one start too many for that
+period, never a place lost; a concurrent place taken again by its token is the same place), a
+release run again finds its place gone.
+
+The fetcher's calls take many jobs (LIMIT_TAKE_MANY) and give back many places
+(LIMIT_RELEASE_MANY) at once, each limiter key named once (held.py's Packing); LIMIT_TAKE and
+LIMIT_RELEASE are the one-job forms (``within``, a job's own take, a cluster's key-by-key takes).
 """
 
 from __future__ import annotations
@@ -53,6 +59,136 @@ local function count_recent(stats, field)
 end
 """
 
+# The limiters of a take or a release: ``lims[i]`` = {k = its six KEYS' offset, kind, size, per,
+# lease}, its spec read from ARGV[a + 1 .. a + 4].
+_LIMITER = r"""
+local function limiter(k, a)
+  return {k = k, kind = ARGV[a + 1], size = tonumber(ARGV[a + 2]), per = tonumber(ARGV[a + 3]),
+          lease = tonumber(ARGV[a + 4])}
+end
+"""
+
+# One job's take: a place in every limiter of ``lims``, or in none (LIMIT_TAKE's reply). ``memo``
+# (one per call, by key offset) keeps what the call read and will write of each limiter key: its
+# holders swept of lapsed leases once and counted, a bucket's or leaky's state read once, and the
+# state and ``granted`` written once at the end (``flush``): a call of ten takes of one key ran
+# five to eight commands a take, most of them reading again what it had just written.
+_TAKE = _COMMON + _LIMITER + r"""
+local function memo_of(memo, l)
+  local m = memo[l.k]
+  if m then return m end
+  local k = l.k
+  m = {l = l, granted = 0, expired = 0}
+  if l.kind == "concurrent" then
+    m.expired = redis.call("ZREMRANGEBYSCORE", KEYS[k + 1], "-inf", now)
+    if m.expired > 0 then redis.call("HINCRBY", KEYS[k + 4], "expired", m.expired) end
+    m.count = redis.call("ZCARD", KEYS[k + 1])
+    -- (None parked: no jid to unpark, for any take of the call. Read with commands of their types,
+    -- so that a key of the wrong type stops the take, as its ZREM and HDEL did.)
+    m.waiting = redis.call("ZCARD", KEYS[k + 5]) + redis.call("HLEN", KEYS[k + 6]) > 0
+  elseif l.kind == "bucket" then
+    local bn = math.floor(now / l.per)
+    local s = redis.call("HMGET", KEYS[k + 3], "bn", "bc")
+    m.bn, m.used = bn, (tonumber(s[1]) == bn) and tonumber(s[2]) or 0
+  elseif l.kind == "leaky" then
+    m.tat = tonumber(redis.call("HGET", KEYS[k + 3], "tat") or "0")
+  end
+  memo[k] = m
+  return m
+end
+
+local function take(lims, token, refusal, parked, memo)
+  local n = #lims
+  local expired = 0
+  if parked ~= "" then  -- (granted, or parked again as it is now: its old entry goes either way)
+    for i = 1, n do
+      if lims[i].kind == "concurrent" and memo_of(memo, lims[i]).waiting then
+        redis.call("ZREM", KEYS[lims[i].k + 5], parked)
+        redis.call("HDEL", KEYS[lims[i].k + 6], parked)
+      end
+    end
+  end
+  local plans = {}
+  for i = 1, n do
+    local l = lims[i]
+    local kind, size, per, k = l.kind, l.size, l.per, l.k
+    if kind ~= "concurrent" and kind ~= "bucket" and kind ~= "window" and kind ~= "leaky" then
+      return redis.error_reply("unknown limiter kind " .. tostring(kind))
+    end
+    local m = memo_of(memo, l)
+    local stats = KEYS[k + 4]
+    local refused, after = false, ""
+    if kind == "concurrent" then
+      expired = expired + m.expired
+      m.expired = 0  -- (counted once, by the take that swept them)
+      refused = m.count >= size and redis.call("ZSCORE", KEYS[k + 1], token) == false
+      if refused then after = tonumber(redis.call("HGET", stats, "hold") or "") or "" end
+    elseif kind == "bucket" then
+      refused = m.used >= size
+      after = (m.bn + 1) * per - now
+    elseif kind == "window" then
+      redis.call("ZREMRANGEBYSCORE", KEYS[k + 2], "-inf", now - per)
+      if redis.call("ZCARD", KEYS[k + 2]) >= size then
+        refused = true
+        local oldest = redis.call("ZRANGE", KEYS[k + 2], 0, 0, "WITHSCORES")
+        after = tonumber(oldest[2]) + per - now
+      end
+    else
+      local tat = m.tat
+      if tat < now then tat = now end
+      local next_tat = tat + per / size
+      refused = next_tat - now > per + 1e-9
+      after = next_tat - per - now
+      plans[i] = next_tat
+    end
+    if refused then
+      redis.call("HINCRBY", stats, "over", 1)
+      count_recent(stats, "o")
+      if refusal == "reschedule" then
+        redis.call("HINCRBY", stats, "rescheduled", 1)
+        count_recent(stats, "r")
+      elseif refusal == "fail" then
+        redis.call("HINCRBY", stats, "failed", 1)
+      end
+      if after ~= "" then after = string.format("%.6f", math.max(after, 0)) end
+      return {0, i, after}
+    end
+  end
+  for i = 1, n do
+    local l = lims[i]
+    local m = memo[l.k]
+    if l.kind == "concurrent" then
+      m.count = m.count + redis.call("ZADD", KEYS[l.k + 1], now + l.lease, token)
+    elseif l.kind == "bucket" then
+      m.used, m.dirty = m.used + 1, true
+    elseif l.kind == "window" then
+      redis.call("ZADD", KEYS[l.k + 2], now, token .. ":" .. i)
+      redis.call("PEXPIRE", KEYS[l.k + 2], math.ceil(l.per * 1000) + 1000)
+    else
+      m.tat, m.dirty = plans[i], true
+    end
+    m.granted = m.granted + 1
+  end
+  return {1, expired}
+end
+
+-- Write what the takes of the call kept in ``memo``: each key's grants counted, a bucket's or
+-- leaky's state.
+local function flush(memo)
+  for k, m in pairs(memo) do
+    local l = m.l
+    if m.dirty and l.kind == "bucket" then
+      redis.call("HSET", KEYS[k + 3], "bn", m.bn, "bc", m.used)
+      redis.call("PEXPIRE", KEYS[k + 3], math.ceil(l.per * 2000) + 1000)
+    elseif m.dirty then
+      redis.call("HSET", KEYS[k + 3], "tat", string.format("%.6f", m.tat))
+      redis.call("PEXPIRE", KEYS[k + 3], math.ceil(l.per * 1000) + 1000)
+    end
+    if m.granted > 0 then redis.call("HINCRBY", KEYS[k + 4], "granted", m.granted) end
+  end
+end
+"""
+
 # Take a place in every limiter of the spec list, or in none.
 #
 # KEYS: six per limiter (holders, starts, state, stats, waiting, parked), in spec order.
@@ -65,89 +201,112 @@ end
 # {0, i, retry_after} when limiter i (from 1) refused: retry_after in seconds as a string. A
 # concurrency limit frees when a holder ends, which nobody can tell in advance: its retry_after is
 # how long a place has been held lately (``hold`` in stats, kept by LIMIT_RELEASE), "" before any.
-LIMIT_TAKE = Script(_COMMON + r"""
-local token, refusal, parked = ARGV[1], ARGV[2], ARGV[3]
-local n = (#ARGV - 3) / 4
-local expired = 0
-if parked ~= "" then  -- (granted, or parked again as it is now: its old entry goes either way)
-  for i = 1, n do
-    if ARGV[(i - 1) * 4 + 4] == "concurrent" then
-      redis.call("ZREM", KEYS[(i - 1) * 6 + 5], parked)
-      redis.call("HDEL", KEYS[(i - 1) * 6 + 6], parked)
-    end
-  end
-end
-local plans = {}
-for i = 1, n do
-  local a, k = (i - 1) * 4, (i - 1) * 6
-  local kind, size, per = ARGV[a + 4], tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
-  local holders, starts, state, stats = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
-  local refused, after = false, ""
-  if kind == "concurrent" then
-    local gone = redis.call("ZREMRANGEBYSCORE", holders, "-inf", now)
-    if gone > 0 then
-      expired = expired + gone
-      redis.call("HINCRBY", stats, "expired", gone)
-    end
-    refused = redis.call("ZSCORE", holders, token) == false and redis.call("ZCARD", holders) >= size
-    if refused then after = tonumber(redis.call("HGET", stats, "hold") or "") or "" end
-  elseif kind == "bucket" then
-    local bn = math.floor(now / per)
-    local m = redis.call("HMGET", state, "bn", "bc")
-    local used = (tonumber(m[1]) == bn) and tonumber(m[2]) or 0
-    refused = used >= size
-    after = (bn + 1) * per - now
-    plans[i] = {bn, used}
-  elseif kind == "window" then
-    redis.call("ZREMRANGEBYSCORE", starts, "-inf", now - per)
-    if redis.call("ZCARD", starts) >= size then
-      refused = true
-      local oldest = redis.call("ZRANGE", starts, 0, 0, "WITHSCORES")
-      after = tonumber(oldest[2]) + per - now
-    end
-  elseif kind == "leaky" then
-    local tat = tonumber(redis.call("HGET", state, "tat") or "0")
-    if tat < now then tat = now end
-    local next_tat = tat + per / size
-    refused = next_tat - now > per + 1e-9
-    after = next_tat - per - now
-    plans[i] = next_tat
-  else
-    return redis.error_reply("unknown limiter kind " .. tostring(kind))
-  end
-  if refused then
-    redis.call("HINCRBY", stats, "over", 1)
-    count_recent(stats, "o")
-    if refusal == "reschedule" then
-      redis.call("HINCRBY", stats, "rescheduled", 1)
-      count_recent(stats, "r")
-    elseif refusal == "fail" then
-      redis.call("HINCRBY", stats, "failed", 1)
-    end
-    if after ~= "" then after = string.format("%.6f", math.max(after, 0)) end
-    return {0, i, after}
-  end
-end
-for i = 1, n do
-  local a, k = (i - 1) * 4, (i - 1) * 6
-  local kind, per, lease = ARGV[a + 4], tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
-  local holders, starts, state, stats = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
-  if kind == "concurrent" then
-    redis.call("ZADD", holders, now + lease, token)
-  elseif kind == "bucket" then
-    redis.call("HSET", state, "bn", plans[i][1], "bc", plans[i][2] + 1)
-    redis.call("PEXPIRE", state, math.ceil(per * 2000) + 1000)
-  elseif kind == "window" then
-    redis.call("ZADD", starts, now, token .. ":" .. i)
-    redis.call("PEXPIRE", starts, math.ceil(per * 1000) + 1000)
-  else
-    redis.call("HSET", state, "tat", string.format("%.6f", plans[i]))
-    redis.call("PEXPIRE", state, math.ceil(per * 1000) + 1000)
-  end
-  redis.call("HINCRBY", stats, "granted", 1)
-end
-return {1, expired}
+LIMIT_TAKE = Script(_TAKE + r"""
+local lims, memo = {}, {}
+for i = 1, (#ARGV - 3) / 4 do lims[i] = limiter((i - 1) * 6, (i - 1) * 4 + 3) end
+local reply = take(lims, ARGV[1], ARGV[2], ARGV[3], memo)
+if reply.err then return reply end
+flush(memo)
+return reply
 """)
+
+# The takes of the jobs one fetch brings, in one call: each job's as LIMIT_TAKE's, one after the
+# other. Each limiter key is named once however many jobs take it: the arguments a worker packs
+# (redis-py's per-argument cost, about 3 µs each, was most of a take's worker CPU) are four a job,
+# not thirteen. A key of the wrong type stops the call at the job that first touches it, keeping
+# the concurrent places taken before it (a rate limiter's starts are written at the end); the
+# caller runs each take again alone (a concurrent place taken twice by one token is one place).
+#
+# KEYS: six per limiter key (holders, starts, state, stats, waiting, parked), each key once.
+# ARGV[1] = m, how many limiter keys; ARGV[2 .. 1 + 4m] = four per key (as LIMIT_TAKE's);
+# then one per job, four lines: its limiters (the numbers, from 1, of their keys separated by
+# commas, in the order of the job's ``limits``), refusal, holder token, parked (as LIMIT_TAKE's
+# ARGV[2], ARGV[1], ARGV[3]; only the jid may hold a line break: it is last).
+# Returns one LIMIT_TAKE reply per job, in order.
+LIMIT_TAKE_MANY = Script(_TAKE + r"""
+local m = tonumber(ARGV[1])
+local keyed = {}
+for j = 1, m do keyed[j] = limiter((j - 1) * 6, (j - 1) * 4 + 1) end
+local out, memo = {}, {}
+for a = 2 + 4 * m, #ARGV do
+  local nums, refusal, token, parked = string.match(ARGV[a], "^([^\n]*)\n([^\n]*)\n([^\n]*)\n(.*)$")
+  local lims = {}
+  for j in string.gmatch(nums, "%d+") do lims[#lims + 1] = keyed[tonumber(j)] end
+  local reply = take(lims, token, refusal, parked, memo)
+  if reply.err then return reply end
+  out[#out + 1] = reply
+end
+flush(memo)
+return out
+""")
+
+# One holder's give-back: its places in ``lims`` (LIMIT_RELEASE's). Adds to ``woken`` the jobs
+# popped from ``waiting``; returns how many places were given back.
+_GIVE = _LIMITER + r"""
+local t = redis.call("TIME")
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local function give(lims, token, undo, woken, memo)
+  local given = 0
+  for i = 1, #lims do
+    local l = lims[i]
+    local kind, size, per, k = l.kind, l.size, l.per, l.k
+    local before = given
+    if kind == "concurrent" then
+      local gone = redis.call("ZREM", KEYS[k + 1], token)
+      given = given + gone
+      if gone == 1 and not undo then
+        -- How long places are held, lately (a moving average): what a refused job waits, about.
+        -- (Read once and written once a call, ``settle``; no ZPOPMIN once ``waiting`` is empty.)
+        -- (Its "since", matched: in a token's JSON a quote inside a string is escaped, so only
+        -- the field itself matches; cjson.decode was most of a release's time in Redis.)
+        local since = tonumber(string.match(token, '"since":%s*(%-?[%d%.eE+]+)')) or now
+        local held = math.min(math.max(now - since, 0), 3600)
+        local m = memo[k]
+        if not m then
+          m = {old = tonumber(redis.call("HGET", KEYS[k + 4], "hold") or "")}
+          memo[k] = m
+        end
+        m.old = m.old and m.old * 0.8 + held * 0.2 or held
+        if not m.empty then
+          local first = redis.call("ZPOPMIN", KEYS[k + 5])
+          if first[1] then
+            local job = redis.call("HGET", KEYS[k + 6], first[1])
+            redis.call("HDEL", KEYS[k + 6], first[1])
+            if job then
+              table.insert(woken, job)
+              table.insert(woken, first[2])
+            end
+          else
+            m.empty = true
+          end
+        end
+      end
+    elseif undo and kind == "window" then
+      given = given + redis.call("ZREM", KEYS[k + 2], token .. ":" .. i)
+    elseif undo and kind == "bucket" then
+      local m = redis.call("HMGET", KEYS[k + 3], "bn", "bc")
+      if tonumber(m[1]) == math.floor(now / per) and tonumber(m[2] or "0") > 0 then  -- (its bucket still)
+        redis.call("HINCRBY", KEYS[k + 3], "bc", -1)
+        given = given + 1
+      end
+    elseif undo and kind == "leaky" then
+      local tat = redis.call("HGET", KEYS[k + 3], "tat")
+      if tat then
+        redis.call("HSET", KEYS[k + 3], "tat", string.format("%.6f", tonumber(tat) - per / size))
+        given = given + 1
+      end
+    end
+    if undo and given > before then redis.call("HINCRBY", KEYS[k + 4], "granted", -1) end
+  end
+  return given
+end
+
+local function settle(memo)
+  for k, m in pairs(memo) do
+    redis.call("HSET", KEYS[k + 4], "hold", string.format("%.6f", m.old))
+  end
+end
+"""
 
 # Give back what LIMIT_TAKE took for ``token``: a concurrent place always (the run ended: how long
 # it was held goes into the ``hold`` average), and,
@@ -158,53 +317,34 @@ return {1, expired}
 # ARGV[1] = holder token; ARGV[2] = "undo" or "release"; ARGV[3..] = four per limiter (as LIMIT_TAKE)
 # Returns {places given back, then for each job popped from ``waiting`` (one per concurrent place
 # released, while any wait) its payload and its due time}.
-LIMIT_RELEASE = Script(r"""
-local t = redis.call("TIME")
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local token, undo = ARGV[1], ARGV[2] == "undo"
-local n = (#ARGV - 2) / 4
-local given, woken = 0, {}
-for i = 1, n do
-  local a, k = (i - 1) * 4, (i - 1) * 6
-  local kind, size, per = ARGV[a + 3], tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-  local before = given
-  if kind == "concurrent" then
-    local gone = redis.call("ZREM", KEYS[k + 1], token)
-    given = given + gone
-    if gone == 1 and not undo then
-      -- How long places are held, lately (a moving average): what a refused job waits, about.
-      local ok, holder = pcall(cjson.decode, token)
-      local since = ok and type(holder) == "table" and tonumber(holder.since) or now
-      local held = math.min(math.max(now - since, 0), 3600)
-      local old = tonumber(redis.call("HGET", KEYS[k + 4], "hold") or "")
-      redis.call("HSET", KEYS[k + 4], "hold", string.format("%.6f", old and old * 0.8 + held * 0.2 or held))
-      local first = redis.call("ZPOPMIN", KEYS[k + 5])
-      if first[1] then
-        local job = redis.call("HGET", KEYS[k + 6], first[1])
-        redis.call("HDEL", KEYS[k + 6], first[1])
-        if job then
-          table.insert(woken, job)
-          table.insert(woken, first[2])
-        end
-      end
-    end
-  elseif undo and kind == "window" then
-    given = given + redis.call("ZREM", KEYS[k + 2], token .. ":" .. i)
-  elseif undo and kind == "bucket" then
-    local m = redis.call("HMGET", KEYS[k + 3], "bn", "bc")
-    if tonumber(m[1]) == math.floor(now / per) and tonumber(m[2] or "0") > 0 then  -- (its bucket still)
-      redis.call("HINCRBY", KEYS[k + 3], "bc", -1)
-      given = given + 1
-    end
-  elseif undo and kind == "leaky" then
-    local tat = redis.call("HGET", KEYS[k + 3], "tat")
-    if tat then
-      redis.call("HSET", KEYS[k + 3], "tat", string.format("%.6f", tonumber(tat) - per / size))
-      given = given + 1
-    end
-  end
-  if undo and given > before then redis.call("HINCRBY", KEYS[k + 4], "granted", -1) end
+LIMIT_RELEASE = Script(_GIVE + r"""
+local lims, woken, memo = {}, {}, {}
+for i = 1, (#ARGV - 2) / 4 do lims[i] = limiter((i - 1) * 6, (i - 1) * 4 + 2) end
+local given = give(lims, ARGV[1], ARGV[2] == "undo", woken, memo)
+settle(memo)
+return {given, unpack(woken)}
+""")
+
+# The releases held for one round trip, in one call: each holder's as LIMIT_RELEASE's, each
+# limiter key named once (as LIMIT_TAKE_MANY's). A release run again finds its place gone: a
+# call stopped by a key of the wrong type is run again one release at a time.
+#
+# KEYS: six per limiter key, each key once.
+# ARGV[1] = "undo" or "release"; ARGV[2] = m, how many limiter keys; ARGV[3 .. 2 + 4m] = four
+# per key (as LIMIT_TAKE's); then one per holder, two lines: its limiters' key numbers (from 1)
+# separated by commas, in the order they were taken, and its token.
+# Returns {places given back in all, then the jobs woken, as LIMIT_RELEASE's}.
+LIMIT_RELEASE_MANY = Script(_GIVE + r"""
+local undo, m = ARGV[1] == "undo", tonumber(ARGV[2])
+local keyed, woken, given, memo = {}, {}, 0, {}
+for j = 1, m do keyed[j] = limiter((j - 1) * 6, (j - 1) * 4 + 2) end
+for a = 3 + 4 * m, #ARGV do
+  local nums, token = string.match(ARGV[a], "^([^\n]*)\n(.*)$")
+  local lims = {}
+  for j in string.gmatch(nums, "%d+") do lims[#lims + 1] = keyed[tonumber(j)] end
+  given = given + give(lims, token, undo, woken, memo)
 end
+settle(memo)
 return {given, unpack(woken)}
 """)
 

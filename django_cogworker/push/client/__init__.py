@@ -9,9 +9,9 @@ Every write is the PUSH script (broker/scripts/push.py), one round trip however 
 a push is written (grouped by destination, one call per slot on a cluster, receipts, repairs) is
 ``client/writes.py``'s ``PushWrites``, a mixin of the Client, as the outbox's part is (outbox/pushing.py).
 A payload carrying a feature's writer field (declarations.py ``Writer``: a push that debounces or
-throttles) is that writer's to write instead, in one script of its own, never by the outbox (at the
-commit, as without it) nor in a batch (refused); what it came to is kept per thread for
-``JobSetter.push`` (``outcome``).
+throttles) is that writer's to write instead, in one script of its own (with OUTBOX on, a row of the
+transaction like any push, handed to the writer at commit or by a relay: outbox/pushing.py), never
+in a batch (refused); what it came to is kept per thread for ``JobSetter.push`` (``outcome``).
 """
 
 from __future__ import annotations
@@ -90,7 +90,9 @@ class Client(OutboxPushes, PushWrites):
             return next(iter(self._push_in_batch(scope, [payload], lambda: [self._chain(payload)])), None)
         if on_commit is None:
             on_commit = self.config.enqueue_on_commit
-        if writer is None and (alias := self._outbox_alias(on_commit)) is not None:
+        if (alias := self._outbox_alias(on_commit)) is not None:
+            if writer is not None:  # (a row of the transaction: what it comes to is known at the hand-over)
+                self._bulk.outcome = PushOutcome("deferred", payload["jid"])
             return next(iter(self._stash(alias, [payload])), None)
         if on_commit and self.defer is not None and self.defer(lambda: self._chain(payload), [payload]):
             self._bulk.outcome = PushOutcome("deferred", payload["jid"])
@@ -113,10 +115,24 @@ class Client(OutboxPushes, PushWrites):
                 return writer
         return None
 
-    def _write_own(self, writer: Writer, payload: dict[str, Any]) -> PushOutcome:
-        """Write ``payload`` through its feature's ``writer``; keep what it came to for this thread."""
+    def _write_own(self, writer: Writer, payload: dict[str, Any], marked: bool = False) -> PushOutcome:
+        """Write ``payload`` through its feature's ``writer`` (``marked``: an outbox job, with its mark);
+        keep what it came to for this thread."""
         payloads.check_outgoing(payload)
-        written = self._bulk.outcome = writer.write(self.redis, self.keys, self.config, payload, self.clock())
+        written = self._bulk.outcome = writer.write(self.redis, self.keys, self.config, payload, self.clock(),
+                                                    marked=marked)
+        return written
+
+    def _write_now(self, writer: Writer, payload: dict[str, Any]) -> PushOutcome:
+        """Write ``payload`` through its ``writer`` now: with OUTBOX on, marked, or saved to the outbox
+        for a relay while Redis is away (then "deferred"), as a plain push outside a transaction is."""
+        if self.outbox is None:
+            return self._write_own(writer, payload)
+        self._bulk.outcome = None
+        self._write_or_save([payload])
+        if self._bulk.outcome is None:
+            self._bulk.outcome = PushOutcome("deferred", payload["jid"])
+        written: PushOutcome = self._bulk.outcome
         return written
 
     def _push_in_batch(self, scope: _scope.BatchScope, items: Sequence[dict[str, Any]],
@@ -148,7 +164,7 @@ class Client(OutboxPushes, PushWrites):
 
     def _write(self, payload: dict[str, Any]) -> str | None:
         if self._writers and (writer := self._writer_of(payload)) is not None:
-            return self._write_own(writer, payload).jid  # (dropped: the jid of the job standing for it)
+            return self._write_now(writer, payload).jid  # (dropped: the jid of the job standing for it)
         if self.outbox is not None:
             return payload["jid"] if self._write_or_save([payload]) else None
         jid, queue = payload.get("jid"), payload.get("queue")
@@ -184,7 +200,7 @@ class Client(OutboxPushes, PushWrites):
             return self._push_in_batch(scope, items, lambda: self._push_bulk_now(items, at), at)
         if on_commit is None:
             on_commit = self.config.enqueue_on_commit
-        if own is None and (alias := self._outbox_alias(on_commit)) is not None:
+        if (alias := self._outbox_alias(on_commit)) is not None:
             return self._stash(alias, items, at)
         if on_commit and self.defer is not None and self.defer(lambda: self._push_bulk_now(items, at), items):
             return [item["jid"] for item in items]
@@ -207,9 +223,12 @@ class Client(OutboxPushes, PushWrites):
             # (Each of the feature's own in turn, as so many pushes: a drop is left out, as a duplicate is.)
             plain = [item for item in collected if self._writer_of(item) is None]
             own = {id(item): written for item in collected if (writer := self._writer_of(item)) is not None
-                   and (written := self._write_own(writer, item)).status != "dropped"}
+                   and (written := self._write_now(writer, item)).status != "dropped"}
             done = {id(item) for item in self._write_plain(plain)} if plain else set()
-            return [own[id(item)].jid or item["jid"] if id(item) in own else item["jid"]
+            # A "replaced" outcome names a job that won't run (an earlier item's, two equal debounced
+            # items): that item's jid is the one that took its place, the one that runs for both.
+            successor = {w.other: w.jid for w in own.values() if w.status == "replaced" and w.other and w.jid}
+            return [_last(successor, own[id(item)].jid or item["jid"]) if id(item) in own else item["jid"]
                     for item in collected if id(item) in own or id(item) in done]
         return [item["jid"] for item in self._write_plain(collected)]
 
@@ -230,3 +249,11 @@ class Client(OutboxPushes, PushWrites):
             self._bulk.batch = previous
         return batch
 
+
+
+def _last(successor: dict[str, str], jid: str) -> str:
+    """The jid that took ``jid``'s place, and so on to the last (the one that runs)."""
+    seen = {jid}
+    while (jid := successor.get(jid, jid)) not in seen:
+        seen.add(jid)
+    return jid
