@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.serial
 
 SECTIONS = ("meta", "machine", "versions", "enqueue", "drain", "latency", "idle", "scheduled", "memory", "scale",
-            "batches", "limits", "outbox", "iteration", "async_jobs")
+            "batches", "limits", "fairness", "outbox", "iteration", "async_jobs")
 
 
 def _numbers(obj, where=""):
@@ -159,6 +159,29 @@ def test_limits_plain_bucket_and_concurrent(results):
     assert added["bucket"]["redis_round_trips_per_job"] < 0.75, added
     assert added["concurrent"]["redis_round_trips_per_job"] < 0.75, added
     assert lim["variants"]["bucket"]["commands_per_job"].get("evalsha", 0) >= 1, lim["variants"]["bucket"]
+
+
+def test_fairness_plain_and_grouped_drains_a_prioritized_fetch_and_push(results):
+    fair = results["fairness"]
+    ways = fair["drains"]["ways"]
+    assert set(ways) == {"plain", "grouped"}  # (no --baseline in the quick run)
+    for way, d in ways.items():
+        for field in ("jobs_per_s", "worker_cpu_us_per_job", "redis_commands_per_job", "redis_cpu_us_per_job"):
+            _positive(d[field], f"fairness.{way}.{field}")
+    # A grouped job is taken in its group's turn (the ring's LLEN and LMOVE, then the group list's
+    # LMOVE): the lanes were used, not the plain path (one LMOVE a job). (The section checks that no
+    # lane is left after the drain, an error otherwise.)
+    grouped, plain = ways["grouped"]["commands_per_job"], ways["plain"]["commands_per_job"]
+    assert grouped.get("lmove", 0) >= 1.6 and grouped.get("llen", 0) >= 0.8, grouped
+    assert plain.get("lmove", 0) < 1.5 and plain.get("llen", 0) < 0.2, plain
+    backlogs = {d["backlog"] for d in fair["fetches"].values()}
+    assert len(backlogs) == 2 and {d["kind"] for d in fair["fetches"].values()} == {"plain", "priority"}
+    for key, d in fair["fetches"].items():
+        for field in ("client_us_p50", "fetches_per_s", "redis_us_per_call"):
+            _positive(d[field], f"fairness.fetches.{key}.{field}")
+    assert set(fair["pushes"]) == {"plain_one", "priority_one", "plain_bulk", "priority_bulk"}
+    for way, d in fair["pushes"].items():
+        _positive(d["jobs_per_s"], f"fairness.pushes.{way}.jobs_per_s")
 
 
 def test_outbox_off_and_on_and_the_relay(results):
