@@ -358,3 +358,14 @@ def test_a_single_grouped_or_prioritized_push_takes_the_one_script_path_with_its
     assert json.loads(r.zrange(lanes.prio, 0, -1)[0])["enqueued_at"] == now
     # An id the fetch couldn't read: an ordinary job (the feature refuses it before a push).
     assert [json.loads(raw).get("jid") for raw in r.lrange(K.queue("default"), 0, -1)] == ["x", None]  # (a bell)
+
+
+def test_the_jobs_of_one_bulk_push_of_a_priority_run_in_the_order_pushed(make_fetch, redis_url, r):
+    """Equal scores were ordered by the payloads' bytes (their random jids): a bench's finding."""
+    for aging in (60, 0):
+        client = Client(make_config(redis_url, QUEUES=["default"], PRIORITY_AGING=aging), r)
+        client.push_bulk([{"priority": 3, "jid": f"{n:x}{'zyxw'[n % 4]}", "class": "x.Job", "args": [n],
+                           "kwargs": {}, "queue": "default", "retry": True} for n in range(40)])
+
+        assert [p["args"][0] for p in drain(make_fetch(PRIORITY_AGING=aging), 40, batch=10)] == list(range(40))
+        r.flushdb()

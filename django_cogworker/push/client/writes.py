@@ -26,7 +26,7 @@ import redis as redis_lib
 from ...broker import scripts
 from ...broker.keys import Keys
 from ...broker.quarantine import quarantine_key
-from ...broker.scripts.lanes import lane_of
+from ...broker.scripts.lanes import BULK_TIE_STEP, lane_of
 from ...broker.types import RedisClient
 from ...conf import Config
 from ...errors import WrongTypeError
@@ -194,8 +194,8 @@ class PushWrites:
             return group._replace(lane=(self.keys.queue(queue), bell, "g", str(group_id)))
         step = self.config.priority_aging or scripts.STRICT_STEP
         group = self._group(lanes.prio, queue, items, [
-            (raw, repr(now - int(item["priority"]) * step), ttl)
-            for (item, ttl), raw in zip(queued, raws, strict=True)], marked)
+            (raw, repr(now - int(item["priority"]) * step + i * BULK_TIE_STEP), ttl)
+            for i, ((item, ttl), raw) in enumerate(zip(queued, raws, strict=True))], marked)
         return group._replace(lane=(self.keys.queue(queue), bell, "p"))
 
     def _group(self, destination: str, queue: str, items: list[dict[str, Any]],
