@@ -128,7 +128,62 @@ def test_a_debounce_push_while_its_job_waits_in_its_queue_replaces_it(make_proce
     called.sweep()
     called.drain()
     assert ran(token) == [2]
-    assert r.exists(K.collapse(dropped.payload["collapse"][2])) == 0  # (let go as its job started)
+    state = K.collapse(dropped.payload["collapse"][2])
+    # Let go as its job started (the replaced job's mark stays, for its TTL: see the test below).
+    assert r.hget(state, "jid") is None and list(r.hgetall(state)) == ["mode", "out:" + first.jid]
+    assert Debounced.set(dedup_key=token).push(token, 3).status == "pushed"
+
+
+def test_a_replaced_debounce_job_back_from_orphan_recovery_is_dropped_again(redis_url, make_processor, rb, r):
+    """A worker killed between the replaced job's drop and its ack: orphan recovery brings the job
+    back, and its next start drops it again (its mark was kept): only the replacement runs."""
+    from peek import redis_now
+
+    from django_cogworker.conf import build_config
+    from django_cogworker.engine.recovery.orphans import OrphanRecovery
+    from django_cogworker.engine.settle.retry import RetryPolicy
+
+    token = uuid.uuid4().hex
+    Debounced.set(dedup_key=token).push(token, 1)
+    make_due(r)
+    called = make_processor(QUEUES=[QUEUE])
+    called.sweep()
+    assert Debounced.set(dedup_key=token).push(token, 2).status == "replaced"
+    unit = called.take()
+    dropped = called.processor.process(unit)
+    assert dropped.decision.outcome is Outcome.DEAD and not dropped.ran
+    # (as if its process died before the ack: the job left on that process's in-progress list)
+    dead_one = "deadhost:1:debounce"
+    r.sadd(K.in_progress_identities, dead_one)
+    r.lpush(K.in_progress(dead_one), unit.raw)
+    r.hset(K.last_beat, dead_one, repr(redis_now(r) - 10))
+    config = build_config({"ORPHAN_THRESHOLD": 3.0, "HEARTBEAT_INTERVAL": 0.5},
+                          {"COGWORKER_REDIS_URL": redis_url})
+    assert OrphanRecovery(config, rb, K, "livehost:2:x", RetryPolicy(config)).check() == 1
+    again = called.run_next()
+    assert again.payload["jid"] == dropped.payload["jid"] and not again.ran and ran(token) == []
+    make_due(r)
+    called.sweep()
+    called.drain()
+    assert ran(token) == [2]
+
+
+def test_a_debounce_state_lets_go_of_marks_a_ttl_old(r):
+    """A replaced job's mark stamped with its drop more than the TTL ago goes at the next start of
+    the job the state names (a digest pushed for ever doesn't gather one mark per replaced job);
+    a mark whose job hasn't started yet stays."""
+    from django_cogworker.features.collapse.scripts import RUN_BEGINS
+
+    state = K.collapse("marks")
+    old = int((time.time() - 7200) * 1000)
+    r.hset(state, mapping={"mode": "debounce", "jid": "j3", "out:j1": old, "out:j2": "1"})
+    assert RUN_BEGINS(r, [state], ["j3", 3600000, "debounce"]) == 1
+    assert r.hgetall(state) == {"mode": "debounce", "out:j2": "1"}
+    assert RUN_BEGINS(r, [state], ["j2", 3600000, "debounce"]) == 2
+    assert RUN_BEGINS(r, [state], ["j2", 3600000, "debounce"]) == 2  # (again: a start after a crash)
+    r.hset(state, mapping={"jid": "j4", "out:j2": old})
+    assert RUN_BEGINS(r, [state], ["j4", 3600000, "debounce"]) == 1
+    assert r.exists(state) == 0  # (nothing left but old marks: the state goes)
 
 
 def test_a_debounce_state_outlives_its_due_time_by_unique_lock_ttl(r):
