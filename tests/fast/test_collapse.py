@@ -603,3 +603,24 @@ def test_a_keep_last_job_orphaned_too_often_and_discarded_lets_its_follow_up_run
     assert r.llen(K.in_progress(dead_one)) == 0 and r.zcard(K.dead) == 0  # (discarded)
     assert r.hget(state, "jid") == follow.jid
     assert [json.loads(raw)["jid"] for raw in r.lrange(K.queue(QUEUE), 0, -1)] == [follow.jid]
+
+
+class UrgentThrottled(Job):
+    queue = QUEUE
+    throttle = 60
+    priority = 50
+
+    def perform(self, token: str, n: int) -> None:
+        get_redis().rpush(token, n)
+
+
+def test_a_prioritized_throttled_push_overtakes_the_jobs_waiting_as_a_prioritized_push_does(r):
+    """The collapse script pushed it to the far end of the queue list, behind every job waiting,
+    where the fetch routes it only on reaching it (a review's finding): to the end taken next."""
+    for n in range(5):
+        Throttled.set(dedup_key=f"k{n}").perform_async("plain", n)
+
+    UrgentThrottled.perform_async("urgent", 1)
+
+    assert r.llen(K.queue(QUEUE)) == 6
+    assert json.loads(r.lindex(K.queue(QUEUE), -1))["class"].endswith("UrgentThrottled")

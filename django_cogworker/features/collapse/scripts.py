@@ -27,15 +27,19 @@ wrote before: a state naming a job never written would drop the pushes after it)
 from __future__ import annotations
 
 from ...broker.scripts import Script
+from ...broker.scripts.lanes import PUSH_END
 from ...broker.scripts.push import MARK_TTL
 
 # Writes one job (ARGV[3]) to KEYS[2] (LPUSH to a queue, or ZADD to the schedule at ARGV[4]), with
-# the queues listing (KEYS[3], if given) and the schedule's wake-up (ARGV[7], if scheduled).
-_WRITE = """
+# the queues listing (KEYS[3], if given) and the schedule's wake-up (ARGV[7], if scheduled). A job
+# with a lane (grouped, prioritized) goes to the end of the queue list the fetch takes next, which
+# routes it into its lane at once (broker/scripts/lanes.py's PUSH_END): pushed at the far end, it
+# waited behind every job already in the queue.
+_WRITE = PUSH_END + """
 local function write(dest, raw, score, queue, wake, listing)
   local r
   if score == "" then
-    r = redis.pcall("LPUSH", dest, raw)
+    r = redis.pcall(push_end(raw), dest, raw)
   else
     r = redis.pcall("ZADD", dest, score, raw)
   end
