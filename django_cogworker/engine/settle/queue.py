@@ -12,12 +12,14 @@ batch's) landed waits for the next fetch, so a step always goes through before i
 
 Sent alone, at once, by the Settler: a filing (never held), whatever finishes while the fetcher
 waits on an empty queue (``waiting``: what is held goes then too) or while no fetcher runs
-(before ``open``, after ``close``), and everything held once one more would pass the cap.
+(before ``open``, after ``close``), and, once one more would pass the cap, the acks held with no
+step left (or, with none, everything held).
 
 The cap bounds the window this widens. A process killed, or taken for dead after a stall, with
 settlements still in memory has those finished jobs recovered as orphans and run again: so that this
 is never more than one per processor, the settlements held are capped at the concurrency (the
-processor whose settlement would be one more sends them all itself, in a round trip of its own).
+processor whose settlement would be one more sends the acks held itself, in a round trip of its
+own; those with steps to go first, or all, when no ack is ready: ``_overflow``).
 Without jobs taken ahead it never does: a process holds at most one job per processor, and each
 finishes once between two fetches. With them (fetcher.py), as many jobs as there are processors
 and places ahead may finish between two fetches: with the defaults (PREFETCH 1, -c 10) a busy
@@ -59,8 +61,7 @@ class SettlementQueue:
         """Settle a finished job: with the next fetch if it can wait and the fetcher is fetching,
         else now. Never raises: what Redis refuses is kept pending by the Settler.
 
-        One that would make more than ``cap`` held sends them all now instead (the steps first),
-        in one round trip per runner and one for the acks.
+        One that would make more than ``cap`` held sends some now instead (``_overflow``).
         """
         with self._lock:
             holding = self._open and not self._waiting and settlement.holdable
@@ -68,11 +69,28 @@ class SettlementQueue:
                 self._held.append((raw, settlement))
                 if len(self._held) <= self.cap:
                     return
-                items, self._held = self._held, []
+                items = self._overflow()
         if holding:
             self.settler.settle_many(items)
         else:
             self.settler.settle(raw, settlement)
+
+    def _overflow(self) -> list[Item]:
+        """Over the cap (the lock held): take what goes now. The acks with no step left (a plain
+        job's, or one whose ordered step landed with the last fetch) go alone, in one round trip,
+        and the steps held wait for the next fetch, as they would have; with no such ack, everything
+        held goes (the steps first, then their acks: two round trips or more).
+
+        Either way at most ``cap`` stay held. A job of a batch keeps its ack one fetch longer than
+        its step, so its settlements passed the cap about twice as often as a plain job's, and
+        each time the steps and the acks went in round trips of their own.
+        """
+        acks = [item for item in self._held if not item[1].steps]
+        if not acks:
+            items, self._held = self._held, []
+            return items
+        self._held = [item for item in self._held if item[1].steps]
+        return acks
 
     def open(self) -> None:
         with self._lock:
