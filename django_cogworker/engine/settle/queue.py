@@ -56,6 +56,7 @@ class SettlementQueue:
         self._held: list[Item] = []  # finished, to be settled with the next fetch
         self._open = False
         self._waiting = False
+        self._rides: dict[type, bool] = {}  # step type -> whether its runner's steps can ride a fetch
 
     def put(self, raw: bytes, settlement: Settlement) -> None:
         """Settle a finished job: with the next fetch if it can wait and the fetcher is fetching,
@@ -115,13 +116,22 @@ class SettlementQueue:
         acks: list[bytes] = []
         ride: list[Item] = []
         alone: list[Item] = []
+        kinds = self._rides
         for raw, settlement in items:
             if not settlement.steps:
                 acks.append(raw)
-            elif riding and all(rides(runners.get(type(step))) for step in settlement.steps):
-                ride.append((raw, settlement))
-            else:
-                alone.append((raw, settlement))
+                continue
+            can = riding
+            for step in settlement.steps:
+                kind = type(step)
+                known = kinds.get(kind)
+                if known is None:  # (a runner's kind never changes: asked once per step type)
+                    runner = runners.get(kind)
+                    known = rides(runner)
+                    if runner is not None:
+                        kinds[kind] = known
+                can = can and known
+            (ride if can else alone).append((raw, settlement))
         if alone:
             acks += [raw for raw, _end in self.settler.run_steps(alone)]
         return Outgoing(acks, ride, runners)
