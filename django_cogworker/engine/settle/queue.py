@@ -56,7 +56,7 @@ class SettlementQueue:
         self._held: list[Item] = []  # finished, to be settled with the next fetch
         self._open = False
         self._waiting = False
-        self._rides: dict[type, bool] = {}  # step type -> whether its runner's steps can ride a fetch
+        self._kinds: dict[type, bool | None] = {}  # step type -> how its steps ride (``_rides``)
 
     def put(self, raw: bytes, settlement: Settlement) -> None:
         """Settle a finished job: with the next fetch if it can wait and the fetcher is fetching,
@@ -72,9 +72,28 @@ class SettlementQueue:
                     return
                 items = self._overflow()
         if holding:
-            self.settler.settle_many(items)
+            self._send(items)
         else:
             self.settler.settle(raw, settlement)
+
+    def _send(self, items: list[Item]) -> None:
+        """Send ``items`` (past the cap) now: in one round trip when every step rides with its ack
+        (a limit's release, on a fetch that rides: steps and acks on one pipeline), else through
+        the Settler, the steps first. A concurrency limit's every job has a release to send: past
+        the cap, its steps and acks went in two round trips."""
+        stepped = [item for item in items if item[1].steps]
+        if not stepped or not self.settler.fetch.rides or not all(
+                self._rides(type(step)) is False for _raw, settlement in stepped for step in settlement.steps):
+            self.settler.settle_many(items)
+            return
+        outgoing = Outgoing([raw for raw, settlement in items if not settlement.steps], stepped,
+                            self.settler.runners)
+        try:
+            self.settler.fetch.send(outgoing)
+        except Exception as exc:
+            self.sent(outgoing, exc)
+        else:
+            self.sent(outgoing)
 
     def _overflow(self) -> list[Item]:
         """Over the cap (the lock held): take what goes now. The acks with no step left (a plain
@@ -92,6 +111,17 @@ class SettlementQueue:
             return items
         self._held = [item for item in self._held if item[1].steps]
         return acks
+
+    def _rides(self, kind: type) -> bool | None:
+        """How a step of type ``kind`` can ride a round trip: None, it can't; else whether it is
+        ordered (its ack waits for it to land). Read once per type: a runner never changes its kind."""
+        if kind in self._kinds:
+            return self._kinds[kind]
+        runner = self.settler.runners.get(kind)
+        found = bool(getattr(runner, "ordered", True)) if rides(runner) else None
+        if runner is not None:  # (a runner not yet given, in a test: asked again)
+            self._kinds[kind] = found
+        return found
 
     def open(self) -> None:
         with self._lock:
@@ -116,22 +146,13 @@ class SettlementQueue:
         acks: list[bytes] = []
         ride: list[Item] = []
         alone: list[Item] = []
-        kinds = self._rides
         for raw, settlement in items:
             if not settlement.steps:
                 acks.append(raw)
-                continue
-            can = riding
-            for step in settlement.steps:
-                kind = type(step)
-                known = kinds.get(kind)
-                if known is None:  # (a runner's kind never changes: asked once per step type)
-                    runner = runners.get(kind)
-                    known = rides(runner)
-                    if runner is not None:
-                        kinds[kind] = known
-                can = can and known
-            (ride if can else alone).append((raw, settlement))
+            elif riding and all(self._rides(type(step)) is not None for step in settlement.steps):
+                ride.append((raw, settlement))
+            else:
+                alone.append((raw, settlement))
         if alone:
             acks += [raw for raw, _end in self.settler.run_steps(alone)]
         return Outgoing(acks, ride, runners)
