@@ -47,7 +47,7 @@ features its class uses. A hook that raises costs no processor and no job: in ``
 failure, in ``settling``, ``after``, ``fetched`` and ``returned`` it is logged and the job settles
 as it would have. A feature whose use depends on the payload (a job of a batch, one with a
 unique lock) names its fields (``Feature.fields``): a job whose payload has none of them runs
-through its class's plan without that feature.
+through its class's plan without that feature (``Plan.for_payload``: one plan per set of fields present).
 """
 
 from __future__ import annotations
