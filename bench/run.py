@@ -67,6 +67,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--batches-reps", type=int, help="drains of each way in the batches section (default 3; quick: 1)")
     p.add_argument("--limits-n", type=int, help="jobs per drain of the limits section (default 10,000; quick: 300)")
     p.add_argument("--limits-reps", type=int, help="drains of each way in the limits section (default 3; quick: 1)")
+    p.add_argument("--fairness-n", type=int, help="jobs per drain of the fairness section (default 20,000; quick: 300)")
+    p.add_argument("--fairness-groups", type=int, help="groups the fairness section's grouped drain spreads its jobs "
+                                                         "over (default 1,000; quick: 10)")
+    p.add_argument("--fairness-reps", type=int, help="drains (and push rounds) of each way in the fairness section "
+                                                       "(default 3; quick: 1)")
+    p.add_argument("--fairness-fetches", type=int, help="fetches timed per backlog in the fairness section "
+                                                          "(default 5,000; quick: 200)")
     p.add_argument("--history-n", type=int, help="jobs per drain of the history section (default 10,000; quick: 300)")
     p.add_argument("--history-reps", type=int, help="drains of each way in the history section (default 3; quick: 1)")
     p.add_argument("--tracing-n", type=int, help="jobs per drain of the tracing section (default 10,000)")

@@ -100,6 +100,8 @@ COGWORKER["ENCRYPTION_KEYS"] = env.json("COGWORKER_ENCRYPTION_KEYS", ["vNqTyDuuT
 # Only when asked, so the library's own default applies otherwise (tests flip reliable/basic).
 if "COGWORKER_FETCH" in os.environ:
     COGWORKER["FETCH"] = env.str("COGWORKER_FETCH")
+if "COGWORKER_PRIORITY_AGING" in os.environ:  # (tests/workers/test_fairness_workers.py: aging in seconds)
+    COGWORKER["PRIORITY_AGING"] = env.float("COGWORKER_PRIORITY_AGING")
 
 LOGGING = {
     "version": 1,

@@ -14,7 +14,9 @@
   its start and counts its runs;
 * ``LimitedBucket(t)``, ``LimitedConcurrent(t)``: the limits section's (bench/sections/limits.py): ``NoopIncr``
   with a ``bucket`` or a ``concurrent`` limit too large ever to refuse, so a drain measures what a
-  take (and, for a concurrency limit, its release) costs a job.
+  take (and, for a concurrency limit, its release) costs a job;
+* ``GroupedNoop(t, g)``: the fairness section's (bench/sections/fairness.py): ``NoopIncr`` in group ``g``
+  of its queue (``group = "arg:1"``), so that a drain of many groups measures what their turns cost.
 
 ``CPU_BURN_LOOPS`` is calibrated at import, unless ``BENCH_CPU_BURN_LOOPS_PYTHON`` gives it: the
 bench passes its own calibration to the workers, so that every drain burns the same loops and the
@@ -94,6 +96,16 @@ class ThrottledNoop(NoopIncr):
 
     name = "bench.ThrottledNoop"
     throttle = 60
+
+
+class GroupedNoop(NoopIncr):
+    """NoopIncr in the group its second argument names (the fairness section's grouped drain)."""
+
+    name = "bench.GroupedNoop"
+    group = "arg:1"
+
+    def perform(self, t=0.0, g=None):
+        get_redis().incr(COUNTER)
 
 
 class Stamp(Job):

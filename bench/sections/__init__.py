@@ -28,11 +28,11 @@ import importlib
 from types import ModuleType
 
 # In the order they run: pushing first (no worker has run yet), the drains, then what reads them.
-RUN = ("enqueue", "drain", "real_jobs", "async_jobs", "wakeups", "batches", "limits", "outbox", "iteration", "history",
-       "tracing", "idle", "scheduled", "scale", "memory", "profile")
+RUN = ("enqueue", "drain", "real_jobs", "async_jobs", "wakeups", "batches", "limits", "fairness", "outbox", "iteration",
+       "history", "tracing", "idle", "scheduled", "scale", "memory", "profile")
 # In the order of the page: the drains first (the figures most read), the rest after.
-PAGE = ("drain", "real_jobs", "async_jobs", "wakeups", "batches", "limits", "outbox", "iteration", "history",
-        "tracing", "enqueue", "scheduled", "idle", "memory", "scale", "profile")
+PAGE = ("drain", "real_jobs", "async_jobs", "wakeups", "batches", "limits", "fairness", "outbox", "iteration",
+        "history", "tracing", "enqueue", "scheduled", "idle", "memory", "scale", "profile")
 
 assert sorted(PAGE) == sorted(RUN), "every section has its place on the page"
 

@@ -389,6 +389,7 @@ class AddJob(Job):
 # jobs.py registers them.
 from .async_jobs import AsyncBlockingJob, AsyncSleepJob, AsyncTimedJob, AsyncWaitJob  # noqa: E402,F401
 from .collapse_jobs import DebouncedJob, KeepLastJob, ThrottledJob  # noqa: E402,F401
+from .fair_jobs import PairedJob, RankJob, TurnJob  # noqa: E402,F401
 from .fleet_jobs import LeakJob  # noqa: E402,F401
 from .flow_jobs import (  # noqa: E402,F401
     CancellableJob,

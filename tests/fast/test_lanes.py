@@ -338,3 +338,58 @@ def test_a_lost_ring_is_repaired_so_its_groups_jobs_run_again(make_fetch, redis_
     assert sorted(json.loads(u.raw)["jid"] for u in fetch.retrieve(10)) == ["a0", "a1", "b0", "b1"]
     assert r.llen(lanes.group("held")) == 2
     assert Lanes(bclient, K, ["default"]).repair() == 0
+
+
+def test_a_single_grouped_or_prioritized_push_takes_the_one_script_path_with_its_lane(redis_url, r):
+    """(The single push's own call, cached per queue and group: what perform_async of one job uses.)"""
+    now = 1_800_000_000.0
+    client = Client(make_config(redis_url, QUEUES=["default"], PRIORITY_AGING=60), r, clock=lambda: now)
+    lanes = K.lanes("default")
+
+    for n, group in enumerate(("a", "a", "b")):
+        client.push({"group": group, "jid": f"g{n}", "class": "x.Job", "args": [], "kwargs": {}, "queue": "default"})
+    client.push({"priority": 7, "jid": "p", "class": "x.Job", "args": [], "kwargs": {}, "queue": "default"})
+    client.push({"group": "no space allowed", "jid": "x", "class": "x.Job", "args": [], "kwargs": {},
+                 "queue": "default"})
+
+    assert r.llen(lanes.group("a")) == 2 and r.llen(lanes.group("b")) == 1
+    assert r.lrange(lanes.ring, 0, -1) == ["b", "a", ""]
+    assert r.zrange(lanes.prio, 0, -1, withscores=True)[0][1] == now - 7 * 60
+    assert json.loads(r.zrange(lanes.prio, 0, -1)[0])["enqueued_at"] == now
+    # An id the fetch couldn't read: an ordinary job (the feature refuses it before a push).
+    assert [json.loads(raw).get("jid") for raw in r.lrange(K.queue("default"), 0, -1)] == ["x", None]  # (a bell)
+
+
+def test_the_jobs_of_one_bulk_push_of_a_priority_run_in_the_order_pushed(make_fetch, redis_url, r):
+    """Equal scores were ordered by the payloads' bytes (their random jids): a bench's finding."""
+    for aging in (60, 0):
+        client = Client(make_config(redis_url, QUEUES=["default"], PRIORITY_AGING=aging), r)
+        client.push_bulk([{"priority": 3, "jid": f"{n:x}{'zyxw'[n % 4]}", "class": "x.Job", "args": [n],
+                           "kwargs": {}, "queue": "default", "retry": True} for n in range(40)])
+
+        assert [p["args"][0] for p in drain(make_fetch(PRIORITY_AGING=aging), 40, batch=10)] == list(range(40))
+        r.flushdb()
+
+
+def test_on_a_cluster_one_queue_s_lanes_are_written_in_one_call_so_a_resend_writes_nothing_twice(redis_url, r):
+    """A call per lane shared the queue's receipt key, which holds one call's token: redis-py's resend
+    of each after a lost reply found another's token and wrote its jobs twice (a review's finding).
+    (A spread key layout on a lone Redis: the calls a cluster's client would make, by slot.)"""
+    spread = Keys("{cog}:", spread=True)
+    client = Client(make_config(redis_url, QUEUES=["default"]), r)
+    client.keys = spread
+    items = [{**({"group": g} if g else {}), "jid": f"j{g}{n}", "class": "x.Job", "args": [], "kwargs": {},
+              "queue": "default", "retry": True, "enqueued_at": 1.0} for g in ("a", "b", None) for n in range(2)]
+    groups = [client._laned("default", "g", g, [(dict(i), 0) for i in items if i.get("group") == g], 1.0, False)
+              for g in ("a", "b")]
+    groups.append(client._group(spread.queue("default"), "default", [i for i in items if "group" not in i],
+                                [(payloads.encode(i), None, 0) for i in items if "group" not in i]))
+
+    calls, _listed = client._calls(groups)
+    assert len(calls) == 1
+    for _ in range(2):  # (the first, then redis-py's resend of it)
+        assert scripts.PUSH(r, calls[0].keys, calls[0].args) == 1
+    lanes = spread.lanes("default")
+    plain = [json.loads(raw).get("jid") for raw in r.lrange(spread.queue("default"), 0, -1)]
+    assert (r.llen(lanes.group("a")), r.llen(lanes.group("b")), sorted(filter(None, plain))) == (2, 2, ["jNone0",
+                                                                                                       "jNone1"])

@@ -34,6 +34,8 @@ def test_make_demo_says_its_key_prefix_first_and_writes_no_key_outside_it(tmp_pa
         # (The twenty async jobs on the event loop, and the five debounced pushes run once, the last.)
         awaited = poll(lambda: r.llen(f"{PREFIX}async-demo") == 20, timeout=30)
         debounced = poll(lambda: r.lrange(f"{PREFIX}debounce-demo", 0, -1) == ["5"], timeout=30)
+        # (The groups' 43 jobs and the urgent one.)
+        fair = poll(lambda: r.llen(f"{PREFIX}fair-demo") == 44, timeout=30)
     finally:
         demo.send_signal(signal.SIGTERM)  # (the worker: the script exec'd it)
         demo.wait(60)
@@ -42,6 +44,10 @@ def test_make_demo_says_its_key_prefix_first_and_writes_no_key_outside_it(tmp_pa
     assert awaited and debounced, f"the demo's async or debounced jobs didn't run; its output:\n{log.read_text()}"
     assert {entry.split()[1] for entry in r.lrange(f"{PREFIX}async-demo", 0, -1)} == {"cogworker-loop"}
     assert r.lrange(f"{PREFIX}debounce-demo", 0, -1) == ["5"]  # (still once, after the worker stopped)
+    assert fair, f"the demo's grouped and prioritized jobs didn't run; its output:\n{log.read_text()}"
+    order = r.lrange(f"{PREFIX}fair-demo", 0, -1)
+    # Small's three ran in turns with big's, not after its forty; the urgent one before most of big's.
+    assert order.index("small:2") < 15 and order.index("urgent") < 25, order
     lines = log.read_text().splitlines()
     assert lines[0] == (f'demo: every key under the prefix "{PREFIX}" (COGWORKER_KEY_PREFIX), so a Redis other '
                         f"work uses keeps its own keys")

@@ -9,17 +9,18 @@ better of the queue list's oldest job (priority 0, ranked by its ``enqueued_at``
 prioritized one (scored ``enqueued_at - priority * step`` at its push: a job ``step`` seconds
 older ranks as one a step higher, PRIORITY_AGING).
 
-Where a job joins its lane: a prioritized job is written into the queue's ``prio`` set by its push
-(it must overtake the jobs already waiting); a grouped job is pushed to the queue list like any
-other, and the fetch moves it into its group's list as it reaches the list's end (``route``), up
-to ROUTE_MAX a call. Every other way back into a queue (a retry due, a scheduled job, orphan
-recovery, a hand-back at shutdown, the admin's "retry now") writes the queue list, and the fetch
-routes what it finds there: a retried or recovered job comes back to its group, and to its
-priority, with no writer having to know of either. A payload is recognised by its first key
-(``{"group":"`` or ``{"priority":``), which the push puts first (features/fairness/); one whose
-routing fails (a lane key of the wrong type) stays an ordinary job, run in the queue's turn: never
-lost. A doorbell (``{"lane":"bell",...}``), written by a push or a resume to a queue list that is
-empty, wakes a fetcher blocked on that list, and is dropped wherever it is taken.
+Where a job joins its lane: a push writes a grouped job to its group's list (the group joining the
+ring) and a prioritized one to the queue's ``prio`` set, in its one script (broker/scripts/push.py),
+ringing a doorbell into the queue list when that list is empty. Every other way back into a queue
+(a retry due, a scheduled job, orphan recovery, a hand-back at shutdown, the admin's "retry now")
+writes the queue list, at the end the fetch takes next for a job with a lane (PUSH_END), and the
+fetch routes what it finds there (``route``, up to ROUTE_MAX a call): a retried or recovered job
+comes back to its group, and to its priority, with no writer having to know of either. A payload
+is recognised by its first key (``{"group":"`` or ``{"priority":``), which the push puts first
+(features/fairness/); one whose routing fails (a lane key of the wrong type) stays an ordinary job,
+run in the queue's turn: never lost. A doorbell (``{"lane":"bell",...}``) wakes a fetcher blocked
+on the queue list, and is dropped wherever it is taken; a blocking wait that takes a lane's entry
+hands it to UNTAKE (broker/scripts/jobs.py), which places it and takes the next job in turn.
 
 Lane keys are named inside the script from the queue key it is given (``<queue key> lane:...``),
 the one exception to "every key comes in KEYS": a group's list can't be named before its turn
@@ -37,9 +38,12 @@ from typing import Any
 # of Redis's time): a burst of 100,000 grouped pushes is routed over many calls, none holding Redis
 # for more than a few milliseconds.
 ROUTE_MAX = 1000
-# The step of a priority without aging (PRIORITY_AGING = 0): larger than any wait (1e10 s is 300
-# years), so priority alone decides; scores stay exact to 0.1 ms.
-STRICT_STEP = 1e10
+# The step of a priority without aging (PRIORITY_AGING = 0): larger than any wait (1e9 s is 31
+# years), so priority alone decides; scores (up to 1e11 and some) stay exact to 0.02 ms.
+STRICT_STEP = 1e9
+# Seconds between the scores of the jobs of one bulk push of a priority (pushed in one instant): they
+# run in the order pushed, where equal scores would have been ordered by their payloads' bytes.
+BULK_TIE_STEP = 1e-4
 # The characters of a group id, as a Lua pattern's class (the fairness feature checks the same).
 GROUP_ID = "[%w_%.:@/%+=%-]"
 
@@ -126,7 +130,7 @@ local function route(qk, v, kind)
   if kind == "b" then return true end
   if kind == "g" then
     local g = string.match(v, '^{"group":"(GROUP_ID+)"')
-    if not g then return false end
+    if not g or #g > 100 then return false end  -- (lane_of's bound: such a job was pushed as an ordinary one)
     local list = qk .. " lane:g:" .. g
     local n = redis.pcall("LPUSH", list, v)
     if type(n) ~= "number" then return false end

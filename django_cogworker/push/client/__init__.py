@@ -169,15 +169,16 @@ class Client(OutboxPushes, PushWrites):
             return payload["jid"] if self._write_or_save([payload]) else None
         jid, queue = payload.get("jid"), payload.get("queue")
         if (not self.keys.spread and "at" not in payload and not payload.get("unique_digest")
-                and next(iter(payload)) not in LANE_FIELDS
                 and isinstance(queue, str) and queue and isinstance(jid, str) and jid):
             # The common push, one job for now to a lone Redis, without the general path's grouping
-            # (a third of a perform_async): the PUSH call of its queue is made once per thread. Any
-            # reply but "written" goes through the general path, which sends the same push again:
-            # the receipt answers it with this reply, and nothing is written twice.
-            payload["enqueued_at"] = self.clock()
-            keys, layout = self._single_call(queue)
-            if scripts.PUSH(self.redis, keys, [jid, layout, payloads.encode(payload)]) == 1:
+            # (a third of a perform_async): the PUSH call of its queue (or its lane: a group's, the
+            # priorities') is made once per thread. Any reply but "written" goes through the general
+            # path, which sends the same push again: the receipt answers it with this reply, and
+            # nothing is written twice.
+            now = payload["enqueued_at"] = self.clock()
+            keys, layout = (self._single_call(queue) if next(iter(payload)) not in LANE_FIELDS
+                            else self._single_lane_call(queue, payload, now))
+            if keys and scripts.PUSH(self.redis, keys, [jid, layout, payloads.encode(payload)]) == 1:
                 return jid
         return payload["jid"] if self._write_bulk([payload]) else None
 

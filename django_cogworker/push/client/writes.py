@@ -26,7 +26,7 @@ import redis as redis_lib
 from ...broker import scripts
 from ...broker.keys import Keys
 from ...broker.quarantine import quarantine_key
-from ...broker.scripts.lanes import lane_of
+from ...broker.scripts.lanes import BULK_TIE_STEP, lane_of
 from ...broker.types import RedisClient
 from ...conf import Config
 from ...errors import WrongTypeError
@@ -38,6 +38,9 @@ logger = logging.getLogger(__name__)
 
 # A job as PUSH takes it: (payload, score or None, lock key or None, jid, lock TTL, mark key or None).
 Job = tuple[str, str | None, str | None, str, int, str | None]
+
+
+SINGLE_CALLS_MAX = 1000  # cached single-push calls a thread keeps (one per queue and group pushed to)
 
 
 class _Group(NamedTuple):
@@ -78,13 +81,18 @@ class PushWrites:
         source = self._source
         return self._fixed if source is None else source()  # type: ignore[return-value]
 
-    def _single_call(self, queue: str) -> tuple[list[str], str]:
-        """KEYS and the layout of PUSH for one job for now to ``queue`` from this thread (cached)."""
+    def _thread_calls(self) -> dict[Any, Any]:
+        """This thread's cached PUSH calls (KEYS and layouts) of single pushes."""
         local = self._bulk
         calls = getattr(local, "calls", None)
         if calls is None or local.pid != os.getpid():  # (a forked child pushes under its own name)
             calls = local.calls = {}
             local.pid = os.getpid()
+        return calls
+
+    def _single_call(self, queue: str) -> tuple[list[str], str]:
+        """KEYS and the layout of PUSH for one job for now to ``queue`` from this thread (cached)."""
+        calls = self._thread_calls()
         call = calls.get(queue)
         if call is None:
             payloads.check_outgoing({"queue": queue, "jid": "-"})  # (a name with a space: refused)
@@ -92,6 +100,33 @@ class PushWrites:
                                            [(self.keys.queue(queue), queue, [("", None, None, "", 0, None)])])
             call = calls[queue] = (keys, args[1])
         return call
+
+    def _single_lane_call(self, queue: str, payload: dict[str, Any], now: float) -> tuple[list[str], str]:
+        """As :meth:`_single_call`, for one grouped or prioritized job (its group's list, or the
+        priority set with its score; cached per queue and group, SINGLE_CALLS_MAX at most); ([], "")
+        for a payload whose lane field isn't valid (the general path writes it as an ordinary job)."""
+        lane = lane_of(payload)
+        if lane is None:
+            return [], ""
+        calls = self._thread_calls()
+        key = (queue, lane, payload["group"] if lane == "g" else "")
+        call = calls.get(key)
+        if call is None:
+            payloads.check_outgoing({"queue": queue, "jid": "-"})
+            if len(calls) >= SINGLE_CALLS_MAX:
+                calls.clear()
+            lanes, bell = self.keys.lanes(queue), payloads.encode({"lane": "bell", "queue": queue})
+            lane_key = (self.keys.queue(queue), bell, *(("g", key[2]) if lane == "g" else ("p",)))
+            keys, args = scripts.push_args(
+                self.keys.push_receipt(self._pusher()), "", self.keys.queues, "",
+                [(lanes.group(key[2]) if lane == "g" else lanes.prio, queue,
+                  [("", None if lane == "g" else "\0", None, "", 0, None)], lane_key)])
+            head, _, tail = args[1].partition('"\\u0000"')  # (the score's place in the layout)
+            call = calls[key] = (keys, head, tail)
+        if lane == "g":
+            return call[0], call[1]
+        step = self.config.priority_aging or scripts.STRICT_STEP
+        return call[0], f'{call[1]}"{now - int(payload["priority"]) * step!r}"{call[2]}'
 
     def _write_bulk(self, items: Sequence[dict[str, Any]], marked: bool = False) -> Sequence[dict[str, Any]]:
         """Write ``items``, each now or at its ``at``, in one round trip; return those written (not
@@ -159,8 +194,8 @@ class PushWrites:
             return group._replace(lane=(self.keys.queue(queue), bell, "g", str(group_id)))
         step = self.config.priority_aging or scripts.STRICT_STEP
         group = self._group(lanes.prio, queue, items, [
-            (raw, repr(now - int(item["priority"]) * step), ttl)
-            for (item, ttl), raw in zip(queued, raws, strict=True)], marked)
+            (raw, repr(now - int(item["priority"]) * step + i * BULK_TIE_STEP), ttl)
+            for i, ((item, ttl), raw) in enumerate(zip(queued, raws, strict=True))], marked)
         return group._replace(lane=(self.keys.queue(queue), bell, "p"))
 
     def _group(self, destination: str, queue: str, items: list[dict[str, Any]],
@@ -233,8 +268,16 @@ class PushWrites:
         pusher = self._pusher()
         if not self.keys.spread:
             return [self._call(self.keys.push_receipt(pusher), self.keys.queues, groups)], []
-        return ([self._call(self.keys.push_receipt(pusher, group.queue or None), None, [group]) for group in groups],
-                [group.queue for group in groups if group.queue])
+        # (One call per slot, every destination of it in one: a queue's list and its lanes (its
+        # priorities, its groups' lists) share its slot and its receipt key, which holds one call's
+        # token: a call each, redis-py's resending of one after a lost reply found another's token
+        # there and wrote its jobs twice.)
+        by_slot: dict[str, list[_Group]] = {}
+        for group in groups:
+            by_slot.setdefault(group.queue, []).append(group)
+        return ([self._call(self.keys.push_receipt(pusher, queue or None), None, slot_groups)
+                 for queue, slot_groups in by_slot.items()],
+                [queue for queue in by_slot if queue])
 
     def _call(self, receipt: str, queues: str | None, groups: list[_Group]) -> _Call:
         jids = [job[3] for group in groups for job in group.jobs]

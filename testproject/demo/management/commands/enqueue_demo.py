@@ -4,6 +4,7 @@ from django_cogworker import Batch, cancel, chain
 from django_cogworker.push import runtime
 from testproject.demo.async_jobs import AsyncSleepJob
 from testproject.demo.collapse_jobs import DebouncedJob
+from testproject.demo.fair_jobs import RankJob, TurnJob
 from testproject.demo.flow_jobs import PartnerCallJob
 from testproject.demo.jobs import FlakyJob, ReceiptsSent, ScheduledHello, SendReceipt, Tally
 
@@ -12,7 +13,8 @@ class Command(BaseCommand):
     help = ("Enqueue the demo jobs: a SendReceipt, a FlakyJob (succeeds on retry), a ScheduledHello in 5 s, "
             "a batch of three SendReceipts with a success callback, a chain of two steps, six PartnerCallJobs "
             "limited to three at once, a ScheduledHello cancelled before it runs, twenty async jobs that await "
-            "0.5 s together on the event loop, and five debounced pushes that run once.")
+            "0.5 s together on the event loop, five debounced pushes that run once, and a customer's 40 jobs that "
+            "take turns with another's 3 (groups) behind an urgent one (priority).")
 
     def handle(self, *args, **options):
         jids = {
@@ -44,3 +46,10 @@ class Command(BaseCommand):
         said = ", ".join(o.status for o in outcomes)
         self.stdout.write(f"pushed a DebouncedJob five times with one dedup_key (debounce = 1 s): {said}; it runs "
                           "once, with the last push's arguments (5)")
+        # (Groups take turns: the small customer's 3 jobs don't wait for the big one's 40.)
+        TurnJob.perform_bulk([["big", n, f"{prefix}fair-demo", 0.05] for n in range(40)])
+        TurnJob.perform_bulk([["small", n, f"{prefix}fair-demo", 0.05] for n in range(3)])
+        RankJob.set(priority=10).perform_async(f"{prefix}fair-demo", "urgent")
+        self.stdout.write("enqueued 40 TurnJobs of group 'big', then 3 of group 'small' (group = \"arg:0\"): the "
+                          "groups take turns, so small's run among the first jobs; then a RankJob with priority "
+                          "10, which runs before the jobs waiting")
