@@ -366,12 +366,17 @@ def make_processor_fixture(redis_url: str) -> Iterator[Callable[..., Called]]:
 def fail_acks(fetch: Any, should_fail: Any, monkeypatch: Any = None) -> None:
     """Make acknowledging the raws ``should_fail(raw)`` picks fail as if Redis were away.
 
-    Acks travel two ways: alone, through the Settler (``ack_many``: one that can't wait, those held
-    past the cap or while the fetcher waits, pending ones), and riding on a fetch (the acks of the
-    ``outgoing`` given to ``retrieve``); both fail, the second before Redis sees anything, as a
-    connection cut before the round trip would.
+    Acks travel three ways: alone, through the Settler (``ack_many``: one that can't wait, those held
+    past the cap or while the fetcher waits, pending ones), riding on a fetch (the acks of the
+    ``outgoing`` given to ``retrieve``), and with their steps past the cap (``send``); all fail, the
+    last two before Redis sees anything, as a connection cut before the round trip would.
     """
-    real_many, real_retrieve = fetch.ack_many, fetch.retrieve
+    real_many, real_retrieve, real_send = fetch.ack_many, fetch.retrieve, fetch.send
+
+    def send(outgoing):  # (settlements past the cap, their steps riding with their acks)
+        if any(should_fail(raw) for raw in outgoing.acks):
+            raise redis.ConnectionError("Redis went away (injected)")
+        real_send(outgoing)
 
     def ack_many(raws):
         if any(should_fail(raw) for raw in raws):
@@ -383,7 +388,7 @@ def fail_acks(fetch: Any, should_fail: Any, monkeypatch: Any = None) -> None:
             raise redis.ConnectionError("Redis went away (injected)")
         return real_retrieve(n, paused, outgoing)
 
-    for name, fn in (("ack_many", ack_many), ("retrieve", retrieve)):
+    for name, fn in (("ack_many", ack_many), ("retrieve", retrieve), ("send", send)):
         if monkeypatch is not None:
             monkeypatch.setattr(fetch, name, fn)
         else:

@@ -22,6 +22,7 @@ job is that of the medians: worker CPU µs, Redis commands and round trips, Redi
 
     python bench/run.py --sections limits --no-venv                  # this section alone (2-3 minutes)
     python bench/run.py --sections limits --no-venv --limits-n 2000 --limits-reps 1
+    python bench/run.py --sections limits --no-venv --baseline HEAD~1   # before and after, in one run
 """
 
 from __future__ import annotations
@@ -54,11 +55,16 @@ ADDED = ("worker_cpu_us_per_job", "redis_commands_per_job", "redis_round_trips_p
 class Variant(Cogworker):
     """The bench's cogworker system (reliable, -c 10, --processes 2), pushing one of VARIANTS' jobs."""
 
-    def __init__(self, how: str):
+    def __init__(self, how: str, env: dict[str, str] | None = None, rev: str = ""):
         super().__init__("reliable", 10, processes=2)
         self.how = how
+        self.env = env or {}  # (the worker's: a --baseline revision's package)
         self.key = f"limits-{how}"
-        self.label = f"{how}: {self.label}"
+        self.label = f"{how}{f' (worker of {rev})' if rev else ''}: {self.label}"
+
+    def start(self, ctx: Ctx, tag: str = "", extra_env: dict[str, str] | None = None,
+              wrap: Any = ()) -> list:
+        return super().start(ctx, tag, {**self.env, **(extra_env or {})}, wrap)
 
     def push_bulk(self, ctx: Ctx, n: int, kind: str = "") -> None:
         super().push_bulk(ctx, n, VARIANTS[self.how][0])
@@ -88,19 +94,28 @@ def limiter_check(r: Any, how: str, n: int, timeout: float = 5.0) -> dict[str, A
 
 
 def run(bench: Bench) -> dict[str, Any]:
-    """The section: each of VARIANTS drained ``reps`` times, in turn; medians and added costs."""
+    """The section: each of VARIANTS drained ``reps`` times, in turn (and by the --baseline
+    revision's worker after each, when given); medians and added costs."""
     n, reps = bench.p["limits_n"], bench.p["limits_reps"]
-    runs: dict[str, list[dict[str, Any]]] = {how: [] for how in VARIANTS}
+    workers: list[tuple[str, dict[str, str]]] = [("", {})]
+    if bench.args.baseline:
+        workers.append(bench.baseline_env())
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {(rev, how): [] for rev, _env in workers for how in VARIANTS}
     for rep in range(reps):
         for how in VARIANTS:
-            system = Variant(how)
-            res = bench.drain(system, n, latency=False, idle=False,
-                              then=lambda _workers, how=how: limiter_check(bench.r, how, n))
-            runs[how].append(res)
-            log(f"limits {how} (run {rep + 1} of {reps}): {res['jobs_per_s']:,} jobs/s, "
-                f"{res['worker_cpu_us_per_job']} µs CPU/job, {res['redis_commands_per_job']} Redis commands/job")
-    out = summarise(runs)
+            for rev, env in workers:
+                system = Variant(how, env, rev)
+                res = bench.drain(system, n, latency=False, idle=False,
+                                  then=lambda _workers, how=how: limiter_check(bench.r, how, n))
+                runs[rev, how].append(res)
+                log(f"limits {how}{f' (worker of {rev})' if rev else ''} (run {rep + 1} of {reps}): "
+                    f"{res['jobs_per_s']:,} jobs/s, {res['worker_cpu_us_per_job']} µs CPU/job, "
+                    f"{res['redis_commands_per_job']} Redis commands/job")
+    out = summarise({how: runs["", how] for how in VARIANTS})
     out.update(n=n, reps=reps, worker=Variant("plain").worker_desc)
+    if len(workers) > 1:
+        rev = workers[1][0]
+        out["baseline"] = {"rev": rev, **summarise({how: runs[rev, how] for how in VARIANTS})}
     return out
 
 

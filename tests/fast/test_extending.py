@@ -236,6 +236,33 @@ def test_a_plan_a_feature_s_applies_raised_for_is_made_again_for_the_next_job():
     assert plans.plan(Note) is made  # (kept, once made)
 
 
+class Marked(Feature):
+    """A feature used only by a job whose payload carries its field (as a batch's ``bid``)."""
+
+    def __init__(self, name: str, field: str):
+        self.name, self.fields = name, (field,)
+
+    def before(self, run: JobRun) -> Decision | None:
+        return None
+
+
+def test_a_payload_runs_through_the_features_of_the_fields_it_has_and_no_other():
+    # A job of a batch ran every such feature's hooks (an expiry's, a lock's, a profile's...): the
+    # features' own tests pass either way, so the plan is what is checked.
+    batch, lock, expiry = Marked("batch", "bid"), Marked("lock", "unique_digest"), Marked("expiry", "expires_at")
+    plan = Plans([batch, lock, expiry]).plan(Note)
+    assert plan.fields == {"bid", "unique_digest", "expires_at"}
+
+    def used(payload: dict) -> list[str]:
+        return [hook.__self__.name for hook in plan.for_payload(payload).before]
+
+    assert used({"jid": "j"}) == []
+    assert used({"jid": "j", "bid": "b"}) == ["batch"]
+    assert used({"jid": "j", "bid": "b", "expires_at": 1.0}) == ["batch", "expiry"]  # (in the features' order)
+    assert used({"unique_digest": "d", "expires_at": 1.0, "bid": None}) == ["batch", "lock", "expiry"]
+    assert plan.for_payload({"bid": "other"}) is plan.for_payload({"bid": "b"})  # (made once per set of fields)
+
+
 class TakesItsParts(Feature):
     def __init__(self, parts):
         self.parts = parts

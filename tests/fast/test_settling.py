@@ -24,7 +24,7 @@ from engine_fixtures import (
     new_token,
     runs,
 )
-from helpers import RedisServer, wait_until
+from helpers import RedisServer, round_trips, wait_until
 from limiter_fixtures import fresh_limiters, unique  # noqa: F401 - the fresh_limiters fixture
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -353,7 +353,9 @@ def test_held_steps_go_through_before_a_blocking_fetch_and_later_ones_at_once_wi
     assert Batch.status(bid).success and rb.lrange(fetch.in_progress, 0, -1) == [job(2)]
 
 
-def test_held_steps_at_the_cap_go_through_before_the_acks_sent_with_them(batch, rb):
+def test_at_the_cap_the_acks_ready_go_alone_and_the_held_steps_wait_for_the_fetch(batch, rb):
+    # A job of a batch holds its ack one fetch longer than its step: sending the steps too at each
+    # overflow cost two round trips more, where the acks ready free the places in one.
     queue, fetch, settler = batch
     settler.runners[BatchStep] = BatchSteps(fetch.redis, K, 3600.0)
     bid, steps = _batch_of(2)
@@ -364,6 +366,22 @@ def test_held_steps_at_the_cap_go_through_before_the_acks_sent_with_them(batch, 
     queue.put(job(2), ACKED)
     assert Batch.status(bid).pending == 2 and rb.llen(fetch.in_progress) == 4
     queue.put(job(3), steps[1])  # one more than the cap
+    assert rb.lrange(fetch.in_progress, 0, -1) == [job(3), job(0)]  # (the acks ready, alone)
+    assert Batch.status(bid).pending == 2 and sorted(queue.held()) == [job(0), job(3)]  # (no step, no ack of theirs)
+    assert sorted(queue.take(riding=False).acks) == [job(0), job(3)]  # (their steps ran first: the acks may ride)
+    assert Batch.status(bid).success
+
+
+def test_held_steps_at_the_cap_with_no_ack_ready_go_through_before_their_acks(batch, rb):
+    queue, fetch, settler = batch
+    settler.runners[BatchStep] = BatchSteps(fetch.redis, K, 3600.0)
+    bid, steps = _batch_of(4)
+    rb.lpush(fetch.in_progress, job(3))
+    queue.open()
+    for n in range(3):
+        queue.put(job(n), steps[n])
+    assert Batch.status(bid).pending == 4 and rb.llen(fetch.in_progress) == 4
+    queue.put(job(3), steps[3])  # one more than the cap, and none of them ready to ack
     assert Batch.status(bid).success and rb.llen(fetch.in_progress) == 0 and queue.held() == []
 
 
@@ -494,6 +512,53 @@ def test_a_release_rides_the_fetch_with_its_own_ack(batch, rb):
 
     assert rb.zcard(K.limit(limiter.name).holders) == 0
     assert job(0) not in rb.lrange(fetch.in_progress, 0, -1) and queue.held() == []
+
+
+@pytest.mark.usefixtures("fresh_limiters")
+def test_releases_held_past_the_cap_go_with_their_acks_in_one_round_trip(batch, rb, monkeypatch):
+    # Every job of a concurrency limit has a release to send: past the cap, the releases and the
+    # acks went in two round trips of their own.
+    queue, fetch, settler = batch
+    limiter = Limiter.concurrent(unique("cap"), 5, lease=60)
+    gate = LimitGate(rb, K, over_limit_max=3, retry=settler.retry)
+    settler.runners.update(ClassLimits(gate).step_runners())
+    rb.lpush(fetch.in_progress, job(3))
+    tickets = [gate.take({"jid": f"j{n}"}, [limiter]) for n in range(4)]
+    assert rb.zcard(K.limit(limiter.name).holders) == 4
+    queue.open()
+    for n in range(3):
+        queue.put(job(n), ACKED.first(Release(tickets[n], f"j{n}")))
+    trips = round_trips(monkeypatch)
+    queue.put(job(3), ACKED.first(Release(tickets[3], "j3")))  # one more than the cap
+    assert trips["n"] == 1
+    monkeypatch.undo()
+    assert rb.zcard(K.limit(limiter.name).holders) == 0 and rb.llen(fetch.in_progress) == 0
+    assert queue.held() == [] and settler.pending_settlements() == {}
+
+
+@pytest.mark.usefixtures("fresh_limiters")
+def test_releases_past_the_cap_whose_round_trip_fails_stay_pending_and_their_acks_behind_them(batch, rb,
+                                                                                              monkeypatch):
+    queue, fetch, settler = batch
+    limiter = Limiter.concurrent(unique("capfail"), 5, lease=60)
+    gate = LimitGate(rb, K, over_limit_max=3, retry=settler.retry)
+    settler.runners.update(ClassLimits(gate).step_runners())
+    rb.lpush(fetch.in_progress, job(3))
+    tickets = [gate.take({"jid": f"j{n}"}, [limiter]) for n in range(4)]
+    queue.open()
+
+    def cut(self, *args, **kwargs):
+        raise redis.ConnectionError("Redis went away (injected)")
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", cut)
+    for n in range(4):
+        queue.put(job(n), ACKED.first(Release(tickets[n], f"j{n}")))  # (the fourth sends: nothing raises)
+    pending = settler.pending_settlements()
+    assert sorted(pending) == [job(n) for n in range(4)] and all(len(left.steps) == 1 for left in pending.values())
+    assert rb.zcard(K.limit(limiter.name).holders) == 4 and rb.llen(fetch.in_progress) == 4
+    monkeypatch.undo()
+    assert settler.retry_pending_settlements() == 0  # the release, then the ack
+    assert rb.zcard(K.limit(limiter.name).holders) == 0 and rb.llen(fetch.in_progress) == 0
 
 
 def test_a_job_of_a_batch_under_a_limit_has_both_steps_ride_one_fetch_and_its_ack_the_next(batch, rb):

@@ -146,6 +146,14 @@ class Fetch(abc.ABC):
         for raw in raws:
             self.ack(raw)
 
+    def send(self, outgoing: Outgoing) -> None:
+        """Send ``outgoing`` with no fetch (settlements held past the settlement queue's cap): its
+        steps, then its acks. A fetch that ``rides`` sends both in one round trip. Processor
+        threads; raises when the round trip fails (``outgoing.failed`` told first)."""
+        outgoing.run_alone()
+        if outgoing.acks:
+            self.ack_many(outgoing.acks)
+
     def file(self, raw: bytes, filing: Filing, trim: tuple[float, int] | None) -> None:
         """File a failed job in retry or dead and drop it from the in-progress list, atomically.
 

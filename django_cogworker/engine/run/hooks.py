@@ -47,7 +47,7 @@ features its class uses. A hook that raises costs no processor and no job: in ``
 failure, in ``settling``, ``after``, ``fetched`` and ``returned`` it is logged and the job settles
 as it would have. A feature whose use depends on the payload (a job of a batch, one with a
 unique lock) names its fields (``Feature.fields``): a job whose payload has none of them runs
-through its class's plan without that feature.
+through its class's plan without that feature (``Plan.for_payload``: one plan per set of fields present).
 """
 
 from __future__ import annotations
@@ -257,6 +257,11 @@ class Plan:
     # without those features: what a job whose payload has none of them runs through.
     fields: frozenset[str] = frozenset()
     bare: Plan | None = None
+    # This plan with only the features whose fields a payload has, by those fields present (built
+    # on first sight by ``narrow``): a job of a batch ran every such feature's hooks (an expiry's, a
+    # unique lock's, an encryption's, a profile's...), 70-90 µs of worker CPU a job for nothing.
+    narrowed: dict[frozenset[str], Plan] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    narrow: Callable[[frozenset[str]], Plan] | None = dataclasses.field(default=None, compare=False, repr=False)
     refused: bool = False
     # The ``around_async`` hooks, and whether a job of this plan runs on the event loop: its perform is
     # ``async def`` and every around hook it uses (and the server middleware) has an async form.
@@ -264,9 +269,18 @@ class Plan:
     on_loop: bool = False
 
     def for_payload(self, payload: dict[str, Any]) -> Plan:
-        """This plan, or its ``bare`` one for a payload with none of its features' fields."""
+        """This plan without the features none of whose fields ``payload`` has: its ``bare`` one for
+        a payload with none of them. (A dict set from two threads at worst builds one twice.)"""
         bare = self.bare
-        return bare if bare is not None and self.fields.isdisjoint(payload) else self
+        if bare is None:
+            return self
+        present = self.fields.intersection(payload)
+        if not present:
+            return bare
+        plan = self.narrowed.get(present)
+        if plan is None:
+            plan = self.narrowed[present] = self.narrow(present) if self.narrow is not None else self
+        return plan
 
     def run_through(self, run: JobRun, innermost: Call) -> Any:
         """``innermost()`` run inside every ``around`` hook, the first outermost."""
@@ -341,7 +355,11 @@ class Plans:
                         ", ".join(repr(f.name) for f in sync_only))
         if not fields:
             return full
-        return dataclasses.replace(full, fields=fields,
+        def narrow(present: frozenset[str]) -> Plan:
+            return _plan(job_class, [f for f in used if not present.isdisjoint(f.fields) or not f.fields],
+                         refusal, loop)
+
+        return dataclasses.replace(full, fields=fields, narrow=narrow,
                                    bare=_plan(job_class, [f for f in used if not f.fields], refusal, loop))
 
 

@@ -39,17 +39,25 @@ class Outgoing:
         # What Redis refused: the index in ``riding`` -> (the steps it refused, why).
         self.refused: dict[int, tuple[list[Any], BaseException]] = {}
         self._landed = False
-        # The steps by runner: (runner, [(index in riding, step)], how many replies it queued).
-        by_type: dict[type, list[tuple[int, Any]]] = {}
-        for i, (_raw, settlement) in enumerate(self.riding):
-            for step in settlement.steps:
-                by_type.setdefault(type(step), []).append((i, step))
+        # The steps by runner, in one pass (a fetch carries a step or more for each of its jobs):
+        # (runner, [(index in riding, step)], the steps alone, how many replies it queued).
         runners = runners or {}
-        self._groups: list[tuple[RidingRunner, list[tuple[int, Any]], int]] = [
-            (runners[kind], group, 0) for kind, group in by_type.items()]
-        self._with_ack = {i for i, (_raw, settlement) in enumerate(self.riding)
-                          if not any(runners[type(step)].ordered for step in settlement.steps)}
-        self.acks += [self.riding[i][0] for i in sorted(self._with_ack)]
+        by_type: dict[type, list[tuple[int, Any]]] = {}
+        self._with_ack: set[int] = set()
+        for i, (raw, settlement) in enumerate(self.riding):
+            ordered = False
+            for step in settlement.steps:
+                kind = type(step)
+                group = by_type.get(kind)
+                if group is None:
+                    group = by_type[kind] = []
+                group.append((i, step))
+                ordered = ordered or runners[kind].ordered
+            if not ordered:
+                self._with_ack.add(i)
+                self.acks.append(raw)
+        self._groups: list[tuple[RidingRunner, list[tuple[int, Any]], list[Any], int]] = [
+            (runners[kind], group, [step for _i, step in group], 0) for kind, group in by_type.items()]
 
     def __bool__(self) -> bool:
         return bool(self.acks or self.riding)
@@ -62,9 +70,9 @@ class Outgoing:
     def queue(self, pipe: Any) -> int:
         """Queue every riding step's commands on ``pipe``; return how many replies they will have."""
         queued = 0
-        for i, (runner, group, _n) in enumerate(self._groups):
-            n = runner.queue(pipe, [step for _i, step in group])
-            self._groups[i] = (runner, group, n)
+        for i, (runner, group, steps, _n) in enumerate(self._groups):
+            n = runner.queue(pipe, steps)
+            self._groups[i] = (runner, group, steps, n)
             queued += n
         return queued
 
@@ -72,9 +80,9 @@ class Outgoing:
         """The steps' replies, in the order queued: each runner's checked; what it refused noted."""
         self._landed = True
         at = 0
-        for runner, group, n in self._groups:
+        for runner, group, steps, n in self._groups:
             try:
-                runner.landed([step for _i, step in group], replies[at:at + n])
+                runner.landed(steps, replies[at:at + n])
             except Exception as exc:
                 self.failed_group(group, exc)
             at += n
@@ -85,9 +93,9 @@ class Outgoing:
         if self._landed:
             return
         self._landed = True
-        for runner, group, _n in self._groups:
+        for runner, group, steps, _n in self._groups:
             try:
-                runner.run_many([step for _i, step in group])
+                runner.run_many(steps)
             except Exception as exc:
                 self.failed_group(group, exc)
 
@@ -96,7 +104,7 @@ class Outgoing:
         if self._landed:
             return
         self._landed = True
-        for _runner, group, _n in self._groups:
+        for _runner, group, _steps, _n in self._groups:
             self.failed_group(group, exc)
 
     def failed_group(self, group: list[tuple[int, Any]], exc: BaseException) -> None:

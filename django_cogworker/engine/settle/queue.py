@@ -12,12 +12,14 @@ batch's) landed waits for the next fetch, so a step always goes through before i
 
 Sent alone, at once, by the Settler: a filing (never held), whatever finishes while the fetcher
 waits on an empty queue (``waiting``: what is held goes then too) or while no fetcher runs
-(before ``open``, after ``close``), and everything held once one more would pass the cap.
+(before ``open``, after ``close``), and, once one more would pass the cap, the acks held with no
+step left (or, with none, everything held).
 
 The cap bounds the window this widens. A process killed, or taken for dead after a stall, with
 settlements still in memory has those finished jobs recovered as orphans and run again: so that this
 is never more than one per processor, the settlements held are capped at the concurrency (the
-processor whose settlement would be one more sends them all itself, in a round trip of its own).
+processor whose settlement would be one more sends the acks held itself, in a round trip of its
+own; those with steps to go first, or all, when no ack is ready: ``_overflow``).
 Without jobs taken ahead it never does: a process holds at most one job per processor, and each
 finishes once between two fetches. With them (fetcher.py), as many jobs as there are processors
 and places ahead may finish between two fetches: with the defaults (PREFETCH 1, -c 10) a busy
@@ -54,13 +56,13 @@ class SettlementQueue:
         self._held: list[Item] = []  # finished, to be settled with the next fetch
         self._open = False
         self._waiting = False
+        self._kinds: dict[type, bool | None] = {}  # step type -> how its steps ride (``_rides``)
 
     def put(self, raw: bytes, settlement: Settlement) -> None:
         """Settle a finished job: with the next fetch if it can wait and the fetcher is fetching,
         else now. Never raises: what Redis refuses is kept pending by the Settler.
 
-        One that would make more than ``cap`` held sends them all now instead (the steps first),
-        in one round trip per runner and one for the acks.
+        One that would make more than ``cap`` held sends some now instead (``_overflow``).
         """
         with self._lock:
             holding = self._open and not self._waiting and settlement.holdable
@@ -68,11 +70,58 @@ class SettlementQueue:
                 self._held.append((raw, settlement))
                 if len(self._held) <= self.cap:
                     return
-                items, self._held = self._held, []
+                items = self._overflow()
         if holding:
-            self.settler.settle_many(items)
+            self._send(items)
         else:
             self.settler.settle(raw, settlement)
+
+    def _send(self, items: list[Item]) -> None:
+        """Send ``items`` (past the cap) now: in one round trip when every step rides with its ack
+        (a limit's release, on a fetch that rides: steps and acks on one pipeline), else through
+        the Settler, the steps first. A concurrency limit's every job has a release to send: past
+        the cap, its steps and acks went in two round trips."""
+        stepped = [item for item in items if item[1].steps]
+        if not stepped or not self.settler.fetch.rides or not all(
+                self._rides(type(step)) is False for _raw, settlement in stepped for step in settlement.steps):
+            self.settler.settle_many(items)
+            return
+        outgoing = Outgoing([raw for raw, settlement in items if not settlement.steps], stepped,
+                            self.settler.runners)
+        try:
+            self.settler.fetch.send(outgoing)
+        except Exception as exc:
+            self.sent(outgoing, exc)
+        else:
+            self.sent(outgoing)
+
+    def _overflow(self) -> list[Item]:
+        """Over the cap (the lock held): take what goes now. The acks with no step left (a plain
+        job's, or one whose ordered step landed with the last fetch) go alone, in one round trip,
+        and the steps held wait for the next fetch, as they would have; with no such ack, everything
+        held goes (the steps first, then their acks: two round trips or more).
+
+        Either way at most ``cap`` stay held. A job of a batch keeps its ack one fetch longer than
+        its step, so its settlements passed the cap about twice as often as a plain job's, and
+        each time the steps and the acks went in round trips of their own.
+        """
+        acks = [item for item in self._held if not item[1].steps]
+        if not acks:
+            items, self._held = self._held, []
+            return items
+        self._held = [item for item in self._held if item[1].steps]
+        return acks
+
+    def _rides(self, kind: type) -> bool | None:
+        """How a step of type ``kind`` can ride a round trip: None, it can't; else whether it is
+        ordered (its ack waits for it to land). Read once per type: a runner never changes its kind."""
+        if kind in self._kinds:
+            return self._kinds[kind]
+        runner = self.settler.runners.get(kind)
+        found = bool(getattr(runner, "ordered", True)) if rides(runner) else None
+        if runner is not None:  # (a runner not yet given, in a test: asked again)
+            self._kinds[kind] = found
+        return found
 
     def open(self) -> None:
         with self._lock:
@@ -100,7 +149,7 @@ class SettlementQueue:
         for raw, settlement in items:
             if not settlement.steps:
                 acks.append(raw)
-            elif riding and all(rides(runners.get(type(step))) for step in settlement.steps):
+            elif riding and all(self._rides(type(step)) is not None for step in settlement.steps):
                 ride.append((raw, settlement))
             else:
                 alone.append((raw, settlement))

@@ -43,6 +43,7 @@ logger = logging.getLogger(__name__)
 BACKOFF_MAX = 60.0  # seconds: the longest a concurrency limit's refusal waits before the next try
 CONCURRENT_BACKOFF = 1.0  # seconds: the shortest (a freed place wakes a waiting job sooner: LIMIT_PARK)
 UNREACHABLE_DELAY = 2.0  # seconds: a job whose limits Redis didn't answer for is tried again after
+_HOLDING = frozenset({"concurrent", "window"})  # the kinds whose takes a holder's token names
 
 
 class Ticket:
@@ -145,7 +146,12 @@ class LimitGate:
         # (Refused before, it was parked in its concurrency limits' waiting sets: granted, or
         # refused and parked anew, its entry there goes. Asked of every take, not only of a job
         # counting reschedules: a failure resets the count, and an entry left would waste a wake-up.)
-        return keyed, holder_token(payload.get("jid")), refusal, str(payload.get("jid"))
+        # A holder's token names a concurrency place or a window's start: a bucket or a leaky
+        # limiter keeps neither, and its takes skip making one (a fifth of a bucket's take) and
+        # sending it; one with no concurrency limit is never parked either.
+        kinds = {limiter.kind for limiter, _key in keyed}
+        token = holder_token(payload.get("jid")) if kinds & _HOLDING else ""
+        return keyed, token, refusal, str(payload.get("jid")) if "concurrent" in kinds else ""
 
     def _take_one(self, payload: dict, limits: Any) -> Taken:
         try:

@@ -245,12 +245,14 @@ class Releases:
         self.gate = gate
 
     def queue(self, pipe: Any, steps: Sequence[Release]) -> int:
-        calls = self._calls(steps)
-        for names, argv in self._packed(calls):
+        packed = self._packed(self._calls(steps))
+        for names, argv in packed:
             limit_scripts.LIMIT_RELEASE_MANY.in_pipeline_by_sha(pipe, names, argv)
-        return len(self._packed_count(calls))
+        return len(packed)
 
     def landed(self, steps: Sequence[Release], replies: Sequence[Any]) -> None:
+        if len(replies) == 1 and not isinstance(replies[0], Exception) and len(replies[0]) <= 1:
+            return  # (one call, every place given back, no job to wake: nothing to read again)
         self._landed(self._calls(steps, forget=False), replies)
 
     def _packed(self, calls: list[Call]) -> list[tuple[list[bytes], list[Any]]]:
