@@ -6,9 +6,10 @@ the admin's page of 25, 400,058 commands and 13.4 s for a scrape (past Prometheu
 Here the lengths are summed, and the busiest groups picked, where the lists are.
 
 A call walks at most BUDGET members (ring first, then the paused set), then returns a cursor for
-the next call: one call held Redis for about 0.5 µs a group, and Redis serves nothing else while a
-script runs (measured in docs/fairness.md), so a queue of 100,000 groups is read in a few calls of a
-few milliseconds each, not one of tens. The price of paging: the ring turns (a fetch takes a turn)
+the next call: Redis serves nothing else while a script runs, and a walk of all 100,000 groups in
+one call held it for 250 ms to over a second (3 to 12 µs a group, the more when it also picks the
+busiest; docs/fairness.md has the figures). At BUDGET a call, a queue of 100,000 groups is read in
+51 calls of about 6 to 25 ms each. The price of paging: the ring turns (a fetch takes a turn)
 and groups join and leave between two calls, so with more than BUDGET groups a group moved across
 the cursor meanwhile may be counted twice or missed (as many as turns were taken between the calls:
 a few per million groups a call); the groups' and paused groups' counts are read whole, in the first
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from ._base import Script
 
-BUDGET = 2_000  # ring or paused members one call visits (an LLEN each): at most about 15 ms of Redis
+BUDGET = 2_000  # ring or paused members one call visits (an LLEN each): a call holds Redis ~6-25 ms
 POISONED_MAX = 100  # groups of the wrong type named per call (each also flagged among the busiest)
 
 # KEYS[1] = the queue's ring (list), KEYS[2] = its paused groups (set), KEYS[3] = its priorities (zset).
