@@ -102,9 +102,10 @@ class Queue:
         size = pipe.execute(raise_on_error=False)[0]
         return self.lanes().size(size if isinstance(size, int) else 0)
 
-    def lanes(self) -> lane_counts.Lanes:
-        """Its groups (each one's waiting count), its paused groups, its prioritized jobs' count."""
-        return lane_counts.read(self.redis, [self.key])[0]
+    def lanes(self, busiest: int = 0) -> lane_counts.Lanes:
+        """Its groups' and paused groups' counts, the jobs in them, its prioritized jobs' count, and
+        its ``busiest`` busiest groups (api/lanes.py)."""
+        return lane_counts.read(self.redis, [self.key], busiest)[0]
 
     def groups(self, page: int = 1, per_page: int = 25) -> Any:
         """Its groups, the busiest first: a ``GroupPage`` (its ``page`` of ``QueueGroup``: id, waiting,
@@ -155,7 +156,7 @@ class Queue:
         paused); return how many there were. The jobs of its list a feature holds something for (a
         keep_last_if_active job's state) go first, one by one, and it is told (api/removals.py)."""
         told = removals.remove_held(self.redis, self.keys, self.key, "list")
-        in_lanes = lane_counts.clear(self.redis, self.key, watch=not self.keys.spread)
+        in_lanes = lane_counts.clear(self.redis, self.key)
         pipe = self.redis.pipeline(transaction=True)
         pipe.llen(self.key)
         pipe.delete(self.key)
@@ -221,9 +222,10 @@ class QueueRow:
     lanes: lane_counts.Lanes | None = None
 
     @classmethod
-    def read(cls, queues: list[Queue], now: float | None = None) -> list[QueueRow]:
+    def read(cls, queues: list[Queue], now: float | None = None,
+             lanes: list[lane_counts.Lanes] | None = None) -> list[QueueRow]:
         """The rows of ``queues``, in one round trip (the queues page made three per queue: 33 s
-        for 100,000 names)."""
+        for 100,000 names), and their lanes' read (or ``lanes``, theirs as the caller read them)."""
         if not queues:
             return []
         redis, keys = queues[0].redis, queues[0].keys
@@ -236,7 +238,8 @@ class QueueRow:
                                                         records.CALL_BYTES])
         replies = pipe.execute(raise_on_error=False)
         paused = replies[0] if isinstance(replies[0], set) else set()
-        lanes = lane_counts.read(redis, [q.key for q in queues])
+        if lanes is None:
+            lanes = lane_counts.read(redis, [q.key for q in queues])
         rows = []
         for i, q in enumerate(queues):
             size, oldest = replies[1 + 2 * i], replies[2 + 2 * i]
