@@ -66,14 +66,14 @@ end
 # holders swept and counted once, a rate state read once, it and ``granted`` written once at the
 # end (``flush``): ten takes of one key ran five to eight commands each, mostly re-reading.
 _TAKE = _COMMON + _LIMITER + r"""
--- Every key of ``lims`` of its type (LimitKeys', in order) or absent, every kind known: or the error.
+-- Each key its kind touches (a TYPE costs about a command) of its type or absent, each kind known.
 local TYPES = {"zset", "zset", "hash", "hash", "zset", "hash"}
+local TOUCHED = {concurrent = {1, 4, 5, 6}, window = {2, 4}, bucket = {3, 4}, leaky = {3, 4}}
 local function check(lims)
   for _, l in ipairs(lims) do
-    if l.kind ~= "concurrent" and l.kind ~= "bucket" and l.kind ~= "window" and l.kind ~= "leaky" then
-      return redis.error_reply("unknown limiter kind " .. tostring(l.kind))
-    end
-    for j = 1, 6 do
+    local touched = TOUCHED[l.kind]
+    if not touched then return redis.error_reply("unknown limiter kind " .. tostring(l.kind)) end
+    for _, j in ipairs(touched) do
       local got = redis.call("TYPE", KEYS[l.k + j]).ok
       if got ~= "none" and got ~= TYPES[j] then
         return redis.error_reply("WRONGTYPE " .. KEYS[l.k + j] .. " holds a " .. got .. ", not a " .. TYPES[j])
