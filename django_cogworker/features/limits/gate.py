@@ -157,8 +157,8 @@ class LimitGate:
                     if key not in self._warned:
                         self._warned.add(key)
                         logger.warning("limiter key %s is counted by limiters of two specs (%s and %s): each "
-                                       "limits it by its own size and period", payloads.printable(key),
-                                       spec, limiter.spec())
+                                       "checks the shared count against its own (periods differing, neither "
+                                       "holds)", payloads.printable(key), spec, limiter.spec())
         return alone
 
     def _ask(self, payload: dict, limits: Any) -> tuple[list[tuple[Limiter, str]], str, str, str]:
