@@ -17,7 +17,8 @@ Who reads what:
   class), on each payload it builds: the expiry's ``expires_at``, the encryption's seal.
 - a job that dies off the job's path (orphaned too many times, killed from the admin) is told to
   each ``died`` hook (a batch counts it dead), and ``provided(name)`` serves a feature's function
-  to the core's public API (``Job.batch``, ``Job.cancel``, ``Job.cancelled``).
+  to the core's public API (``Job.batch``, ``Job.cancel``, ``Job.cancelled``); one deleted (the
+  admin, the API) or discarded off the job's path is told to each ``removed`` hook.
 - the push :class:`~.push.client.Client` hands a payload carrying a :class:`Writer`'s field to that
   writer instead of its own write (a push that collapses into another: features/collapse/).
 """
@@ -95,6 +96,12 @@ class Declaration:
     on_push_bulk: BulkPushHook | None = None
     # ``died(redis, keys, payload, error_class, message, batch_ttl)``: a job that ends off the job's path.
     died: Callable[..., None] | None = None
+    # ``removed(redis, keys, payload)``: a job that won't run, and isn't dead: deleted (from the admin,
+    # ``SortedEntry.delete``, ``delete_all``, ``Queue.clear``) or discarded off the job's path (orphaned
+    # too often, ``dead: false``). What it held for later pushes goes (features/collapse/).
+    removed: Callable[..., None] | None = None
+    # The payload fields of the jobs ``removed`` is for: a bulk delete reads and tells only those (api/removals.py).
+    removed_fields: tuple[str, ...] = ()
     provides: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
     writer: Writer | None = None
 
@@ -111,6 +118,8 @@ class Declared:
         self.pushers = tuple((d.pushes, d.on_push, d.on_push_bulk) for d in self.declarations
                              if d.pushes is not None and d.on_push is not None)
         self.deaths = tuple(d.died for d in self.declarations if d.died is not None)
+        self.removals = tuple(d.removed for d in self.declarations if d.removed is not None)
+        self.removed_fields = tuple(dict.fromkeys(f for d in self.declarations for f in d.removed_fields))
         self.provided = {name: f for d in self.declarations for name, f in d.provides.items()}
         self.writers = tuple(d.writer for d in self.declarations if d.writer is not None)
 
@@ -154,3 +163,10 @@ def died(redis: Any, keys: Any, payload: dict[str, Any], error: str, message: st
     """Tell each feature of a job that died off the job's path (a batch counts it dead)."""
     for hook in declared().deaths:
         hook(redis, keys, payload, error, message, batch_ttl)
+
+
+def removed(redis: Any, keys: Any, payload: dict[str, Any]) -> None:
+    """Tell each feature of a job removed without running, not dead (deleted, or discarded off the
+    job's path): a keep_last_if_active job's kept follow-up is written, or its state goes."""
+    for hook in declared().removals:
+        hook(redis, keys, payload)

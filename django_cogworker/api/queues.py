@@ -12,7 +12,7 @@ from ..broker.keys import Keys
 from ..broker.types import RedisClient
 from ..declarations import provided
 from . import lanes as lane_counts
-from . import records
+from . import records, removals
 from ._base import _clamp_page, _defaults
 from .records import HEAD_BYTES, TAIL_BYTES, JobRecord, Page
 
@@ -152,12 +152,14 @@ class Queue:
 
     def clear(self) -> int:
         """Delete every waiting job, its lanes' too (its groups' and priorities'; its paused groups stay
-        paused); return how many there were."""
+        paused); return how many there were. The jobs of its list a feature holds something for (a
+        keep_last_if_active job's state) go first, one by one, and it is told (api/removals.py)."""
+        told = removals.remove_held(self.redis, self.keys, self.key, "list")
         in_lanes = lane_counts.clear(self.redis, self.key, watch=not self.keys.spread)
         pipe = self.redis.pipeline(transaction=True)
         pipe.llen(self.key)
         pipe.delete(self.key)
-        return int(pipe.execute()[0]) + in_lanes
+        return int(pipe.execute()[0]) + in_lanes + told
 
     def jobs(self, page: int = 1, per_page: int = 25) -> Page:
         """Waiting jobs by rank, the newest first (the fetch takes from the other end): HEAD_BYTES of each."""

@@ -15,6 +15,7 @@ from ..broker.keys import Keys
 from ..broker.types import RedisClient
 from ..push import payload as payloads
 from ..push import unique
+from . import removals
 from ._base import ActionRefused, Poison, _printable, reencode
 from .records import JobRecord
 
@@ -78,13 +79,17 @@ class SortedEntry(JobRecord):
         return self if self.complete else self.parent.find(self.token, whole=True)
 
     def delete(self) -> bool:
-        """Remove it; False if it was no longer there. A unique job's lock goes with it."""
+        """Remove it; False if it was no longer there. A unique job's lock goes with it, and what a
+        feature held for it (a keep_last_if_active job's state: its kept follow-up is written)."""
         entry = self.whole()
         if entry is None:
             return False
-        removed = bool(self.parent.redis.zrem(self.parent.key, entry.raw))
+        p = self.parent
+        removed = bool(p.redis.zrem(p.key, entry.raw))
         if removed and entry.payload.get("unique_digest") and entry.jid:
-            unique.release(self.parent.redis, self.parent.keys, entry.payload)
+            unique.release(p.redis, p.keys, entry.payload)
+        if removed and not entry.parse_error:
+            removals.told(p.redis, p.keys, entry.payload)
         return removed
 
     def enqueue_now(self, now: float | None = None) -> bool:
@@ -148,6 +153,10 @@ class SortedEntry(JobRecord):
         except Poison as exc:
             text = reencode(poison_letter(entry, f"{KILLED_REASON}; it {exc.reason}", now))
         below, cap = p.dead_limits(now)
-        if not entry.parse_error:  # (its batch first, as when a worker sends a job to dead)
+        moved = bool(scripts.MOVE_BETWEEN_ZSETS(p.redis, [p.key, p.keys.dead], [entry.raw, now, text, below, cap]))
+        # Only once moved: an entry the poller took meanwhile is running, and its features mustn't
+        # hear it died (a keep_last follow-up written beside the run, its batch counting it dead).
+        # The cost: this process dying between the two leaves them untold (the state expires).
+        if moved and not entry.parse_error:
             declarations.died(p.redis, p.keys, entry.payload, "Killed", KILLED_REASON, p.batch_ttl())
-        return bool(scripts.MOVE_BETWEEN_ZSETS(p.redis, [p.key, p.keys.dead], [entry.raw, now, text, below, cap]))
+        return moved

@@ -19,7 +19,7 @@ from ..broker.keys import Keys
 from ..broker.types import RedisClient
 from ..conf import Config
 from ..push import payload as payloads
-from . import _base, records
+from . import _base, records, removals
 from ._base import ActionRefused, Poison, _clamp_page, _defaults, _score, reencode
 from .records import DETAIL_BYTES, HEAD_BYTES, TAIL_BYTES, Page
 from .sorted_entry import KILLED_REASON, SortedEntry, _retry_of, poison_letter
@@ -164,11 +164,13 @@ class SortedSet:
         return None
 
     def delete_all(self) -> int:
-        """Empty the set; return how many entries it had."""
+        """Empty the set; return how many entries it had. The jobs a feature holds something for (a
+        keep_last_if_active job's state) go first, one by one, and it is told (api/removals.py)."""
+        told = 0 if self.name == "dead" else removals.remove_held(self.redis, self.keys, self.key, "zset")
         pipe = self.redis.pipeline(transaction=True)
         pipe.zcard(self.key)
         pipe.unlink(self.key)
-        return int(pipe.execute()[0])
+        return told + int(pipe.execute()[0])
 
     def retry_all(self, now: float | None = None) -> int:
         """Move every entry that names a queue to it, BATCH at a time (push, then remove); return how many.

@@ -61,7 +61,7 @@ class KeepLastBoom(KeepLast):
     def perform(self, token: str, n: int) -> None:
         RAN.append((token, n))
         for i in DURING.pop(token, []):
-            OUTCOMES.setdefault(token, []).append(KeepLastBoom.set(dedup_key=token).push(token, i))
+            OUTCOMES.setdefault(token, []).append(type(self).set(dedup_key=token).push(token, i))
         raise RuntimeError("boom")
 
 
@@ -128,7 +128,62 @@ def test_a_debounce_push_while_its_job_waits_in_its_queue_replaces_it(make_proce
     called.sweep()
     called.drain()
     assert ran(token) == [2]
-    assert r.exists(K.collapse(dropped.payload["collapse"][2])) == 0  # (let go as its job started)
+    state = K.collapse(dropped.payload["collapse"][2])
+    # Let go as its job started (the replaced job's mark stays, for its TTL: see the test below).
+    assert r.hget(state, "jid") is None and sorted(r.hgetall(state)) == ["mode", "out:" + first.jid]
+    assert Debounced.set(dedup_key=token).push(token, 3).status == "pushed"
+
+
+def test_a_replaced_debounce_job_back_from_orphan_recovery_is_dropped_again(redis_url, make_processor, rb, r):
+    """A worker killed between the replaced job's drop and its ack: orphan recovery brings the job
+    back, and its next start drops it again (its mark was kept): only the replacement runs."""
+    from peek import redis_now
+
+    from django_cogworker.conf import build_config
+    from django_cogworker.engine.recovery.orphans import OrphanRecovery
+    from django_cogworker.engine.settle.retry import RetryPolicy
+
+    token = uuid.uuid4().hex
+    Debounced.set(dedup_key=token).push(token, 1)
+    make_due(r)
+    called = make_processor(QUEUES=[QUEUE])
+    called.sweep()
+    assert Debounced.set(dedup_key=token).push(token, 2).status == "replaced"
+    unit = called.take()
+    dropped = called.processor.process(unit)
+    assert dropped.decision.outcome is Outcome.DEAD and not dropped.ran
+    # (as if its process died before the ack: the job left on that process's in-progress list)
+    dead_one = "deadhost:1:debounce"
+    r.sadd(K.in_progress_identities, dead_one)
+    r.lpush(K.in_progress(dead_one), unit.raw)
+    r.hset(K.last_beat, dead_one, repr(redis_now(r) - 10))
+    config = build_config({"ORPHAN_THRESHOLD": 3.0, "HEARTBEAT_INTERVAL": 0.5},
+                          {"COGWORKER_REDIS_URL": redis_url})
+    assert OrphanRecovery(config, rb, K, "livehost:2:x", RetryPolicy(config)).check() == 1
+    again = called.run_next()
+    assert again.payload["jid"] == dropped.payload["jid"] and not again.ran and ran(token) == []
+    make_due(r)
+    called.sweep()
+    called.drain()
+    assert ran(token) == [2]
+
+
+def test_a_debounce_state_lets_go_of_marks_a_ttl_old(r):
+    """A replaced job's mark stamped with its drop more than the TTL ago goes at the next start of
+    the job the state names (a digest pushed for ever doesn't gather one mark per replaced job);
+    a mark whose job hasn't started yet stays."""
+    from django_cogworker.features.collapse.scripts import RUN_BEGINS
+
+    state = K.collapse("marks")
+    old = int((time.time() - 7200) * 1000)
+    r.hset(state, mapping={"mode": "debounce", "jid": "j3", "out:j1": old, "out:j2": "1"})
+    assert RUN_BEGINS(r, [state], ["j3", 3600000, "debounce"]) == 1
+    assert r.hgetall(state) == {"mode": "debounce", "out:j2": "1"}
+    assert RUN_BEGINS(r, [state], ["j2", 3600000, "debounce"]) == 2
+    assert RUN_BEGINS(r, [state], ["j2", 3600000, "debounce"]) == 2  # (again: a start after a crash)
+    r.hset(state, mapping={"jid": "j4", "out:j2": old})
+    assert RUN_BEGINS(r, [state], ["j4", 3600000, "debounce"]) == 1
+    assert r.exists(state) == 0  # (nothing left but old marks: the state goes)
 
 
 def test_a_debounce_state_outlives_its_due_time_by_unique_lock_ttl(r):
@@ -422,3 +477,150 @@ def test_a_keep_last_job_orphaned_too_often_lets_its_follow_up_run(redis_url, ma
     assert r.zcard(K.dead) == 1
     assert r.hget(state, "jid") == follow.jid
     assert [json.loads(raw)["jid"] for raw in r.lrange(K.queue(QUEUE), 0, -1)] == [follow.jid]
+
+
+def test_a_keep_last_job_deleted_from_the_retry_set_lets_its_follow_up_run(make_processor, r):
+    """Deleted from the retry set (a week's retry, say) with a follow-up kept: the follow-up, a push
+    of its own, is written to its queue and runs, as after a kill (not held until the deleted job's
+    retry would have been due plus UNIQUE_LOCK_TTL, when its state expired)."""
+    from django_cogworker.api.sorted_sets import RetrySet
+
+    token = uuid.uuid4().hex
+    called = make_processor(QUEUES=[QUEUE])
+    KeepLastLate.set(dedup_key=token).push(token, 0)
+    DURING[token] = [1]
+    run = called.run_next()
+    assert run.decision.outcome is Outcome.RETRY and called.waiting() == 0
+    [entry] = RetrySet(redis=r, keys=K).page().items
+    assert entry.delete() and r.zcard(K.retry) == 0
+    state = K.collapse(run.payload["collapse"][2])
+    assert called.waiting() == 1 and r.hget(state, "jid") == OUTCOMES[token][0].jid
+    called.drain()
+    assert ran(token) == [0, 1]
+
+
+def test_a_keep_last_job_deleted_without_follow_up_lets_equal_pushes_through(make_processor, r):
+    from django_cogworker.api.sorted_sets import RetrySet
+
+    token = uuid.uuid4().hex
+    called = make_processor(QUEUES=[QUEUE])
+    KeepLastLate.set(dedup_key=token).push(token, 0)
+    called.run_next()
+    [entry] = RetrySet(redis=r, keys=K).page().items
+    assert entry.delete()
+    assert KeepLastLate.set(dedup_key=token).push(token, 5).status == "pushed"
+
+
+def test_deleting_all_of_the_retry_set_releases_keep_last_states(make_processor, r):
+    """delete_all: each keep_last job in the set releases its state (a kept follow-up written),
+    plain jobs go as before, and the count is every entry."""
+    from django_cogworker.api.sorted_sets import RetrySet
+
+    kept, alone = uuid.uuid4().hex, uuid.uuid4().hex
+    called = make_processor(QUEUES=[QUEUE])
+    KeepLastLate.set(dedup_key=kept).push(kept, 0)
+    DURING[kept] = [1]
+    called.run_next()
+    KeepLastLate.set(dedup_key=alone).push(alone, 0)
+    called.run_next()
+    r.zadd(K.retry, {json.dumps({"jid": "plain", "class": "X", "queue": QUEUE, "args": []}): time.time() + 60})
+    assert RetrySet(redis=r, keys=K).delete_all() == 3 and r.zcard(K.retry) == 0
+    assert KeepLastLate.set(dedup_key=alone).push(alone, 5).status == "pushed"
+    called.drain()
+    assert ran(kept) == [0, 1] and ran(alone) == [0, 5]
+
+
+def test_clearing_a_queue_releases_its_keep_last_and_debounce_states(make_processor, r):
+    from django_cogworker.api.queues import Queue
+
+    token, bounced = uuid.uuid4().hex, uuid.uuid4().hex
+    KeepLast.set(dedup_key=token).push(token, 0)
+    Debounced.set(dedup_key=bounced).push(bounced, 0)
+    make_due(r)
+    called = make_processor(QUEUES=[QUEUE])
+    called.sweep()
+    assert Queue(QUEUE, redis=r, keys=K).clear() == 2 and called.waiting() == 0
+    assert KeepLast.set(dedup_key=token).push(token, 1).status == "pushed"
+    assert Debounced.set(dedup_key=bounced).push(bounced, 1).status == "pushed"  # (not "replaced": it's gone)
+
+
+def test_a_debounced_job_deleted_from_the_schedule_lets_the_next_push_write(r):
+    from django_cogworker.api.sorted_sets import ScheduledSet
+
+    token = uuid.uuid4().hex
+    Debounced.set(dedup_key=token).push(token, 0)
+    [entry] = ScheduledSet(redis=r, keys=K).page().items
+    assert entry.delete()
+    state = K.collapse(entry.payload["collapse"][2])
+    assert r.hget(state, "jid") is None
+    assert Debounced.set(dedup_key=token).push(token, 1).status == "pushed"
+
+
+def test_a_kill_that_finds_its_entry_gone_leaves_the_state_alone(make_processor, r):
+    """The poller moved the entry to its queue between the page and the kill: the job is to run,
+    so nothing is released (no follow-up written beside its run)."""
+    from django_cogworker.api.sorted_sets import RetrySet
+
+    token = uuid.uuid4().hex
+    called = make_processor(QUEUES=[QUEUE])
+    KeepLastBoom.set(dedup_key=token).push(token, 0)
+    DURING[token] = [1]
+    run = called.run_next()
+    [entry] = RetrySet(redis=r, keys=K).page().items
+    r.zadd(K.retry, {entry.raw: 0})
+    assert called.sweep() == 1  # (the poller's round, before the kill)
+    assert not entry.kill()
+    state = K.collapse(run.payload["collapse"][2])
+    assert r.hget(state, "jid") == run.payload["jid"] and r.hget(state, "next_jid") == OUTCOMES[token][0].jid
+    assert called.waiting() == 1 and r.zcard(K.dead) == 0
+
+
+def test_a_keep_last_job_orphaned_too_often_and_discarded_lets_its_follow_up_run(redis_url, make_processor,
+                                                                                  rb, r):
+    """Past MAX_ORPHANINGS, a job with dead=False is discarded, not sent to dead: its kept follow-up
+    is written all the same (else lost when the state expires)."""
+    from peek import redis_now
+
+    from django_cogworker.conf import build_config
+    from django_cogworker.engine.recovery.orphans import OrphanRecovery
+    from django_cogworker.engine.settle.retry import RetryPolicy
+
+    token = uuid.uuid4().hex
+    called = make_processor(QUEUES=[QUEUE])
+    KeepLast.set(dedup_key=token, dead=False).push(token, 0)
+    unit = called.take()
+    payload = json.loads(unit.raw)
+    state = K.collapse(payload["collapse"][2])
+    r.hset(state, "running", "1")
+    follow = KeepLast.set(dedup_key=token).push(token, 1)
+    dead_one = "deadhost:1:discard"
+    r.sadd(K.in_progress_identities, dead_one)
+    r.lpush(K.in_progress(dead_one), json.dumps({**payload, "orphan_count": 3}))
+    r.hset(K.last_beat, dead_one, repr(redis_now(r) - 10))
+    config = build_config({"ORPHAN_THRESHOLD": 3.0, "HEARTBEAT_INTERVAL": 0.5, "MAX_ORPHANINGS": 3},
+                          {"COGWORKER_REDIS_URL": redis_url})
+    OrphanRecovery(config, rb, K, "livehost:2:x", RetryPolicy(config)).check()
+    assert r.llen(K.in_progress(dead_one)) == 0 and r.zcard(K.dead) == 0  # (discarded)
+    assert r.hget(state, "jid") == follow.jid
+    assert [json.loads(raw)["jid"] for raw in r.lrange(K.queue(QUEUE), 0, -1)] == [follow.jid]
+
+
+class UrgentThrottled(Job):
+    queue = QUEUE
+    throttle = 60
+    priority = 50
+
+    def perform(self, token: str, n: int) -> None:
+        get_redis().rpush(token, n)
+
+
+def test_a_prioritized_throttled_push_overtakes_the_jobs_waiting_as_a_prioritized_push_does(r):
+    """The collapse script pushed it to the far end of the queue list, behind every job waiting,
+    where the fetch routes it only on reaching it (a review's finding): to the end taken next."""
+    for n in range(5):
+        Throttled.set(dedup_key=f"k{n}").perform_async("plain", n)
+
+    UrgentThrottled.perform_async("urgent", 1)
+
+    assert r.llen(K.queue(QUEUE)) == 6
+    assert json.loads(r.lindex(K.queue(QUEUE), -1))["class"].endswith("UrgentThrottled")

@@ -90,6 +90,18 @@ def test_a_debounced_push_in_a_transaction_is_a_row_until_commit_then_collapses(
     assert rows(alias) == []
 
 
+def test_a_debounced_bulk_in_a_transaction_returns_each_items_own_jid_and_the_last_runs(outbox, alias, rb):
+    """Inside a transaction what a push comes to is decided at the commit (or by a relay): each item
+    of a bulk returns its own jid, as each perform_async there does (docs/fairness.md says so);
+    at the commit the last replaces the first, as outside one."""
+    token = uuid.uuid4().hex
+    with transaction.atomic(using=alias):
+        jids = Debounced.set(dedup_key=token).perform_bulk([(token, 1), (token, 2)])
+        assert len(set(jids)) == 2 and rows(alias) == jids
+    [job] = scheduled(rb)
+    assert job["jid"] == jids[-1] and job["args"] == [token, 2]
+
+
 def test_a_row_relayed_again_after_its_hand_over_writes_nothing(outbox, alias, rb, caplog):
     """A row left after its hand-over (its pusher killed before the delete) is relayed again: its
     mark says it was handed over, so it neither replaces the later push's job nor runs twice."""

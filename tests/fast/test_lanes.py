@@ -369,3 +369,27 @@ def test_the_jobs_of_one_bulk_push_of_a_priority_run_in_the_order_pushed(make_fe
 
         assert [p["args"][0] for p in drain(make_fetch(PRIORITY_AGING=aging), 40, batch=10)] == list(range(40))
         r.flushdb()
+
+
+def test_on_a_cluster_one_queue_s_lanes_are_written_in_one_call_so_a_resend_writes_nothing_twice(redis_url, r):
+    """A call per lane shared the queue's receipt key, which holds one call's token: redis-py's resend
+    of each after a lost reply found another's token and wrote its jobs twice (a review's finding).
+    (A spread key layout on a lone Redis: the calls a cluster's client would make, by slot.)"""
+    spread = Keys("{cog}:", spread=True)
+    client = Client(make_config(redis_url, QUEUES=["default"]), r)
+    client.keys = spread
+    items = [{**({"group": g} if g else {}), "jid": f"j{g}{n}", "class": "x.Job", "args": [], "kwargs": {},
+              "queue": "default", "retry": True, "enqueued_at": 1.0} for g in ("a", "b", None) for n in range(2)]
+    groups = [client._laned("default", "g", g, [(dict(i), 0) for i in items if i.get("group") == g], 1.0, False)
+              for g in ("a", "b")]
+    groups.append(client._group(spread.queue("default"), "default", [i for i in items if "group" not in i],
+                                [(payloads.encode(i), None, 0) for i in items if "group" not in i]))
+
+    calls, _listed = client._calls(groups)
+    assert len(calls) == 1
+    for _ in range(2):  # (the first, then redis-py's resend of it)
+        assert scripts.PUSH(r, calls[0].keys, calls[0].args) == 1
+    lanes = spread.lanes("default")
+    plain = [json.loads(raw).get("jid") for raw in r.lrange(spread.queue("default"), 0, -1)]
+    assert (r.llen(lanes.group("a")), r.llen(lanes.group("b")), sorted(filter(None, plain))) == (2, 2, ["jNone0",
+                                                                                                       "jNone1"])

@@ -130,7 +130,7 @@ local function route(qk, v, kind)
   if kind == "b" then return true end
   if kind == "g" then
     local g = string.match(v, '^{"group":"(GROUP_ID+)"')
-    if not g then return false end
+    if not g or #g > 100 then return false end  -- (lane_of's bound: such a job was pushed as an ordinary one)
     local list = qk .. " lane:g:" .. g
     local n = redis.pcall("LPUSH", list, v)
     if type(n) ~= "number" then return false end

@@ -336,8 +336,9 @@ class OrphanRecovery:
             handled += int(scripts.REQUEUE(self.redis, *args))
             for _raw, new_raw, _key, _queue in moves:
                 locks.retake_running(self.redis, self.keys, payloads.decode(new_raw))
-            for payload in discarded:
-                self._release_locks(payload)
+        for payload in discarded:  # (won't run again, not dead: told as a deleted job is, a follow-up written)
+            self._release_locks(payload)
+            declarations.removed(self.redis, self.keys, payload)
         return handled
 
     def _release_locks(self, payload: dict) -> None:

@@ -26,6 +26,7 @@ jobs fail again: what it then counts is true).
 from __future__ import annotations
 
 from ...broker.scripts._base import Script
+from ...broker.scripts.lanes import PUSH_END
 from ..tracing.carried import LINKS_FIELD, LINKS_MAX, TRACEPARENT_LENGTH
 
 # The trace links' constants, formatted in from their one home (features/tracing/carried.py): the
@@ -264,14 +265,14 @@ return redis.call("LLEN", KEYS[7])
 # The push first, the mark second: marked first, a queue of the wrong type stopped the script
 # between them, and the run again (once it was moved aside) took the callback for delivered. A
 # mark of the wrong type is WRONGTYPE too (SET NX took any key for a mark: the callback lost).
-BATCH_DELIVER = Script("""
+BATCH_DELIVER = Script(PUSH_END + """
 local mark = redis.call("TYPE", KEYS[1])["ok"]
 if mark == "string" then
   return 0
 elseif mark ~= "none" then
   return redis.error_reply("WRONGTYPE the delivery mark holds a " .. mark)
 end
-redis.call("LPUSH", KEYS[2], ARGV[1])
+redis.call(push_end(ARGV[1]), KEYS[2], ARGV[1])  -- (a grouped or prioritized callback: to its lane's next fetch)
 redis.call("SET", KEYS[1], "1", "EX", ARGV[2])
 if KEYS[3] then
   redis.pcall("SADD", KEYS[3], ARGV[3])

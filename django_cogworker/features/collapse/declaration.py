@@ -111,6 +111,20 @@ def _died(redis: Any, keys: Any, payload: dict[str, Any], error: str, message: s
         died(redis, keys, payload)
 
 
+def _removed(redis: Any, keys: Any, payload: dict[str, Any]) -> None:
+    """A job deleted (the admin, the API) or discarded off the job's path: a keep_last_if_active
+    job's state is released as if its run had ended for good (hook.py's ``died``): its kept follow-up,
+    a push of its own, is written, or the state goes, so equal pushes aren't dropped for a job that
+    is gone (a week's retry deleted kept them dropped a week). A debounced job's state lets it go
+    (hook.py's ``removed``). Throttle: nothing (its window is the throttle: deleting its job doesn't
+    reopen it)."""
+    spec = payload.get("collapse")
+    if isinstance(spec, list) and spec and spec[0] in ("keep_last", "debounce"):
+        from .hook import removed
+
+        removed(redis, keys, payload)
+
+
 DECLARATION = Declaration(
     "collapse",
     options=(Option("debounce", None, _seconds, push=True,
@@ -120,7 +134,8 @@ DECLARATION = Declaration(
              Option("keep_last_if_active", False, _flag, push=True,
                     check_push=lambda v, n, c: _flag(v, f"{n}: keep_last_if_active")),
              Option("dedup_key", None, _key, push=True, check_push=lambda v, n, c: _key(v, f"{n}: dedup_key"))),
-    rules=(_rule,), pushes=_pushes, on_push=_collapse, died=_died,
+    rules=(_rule,), pushes=_pushes, on_push=_collapse, died=_died, removed=_removed,
+    removed_fields=("collapse",),
     writer=Writer("collapse", writer.write,
                   "a push with debounce, throttle or keep_last_if_active can't be part of a batch (its job may "
                   "be replaced or dropped, which the batch would wait for in vain); push it outside "

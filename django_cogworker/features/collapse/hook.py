@@ -97,6 +97,25 @@ def died(redis: RedisClient, keys: Keys, payload: dict[str, Any]) -> None:
     RunEnds(redis, keys, None).run(step)
 
 
+def removed(redis: RedisClient, keys: Keys, payload: dict[str, Any]) -> None:
+    """A job removed without running (deleted from a set or its queue, discarded off the job's path):
+    keep_last_if_active, as ``died`` (its follow-up, a push of its own, is written: it was never the
+    deleted job's to take along); debounce, its state lets it go as its start would (a push then
+    writes a job and says "pushed", not "replaced" a job that is gone), or, replaced already, its
+    mark is stamped to be pruned. Best effort: the job is gone already; a state Redis refuses
+    (logged) is left to its TTL."""
+    mode = _mode(payload)
+    try:
+        if mode == "keep_last":
+            died(redis, keys, payload)
+        elif mode == "debounce":
+            # ("": marks pruned an hour after their drop, the default UNIQUE_LOCK_TTL's: no config here)
+            RUN_BEGINS(redis, [keys.collapse(payload["collapse"][2])], [payload["jid"], "", "debounce"])
+    except Exception as exc:  # noqa: BLE001 - a Redis refusal or outage: the state lasts its TTL
+        logger.error("%s jid=%s removed, its state not released (it expires): %s: %s", mode, payload.get("jid"),
+                     type(exc).__name__, payloads.printable(exc))
+
+
 class KeepLast(Feature):
     """Every class may push with ``keep_last_if_active`` or ``debounce`` (``set(...)``): the payload
     says which do."""

@@ -7,7 +7,9 @@ class changed between deploys, is begun again), ``jid`` (the job the pushes coll
 and ``other`` (what that job's push was answered: a push sent again by redis-py after a lost reply
 finds its jid here and gets the same answer, as the core PUSH's receipt does), ``raw`` (debounce:
 that job's schedule entry, what a later push removes), ``out:<jid>`` (debounce: a job replaced while
-it waited in its queue, dropped as it starts), ``running`` (keep_last_if_active: its run began),
+it waited in its queue, dropped as it starts: "1", then the time, ms, of its first drop; kept after
+it, for a start again after its worker died before the ack, until a start of the job the state names
+finds it that TTL old), ``running`` (keep_last_if_active: its run began),
 ``next``, ``next_jid``, ``next_at``, ``next_said``, ``next_other`` (keep_last_if_active: the follow-up
 kept for after the run, the time its push asked for, what its push was answered).
 
@@ -25,15 +27,19 @@ wrote before: a state naming a job never written would drop the pushes after it)
 from __future__ import annotations
 
 from ...broker.scripts import Script
+from ...broker.scripts.lanes import PUSH_END
 from ...broker.scripts.push import MARK_TTL
 
 # Writes one job (ARGV[3]) to KEYS[2] (LPUSH to a queue, or ZADD to the schedule at ARGV[4]), with
-# the queues listing (KEYS[3], if given) and the schedule's wake-up (ARGV[7], if scheduled).
-_WRITE = """
+# the queues listing (KEYS[3], if given) and the schedule's wake-up (ARGV[7], if scheduled). A job
+# with a lane (grouped, prioritized) goes to the end of the queue list the fetch takes next, which
+# routes it into its lane at once (broker/scripts/lanes.py's PUSH_END): pushed at the far end, it
+# waited behind every job already in the queue.
+_WRITE = PUSH_END + """
 local function write(dest, raw, score, queue, wake, listing)
   local r
   if score == "" then
-    r = redis.pcall("LPUSH", dest, raw)
+    r = redis.pcall(push_end(raw), dest, raw)
   else
     r = redis.pcall("ZADD", dest, score, raw)
   end
@@ -160,8 +166,10 @@ return answer("pushed", jid, "")
 # KEYS[1] = the state. ARGV[1] = the jid whose run starts, ARGV[2] = the state's TTL (ms), ARGV[3] =
 # its mode ("keep_last", "debounce").
 # keep_last: marks the run begun if the state still names this jid (a push now keeps a follow-up), its
-# TTL at least ARGV[2]. debounce: a job marked replaced in its queue is to be dropped; the job the
-# state names lets it go (a push now starts a new job), keeping the marks of others.
+# TTL at least ARGV[2]. debounce: a job marked replaced in its queue is to be dropped (its mark kept,
+# stamped with the time of its first drop: the job back after its worker died is dropped again); the
+# job the state names lets it go (a push now starts a new job), keeping the marks of others that are
+# pending or dropped less than ARGV[2] ago, the state gone when none is.
 # Returns 2 (debounce: replaced, drop it), 1 (marked, or let go), 0 (the state names another job, or
 # none), or the error (a state of the wrong type).
 RUN_BEGINS = Script(_EXTEND + """
@@ -170,9 +178,16 @@ if type(held) == "table" then
   return held
 end
 if ARGV[3] == "debounce" then
-  if redis.call("HDEL", KEYS[1], "out:" .. ARGV[1]) == 1 then
-    if redis.call("HLEN", KEYS[1]) == 1 then
-      redis.call("DEL", KEYS[1])
+  local clock = redis.call("TIME")
+  local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  local mark = "out:" .. ARGV[1]
+  local seen = redis.call("HGET", KEYS[1], mark)
+  if seen then
+    -- Kept, not deleted: a worker killed between this answer and its ack has the job back by
+    -- orphan recovery, and its next start must be dropped again (deleted here, it ran: both the
+    -- replaced job and its replacement). "1" becomes the time of the first drop: pruned below.
+    if seen == "1" then
+      redis.call("HSET", KEYS[1], mark, now)
     end
     return 2
   end
@@ -180,7 +195,23 @@ if ARGV[3] == "debounce" then
     return 0
   end
   redis.call("HDEL", KEYS[1], "jid", "raw", "said", "other")
-  if redis.call("HLEN", KEYS[1]) <= 1 then
+  -- What's left is "mode" and marks. A mark dropped its job more than the TTL ago is done with
+  -- (orphan recovery brings a killed worker's job back long before): it goes, or a digest pushed
+  -- for ever (its state never expiring) would gather one per replaced job. A mark not yet seen
+  -- ("1": its job still waits in its queue) keeps the state; none left, the state goes.
+  local fields = redis.call("HGETALL", KEYS[1])
+  local left = 0
+  for i = 1, #fields, 2 do
+    if string.sub(fields[i], 1, 4) == "out:" then
+      local at = tonumber(fields[i + 1])
+      if fields[i + 1] ~= "1" and at and at + (tonumber(ARGV[2]) or 3600000) < now then
+        redis.call("HDEL", KEYS[1], fields[i])
+      else
+        left = left + 1
+      end
+    end
+  end
+  if left == 0 then
     redis.call("DEL", KEYS[1])
   end
   return 1

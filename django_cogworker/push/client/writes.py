@@ -268,8 +268,16 @@ class PushWrites:
         pusher = self._pusher()
         if not self.keys.spread:
             return [self._call(self.keys.push_receipt(pusher), self.keys.queues, groups)], []
-        return ([self._call(self.keys.push_receipt(pusher, group.queue or None), None, [group]) for group in groups],
-                [group.queue for group in groups if group.queue])
+        # (One call per slot, every destination of it in one: a queue's list and its lanes (its
+        # priorities, its groups' lists) share its slot and its receipt key, which holds one call's
+        # token: a call each, redis-py's resending of one after a lost reply found another's token
+        # there and wrote its jobs twice.)
+        by_slot: dict[str, list[_Group]] = {}
+        for group in groups:
+            by_slot.setdefault(group.queue, []).append(group)
+        return ([self._call(self.keys.push_receipt(pusher, queue or None), None, slot_groups)
+                 for queue, slot_groups in by_slot.items()],
+                [queue for queue in by_slot if queue])
 
     def _call(self, receipt: str, queues: str | None, groups: list[_Group]) -> _Call:
         jids = [job[3] for group in groups for job in group.jobs]
