@@ -670,3 +670,89 @@ def test_a_limited_job_s_payload_is_decoded_once_by_the_fetch_s_takes_and_run_as
 
     assert run is not None and run.decision.outcome is Outcome.SUCCESS and runs(token) == [pushed["jid"]]
     assert decoded == [] and "payload" not in unit.notes
+
+
+# -- the fetch's one call: one key with two specs, a key of the wrong type partway ---------------------
+
+
+@pytest.mark.usefixtures("fresh_limiters")
+def test_one_key_counted_by_two_limiters_of_different_specs_grants_no_more_than_its_size(parts, rb, caplog):
+    # (Two key functions returning one key, the leases differing: the call's memo was per spec, each
+    # counting only its own grants: 5 tickets for a limit of 3.)
+    longer = Limiter.concurrent(lambda c: f"test:gate:shared:{c}", 3, lease=60, family="test:gate:famA")
+    shorter = Limiter.concurrent(lambda c: f"test:gate:shared:{c}", 3, lease=30, family="test:gate:famB")
+    wanted = [({"jid": f"j{n}", "args": [1]}, [longer if n % 2 == 0 else shorter]) for n in range(8)]
+
+    with caplog.at_level(logging.WARNING):
+        taken = parts.gate.take_many(wanted)
+        parts.gate.take_many(wanted[:2])
+
+    tickets = [t for t in taken if isinstance(t, Ticket)]
+    assert len(tickets) == 3 and rb.zcard(K.limit("test:gate:shared:1").holders) == 3
+    assert all(isinstance(t, OverLimit) for t in taken if not isinstance(t, Ticket))
+    said = [rec for rec in caplog.records if "two specs" in rec.getMessage()]
+    assert len(said) == 1 and "test:gate:shared:1" in said[0].getMessage()  # (said once per key)
+    for ticket in tickets:
+        ticket.release()
+
+
+@pytest.mark.usefixtures("fresh_limiters")
+def test_a_key_of_the_wrong_type_partway_through_a_fetch_s_takes_stops_them_before_any_write(parts, rb, r):
+    # (Stopped at the key, the call kept what it wrote before it: made again alone, the first job
+    # met its own window start and was refused, its concurrent place held under a token the
+    # heartbeat didn't renew, and the second job's refusal was counted twice.)
+    some = Limiter.concurrent("test:gate:some", 5)
+    once = Limiter.window("test:gate:once", 1, per=60)
+    bad = Limiter.concurrent("test:gate:bad", 5)
+    rb.set(K.limit(bad.name).holders, "not mine")
+    wanted = [({"jid": "j0", "args": []}, [some, once]), ({"jid": "j1", "args": []}, [once]),
+              ({"jid": "j2", "args": []}, [bad])]
+
+    first, second, third = parts.gate.take_many(wanted)
+
+    assert isinstance(first, Ticket) and isinstance(second, OverLimit) and isinstance(third, Ticket)
+    assert rb.zrange(K.limit(once.name).starts, 0, -1) == [f"{first.token}:2".encode()]
+    assert rb.zrange(K.limit(some.name).holders, 0, -1) == [first.token.encode()]
+    assert HELD.by_key()[some.name][1] == [first.token]
+    assert rb.hmget(K.limit(once.name).stats, "granted", "over", "rescheduled") == [b"1", b"1", b"1"]  # (once)
+    assert len(list(r.scan_iter(match=f"{K.quarantine_prefix}{K.limit(bad.name).holders}:*"))) == 1
+    first.release()
+    third.release()
+
+
+@pytest.mark.usefixtures("fresh_limiters")
+def test_a_stats_hash_of_the_wrong_type_in_a_fetch_s_takes_counts_each_start_once(parts, rb, r):
+    # (The stats are written at the call's end: stopped there, every start had been written, and
+    # made again they were counted twice.)
+    bucket = Limiter.bucket("test:gate:bucket", 5, per=3600)
+    rb.set(K.limit(bucket.name).stats, "not mine")
+
+    taken = parts.gate.take_many([({"jid": f"j{n}", "args": []}, [bucket]) for n in range(3)])
+
+    assert taken == [None, None, None]
+    assert rb.hget(K.limit(bucket.name).state, "bc") == b"3"
+    assert rb.hget(K.limit(bucket.name).stats, "granted") == b"3"
+    assert len(list(r.scan_iter(match=f"{K.quarantine_prefix}{K.limit(bucket.name).stats}:*"))) == 1
+
+
+@pytest.mark.usefixtures("fresh_limiters")
+def test_a_key_of_the_wrong_type_in_the_grouped_releases_loses_no_wake_up(parts, rb, r):
+    # (The call stopped at the key kept the earlier holder's pop of a waiting job, but lost the
+    # reply carrying it: the job waited for its backoff, the place free.)
+    single = Limiter.concurrent("test:gate:single", 1)
+    bad = Limiter.concurrent("test:gate:bad", 5)
+    mine, other = parts.gate.take_many([({"jid": "a", "args": []}, [single]), ({"jid": "b", "args": []}, [bad])])
+    assert isinstance(mine, Ticket) and isinstance(other, Ticket)
+    lk = K.limit(single.name)
+    raw = payloads.encode({"jid": "w", "class": "Note", "queue": "default", "args": []})
+    rb.zadd(K.schedule, {raw: NOW})
+    limit_scripts.LIMIT_PARK(rb, [lk.waiting, lk.parked], ["w", raw, repr(NOW)])
+    rb.delete(K.limit(bad.name).holders)
+    rb.set(K.limit(bad.name).holders, "not mine")
+
+    Releases(parts.gate).run_many([Release(mine, "a"), Release(other, "b")])
+
+    assert rb.zcard(lk.holders) == 0 and rb.zcard(lk.waiting) == 0 and rb.hlen(lk.parked) == 0
+    assert rb.lrange(K.queue("default"), 0, -1) != [] and rb.zcard(K.schedule) == 0  # (woken at once)
+    assert len(list(r.scan_iter(match=f"{K.quarantine_prefix}{K.limit(bad.name).holders}:*"))) == 1
+    assert single.name not in HELD.by_key() and bad.name not in HELD.by_key()

@@ -153,10 +153,42 @@ def test_limit_release_many_gives_back_each_holder_s_place_once_and_wakes_as_man
     rb.hset(conc_keys[5], "w1", '{"jid":"w1"}')
     argv = ["release", 2, *conc, *other, f"1,2\n{tokens[0]}", f"1\n{tokens[1]}", "2\nnever-held"]
     reply = limit_scripts.LIMIT_RELEASE_MANY(rb, conc_keys + other_keys, argv)
-    assert reply[0] == 3 and reply[1:] == [b'{"jid":"w1"}', b"1"]
+    assert reply[0] == 3 and reply[1:] == [b"", b'{"jid":"w1"}', b"1"]  # (none failed)
     assert rb.zrange(conc_keys[0], 0, -1) == [tokens[2].encode()]
     assert sorted(rb.zrange(other_keys[0], 0, -1)) == sorted([tokens[1].encode(), tokens[2].encode()])
     assert limit_scripts.LIMIT_RELEASE_MANY(rb, conc_keys + other_keys, argv)[0] == 0  # (again: nothing more)
+
+
+def test_limit_take_many_stops_at_a_key_of_the_wrong_type_before_any_write(rb):
+    # (Stopped partway, it kept the writes before the key: made again, a start or a refusal counted twice.)
+    conc_keys, conc = _limit("conc", "concurrent", 2, lease="30")
+    rate_keys, rate = _limit("rate", "window", 1, per="60")
+    bad_keys, bad = _limit("bad", "bucket", 1, per="60")
+    rb.set(bad_keys[3], "not mine")  # (its stats: written only at the call's end)
+    jobs = ["1,2\n\nt1\n", "2\nreschedule\nt2\n", "3\n\nt3\n"]
+    with pytest.raises(redis.ResponseError, match="^WRONGTYPE .*bad:stats holds a string, not a hash"):
+        limit_scripts.LIMIT_TAKE_MANY(rb, conc_keys + rate_keys + bad_keys, [3, *conc, *rate, *bad, *jobs])
+    assert sorted(rb.keys("*")) == [bad_keys[3].encode()]  # (nothing written)
+    with pytest.raises(redis.ResponseError, match="^WRONGTYPE"):
+        limit_scripts.LIMIT_TAKE(rb, conc_keys + bad_keys, ["t4", "", "", *conc, *bad])
+    assert sorted(rb.keys("*")) == [bad_keys[3].encode()]
+
+
+def test_limit_release_many_fails_only_the_holders_meeting_a_key_of_the_wrong_type(rb):
+    conc_keys, conc = _limit("conc", "concurrent", 1, lease="30")
+    bad_keys, bad = _limit("bad", "concurrent", 3, lease="30")
+    tokens = [f'{{"jid":"j{i}","process":"p","since":1,"run":"r{i}"}}' for i in range(3)]
+    assert limit_scripts.LIMIT_TAKE(rb, conc_keys, [tokens[0], "", "", *conc]) == [1, 0]
+    for token in tokens[1:]:
+        assert limit_scripts.LIMIT_TAKE(rb, bad_keys, [token, "", "", *bad]) == [1, 0]
+    rb.zadd(conc_keys[4], {"w1": 1.0})
+    rb.hset(conc_keys[5], "w1", '{"jid":"w1"}')
+    rb.delete(bad_keys[0])
+    rb.set(bad_keys[0], "not mine")
+    argv = ["release", 2, *conc, *bad, f"2\n{tokens[1]}", f"1\n{tokens[0]}", f"2\n{tokens[2]}"]
+    reply = limit_scripts.LIMIT_RELEASE_MANY(rb, conc_keys + bad_keys, argv)
+    assert reply == [1, b"1,3", b'{"jid":"w1"}', b"1"]  # (the job the other holder woke: not lost)
+    assert rb.zcard(conc_keys[0]) == 0 and rb.zcard(conc_keys[4]) == 0
 
 
 def test_limit_renew_moves_only_the_leases_still_held(rb):

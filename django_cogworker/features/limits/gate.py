@@ -89,6 +89,7 @@ class LimitGate:
         self.clock = clock
         self.rng = rng or random.Random()
         self.packing = Packing(keys)
+        self._warned: set[str] = set()  # (the keys found with two specs: said once each)
 
     def take(self, payload: dict, limits: Any) -> Ticket | Rescheduled | None:
         """Take a place in each of ``limits`` for the job: its Ticket (None when it holds no
@@ -118,25 +119,48 @@ class LimitGate:
             asks.append((index, keyed, token, refusal, parked))
         if not asks:
             return outcomes
+        alone = self._two_specs(asks)
+        together = [ask for ask in asks if ask[0] not in alone]
         names, argv = self.packing.many([(keyed, (refusal, token, parked))
-                                         for _i, keyed, token, refusal, parked in asks])
+                                         for _i, keyed, token, refusal, parked in together])
         try:
-            replies = scripts.LIMIT_TAKE_MANY(self.redis, names, argv)
-        except ResponseError:
-            # (A limiter key of the wrong type, say: each take again alone, which moves the key aside.
-            # The takes before it in the call were made: made again by their own token, a place is
-            # the same place.)
-            replies = [None] * len(asks)
+            # (A key of the wrong type stops the call before its first write: moved aside, the
+            # call is made again, each refusal counted once.)
+            replies = run_script(scripts.LIMIT_TAKE_MANY, self.redis, self.keys, names, argv,
+                                 functools.partial(self._expected, [pair for ask in together for pair in ask[1]]))
+        except ResponseError:  # (refused for good: each take alone, for its own outcome)
+            replies = [None] * len(together)
         except Exception as exc:  # (the round trip failed: every take did, uncounted)
             for index, *_rest in asks:
                 outcomes[index] = exc
             return outcomes
-        for (index, keyed, token, refusal, parked), reply in zip(asks, replies, strict=True):
+        for (index, keyed, token, refusal, parked), reply in zip(together, replies, strict=True):
             if reply is None:
                 outcomes[index] = self._take_keyed(keyed, token, refusal, parked)
             else:
                 outcomes[index] = self._granted(keyed, token, reply)
+        for index, keyed, token, refusal, parked in asks:
+            if index in alone:  # (after the call: each alone reads what the call wrote)
+                outcomes[index] = self._take_keyed(keyed, token, refusal, parked)
         return outcomes
+
+    def _two_specs(self, asks: list[tuple[int, list[tuple[Limiter, str]], str, str, str]]) -> set[int]:
+        """The asks that count a limiter key with another spec than the call's first for it: taken
+        alone after the call. (The call keeps a key's reads and grants per spec: two specs of one
+        key counted only their own, 5 places granted of a limit of 3.)"""
+        specs: dict[str, tuple] = {}
+        alone = set()
+        for index, keyed, *_rest in asks:
+            for limiter, key in keyed:
+                spec = specs.setdefault(key, limiter.spec())
+                if spec != limiter.spec():
+                    alone.add(index)
+                    if key not in self._warned:
+                        self._warned.add(key)
+                        logger.warning("limiter key %s is counted by limiters of two specs (%s and %s): each "
+                                       "checks the shared count against its own (periods differing, neither "
+                                       "holds)", payloads.printable(key), spec, limiter.spec())
+        return alone
 
     def _ask(self, payload: dict, limits: Any) -> tuple[list[tuple[Limiter, str]], str, str, str]:
         args, kwargs = payload.get("args"), payload.get("kwargs")

@@ -31,6 +31,7 @@ from redis.exceptions import NoScriptError
 
 from ...broker import scripts
 from ...broker.keys import Keys
+from ...broker.quarantine import quarantine_wrong
 from ...push import payload as payloads
 from ...push import scope  # (a leaf: the running job and the process identity, set by the worker)
 from . import scripts as limit_scripts
@@ -295,16 +296,24 @@ class Releases:
                     reply = limit_scripts.LIMIT_RELEASE_MANY(gate.redis, *self._packed(chunk)[0])
                 except Exception as exc:  # noqa: BLE001 - (each alone, below)
                     reply = exc
-            if isinstance(reply, Exception):
-                # (A wrong-type key: each again alone, which moves it aside; a release run again
-                # finds its place gone.)
-                for ticket, group in chunk:
-                    type(ticket)(gate, ticket.token, group, []).release()
-            elif len(reply) > 1:
-                try:
-                    wake(gate.redis, gate.keys, reply[1:])
-                except Exception:  # noqa: BLE001 - (the woken job runs at its backoff all the same)
-                    logger.warning("jobs waiting for a place not woken", exc_info=True)
+            if isinstance(reply, Exception):  # (each again alone, which moves a wrong-type key aside)
+                failed = chunk
+            else:
+                failed = [chunk[int(n) - 1] for n in _text(reply[1]).split(",") if n]
+                if len(reply) > 2:
+                    try:
+                        wake(gate.redis, gate.keys, reply[2:])
+                    except Exception:  # noqa: BLE001 - (the woken job runs at its backoff all the same)
+                        logger.warning("jobs waiting for a place not woken", exc_info=True)
+            for ticket, group in failed:
+                if not isinstance(reply, Exception):
+                    # (A key of the wrong type failed its holder in the call; its places, given back
+                    # before the key, are gone: alone, its release might not meet the key again.)
+                    try:
+                        quarantine_wrong(gate.redis, gate.keys, gate._expected(group))
+                    except Exception:  # noqa: BLE001 - (the next take meets it)
+                        logger.warning("limits %s: keys not checked", [key for _l, key in group], exc_info=True)
+                type(ticket)(gate, ticket.token, group, []).release()
 
     def run(self, step: Release) -> None:
         step.ticket.release()

@@ -1,8 +1,7 @@
 """The scripts of limiters (django_cogworker/features/limits/): take a place, give it back, keep a lease.
 
-Each limiter key has six keys (:class:`~..keys.LimitKeys`: holders, starts, state, stats,
-waiting, parked), all in one slot (the key's own on a cluster). A script takes them as KEYS, six
-per limiter, in the order of the ARGV specs. "now" is Redis's clock (TIME), the one clock every host shares: a
+Each limiter key has six keys (:class:`~..keys.LimitKeys`), in one slot, taken as KEYS six per
+limiter in the order of the ARGV specs. "now" is Redis's clock (TIME), the one every host shares: a
 limit is fleet-wide only if every process measures it with the same clock.
 
 What each kind keeps:
@@ -11,10 +10,9 @@ What each kind keeps:
   killed -9 stops renewing its lease (the heartbeat renews it, LIMIT_RENEW), and the next take
   after that end removes it (counted as ``expired``). ``waiting`` and ``parked``: the jobs it
   refused, by jid, with their due time and their payload as rescheduled (LIMIT_PARK): each place
-  given back pops the first, for the releasing process to move it to its queue at once
-  (features/limits/limiter.py's ``wake``), so a freed place is taken in milliseconds rather than at the end
-  of a backoff. A job is unparked by jid when it is granted or refused again (its payload then
-  differs from the one parked: the poller stamps it as it moves it).
+  given back pops the first, for the releasing process to move it to its queue at once (held.py's
+  ``wake``): a freed place is taken in milliseconds, not at the end of a backoff. A job is
+  unparked by jid when granted or refused again (its payload then differs from the one parked).
 * bucket: ``state`` fields ``bn`` (the bucket: floor(now / per), clock-aligned) and ``bc`` (its
   starts so far).
 * window: ``starts``, a sorted set of start tokens scored by when: a sliding window.
@@ -26,13 +24,9 @@ job was sent to: ARGV[2]), expired (lapsed leases), and a ring of the last 60 mi
 rescheduled counts (fields ``o<m % 60>``, ``r<m % 60>`` and ``m<m % 60>``, the minute each slot
 counts), read by the admin as its recent figures: no key per minute to build or expire.
 
-A key of the wrong type stops a script at its first command on it, keeping what it wrote before;
-the caller moves the key to quarantine and runs the script again (broker/quarantine.py). Each is
-safe to: a take reads every key it writes before its first write but ``stats`` and the
-concurrent places (a rate limiter's state and the grants are written at the call's end: run
-again, a take stopped in that last write may count a start twice, one start too many for that
-period, never a place lost; a concurrent place taken again by its token is the same place), a
-release run again finds its place gone.
+A key of the wrong type stops a take before its first write (``check``; met partway, the writes
+before it were kept, no rollback, and counted again by the take run again), for the caller to
+quarantine it and run it again (broker/quarantine.py). A release run again finds its place gone.
 
 The fetcher's calls take many jobs (LIMIT_TAKE_MANY) and give back many places
 (LIMIT_RELEASE_MANY) at once, each limiter key named once (held.py's Packing); LIMIT_TAKE and
@@ -59,8 +53,7 @@ local function count_recent(stats, field)
 end
 """
 
-# The limiters of a take or a release: ``lims[i]`` = {k = its six KEYS' offset, kind, size, per,
-# lease}, its spec read from ARGV[a + 1 .. a + 4].
+# A limiter of a take or a release: {k = its six KEYS' offset, its spec from ARGV[a + 1 .. a + 4]}.
 _LIMITER = r"""
 local function limiter(k, a)
   return {k = k, kind = ARGV[a + 1], size = tonumber(ARGV[a + 2]), per = tonumber(ARGV[a + 3]),
@@ -70,10 +63,25 @@ end
 
 # One job's take: a place in every limiter of ``lims``, or in none (LIMIT_TAKE's reply). ``memo``
 # (one per call, by key offset) keeps what the call read and will write of each limiter key: its
-# holders swept of lapsed leases once and counted, a bucket's or leaky's state read once, and the
-# state and ``granted`` written once at the end (``flush``): a call of ten takes of one key ran
-# five to eight commands a take, most of them reading again what it had just written.
+# holders swept and counted once, a rate state read once, it and ``granted`` written once at the
+# end (``flush``): ten takes of one key ran five to eight commands each, mostly re-reading.
 _TAKE = _COMMON + _LIMITER + r"""
+-- Each key its kind touches (a TYPE costs about a command) of its type or absent, each kind known.
+local TYPES = {"zset", "zset", "hash", "hash", "zset", "hash"}
+local TOUCHED = {concurrent = {1, 4, 5, 6}, window = {2, 4}, bucket = {3, 4}, leaky = {3, 4}}
+local function check(lims)
+  for _, l in ipairs(lims) do
+    local touched = TOUCHED[l.kind]
+    if not touched then return redis.error_reply("unknown limiter kind " .. tostring(l.kind)) end
+    for _, j in ipairs(touched) do
+      local got = redis.call("TYPE", KEYS[l.k + j]).ok
+      if got ~= "none" and got ~= TYPES[j] then
+        return redis.error_reply("WRONGTYPE " .. KEYS[l.k + j] .. " holds a " .. got .. ", not a " .. TYPES[j])
+      end
+    end
+  end
+end
+
 local function memo_of(memo, l)
   local m = memo[l.k]
   if m then return m end
@@ -112,9 +120,6 @@ local function take(lims, token, refusal, parked, memo)
   for i = 1, n do
     local l = lims[i]
     local kind, size, per, k = l.kind, l.size, l.per, l.k
-    if kind ~= "concurrent" and kind ~= "bucket" and kind ~= "window" and kind ~= "leaky" then
-      return redis.error_reply("unknown limiter kind " .. tostring(kind))
-    end
     local m = memo_of(memo, l)
     local stats = KEYS[k + 4]
     local refused, after = false, ""
@@ -190,12 +195,10 @@ end
 """
 
 # Take a place in every limiter of the spec list, or in none.
-#
 # KEYS: six per limiter (holders, starts, state, stats, waiting, parked), in spec order.
 # ARGV[1] = holder token (unique per run: JSON of jid, process, since, run)
 # ARGV[2] = what a refusal means for the counts: "reschedule", "fail" or "" (a within() that waits)
-# ARGV[3] = the jid of a job refused before, to unpark (granted now, or parked anew as refused
-#           again); or ""
+# ARGV[3] = the jid of a job refused before, to unpark (granted now, or parked anew); or ""
 # ARGV[4..] = four per limiter: kind, size, per (seconds; "" for concurrent), lease (seconds; "")
 # Returns {1, expired} when every limiter granted (expired: lapsed leases removed on the way), or
 # {0, i, retry_after} when limiter i (from 1) refused: retry_after in seconds as a string. A
@@ -204,8 +207,8 @@ end
 LIMIT_TAKE = Script(_TAKE + r"""
 local lims, memo = {}, {}
 for i = 1, (#ARGV - 3) / 4 do lims[i] = limiter((i - 1) * 6, (i - 1) * 4 + 3) end
+local wrong = check(lims) if wrong then return wrong end
 local reply = take(lims, ARGV[1], ARGV[2], ARGV[3], memo)
-if reply.err then return reply end
 flush(memo)
 return reply
 """)
@@ -213,9 +216,7 @@ return reply
 # The takes of the jobs one fetch brings, in one call: each job's as LIMIT_TAKE's, one after the
 # other. Each limiter key is named once however many jobs take it: the arguments a worker packs
 # (redis-py's per-argument cost, about 3 µs each, was most of a take's worker CPU) are four a job,
-# not thirteen. A key of the wrong type stops the call at the job that first touches it, keeping
-# the concurrent places taken before it (a rate limiter's starts are written at the end); the
-# caller runs each take again alone (a concurrent place taken twice by one token is one place).
+# not thirteen. A key's memo is by its number: the caller gives a key one spec a call (gate.py).
 #
 # KEYS: six per limiter key (holders, starts, state, stats, waiting, parked), each key once.
 # ARGV[1] = m, how many limiter keys; ARGV[2 .. 1 + 4m] = four per key (as LIMIT_TAKE's);
@@ -224,17 +225,15 @@ return reply
 # ARGV[2], ARGV[1], ARGV[3]; only the jid may hold a line break: it is last).
 # Returns one LIMIT_TAKE reply per job, in order.
 LIMIT_TAKE_MANY = Script(_TAKE + r"""
-local m = tonumber(ARGV[1])
-local keyed = {}
+local m, keyed = tonumber(ARGV[1]), {}
 for j = 1, m do keyed[j] = limiter((j - 1) * 6, (j - 1) * 4 + 1) end
+local wrong = check(keyed) if wrong then return wrong end
 local out, memo = {}, {}
 for a = 2 + 4 * m, #ARGV do
   local nums, refusal, token, parked = string.match(ARGV[a], "^([^\n]*)\n([^\n]*)\n([^\n]*)\n(.*)$")
   local lims = {}
   for j in string.gmatch(nums, "%d+") do lims[#lims + 1] = keyed[tonumber(j)] end
-  local reply = take(lims, token, refusal, parked, memo)
-  if reply.err then return reply end
-  out[#out + 1] = reply
+  out[#out + 1] = take(lims, token, refusal, parked, memo)
 end
 flush(memo)
 return out
@@ -301,17 +300,16 @@ local function give(lims, token, undo, woken, memo)
   return given
 end
 
-local function settle(memo)
+local function settle(memo)  -- (a stats hash of the wrong type failed give's HGET first: none here)
   for k, m in pairs(memo) do
-    redis.call("HSET", KEYS[k + 4], "hold", string.format("%.6f", m.old))
+    pcall(redis.call, "HSET", KEYS[k + 4], "hold", string.format("%.6f", m.old))
   end
 end
 """
 
-# Give back what LIMIT_TAKE took for ``token``: a concurrent place always (the run ended: how long
-# it was held goes into the ``hold`` average), and,
-# with ARGV[2] = "undo", a rate limiter's start too (on a cluster a job's limiters are taken one
-# slot at a time: a later one refusing undoes the earlier ones' takes).
+# Give back what LIMIT_TAKE took for ``token``: a concurrent place always (how long it was held goes
+# into the ``hold`` average), and with ARGV[2] = "undo" a rate limiter's start too (on a cluster a
+# job's limiters are taken a slot at a time: a later one refusing undoes the earlier ones' takes).
 #
 # KEYS: six per limiter (holders, starts, state, stats, waiting, parked), in spec order.
 # ARGV[1] = holder token; ARGV[2] = "undo" or "release"; ARGV[3..] = four per limiter (as LIMIT_TAKE)
@@ -325,27 +323,30 @@ settle(memo)
 return {given, unpack(woken)}
 """)
 
-# The releases held for one round trip, in one call: each holder's as LIMIT_RELEASE's, each
-# limiter key named once (as LIMIT_TAKE_MANY's). A release run again finds its place gone: a
-# call stopped by a key of the wrong type is run again one release at a time.
+# The releases held for one round trip, in one call: each holder's as LIMIT_RELEASE's, each key
+# named once (as LIMIT_TAKE_MANY's). A key of the wrong type fails only the holders meeting it
+# (pcall): stopping the call lost the jobs the others had popped from ``waiting``. The caller runs
+# the failed ones again alone.
 #
 # KEYS: six per limiter key, each key once.
 # ARGV[1] = "undo" or "release"; ARGV[2] = m, how many limiter keys; ARGV[3 .. 2 + 4m] = four
 # per key (as LIMIT_TAKE's); then one per holder, two lines: its limiters' key numbers (from 1)
 # separated by commas, in the order they were taken, and its token.
-# Returns {places given back in all, then the jobs woken, as LIMIT_RELEASE's}.
+# Returns {places given back in all, the holders failed (their numbers from 1, separated by
+# commas; "" for none), then the jobs woken, as LIMIT_RELEASE's}.
 LIMIT_RELEASE_MANY = Script(_GIVE + r"""
 local undo, m = ARGV[1] == "undo", tonumber(ARGV[2])
-local keyed, woken, given, memo = {}, {}, 0, {}
+local keyed, woken, given, memo, failed = {}, {}, 0, {}, {}
 for j = 1, m do keyed[j] = limiter((j - 1) * 6, (j - 1) * 4 + 2) end
 for a = 3 + 4 * m, #ARGV do
   local nums, token = string.match(ARGV[a], "^([^\n]*)\n(.*)$")
   local lims = {}
   for j in string.gmatch(nums, "%d+") do lims[#lims + 1] = keyed[tonumber(j)] end
-  given = given + give(lims, token, undo, woken, memo)
+  local ok, n = pcall(give, lims, token, undo, woken, memo)
+  if ok then given = given + n else failed[#failed + 1] = a - 2 - 4 * m end
 end
 settle(memo)
-return {given, unpack(woken)}
+return {given, table.concat(failed, ","), unpack(woken)}
 """)
 
 # Renew the leases of the concurrent places a process holds (its heartbeat, every beat): a lease
