@@ -118,6 +118,12 @@ def test_queues_names_or_weighted_pairs_keep_their_order(value, expected):
     ("BATCH_TTL", 1e16, 'COGWORKER["BATCH_TTL"] must be at most 1e9 seconds (about 31 years), got 1e+16'),
     ("UNIQUE_LOCK_TTL", 10**400, f'COGWORKER["UNIQUE_LOCK_TTL"] must be at most 1e9 seconds (about 31 years), '
                                  f'got {10**400}'),
+    ("PRIORITY_AGING", -1, 'COGWORKER["PRIORITY_AGING"] must be a number of seconds from 0 (no aging) to 1e9 '
+                           'seconds (about 31 years), got -1'),
+    ("PRIORITY_AGING", True, 'COGWORKER["PRIORITY_AGING"] must be a number of seconds from 0 (no aging) to 1e9 '
+                             'seconds (about 31 years), got True'),
+    ("PRIORITY_AGING", "60", 'COGWORKER["PRIORITY_AGING"] must be a number of seconds from 0 (no aging) to 1e9 '
+                             "seconds (about 31 years), got '60'"),
     ("ENQUEUE_ON_COMMIT", "no", "COGWORKER[\"ENQUEUE_ON_COMMIT\"] must be True or False, got 'no'"),
     ("KEY_PREFIX", "", "COGWORKER[\"KEY_PREFIX\"] must be a non-empty string, got ''"),
     ("QUEUES", "default", "COGWORKER[\"QUEUES\"] must be a list of queue names or (name, weight) pairs, "
@@ -141,6 +147,12 @@ def test_queues_names_or_weighted_pairs_keep_their_order(value, expected):
 ])
 def test_bad_value_names_setting_and_value(key, value, message):
     assert errors_of({key: value}) == [message]
+
+
+def test_priority_aging_is_a_minute_a_step_unless_set_and_takes_0_for_strict():
+    assert build_config({}, {}).priority_aging == 60
+    assert (build_config({"PRIORITY_AGING": 0}, {}).priority_aging, build_config({"PRIORITY_AGING": 2.5}, {})
+            .priority_aging) == (0, 2.5)
 
 
 def test_a_heartbeat_interval_over_an_hour_is_refused_naming_the_setting():
