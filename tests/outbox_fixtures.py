@@ -8,10 +8,52 @@ import contextlib
 import os
 import signal
 import socket
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
-from helpers import _state, wait_until
+from django.db import connections
+from helpers import RedisServer, _state, wait_until
+
+from django_cogworker.broker.keys import Keys
+from django_cogworker.outbox.models import OutboxJob
+from django_cogworker.outbox.relay import relay_once, row_jobs
+from django_cogworker.push import runtime
+
+
+@pytest.fixture(name="outbox")
+def outbox_fixture(settings, redis_url):
+    """OUTBOX on, on the suite's Redis."""
+    settings.COGWORKER = {**settings.COGWORKER, "OUTBOX": True, "REDIS_URL": redis_url}
+    yield
+    runtime.reset()
+
+
+@pytest.fixture(name="away")
+def away_fixture(settings, tmp_path):
+    """OUTBOX on, on a Redis of the test's own (``away.kill()`` takes it away, ``restart`` back)."""
+    server = RedisServer(tmp_path / "redis").start()
+    settings.COGWORKER = {**settings.COGWORKER, "OUTBOX": True, "REDIS_URL": server.url,
+                          "REDIS_OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 2}}
+    yield server
+    runtime.reset()
+    server.cleanup()
+
+
+def rows(alias: str) -> list[str]:
+    """The jids of the jobs waiting in ``alias``'s outbox, oldest first."""
+    return [job["jid"] for row in OutboxJob.objects.using(alias).order_by("id") for job in row_jobs(row)]
+
+
+def relay(alias: str) -> int:
+    """One relay round on ``alias``, taking every row however fresh."""
+    client = runtime.get_client()
+    try:
+        return relay_once(alias, client.hand_over, runtime.get_redis(), Keys(), now=time.time(), fresh=0)
+    finally:
+        if threading.current_thread() is not threading.main_thread():
+            connections.close_all()  # (a thread's own connections)
 
 
 class Boom(Exception):

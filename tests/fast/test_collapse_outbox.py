@@ -7,20 +7,16 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-import time
 import uuid
 
 import pytest
-from django.db import connections, transaction
-from helpers import RedisServer, in_thread
-from outbox_fixtures import Boom, alias_fixture  # noqa: F401 - a fixture
+from django.db import transaction
+from helpers import in_thread
+from outbox_fixtures import Boom, alias_fixture, away_fixture, outbox_fixture, relay, rows  # noqa: F401 - fixtures
 
 from django_cogworker import Job
 from django_cogworker.broker.keys import Keys
 from django_cogworker.outbox.models import OutboxJob
-from django_cogworker.outbox.relay import relay_once, row_jobs
-from django_cogworker.push import runtime
 
 K = Keys()
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg", "mysql"])
@@ -36,38 +32,6 @@ class Throttled(Job):
     throttle = 30
 
     def perform(self, token: str, n: int) -> None: ...
-
-
-@pytest.fixture
-def outbox(settings, redis_url):
-    """OUTBOX on, on the suite's Redis."""
-    settings.COGWORKER = {**settings.COGWORKER, "OUTBOX": True, "REDIS_URL": redis_url}
-    yield
-    runtime.reset()
-
-
-@pytest.fixture
-def away(settings, tmp_path):
-    """OUTBOX on, on a Redis of the test's own (``away.kill()`` takes it away, ``restart`` back)."""
-    server = RedisServer(tmp_path / "redis").start()
-    settings.COGWORKER = {**settings.COGWORKER, "OUTBOX": True, "REDIS_URL": server.url,
-                          "REDIS_OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 2}}
-    yield server
-    runtime.reset()
-    server.cleanup()
-
-
-def rows(alias: str) -> list[str]:
-    return [job["jid"] for row in OutboxJob.objects.using(alias).order_by("id") for job in row_jobs(row)]
-
-
-def relay(alias: str) -> int:
-    client = runtime.get_client()
-    try:
-        return relay_once(alias, client.hand_over, runtime.get_redis(), K, now=time.time(), fresh=0)
-    finally:
-        if threading.current_thread() is not threading.main_thread():
-            connections.close_all()
 
 
 def scheduled(client) -> list[dict]:

@@ -11,21 +11,20 @@ import json
 import logging
 import math
 import re
-import threading
 import time
 
 import pytest
 import redis
 from django.db import OperationalError, connections, transaction
-from helpers import RedisServer, in_thread
-from outbox_fixtures import Boom, alias_fixture, stopped  # noqa: F401 - a fixture
+from helpers import in_thread
+from outbox_fixtures import Boom, alias_fixture, away_fixture, outbox_fixture, relay, rows, stopped  # noqa: F401 - fixtures
 from peek import queued_jids
 
 from django_cogworker import Batch, BatchError, Job, chain, group
 from django_cogworker.broker.keys import Keys
 from django_cogworker.features.batches import batch as batch_module
 from django_cogworker.outbox.models import OutboxJob
-from django_cogworker.outbox.relay import relay_once, row_jobs
+from django_cogworker.outbox.relay import relay_once
 from django_cogworker.push import runtime
 
 K = Keys()
@@ -42,40 +41,6 @@ class UniqueNote(Job):
 
     def perform(self, *args):
         pass
-
-
-@pytest.fixture
-def outbox(settings, redis_url):
-    """OUTBOX on, on the suite's Redis."""
-    settings.COGWORKER = {**settings.COGWORKER, "OUTBOX": True, "REDIS_URL": redis_url}
-    yield
-    runtime.reset()
-
-
-@pytest.fixture
-def away(settings, tmp_path):
-    """OUTBOX on, on a Redis of the test's own (``away.kill()`` takes it away, ``restart`` back)."""
-    server = RedisServer(tmp_path / "redis").start()
-    settings.COGWORKER = {**settings.COGWORKER, "OUTBOX": True, "REDIS_URL": server.url,
-                          "REDIS_OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 2}}
-    yield server
-    runtime.reset()
-    server.cleanup()
-
-
-def rows(alias: str) -> list[str]:
-    """The jids of the jobs waiting in ``alias``'s outbox, oldest first."""
-    return [job["jid"] for row in OutboxJob.objects.using(alias).order_by("id") for job in row_jobs(row)]
-
-
-def relay(alias: str) -> int:
-    """One relay round on ``alias``, taking every row however fresh."""
-    client = runtime.get_client()
-    try:
-        return relay_once(alias, client.hand_over, runtime.get_redis(), K, now=time.time(), fresh=0)
-    finally:
-        if threading.current_thread() is not threading.main_thread():
-            connections.close_all()  # (a thread's own connections)
 
 
 def test_a_push_inside_a_transaction_is_a_row_until_commit_then_a_job(outbox, alias, rb):
